@@ -1,0 +1,528 @@
+// Package locktest is the conformance suite every lock.Locker driver runs.
+// Each promise of the lock.Locker and lock.Lease contracts is a named
+// subtest, so a driver that breaks one fails by name:
+//
+//	func TestConformance(t *testing.T) {
+//		store := memstore.New()
+//		locktest.Run(t, locktest.Config{
+//			NewLocker: func(t *testing.T) lock.Locker { return store },
+//		})
+//	}
+//
+// The suite uses real time: it sleeps where expiry is the behaviour under
+// test, with TTLs of 100-300 ms, and takes a few seconds per driver.
+package locktest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/oncekit/oncekit/core/lock"
+)
+
+// Config describes the driver under test.
+type Config struct {
+	// NewLocker returns a Locker on the store under test. All Lockers
+	// returned during one Run must exclude each other: clients of the same
+	// server, or the same in-process store. A driver that makes a fresh
+	// client per call exercises exclusion across "processes"; it should
+	// close the client in t.Cleanup.
+	NewLocker func(t *testing.T) lock.Locker
+
+	// RoundTrips, when set, returns the number of requests the Lockers made
+	// to their server(s) so far. The suite uses it to check that an
+	// uncontended TryAcquire on a held key costs exactly RoundTripsPerCall.
+	RoundTrips func() int64
+
+	// RoundTripsPerCall is the number of requests one TryAcquire makes: 1
+	// for single-server drivers (the default), N for a driver that fans
+	// out to N servers.
+	RoundTripsPerCall int64
+
+	// Lag is the extra time the driver may take to notice an expiry (clock
+	// drift allowance, the store's expiry resolution). Default 0.
+	Lag time.Duration
+}
+
+// Run runs the whole suite.
+func Run(t *testing.T, cfg Config) {
+	t.Helper()
+	if cfg.NewLocker == nil {
+		t.Fatal("locktest: Config.NewLocker is nil")
+	}
+	if cfg.RoundTripsPerCall == 0 {
+		cfg.RoundTripsPerCall = 1
+	}
+	s := &suite{cfg: cfg}
+	t.Run("Exclusion", s.exclusion)
+	t.Run("TryAcquireHeld", s.tryAcquireHeld)
+	t.Run("Symmetry", s.symmetry)
+	t.Run("NoDeadlock", s.noDeadlock)
+	t.Run("FastHandOff", s.fastHandOff)
+	t.Run("Cancellation", s.cancellation)
+	t.Run("DoneCloses", s.doneCloses)
+	t.Run("MutexWatchdog", s.mutexWatchdog)
+	t.Run("MutexDoCancelledOnLoss", s.mutexDoCancelledOnLoss)
+	t.Run("MutexDo", s.mutexDo)
+	t.Run("InvalidInput", s.invalidInput)
+	t.Run("ReleaseWithCancelledContext", s.releaseCancelled)
+	t.Run("ReleaseTwice", s.releaseTwice)
+}
+
+type suite struct{ cfg Config }
+
+// key returns a key unique to this test and run.
+func key(t *testing.T) string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return "locktest/" + strings.ReplaceAll(t.Name(), "/", ".") + "/" + hex.EncodeToString(b[:])
+}
+
+func ctxTimeout(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func mustAcquire(t *testing.T, l lock.Locker, key string, ttl time.Duration) lock.Lease {
+	t.Helper()
+	lease, err := l.Acquire(ctxTimeout(t, 10*time.Second), key, ttl)
+	if err != nil {
+		t.Fatalf("Acquire(%q, %s): %v", key, ttl, err)
+	}
+	return lease
+}
+
+func assertHeld(t *testing.T, l lock.Locker, key string) {
+	t.Helper()
+	lease, err := l.TryAcquire(ctxTimeout(t, 5*time.Second), key, time.Second)
+	if err == nil {
+		_ = lease.Release(context.Background())
+		t.Fatalf("TryAcquire(%q) succeeded on a key that should be held", key)
+	}
+	if !errors.Is(err, lock.ErrNotAcquired) {
+		t.Fatalf("TryAcquire(%q) on a held key: %v, want ErrNotAcquired", key, err)
+	}
+}
+
+func assertFree(t *testing.T, l lock.Locker, key string) {
+	t.Helper()
+	lease, err := l.TryAcquire(ctxTimeout(t, 5*time.Second), key, time.Second)
+	if err != nil {
+		t.Fatalf("TryAcquire(%q) on a key that should be free: %v", key, err)
+	}
+	if err := lease.Release(ctxTimeout(t, 5*time.Second)); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+}
+
+func waitClosed(t *testing.T, ch <-chan struct{}, within time.Duration, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(within):
+		t.Fatalf("%s: not closed within %s", what, within)
+	}
+}
+
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// exclusion: 32 goroutines × 100 cycles on one key, spread over several
+// Lockers. Inside the critical section a counter is updated by a load, a
+// yield and a store (atomic operations, so the race detector stays quiet,
+// but not an atomic update: overlapping holders lose increments), and the
+// fences seen must be strictly increasing.
+func (s *suite) exclusion(t *testing.T) {
+	const goroutines, cycles = 32, 100
+	k := key(t)
+	lockers := make([]lock.Locker, 4)
+	for i := range lockers {
+		lockers[i] = s.cfg.NewLocker(t)
+	}
+	var (
+		counter, inside, overlaps atomic.Int64
+		lastFence                 atomic.Uint64
+		fenceErrs                 atomic.Int64
+		wg                        sync.WaitGroup
+		errOnce                   sync.Once
+		firstErr                  error
+	)
+	ctx := ctxTimeout(t, 2*time.Minute)
+	for g := range goroutines {
+		wg.Go(func() {
+			l := lockers[g%len(lockers)]
+			for range cycles {
+				lease, err := l.Acquire(ctx, k, 10*time.Second)
+				if err != nil {
+					errOnce.Do(func() { firstErr = err })
+					return
+				}
+				if inside.Add(1) != 1 {
+					overlaps.Add(1)
+				}
+				f := lease.Fence()
+				if f <= lastFence.Load() {
+					fenceErrs.Add(1)
+				}
+				lastFence.Store(f)
+				v := counter.Load()
+				yield()
+				counter.Store(v + 1)
+				inside.Add(-1)
+				if err := lease.Release(ctx); err != nil {
+					errOnce.Do(func() { firstErr = err })
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if firstErr != nil {
+		t.Fatalf("Acquire/Release: %v", firstErr)
+	}
+	if got := counter.Load(); got != goroutines*cycles {
+		t.Errorf("counter = %d, want %d: holders overlapped", got, goroutines*cycles)
+	}
+	if n := overlaps.Load(); n != 0 {
+		t.Errorf("%d acquisitions found another holder inside the critical section", n)
+	}
+	if n := fenceErrs.Load(); n != 0 {
+		t.Errorf("%d fences were not greater than the previous holder's", n)
+	}
+}
+
+func (s *suite) tryAcquireHeld(t *testing.T) {
+	k := key(t)
+	holder, other := s.cfg.NewLocker(t), s.cfg.NewLocker(t)
+	lease := mustAcquire(t, holder, k, 10*time.Second)
+	defer lease.Release(context.Background())
+
+	var before int64
+	if s.cfg.RoundTrips != nil {
+		before = s.cfg.RoundTrips()
+	}
+	_, err := other.TryAcquire(ctxTimeout(t, 5*time.Second), k, time.Second)
+	if s.cfg.RoundTrips != nil {
+		if n := s.cfg.RoundTrips() - before; n != s.cfg.RoundTripsPerCall {
+			t.Errorf("TryAcquire on a held key made %d round trips, want %d", n, s.cfg.RoundTripsPerCall)
+		}
+	}
+	if !errors.Is(err, lock.ErrNotAcquired) {
+		t.Fatalf("TryAcquire on a held key: %v, want ErrNotAcquired", err)
+	}
+	var held *lock.HeldError
+	if !errors.As(err, &held) {
+		t.Fatalf("TryAcquire on a held key: %T %v, want a *lock.HeldError", err, err)
+	}
+	if held.TTL <= 0 || held.TTL > 10*time.Second {
+		t.Errorf("HeldError.TTL = %s, want in (0, 10s]", held.TTL)
+	}
+	if held.Key != k {
+		t.Errorf("HeldError.Key = %q, want %q", held.Key, k)
+	}
+}
+
+// symmetry: a lease that ran out and whose key was taken by another cannot
+// refresh or release the new holder's lease.
+func (s *suite) symmetry(t *testing.T) {
+	k := key(t)
+	a, b := s.cfg.NewLocker(t), s.cfg.NewLocker(t)
+	old := mustAcquire(t, a, k, 100*time.Millisecond)
+	waitClosed(t, old.Done(), 2*time.Second+s.cfg.Lag, "expired lease's Done")
+	cur := mustAcquire(t, b, k, 10*time.Second)
+	defer cur.Release(context.Background())
+	if cur.Fence() <= old.Fence() {
+		t.Errorf("new holder's fence %d not greater than the expired one's %d", cur.Fence(), old.Fence())
+	}
+	if err := old.Refresh(ctxTimeout(t, 5*time.Second), 10*time.Second); !errors.Is(err, lock.ErrLockLost) {
+		t.Errorf("Refresh of an expired, re-acquired lease: %v, want ErrLockLost", err)
+	}
+	if err := old.Release(ctxTimeout(t, 5*time.Second)); !errors.Is(err, lock.ErrLockLost) {
+		t.Errorf("Release of an expired, re-acquired lease: %v, want ErrLockLost", err)
+	}
+	assertHeld(t, a, k)
+	if isClosed(cur.Done()) {
+		t.Fatal("the new holder's Done closed after the old holder's calls")
+	}
+	if err := cur.Refresh(ctxTimeout(t, 5*time.Second), 10*time.Second); err != nil {
+		t.Errorf("new holder's Refresh: %v", err)
+	}
+	if err := cur.Release(ctxTimeout(t, 5*time.Second)); err != nil {
+		t.Errorf("new holder's Release: %v", err)
+	}
+}
+
+// noDeadlock: a holder that vanishes without releasing blocks others only
+// until its TTL runs out.
+func (s *suite) noDeadlock(t *testing.T) {
+	k := key(t)
+	crashed, next := s.cfg.NewLocker(t), s.cfg.NewLocker(t)
+	abandoned := mustAcquire(t, crashed, k, 200*time.Millisecond)
+	start := time.Now()
+	lease, err := next.Acquire(ctxTimeout(t, 5*time.Second+s.cfg.Lag), k, time.Second)
+	if err != nil {
+		t.Fatalf("Acquire after the holder's TTL: %v", err)
+	}
+	defer lease.Release(context.Background())
+	if time.Since(start) < 100*time.Millisecond {
+		t.Errorf("Acquire returned after %s, before the holder's 200ms TTL could run out", time.Since(start))
+	}
+	if lease.Fence() <= abandoned.Fence() {
+		t.Errorf("fence %d not greater than the abandoned lease's %d", lease.Fence(), abandoned.Fence())
+	}
+}
+
+// fastHandOff: a waiter is woken by the release, not by the holder's TTL
+// nor by a slow poll.
+func (s *suite) fastHandOff(t *testing.T) {
+	k := key(t)
+	holderL, waiterL := s.cfg.NewLocker(t), s.cfg.NewLocker(t)
+	holder := mustAcquire(t, holderL, k, 30*time.Second)
+
+	type result struct {
+		lease lock.Lease
+		at    time.Time
+		err   error
+	}
+	got := make(chan result, 1)
+	go func() {
+		l, err := waiterL.Acquire(ctxTimeout(t, 20*time.Second), k, 10*time.Second)
+		got <- result{l, time.Now(), err}
+	}()
+	// Let the waiter reach its wait; it must not get the key meanwhile.
+	select {
+	case r := <-got:
+		t.Fatalf("Acquire returned while the key was held: %v", r.err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	released := time.Now()
+	if err := holder.Release(ctxTimeout(t, 5*time.Second)); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	r := <-got
+	if r.err != nil {
+		t.Fatalf("waiter's Acquire: %v", r.err)
+	}
+	defer r.lease.Release(context.Background())
+	if d := r.at.Sub(released); d > 100*time.Millisecond {
+		t.Errorf("hand-off took %s after Release, want under 100ms", d)
+	}
+}
+
+// cancellation: a waiter whose deadline passes gets both sentinels and
+// leaves nothing behind.
+func (s *suite) cancellation(t *testing.T) {
+	k := key(t)
+	holderL, waiterL, thirdL := s.cfg.NewLocker(t), s.cfg.NewLocker(t), s.cfg.NewLocker(t)
+	holder := mustAcquire(t, holderL, k, 10*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	defer cancel()
+	lease, err := waiterL.Acquire(ctx, k, 10*time.Second)
+	if err == nil {
+		_ = lease.Release(context.Background())
+		t.Fatal("Acquire on a held key succeeded")
+	}
+	if !errors.Is(err, lock.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Acquire past its deadline: %v, want ErrNotAcquired and context.DeadlineExceeded", err)
+	}
+	// An already-cancelled context fails at once the same way.
+	done, cancelDone := context.WithCancel(t.Context())
+	cancelDone()
+	if _, err := waiterL.Acquire(done, k, time.Second); !errors.Is(err, lock.ErrNotAcquired) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("Acquire with a cancelled context: %v, want ErrNotAcquired and context.Canceled", err)
+	}
+	if err := holder.Release(ctxTimeout(t, 5*time.Second)); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	assertFree(t, thirdL, k) // the cancelled waiter left nothing behind
+}
+
+func (s *suite) doneCloses(t *testing.T) {
+	l := s.cfg.NewLocker(t)
+	t.Run("OnRelease", func(t *testing.T) {
+		lease := mustAcquire(t, l, key(t), 10*time.Second)
+		if isClosed(lease.Done()) {
+			t.Fatal("Done closed while held")
+		}
+		if err := lease.Release(ctxTimeout(t, 5*time.Second)); err != nil {
+			t.Fatalf("Release: %v", err)
+		}
+		if !isClosed(lease.Done()) {
+			t.Fatal("Done still open after Release returned")
+		}
+	})
+	t.Run("OnLoss", func(t *testing.T) {
+		lease := mustAcquire(t, l, key(t), 150*time.Millisecond)
+		waitClosed(t, lease.Done(), 2*time.Second+s.cfg.Lag, "Done of a lease whose TTL ran out")
+		if err := lease.Refresh(ctxTimeout(t, 5*time.Second), time.Second); !errors.Is(err, lock.ErrLockLost) {
+			t.Errorf("Refresh after loss: %v, want ErrLockLost", err)
+		}
+	})
+}
+
+func (s *suite) mutexWatchdog(t *testing.T) {
+	k := key(t)
+	const ttl = 300 * time.Millisecond
+	m, err := lock.NewMutex(s.cfg.NewLocker(t), lock.WithTTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := m.Lock(ctxTimeout(t, 5*time.Second), k)
+	if err != nil {
+		t.Fatalf("Lock: %v", err)
+	}
+	time.Sleep(3*ttl + 100*time.Millisecond) // expiry is the behaviour under test
+	assertHeld(t, s.cfg.NewLocker(t), k)
+	if err := h.Err(); err != nil {
+		t.Fatalf("Held.Err after 3×TTL: %v", err)
+	}
+	if isClosed(h.Done()) {
+		t.Fatal("Done closed after 3×TTL although the watchdog refreshes")
+	}
+	if err := h.Release(ctxTimeout(t, 5*time.Second)); err != nil {
+		t.Fatalf("Release after 3×TTL: %v", err)
+	}
+	if !isClosed(h.Done()) {
+		t.Fatal("Done still open after Release")
+	}
+	if err := h.Err(); err != nil {
+		t.Fatalf("Held.Err after a clean Release: %v", err)
+	}
+	if isClosed(h.Lost()) {
+		t.Fatal("Lost closed by a clean Release")
+	}
+	assertFree(t, s.cfg.NewLocker(t), k)
+}
+
+// mutexDoCancelledOnLoss cuts the holder off from the store (its refreshes
+// hang until they time out, as in a network partition) and checks that Do's
+// context is cancelled with ErrLockLost once the TTL runs out, and that
+// another client can then take the key.
+func (s *suite) mutexDoCancelledOnLoss(t *testing.T) {
+	k := key(t)
+	const ttl = 200 * time.Millisecond
+	m, err := lock.NewMutex(partitioned{s.cfg.NewLocker(t)}, lock.WithTTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cause error
+	err = m.Do(ctxTimeout(t, 10*time.Second), k, func(ctx context.Context, _ lock.Lease) error {
+		select {
+		case <-ctx.Done():
+			cause = context.Cause(ctx)
+			return ctx.Err()
+		case <-time.After(5*time.Second + s.cfg.Lag):
+			return errors.New("fn's context was not cancelled after the lease was lost")
+		}
+	})
+	if !errors.Is(cause, lock.ErrLockLost) {
+		t.Errorf("cause of fn's cancellation = %v, want ErrLockLost", cause)
+	}
+	if !errors.Is(err, lock.ErrLockLost) {
+		t.Errorf("Do = %v, want ErrLockLost", err)
+	}
+	lease := mustAcquire(t, s.cfg.NewLocker(t), k, time.Second)
+	_ = lease.Release(context.Background())
+}
+
+func (s *suite) mutexDo(t *testing.T) {
+	k := key(t)
+	m, err := lock.NewMutex(s.cfg.NewLocker(t), lock.WithTTL(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := s.cfg.NewLocker(t)
+	want := errors.New("fn failed")
+	err = m.Do(ctxTimeout(t, 5*time.Second), k, func(ctx context.Context, l lock.Lease) error {
+		if l.Key() != k || l.Fence() == 0 {
+			t.Errorf("lease in Do: key %q fence %d", l.Key(), l.Fence())
+		}
+		assertHeld(t, other, k)
+		return want
+	})
+	if !errors.Is(err, want) || errors.Is(err, lock.ErrLockLost) {
+		t.Errorf("Do = %v, want fn's error alone", err)
+	}
+	assertFree(t, other, k)
+}
+
+func (s *suite) invalidInput(t *testing.T) {
+	l := s.cfg.NewLocker(t)
+	ctx := ctxTimeout(t, 5*time.Second)
+	ok := key(t)
+	tests := []struct {
+		name string
+		key  string
+		ttl  time.Duration
+		want error
+	}{
+		{"EmptyKey", "", time.Second, lock.ErrInvalidKey},
+		{"KeyTooLong", strings.Repeat("k", lock.MaxKeyLen+1), time.Second, lock.ErrInvalidKey},
+		{"ZeroTTL", ok, 0, lock.ErrInvalidTTL},
+		{"NegativeTTL", ok, -time.Second, lock.ErrInvalidTTL},
+		{"SubMillisecondTTL", ok, lock.MinTTL - 1, lock.ErrInvalidTTL},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := l.TryAcquire(ctx, tc.key, tc.ttl); !errors.Is(err, tc.want) {
+				t.Errorf("TryAcquire: %v, want %v", err, tc.want)
+			}
+			if _, err := l.Acquire(ctx, tc.key, tc.ttl); !errors.Is(err, tc.want) {
+				t.Errorf("Acquire: %v, want %v", err, tc.want)
+			}
+		})
+	}
+	t.Run("LongestKey", func(t *testing.T) {
+		k := key(t)
+		k += strings.Repeat("x", lock.MaxKeyLen-len(k))
+		lease := mustAcquire(t, l, k, time.Second)
+		if err := lease.Release(ctx); err != nil {
+			t.Fatalf("Release: %v", err)
+		}
+	})
+	t.Run("RefreshTTL", func(t *testing.T) {
+		lease := mustAcquire(t, l, key(t), time.Second)
+		defer lease.Release(context.Background())
+		if err := lease.Refresh(ctx, 0); !errors.Is(err, lock.ErrInvalidTTL) {
+			t.Errorf("Refresh(0): %v, want ErrInvalidTTL", err)
+		}
+	})
+	// Nothing was left behind by the rejected calls.
+	assertFree(t, s.cfg.NewLocker(t), ok)
+}
+
+func (s *suite) releaseCancelled(t *testing.T) {
+	k := key(t)
+	l := s.cfg.NewLocker(t)
+	lease := mustAcquire(t, l, k, 30*time.Second)
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if err := lease.Release(ctx); err != nil {
+		t.Fatalf("Release with a cancelled context: %v", err)
+	}
+	assertFree(t, s.cfg.NewLocker(t), k)
+}
+
+func (s *suite) releaseTwice(t *testing.T) {
+	k := key(t)
+	lease := mustAcquire(t, s.cfg.NewLocker(t), k, 30*time.Second)
+	for i := range 2 {
+		if err := lease.Release(ctxTimeout(t, 5*time.Second)); err != nil {
+			t.Fatalf("Release #%d: %v", i+1, err)
+		}
+	}
+}

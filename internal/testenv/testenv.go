@@ -1,0 +1,42 @@
+// Package testenv finds the real servers that tests run against.
+//
+// Servers are named by environment variables (REDIS_ADDRS, a comma-separated
+// list of host:port). When a variable is unset a test skips, so that a plain
+// `go test ./...` works on a laptop; when ONCEKIT_REQUIRE_SERVERS=1 (as
+// `make test` sets it) a missing server fails the test instead.
+package testenv
+
+import (
+	"os"
+	"strings"
+	"testing"
+)
+
+// Required reports whether missing servers are a failure rather than a skip.
+func Required() bool { return os.Getenv("ONCEKIT_REQUIRE_SERVERS") == "1" }
+
+// RedisAddrs returns at least n Redis addresses from REDIS_ADDRS, or skips
+// (fails, under ONCEKIT_REQUIRE_SERVERS=1) the test.
+func RedisAddrs(tb testing.TB, n int) []string {
+	tb.Helper()
+	return addrs(tb, "REDIS_ADDRS", n)
+}
+
+func addrs(tb testing.TB, env string, n int) []string {
+	tb.Helper()
+	var out []string
+	for a := range strings.SplitSeq(os.Getenv(env), ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			out = append(out, a)
+		}
+	}
+	if len(out) >= n {
+		return out
+	}
+	msg := env + " names fewer than the servers this test needs (run `make services-up` and export the variables it prints, or use `make test`)"
+	if Required() {
+		tb.Fatal(msg)
+	}
+	tb.Skip(msg)
+	return nil
+}
