@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# Starts and stops the real servers oncekit's tests run against, on 127.0.0.1.
+#
+#   scripts/services.sh up       install what is missing (apt-get), start, wait until ready
+#   scripts/services.sh down     stop exactly the processes this script started
+#   scripts/services.sh status   show what is running
+#   scripts/services.sh env      print the variables tests read (eval "$(scripts/services.sh env)")
+#
+# Ports and paths are overridable by environment:
+#   ONCEKIT_REDIS_PORTS   space-separated, default "6379 6380 6381 6382 6383"
+#   ONCEKIT_RUN_DIR       pid, log and data files, default /tmp/oncekit-services
+set -euo pipefail
+
+REDIS_PORTS=${ONCEKIT_REDIS_PORTS:-"6379 6380 6381 6382 6383"}
+RUN_DIR=${ONCEKIT_RUN_DIR:-/tmp/oncekit-services}
+READY_TIMEOUT=${ONCEKIT_READY_TIMEOUT:-20}
+
+log() { printf 'services: %s\n' "$*" >&2; }
+die() { printf 'services: error: %s\n' "$*" >&2; exit 1; }
+
+# alive PID: the process exists and is not a zombie (PID 1 here reaps late).
+alive() {
+	local pid=$1 state
+	[[ -r /proc/$pid/stat ]] || return 1
+	state=$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null) || return 1
+	[[ $state != Z ]]
+}
+
+# port_busy PORT: something listens on 127.0.0.1:PORT.
+port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+apt_updated=0
+apt_install() {
+	command -v apt-get >/dev/null || die "apt-get not found: install $* by hand"
+	if [[ $apt_updated == 0 ]]; then
+		log "apt-get update"
+		DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null || die "apt-get update failed"
+		apt_updated=1
+	fi
+	log "apt-get install $*"
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null \
+		|| die "apt-get install $* failed"
+}
+
+ensure_redis() {
+	command -v redis-server >/dev/null && command -v redis-cli >/dev/null && return
+	apt_install redis-server redis-tools
+}
+
+# stop_pidfile FILE NAME: stop the process in FILE if it is ours and alive.
+stop_pidfile() {
+	local file=$1 name=$2 pid
+	[[ -f $file ]] || return 0
+	pid=$(cat "$file" 2>/dev/null || true)
+	rm -f "$file"
+	[[ $pid =~ ^[0-9]+$ ]] || return 0
+	alive "$pid" || return 0
+	kill -CONT "$pid" 2>/dev/null || true # a paused (SIGSTOP) test server
+	kill -TERM "$pid" 2>/dev/null || true
+	for _ in $(seq 50); do alive "$pid" || { log "stopped $name (pid $pid)"; return 0; }; sleep 0.1; done
+	kill -KILL "$pid" 2>/dev/null || true
+	for _ in $(seq 30); do alive "$pid" || { log "killed $name (pid $pid)"; return 0; }; sleep 0.1; done
+	die "$name (pid $pid) does not stop"
+}
+
+redis_up() {
+	ensure_redis
+	mkdir -p "$RUN_DIR/redis"
+	local port
+	for port in $REDIS_PORTS; do
+		stop_pidfile "$RUN_DIR/redis/$port.pid" "stale redis-server :$port"
+		if port_busy "$port"; then
+			die "port $port is in use by a process this script did not start (set ONCEKIT_REDIS_PORTS to other ports)"
+		fi
+		redis-server --port "$port" --bind 127.0.0.1 --daemonize yes \
+			--save '' --appendonly no --dir "$RUN_DIR/redis" \
+			--pidfile "$RUN_DIR/redis/$port.pid" --logfile "$RUN_DIR/redis/$port.log" \
+			|| die "redis-server on port $port did not start (see $RUN_DIR/redis/$port.log)"
+	done
+	local deadline=$((SECONDS + READY_TIMEOUT))
+	for port in $REDIS_PORTS; do
+		until [[ $(timeout 2 redis-cli -h 127.0.0.1 -p "$port" ping 2>/dev/null) == PONG ]]; do
+			((SECONDS < deadline)) || die "redis-server on port $port not ready after ${READY_TIMEOUT}s (see $RUN_DIR/redis/$port.log)"
+			sleep 0.05
+		done
+	done
+	log "redis-server ready on ports $REDIS_PORTS"
+}
+
+redis_down() {
+	local port
+	for port in $REDIS_PORTS; do
+		stop_pidfile "$RUN_DIR/redis/$port.pid" "redis-server :$port"
+	done
+}
+
+print_env() {
+	local addrs="" port
+	for port in $REDIS_PORTS; do addrs+="${addrs:+,}127.0.0.1:$port"; done
+	echo "export REDIS_ADDRS=$addrs"
+	echo "export ONCEKIT_RUN_DIR=$RUN_DIR"
+}
+
+status() {
+	local port pid
+	for port in $REDIS_PORTS; do
+		pid=$(cat "$RUN_DIR/redis/$port.pid" 2>/dev/null || true)
+		if [[ -n $pid ]] && alive "$pid"; then echo "redis-server :$port running (pid $pid)"
+		else echo "redis-server :$port stopped"; fi
+	done
+}
+
+case ${1:-} in
+up) redis_up ;;
+down) redis_down ;;
+status) status ;;
+env) print_env ;;
+*) echo "usage: $0 up|down|status|env" >&2; exit 2 ;;
+esac

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# make test: start every server the tests need, run all tests under the race
+# detector with servers required (a missing server fails, never skips), and
+# stop the servers again, also when something fails.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+services=scripts/services.sh
+trap '$services down' EXIT
+$services up || exit 1
+eval "$($services env)"
+export ONCEKIT_REQUIRE_SERVERS=1
+
+rc=0
+go test -race -count=1 ./... || rc=1
+# The benchmark module (peer libraries live there, out of the main go.mod):
+# each benchmark runs once so it cannot rot.
+(cd bench && go test -count=1 -run '^$' -bench . -benchtime 1x ./...) || rc=1
+exit $rc

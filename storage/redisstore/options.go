@@ -1,0 +1,98 @@
+package redisstore
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// PubSubMode selects how a release wakes the waiters of other clients.
+type PubSubMode int
+
+const (
+	// PubSubAuto uses sharded pub/sub (SPUBLISH/SSUBSCRIBE) on Redis 7 and
+	// later, classic pub/sub before. The default.
+	PubSubAuto PubSubMode = iota
+	// PubSubSharded always uses SPUBLISH/SSUBSCRIBE (Redis ≥ 7).
+	PubSubSharded
+	// PubSubClassic always uses PUBLISH/SUBSCRIBE.
+	PubSubClassic
+	// PubSubOff publishes nothing; waiters wait for the holder's remaining
+	// TTL or the recheck interval. For servers where pub/sub is disabled.
+	PubSubOff
+)
+
+func (m PubSubMode) String() string {
+	switch m {
+	case PubSubAuto:
+		return "auto"
+	case PubSubSharded:
+		return "sharded"
+	case PubSubClassic:
+		return "classic"
+	case PubSubOff:
+		return "off"
+	}
+	return fmt.Sprintf("PubSubMode(%d)", int(m))
+}
+
+// Option configures a Store.
+type Option func(*options)
+
+type options struct {
+	prefix     string
+	pubsub     PubSubMode
+	recheck    time.Duration
+	minBackoff time.Duration
+	maxBackoff time.Duration
+}
+
+func defaultOptions() options {
+	return options{
+		prefix:     "oncekit:lock:",
+		pubsub:     PubSubAuto,
+		recheck:    time.Second,
+		minBackoff: 5 * time.Millisecond,
+		maxBackoff: 250 * time.Millisecond,
+	}
+}
+
+// WithPrefix sets the prefix of every Redis key and channel the Store
+// uses. It must not contain '{' or '}', which would break the hash tag that
+// keeps a lock's keys in one Redis Cluster slot. Default "oncekit:lock:".
+func WithPrefix(p string) Option { return func(o *options) { o.prefix = p } }
+
+// WithPubSub selects the release notification mechanism. Every Store that
+// shares keys must use the same mode. Default PubSubAuto.
+func WithPubSub(m PubSubMode) Option { return func(o *options) { o.pubsub = m } }
+
+// WithRecheckInterval bounds how long a waiting Acquire sleeps before it
+// tries again even without a release message, in case one was lost (a
+// pub/sub reconnect). Waiters normally wake on the release message or the
+// holder's remaining TTL, whichever comes first. Default 1 s.
+func WithRecheckInterval(d time.Duration) Option { return func(o *options) { o.recheck = d } }
+
+// WithBackoff sets the bounds of the jittered exponential backoff a waiter
+// uses when it cannot subscribe and the holder's TTL is unknown (a key
+// without expiry). Default 5 ms to 250 ms.
+func WithBackoff(min, max time.Duration) Option {
+	return func(o *options) { o.minBackoff, o.maxBackoff = min, max }
+}
+
+func (o *options) validate() error {
+	var errs []error
+	if strings.ContainsAny(o.prefix, "{}") {
+		errs = append(errs, fmt.Errorf("prefix %q contains '{' or '}'", o.prefix))
+	}
+	if o.pubsub < PubSubAuto || o.pubsub > PubSubOff {
+		errs = append(errs, fmt.Errorf("unknown pub/sub mode %d", int(o.pubsub)))
+	}
+	if o.recheck <= 0 {
+		errs = append(errs, fmt.Errorf("recheck interval %s is not positive", o.recheck))
+	}
+	if o.minBackoff <= 0 || o.maxBackoff < o.minBackoff {
+		errs = append(errs, fmt.Errorf("backoff bounds %s..%s are not 0 < min <= max", o.minBackoff, o.maxBackoff))
+	}
+	return errors.Join(errs...)
+}

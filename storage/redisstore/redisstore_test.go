@@ -1,0 +1,74 @@
+package redisstore_test
+
+import (
+	"context"
+	"net"
+	"sync/atomic"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"github.com/oncekit/oncekit/core/lock"
+	"github.com/oncekit/oncekit/core/lock/locktest"
+	"github.com/oncekit/oncekit/internal/testenv"
+	"github.com/oncekit/oncekit/storage/redisstore"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// counter is a go-redis hook that counts requests sent to the server.
+type counter struct{ n atomic.Int64 }
+
+func (c *counter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (c *counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		c.n.Add(1)
+		return next(ctx, cmd)
+	}
+}
+func (c *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		c.n.Add(1)
+		return next(ctx, cmds)
+	}
+}
+
+// newClient returns a client of the first test server, closed at cleanup.
+func newClient(t testing.TB, hooks ...redis.Hook) *redis.Client {
+	t.Helper()
+	addr := testenv.RedisAddrs(t, 1)[0]
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	for _, h := range hooks {
+		c.AddHook(h)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func newStore(t testing.TB, c redisstore.Client, opts ...redisstore.Option) *redisstore.Store {
+	t.Helper()
+	s, err := redisstore.New(c, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+func TestConformance(t *testing.T) {
+	for _, mode := range []redisstore.PubSubMode{redisstore.PubSubAuto, redisstore.PubSubClassic} {
+		t.Run(mode.String(), func(t *testing.T) {
+			var rt counter
+			locktest.Run(t, locktest.Config{
+				// Every Locker is a client of its own, as separate processes are.
+				NewLocker: func(t *testing.T) lock.Locker {
+					return newStore(t, newClient(t, &rt), redisstore.WithPubSub(mode))
+				},
+				RoundTrips: rt.n.Load,
+			})
+		})
+	}
+}
+
+var _ net.Conn // keep net imported for fault tests below
