@@ -162,13 +162,20 @@ func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (loc
 }
 
 // attempt runs the acquire script once. It returns a lease, or a
-// *lock.HeldError, or an error; after an error that may have come after the
-// script ran (a timeout, a cancelled ctx, a broken connection) it deletes
-// whatever the attempt may have taken, so that nothing is left behind.
+// *lock.HeldError, or an error. Nothing is left behind by a failed attempt:
+// after an error that may have come after the script ran (a timeout, a
+// cancelled ctx, a broken connection) it deletes whatever the attempt may
+// have taken, and the script itself refuses to take the key once ctx's
+// deadline has passed by the server's clock, for a request that reaches the
+// server late (a paused server, a slow network) when the clean-up cannot.
 func (s *Store) attempt(ctx context.Context, key, tok string, ttl time.Duration) (*lease, *lock.HeldError, error) {
 	start := time.Now()
+	var deadline int64
+	if d, ok := ctx.Deadline(); ok {
+		deadline = d.UnixMilli()
+	}
 	res, err := acquireScript.Run(ctx, s.client,
-		[]string{s.lockKey(key), s.fenceKey(key)}, tok, ttl.Milliseconds()).Int64Slice()
+		[]string{s.lockKey(key), s.fenceKey(key)}, tok, ttl.Milliseconds(), deadline).Int64Slice()
 	if err != nil {
 		if !isRedisReply(err) {
 			cctx, cancel := lock.CleanupContext(ctx)
@@ -182,6 +189,9 @@ func (s *Store) attempt(ctx context.Context, key, tok string, ttl time.Duration)
 	}
 	if len(res) != 2 {
 		return nil, nil, fmt.Errorf("redisstore: acquire %q: unexpected script reply %v", key, res)
+	}
+	if res[0] < 0 {
+		return nil, nil, errors.Join(lock.ErrNotAcquired, context.DeadlineExceeded)
 	}
 	if res[0] == 0 {
 		ttl := time.Duration(res[1]) * time.Millisecond

@@ -2,7 +2,6 @@ package redisstore_test
 
 import (
 	"context"
-	"net"
 	"sync/atomic"
 	"testing"
 
@@ -70,5 +69,3 @@ func TestConformance(t *testing.T) {
 		})
 	}
 }
-
-var _ net.Conn // keep net imported for fault tests below

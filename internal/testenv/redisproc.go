@@ -1,0 +1,107 @@
+package testenv
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// RedisProcess is a redis-server a test starts for itself, to stop, pause
+// and restart it: faults are injected into real processes.
+type RedisProcess struct {
+	tb   testing.TB
+	Addr string
+	port int
+	dir  string
+	cmd  *exec.Cmd
+}
+
+// StartRedis starts a private redis-server on a free 127.0.0.1 port and
+// stops it at cleanup. It skips (fails under ONCEKIT_REQUIRE_SERVERS=1)
+// when redis-server is not installed.
+func StartRedis(tb testing.TB) *RedisProcess {
+	tb.Helper()
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		msg := "redis-server not installed (make services-up installs it)"
+		if Required() {
+			tb.Fatal(msg)
+		}
+		tb.Skip(msg)
+	}
+	p := &RedisProcess{tb: tb, port: freePort(tb), dir: tb.TempDir()}
+	p.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(p.port))
+	p.Start()
+	tb.Cleanup(p.Kill)
+	return p
+}
+
+func freePort(tb testing.TB) int {
+	tb.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// Start (re)starts the server on its port, empty, and waits until it
+// accepts connections.
+func (p *RedisProcess) Start() {
+	p.tb.Helper()
+	p.cmd = exec.Command("redis-server", "--port", strconv.Itoa(p.port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--dir", p.dir,
+		"--logfile", filepath.Join(p.dir, "redis.log"))
+	if err := p.cmd.Start(); err != nil {
+		p.tb.Fatalf("start redis-server: %v", err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", p.Addr, 200*time.Millisecond)
+		if err == nil {
+			c.Close()
+			return
+		}
+		if time.Now().After(deadline) {
+			log, _ := os.ReadFile(filepath.Join(p.dir, "redis.log"))
+			p.tb.Fatalf("redis-server on %s not ready: %v\n%s", p.Addr, err, log)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Kill stops the server with SIGKILL and waits for it to exit.
+func (p *RedisProcess) Kill() {
+	if p.cmd == nil || p.cmd.Process == nil {
+		return
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGCONT)
+	_ = p.cmd.Process.Kill()
+	_ = p.cmd.Wait()
+	p.cmd = nil
+}
+
+// Pause stops the process (SIGSTOP): connections stay open, nothing answers.
+func (p *RedisProcess) Pause() { p.signal(syscall.SIGSTOP) }
+
+// Resume continues a paused process (SIGCONT).
+func (p *RedisProcess) Resume() { p.signal(syscall.SIGCONT) }
+
+func (p *RedisProcess) signal(sig syscall.Signal) {
+	p.tb.Helper()
+	if p.cmd == nil {
+		p.tb.Fatalf("redis-server on %s is not running", p.Addr)
+	}
+	if err := p.cmd.Process.Signal(sig); err != nil {
+		p.tb.Fatalf("signal %v to redis-server: %v", sig, err)
+	}
+}
+
+// String names the process for messages.
+func (p *RedisProcess) String() string { return fmt.Sprintf("redis-server %s", p.Addr) }

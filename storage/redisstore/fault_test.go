@@ -1,0 +1,248 @@
+package redisstore_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/oncekit/oncekit/core/lock"
+	"github.com/oncekit/oncekit/internal/testenv"
+	"github.com/oncekit/oncekit/storage/redisstore"
+)
+
+func ctxT(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func privateClient(t *testing.T, p *testenv.RedisProcess) *redis.Client {
+	c := redis.NewClient(&redis.Options{
+		Addr: p.Addr, DialTimeout: 200 * time.Millisecond,
+		ReadTimeout: 200 * time.Millisecond, WriteTimeout: 200 * time.Millisecond,
+		MaxRetries: -1,
+	})
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// A stopped server: calls fail with a clear error (not ErrNotAcquired, which
+// would claim the key is held), the held lease reports its loss when its TTL
+// runs out, and service resumes when the server is back.
+func TestServerStopped(t *testing.T) {
+	p := testenv.StartRedis(t)
+	s := newStore(t, privateClient(t, p))
+	const ttl = 2 * time.Second
+	lease, err := s.Acquire(ctxT(t, 5*time.Second), "stopped", ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	p.Kill()
+	if err := lease.Refresh(ctxT(t, 5*time.Second), ttl); err == nil || errors.Is(err, lock.ErrLockLost) {
+		t.Errorf("Refresh with the server down: %v, want a network error (the lease may still be valid)", err)
+	}
+
+	_, err = s.TryAcquire(ctxT(t, 5*time.Second), "other", time.Second)
+	if err == nil || errors.Is(err, lock.ErrNotAcquired) || !strings.Contains(err.Error(), "redisstore: acquire") {
+		t.Errorf("TryAcquire with the server down: %v, want a redisstore error that is not ErrNotAcquired", err)
+	}
+	if _, err := s.Acquire(ctxT(t, 5*time.Second), "other", time.Second); err == nil {
+		t.Error("Acquire with the server down succeeded")
+	}
+	select {
+	case <-lease.Done():
+	case <-time.After(time.Until(killed.Add(ttl + time.Second))):
+		t.Fatal("Done still open 1s after the TTL of a lease that cannot be refreshed")
+	}
+
+	p.Start()
+	l2, err := s.Acquire(ctxT(t, 5*time.Second), "stopped", time.Second)
+	if err != nil {
+		t.Fatalf("Acquire after restart: %v", err)
+	}
+	if err := l2.Release(ctxT(t, 5*time.Second)); err != nil {
+		t.Fatalf("Release after restart: %v", err)
+	}
+}
+
+// A paused server (SIGSTOP) answers nothing: Acquire ends at its deadline
+// with both sentinels, and once the server resumes the attempt has left
+// nothing behind.
+func TestServerPaused(t *testing.T) {
+	p := testenv.StartRedis(t)
+	c := privateClient(t, p)
+	s := newStore(t, c)
+	if _, err := s.TryAcquire(ctxT(t, 5*time.Second), "warm", lock.MinTTL); err != nil {
+		t.Fatal(err)
+	}
+	p.Pause()
+	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+	_, err := s.Acquire(ctx, "paused", 30*time.Second)
+	cancel()
+	if err == nil {
+		t.Fatal("Acquire against a paused server succeeded")
+	}
+	if !errors.Is(err, lock.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Acquire against a paused server: %v, want ErrNotAcquired and DeadlineExceeded", err)
+	}
+	p.Resume()
+	// The acquire script may have run when the server resumed; the clean-up
+	// that Acquire queued behind it must have deleted it again.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		n, err := c.Exists(ctxT(t, time.Second), "oncekit:lock:{paused}").Result()
+		if err == nil && n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a cancelled Acquire left its key behind (exists=%d, err=%v)", n, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	lease, err := s.TryAcquire(ctxT(t, 5*time.Second), "paused", time.Second)
+	if err != nil {
+		t.Fatalf("TryAcquire after resume: %v", err)
+	}
+	_ = lease.Release(ctxT(t, 5*time.Second))
+}
+
+// A killed pub/sub connection: go-redis reconnects and resubscribes, and a
+// waiter still gets the key promptly after the holder releases.
+func TestPubSubConnectionKilled(t *testing.T) {
+	admin := newClient(t)
+	holderS, waiterS := newStore(t, newClient(t)), newStore(t, newClient(t))
+	key := "pubsub-killed-" + time.Now().Format("150405.000000")
+	holder, err := holderS.Acquire(ctxT(t, 5*time.Second), key, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		l, err := waiterS.Acquire(ctxT(t, 10*time.Second), key, time.Second)
+		if err == nil {
+			err = l.Release(context.Background())
+		}
+		got <- err
+	}()
+	time.Sleep(200 * time.Millisecond) // the waiter is subscribed and waiting
+	if err := admin.ClientKillByFilter(ctxT(t, time.Second), "TYPE", "pubsub").Err(); err != nil {
+		t.Fatalf("CLIENT KILL TYPE pubsub: %v", err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if err := holder.Release(ctxT(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("waiter after its pub/sub connection was killed: %v", err)
+	}
+}
+
+// Another client deleting and retaking the key: the old holder learns of it
+// from Refresh and its Done closes.
+func TestLostToAnother(t *testing.T) {
+	admin := newClient(t)
+	a, b := newStore(t, newClient(t)), newStore(t, newClient(t))
+	key := "lost-" + time.Now().Format("150405.000000")
+	old, err := a.Acquire(ctxT(t, 5*time.Second), key, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin.Del(ctxT(t, time.Second), "oncekit:lock:{"+key+"}")
+	cur, err := b.TryAcquire(ctxT(t, 5*time.Second), key, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := old.Refresh(ctxT(t, 5*time.Second), time.Second); !errors.Is(err, lock.ErrLockLost) {
+		t.Errorf("Refresh: %v, want ErrLockLost", err)
+	}
+	select {
+	case <-old.Done():
+	default:
+		t.Error("Done open after Refresh found another holder")
+	}
+	if err := cur.Release(ctxT(t, 5*time.Second)); err != nil {
+		t.Errorf("new holder's Release: %v", err)
+	}
+}
+
+func TestCloseWakesWaiters(t *testing.T) {
+	holderS, waiterS := newStore(t, newClient(t)), newStore(t, newClient(t))
+	key := "close-" + time.Now().Format("150405.000000")
+	holder, err := holderS.Acquire(ctxT(t, 5*time.Second), key, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Release(context.Background())
+	got := make(chan error, 1)
+	go func() {
+		_, err := waiterS.Acquire(ctxT(t, 10*time.Second), key, time.Second)
+		got <- err
+	}()
+	time.Sleep(200 * time.Millisecond)
+	if err := waiterS.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; !errors.Is(err, lock.ErrClosed) {
+		t.Errorf("waiter after Close: %v, want ErrClosed", err)
+	}
+	if _, err := waiterS.Acquire(ctxT(t, time.Second), key, time.Second); !errors.Is(err, lock.ErrClosed) {
+		t.Errorf("Acquire after Close: %v, want ErrClosed", err)
+	}
+}
+
+// Uncontended operations are one round trip each; keys share a hash tag.
+func TestRoundTripsAndKeys(t *testing.T) {
+	var rt counter
+	c := newClient(t, &rt)
+	s := newStore(t, c)
+	ctx := ctxT(t, 5*time.Second)
+	key := "a}b{c-" + time.Now().Format("150405.000000") // braces in the user's key
+	warm, _ := s.TryAcquire(ctx, key+"warm", time.Second)
+	_ = warm.Release(ctx)
+
+	steps := []struct {
+		name string
+		do   func(l *lock.Lease) error
+	}{
+		{"Acquire", func(l *lock.Lease) (err error) { *l, err = s.Acquire(ctx, key, time.Second); return }},
+		{"Refresh", func(l *lock.Lease) error { return (*l).Refresh(ctx, time.Second) }},
+		{"Release", func(l *lock.Lease) error { return (*l).Release(ctx) }},
+	}
+	var l lock.Lease
+	for _, st := range steps {
+		before := rt.n.Load()
+		if err := st.do(&l); err != nil {
+			t.Fatalf("%s: %v", st.name, err)
+		}
+		if n := rt.n.Load() - before; n != 1 {
+			t.Errorf("%s made %d round trips, want 1", st.name, n)
+		}
+	}
+	fence, err := c.Get(ctx, "oncekit:lock:{"+key+"}:fence").Uint64()
+	if err != nil || fence != l.Fence() {
+		t.Errorf("fence counter = %d (%v), want %d", fence, err, l.Fence())
+	}
+}
+
+func TestNewRejectsBadOptions(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer c.Close()
+	for name, opt := range map[string]redisstore.Option{
+		"brace in prefix": redisstore.WithPrefix("app{x}:"),
+		"pub/sub mode":    redisstore.WithPubSub(redisstore.PubSubMode(9)),
+		"recheck":         redisstore.WithRecheckInterval(0),
+		"backoff":         redisstore.WithBackoff(time.Second, time.Millisecond),
+	} {
+		if _, err := redisstore.New(c, opt); err == nil {
+			t.Errorf("New with a bad %s: no error", name)
+		}
+	}
+	if _, err := redisstore.New(nil); err == nil {
+		t.Error("New(nil): no error")
+	}
+}
