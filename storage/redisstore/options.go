@@ -41,20 +41,22 @@ func (m PubSubMode) String() string {
 type Option func(*options)
 
 type options struct {
-	prefix     string
-	pubsub     PubSubMode
-	recheck    time.Duration
-	minBackoff time.Duration
-	maxBackoff time.Duration
+	prefix      string
+	pubsub      PubSubMode
+	recheck     time.Duration
+	minBackoff  time.Duration
+	maxBackoff  time.Duration
+	maxHandOffs int
 }
 
 func defaultOptions() options {
 	return options{
-		prefix:     "oncekit:lock:",
-		pubsub:     PubSubAuto,
-		recheck:    time.Second,
-		minBackoff: 5 * time.Millisecond,
-		maxBackoff: 250 * time.Millisecond,
+		prefix:      "oncekit:lock:",
+		pubsub:      PubSubAuto,
+		recheck:     time.Second,
+		minBackoff:  5 * time.Millisecond,
+		maxBackoff:  250 * time.Millisecond,
+		maxHandOffs: 16,
 	}
 }
 
@@ -80,6 +82,13 @@ func WithBackoff(min, max time.Duration) Option {
 	return func(o *options) { o.minBackoff, o.maxBackoff = min, max }
 }
 
+// WithMaxLocalHandOffs bounds how many times in a row a key is handed from
+// one lease of this Store straight to the next waiter of this Store (one
+// round trip, no release in between) before it is let go so that other
+// processes can take it. 0 turns hand-overs off: every Release lets the key
+// go. Default 16.
+func WithMaxLocalHandOffs(n int) Option { return func(o *options) { o.maxHandOffs = n } }
+
 func (o *options) validate() error {
 	var errs []error
 	if strings.ContainsAny(o.prefix, "{}") {
@@ -93,6 +102,9 @@ func (o *options) validate() error {
 	}
 	if o.minBackoff <= 0 || o.maxBackoff < o.minBackoff {
 		errs = append(errs, fmt.Errorf("backoff bounds %s..%s are not 0 < min <= max", o.minBackoff, o.maxBackoff))
+	}
+	if o.maxHandOffs < 0 {
+		errs = append(errs, fmt.Errorf("max local hand-offs %d is negative", o.maxHandOffs))
 	}
 	return errors.Join(errs...)
 }

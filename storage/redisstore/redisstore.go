@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"container/list"
 	"context"
 	_ "embed"
 	"errors"
@@ -22,10 +23,13 @@ var (
 	releaseLua string
 	//go:embed lua/refresh.lua
 	refreshLua string
+	//go:embed lua/transfer.lua
+	transferLua string
 
-	acquireScript = redis.NewScript(acquireLua)
-	releaseScript = redis.NewScript(releaseLua)
-	refreshScript = redis.NewScript(refreshLua)
+	acquireScript  = redis.NewScript(acquireLua)
+	releaseScript  = redis.NewScript(releaseLua)
+	refreshScript  = redis.NewScript(refreshLua)
+	transferScript = redis.NewScript(transferLua)
 )
 
 // Client is the part of go-redis the Store uses. redis.UniversalClient
@@ -40,11 +44,44 @@ type Client interface {
 
 // Store is a lock.Locker over one Redis deployment. It is safe for
 // concurrent use; Close releases its pub/sub connection.
+//
+// Goroutines of one Store that wait for the same key queue up locally, first
+// come first served, and only the first of them competes in Redis. When a
+// lease of the Store is released while others of the same Store wait, the
+// key is handed straight to the next one in a single round trip (a new
+// token and a new fence, without letting go of the key), up to
+// WithMaxLocalHandOffs times in a row before the key is let go so that
+// other processes get their turn.
 type Store struct {
 	client Client
 	opts   options
 	sub    *subscriber
+
+	mu   sync.Mutex
+	keys map[string]*local
 }
+
+// local is what one Store knows of a key: its own lease on it and its own
+// waiters for it.
+type local struct {
+	holder      *lease    // this Store's live lease on the key, or nil
+	handing     bool      // a hand-over to a queued waiter is in flight
+	competitors int       // waiters trying Redis
+	queue       list.List // *waiter, first come first served
+	handOffs    int       // hand-overs since the key was last let go
+}
+
+// waiter is a blocked Acquire.
+type waiter struct {
+	ttl   time.Duration
+	token string
+	ev    chan event    // buffered(1): at most one event is outstanding
+	elem  *list.Element // non-nil while queued
+}
+
+// event tells a queued waiter that it got the key (lease) or that it is its
+// turn to compete for it in Redis.
+type event struct{ lease *lease }
 
 // New returns a Store over client. It makes no request until first used.
 func New(client Client, opts ...Option) (*Store, error) {
@@ -58,9 +95,12 @@ func New(client Client, opts ...Option) (*Store, error) {
 	if err := o.validate(); err != nil {
 		return nil, fmt.Errorf("redisstore: New: %w", err)
 	}
-	s := &Store{client: client, opts: o}
-	s.sub = newSubscriber(client, o.pubsub)
-	return s, nil
+	return &Store{
+		client: client,
+		opts:   o,
+		sub:    newSubscriber(client, o.pubsub),
+		keys:   make(map[string]*local),
+	}, nil
 }
 
 // Close stops the Store's pub/sub connection and wakes its waiters, which
@@ -84,7 +124,40 @@ func (s *Store) modeArg() string {
 	return "a"
 }
 
-// TryAcquire implements lock.Locker in one round trip.
+func (s *Store) localLocked(key string) *local {
+	ls := s.keys[key]
+	if ls == nil {
+		ls = &local{}
+		s.keys[key] = ls
+	}
+	return ls
+}
+
+func (s *Store) dropIdleLocked(key string, ls *local) {
+	if ls.holder == nil && !ls.handing && ls.competitors == 0 && ls.queue.Len() == 0 && s.keys[key] == ls {
+		delete(s.keys, key)
+	}
+}
+
+// promoteLocked lets the first queued waiter compete in Redis when nobody
+// of this Store holds or competes for the key.
+func (s *Store) promoteLocked(key string, ls *local) {
+	if ls.holder != nil || ls.handing || ls.competitors > 0 {
+		return
+	}
+	front := ls.queue.Front()
+	if front == nil {
+		s.dropIdleLocked(key, ls)
+		return
+	}
+	w := ls.queue.Remove(front).(*waiter)
+	w.elem = nil
+	ls.competitors++
+	w.ev <- event{}
+}
+
+// TryAcquire implements lock.Locker: one round trip, or none when a lease
+// of this Store holds the key.
 func (s *Store) TryAcquire(ctx context.Context, key string, ttl time.Duration) (lock.Lease, error) {
 	if err := lock.Validate(key, ttl); err != nil {
 		return nil, err
@@ -92,6 +165,13 @@ func (s *Store) TryAcquire(ctx context.Context, key string, ttl time.Duration) (
 	if err := ctx.Err(); err != nil {
 		return nil, errors.Join(lock.ErrNotAcquired, err)
 	}
+	s.mu.Lock()
+	if ls := s.keys[key]; ls != nil && ls.holder != nil {
+		ttl := ls.holder.remaining()
+		s.mu.Unlock()
+		return nil, &lock.HeldError{Key: key, TTL: ttl}
+	}
+	s.mu.Unlock()
 	l, held, err := s.attempt(ctx, key, token.New(), ttl)
 	if err != nil {
 		return nil, err
@@ -99,14 +179,23 @@ func (s *Store) TryAcquire(ctx context.Context, key string, ttl time.Duration) (
 	if held != nil {
 		return nil, held
 	}
+	s.adopt(l)
 	return l, nil
 }
 
+// adopt records a lease taken in Redis as this Store's holder of its key.
+func (s *Store) adopt(l *lease) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.localLocked(l.key).holder = l
+}
+
 // Acquire implements lock.Locker. An uncontended call is one round trip.
-// When the key is held, the caller subscribes to the key's release channel
-// (one shared connection per Store) and tries again when the holder
-// releases, when the holder's remaining TTL runs out, or at the latest after
-// the recheck interval.
+// While the key is held, the caller waits in this Store's queue for the
+// key; the first in the queue subscribes to the key's release channel (one
+// shared connection per Store) and tries again when the holder releases,
+// when the holder's remaining TTL runs out, or at the latest after the
+// recheck interval.
 func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (lock.Lease, error) {
 	if err := lock.Validate(key, ttl); err != nil {
 		return nil, err
@@ -114,30 +203,85 @@ func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (loc
 	if err := ctx.Err(); err != nil {
 		return nil, errors.Join(lock.ErrNotAcquired, err)
 	}
-	tok := token.New()
-	l, held, err := s.attempt(ctx, key, tok, ttl)
+	w := &waiter{ttl: ttl, token: token.New(), ev: make(chan event, 1)}
+	s.mu.Lock()
+	ls := s.localLocked(key)
+	if ls.holder == nil && !ls.handing && ls.competitors == 0 && ls.queue.Len() == 0 {
+		ls.competitors++
+		s.mu.Unlock()
+		return s.compete(ctx, key, ls, w)
+	}
+	w.elem = ls.queue.PushBack(w)
+	s.mu.Unlock()
+
+	var quit error
+	select {
+	case e := <-w.ev:
+		if e.lease != nil {
+			return e.lease, nil
+		}
+		return s.compete(ctx, key, ls, w)
+	case <-ctx.Done():
+		quit = errors.Join(lock.ErrNotAcquired, ctx.Err())
+	case <-s.sub.closed:
+		quit = fmt.Errorf("redisstore: acquire %q: %w", key, lock.ErrClosed)
+	}
+	s.mu.Lock()
+	if w.elem != nil { // still queued: leave, nothing to undo
+		ls.queue.Remove(w.elem)
+		w.elem = nil
+		s.dropIdleLocked(key, ls)
+		s.mu.Unlock()
+		return nil, quit
+	}
+	s.mu.Unlock()
+	// An event is on its way: a hand-over in flight, or our turn.
+	if e := <-w.ev; e.lease != nil {
+		return e.lease, nil // the acquisition happened; it is the caller's
+	}
+	s.mu.Lock()
+	ls.competitors--
+	s.promoteLocked(key, ls)
+	s.mu.Unlock()
+	return nil, quit
+}
+
+// compete tries Redis until the key is taken or ctx ends. The caller has
+// counted w in ls.competitors.
+func (s *Store) compete(ctx context.Context, key string, ls *local, w *waiter) (_ lock.Lease, err error) {
+	var l *lease
+	defer func() {
+		s.mu.Lock()
+		ls.competitors--
+		if l != nil {
+			ls.holder = l
+		} else {
+			s.promoteLocked(key, ls)
+		}
+		s.dropIdleLocked(key, ls)
+		s.mu.Unlock()
+	}()
+	l, held, err := s.attempt(ctx, key, w.token, w.ttl)
 	if err != nil || held == nil {
 		return l, err
 	}
-
-	w, err := s.sub.watch(ctx, s.channel(key))
+	sw, err := s.sub.watch(ctx, s.channel(key))
 	if err != nil {
 		return nil, err
 	}
-	defer s.sub.unwatch(w)
+	defer s.sub.unwatch(sw)
 	backoff := s.opts.minBackoff
-	timer := time.NewTimer(0)
+	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
-	<-timer.C
 	for {
 		// Subscribed first, then tried: a release between the two is seen.
-		l, held, err := s.attempt(ctx, key, tok, ttl)
+		l, held, err = s.attempt(ctx, key, w.token, w.ttl)
 		if err != nil || held == nil {
 			return l, err
 		}
 		wait := s.opts.recheck
 		switch {
-		case !w.subscribed() || held.TTL < 0:
+		case !sw.subscribed() || held.TTL < 0:
 			wait = min(wait, backoff/2+rand.N(backoff/2+1))
 			backoff = min(2*backoff, s.opts.maxBackoff)
 		case held.TTL < wait:
@@ -145,18 +289,12 @@ func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (loc
 		}
 		timer.Reset(wait)
 		select {
-		case <-w.wake:
+		case <-sw.wake:
 		case <-timer.C:
-		case <-w.closed:
+		case <-sw.closed:
 			return nil, fmt.Errorf("redisstore: acquire %q: %w", key, lock.ErrClosed)
 		case <-ctx.Done():
 			return nil, errors.Join(lock.ErrNotAcquired, ctx.Err())
-		}
-		if !timer.Stop() {
-			select {
-			case <-timer.C:
-			default:
-			}
 		}
 	}
 }
@@ -210,6 +348,69 @@ func isRedisReply(err error) bool {
 	return errors.As(err, &re) && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
 }
 
+// leaseEnded forgets l as its key's holder and lets the next local waiter
+// compete. The caller must not hold s.mu.
+func (s *Store) leaseEnded(l *lease) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ls := s.keys[l.key]; ls != nil && ls.holder == l {
+		ls.holder = nil
+		ls.handOffs = 0
+		s.promoteLocked(l.key, ls)
+	}
+}
+
+// handOver passes l's key to the next local waiter in one round trip, when
+// there is one and the hand-over budget allows. It reports whether it took
+// care of l's release, and the error for Release to return.
+func (s *Store) handOver(ctx context.Context, l *lease) (bool, error) {
+	s.mu.Lock()
+	ls := s.keys[l.key]
+	if ls == nil || ls.holder != l || ls.handing || ls.queue.Len() == 0 || ls.handOffs >= s.opts.maxHandOffs {
+		s.mu.Unlock()
+		return false, nil
+	}
+	w := ls.queue.Remove(ls.queue.Front()).(*waiter)
+	w.elem = nil
+	ls.handing = true
+	s.mu.Unlock()
+
+	start := time.Now()
+	res, err := transferScript.Run(ctx, s.client, []string{s.lockKey(l.key), s.fenceKey(l.key)},
+		l.token, w.token, w.ttl.Milliseconds()).Int64Slice()
+	if err == nil && len(res) != 2 {
+		err = fmt.Errorf("unexpected script reply %v", res)
+	}
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ls.handing = false
+	switch {
+	case err == nil && res[0] == 1:
+		next := newLease(s, l.key, w.token, uint64(res[1]), start, w.ttl)
+		ls.holder = next
+		ls.handOffs++
+		l.finishLocked(released)
+		w.ev <- event{lease: next}
+		return true, nil
+	case err == nil: // our token no longer held the key
+		if ls.holder == l {
+			ls.holder = nil
+		}
+		ls.handOffs = 0
+		l.finishLocked(lost)
+		ls.competitors++
+		w.ev <- event{} // the waiter competes in Redis
+		return true, fmt.Errorf("redisstore: release %q: %w", l.key, lock.ErrLockLost)
+	default:
+		// The key's state is unknown: l may still hold it, so the caller
+		// may retry Release; the waiter competes in Redis meanwhile.
+		ls.competitors++
+		w.ev <- event{}
+		return true, fmt.Errorf("redisstore: release %q: %w", l.key, err)
+	}
+}
+
 type leaseState int
 
 const (
@@ -244,29 +445,61 @@ func (l *lease) Token() string         { return l.token }
 func (l *lease) Fence() uint64         { return l.fence }
 func (l *lease) Done() <-chan struct{} { return l.done }
 
+func (l *lease) remaining() time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return max(0, time.Until(l.deadline))
+}
+
 // expire runs at the local deadline: with no successful refresh the lease
 // is no longer ours (the deadline counts from before the request was sent,
 // so it never passes after the server's own expiry).
 func (l *lease) expire() {
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	if l.state != held {
+		l.mu.Unlock()
 		return
 	}
 	if d := time.Until(l.deadline); d > 0 {
 		l.timer.Reset(d)
+		l.mu.Unlock()
 		return
 	}
-	l.endLocked(lost)
+	l.mu.Unlock()
+	l.finish(lost)
 }
 
-func (l *lease) endLocked(st leaseState) {
+// finish ends the lease and tells the Store. The caller must hold neither
+// s.mu nor l.mu.
+func (l *lease) finish(st leaseState) {
+	if l.finishLocked(st) {
+		l.s.leaseEnded(l)
+	}
+}
+
+// finishLocked ends the lease; it reports whether this call ended it. It
+// takes l.mu, so a caller may hold s.mu (lock order: s.mu, then l.mu).
+func (l *lease) finishLocked(st leaseState) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	if l.state != held {
-		return
+		if l.state == lost && st == released {
+			// The local deadline passed but the key was still ours and is
+			// now let go, which is what the caller asked for.
+			l.state = released
+		}
+		return false
 	}
 	l.state = st
 	l.timer.Stop()
 	close(l.done)
+	return true
+}
+
+func (l *lease) currentState() leaseState {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.state
 }
 
 // Refresh extends the lease in one round trip.
@@ -274,10 +507,7 @@ func (l *lease) Refresh(ctx context.Context, ttl time.Duration) error {
 	if err := lock.ValidateTTL(ttl); err != nil {
 		return err
 	}
-	l.mu.Lock()
-	st := l.state
-	l.mu.Unlock()
-	if st != held {
+	if l.currentState() != held {
 		return fmt.Errorf("redisstore: refresh %q: %w", l.key, lock.ErrLockLost)
 	}
 	start := time.Now()
@@ -285,13 +515,13 @@ func (l *lease) Refresh(ctx context.Context, ttl time.Duration) error {
 	if err != nil {
 		return fmt.Errorf("redisstore: refresh %q: %w", l.key, err)
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	if ok == 0 {
-		l.endLocked(lost)
+		l.finish(lost)
 		return fmt.Errorf("redisstore: refresh %q: %w", l.key, lock.ErrLockLost)
 	}
+	l.mu.Lock()
 	if l.state != held {
+		l.mu.Unlock()
 		// The local deadline passed while the refresh was in flight: the
 		// lease was already reported lost, so give the key back.
 		cctx, cancel := lock.CleanupContext(ctx)
@@ -301,16 +531,15 @@ func (l *lease) Refresh(ctx context.Context, ttl time.Duration) error {
 	}
 	l.deadline = start.Add(ttl)
 	l.timer.Reset(time.Until(l.deadline))
+	l.mu.Unlock()
 	return nil
 }
 
 // Release deletes the lease and publishes the release message in one round
+// trip, or hands the key to the next waiter of this Store in one round
 // trip. With a cancelled ctx it still runs, under lock.ReleaseTimeout.
 func (l *lease) Release(ctx context.Context) error {
-	l.mu.Lock()
-	st := l.state
-	l.mu.Unlock()
-	if st == released {
+	if l.currentState() == released {
 		return nil
 	}
 	if ctx.Err() != nil {
@@ -318,25 +547,22 @@ func (l *lease) Release(ctx context.Context) error {
 		ctx, cancel = lock.CleanupContext(ctx)
 		defer cancel()
 	}
+	if done, err := l.s.handOver(ctx, l); done {
+		return err
+	}
 	ok, err := releaseScript.Run(ctx, l.s.client, []string{l.s.lockKey(l.key)}, l.token, l.s.channel(l.key), l.s.modeArg()).Int64()
 	if err != nil {
 		return fmt.Errorf("redisstore: release %q: %w", l.key, err)
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	if ok == 0 {
-		l.endLocked(lost)
-		if l.state == released { // a concurrent Release won
+		l.finish(lost)
+		if l.currentState() == released { // a concurrent Release won
 			return nil
 		}
 		return fmt.Errorf("redisstore: release %q: %w", l.key, lock.ErrLockLost)
 	}
-	l.endLocked(released)
-	if l.state == lost {
-		// Our local deadline had passed but the key was still ours; it is
-		// deleted now, which is what the caller asked for.
-		l.state = released
-	}
+	l.finish(released)
+	l.s.leaseEnded(l) // also when the local deadline had already ended it
 	return nil
 }
 
