@@ -8,10 +8,12 @@
 #
 # Ports and paths are overridable by environment:
 #   ONCEKIT_REDIS_PORTS   space-separated, default "6379 6380 6381 6382 6383"
+#   ONCEKIT_CLUSTER_PORTS three ports for a Redis Cluster, default "7000 7001 7002"
 #   ONCEKIT_RUN_DIR       pid, log and data files, default /tmp/oncekit-services
 set -euo pipefail
 
 REDIS_PORTS=${ONCEKIT_REDIS_PORTS:-"6379 6380 6381 6382 6383"}
+CLUSTER_PORTS=${ONCEKIT_CLUSTER_PORTS:-"7000 7001 7002"}
 RUN_DIR=${ONCEKIT_RUN_DIR:-/tmp/oncekit-services}
 READY_TIMEOUT=${ONCEKIT_READY_TIMEOUT:-20}
 
@@ -87,6 +89,50 @@ redis_up() {
 	log "redis-server ready on ports $REDIS_PORTS"
 }
 
+# A three-primary Redis Cluster, to test hash tags and sharded pub/sub.
+cluster_up() {
+	ensure_redis
+	local dir="$RUN_DIR/cluster" port nodes=""
+	mkdir -p "$dir"
+	for port in $CLUSTER_PORTS; do
+		stop_pidfile "$dir/$port.pid" "stale cluster redis-server :$port"
+		rm -f "$dir/nodes-$port.conf"
+		if port_busy "$port"; then
+			die "port $port is in use by a process this script did not start (set ONCEKIT_CLUSTER_PORTS to other ports)"
+		fi
+		redis-server --port "$port" --bind 127.0.0.1 --daemonize yes \
+			--save '' --appendonly no --dir "$dir" \
+			--cluster-enabled yes --cluster-config-file "nodes-$port.conf" --cluster-node-timeout 2000 \
+			--pidfile "$dir/$port.pid" --logfile "$dir/$port.log" \
+			|| die "cluster redis-server on port $port did not start (see $dir/$port.log)"
+		nodes+=" 127.0.0.1:$port"
+	done
+	local deadline=$((SECONDS + READY_TIMEOUT))
+	for port in $CLUSTER_PORTS; do
+		until [[ $(timeout 2 redis-cli -h 127.0.0.1 -p "$port" ping 2>/dev/null) == PONG ]]; do
+			((SECONDS < deadline)) || die "cluster redis-server on port $port not ready (see $dir/$port.log)"
+			sleep 0.05
+		done
+	done
+	# shellcheck disable=SC2086
+	timeout 30 redis-cli --cluster create $nodes --cluster-replicas 0 --cluster-yes >"$dir/create.log" 2>&1 \
+		|| die "redis-cli --cluster create failed (see $dir/create.log)"
+	for port in $CLUSTER_PORTS; do
+		until timeout 2 redis-cli -h 127.0.0.1 -p "$port" cluster info 2>/dev/null | grep -q 'cluster_state:ok'; do
+			((SECONDS < deadline + 30)) || die "Redis Cluster not ok on port $port"
+			sleep 0.1
+		done
+	done
+	log "Redis Cluster ready on ports $CLUSTER_PORTS"
+}
+
+cluster_down() {
+	local port
+	for port in $CLUSTER_PORTS; do
+		stop_pidfile "$RUN_DIR/cluster/$port.pid" "cluster redis-server :$port"
+	done
+}
+
 redis_down() {
 	local port
 	for port in $REDIS_PORTS; do
@@ -98,6 +144,9 @@ print_env() {
 	local addrs="" port
 	for port in $REDIS_PORTS; do addrs+="${addrs:+,}127.0.0.1:$port"; done
 	echo "export REDIS_ADDRS=$addrs"
+	addrs=""
+	for port in $CLUSTER_PORTS; do addrs+="${addrs:+,}127.0.0.1:$port"; done
+	echo "export REDIS_CLUSTER_ADDRS=$addrs"
 	echo "export ONCEKIT_RUN_DIR=$RUN_DIR"
 }
 
@@ -108,11 +157,16 @@ status() {
 		if [[ -n $pid ]] && alive "$pid"; then echo "redis-server :$port running (pid $pid)"
 		else echo "redis-server :$port stopped"; fi
 	done
+	for port in $CLUSTER_PORTS; do
+		pid=$(cat "$RUN_DIR/cluster/$port.pid" 2>/dev/null || true)
+		if [[ -n $pid ]] && alive "$pid"; then echo "cluster redis-server :$port running (pid $pid)"
+		else echo "cluster redis-server :$port stopped"; fi
+	done
 }
 
 case ${1:-} in
-up) redis_up ;;
-down) redis_down ;;
+up) redis_up; cluster_up ;;
+down) cluster_down; redis_down ;;
 status) status ;;
 env) print_env ;;
 *) echo "usage: $0 up|down|status|env" >&2; exit 2 ;;

@@ -22,6 +22,13 @@ func RedisAddrs(tb testing.TB, n int) []string {
 	return addrs(tb, "REDIS_ADDRS", n)
 }
 
+// RedisClusterAddrs returns the seed addresses of the test Redis Cluster
+// from REDIS_CLUSTER_ADDRS, or skips (fails under ONCEKIT_REQUIRE_SERVERS=1).
+func RedisClusterAddrs(tb testing.TB) []string {
+	tb.Helper()
+	return addrs(tb, "REDIS_CLUSTER_ADDRS", 1)
+}
+
 func addrs(tb testing.TB, env string, n int) []string {
 	tb.Helper()
 	var out []string

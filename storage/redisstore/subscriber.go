@@ -14,8 +14,11 @@ import (
 )
 
 // subscriber multiplexes the release channels of all waiting Acquires of one
-// Store over a single pub/sub connection. A channel is subscribed while at
-// least one waiter watches it; a message wakes every waiter of the channel.
+// Store over a single pub/sub connection (one per shard under Redis
+// Cluster, where a shard channel can only be subscribed on its own shard).
+// A channel is subscribed while at least one waiter watches it; a message
+// wakes every waiter of the channel, and the Store's local queue keeps that
+// to one waiter per key.
 type subscriber struct {
 	client Client
 	mode   PubSubMode
@@ -23,18 +26,47 @@ type subscriber struct {
 	mu       sync.Mutex
 	sharded  bool // resolved mode, valid once resolved is true
 	resolved bool
-	ps       *redis.PubSub
+	conns    map[string]*psConn // by shard ("" outside Cluster)
 	chans    map[string]*channel
 	closed   chan struct{}
 	isClosed bool
-	loopDone chan struct{}
-	cancel   context.CancelFunc
+}
+
+// psConn is one pub/sub connection and the goroutine reading it.
+type psConn struct {
+	ps     *redis.PubSub
+	cancel context.CancelFunc
+	done   chan struct{}
 }
 
 type channel struct {
+	conn     *psConn
 	watchers map[*watcher]struct{}
 	ready    chan struct{} // closed when the server confirmed the subscription
 	isReady  bool
+}
+
+// subscribeClient is what a pub/sub connection is opened on.
+type subscribeClient interface {
+	Subscribe(ctx context.Context, channels ...string) *redis.PubSub
+	SSubscribe(ctx context.Context, channels ...string) *redis.PubSub
+}
+
+// shardOf returns the client to subscribe name on and the shard's identity.
+// Outside Cluster every channel lives on the one client.
+func (s *subscriber) shardOf(ctx context.Context, name string, sharded bool) (subscribeClient, string, error) {
+	cc, ok := s.client.(*redis.ClusterClient)
+	if !ok {
+		return s.client, "", nil
+	}
+	if !sharded {
+		return s.client, "", nil // classic pub/sub is cluster-wide
+	}
+	node, err := cc.MasterForKey(ctx, name)
+	if err != nil {
+		return nil, "", err
+	}
+	return node, node.Options().Addr, nil
 }
 
 // watcher is one waiting Acquire.
@@ -62,6 +94,7 @@ func newSubscriber(c Client, mode PubSubMode) *subscriber {
 		client: c,
 		mode:   mode,
 		chans:  make(map[string]*channel),
+		conns:  make(map[string]*psConn),
 		closed: make(chan struct{}),
 	}
 }
@@ -84,6 +117,13 @@ func (s *subscriber) watch(ctx context.Context, name string) (*watcher, error) {
 		}
 		return w, nil // cannot tell the server's version: poll
 	}
+	sc, shard, err := s.shardOf(ctx, name, sharded)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, errors.Join(lock.ErrNotAcquired, ctx.Err())
+		}
+		return w, nil // cannot tell the shard: poll
+	}
 	s.mu.Lock()
 	if s.isClosed {
 		s.mu.Unlock()
@@ -92,25 +132,27 @@ func (s *subscriber) watch(ctx context.Context, name string) (*watcher, error) {
 	ch := s.chans[name]
 	if ch == nil {
 		ch = &channel{watchers: make(map[*watcher]struct{}), ready: make(chan struct{})}
-		s.chans[name] = ch
 		var err error
-		if s.ps == nil {
+		conn := s.conns[shard]
+		if conn == nil {
+			var ps *redis.PubSub
 			if sharded {
-				s.ps = s.client.SSubscribe(ctx, name)
+				ps = sc.SSubscribe(ctx, name)
 			} else {
-				s.ps = s.client.Subscribe(ctx, name)
+				ps = sc.Subscribe(ctx, name)
 			}
-			s.startLocked()
+			conn = s.startLocked(shard, ps)
 		} else if sharded {
-			err = s.ps.SSubscribe(ctx, name)
+			err = conn.ps.SSubscribe(ctx, name)
 		} else {
-			err = s.ps.Subscribe(ctx, name)
+			err = conn.ps.Subscribe(ctx, name)
 		}
 		if err != nil {
-			delete(s.chans, name)
 			s.mu.Unlock()
 			return w, nil // the connection is down: poll until it is back
 		}
+		ch.conn = conn
+		s.chans[name] = ch
 	}
 	ch.watchers[w] = struct{}{}
 	w.ch = ch
@@ -141,15 +183,15 @@ func (s *subscriber) unwatch(w *watcher) {
 		return
 	}
 	delete(s.chans, w.name)
-	if s.ps == nil || s.isClosed {
+	if s.isClosed {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), subscribeWait)
 	defer cancel()
 	if s.sharded {
-		_ = s.ps.SUnsubscribe(ctx, w.name)
+		_ = w.ch.conn.ps.SUnsubscribe(ctx, w.name)
 	} else {
-		_ = s.ps.Unsubscribe(ctx, w.name)
+		_ = w.ch.conn.ps.Unsubscribe(ctx, w.name)
 	}
 }
 
@@ -196,11 +238,12 @@ func majorVersion(info string) int {
 	return 0
 }
 
-func (s *subscriber) startLocked() {
+func (s *subscriber) startLocked(shard string, ps *redis.PubSub) *psConn {
 	ctx, cancel := context.WithCancel(context.Background())
-	s.cancel = cancel
-	s.loopDone = make(chan struct{})
-	go s.loop(ctx, s.ps, s.loopDone)
+	c := &psConn{ps: ps, cancel: cancel, done: make(chan struct{})}
+	s.conns[shard] = c
+	go s.loop(ctx, ps, c.done)
+	return c
 }
 
 // pingEvery is how long the connection may stay silent before the loop
@@ -291,13 +334,14 @@ func (s *subscriber) close() error {
 	}
 	s.isClosed = true
 	close(s.closed)
-	ps, cancel, done := s.ps, s.cancel, s.loopDone
+	conns := s.conns
+	s.conns = nil
 	s.mu.Unlock()
-	if ps == nil {
-		return nil
+	var errs []error
+	for _, c := range conns {
+		c.cancel()
+		errs = append(errs, c.ps.Close())
+		<-c.done
 	}
-	cancel()
-	err := ps.Close()
-	<-done
-	return err
+	return errors.Join(errs...)
 }

@@ -1,0 +1,36 @@
+// Package lock is oncekit's distributed lock core: the Locker and Lease
+// contracts every driver implements, the errors they return, Mutex (a
+// Locker with a default TTL, a watchdog and Do), and FenceGate, the
+// resource-side half of fencing.
+//
+// # Leases, not mutexes
+//
+// A Lease holds its key until it is released or its TTL runs out. The TTL
+// is what frees the key when a holder crashes; it also means a holder that
+// stalls (a GC pause, a stopped VM, a partition) can lose the key without
+// noticing at once. Two tools close that gap:
+//
+//   - Lease.Done is closed as soon as the lease is known to be lost, and
+//     Mutex.Do cancels the function's context at that moment;
+//   - Lease.Fence is strictly greater than every earlier lease's on the
+//     same key, so the protected resource can refuse a late write from an
+//     old holder (FenceGate, or a "WHERE fence <= $new" clause in SQL).
+//
+// # Bounds
+//
+// Keys are 1 to MaxKeyLen (512) bytes; anything else is ErrInvalidKey.
+// TTLs are at least MinTTL (1 ms); anything shorter is ErrInvalidTTL.
+// Drivers check both before they talk to their store.
+//
+// # Errors
+//
+// A held key gives ErrNotAcquired (a *HeldError with the holder's remaining
+// TTL from TryAcquire); a cancelled wait gives an error matching both
+// ErrNotAcquired and ctx.Err(); a lease that is no longer its holder's gives
+// ErrLockLost from Refresh and Release. Test with errors.Is.
+//
+// # Drivers
+//
+// storage/memstore (in-process), storage/redisstore (one Redis, Sentinel or
+// Cluster). Every driver passes the conformance suite in core/lock/locktest.
+package lock

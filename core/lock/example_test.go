@@ -1,0 +1,70 @@
+package lock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/oncekit/oncekit/core/lock"
+	"github.com/oncekit/oncekit/storage/memstore"
+)
+
+// Acquire a key, use the fence, release.
+func Example() {
+	ctx := context.Background()
+	var locker lock.Locker = memstore.New() // or redisstore.New(redisClient)
+
+	lease, err := locker.Acquire(ctx, "order:42", 10*time.Second)
+	if err != nil {
+		fmt.Println("acquire:", err)
+		return
+	}
+	defer lease.Release(ctx)
+	fmt.Println("holding", lease.Key(), "with fence", lease.Fence())
+	// Output: holding order:42 with fence 1
+}
+
+// TryAcquire does not wait; a held key reports the holder's remaining TTL.
+func ExampleLocker_tryAcquire() {
+	ctx := context.Background()
+	locker := memstore.New()
+	first, _ := locker.TryAcquire(ctx, "sku:phone", time.Minute)
+	defer first.Release(ctx)
+
+	_, err := locker.TryAcquire(ctx, "sku:phone", time.Minute)
+	var held *lock.HeldError
+	fmt.Println(errors.Is(err, lock.ErrNotAcquired), errors.As(err, &held) && held.TTL > 59*time.Second)
+	// Output: true true
+}
+
+// Mutex.Do keeps the lease alive while the function runs and cancels the
+// function's context if the lease is lost.
+func ExampleMutex_Do() {
+	m, err := lock.NewMutex(memstore.New(), lock.WithTTL(5*time.Second))
+	if err != nil {
+		panic(err)
+	}
+	err = m.Do(context.Background(), "report:daily", func(ctx context.Context, l lock.Lease) error {
+		// Long work here; stop when ctx is done. Pass l.Fence() to writes.
+		fmt.Println("running under fence", l.Fence())
+		return nil
+	})
+	fmt.Println("err:", err)
+	// Output:
+	// running under fence 1
+	// err: <nil>
+}
+
+// A resource refuses writes from a holder whose lease has been superseded.
+func ExampleFenceGate() {
+	var gate lock.FenceGate
+	fmt.Println(gate.Admit("stock:phone", 7)) // the current holder writes
+	fmt.Println(gate.Admit("stock:phone", 8)) // a newer holder writes
+	err := gate.Admit("stock:phone", 7)       // the old holder wakes up late
+	fmt.Println(errors.Is(err, lock.ErrStaleFence), err)
+	// Output:
+	// <nil>
+	// <nil>
+	// true lock: stale fence 7 for "stock:phone": 8 already admitted
+}

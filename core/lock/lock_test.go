@@ -1,0 +1,168 @@
+package lock_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/oncekit/oncekit/core/lock"
+	"github.com/oncekit/oncekit/storage/memstore"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestValidate(t *testing.T) {
+	tests := []struct {
+		key  string
+		ttl  time.Duration
+		want error
+	}{
+		{"k", time.Millisecond, nil},
+		{strings.Repeat("k", lock.MaxKeyLen), time.Hour, nil},
+		{"", time.Second, lock.ErrInvalidKey},
+		{strings.Repeat("k", lock.MaxKeyLen+1), time.Second, lock.ErrInvalidKey},
+		{"k", 0, lock.ErrInvalidTTL},
+		{"k", time.Millisecond - 1, lock.ErrInvalidTTL},
+		{"k", -time.Hour, lock.ErrInvalidTTL},
+	}
+	for _, tc := range tests {
+		err := lock.Validate(tc.key, tc.ttl)
+		if tc.want == nil && err != nil || tc.want != nil && !errors.Is(err, tc.want) {
+			t.Errorf("Validate(%d-byte key, %s) = %v, want %v", len(tc.key), tc.ttl, err, tc.want)
+		}
+	}
+}
+
+func TestFenceGate(t *testing.T) {
+	var g lock.FenceGate
+	if g.Current("r") != 0 {
+		t.Fatal("zero FenceGate has a fence")
+	}
+	steps := []struct {
+		res   string
+		fence uint64
+		stale bool
+	}{
+		{"r", 5, false}, {"r", 5, false}, {"r", 4, true}, {"r", 9, false},
+		{"r", 6, true}, {"other", 1, false},
+	}
+	for _, st := range steps {
+		err := g.Admit(st.res, st.fence)
+		var se *lock.StaleFenceError
+		if st.stale != errors.Is(err, lock.ErrStaleFence) || st.stale != errors.As(err, &se) {
+			t.Errorf("Admit(%q, %d) = %v, stale=%v", st.res, st.fence, err, st.stale)
+		}
+	}
+	if g.Current("r") != 9 || g.Current("other") != 1 {
+		t.Errorf("Current = %d, %d; want 9, 1", g.Current("r"), g.Current("other"))
+	}
+}
+
+func TestHeldErrorMessage(t *testing.T) {
+	e := &lock.HeldError{Key: "k", TTL: -1}
+	if !strings.Contains(e.Error(), `"k" is held`) {
+		t.Errorf("unexpected message %q", e.Error())
+	}
+}
+
+func TestNewMutexValidates(t *testing.T) {
+	if _, err := lock.NewMutex(nil); err == nil {
+		t.Error("NewMutex(nil): no error")
+	}
+	if _, err := lock.NewMutex(memstore.New(), lock.WithTTL(0)); !errors.Is(err, lock.ErrInvalidTTL) {
+		t.Errorf("NewMutex with TTL 0: %v, want ErrInvalidTTL", err)
+	}
+}
+
+func TestMutexHooks(t *testing.T) {
+	var (
+		mu       sync.Mutex
+		events   []string
+		lostSeen atomic.Int64
+	)
+	rec := func(s string) { mu.Lock(); events = append(events, s); mu.Unlock() }
+	m, err := lock.NewMutex(memstore.New(), lock.WithTTL(time.Second), lock.WithHooks(lock.Hooks{
+		OnAcquire: func(key string, fence uint64, _ time.Duration, err error) {
+			if err != nil {
+				rec("acquire-error")
+				return
+			}
+			rec("acquire")
+		},
+		OnRelease: func(string, time.Duration, error) { rec("release") },
+		OnLost:    func(string, uint64) { lostSeen.Add(1) },
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	h, err := m.Lock(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.TryLock(ctx, "k"); !errors.Is(err, lock.ErrNotAcquired) {
+		t.Errorf("TryLock on a held key: %v", err)
+	}
+	if err := h.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Release(ctx); err != nil {
+		t.Errorf("second Release: %v", err)
+	}
+	mu.Lock()
+	got := strings.Join(events, ",")
+	mu.Unlock()
+	if got != "acquire,acquire-error,release,release" {
+		t.Errorf("hook events = %s", got)
+	}
+	if lostSeen.Load() != 0 {
+		t.Error("OnLost ran for a clean release")
+	}
+}
+
+// Do with a lease lost while fn runs, and fn succeeding anyway: Do still
+// reports the loss, because fn's work may have overlapped another holder.
+func TestMutexDoReportsLossAfterSuccess(t *testing.T) {
+	store := memstore.New()
+	var lost atomic.Int64
+	m, err := lock.NewMutex(stallRefresh{store}, lock.WithTTL(50*time.Millisecond),
+		lock.WithHooks(lock.Hooks{OnLost: func(string, uint64) { lost.Add(1) }}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = m.Do(t.Context(), "k", func(ctx context.Context, _ lock.Lease) error {
+		<-ctx.Done()
+		return nil // ignores the cancellation
+	})
+	if !errors.Is(err, lock.ErrLockLost) {
+		t.Errorf("Do = %v, want ErrLockLost", err)
+	}
+	if lost.Load() != 1 {
+		t.Errorf("OnLost ran %d times, want 1", lost.Load())
+	}
+}
+
+// stallRefresh's leases cannot refresh: their watchdog fails until the TTL
+// runs out, as when the store is unreachable.
+type stallRefresh struct{ lock.Locker }
+
+func (s stallRefresh) Acquire(ctx context.Context, key string, ttl time.Duration) (lock.Lease, error) {
+	l, err := s.Locker.Acquire(ctx, key, ttl)
+	if err != nil {
+		return nil, err
+	}
+	return stalled{l}, nil
+}
+
+type stalled struct{ lock.Lease }
+
+func (stalled) Refresh(ctx context.Context, _ time.Duration) error {
+	<-ctx.Done()
+	return ctx.Err()
+}

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# make bench: start the servers, run oncekit's and the peers' benchmarks in
+# one run on the same servers, stop the servers. BENCH (regexp), BENCH_TIME
+# and BENCH_COUNT narrow or widen the run; the raw output is also written to
+# bench/last-run.txt for benchstat.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+services=scripts/services.sh
+trap '$services down' EXIT
+$services up || exit 1
+eval "$($services env)"
+export ONCEKIT_REQUIRE_SERVERS=1
+
+echo "# $(date -u +%Y-%m-%dT%H:%MZ) $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(go version)"
+echo "# redis-server $(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p')"
+(cd bench && go test -run '^$' -bench "${BENCH:-.}" -benchtime "${BENCH_TIME:-2s}" -count "${BENCH_COUNT:-3}" ./...) \
+	| tee bench/last-run.txt
+exit "${PIPESTATUS[0]}"

@@ -1,0 +1,71 @@
+package redisstore_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/oncekit/oncekit/core/lock"
+	"github.com/oncekit/oncekit/core/lock/locktest"
+	"github.com/oncekit/oncekit/internal/testenv"
+)
+
+// The conformance suite against a real three-primary Redis Cluster: the
+// hash tag keeps each lock's keys and channel in one slot, and waiters
+// subscribe on the shard that owns their key.
+func TestConformanceCluster(t *testing.T) {
+	addrs := testenv.RedisClusterAddrs(t)
+	var rt counter
+	locktest.Run(t, locktest.Config{
+		NewLocker: func(t *testing.T) lock.Locker {
+			c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+			c.AddHook(&rt)
+			t.Cleanup(func() { c.Close() })
+			return newStore(t, c)
+		},
+		RoundTrips: rt.n.Load,
+	})
+}
+
+// Waiters on keys of all three shards at once, through one Store.
+func TestClusterWaitersAcrossShards(t *testing.T) {
+	addrs := testenv.RedisClusterAddrs(t)
+	newC := func() *redis.ClusterClient {
+		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	holderS, waiterS := newStore(t, newC()), newStore(t, newC())
+	ctx := ctxT(t, 20*time.Second)
+	const keys = 12 // spread over the slots of all shards
+	leases := make([]lock.Lease, keys)
+	for i := range keys {
+		l, err := holderS.Acquire(ctx, fmt.Sprintf("shards-%d", i), 30*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		leases[i] = l
+	}
+	got := make(chan error, keys)
+	for i := range keys {
+		go func() {
+			l, err := waiterS.Acquire(ctx, fmt.Sprintf("shards-%d", i), time.Second)
+			if err == nil {
+				err = l.Release(ctx)
+			}
+			got <- err
+		}()
+	}
+	for _, l := range leases {
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range keys {
+		if err := <-got; err != nil {
+			t.Errorf("waiter: %v", err)
+		}
+	}
+}

@@ -1,0 +1,61 @@
+// Package redisstore is the lock.Locker driver for one Redis deployment: a
+// single server, a Sentinel-managed primary, or a Cluster, through any
+// go-redis v9 UniversalClient.
+//
+//	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+//	store, err := redisstore.New(client)
+//	...
+//	defer store.Close()
+//	lease, err := store.Acquire(ctx, "order:42", 10*time.Second)
+//
+// # Data layout
+//
+// A key K is stored as three Redis names sharing one hash tag, so they live
+// in one Cluster slot: "<prefix>{K}" holds the holder's token with a PX
+// expiry, "<prefix>{K}:fence" is the key's fence counter, and
+// "<prefix>{K}:release" is the channel a release is announced on. The
+// prefix defaults to "oncekit:lock:". Fence counters are never deleted (a
+// counter that restarted would hand out old fences again); each costs about
+// 60 bytes of Redis memory per distinct key ever locked.
+//
+// # Round trips
+//
+// Every operation is one Lua script, embedded in the binary and sent as
+// EVALSHA: TryAcquire and an uncontended Acquire (SET NX PX, INCR of the
+// fence, or the holder's PTTL when taken), Refresh (compare token,
+// PEXPIRE), and Release (compare token, DEL, SPUBLISH on Redis 7 and later,
+// PUBLISH before).
+//
+// # Waiting
+//
+// Goroutines of one Store waiting for one key queue up in the Store, first
+// come first served; only the first competes in Redis, so a release costs
+// one attempt per waiting process, not per waiting goroutine. That waiter
+// subscribes to the key's release channel over the Store's single pub/sub
+// connection (shared by all keys) and tries again when the release message
+// arrives, when the holder's remaining TTL runs out, or at the latest after
+// WithRecheckInterval (default 1 s), in case a message was lost while the
+// pub/sub connection reconnected. When a lease of the Store is released
+// while another goroutine of the same Store waits, the key is handed over
+// in one round trip (new token, new fence) without being let go, up to
+// WithMaxLocalHandOffs times in a row (default 16) before other processes
+// get their chance.
+//
+// # Cancellation and faults
+//
+// A cancelled Acquire leaves nothing behind: after an uncertain failure it
+// deletes what its last attempt may have taken, and the acquire script
+// refuses to take a key when the request reaches the server after the
+// caller's deadline (by the server's clock), which covers a paused server.
+// A lease whose refreshes fail closes Done when its TTL, counted from
+// before the request that set it, runs out.
+//
+// # Limits
+//
+// A single Redis primary is a single point of truth: with asynchronous
+// replication, a failover can lose a lock that was just taken. Use
+// redlockstore (N independent servers) or etcdstore when that matters.
+// Under Redis Cluster, one Store's pub/sub connection serves the keys of
+// one shard; waiters on keys of other shards fall back to the holder's TTL
+// and the recheck interval.
+package redisstore
