@@ -20,12 +20,10 @@ func ctxT(t *testing.T, d time.Duration) context.Context {
 	return ctx
 }
 
+// privateClient has go-redis' default timeouts (3 s reads, no
+// ContextTimeoutEnabled): the Store must honour callers' contexts itself.
 func privateClient(t *testing.T, p *testenv.RedisProcess) *redis.Client {
-	c := redis.NewClient(&redis.Options{
-		Addr: p.Addr, DialTimeout: 200 * time.Millisecond,
-		ReadTimeout: 200 * time.Millisecond, WriteTimeout: 200 * time.Millisecond,
-		MaxRetries: -1,
-	})
+	c := redis.NewClient(&redis.Options{Addr: p.Addr, MaxRetries: -1})
 	t.Cleanup(func() { c.Close() })
 	return c
 }

@@ -3,39 +3,26 @@ package redisstore
 import (
 	"errors"
 	"fmt"
+	"github.com/oncekit/oncekit/internal/redisnotify"
 	"strings"
 	"time"
 )
 
 // PubSubMode selects how a release wakes the waiters of other clients.
-type PubSubMode int
+type PubSubMode = redisnotify.Mode
 
 const (
 	// PubSubAuto uses sharded pub/sub (SPUBLISH/SSUBSCRIBE) on Redis 7 and
 	// later, classic pub/sub before. The default.
-	PubSubAuto PubSubMode = iota
+	PubSubAuto = redisnotify.Auto
 	// PubSubSharded always uses SPUBLISH/SSUBSCRIBE (Redis ≥ 7).
-	PubSubSharded
+	PubSubSharded = redisnotify.Sharded
 	// PubSubClassic always uses PUBLISH/SUBSCRIBE.
-	PubSubClassic
+	PubSubClassic = redisnotify.Classic
 	// PubSubOff publishes nothing; waiters wait for the holder's remaining
 	// TTL or the recheck interval. For servers where pub/sub is disabled.
-	PubSubOff
+	PubSubOff = redisnotify.Off
 )
-
-func (m PubSubMode) String() string {
-	switch m {
-	case PubSubAuto:
-		return "auto"
-	case PubSubSharded:
-		return "sharded"
-	case PubSubClassic:
-		return "classic"
-	case PubSubOff:
-		return "off"
-	}
-	return fmt.Sprintf("PubSubMode(%d)", int(m))
-}
 
 // Option configures a Store.
 type Option func(*options)
@@ -94,7 +81,7 @@ func (o *options) validate() error {
 	if strings.ContainsAny(o.prefix, "{}") {
 		errs = append(errs, fmt.Errorf("prefix %q contains '{' or '}'", o.prefix))
 	}
-	if o.pubsub < PubSubAuto || o.pubsub > PubSubOff {
+	if !o.pubsub.Valid() {
 		errs = append(errs, fmt.Errorf("unknown pub/sub mode %d", int(o.pubsub)))
 	}
 	if o.recheck <= 0 {

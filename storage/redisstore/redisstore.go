@@ -3,7 +3,6 @@ package redisstore
 import (
 	"container/list"
 	"context"
-	_ "embed"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -13,23 +12,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/oncekit/oncekit/core/lock"
+	"github.com/oncekit/oncekit/internal/redislua"
+	"github.com/oncekit/oncekit/internal/redisnotify"
 	"github.com/oncekit/oncekit/internal/token"
-)
-
-var (
-	//go:embed lua/acquire.lua
-	acquireLua string
-	//go:embed lua/release.lua
-	releaseLua string
-	//go:embed lua/refresh.lua
-	refreshLua string
-	//go:embed lua/transfer.lua
-	transferLua string
-
-	acquireScript  = redis.NewScript(acquireLua)
-	releaseScript  = redis.NewScript(releaseLua)
-	refreshScript  = redis.NewScript(refreshLua)
-	transferScript = redis.NewScript(transferLua)
 )
 
 // Client is the part of go-redis the Store uses. redis.UniversalClient
@@ -55,10 +40,13 @@ type Client interface {
 type Store struct {
 	client Client
 	opts   options
-	sub    *subscriber
+	names  redislua.Keys
+	sub    *redisnotify.Subscriber
 
 	mu   sync.Mutex
 	keys map[string]*local
+
+	bg sync.WaitGroup // requests the caller stopped waiting for, and their clean-up
 }
 
 // local is what one Store knows of a key: its own lease on it and its own
@@ -98,31 +86,26 @@ func New(client Client, opts ...Option) (*Store, error) {
 	return &Store{
 		client: client,
 		opts:   o,
-		sub:    newSubscriber(client, o.pubsub),
+		names:  redislua.Keys{Prefix: o.prefix},
+		sub:    redisnotify.New(client, o.pubsub),
 		keys:   make(map[string]*local),
 	}, nil
 }
 
 // Close stops the Store's pub/sub connection and wakes its waiters, which
-// then fail with lock.ErrClosed. Leases taken earlier stay valid and can
+// then fail with lock.ErrClosed, and waits for requests that callers
+// stopped waiting for (a cancelled Acquire) to finish their clean-up. Leases taken earlier stay valid and can
 // still be refreshed and released. Close does not close the client.
-func (s *Store) Close() error { return s.sub.close() }
-
-func (s *Store) lockKey(key string) string  { return s.opts.prefix + "{" + key + "}" }
-func (s *Store) fenceKey(key string) string { return s.opts.prefix + "{" + key + "}:fence" }
-func (s *Store) channel(key string) string  { return s.opts.prefix + "{" + key + "}:release" }
-
-func (s *Store) modeArg() string {
-	switch s.opts.pubsub {
-	case PubSubSharded:
-		return "s"
-	case PubSubClassic:
-		return "c"
-	case PubSubOff:
-		return "n"
-	}
-	return "a"
+func (s *Store) Close() error {
+	err := s.sub.Close()
+	s.bg.Wait()
+	return err
 }
+
+func (s *Store) lockKey(key string) string  { return s.names.Lock(key) }
+func (s *Store) fenceKey(key string) string { return s.names.Fence(key) }
+func (s *Store) channel(key string) string  { return s.names.Channel(key) }
+func (s *Store) modeArg() string            { return s.opts.pubsub.ScriptArg() }
 
 func (s *Store) localLocked(key string) *local {
 	ls := s.keys[key]
@@ -223,7 +206,7 @@ func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (loc
 		return s.compete(ctx, key, ls, w)
 	case <-ctx.Done():
 		quit = errors.Join(lock.ErrNotAcquired, ctx.Err())
-	case <-s.sub.closed:
+	case <-s.sub.Closed():
 		quit = fmt.Errorf("redisstore: acquire %q: %w", key, lock.ErrClosed)
 	}
 	s.mu.Lock()
@@ -265,11 +248,11 @@ func (s *Store) compete(ctx context.Context, key string, ls *local, w *waiter) (
 	if err != nil || held == nil {
 		return l, err
 	}
-	sw, err := s.sub.watch(ctx, s.channel(key))
+	sw, err := s.sub.Watch(ctx, s.channel(key))
 	if err != nil {
 		return nil, err
 	}
-	defer s.sub.unwatch(sw)
+	defer s.sub.Unwatch(sw)
 	backoff := s.opts.minBackoff
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
@@ -281,7 +264,7 @@ func (s *Store) compete(ctx context.Context, key string, ls *local, w *waiter) (
 		}
 		wait := s.opts.recheck
 		switch {
-		case !sw.subscribed() || held.TTL < 0:
+		case !sw.Subscribed() || held.TTL < 0:
 			wait = min(wait, backoff/2+rand.N(backoff/2+1))
 			backoff = min(2*backoff, s.opts.maxBackoff)
 		case held.TTL < wait:
@@ -289,9 +272,9 @@ func (s *Store) compete(ctx context.Context, key string, ls *local, w *waiter) (
 		}
 		timer.Reset(wait)
 		select {
-		case <-sw.wake:
+		case <-sw.Wake():
 		case <-timer.C:
-		case <-sw.closed:
+		case <-s.sub.Closed():
 			return nil, fmt.Errorf("redisstore: acquire %q: %w", key, lock.ErrClosed)
 		case <-ctx.Done():
 			return nil, errors.Join(lock.ErrNotAcquired, ctx.Err())
@@ -312,16 +295,25 @@ func (s *Store) attempt(ctx context.Context, key, tok string, ttl time.Duration)
 	if d, ok := ctx.Deadline(); ok {
 		deadline = d.UnixMilli()
 	}
-	res, err := acquireScript.Run(ctx, s.client,
-		[]string{s.lockKey(key), s.fenceKey(key)}, tok, ttl.Milliseconds(), deadline).Int64Slice()
-	if err != nil {
-		if !isRedisReply(err) {
-			cctx, cancel := lock.CleanupContext(ctx)
-			_ = releaseScript.Run(cctx, s.client, []string{s.lockKey(key)}, tok, s.channel(key), s.modeArg()).Err()
-			cancel()
+	undo := func() {
+		cctx, cancel := lock.CleanupContext(ctx)
+		defer cancel()
+		_ = redislua.Release.Run(cctx, s.client, []string{s.lockKey(key)}, tok, s.channel(key), s.modeArg()).Err()
+	}
+	late := func(cmd *redis.Cmd) { // the reply to a call ctx gave up on
+		if r, err := cmd.Int64Slice(); err == nil && len(r) == 2 && r[0] == 1 {
+			undo()
 		}
+	}
+	res, err := redislua.Run(ctx, &s.bg, s.client, redislua.Acquire,
+		[]string{s.lockKey(key), s.fenceKey(key)}, late, tok, ttl.Milliseconds(), deadline, 1).Int64Slice()
+	if err != nil {
 		if ctxErr := ctx.Err(); ctxErr != nil {
 			return nil, nil, errors.Join(lock.ErrNotAcquired, ctxErr)
+		}
+		if !isRedisReply(err) {
+			// The script may have run before the connection failed.
+			s.bg.Go(undo)
 		}
 		return nil, nil, fmt.Errorf("redisstore: acquire %q: %w", key, err)
 	}
@@ -376,7 +368,7 @@ func (s *Store) handOver(ctx context.Context, l *lease) (bool, error) {
 	s.mu.Unlock()
 
 	start := time.Now()
-	res, err := transferScript.Run(ctx, s.client, []string{s.lockKey(l.key), s.fenceKey(l.key)},
+	res, err := redislua.Transfer.Run(ctx, s.client, []string{s.lockKey(l.key), s.fenceKey(l.key)},
 		l.token, w.token, w.ttl.Milliseconds()).Int64Slice()
 	if err == nil && len(res) != 2 {
 		err = fmt.Errorf("unexpected script reply %v", res)
@@ -511,7 +503,8 @@ func (l *lease) Refresh(ctx context.Context, ttl time.Duration) error {
 		return fmt.Errorf("redisstore: refresh %q: %w", l.key, lock.ErrLockLost)
 	}
 	start := time.Now()
-	ok, err := refreshScript.Run(ctx, l.s.client, []string{l.s.lockKey(l.key)}, l.token, ttl.Milliseconds()).Int64()
+	ok, err := redislua.Run(ctx, &l.s.bg, l.s.client, redislua.Refresh, []string{l.s.lockKey(l.key)}, nil,
+		l.token, ttl.Milliseconds()).Int64()
 	if err != nil {
 		return fmt.Errorf("redisstore: refresh %q: %w", l.key, err)
 	}
@@ -526,7 +519,7 @@ func (l *lease) Refresh(ctx context.Context, ttl time.Duration) error {
 		// lease was already reported lost, so give the key back.
 		cctx, cancel := lock.CleanupContext(ctx)
 		defer cancel()
-		_ = releaseScript.Run(cctx, l.s.client, []string{l.s.lockKey(l.key)}, l.token, l.s.channel(l.key), l.s.modeArg()).Err()
+		_ = redislua.Release.Run(cctx, l.s.client, []string{l.s.lockKey(l.key)}, l.token, l.s.channel(l.key), l.s.modeArg()).Err()
 		return fmt.Errorf("redisstore: refresh %q: %w", l.key, lock.ErrLockLost)
 	}
 	l.deadline = start.Add(ttl)
@@ -550,7 +543,8 @@ func (l *lease) Release(ctx context.Context) error {
 	if done, err := l.s.handOver(ctx, l); done {
 		return err
 	}
-	ok, err := releaseScript.Run(ctx, l.s.client, []string{l.s.lockKey(l.key)}, l.token, l.s.channel(l.key), l.s.modeArg()).Int64()
+	ok, err := redislua.Run(ctx, &l.s.bg, l.s.client, redislua.Release, []string{l.s.lockKey(l.key)}, nil,
+		l.token, l.s.channel(l.key), l.s.modeArg()).Int64()
 	if err != nil {
 		return fmt.Errorf("redisstore: release %q: %w", l.key, err)
 	}

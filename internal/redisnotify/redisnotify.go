@@ -1,8 +1,12 @@
-package redisstore
+// Package redisnotify wakes waiters when a Redis lock is released: it
+// multiplexes the release channels of many waiting Acquires over one
+// pub/sub connection per Redis shard.
+package redisnotify
 
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -13,15 +17,68 @@ import (
 	"github.com/oncekit/oncekit/core/lock"
 )
 
-// subscriber multiplexes the release channels of all waiting Acquires of one
+// Client is what a Subscriber needs of go-redis.
+type Client interface {
+	Subscribe(ctx context.Context, channels ...string) *redis.PubSub
+	SSubscribe(ctx context.Context, channels ...string) *redis.PubSub
+	Info(ctx context.Context, section ...string) *redis.StringCmd
+}
+
+// Mode selects how a release is announced.
+type Mode int
+
+const (
+	// Auto uses sharded pub/sub (SPUBLISH/SSUBSCRIBE) on Redis 7 and later,
+	// classic pub/sub before.
+	Auto Mode = iota
+	// Sharded always uses SPUBLISH/SSUBSCRIBE (Redis ≥ 7).
+	Sharded
+	// Classic always uses PUBLISH/SUBSCRIBE.
+	Classic
+	// Off publishes nothing; waiters wait for the holder's remaining TTL or
+	// a recheck interval.
+	Off
+)
+
+func (m Mode) String() string {
+	switch m {
+	case Auto:
+		return "auto"
+	case Sharded:
+		return "sharded"
+	case Classic:
+		return "classic"
+	case Off:
+		return "off"
+	}
+	return fmt.Sprintf("Mode(%d)", int(m))
+}
+
+// Valid reports whether m is one of the modes above.
+func (m Mode) Valid() bool { return m >= Auto && m <= Off }
+
+// ScriptArg is the mode argument of the release script.
+func (m Mode) ScriptArg() string {
+	switch m {
+	case Sharded:
+		return "s"
+	case Classic:
+		return "c"
+	case Off:
+		return "n"
+	}
+	return "a"
+}
+
+// Subscriber multiplexes the release channels of all waiting Acquires of one
 // Store over a single pub/sub connection (one per shard under Redis
 // Cluster, where a shard channel can only be subscribed on its own shard).
 // A channel is subscribed while at least one waiter watches it; a message
 // wakes every waiter of the channel, and the Store's local queue keeps that
 // to one waiter per key.
-type subscriber struct {
+type Subscriber struct {
 	client Client
-	mode   PubSubMode
+	mode   Mode
 
 	mu       sync.Mutex
 	sharded  bool // resolved mode, valid once resolved is true
@@ -41,7 +98,7 @@ type psConn struct {
 
 type channel struct {
 	conn     *psConn
-	watchers map[*watcher]struct{}
+	watchers map[*Watcher]struct{}
 	ready    chan struct{} // closed when the server confirmed the subscription
 	isReady  bool
 }
@@ -54,7 +111,7 @@ type subscribeClient interface {
 
 // shardOf returns the client to subscribe name on and the shard's identity.
 // Outside Cluster every channel lives on the one client.
-func (s *subscriber) shardOf(ctx context.Context, name string, sharded bool) (subscribeClient, string, error) {
+func (s *Subscriber) shardOf(ctx context.Context, name string, sharded bool) (subscribeClient, string, error) {
 	cc, ok := s.client.(*redis.ClusterClient)
 	if !ok {
 		return s.client, "", nil
@@ -69,15 +126,20 @@ func (s *subscriber) shardOf(ctx context.Context, name string, sharded bool) (su
 	return node, node.Options().Addr, nil
 }
 
-// watcher is one waiting Acquire.
-type watcher struct {
-	name   string
-	ch     *channel // nil when not subscribed (pub/sub off or failed)
-	wake   chan struct{}
-	closed <-chan struct{}
+// Watcher is one waiting Acquire's interest in one channel.
+type Watcher struct {
+	name string
+	ch   *channel // nil when not subscribed (pub/sub off or failed)
+	wake chan struct{}
 }
 
-func (w *watcher) subscribed() bool {
+// Wake receives a value when a release message arrives on the channel, or
+// when messages may have been lost (a reconnect).
+func (w *Watcher) Wake() <-chan struct{} { return w.wake }
+
+// Subscribed reports whether the server confirmed the subscription; until
+// it does, a waiter must poll.
+func (w *Watcher) Subscribed() bool {
 	if w.ch == nil {
 		return false
 	}
@@ -89,8 +151,9 @@ func (w *watcher) subscribed() bool {
 	}
 }
 
-func newSubscriber(c Client, mode PubSubMode) *subscriber {
-	return &subscriber{
+// New returns a Subscriber that opens its connections on c lazily.
+func New(c Client, mode Mode) *Subscriber {
+	return &Subscriber{
 		client: c,
 		mode:   mode,
 		chans:  make(map[string]*channel),
@@ -103,11 +166,16 @@ func newSubscriber(c Client, mode PubSubMode) *subscriber {
 // subscription before it falls back to backoff.
 const subscribeWait = time.Second
 
-// watch registers a waiter on name and returns once the subscription is
-// confirmed (or could not be made, in which case the waiter polls).
-func (s *subscriber) watch(ctx context.Context, name string) (*watcher, error) {
-	w := &watcher{name: name, wake: make(chan struct{}, 1), closed: s.closed}
-	if s.mode == PubSubOff {
+// Closed is closed by Close.
+func (s *Subscriber) Closed() <-chan struct{} { return s.closed }
+
+// Watch registers a waiter on channel name and returns once the
+// subscription is confirmed, or could not be made (then the waiter polls).
+// It fails only when ctx ends (an error matching lock.ErrNotAcquired and
+// ctx.Err()) or after Close (lock.ErrClosed).
+func (s *Subscriber) Watch(ctx context.Context, name string) (*Watcher, error) {
+	w := &Watcher{name: name, wake: make(chan struct{}, 1)}
+	if s.mode == Off {
 		return w, nil
 	}
 	sharded, err := s.resolve(ctx)
@@ -131,7 +199,7 @@ func (s *subscriber) watch(ctx context.Context, name string) (*watcher, error) {
 	}
 	ch := s.chans[name]
 	if ch == nil {
-		ch = &channel{watchers: make(map[*watcher]struct{}), ready: make(chan struct{})}
+		ch = &channel{watchers: make(map[*Watcher]struct{}), ready: make(chan struct{})}
 		var err error
 		conn := s.conns[shard]
 		if conn == nil {
@@ -165,14 +233,14 @@ func (s *subscriber) watch(ctx context.Context, name string) (*watcher, error) {
 	case <-t.C:
 	case <-s.closed:
 	case <-ctx.Done():
-		s.unwatch(w)
+		s.Unwatch(w)
 		return nil, errors.Join(lock.ErrNotAcquired, ctx.Err())
 	}
 	return w, nil
 }
 
-// unwatch removes a waiter; the last one out unsubscribes the channel.
-func (s *subscriber) unwatch(w *watcher) {
+// Unwatch removes a waiter; the last one out unsubscribes the channel.
+func (s *Subscriber) Unwatch(w *Watcher) {
 	if w.ch == nil {
 		return
 	}
@@ -196,7 +264,7 @@ func (s *subscriber) unwatch(w *watcher) {
 }
 
 // resolve decides once between sharded and classic pub/sub.
-func (s *subscriber) resolve(ctx context.Context) (bool, error) {
+func (s *Subscriber) resolve(ctx context.Context) (bool, error) {
 	s.mu.Lock()
 	if s.resolved {
 		defer s.mu.Unlock()
@@ -205,9 +273,9 @@ func (s *subscriber) resolve(ctx context.Context) (bool, error) {
 	s.mu.Unlock()
 	var sharded bool
 	switch s.mode {
-	case PubSubSharded:
+	case Sharded:
 		sharded = true
-	case PubSubClassic:
+	case Classic:
 		sharded = false
 	default:
 		info, err := s.client.Info(ctx, "server").Result()
@@ -238,7 +306,7 @@ func majorVersion(info string) int {
 	return 0
 }
 
-func (s *subscriber) startLocked(shard string, ps *redis.PubSub) *psConn {
+func (s *Subscriber) startLocked(shard string, ps *redis.PubSub) *psConn {
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &psConn{ps: ps, cancel: cancel, done: make(chan struct{})}
 	s.conns[shard] = c
@@ -250,7 +318,7 @@ func (s *subscriber) startLocked(shard string, ps *redis.PubSub) *psConn {
 // checks it with a PING.
 const pingEvery = 30 * time.Second
 
-func (s *subscriber) loop(ctx context.Context, ps *redis.PubSub, done chan struct{}) {
+func (s *Subscriber) loop(ctx context.Context, ps *redis.PubSub, done chan struct{}) {
 	defer close(done)
 	for {
 		msg, err := ps.ReceiveTimeout(ctx, pingEvery)
@@ -290,7 +358,7 @@ func isTimeout(err error) bool {
 	return errors.As(err, &te) && te.Timeout()
 }
 
-func (s *subscriber) confirm(name string) {
+func (s *Subscriber) confirm(name string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if ch := s.chans[name]; ch != nil && !ch.isReady {
@@ -299,7 +367,7 @@ func (s *subscriber) confirm(name string) {
 	}
 }
 
-func (s *subscriber) wakeChannel(name string) {
+func (s *Subscriber) wakeChannel(name string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if ch := s.chans[name]; ch != nil {
@@ -309,7 +377,7 @@ func (s *subscriber) wakeChannel(name string) {
 	}
 }
 
-func (s *subscriber) wakeAll() {
+func (s *Subscriber) wakeAll() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, ch := range s.chans {
@@ -319,14 +387,16 @@ func (s *subscriber) wakeAll() {
 	}
 }
 
-func notify(w *watcher) {
+func notify(w *Watcher) {
 	select {
 	case w.wake <- struct{}{}:
 	default:
 	}
 }
 
-func (s *subscriber) close() error {
+// Close closes the pub/sub connections and Closed; later Watch calls fail
+// with lock.ErrClosed.
+func (s *Subscriber) Close() error {
 	s.mu.Lock()
 	if s.isClosed {
 		s.mu.Unlock()

@@ -1,6 +1,7 @@
 -- KEYS[1] lock key, KEYS[2] fence counter (same hash tag)
 -- ARGV[1] token, ARGV[2] ttl in milliseconds,
--- ARGV[3] the caller's deadline in Unix milliseconds, or 0 for none
+-- ARGV[3] the caller's deadline in Unix milliseconds, or 0 for none,
+-- ARGV[4] "0" to skip the fence counter (Redlock's unfenced mode; fence 0)
 -- Returns {1, fence} when taken, {0, holder's PTTL in ms} when held,
 -- {-1, 0} when the request arrived after the caller's deadline (it was
 -- delayed, by a paused server or a slow network, and the caller is gone).
@@ -12,6 +13,7 @@ if ARGV[3] ~= '0' then
   end
 end
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  if ARGV[4] == '0' then return {1, 0} end
   return {1, redis.call('INCR', KEYS[2])}
 end
 return {0, redis.call('PTTL', KEYS[1])}

@@ -1,0 +1,82 @@
+// Package redislua holds the Lua scripts the Redis drivers run. Each is
+// created once and sent as EVALSHA (EVAL on the first NOSCRIPT).
+package redislua
+
+import (
+	"context"
+	_ "embed"
+	"sync"
+
+	"github.com/redis/go-redis/v9"
+)
+
+var (
+	//go:embed lua/acquire.lua
+	acquireLua string
+	//go:embed lua/release.lua
+	releaseLua string
+	//go:embed lua/refresh.lua
+	refreshLua string
+	//go:embed lua/transfer.lua
+	transferLua string
+	//go:embed lua/writeback.lua
+	writeBackLua string
+)
+
+// The scripts; their KEYS and ARGV are documented at the top of each file.
+var (
+	Acquire   = redis.NewScript(acquireLua)
+	Release   = redis.NewScript(releaseLua)
+	Refresh   = redis.NewScript(refreshLua)
+	Transfer  = redis.NewScript(transferLua)
+	WriteBack = redis.NewScript(writeBackLua)
+)
+
+// Keys is the naming of one lock's Redis names: the lock key, its fence
+// counter and its release channel share the hash tag {key}, so under
+// Cluster they live in one slot.
+type Keys struct{ Prefix string }
+
+// Lock is the name holding the holder's token.
+func (k Keys) Lock(key string) string { return k.Prefix + "{" + key + "}" }
+
+// Fence is the name of the key's fence counter.
+func (k Keys) Fence(key string) string { return k.Prefix + "{" + key + "}:fence" }
+
+// Channel is the channel a release of key is announced on.
+func (k Keys) Channel(key string) string { return k.Prefix + "{" + key + "}:release" }
+
+// Run runs script and returns its reply, or an error matching ctx.Err() as
+// soon as ctx ends, whatever the client's own timeouts (go-redis only
+// honours a context's deadline on the socket with ContextTimeoutEnabled).
+// When it returns early, the request goes on in the background, tracked by
+// wg, and late — if not nil — receives its reply, to undo what it did.
+func Run(ctx context.Context, wg *sync.WaitGroup, c redis.Scripter, script *redis.Script,
+	keys []string, late func(*redis.Cmd), args ...any) *redis.Cmd {
+	if ctx.Done() == nil {
+		return script.Run(ctx, c, keys, args...)
+	}
+	if err := ctx.Err(); err != nil {
+		cmd := redis.NewCmd(ctx)
+		cmd.SetErr(err)
+		return cmd
+	}
+	reply := make(chan *redis.Cmd, 1)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		cmd := script.Run(context.WithoutCancel(ctx), c, keys, args...)
+		reply <- cmd
+	}()
+	select {
+	case cmd := <-reply:
+		return cmd
+	case <-ctx.Done():
+		if late != nil {
+			wg.Go(func() { late(<-reply) })
+		}
+		cmd := redis.NewCmd(ctx)
+		cmd.SetErr(ctx.Err())
+		return cmd
+	}
+}
