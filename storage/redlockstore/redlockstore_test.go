@@ -1,0 +1,78 @@
+package redlockstore_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"github.com/oncekit/oncekit/core/lock"
+	"github.com/oncekit/oncekit/core/lock/locktest"
+	"github.com/oncekit/oncekit/internal/testenv"
+	"github.com/oncekit/oncekit/storage/redlockstore"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+type counter struct{ n atomic.Int64 }
+
+func (c *counter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (c *counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error { c.n.Add(1); return next(ctx, cmd) }
+}
+func (c *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error { c.n.Add(1); return next(ctx, cmds) }
+}
+
+// clients returns one new client per address, closed at cleanup.
+func clients(t testing.TB, addrs []string, hooks ...redis.Hook) []redlockstore.Client {
+	t.Helper()
+	cs := make([]redlockstore.Client, len(addrs))
+	for i, a := range addrs {
+		c := redis.NewClient(&redis.Options{Addr: a})
+		for _, h := range hooks {
+			c.AddHook(h)
+		}
+		t.Cleanup(func() { c.Close() })
+		cs[i] = c
+	}
+	return cs
+}
+
+func newStore(t testing.TB, cs []redlockstore.Client, opts ...redlockstore.Option) *redlockstore.Store {
+	t.Helper()
+	s, err := redlockstore.New(cs, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func TestConformance(t *testing.T) {
+	addrs := testenv.RedisAddrs(t, 5)[:5]
+	for _, mode := range []struct {
+		name string
+		opts []redlockstore.Option
+	}{
+		{"fenced", nil},
+		{"unfenced", []redlockstore.Option{redlockstore.WithoutFencing()}},
+	} {
+		t.Run(mode.name, func(t *testing.T) {
+			var rt counter
+			cfg := locktest.Config{
+				NewLocker: func(t *testing.T) lock.Locker {
+					return newStore(t, clients(t, addrs, &rt), mode.opts...)
+				},
+				RoundTrips:        rt.n.Load,
+				RoundTripsPerCall: 5, // one request to each node, in parallel
+			}
+			if mode.name == "unfenced" {
+				cfg.Unfenced = true
+			}
+			locktest.Run(t, cfg)
+		})
+	}
+}
