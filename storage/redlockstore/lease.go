@@ -142,8 +142,9 @@ func (l *lease) Refresh(ctx context.Context, ttl time.Duration) error {
 	}
 }
 
-// Release deletes the lease on every node and announces it on each. It
-// returns nil when a majority deleted it, ErrLockLost when a majority no
+// Release deletes the lease on every node and announces it on each,
+// returning once the outcome is decided. It returns nil when a majority
+// deleted it, ErrLockLost when a majority no
 // longer held it, and a *QuorumError when too many nodes were unreachable;
 // in every case the lease ends here (keys left on unreachable nodes expire
 // with their TTL) and a second Release returns nil.
@@ -179,7 +180,7 @@ func (l *lease) Release(ctx context.Context) error {
 		default:
 			notOurs++
 		}
-		return false // every node is asked; wait for all of them
+		return ok >= s.quorum || notOurs > n-s.quorum || notOurs+len(failed) > n-s.quorum
 	})
 	if timedOut {
 		for i := range n {

@@ -293,16 +293,16 @@ func (s *Store) attempt(ctx context.Context, key string, ttl time.Duration, onEn
 	return outcome{lease: granted}
 }
 
-// writeBack is the second round of a fenced acquisition: the fence is the
-// highest counter among the acquired majority, and it is written back to
-// those nodes where the key still holds our token. The lease is granted
-// only if a majority took it.
+// writeBack is the second round of a fenced acquisition: the fence T is
+// the highest counter among the acquired majority. It is written to every
+// node (counters only ever grow), and the lease is granted only if a
+// majority of nodes answer that our token still holds the key there.
 func (s *Store) writeBack(ctx context.Context, key, tok string, acquired map[int]int64, nt time.Duration) (uint64, error) {
 	var t int64
 	for _, c := range acquired {
 		t = max(t, c)
 	}
-	idx := indexes(acquired)
+	idx := s.all()
 	keys := []string{s.names.Lock(key), s.names.Fence(key)}
 	ch := s.call(idx, func(c context.Context, n *node) ([]int64, error) {
 		v, err := redislua.WriteBack.Run(c, n.c, keys, tok, t).Int64()
@@ -467,14 +467,21 @@ func (s *Store) acquire(ctx context.Context, key string, ttl time.Duration, onEn
 		if ctx.Err() != nil {
 			return nil, errors.Join(lock.ErrNotAcquired, ctx.Err(), lastErr)
 		}
-		var wait time.Duration
+		var (
+			wait      time.Duration
+			listening = mw != nil
+		)
 		switch {
 		case out.split || out.err != nil:
+			// A split vote or a failed round: back off with full jitter and
+			// without listening for releases, or competitors woken by the
+			// same message would split again.
 			if out.err != nil {
 				lastErr = out.err
 			}
-			wait = backoff/2 + rand.N(backoff/2+1)
+			wait = rand.N(backoff + 1)
 			backoff = min(2*backoff, s.opts.maxBackoff)
+			listening = false
 		case mw == nil:
 			// Held: subscribe on every node, then try again at once, so a
 			// release between the attempt and the subscription is not missed.
@@ -489,7 +496,7 @@ func (s *Store) acquire(ctx context.Context, key string, ttl time.Duration, onEn
 		}
 		timer.Reset(wait)
 		var wake <-chan struct{}
-		if mw != nil {
+		if listening {
 			wake = mw.wake
 		}
 		select {

@@ -2,6 +2,7 @@ package redlockstore_test
 
 import (
 	"context"
+	"slices"
 	"sync/atomic"
 	"testing"
 
@@ -18,12 +19,27 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 type counter struct{ n atomic.Int64 }
 
+// setup reports whether cmd is part of a connection's set-up (HELLO,
+// CLIENT SETINFO, CLIENT MAINT_NOTIFICATIONS), which go-redis sends once
+// per new connection.
+func setup(cmd redis.Cmder) bool { n := cmd.Name(); return n == "hello" || n == "client" }
+
 func (c *counter) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (c *counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error { c.n.Add(1); return next(ctx, cmd) }
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if !setup(cmd) {
+			c.n.Add(1)
+		}
+		return next(ctx, cmd)
+	}
 }
 func (c *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error { c.n.Add(1); return next(ctx, cmds) }
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if slices.ContainsFunc(cmds, func(c redis.Cmder) bool { return !setup(c) }) {
+			c.n.Add(1)
+		}
+		return next(ctx, cmds)
+	}
 }
 
 // clients returns one new client per address, closed at cleanup.

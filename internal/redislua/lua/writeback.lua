@@ -1,14 +1,17 @@
 -- Redlock fencing, second round: raise this node's fence counter to the
--- fence T chosen from the acquired majority, only while our token still
--- holds the key here.
+-- fence T chosen from the acquired majority, and report whether our token
+-- still holds the key here (only those nodes count towards the majority
+-- that grants the lease). Raising the counter on the other nodes too only
+-- makes counters larger, never smaller, and lets fences survive the loss
+-- of some nodes' data.
 -- KEYS[1] lock key, KEYS[2] fence counter (same hash tag)
 -- ARGV[1] token, ARGV[2] T
--- Returns 1 when written (or already at least T), 0 when the key is not ours.
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then
-  return 0
-end
+-- Returns 1 when the key is ours here, 0 when not.
 local cur = tonumber(redis.call('GET', KEYS[2]) or '0')
 if cur < tonumber(ARGV[2]) then
   redis.call('SET', KEYS[2], ARGV[2])
 end
-return 1
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return 1
+end
+return 0

@@ -1,0 +1,71 @@
+// Package redlockstore is the lock.Locker driver over N independent Redis
+// servers (N odd, at least 3) with majority quorum: the Redlock algorithm,
+// with fencing tokens that do not depend on clocks.
+//
+//	clients := []redlockstore.Client{c1, c2, c3, c4, c5} // *redis.Client each
+//	store, err := redlockstore.New(clients)
+//	...
+//	defer store.Close()
+//	lease, err := store.Acquire(ctx, "order:42", 10*time.Second)
+//
+// # Rounds
+//
+// Every round goes to all nodes at once and returns as soon as its outcome
+// is decided: a majority answered as needed, or too many refused for a
+// majority to remain possible. A node that has not answered within the node
+// timeout (default TTL/10, clamped to 50 ms–1 s; WithNodeTimeout) counts as
+// failed. An acquisition takes the key on every node it can (SET NX PX and
+// an INCR of the node's fence counter, in one script) and succeeds with a
+// majority and validity left: validity = TTL − elapsed − drift, where drift
+// is 1 % of the TTL + 2 ms (WithDrift). The lease's Done closes when its
+// validity ends without a successful Refresh. A failed attempt releases
+// every node it took, including nodes whose answer arrives after the round
+// ended; and a request that reaches a node after the round's deadline (by
+// that node's clock) takes nothing.
+//
+// Refresh extends the key on every node and succeeds with a majority.
+// Release deletes it on every node and publishes a release message on each.
+// Acquire waits for a release message from any node, for the remaining TTL
+// of the nodes that stand between it and a majority, or at most the recheck
+// interval; after a split vote (competing clients each took some nodes) it
+// backs off with full jitter. Goroutines of one Store waiting for one key
+// queue up locally, and only the first competes on the nodes.
+//
+// # Fencing without trusting clocks
+//
+// In fenced mode (the default) the fence of a lease is computed in a second
+// round. Round one returns each acquired node's counter after its INCR; T
+// is the maximum over the acquired majority. Round two raises every node's
+// counter to at least T and reports whether the key still holds our token
+// there; the lease is granted only if a majority says it does.
+//
+// Why this is sound: take two granted leases A and B. Each completed round
+// two on a majority where its key was present, so some node n was in both
+// majorities. On n the two keys existed at different times (the node
+// enforces SET NX), say A's first. A's round two ran on n while A's key was
+// there, so before B's key was set; B's INCR on n ran in the same script
+// that set B's key, so after A's write: B's counter on n exceeds T(A), and
+// T(B), a maximum that includes n's counter, exceeds T(A). Fences are
+// therefore unique and ordered as the keys were held, and the argument uses
+// only the order of operations on one node — no clock.
+//
+// Because round two raises the counters on every node it reaches, fences
+// keep growing even when up to N − quorum nodes lose their data between two
+// acquisitions: every majority still meets a node that kept a counter of at
+// least T. WithoutFencing skips the counters and round two (Fence() is
+// then 0) for callers that only need exclusion.
+//
+// # Limits: node restarts
+//
+// Exclusion rests on the holder's key surviving on a majority. A node that
+// restarts without its data (no persistence) and rejoins at once can hand
+// the key to a second client while the first lease is still valid, if it
+// was part of the holder's bare majority. The rule: a node that lost its
+// data must stay out for at least the longest TTL in use (the delayed
+// restart), or run with AOF and fsync=always. Up to N − quorum nodes
+// restarting empty at once is safe when the holder took every node, and the
+// tests show both cases.
+//
+// Clocks still matter for validity: a node whose clock runs fast expires a
+// key early, which the drift allowance covers only up to 1 %.
+package redlockstore

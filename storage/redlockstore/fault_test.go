@@ -1,0 +1,347 @@
+package redlockstore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/oncekit/oncekit/core/lock"
+	"github.com/oncekit/oncekit/internal/testenv"
+	"github.com/oncekit/oncekit/storage/redlockstore"
+)
+
+// cluster is five private redis-server processes the test can stop, pause
+// and restart.
+type cluster struct {
+	procs []*testenv.RedisProcess
+	addrs []string
+}
+
+func newCluster(t *testing.T, n int) *cluster {
+	c := &cluster{}
+	for range n {
+		p := testenv.StartRedis(t)
+		c.procs = append(c.procs, p)
+		c.addrs = append(c.addrs, p.Addr)
+	}
+	return c
+}
+
+// clients with go-redis' default timeouts; no retries so that a stopped node
+// fails fast instead of being retried within a round.
+func (c *cluster) clients(t *testing.T) []redlockstore.Client {
+	cs := make([]redlockstore.Client, len(c.addrs))
+	for i, a := range c.addrs {
+		rc := redis.NewClient(&redis.Options{Addr: a, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+		t.Cleanup(func() { rc.Close() })
+		cs[i] = rc
+	}
+	return cs
+}
+
+func ctxT(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// contend runs goroutines × cycles acquisitions of one key spread over
+// lockers, and checks exclusion and fence order.
+func contend(t *testing.T, lockers []lock.Locker, key string, goroutines, cycles int) {
+	t.Helper()
+	var (
+		inside, overlaps, counter atomic.Int64
+		last                      atomic.Uint64
+		badFences                 atomic.Int64
+		wg                        sync.WaitGroup
+		errs                      = make(chan error, goroutines)
+	)
+	ctx := ctxT(t, time.Minute)
+	for g := range goroutines {
+		wg.Go(func() {
+			l := lockers[g%len(lockers)]
+			for range cycles {
+				lease, err := l.Acquire(ctx, key, 2*time.Second)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if inside.Add(1) != 1 {
+					overlaps.Add(1)
+				}
+				if f := lease.Fence(); f <= last.Load() {
+					badFences.Add(1)
+				} else {
+					last.Store(f)
+				}
+				v := counter.Load()
+				time.Sleep(time.Duration(rand.IntN(200)) * time.Microsecond)
+				counter.Store(v + 1)
+				inside.Add(-1)
+				if err := lease.Release(ctx); err != nil && !errors.Is(err, redlockstore.ErrNoQuorum) {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("Acquire/Release: %v", err)
+	}
+	if got := counter.Load(); got != int64(goroutines*cycles) {
+		t.Errorf("counter = %d, want %d", got, goroutines*cycles)
+	}
+	if overlaps.Load() != 0 || badFences.Load() != 0 {
+		t.Errorf("%d overlaps, %d fences out of order", overlaps.Load(), badFences.Load())
+	}
+}
+
+func lockers(t *testing.T, c *cluster, n int) []lock.Locker {
+	ls := make([]lock.Locker, n)
+	for i := range ls {
+		ls[i] = newStore(t, c.clients(t))
+	}
+	return ls
+}
+
+// Two of five nodes paused (SIGSTOP: connections open, no answers) or shut
+// down: locking goes on with exclusion and fence order intact.
+func TestTwoNodesDown(t *testing.T) {
+	for _, fault := range []string{"paused", "stopped"} {
+		t.Run(fault, func(t *testing.T) {
+			c := newCluster(t, 5)
+			ls := lockers(t, c, 3)
+			contend(t, ls, "warm", 3, 5)
+			for _, p := range c.procs[3:] {
+				if fault == "paused" {
+					p.Pause()
+					defer p.Resume()
+				} else {
+					p.Kill()
+				}
+			}
+			contend(t, ls, "two-down", 4, 10)
+		})
+	}
+}
+
+// Three of five nodes down: no quorum. Acquire fails within its deadline
+// with an error naming the failed nodes, never a false success; service
+// comes back with the nodes.
+func TestThreeNodesDown(t *testing.T) {
+	c := newCluster(t, 5)
+	s := newStore(t, c.clients(t))
+	for _, p := range c.procs[2:] {
+		p.Kill()
+	}
+	_, err := s.TryAcquire(ctxT(t, 5*time.Second), "three-down", time.Second)
+	var qe *redlockstore.QuorumError
+	if !errors.As(err, &qe) || !errors.Is(err, redlockstore.ErrNoQuorum) {
+		t.Fatalf("TryAcquire with 3 of 5 down: %v, want a *QuorumError", err)
+	}
+	for _, p := range c.procs[2:] {
+		if _, ok := qe.Failed[p.Addr]; !ok || !strings.Contains(err.Error(), p.Addr) {
+			t.Errorf("error does not name failed node %s: %v", p.Addr, err)
+		}
+	}
+	if len(qe.Failed) != 3 || qe.Got != 2 || qe.Need != 3 {
+		t.Errorf("QuorumError = %+v, want 3 failed, got 2, need 3", qe)
+	}
+
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
+	defer cancel()
+	lease, err := s.Acquire(ctx, "three-down", time.Second)
+	if err == nil {
+		lease.Release(context.Background())
+		t.Fatal("Acquire without a quorum succeeded")
+	}
+	if !errors.Is(err, redlockstore.ErrNoQuorum) || !errors.Is(err, lock.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Acquire without a quorum: %v, want ErrNoQuorum, ErrNotAcquired and DeadlineExceeded", err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("Acquire with a 500ms deadline returned after %s", d)
+	}
+
+	for _, p := range c.procs[2:] {
+		p.Start()
+	}
+	lease, err = s.Acquire(ctxT(t, 10*time.Second), "three-down", time.Second)
+	if err != nil {
+		t.Fatalf("Acquire after the nodes came back: %v", err)
+	}
+	if err := lease.Release(ctxT(t, 5*time.Second)); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+}
+
+// The delayed-restart rule: a node that restarts without its data may only
+// rejoin once every lease it could have held has expired. Up to N−quorum
+// nodes may restart empty at once without it: every majority still
+// contains a node that kept the holder's key and fence.
+func TestEmptyRestartOfTwoNodes(t *testing.T) {
+	c := newCluster(t, 5)
+	a, b := newStore(t, c.clients(t)), newStore(t, c.clients(t))
+	holder, err := a.Acquire(ctxT(t, 5*time.Second), "restart", 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitAll(t, c, "oncekit:redlock:{restart}") // the late replies have landed too
+	for _, p := range c.procs[:2] {
+		p.Kill()
+		p.Start() // empty: no persistence
+	}
+	if _, err := b.TryAcquire(ctxT(t, 5*time.Second), "restart", time.Second); !errors.Is(err, lock.ErrNotAcquired) {
+		t.Fatalf("TryAcquire while 3 of 5 nodes keep the holder's key: %v, want ErrNotAcquired", err)
+	}
+	if err := holder.Refresh(ctxT(t, 5*time.Second), 10*time.Second); err != nil {
+		t.Fatalf("holder's Refresh with 3 of 5 nodes: %v", err)
+	}
+	if err := holder.Release(ctxT(t, 5*time.Second)); err != nil {
+		t.Fatalf("holder's Release: %v", err)
+	}
+	next, err := b.Acquire(ctxT(t, 5*time.Second), "restart", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer next.Release(context.Background())
+	if next.Fence() <= holder.Fence() {
+		t.Errorf("fence after two empty restarts %d, not above the previous holder's %d", next.Fence(), holder.Fence())
+	}
+}
+
+// Why the rule exists: the holder took a bare majority (two nodes were
+// paused), one of its nodes restarts empty at once, and the paused nodes
+// come back. Another client then takes the key while the first lease is
+// still valid. This documents the limit; it is not a guarantee.
+func TestImmediateEmptyRestartOfBareMajorityBreaksExclusion(t *testing.T) {
+	c := newCluster(t, 5)
+	const nodeTimeout = 100 * time.Millisecond
+	a := newStore(t, c.clients(t), redlockstore.WithNodeTimeout(nodeTimeout))
+	b := newStore(t, c.clients(t))
+	c.procs[3].Pause()
+	c.procs[4].Pause()
+	holder, err := a.Acquire(ctxT(t, 5*time.Second), "bare", 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Release(context.Background())
+	c.procs[2].Kill()
+	c.procs[2].Start()
+	time.Sleep(2 * nodeTimeout) // past the deadline of the requests queued on 3 and 4
+	c.procs[3].Resume()         // which now refuse them
+	c.procs[4].Resume()
+	other, err := b.TryAcquire(ctxT(t, 5*time.Second), "bare", time.Second)
+	if err != nil {
+		t.Fatalf("expected the documented violation, got %v", err)
+	}
+	other.Release(context.Background())
+	select {
+	case <-holder.Done():
+		t.Fatal("the first lease ended; the test no longer shows an overlap")
+	default:
+	}
+}
+
+// waitAll waits until key exists on every node of c.
+func waitAll(t *testing.T, c *cluster, key string) {
+	t.Helper()
+	for _, a := range c.addrs {
+		rc := redis.NewClient(&redis.Options{Addr: a})
+		deadline := time.Now().Add(5 * time.Second)
+		for rc.Exists(context.Background(), key).Val() != 1 {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s never held %s", a, key)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		rc.Close()
+	}
+}
+
+// Fences only grow across successive holders, however the rounds
+// interleave: nodes start with very different counters; for each
+// acquisition up to two random nodes are paused (so the holder takes a bare
+// or partial majority, and their requests arrive late or not at all), or
+// restarted empty (losing their counters).
+func TestFencesGrowAcrossInterleavings(t *testing.T) {
+	c := newCluster(t, 5)
+	ctx := ctxT(t, 2*time.Minute)
+	for i, a := range c.addrs { // uneven starting counters
+		rc := redis.NewClient(&redis.Options{Addr: a})
+		rc.Set(ctx, "oncekit:redlock:{interleave}:fence", []int{50, 3, 1000, 7, 400}[i], 0)
+		rc.Close()
+	}
+	stores := []*redlockstore.Store{newStore(t, c.clients(t)), newStore(t, c.clients(t))}
+	rng := rand.New(rand.NewPCG(1, 2))
+	var last uint64
+	for round := range 40 {
+		var paused []*testenv.RedisProcess
+		switch fault := rng.IntN(3); fault {
+		case 0: // pause one or two nodes during this acquisition
+			for _, i := range rng.Perm(5)[:1+rng.IntN(2)] {
+				c.procs[i].Pause()
+				paused = append(paused, c.procs[i])
+			}
+		case 1: // restart one or two nodes empty
+			for _, i := range rng.Perm(5)[:1+rng.IntN(2)] {
+				c.procs[i].Kill()
+				c.procs[i].Start()
+			}
+		}
+		s := stores[round%2]
+		l, err := s.Acquire(ctx, "interleave", 2*time.Second)
+		if err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		if l.Fence() <= last {
+			t.Fatalf("round %d: fence %d not above the previous holder's %d", round, l.Fence(), last)
+		}
+		last = l.Fence()
+		for _, p := range paused {
+			p.Resume()
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatalf("round %d: Release: %v", round, err)
+		}
+	}
+}
+
+func TestNewValidates(t *testing.T) {
+	c := func() redlockstore.Client {
+		rc := redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", 1+rand.IntN(1000))})
+		t.Cleanup(func() { rc.Close() })
+		return rc
+	}
+	for _, tc := range []struct {
+		name    string
+		clients []redlockstore.Client
+		opts    []redlockstore.Option
+	}{
+		{"no nodes", nil, nil},
+		{"one node", []redlockstore.Client{c()}, nil},
+		{"even", []redlockstore.Client{c(), c(), c(), c()}, nil},
+		{"nil client", []redlockstore.Client{c(), nil, c()}, nil},
+		{"brace in prefix", []redlockstore.Client{c(), c(), c()}, []redlockstore.Option{redlockstore.WithPrefix("{x}")}},
+		{"drift", []redlockstore.Client{c(), c(), c()}, []redlockstore.Option{redlockstore.WithDrift(0.6, 0)}},
+	} {
+		if _, err := redlockstore.New(tc.clients, tc.opts...); err == nil {
+			t.Errorf("New with %s: no error", tc.name)
+		}
+	}
+	same := redis.NewClient(&redis.Options{Addr: "127.0.0.1:9"})
+	defer same.Close()
+	if _, err := redlockstore.New([]redlockstore.Client{same, same, c()}); err == nil {
+		t.Error("New with one server twice: no error")
+	}
+}
