@@ -27,8 +27,12 @@
 // Release deletes it on every node and publishes a release message on each.
 // Acquire waits for a release message from any node, for the remaining TTL
 // of the nodes that stand between it and a majority, or at most the recheck
-// interval; after a split vote (competing clients each took some nodes) it
-// backs off with full jitter. Goroutines of one Store waiting for one key
+// interval. A split vote (competing clients each took some nodes, none a
+// majority) is settled by the key's leader node, which every client derives
+// from the key and only one can hold: its holder keeps its nodes and tries
+// the rest again within a few milliseconds, while the others hand theirs
+// back without announcing it and wait. Waiters that met contention spread
+// their next attempts over a jittered backoff window. Goroutines of one Store waiting for one key
 // queue up locally, and only the first competes on the nodes.
 //
 // # Fencing without trusting clocks

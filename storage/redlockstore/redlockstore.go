@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -169,20 +170,85 @@ func (s *Store) all() []int {
 
 // outcome of one acquisition attempt.
 type outcome struct {
-	lease *lease
-	held  *lock.HeldError // the key is held: wait for it
-	split bool            // we took some nodes, not a majority: back off
-	err   error           // a *QuorumError, a ctx error, or a failed fencing round
+	lease  *lease
+	held   *lock.HeldError // the key is held: wait for it
+	split  bool            // we took some nodes, not a majority
+	leader bool            // ... including the key's leader node
+	err    error           // a *QuorumError, a ctx error, or a failed fencing round
 }
 
-// attempt makes one Redlock acquisition: round one takes the key on every
-// node it can (SET NX PX, INCR of the node's fence counter); with a
-// majority and validity left, round two (fenced mode) writes the highest
-// counter back to the acquired nodes where the key is still ours and needs
-// a majority too. A failed attempt releases every node it took, including
-// ones whose answer arrives late.
-func (s *Store) attempt(ctx context.Context, key string, ttl time.Duration, onEnd func()) outcome {
-	tok := token.New()
+// claim is one token's hold on the nodes, across the attempts that use it.
+// It knows every node the token took, including ones whose answer came
+// after their round had ended, so that whatever happens to the attempts
+// nothing is left behind: an abandoned claim releases all of them, and so
+// does a late answer after the claim was abandoned or its lease ended.
+type claim struct {
+	s   *Store
+	key string
+	tok string
+
+	mu        sync.Mutex
+	held      map[int]bool
+	abandoned bool
+	lease     *lease
+}
+
+func (s *Store) newClaim(key string) *claim {
+	return &claim{s: s, key: key, tok: token.New(), held: map[int]bool{}}
+}
+
+// took records that node i holds the claim's token; it reports false (and
+// releases the node) when the claim is already over.
+func (c *claim) took(i int) bool {
+	c.mu.Lock()
+	over := c.abandoned || (c.lease != nil && c.lease.finished())
+	if !over {
+		c.held[i] = true
+	}
+	c.mu.Unlock()
+	if over {
+		c.s.releaseNodes(c.key, c.tok, []int{i}, 0)
+	}
+	return !over
+}
+
+// abandon releases every node the claim took, waiting up to wait. With
+// quiet set it publishes no release message: a split-vote loser giving its
+// nodes back to the leader-node holder should not wake every other waiter.
+func (c *claim) abandon(wait time.Duration, quiet bool) {
+	c.mu.Lock()
+	c.abandoned = true
+	idx := make([]int, 0, len(c.held))
+	for i := range c.held {
+		idx = append(idx, i)
+	}
+	c.held = map[int]bool{}
+	c.mu.Unlock()
+	if len(idx) > 0 {
+		mode := c.s.opts.pubsub.ScriptArg()
+		if quiet {
+			mode = redisnotify.Off.ScriptArg()
+		}
+		c.s.releaseNodesMode(c.key, c.tok, idx, wait, mode)
+	}
+}
+
+// leaderNode is the node whose holder wins a split vote on key: every
+// client agrees on it, and one client at a time can hold it.
+func (s *Store) leaderNode(key string) int {
+	h := fnv.New32a()
+	h.Write([]byte(key))
+	return int(h.Sum32() % uint32(len(s.nodes)))
+}
+
+// attempt makes one Redlock acquisition round for claim c: it takes the
+// key on every node it can (SET NX PX and an INCR of the node's fence
+// counter, or a renewal where the claim's token already holds it). With a
+// majority and validity left, the second round (fenced mode) writes the
+// highest counter back and needs a majority too. On failure the caller
+// decides whether to keep the claim for another round or abandon it.
+func (s *Store) attempt(ctx context.Context, c *claim, ttl time.Duration, onEnd func()) outcome {
+	key := c.key
 	start := time.Now()
 	nt := s.nodeTimeout(ttl)
 	deadline := start.Add(nt)
@@ -194,8 +260,8 @@ func (s *Store) attempt(ctx context.Context, key string, ttl time.Duration, onEn
 		fenced = 1
 	}
 	keys := []string{s.names.Lock(key), s.names.Fence(key)}
-	ch := s.call(s.all(), func(c context.Context, n *node) ([]int64, error) {
-		return redislua.Acquire.Run(c, n.c, keys, tok, ttl.Milliseconds(), deadline.UnixMilli(), fenced).Int64Slice()
+	ch := s.call(s.all(), func(cx context.Context, n *node) ([]int64, error) {
+		return redislua.Acquire.Run(cx, n.c, keys, c.tok, ttl.Milliseconds(), deadline.UnixMilli(), fenced).Int64Slice()
 	})
 	var (
 		n        = len(s.nodes)
@@ -212,7 +278,9 @@ func (s *Store) attempt(ctx context.Context, key string, ttl time.Duration, onEn
 		case len(r.v) != 2:
 			failed[r.i] = fmt.Errorf("unexpected script reply %v", r.v)
 		case r.v[0] == 1:
-			acquired[r.i] = r.v[1]
+			if c.took(r.i) {
+				acquired[r.i] = r.v[1]
+			}
 		case r.v[0] == 0:
 			held[r.i] = r.v[1]
 		default:
@@ -230,67 +298,53 @@ func (s *Store) attempt(ctx context.Context, key string, ttl time.Duration, onEn
 			}
 		}
 	}
-
-	// Late answers to round one: a node taken after the attempt failed, or
-	// after its lease ended, is released again.
-	decided := make(chan struct{})
-	var granted *lease
-	if pending > 0 {
+	if pending > 0 { // late answers: the claim keeps or releases what they took
 		s.bg.Go(func() {
 			for range pending {
-				r := <-ch
-				if r.err != nil || len(r.v) != 2 || r.v[0] != 1 {
-					continue
-				}
-				<-decided
-				if granted == nil || granted.finished() {
-					s.releaseNodes(key, tok, []int{r.i}, 0)
+				if r := <-ch; r.err == nil && len(r.v) == 2 && r.v[0] == 1 {
+					c.took(r.i)
 				}
 			}
 		})
 	}
-	fail := func(o outcome) outcome {
-		close(decided)
-		if len(acquired) > 0 {
-			s.releaseNodes(key, tok, indexes(acquired), nt)
-		}
-		return o
-	}
 
 	if ctxErr != nil {
-		return fail(outcome{err: errors.Join(lock.ErrNotAcquired, ctxErr)})
+		return outcome{err: errors.Join(lock.ErrNotAcquired, ctxErr)}
 	}
 	if len(acquired) < s.quorum {
+		_, leader := acquired[s.leaderNode(key)]
 		switch {
 		case len(failed) > 0 && len(acquired)+len(failed) >= s.quorum:
-			return fail(outcome{err: s.quorumError("acquire", key, len(acquired), failed)})
+			return outcome{split: len(acquired) > 0, leader: leader, err: s.quorumError("acquire", key, len(acquired), failed)}
 		case len(acquired) > 0:
-			return fail(outcome{split: true, held: &lock.HeldError{Key: key, TTL: 0}})
+			return outcome{split: true, leader: leader, held: &lock.HeldError{Key: key, TTL: 0}}
 		default:
-			return fail(outcome{held: &lock.HeldError{Key: key, TTL: s.holdWait(held)}})
+			return outcome{held: &lock.HeldError{Key: key, TTL: s.holdWait(held)}}
 		}
 	}
 	drift := s.drift(ttl)
 	if ttl-time.Since(start)-drift <= 0 {
-		return fail(outcome{split: true, err: fmt.Errorf("redlockstore: acquire %q: %w: the round took %s of a %s TTL",
-			key, lock.ErrNotAcquired, time.Since(start).Round(time.Microsecond), ttl)})
+		return outcome{split: true, err: fmt.Errorf("redlockstore: acquire %q: %w: the round took %s of a %s TTL",
+			key, lock.ErrNotAcquired, time.Since(start).Round(time.Microsecond), ttl)}
 	}
 
 	var fence uint64
 	if s.opts.fenced {
 		var err error
-		fence, err = s.writeBack(ctx, key, tok, acquired, nt)
+		fence, err = s.writeBack(ctx, key, c.tok, acquired, nt)
 		if err != nil {
-			return fail(outcome{split: !errors.Is(err, ErrNoQuorum) && ctx.Err() == nil, err: err})
+			return outcome{split: !errors.Is(err, ErrNoQuorum) && ctx.Err() == nil, err: err}
 		}
 		if ttl-time.Since(start)-drift <= 0 {
-			return fail(outcome{split: true, err: fmt.Errorf("redlockstore: acquire %q: %w: two rounds took %s of a %s TTL",
-				key, lock.ErrNotAcquired, time.Since(start).Round(time.Microsecond), ttl)})
+			return outcome{split: true, err: fmt.Errorf("redlockstore: acquire %q: %w: two rounds took %s of a %s TTL",
+				key, lock.ErrNotAcquired, time.Since(start).Round(time.Microsecond), ttl)}
 		}
 	}
-	granted = newLease(s, key, tok, fence, start.Add(ttl-drift), onEnd)
-	close(decided)
-	return outcome{lease: granted}
+	l := newLease(s, key, c.tok, fence, start.Add(ttl-drift), onEnd)
+	c.mu.Lock()
+	c.lease = l
+	c.mu.Unlock()
+	return outcome{lease: l}
 }
 
 // writeBack is the second round of a fenced acquisition: the fence T is
@@ -346,8 +400,12 @@ func (s *Store) writeBack(ctx context.Context, key, tok string, acquired map[int
 // releaseNodes runs the release script for tok on the nodes in idx and
 // waits up to wait for their answers (0: does not wait).
 func (s *Store) releaseNodes(key, tok string, idx []int, wait time.Duration) {
+	s.releaseNodesMode(key, tok, idx, wait, s.opts.pubsub.ScriptArg())
+}
+
+func (s *Store) releaseNodesMode(key, tok string, idx []int, wait time.Duration, mode string) {
 	ch := s.call(idx, func(c context.Context, n *node) ([]int64, error) {
-		v, err := redislua.Release.Run(c, n.c, []string{s.names.Lock(key)}, tok, s.names.Channel(key), s.opts.pubsub.ScriptArg()).Int64()
+		v, err := redislua.Release.Run(c, n.c, []string{s.names.Lock(key)}, tok, s.names.Channel(key), mode).Int64()
 		return []int64{v}, err
 	})
 	if wait > 0 {
@@ -396,7 +454,11 @@ func (s *Store) TryAcquire(ctx context.Context, key string, ttl time.Duration) (
 	if err := s.check(ctx, key, ttl); err != nil {
 		return nil, err
 	}
-	out := s.attempt(ctx, key, ttl, nil)
+	c := s.newClaim(key)
+	out := s.attempt(ctx, c, ttl, nil)
+	if out.lease == nil {
+		c.abandon(s.nodeTimeout(ttl), false)
+	}
 	switch {
 	case out.lease != nil:
 		return out.lease, nil
@@ -446,12 +508,20 @@ func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (loc
 	return l, nil
 }
 
+// candidateRounds bounds how many extra rounds a client holding the
+// leader node spends completing its majority (after 1, 2, 4, 8 ms) before
+// it gives up its nodes.
+const candidateRounds = 4
+
 func (s *Store) acquire(ctx context.Context, key string, ttl time.Duration, onEnd func()) (*lease, error) {
 	var (
-		mw      *multiWatch
-		backoff = s.opts.minBackoff
-		lastErr error
-		timer   = time.NewTimer(time.Hour)
+		mw        *multiWatch
+		backoff   = s.opts.minBackoff
+		lastErr   error
+		timer     = time.NewTimer(time.Hour)
+		c         = s.newClaim(key)
+		candidate = 0
+		nt        = s.nodeTimeout(ttl)
 	)
 	defer timer.Stop()
 	defer func() {
@@ -459,58 +529,90 @@ func (s *Store) acquire(ctx context.Context, key string, ttl time.Duration, onEn
 			mw.close()
 		}
 	}()
+	sleep := func(d time.Duration, wake <-chan struct{}) error {
+		timer.Reset(d)
+		defer func() {
+			if !timer.Stop() {
+				select {
+				case <-timer.C:
+				default:
+				}
+			}
+		}()
+		select {
+		case <-wake:
+		case <-timer.C:
+		case <-s.closed:
+			return fmt.Errorf("redlockstore: acquire %q: %w", key, lock.ErrClosed)
+		case <-ctx.Done():
+			return errors.Join(lock.ErrNotAcquired, ctx.Err(), lastErr)
+		}
+		return nil
+	}
 	for {
-		out := s.attempt(ctx, key, ttl, onEnd)
+		out := s.attempt(ctx, c, ttl, onEnd)
 		if out.lease != nil {
 			return out.lease, nil
 		}
+		if out.err != nil {
+			lastErr = out.err
+		}
 		if ctx.Err() != nil {
+			c.abandon(nt, false)
 			return nil, errors.Join(lock.ErrNotAcquired, ctx.Err(), lastErr)
 		}
+		if mw == nil {
+			// Subscribe on every node before waiting, so a release between
+			// the attempt and the subscription is not missed.
+			mw = s.watchAll(key)
+		}
+		if out.split && out.leader && candidate < candidateRounds {
+			// A split vote, and we hold the leader node: the others see that
+			// they do not and give their nodes up, which wakes us. Keep ours
+			// and take the rest.
+			if err := sleep(time.Millisecond<<candidate, nil); err != nil {
+				c.abandon(nt, false)
+				return nil, err
+			}
+			candidate++
+			continue
+		}
+		// Split-vote losers give their nodes back quietly; everyone else
+		// announces the release.
+		c.abandon(nt, out.split && !out.leader && out.err == nil)
+		c, candidate = s.newClaim(key), 0
 		var (
-			wait      time.Duration
-			listening = mw != nil
+			wait time.Duration
+			wake = mw.wake
 		)
 		switch {
-		case out.split || out.err != nil:
-			// A split vote or a failed round: back off with full jitter and
-			// without listening for releases, or competitors woken by the
-			// same message would split again.
-			if out.err != nil {
-				lastErr = out.err
-			}
+		case out.err != nil || (out.split && out.leader):
+			// A failed round, or a candidate that could not complete: back
+			// off with full jitter, deaf to releases, so that competitors
+			// woken by the same message do not collide again.
 			wait = rand.N(backoff + 1)
 			backoff = min(2*backoff, s.opts.maxBackoff)
-			listening = false
-		case mw == nil:
-			// Held: subscribe on every node, then try again at once, so a
-			// release between the attempt and the subscription is not missed.
-			mw = s.watchAll(key)
-			continue
+			wake = nil
+		case out.split:
+			// Someone else holds the leader node and will win: wait for it,
+			// and spread the next attempts of the woken.
+			wait = s.opts.recheck
+			backoff = min(2*backoff, s.opts.maxBackoff)
 		default:
-			backoff = s.opts.minBackoff
 			wait = s.opts.recheck
 			if t := out.held.TTL; t >= 0 && t < wait {
 				wait = t + time.Millisecond
 			}
 		}
-		timer.Reset(wait)
-		var wake <-chan struct{}
-		if listening {
-			wake = mw.wake
+		if err := sleep(wait, wake); err != nil {
+			return nil, err
 		}
-		select {
-		case <-wake:
-		case <-timer.C:
-		case <-s.closed:
-			return nil, fmt.Errorf("redlockstore: acquire %q: %w", key, lock.ErrClosed)
-		case <-ctx.Done():
-			return nil, errors.Join(lock.ErrNotAcquired, ctx.Err(), lastErr)
-		}
-		if !timer.Stop() {
-			select {
-			case <-timer.C:
-			default:
+		if wake != nil && backoff > s.opts.minBackoff {
+			// Contention since this waiter last held the key: the other
+			// processes woken by the same release compete too. Spread the
+			// attempts over the backoff window, deaf to further messages.
+			if err := sleep(rand.N(backoff+1), nil); err != nil {
+				return nil, err
 			}
 		}
 	}
