@@ -554,8 +554,8 @@ func (s *Store) acquire(ctx context.Context, key string, ttl time.Duration, onEn
 		if out.lease != nil {
 			return out.lease, nil
 		}
-		if out.err != nil {
-			lastErr = out.err
+		if out.err != nil && ctx.Err() == nil {
+			lastErr = out.err // kept for the final error when ctx ends
 		}
 		if ctx.Err() != nil {
 			c.abandon(nt, false)
