@@ -317,7 +317,7 @@ func (s *Store) attempt(ctx context.Context, c *claim, ttl time.Duration, onEnd 
 		case len(failed) > 0 && len(acquired)+len(failed) >= s.quorum:
 			return outcome{split: len(acquired) > 0, leader: leader, err: s.quorumError("acquire", key, len(acquired), failed)}
 		case len(acquired) > 0:
-			return outcome{split: true, leader: leader, held: &lock.HeldError{Key: key, TTL: 0}}
+			return outcome{split: true, leader: leader, held: &lock.HeldError{Key: key, TTL: s.holdWait(held)}}
 		default:
 			return outcome{held: &lock.HeldError{Key: key, TTL: s.holdWait(held)}}
 		}
