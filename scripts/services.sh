@@ -9,11 +9,13 @@
 # Ports and paths are overridable by environment:
 #   ONCEKIT_REDIS_PORTS   space-separated, default "6379 6380 6381 6382 6383"
 #   ONCEKIT_CLUSTER_PORTS three ports for a Redis Cluster, default "7000 7001 7002"
+#   ONCEKIT_ETCD_PORTS    etcd client and peer port, default "2379 2380"
 #   ONCEKIT_RUN_DIR       pid, log and data files, default /tmp/oncekit-services
 set -euo pipefail
 
 REDIS_PORTS=${ONCEKIT_REDIS_PORTS:-"6379 6380 6381 6382 6383"}
 CLUSTER_PORTS=${ONCEKIT_CLUSTER_PORTS:-"7000 7001 7002"}
+read -r ETCD_PORT ETCD_PEER_PORT <<<"${ONCEKIT_ETCD_PORTS:-2379 2380}"
 RUN_DIR=${ONCEKIT_RUN_DIR:-/tmp/oncekit-services}
 READY_TIMEOUT=${ONCEKIT_READY_TIMEOUT:-20}
 
@@ -133,6 +135,48 @@ cluster_down() {
 	done
 }
 
+ensure_etcd() {
+	command -v etcd >/dev/null && return
+	apt_install etcd-server
+}
+
+# http_health PORT: etcd's /health on 127.0.0.1:PORT says true.
+http_health() {
+	timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$1 && printf 'GET /health HTTP/1.0\r\n\r\n' >&3 && cat <&3" 2>/dev/null \
+		| grep -q '"health":"true"'
+}
+
+# A single etcd node (Debian's etcd-server), fresh data each time.
+etcd_up() {
+	ensure_etcd
+	local dir="$RUN_DIR/etcd"
+	mkdir -p "$dir"
+	stop_pidfile "$dir/etcd.pid" "stale etcd"
+	for port in "$ETCD_PORT" "$ETCD_PEER_PORT"; do
+		if port_busy "$port"; then
+			die "port $port is in use by a process this script did not start (set ONCEKIT_ETCD_PORTS to other ports)"
+		fi
+	done
+	rm -rf "$dir/data"
+	nohup etcd --name oncekit --data-dir "$dir/data" \
+		--listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
+		--listen-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" --initial-advertise-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
+		--initial-cluster "oncekit=http://127.0.0.1:$ETCD_PEER_PORT" \
+		>"$dir/etcd.log" 2>&1 </dev/null &
+	echo $! >"$dir/etcd.pid"
+	local deadline=$((SECONDS + READY_TIMEOUT))
+	until http_health "$ETCD_PORT"; do
+		alive "$(cat "$dir/etcd.pid")" || die "etcd exited (see $dir/etcd.log)"
+		((SECONDS < deadline)) || die "etcd on port $ETCD_PORT not ready after ${READY_TIMEOUT}s (see $dir/etcd.log)"
+		sleep 0.1
+	done
+	log "etcd ready on port $ETCD_PORT"
+}
+
+etcd_down() {
+	stop_pidfile "$RUN_DIR/etcd/etcd.pid" "etcd"
+}
+
 redis_down() {
 	local port
 	for port in $REDIS_PORTS; do
@@ -147,6 +191,7 @@ print_env() {
 	addrs=""
 	for port in $CLUSTER_PORTS; do addrs+="${addrs:+,}127.0.0.1:$port"; done
 	echo "export REDIS_CLUSTER_ADDRS=$addrs"
+	echo "export ETCD_ENDPOINTS=127.0.0.1:$ETCD_PORT"
 	echo "export ONCEKIT_RUN_DIR=$RUN_DIR"
 }
 
@@ -162,11 +207,14 @@ status() {
 		if [[ -n $pid ]] && alive "$pid"; then echo "cluster redis-server :$port running (pid $pid)"
 		else echo "cluster redis-server :$port stopped"; fi
 	done
+	pid=$(cat "$RUN_DIR/etcd/etcd.pid" 2>/dev/null || true)
+	if [[ -n $pid ]] && alive "$pid"; then echo "etcd :$ETCD_PORT running (pid $pid)"
+	else echo "etcd :$ETCD_PORT stopped"; fi
 }
 
 case ${1:-} in
-up) redis_up; cluster_up ;;
-down) cluster_down; redis_down ;;
+up) redis_up; cluster_up; etcd_up ;;
+down) etcd_down; cluster_down; redis_down ;;
 status) status ;;
 env) print_env ;;
 *) echo "usage: $0 up|down|status|env" >&2; exit 2 ;;

@@ -1,0 +1,363 @@
+package etcdstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"strconv"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/oncekit/oncekit/core/lock"
+	"github.com/oncekit/oncekit/internal/token"
+)
+
+// Client is the part of the etcd client the Store uses; *clientv3.Client
+// satisfies it.
+type Client interface {
+	clientv3.KV
+	clientv3.Lease
+	clientv3.Watcher
+}
+
+// Store is a lock.Locker over etcd. It is safe for concurrent use. Its
+// locks are bound to one session lease, created on first use and kept
+// alive in the background; Close revokes it.
+type Store struct {
+	c    Client
+	opts options
+
+	mu     sync.Mutex
+	sess   *session
+	closed bool
+
+	bg sync.WaitGroup
+}
+
+// session is one etcd lease that the Store's keys are bound to.
+type session struct {
+	id     clientv3.LeaseID
+	done   chan struct{} // closed when the lease is lost, revoked or the Store closes
+	cancel context.CancelFunc
+
+	mu     sync.Mutex
+	leases map[*lease]struct{}
+}
+
+// New returns a Store over c. It makes no request until first used.
+func New(c Client, opts ...Option) (*Store, error) {
+	if c == nil {
+		return nil, errors.New("etcdstore: New: nil client")
+	}
+	o := defaultOptions()
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if err := o.validate(); err != nil {
+		return nil, fmt.Errorf("etcdstore: New: %w", err)
+	}
+	return &Store{c: c, opts: o}, nil
+}
+
+// Close revokes the session lease, which deletes every key of the Store
+// at once, ends its leases (Done closes), and waits for background work.
+// It does not close the client.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	s.closed = true
+	sess := s.sess
+	s.sess = nil
+	s.mu.Unlock()
+	var err error
+	if sess != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), lock.ReleaseTimeout)
+		_, err = s.c.Revoke(ctx, sess.id)
+		cancel()
+		sess.end()
+	}
+	s.bg.Wait()
+	if err != nil {
+		return fmt.Errorf("etcdstore: close: revoke session: %w", err)
+	}
+	return nil
+}
+
+// session returns the live session, creating one when there is none.
+func (s *Store) session(ctx context.Context) (*session, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, lock.ErrClosed
+	}
+	if s.sess != nil {
+		select {
+		case <-s.sess.done:
+			s.sess = nil
+		default:
+			return s.sess, nil
+		}
+	}
+	secs := int64((s.opts.sessionTTL + time.Second - 1) / time.Second)
+	g, err := s.c.Grant(ctx, secs)
+	if err != nil {
+		return nil, fmt.Errorf("etcdstore: grant session lease: %w", err)
+	}
+	kctx, cancel := context.WithCancel(context.Background())
+	ka, err := s.c.KeepAlive(kctx, g.ID)
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("etcdstore: keep session lease alive: %w", err)
+	}
+	sess := &session{id: g.ID, done: make(chan struct{}), cancel: cancel, leases: map[*lease]struct{}{}}
+	s.bg.Go(func() {
+		for range ka { // the channel closes when the lease is lost or kctx ends
+		}
+		sess.end()
+	})
+	s.sess = sess
+	return sess, nil
+}
+
+// end marks the session over and ends its leases as lost.
+func (sess *session) end() {
+	sess.mu.Lock()
+	select {
+	case <-sess.done:
+		sess.mu.Unlock()
+		return
+	default:
+	}
+	close(sess.done)
+	leases := sess.leases
+	sess.leases = nil
+	sess.mu.Unlock()
+	sess.cancel()
+	for l := range leases {
+		l.finish(lost)
+	}
+}
+
+func (sess *session) add(l *lease) bool {
+	sess.mu.Lock()
+	defer sess.mu.Unlock()
+	if sess.leases == nil {
+		return false
+	}
+	sess.leases[l] = struct{}{}
+	return true
+}
+
+func (sess *session) remove(l *lease) {
+	sess.mu.Lock()
+	defer sess.mu.Unlock()
+	delete(sess.leases, l)
+}
+
+// lockPrefix is the directory of key's queue. The key is path-escaped, so
+// that "a" and "a/b" never share a directory.
+func (s *Store) lockPrefix(key string) string {
+	return s.opts.prefix + url.PathEscape(key) + "/"
+}
+
+// TryAcquire implements lock.Locker in one transaction: the key is taken
+// when nobody holds or waits for it; otherwise the holder's entry is read
+// for its remaining TTL.
+func (s *Store) TryAcquire(ctx context.Context, key string, ttl time.Duration) (lock.Lease, error) {
+	if err := s.check(ctx, key, ttl); err != nil {
+		return nil, err
+	}
+	sess, err := s.session(ctx)
+	if err != nil {
+		return nil, s.wrap("acquire", key, ctx, err)
+	}
+	pfx := s.lockPrefix(key)
+	tok := token.New()
+	mine := pfx + fmt.Sprintf("%x-%s", int64(sess.id), tok)
+	start := time.Now()
+	resp, err := s.c.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(pfx).WithPrefix(), "=", 0)).
+		Then(clientv3.OpPut(mine, expiry(start, ttl), clientv3.WithLease(sess.id))).
+		Else(clientv3.OpGet(pfx, clientv3.WithFirstCreate()...)).
+		Commit()
+	if err != nil {
+		return nil, s.wrap("acquire", key, ctx, err)
+	}
+	if !resp.Succeeded {
+		held := &lock.HeldError{Key: key, TTL: -1}
+		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
+			held.TTL = remaining(string(kvs[0].Value))
+		}
+		return nil, held
+	}
+	return s.grant(sess, key, mine, tok, resp.Header.Revision, start, ttl)
+}
+
+func (s *Store) grant(sess *session, key, mine, tok string, rev int64, start time.Time, ttl time.Duration) (lock.Lease, error) {
+	l := newLease(s, sess, key, mine, tok, rev, start.Add(ttl))
+	if !sess.add(l) { // the session ended meanwhile: the key went with it
+		l.finish(lost)
+		return nil, fmt.Errorf("etcdstore: acquire %q: session lost: %w", key, lock.ErrNotAcquired)
+	}
+	return l, nil
+}
+
+// Acquire implements lock.Locker. It writes its own entry in the key's
+// queue and reads the first entry in one transaction; when that is not its
+// own, it waits for the entry just before its own (its predecessor) to be
+// deleted, with a watch that is in sync with the server, so one release
+// wakes exactly one waiter. The fence is the entry's create revision.
+func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (lock.Lease, error) {
+	if err := s.check(ctx, key, ttl); err != nil {
+		return nil, err
+	}
+	sess, err := s.session(ctx)
+	if err != nil {
+		return nil, s.wrap("acquire", key, ctx, err)
+	}
+	pfx := s.lockPrefix(key)
+	tok := token.New()
+	mine := pfx + fmt.Sprintf("%x-%s", int64(sess.id), tok)
+	start := time.Now()
+	resp, err := s.c.Txn(ctx).
+		Then(clientv3.OpPut(mine, expiry(start, ttl), clientv3.WithLease(sess.id)),
+			clientv3.OpGet(pfx, clientv3.WithFirstCreate()...)).
+		Commit()
+	if err != nil {
+		// The put may have happened: take the entry out of the queue.
+		s.deleteEntry(ctx, mine)
+		return nil, s.wrap("acquire", key, ctx, err)
+	}
+	rev := resp.Header.Revision
+	if kvs := resp.Responses[1].GetResponseRange().Kvs; len(kvs) > 0 && kvs[0].CreateRevision == rev {
+		return s.grant(sess, key, mine, tok, rev, start, ttl)
+	}
+	if err := s.waitTurn(ctx, sess, pfx, mine, rev); err != nil {
+		s.deleteEntry(ctx, mine)
+		return nil, s.wrap("acquire", key, ctx, err)
+	}
+	// The lease's TTL counts from now. The entry's recorded expiry (what
+	// other clients' TryAcquire reports) still counts from when it joined
+	// the queue until the first Refresh: rewriting it here would cost a
+	// second raft write on every contended acquisition.
+	return s.grant(sess, key, mine, tok, rev, time.Now(), ttl)
+}
+
+// waitTurn returns once no entry older than ours is left in the queue.
+func (s *Store) waitTurn(ctx context.Context, sess *session, pfx, mine string, rev int64) error {
+	for {
+		resp, err := s.c.Get(ctx, pfx, clientv3.WithPrefix(), clientv3.WithMaxCreateRev(rev-1),
+			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(1))
+		if err != nil {
+			return err
+		}
+		if len(resp.Kvs) == 0 {
+			return nil // first in line
+		}
+		if err := s.waitDeleted(ctx, sess, string(resp.Kvs[0].Key)); err != nil {
+			return err
+		}
+	}
+}
+
+// waitDeleted returns when key no longer exists. The watch starts at the
+// current revision, so the server serves it from its synced watcher group
+// and sends the delete at once; a watch started at an older revision is
+// served by a loop that runs every 100 ms. Once the watch is created, the
+// key is checked again, in case it went before the watch began.
+func (s *Store) waitDeleted(ctx context.Context, sess *session, key string) error {
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	wch := s.c.Watch(wctx, key, clientv3.WithCreatedNotify(), clientv3.WithFilterPut())
+	created := false
+	for {
+		select {
+		case wr, ok := <-wch:
+			if !ok {
+				if err := ctx.Err(); err != nil {
+					return err
+				}
+				return errors.New("watch closed")
+			}
+			if err := wr.Err(); err != nil {
+				return err
+			}
+			if wr.Created && !created {
+				created = true
+				g, err := s.c.Get(ctx, key, clientv3.WithCountOnly())
+				if err != nil {
+					return err
+				}
+				if g.Count == 0 {
+					return nil
+				}
+			}
+			for _, ev := range wr.Events {
+				if ev.Type == clientv3.EventTypeDelete {
+					return nil
+				}
+			}
+		case <-sess.done:
+			return errSessionLost
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+var errSessionLost = errors.New("session lease lost")
+
+// deleteEntry removes an entry of ours, also when ctx is already done.
+func (s *Store) deleteEntry(ctx context.Context, key string) {
+	cctx, cancel := lock.CleanupContext(ctx)
+	defer cancel()
+	_, _ = s.c.Delete(cctx, key)
+}
+
+func (s *Store) check(ctx context.Context, key string, ttl time.Duration) error {
+	if err := lock.Validate(key, ttl); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return errors.Join(lock.ErrNotAcquired, err)
+	}
+	return nil
+}
+
+// wrap turns an error of op on key into the Store's: a context error
+// becomes ErrNotAcquired joined with it.
+func (s *Store) wrap(op, key string, ctx context.Context, err error) error {
+	if cerr := ctx.Err(); cerr != nil {
+		return errors.Join(lock.ErrNotAcquired, cerr, fmt.Errorf("etcdstore: %s %q: %w", op, key, err))
+	}
+	if errors.Is(err, lock.ErrClosed) {
+		return fmt.Errorf("etcdstore: %s %q: %w", op, key, err)
+	}
+	return fmt.Errorf("etcdstore: %s %q: %w", op, key, err)
+}
+
+// expiry is the value of an entry: when its holder's TTL runs out, in Unix
+// milliseconds, for other clients' HeldError.
+func expiry(start time.Time, ttl time.Duration) string {
+	return strconv.FormatInt(start.Add(ttl).UnixMilli(), 10)
+}
+
+// remaining reads an entry's recorded expiry; -1 when it is unknown or
+// already past (a holder that waited in the queue and has not refreshed).
+func remaining(v string) time.Duration {
+	ms, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		return -1
+	}
+	if d := time.Until(time.UnixMilli(ms)); d > 0 {
+		return d
+	}
+	return -1
+}
+
+var (
+	_ lock.Locker = (*Store)(nil)
+	_ lock.Lease  = (*lease)(nil)
+)

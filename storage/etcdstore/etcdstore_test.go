@@ -1,0 +1,74 @@
+package etcdstore_test
+
+import (
+	"context"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/goleak"
+
+	"github.com/oncekit/oncekit/core/lock"
+	"github.com/oncekit/oncekit/core/lock/locktest"
+	"github.com/oncekit/oncekit/internal/testenv"
+	"github.com/oncekit/oncekit/storage/etcdstore"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// The etcd client's gRPC machinery winds down asynchronously.
+		goleak.IgnoreTopFunction("google.golang.org/grpc/internal/grpcsync.(*CallbackSerializer).run"),
+		goleak.IgnoreTopFunction("google.golang.org/grpc.(*addrConn).resetTransportAndUnlock"),
+	)
+}
+
+// rpcs counts unary calls to etcd, except granting a session lease (the
+// Store's once-per-session set-up).
+type rpcs struct{ n atomic.Int64 }
+
+func (r *rpcs) intercept(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn,
+	invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	if !strings.HasSuffix(method, "/LeaseGrant") {
+		r.n.Add(1)
+	}
+	return invoker(ctx, method, req, reply, cc, opts...)
+}
+
+func newClient(t testing.TB, endpoints []string, counters ...*rpcs) *clientv3.Client {
+	t.Helper()
+	var dial []grpc.DialOption
+	for _, c := range counters {
+		dial = append(dial, grpc.WithChainUnaryInterceptor(c.intercept))
+	}
+	c, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, DialOptions: dial})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func newStore(t testing.TB, c etcdstore.Client, opts ...etcdstore.Option) *etcdstore.Store {
+	t.Helper()
+	s, err := etcdstore.New(c, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func TestConformance(t *testing.T) {
+	eps := testenv.EtcdAddrs(t)
+	var rt rpcs
+	locktest.Run(t, locktest.Config{
+		NewLocker: func(t *testing.T) lock.Locker {
+			return newStore(t, newClient(t, eps, &rt))
+		},
+		RoundTrips: rt.n.Load,
+	})
+}

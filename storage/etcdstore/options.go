@@ -1,0 +1,41 @@
+package etcdstore
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Option configures a Store.
+type Option func(*options)
+
+type options struct {
+	prefix     string
+	sessionTTL time.Duration
+}
+
+func defaultOptions() options {
+	return options{prefix: "oncekit/lock/", sessionTTL: 10 * time.Second}
+}
+
+// WithPrefix sets the etcd key prefix under which every lock lives.
+// Default "oncekit/lock/".
+func WithPrefix(p string) Option { return func(o *options) { o.prefix = p } }
+
+// WithSessionTTL sets the TTL of the Store's session lease, rounded up to
+// whole seconds. It bounds how long the locks of a process that died (or
+// lost the servers) outlive it; the Store keeps the session alive while it
+// runs. etcd raises very short TTLs to its own minimum (about 1.5 s with
+// default settings). Default 10 s.
+func WithSessionTTL(d time.Duration) Option { return func(o *options) { o.sessionTTL = d } }
+
+func (o *options) validate() error {
+	var errs []error
+	if o.prefix == "" {
+		errs = append(errs, errors.New("empty prefix"))
+	}
+	if o.sessionTTL < time.Second {
+		errs = append(errs, fmt.Errorf("session TTL %s is under 1s", o.sessionTTL))
+	}
+	return errors.Join(errs...)
+}
