@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -183,6 +184,9 @@ func (s *Store) TryAcquire(ctx context.Context, key string, ttl time.Duration) (
 		Else(clientv3.OpGet(pfx, clientv3.WithFirstCreate()...)).
 		Commit()
 	if err != nil {
+		if isLeaseNotFound(err) {
+			sess.end()
+		}
 		return nil, s.wrap("acquire", key, ctx, err)
 	}
 	if !resp.Succeeded {
@@ -192,14 +196,11 @@ func (s *Store) TryAcquire(ctx context.Context, key string, ttl time.Duration) (
 		}
 		return nil, held
 	}
-	return s.grant(sess, key, mine, tok, resp.Header.Revision, start, ttl)
-}
-
-func (s *Store) grant(sess *session, key, mine, tok string, rev int64, start time.Time, ttl time.Duration) (lock.Lease, error) {
-	l := newLease(s, sess, key, mine, tok, rev, start.Add(ttl))
-	if !sess.add(l) { // the session ended meanwhile: the key went with it
+	l := newLease(s, sess, key, mine, tok, resp.Header.Revision, start.Add(ttl))
+	if !sess.add(l) { // the session ended meanwhile, and the entry with it
 		l.finish(lost)
-		return nil, fmt.Errorf("etcdstore: acquire %q: session lost: %w", key, lock.ErrNotAcquired)
+		s.removeEntry(sess, mine)
+		return nil, fmt.Errorf("etcdstore: acquire %q: %w: %w", key, errSessionLost, lock.ErrNotAcquired)
 	}
 	return l, nil
 }
@@ -208,14 +209,28 @@ func (s *Store) grant(sess *session, key, mine, tok string, rev int64, start tim
 // queue and reads the first entry in one transaction; when that is not its
 // own, it waits for the entry just before its own (its predecessor) to be
 // deleted, with a watch that is in sync with the server, so one release
-// wakes exactly one waiter. The fence is the entry's create revision.
+// wakes exactly one waiter. The fence is the entry's create revision. If
+// the session lease is lost while it waits, it starts over in a new one.
 func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (lock.Lease, error) {
 	if err := s.check(ctx, key, ttl); err != nil {
 		return nil, err
 	}
+	for {
+		l, err := s.acquireIn(ctx, key, ttl)
+		if errors.Is(err, errSessionLost) && ctx.Err() == nil {
+			continue
+		}
+		if err != nil {
+			return nil, s.wrap("acquire", key, ctx, err)
+		}
+		return l, nil
+	}
+}
+
+func (s *Store) acquireIn(ctx context.Context, key string, ttl time.Duration) (lock.Lease, error) {
 	sess, err := s.session(ctx)
 	if err != nil {
-		return nil, s.wrap("acquire", key, ctx, err)
+		return nil, err
 	}
 	pfx := s.lockPrefix(key)
 	tok := token.New()
@@ -226,27 +241,40 @@ func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (loc
 			clientv3.OpGet(pfx, clientv3.WithFirstCreate()...)).
 		Commit()
 	if err != nil {
-		// The put may have happened: take the entry out of the queue.
-		s.deleteEntry(ctx, mine)
-		return nil, s.wrap("acquire", key, ctx, err)
+		s.removeEntry(sess, mine) // the put may have happened
+		if isLeaseNotFound(err) {
+			sess.end()
+			return nil, errSessionLost
+		}
+		return nil, err
 	}
 	rev := resp.Header.Revision
-	if kvs := resp.Responses[1].GetResponseRange().Kvs; len(kvs) > 0 && kvs[0].CreateRevision == rev {
-		return s.grant(sess, key, mine, tok, rev, start, ttl)
+	if kvs := resp.Responses[1].GetResponseRange().Kvs; len(kvs) == 0 || kvs[0].CreateRevision != rev {
+		if err := s.waitTurn(ctx, sess, pfx, rev); err != nil {
+			s.removeEntry(sess, mine)
+			return nil, err
+		}
+		// The lease's TTL counts from now. The entry's recorded expiry
+		// (what other clients' TryAcquire reports) still counts from when
+		// it joined the queue until the first Refresh: rewriting it here
+		// would cost a second raft write on every contended acquisition.
+		start = time.Now()
 	}
-	if err := s.waitTurn(ctx, sess, pfx, mine, rev); err != nil {
-		s.deleteEntry(ctx, mine)
-		return nil, s.wrap("acquire", key, ctx, err)
+	l := newLease(s, sess, key, mine, tok, rev, start.Add(ttl))
+	if !sess.add(l) { // the session ended meanwhile, and the entry with it
+		l.finish(lost)
+		s.removeEntry(sess, mine)
+		return nil, errSessionLost
 	}
-	// The lease's TTL counts from now. The entry's recorded expiry (what
-	// other clients' TryAcquire reports) still counts from when it joined
-	// the queue until the first Refresh: rewriting it here would cost a
-	// second raft write on every contended acquisition.
-	return s.grant(sess, key, mine, tok, rev, time.Now(), ttl)
+	return l, nil
+}
+
+func isLeaseNotFound(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "requested lease not found")
 }
 
 // waitTurn returns once no entry older than ours is left in the queue.
-func (s *Store) waitTurn(ctx context.Context, sess *session, pfx, mine string, rev int64) error {
+func (s *Store) waitTurn(ctx context.Context, sess *session, pfx string, rev int64) error {
 	for {
 		resp, err := s.c.Get(ctx, pfx, clientv3.WithPrefix(), clientv3.WithMaxCreateRev(rev-1),
 			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(1))
@@ -309,11 +337,33 @@ func (s *Store) waitDeleted(ctx context.Context, sess *session, key string) erro
 
 var errSessionLost = errors.New("session lease lost")
 
-// deleteEntry removes an entry of ours, also when ctx is already done.
-func (s *Store) deleteEntry(ctx context.Context, key string) {
-	cctx, cancel := lock.CleanupContext(ctx)
-	defer cancel()
-	_, _ = s.c.Delete(cctx, key)
+// removeEntry deletes an entry of ours that must not stay in its queue (a
+// waiter that gave up): an orphan entry would block everyone behind it
+// until the session ends. It tries once for up to a second, then keeps
+// trying in the background until it succeeds or the session ends. Entries
+// are unique per acquisition, so deleting by key is safe.
+func (s *Store) removeEntry(sess *session, key string) {
+	try := func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_, err := s.c.Delete(ctx, key)
+		return err == nil
+	}
+	if try() {
+		return
+	}
+	s.bg.Go(func() {
+		for wait := 50 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
+			select {
+			case <-time.After(wait):
+			case <-sess.done:
+				return // the entry went with the session
+			}
+			if try() {
+				return
+			}
+		}
+	})
 }
 
 func (s *Store) check(ctx context.Context, key string, ttl time.Duration) error {

@@ -1,0 +1,191 @@
+package etcdstore_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/oncekit/oncekit/core/lock"
+	"github.com/oncekit/oncekit/internal/testenv"
+	"github.com/oncekit/oncekit/storage/etcdstore"
+)
+
+func ctxT(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func endpoints(ms []*testenv.EtcdMember) []string {
+	var eps []string
+	for _, m := range ms {
+		eps = append(eps, strings.TrimPrefix(m.Endpoint, "http://"))
+	}
+	return eps
+}
+
+// The single server stopped while a lease is held: Done closes within the
+// TTL, Acquire fails with a clear error at its deadline, and service
+// resumes once the server is back.
+func TestServerStopped(t *testing.T) {
+	ms := testenv.StartEtcdCluster(t, 1)
+	s := newStore(t, newClient(t, endpoints(ms)))
+	const ttl = time.Second
+	lease, err := s.Acquire(ctxT(t, 5*time.Second), "stopped", ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := lease.Done()
+	killed := time.Now()
+	ms[0].Kill()
+
+	select {
+	case <-done:
+	case <-time.After(time.Until(killed.Add(ttl + 500*time.Millisecond))):
+		t.Fatal("Done still open 500ms after the TTL with the server down")
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
+	_, err = s.Acquire(ctx, "other", ttl)
+	cancel()
+	if !errors.Is(err, lock.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "etcdstore: acquire") {
+		t.Errorf("Acquire with the server down: %v, want an etcdstore error matching ErrNotAcquired and DeadlineExceeded", err)
+	}
+
+	ms[0].Restart()
+	ms[0].WaitHealthy()
+	l2, err := s.Acquire(ctxT(t, 15*time.Second), "stopped", ttl)
+	if err != nil {
+		t.Fatalf("Acquire after the server came back: %v", err)
+	}
+	if l2.Fence() <= lease.Fence() {
+		t.Errorf("fence after restart %d not above %d", l2.Fence(), lease.Fence())
+	}
+	if err := l2.Release(ctxT(t, 5*time.Second)); err != nil {
+		t.Fatalf("Release after restart: %v", err)
+	}
+}
+
+// The leader of a three-member cluster killed while clients contend:
+// locking goes on and exclusion holds.
+func TestLeaderKilled(t *testing.T) {
+	ms := testenv.StartEtcdCluster(t, 3)
+	eps := endpoints(ms)
+	admin := newClient(t, eps)
+	stores := []*etcdstore.Store{}
+	for range 3 {
+		stores = append(stores, newStore(t, newClient(t, eps)))
+	}
+	const target = 150
+	var (
+		successes, failures  atomic.Int64
+		inside, overlaps     atomic.Int64
+		counter              atomic.Int64
+		last                 atomic.Uint64
+		badFences            atomic.Int64
+		wg                   sync.WaitGroup
+		killedAt, firstAfter atomic.Int64
+	)
+	ctx := ctxT(t, 30*time.Second)
+	for g := range 6 {
+		wg.Go(func() {
+			s := stores[g%len(stores)]
+			for successes.Load() < target && ctx.Err() == nil {
+				actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+				l, err := s.Acquire(actx, "leader-killed", 5*time.Second)
+				cancel()
+				if err != nil {
+					failures.Add(1) // a request cut by the election: try again
+					time.Sleep(20 * time.Millisecond)
+					time.Sleep(20 * time.Millisecond)
+					continue
+				}
+				if inside.Add(1) != 1 {
+					overlaps.Add(1)
+				}
+				if f := l.Fence(); f <= last.Load() {
+					badFences.Add(1)
+				} else {
+					last.Store(f)
+				}
+				v := counter.Load()
+				time.Sleep(time.Millisecond)
+				counter.Store(v + 1)
+				inside.Add(-1)
+				n := successes.Add(1)
+				if killedAt.Load() != 0 && firstAfter.Load() == 0 {
+					firstAfter.Store(n)
+				}
+				_ = l.Release(ctx)
+			}
+		})
+	}
+	for successes.Load() < target/3 && ctx.Err() == nil {
+		time.Sleep(10 * time.Millisecond)
+	}
+	leader := findLeader(t, admin, ms)
+	leader.Kill()
+	killedAt.Store(successes.Load())
+	wg.Wait()
+	t.Logf("leader %s killed after %d acquisitions; %d failed attempts around the election", leader.Name, killedAt.Load(), failures.Load())
+	if successes.Load() < target {
+		t.Fatalf("only %d acquisitions", successes.Load())
+	}
+	if firstAfter.Load() == 0 {
+		t.Fatal("no acquisition after the leader was killed")
+	}
+	if got := counter.Load(); got != successes.Load() {
+		t.Errorf("counter %d after %d acquisitions: holders overlapped", got, successes.Load())
+	}
+	if overlaps.Load() != 0 || badFences.Load() != 0 {
+		t.Errorf("%d overlaps, %d fences out of order", overlaps.Load(), badFences.Load())
+	}
+}
+
+func findLeader(t *testing.T, c *clientv3.Client, ms []*testenv.EtcdMember) *testenv.EtcdMember {
+	t.Helper()
+	for _, m := range ms {
+		st, err := c.Status(ctxT(t, 5*time.Second), strings.TrimPrefix(m.Endpoint, "http://"))
+		if err == nil && st.Leader == st.Header.MemberId {
+			return m
+		}
+	}
+	t.Fatal("no leader found")
+	return nil
+}
+
+func TestNewValidates(t *testing.T) {
+	if _, err := etcdstore.New(nil); err == nil {
+		t.Error("New(nil): no error")
+	}
+	c := newClient(t, []string{"127.0.0.1:1"})
+	for name, opt := range map[string]etcdstore.Option{
+		"empty prefix": etcdstore.WithPrefix(""),
+		"session TTL":  etcdstore.WithSessionTTL(100 * time.Millisecond),
+	} {
+		if _, err := etcdstore.New(c, opt); err == nil {
+			t.Errorf("New with a bad %s: no error", name)
+		}
+	}
+}
+
+// Keys that are prefixes of each other in path form never share a queue.
+func TestKeysDoNotNest(t *testing.T) {
+	s := newStore(t, newClient(t, testenv.EtcdAddrs(t)))
+	ctx := ctxT(t, 5*time.Second)
+	a, err := s.TryAcquire(ctx, "nest", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Release(ctx)
+	b, err := s.TryAcquire(ctx, "nest/child", time.Second)
+	if err != nil {
+		t.Fatalf("TryAcquire of nest/child while nest is held: %v", err)
+	}
+	b.Release(ctx)
+}
