@@ -220,7 +220,10 @@ func (s *suite) tryAcquireHeld(t *testing.T) {
 	holder, other := s.cfg.NewLocker(t), s.cfg.NewLocker(t)
 	lease := mustAcquire(t, holder, k, 10*time.Second)
 	defer lease.Release(context.Background())
-	// other is fresh: nothing of its own is in flight while it is measured.
+	// A probe first, so that nothing of the holder's acquisition is still in
+	// flight (a quorum driver returns once a majority answered); other is
+	// fresh, so nothing of its own is either.
+	assertHeld(t, s.cfg.NewLocker(t), k)
 
 	var before int64
 	if s.cfg.RoundTrips != nil {
