@@ -35,6 +35,9 @@ type Store struct {
 	sess   *session
 	closed bool
 
+	qmu    sync.Mutex
+	queues map[string]*queueWatch // by lock directory, while waiters use it
+
 	bg sync.WaitGroup
 }
 
@@ -79,6 +82,7 @@ func (s *Store) Close() error {
 		cancel()
 		sess.end()
 	}
+	s.closeQueues()
 	s.bg.Wait()
 	if err != nil {
 		return fmt.Errorf("etcdstore: close: revoke session: %w", err)
@@ -273,28 +277,57 @@ func isLeaseNotFound(err error) bool {
 	return err != nil && strings.Contains(err.Error(), "requested lease not found")
 }
 
-// waitTurn returns once no entry older than ours is left in the queue.
+// waitTurn returns once no entry older than ours is left in the queue. It
+// waits for one entry at a time, the one just before ours, through the
+// Store's shared watch on the queue (see queueWatch).
 func (s *Store) waitTurn(ctx context.Context, sess *session, pfx string, rev int64) error {
+	q := s.queueWatchFor(pfx)
+	defer q.put()
+	select {
+	case <-q.ready:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 	for {
 		resp, err := s.c.Get(ctx, pfx, clientv3.WithPrefix(), clientv3.WithMaxCreateRev(rev-1),
-			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(1))
+			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(1),
+			clientv3.WithKeysOnly())
 		if err != nil {
 			return err
 		}
 		if len(resp.Kvs) == 0 {
 			return nil // first in line
 		}
-		if err := s.waitDeleted(ctx, sess, string(resp.Kvs[0].Key)); err != nil {
+		pred := string(resp.Kvs[0].Key)
+		gone := q.register(pred)
+		// The watch started before this Get, so a delete after it is
+		// dispatched to us; the predecessor may have gone between the
+		// Get and the registration, though, so look once more.
+		g, err := s.c.Get(ctx, pred, clientv3.WithCountOnly())
+		if err != nil {
+			q.unregister(pred, gone)
 			return err
+		}
+		if g.Count == 0 {
+			q.unregister(pred, gone)
+			continue
+		}
+		select {
+		case <-gone:
+		case <-sess.done:
+			q.unregister(pred, gone)
+			return errSessionLost
+		case <-ctx.Done():
+			q.unregister(pred, gone)
+			return ctx.Err()
 		}
 	}
 }
 
-// waitDeleted returns when key no longer exists. The watch starts at the
-// current revision, so the server serves it from its synced watcher group
-// and sends the delete at once; a watch started at an older revision is
-// served by a loop that runs every 100 ms. Once the watch is created, the
-// key is checked again, in case it went before the watch began.
+// waitDeleted returns when key no longer exists, with a watch of its own
+// (used for a held lease's entry, where a delay does not matter). Once the
+// watch is created, the key is checked again, in case it went before the
+// watch began.
 func (s *Store) waitDeleted(ctx context.Context, sess *session, key string) error {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()

@@ -101,14 +101,12 @@ func (l *lease) expire() {
 	}
 }
 
-// deleteUntilDone deletes the entry if it is still this lease's, retrying
-// until it succeeds or the session ends.
+// deleteUntilDone deletes the entry (this lease's own key), retrying until
+// it succeeds or the session ends.
 func (l *lease) deleteUntilDone() {
 	for wait := 50 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
 		ctx, cancel := context.WithTimeout(context.Background(), lock.ReleaseTimeout)
-		_, err := l.s.c.Txn(ctx).
-			If(clientv3.Compare(clientv3.CreateRevision(l.entry), "=", l.rev)).
-			Then(clientv3.OpDelete(l.entry)).Commit()
+		_, err := l.s.c.Delete(ctx, l.entry)
 		cancel()
 		if err == nil {
 			return
@@ -177,9 +175,9 @@ func (l *lease) Refresh(ctx context.Context, ttl time.Duration) error {
 	return nil
 }
 
-// Release deletes the entry in one transaction, only if it is still ours:
-// entries are never reused, so a retried Release cannot delete a newer
-// holder's. With a cancelled ctx it still runs, under lock.ReleaseTimeout.
+// Release deletes the entry in one request. Entries are never reused (each
+// acquisition writes a key of its own), so a plain delete removes only this
+// lease's entry, and a retried Release can never delete a newer holder's. With a cancelled ctx it still runs, under lock.ReleaseTimeout.
 func (l *lease) Release(ctx context.Context) error {
 	if l.currentState() == released {
 		return nil
@@ -189,14 +187,11 @@ func (l *lease) Release(ctx context.Context) error {
 		ctx, cancel = lock.CleanupContext(ctx)
 		defer cancel()
 	}
-	resp, err := l.s.c.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(l.entry), "=", l.rev)).
-		Then(clientv3.OpDelete(l.entry)).
-		Commit()
+	resp, err := l.s.c.Delete(ctx, l.entry)
 	if err != nil {
 		return fmt.Errorf("etcdstore: release %q: %w", l.key, err)
 	}
-	if !resp.Succeeded {
+	if resp.Deleted == 0 {
 		l.finish(lost)
 		if l.currentState() == released {
 			return nil

@@ -1,0 +1,157 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+	"go.uber.org/zap"
+
+	"github.com/oncekit/oncekit/internal/testenv"
+	"github.com/oncekit/oncekit/storage/etcdstore"
+)
+
+func etcdClient(b *testing.B) *clientv3.Client {
+	c, err := clientv3.New(clientv3.Config{Endpoints: testenv.EtcdAddrs(b), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { c.Close() })
+	return c
+}
+
+// etcdImpl makes the lockers of one benchmark: n of them, each standing for
+// a process (oncekit: a Store; etcd: a concurrency.Session).
+type etcdImpl struct {
+	name string
+	make func(b *testing.B, c *clientv3.Client, n int) []locker
+}
+
+var etcdImpls = []etcdImpl{
+	{"oncekit", func(b *testing.B, c *clientv3.Client, n int) []locker {
+		ls := make([]locker, n)
+		for i := range ls {
+			s, err := etcdstore.New(c)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { s.Close() })
+			ls[i] = func(ctx context.Context, key string) (func() error, error) {
+				l, err := s.Acquire(ctx, key, ttl)
+				if err != nil {
+					return nil, err
+				}
+				return func() error { return l.Release(ctx) }, nil
+			}
+		}
+		return ls
+	}},
+	{"etcd-concurrency", func(b *testing.B, c *clientv3.Client, n int) []locker {
+		ls := make([]locker, n)
+		for i := range ls {
+			sess, err := concurrency.NewSession(c, concurrency.WithTTL(10))
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { sess.Close() })
+			ls[i] = func(ctx context.Context, key string) (func() error, error) {
+				m := concurrency.NewMutex(sess, "/bench-etcd/"+key)
+				if err := m.Lock(ctx); err != nil {
+					return nil, err
+				}
+				return func() error { return m.Unlock(context.WithoutCancel(ctx)) }, nil
+			}
+		}
+		return ls
+	}},
+}
+
+func BenchmarkEtcdUncontended(b *testing.B) {
+	for _, im := range etcdImpls {
+		b.Run(im.name, func(b *testing.B) {
+			lock := im.make(b, etcdClient(b), 1)[0]
+			key := benchKey(im.name)
+			warm(b, lock, key)
+			b.ResetTimer()
+			for b.Loop() {
+				release, err := lock(context.Background(), key)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := release(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "cycles/s")
+		})
+	}
+}
+
+// BenchmarkEtcdHandOff measures release → next waiter holding the key: two
+// lockers (processes) pass the key back and forth; the time from the
+// holder's Release call to the waiter's Acquire returning is recorded.
+func BenchmarkEtcdHandOff(b *testing.B) {
+	for _, im := range etcdImpls {
+		b.Run(im.name, func(b *testing.B) {
+			ls := im.make(b, etcdClient(b), 2)
+			key := benchKey(im.name)
+			ctx := context.Background()
+			release, err := ls[0](ctx, key)
+			if err != nil {
+				b.Fatal(err)
+			}
+			lat := make([]time.Duration, 0, b.N)
+			b.ResetTimer()
+			for i := range b.N {
+				waiter := ls[(i+1)%2]
+				got := make(chan func() error, 1)
+				go func() {
+					r, err := waiter(ctx, key)
+					if err != nil {
+						b.Error(err)
+						close(got)
+						return
+					}
+					got <- r
+				}()
+				time.Sleep(2 * time.Millisecond) // the waiter is queued and watching
+				t0 := time.Now()
+				if err := release(); err != nil {
+					b.Fatal(err)
+				}
+				r, ok := <-got
+				if !ok {
+					b.FailNow()
+				}
+				lat = append(lat, time.Since(t0))
+				release = r
+			}
+			b.StopTimer()
+			_ = release()
+			slices.Sort(lat)
+			b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "handoff-p50-ms")
+			b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "handoff-p99-ms")
+		})
+	}
+}
+
+// BenchmarkEtcdContended16: 16 goroutines on one key; procs lockers
+// (sessions) among them.
+func BenchmarkEtcdContended16(b *testing.B) {
+	for _, procs := range []int{1, 16} {
+		for _, im := range etcdImpls {
+			if im.name == "etcd-concurrency" && procs == 1 {
+				continue // a concurrency.Mutex session cannot be shared by waiters on one key
+			}
+			b.Run(fmt.Sprintf("procs=%d/%s", procs, im.name), func(b *testing.B) {
+				ls := im.make(b, etcdClient(b), procs)
+				contended(b, ls, &commandCounter{}, 16, benchKey(im.name))
+			})
+		}
+	}
+}
+

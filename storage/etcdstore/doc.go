@@ -1,0 +1,59 @@
+// Package etcdstore is the lock.Locker driver for etcd v3 (any 3.4 or later
+// server, through go.etcd.io/etcd/client/v3).
+//
+//	client, err := clientv3.New(clientv3.Config{Endpoints: []string{"127.0.0.1:2379"}})
+//	store, err := etcdstore.New(client)
+//	...
+//	defer store.Close()
+//	lease, err := store.Acquire(ctx, "order:42", 10*time.Second)
+//
+// # Data layout and round trips
+//
+// Every lock is a directory "<prefix><escaped key>/" (prefix default
+// "oncekit/lock/"; the key is path-escaped so "a" and "a/b" never share
+// one). Each acquisition writes an entry of its own, "<dir><session
+// lease>-<token>", bound to the Store's session lease; entries are never
+// reused, so a Release retried after a timeout can never delete a newer
+// holder's entry. The holder is the entry with the lowest create revision,
+// and that revision is the lease's fence.
+//
+// TryAcquire is one transaction (take the key if the directory is empty,
+// else read the holder's entry for its remaining TTL). Acquire is one
+// transaction when uncontended (write the entry, read the first). Refresh
+// is one transaction (compare the entry's create revision, record the new
+// expiry); Release is one delete.
+//
+// # Waiting
+//
+// A waiter waits for the entry just before its own (its predecessor) to be
+// deleted, so a release wakes exactly one waiter, in arrival order. The
+// deletes reach it through one long-lived watch on the directory per Store
+// and key, kept open while waiters use it and for two seconds after: a watch
+// created at a past revision — which under contention even "now" quickly
+// becomes — is served by etcd's 100 ms catch-up loop, the reason
+// concurrency.Mutex needs about 100 ms per hand-off (see BENCHMARKS.md).
+//
+// # TTLs and the session
+//
+// The Store keeps one session lease alive in the background (WithSessionTTL,
+// default 10 s) and revokes it on Close. A lease's own TTL is enforced by
+// the Store: without a Refresh it ends when its TTL runs out (Done closes)
+// and its entry is deleted, retried until the servers answer. When the
+// process dies or loses the servers, its entries go with the session lease,
+// after at most the session TTL. Done also closes when the session is lost
+// and — once Done has been called — when the entry is deleted by anyone
+// else. If the session is lost while Acquire waits, Acquire starts over in
+// a new session.
+//
+// A waiter that gives up (its ctx ends) deletes its entry, retrying in the
+// background until it succeeds: an entry left in the queue would block
+// everyone behind it.
+//
+// # Limits
+//
+// Every acquisition and release is a raft write (a disk sync on the
+// leader), so a key changes hands at most a few hundred to a thousand times
+// a second. The recorded expiry that other clients' TryAcquire reports for
+// a holder that waited in the queue counts from when it joined the queue,
+// until its first Refresh.
+package etcdstore
