@@ -15,6 +15,7 @@ import (
 	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/oncekit/oncekit/internal/redislua"
 	"github.com/oncekit/oncekit/internal/testenv"
 	"github.com/oncekit/oncekit/storage/redisstore"
 )
@@ -221,4 +222,49 @@ func contended(b *testing.B, lockers []locker, cc *commandCounter, workers int, 
 	b.ReportMetric(pct(0.999), "p99.9-ms")
 	b.ReportMetric(pct(1), "max-ms")
 	b.ReportMetric(float64(cc.n.Load()-cmds0)/float64(b.N), "cmds/acquire")
+}
+
+// scriptCounter counts the acquire-script calls a client sends: the acquire
+// attempts, whether they succeed or not.
+type scriptCounter struct {
+	sha string
+	n   atomic.Int64
+}
+
+func (c *scriptCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (c *scriptCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if args := cmd.Args(); len(args) > 1 && (cmd.Name() == "evalsha" && args[1] == c.sha || cmd.Name() == "eval") {
+			c.n.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+func (c *scriptCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// BenchmarkWakeups64: 64 goroutines wait for one key, spread over procs
+// processes (Stores). attempts/acquire counts acquire-script calls per
+// successful acquisition: the bound is one attempt per waiting process per
+// release, however many goroutines wait.
+func BenchmarkWakeups64(b *testing.B) {
+	addr := testenv.RedisAddrs(b, 1)[0]
+	for _, procs := range []int{1, 4, 16} {
+		b.Run(fmt.Sprintf("procs=%d", procs), func(b *testing.B) {
+			sc := &scriptCounter{sha: redislua.Acquire.Hash()}
+			cc := &commandCounter{}
+			lockers := make([]locker, procs)
+			for i := range lockers {
+				c, _ := client(b, addr)
+				c.AddHook(sc)
+				c.AddHook(cc)
+				lockers[i] = singleNode[0].make(b, c)
+			}
+			a0 := sc.n.Load()
+			contended(b, lockers, cc, 64, benchKey("wakeups"))
+			b.ReportMetric(float64(sc.n.Load()-a0)/float64(b.N), "attempts/acquire")
+			b.ReportMetric(float64(sc.n.Load()-a0)/float64(b.N)/float64(procs), "attempts/acquire/proc")
+		})
+	}
 }

@@ -32,5 +32,13 @@
 // # Drivers
 //
 // storage/memstore (in-process), storage/redisstore (one Redis, Sentinel or
-// Cluster). Every driver passes the conformance suite in core/lock/locktest.
+// Cluster), storage/redlockstore (N independent Redis servers, majority
+// quorum) and storage/etcdstore (etcd v3). Every driver passes the
+// conformance suite in core/lock/locktest.
+//
+// # Several keys
+//
+// AcquireAll takes several keys all or nothing, in one canonical order so
+// that callers asking for overlapping sets cannot deadlock, and returns a
+// MultiLease that refreshes and releases them together.
 package lock

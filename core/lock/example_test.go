@@ -68,3 +68,18 @@ func ExampleFenceGate() {
 	// <nil>
 	// true lock: stale fence 7 for "stock:phone": 8 already admitted
 }
+
+// AcquireAll reserves several keys at once; callers asking for the same
+// keys in another order cannot deadlock.
+func ExampleAcquireAll() {
+	ctx := context.Background()
+	locker := memstore.New()
+	m, err := lock.AcquireAll(ctx, locker, []string{"sku:case", "sku:phone", "sku:case"}, time.Minute)
+	if err != nil {
+		fmt.Println("acquire:", err)
+		return
+	}
+	defer m.Release(ctx)
+	fmt.Println(m.Keys())
+	// Output: [sku:case sku:phone]
+}

@@ -80,6 +80,9 @@ func Run(t *testing.T, cfg Config) {
 	t.Run("InvalidInput", s.invalidInput)
 	t.Run("ReleaseWithCancelledContext", s.releaseCancelled)
 	t.Run("ReleaseTwice", s.releaseTwice)
+	t.Run("AcquireAllNoDeadlock", s.acquireAllNoDeadlock)
+	t.Run("AcquireAllPartialFailure", s.acquireAllPartialFailure)
+	t.Run("AcquireAllInput", s.acquireAllInput)
 }
 
 type suite struct{ cfg Config }
@@ -539,4 +542,101 @@ func (s *suite) releaseTwice(t *testing.T) {
 			t.Fatalf("Release #%d: %v", i+1, err)
 		}
 	}
+}
+
+// acquireAllNoDeadlock: two callers take {A,B} and {B,A} at once, over and
+// over; canonical ordering means neither ever waits for the other in a
+// cycle, and each key stays exclusive.
+func (s *suite) acquireAllNoDeadlock(t *testing.T) {
+	a, b := key(t)+"/a", key(t)+"/b"
+	var inside [2]atomic.Int64
+	var overlaps atomic.Int64
+	var wg sync.WaitGroup
+	ctx := ctxTimeout(t, time.Minute)
+	errs := make(chan error, 2)
+	for _, order := range [][]string{{a, b}, {b, a}} {
+		l := s.cfg.NewLocker(t)
+		wg.Go(func() {
+			for range 25 {
+				m, err := lock.AcquireAll(ctx, l, order, 10*time.Second)
+				if err != nil {
+					errs <- err
+					return
+				}
+				for j := range inside {
+					if inside[j].Add(1) != 1 {
+						overlaps.Add(1)
+					}
+				}
+				yield()
+				for j := range inside {
+					inside[j].Add(-1)
+				}
+				if err := m.Release(ctx); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("AcquireAll/Release: %v", err)
+	}
+	if overlaps.Load() != 0 {
+		t.Errorf("%d times two callers held the same key", overlaps.Load())
+	}
+}
+
+// acquireAllPartialFailure: when one key cannot be taken, the keys taken
+// before it are released.
+func (s *suite) acquireAllPartialFailure(t *testing.T) {
+	a, b := key(t)+"/a", key(t)+"/b" // a sorts first and is free; b is held
+	holder := mustAcquire(t, s.cfg.NewLocker(t), b, 10*time.Second)
+	defer holder.Release(context.Background())
+	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+	defer cancel()
+	m, err := lock.AcquireAll(ctx, s.cfg.NewLocker(t), []string{b, a}, 10*time.Second)
+	if err == nil {
+		m.Release(context.Background())
+		t.Fatal("AcquireAll succeeded although one key is held")
+	}
+	if !errors.Is(err, lock.ErrNotAcquired) {
+		t.Errorf("AcquireAll: %v, want ErrNotAcquired", err)
+	}
+	assertFree(t, s.cfg.NewLocker(t), a)
+}
+
+func (s *suite) acquireAllInput(t *testing.T) {
+	l := s.cfg.NewLocker(t)
+	ctx := ctxTimeout(t, 5*time.Second)
+	if _, err := lock.AcquireAll(ctx, l, nil, time.Second); !errors.Is(err, lock.ErrInvalidKey) {
+		t.Errorf("AcquireAll(no keys): %v, want ErrInvalidKey", err)
+	}
+	if _, err := lock.AcquireAll(ctx, l, []string{key(t), ""}, time.Second); !errors.Is(err, lock.ErrInvalidKey) {
+		t.Errorf("AcquireAll with an empty key: %v, want ErrInvalidKey", err)
+	}
+	k := key(t)
+	m, err := lock.AcquireAll(ctx, l, []string{k, k, k}, 10*time.Second)
+	if err != nil {
+		t.Fatalf("AcquireAll with duplicates: %v", err)
+	}
+	if got := m.Keys(); len(got) != 1 || got[0] != k {
+		t.Errorf("Keys() = %q, want [%q]", got, k)
+	}
+	if m.Fence(k) == 0 && !s.cfg.Unfenced {
+		t.Error("Fence of a held key is 0")
+	}
+	assertHeld(t, s.cfg.NewLocker(t), k)
+	if err := m.Refresh(ctx, 10*time.Second); err != nil {
+		t.Errorf("Refresh: %v", err)
+	}
+	if err := m.Release(ctx); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	if !isClosed(m.Done()) {
+		waitClosed(t, m.Done(), time.Second, "MultiLease.Done after Release")
+	}
+	assertFree(t, s.cfg.NewLocker(t), k)
 }

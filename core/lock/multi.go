@@ -1,0 +1,145 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+)
+
+// MultiLocker is implemented by drivers that can take several keys at once
+// more cheaply than one by one (a single script for keys in one Redis hash
+// slot). AcquireAll uses it when the Locker offers it.
+type MultiLocker interface {
+	AcquireAll(ctx context.Context, keys []string, ttl time.Duration) (*MultiLease, error)
+}
+
+// AcquireAll takes every key in keys for ttl, all or nothing: an order that
+// reserves several SKUs at once. Duplicates are dropped and the keys are
+// taken in one canonical (byte-wise sorted) order, so two callers asking
+// for overlapping sets can never deadlock each other; when a key cannot be
+// taken (ctx ends while waiting, a server fails), the keys already taken
+// are released before AcquireAll returns. Errors are those of
+// Locker.Acquire.
+func AcquireAll(ctx context.Context, l Locker, keys []string, ttl time.Duration) (*MultiLease, error) {
+	if ml, ok := l.(MultiLocker); ok {
+		return ml.AcquireAll(ctx, keys, ttl)
+	}
+	keys, err := CanonicalKeys(keys)
+	if err != nil {
+		return nil, err
+	}
+	if err := ValidateTTL(ttl); err != nil {
+		return nil, err
+	}
+	leases := make([]Lease, 0, len(keys))
+	for _, k := range keys {
+		lease, err := l.Acquire(ctx, k, ttl)
+		if err != nil {
+			cctx, cancel := CleanupContext(ctx)
+			defer cancel()
+			for _, taken := range slices.Backward(leases) {
+				_ = taken.Release(cctx)
+			}
+			return nil, fmt.Errorf("lock: acquire all: %q: %w", k, err)
+		}
+		leases = append(leases, lease)
+	}
+	return NewMultiLease(leases), nil
+}
+
+// CanonicalKeys validates keys and returns them de-duplicated in the order
+// AcquireAll takes them.
+func CanonicalKeys(keys []string) ([]string, error) {
+	if len(keys) == 0 {
+		return nil, fmt.Errorf("%w: no keys", ErrInvalidKey)
+	}
+	out := slices.Clone(keys)
+	for _, k := range out {
+		if err := ValidateKey(k); err != nil {
+			return nil, err
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out), nil
+}
+
+// MultiLease holds several keys as one: it refreshes and releases them
+// together, and its Done closes as soon as any of them is released or
+// lost.
+type MultiLease struct {
+	leases []Lease
+	done   chan struct{}
+	once   sync.Once
+}
+
+// NewMultiLease joins leases, in the order given, into one handle. Drivers
+// implementing MultiLocker use it; callers use AcquireAll.
+func NewMultiLease(leases []Lease) *MultiLease {
+	m := &MultiLease{leases: leases, done: make(chan struct{})}
+	for _, l := range leases {
+		go func() {
+			select {
+			case <-l.Done():
+				m.once.Do(func() { close(m.done) })
+			case <-m.done:
+			}
+		}()
+	}
+	return m
+}
+
+// Leases returns the leases of the keys, in canonical key order. Use the
+// lease of a key for that key's fence.
+func (m *MultiLease) Leases() []Lease { return slices.Clone(m.leases) }
+
+// Keys returns the keys held, in canonical order.
+func (m *MultiLease) Keys() []string {
+	keys := make([]string, len(m.leases))
+	for i, l := range m.leases {
+		keys[i] = l.Key()
+	}
+	return keys
+}
+
+// Key returns the keys joined by ",", for logs and messages.
+func (m *MultiLease) Key() string { return strings.Join(m.Keys(), ",") }
+
+// Fence returns the fence of key, or 0 if key is not held by m.
+func (m *MultiLease) Fence(key string) uint64 {
+	for _, l := range m.leases {
+		if l.Key() == key {
+			return l.Fence()
+		}
+	}
+	return 0
+}
+
+// Done is closed when any of the keys is released or lost.
+func (m *MultiLease) Done() <-chan struct{} { return m.done }
+
+// Refresh extends every key to ttl. It returns the errors of the keys that
+// could not be refreshed, joined; any lost key makes it match ErrLockLost.
+func (m *MultiLease) Refresh(ctx context.Context, ttl time.Duration) error {
+	errs := make([]error, len(m.leases))
+	var wg sync.WaitGroup
+	for i, l := range m.leases {
+		wg.Go(func() { errs[i] = l.Refresh(ctx, ttl) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// Release releases every key, in reverse order, and returns their errors
+// joined. Like Lease.Release it works with a cancelled ctx and is safe to
+// retry.
+func (m *MultiLease) Release(ctx context.Context) error {
+	var errs []error
+	for _, l := range slices.Backward(m.leases) {
+		errs = append(errs, l.Release(ctx))
+	}
+	return errors.Join(errs...)
+}
