@@ -22,6 +22,13 @@ var ErrInvalidKey = errors.New("lock: invalid key")
 // ErrInvalidTTL reports a TTL shorter than MinTTL.
 var ErrInvalidTTL = errors.New("lock: invalid ttl")
 
+// ErrInvalidOwner reports an owner identity longer than MaxOwnerLen.
+var ErrInvalidOwner = errors.New("lock: invalid owner")
+
+// ErrReentrancyUnsupported reports an acquisition with an owner (WithOwner)
+// on a driver that does not implement owner reentrancy.
+var ErrReentrancyUnsupported = errors.New("lock: owner reentrancy not supported by this driver")
+
 // ErrClosed reports a call on a Locker after its Close.
 var ErrClosed = errors.New("lock: locker closed")
 

@@ -34,71 +34,99 @@ func New(opts ...Option) *Store {
 
 // entry is the state of one key: its holder and the FIFO of waiters.
 type entry struct {
-	holder  *lease
+	holder  *grant
 	waiters list.List // of *waiter
 }
 
 type waiter struct {
 	ttl     time.Duration
+	owner   string
 	granted chan *lease // buffered(1): the lease handed over on release
 	elem    *list.Element
 }
 
-type leaseState int
+type grantState int
 
 const (
-	held leaseState = iota
+	held grantState = iota
 	released
 	lost
 )
 
-type lease struct {
-	s     *Store
-	key   string
-	token string
-	fence uint64
-	done  chan struct{}
-
-	// guarded by s.mu
-	state   leaseState
+// grant is one acquisition of a key: its token, fence and expiry, shared
+// by the leases (handles) of an owner that re-entered it.
+type grant struct {
+	s       *Store
+	key     string
+	token   string
+	fence   uint64
+	owner   string
+	holds   int
+	state   grantState
 	expires time.Time
 	timer   *time.Timer
+	handles map[*lease]struct{}
+}
+
+// lease is one handle on a grant: what Acquire returns.
+type lease struct {
+	g        *grant
+	done     chan struct{}
+	released bool // guarded by s.mu
 }
 
 // TryAcquire implements lock.Locker.
 func (s *Store) TryAcquire(ctx context.Context, key string, ttl time.Duration) (lock.Lease, error) {
-	if err := lock.Validate(key, ttl); err != nil {
+	owner, err := check(ctx, key, ttl)
+	if err != nil {
 		return nil, err
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, errors.Join(lock.ErrNotAcquired, err)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e := s.entryLocked(key)
-	if e.holder != nil {
-		return nil, &lock.HeldError{Key: key, TTL: time.Until(e.holder.expires)}
+	if h := e.holder; h != nil {
+		if owner != "" && h.owner == owner {
+			return h.reenterLocked(ttl), nil
+		}
+		return nil, &lock.HeldError{Key: key, TTL: time.Until(h.expires)}
 	}
-	return s.grantLocked(key, e, ttl), nil
+	return s.grantLocked(key, e, ttl, owner), nil
+}
+
+func check(ctx context.Context, key string, ttl time.Duration) (string, error) {
+	if err := lock.Validate(key, ttl); err != nil {
+		return "", err
+	}
+	owner := lock.Owner(ctx)
+	if err := lock.ValidateOwner(owner); err != nil {
+		return "", err
+	}
+	if err := ctx.Err(); err != nil {
+		return "", errors.Join(lock.ErrNotAcquired, err)
+	}
+	return owner, nil
 }
 
 // Acquire implements lock.Locker. Waiters are served first come, first
-// served: a release hands the key straight to the longest waiter.
+// served: a release hands the key straight to the longest waiter. An owner
+// (lock.WithOwner) that holds the key re-enters it at once.
 func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (lock.Lease, error) {
-	if err := lock.Validate(key, ttl); err != nil {
+	owner, err := check(ctx, key, ttl)
+	if err != nil {
 		return nil, err
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, errors.Join(lock.ErrNotAcquired, err)
 	}
 	s.mu.Lock()
 	e := s.entryLocked(key)
-	if e.holder == nil {
-		l := s.grantLocked(key, e, ttl)
+	if h := e.holder; h == nil {
+		l := s.grantLocked(key, e, ttl, owner)
+		s.mu.Unlock()
+		return l, nil
+	} else if owner != "" && h.owner == owner {
+		l := h.reenterLocked(ttl)
 		s.mu.Unlock()
 		return l, nil
 	}
-	w := &waiter{ttl: ttl, granted: make(chan *lease, 1)}
+	w := &waiter{ttl: ttl, owner: owner, granted: make(chan *lease, 1)}
 	w.elem = e.waiters.PushBack(w)
 	s.mu.Unlock()
 
@@ -143,19 +171,37 @@ func (s *Store) dropIfIdleLocked(key string, e *entry) {
 	}
 }
 
-func (s *Store) grantLocked(key string, e *entry, ttl time.Duration) *lease {
+func (s *Store) grantLocked(key string, e *entry, ttl time.Duration, owner string) *lease {
 	s.fence++
-	l := &lease{
+	g := &grant{
 		s:       s,
 		key:     key,
 		token:   token.New(),
 		fence:   s.fence,
-		done:    make(chan struct{}),
+		owner:   owner,
 		expires: time.Now().Add(ttl),
+		handles: map[*lease]struct{}{},
 	}
-	l.timer = time.AfterFunc(ttl, l.expire)
-	e.holder = l
+	g.timer = time.AfterFunc(ttl, g.expire)
+	e.holder = g
+	return g.handleLocked()
+}
+
+func (g *grant) handleLocked() *lease {
+	l := &lease{g: g, done: make(chan struct{})}
+	g.handles[l] = struct{}{}
+	g.holds++
 	return l
+}
+
+// reenterLocked gives the owner another hold on its grant, extending the
+// expiry to at least ttl from now.
+func (g *grant) reenterLocked(ttl time.Duration) *lease {
+	if exp := time.Now().Add(ttl); exp.After(g.expires) {
+		g.expires = exp
+		g.timer.Reset(ttl)
+	}
+	return g.handleLocked()
 }
 
 // handOffLocked gives a free key to the first waiter, or forgets the key.
@@ -163,86 +209,96 @@ func (s *Store) handOffLocked(key string, e *entry) {
 	if front := e.waiters.Front(); front != nil {
 		w := e.waiters.Remove(front).(*waiter)
 		w.elem = nil
-		w.granted <- s.grantLocked(key, e, w.ttl)
+		w.granted <- s.grantLocked(key, e, w.ttl, w.owner)
 		return
 	}
 	s.dropIfIdleLocked(key, e)
 }
 
-// loseLocked ends a lease whose TTL ran out and passes the key on.
-func (s *Store) loseLocked(l *lease) {
-	l.state = lost
-	l.timer.Stop()
-	close(l.done)
-	if e := s.locks[l.key]; e != nil && e.holder == l {
+// endLocked ends a grant (its TTL ran out, or its last hold was released):
+// every handle's Done closes and the key passes on.
+func (s *Store) endLocked(g *grant, st grantState) {
+	g.state = st
+	g.timer.Stop()
+	for l := range g.handles {
+		close(l.done)
+	}
+	g.handles = nil
+	if e := s.locks[g.key]; e != nil && e.holder == g {
 		e.holder = nil
-		s.handOffLocked(l.key, e)
+		s.handOffLocked(g.key, e)
 	}
 }
 
-func (l *lease) expire() {
-	l.s.mu.Lock()
-	defer l.s.mu.Unlock()
-	if l.state != held {
+func (s *Store) loseLocked(g *grant) { s.endLocked(g, lost) }
+
+func (g *grant) expire() {
+	g.s.mu.Lock()
+	defer g.s.mu.Unlock()
+	if g.state != held {
 		return
 	}
-	if d := time.Until(l.expires); d > 0 { // refreshed after the timer fired
-		l.timer.Reset(d)
+	if d := time.Until(g.expires); d > 0 { // refreshed after the timer fired
+		g.timer.Reset(d)
 		return
 	}
-	l.s.loseLocked(l)
+	g.s.loseLocked(g)
 }
 
-func (l *lease) Key() string           { return l.key }
-func (l *lease) Token() string         { return l.token }
-func (l *lease) Fence() uint64         { return l.fence }
-func (l *lease) Done() <-chan struct{} { return l.done }
-
-// heldLocked reports whether l is still the live holder, ending it if its
-// TTL has run out.
-func (l *lease) heldLocked() bool {
-	if l.state != held {
+// heldLocked reports whether g is still live, ending it if its TTL has run
+// out.
+func (g *grant) heldLocked() bool {
+	if g.state != held {
 		return false
 	}
-	if !time.Now().Before(l.expires) {
-		l.s.loseLocked(l)
+	if !time.Now().Before(g.expires) {
+		g.s.loseLocked(g)
 		return false
 	}
 	return true
 }
 
+func (l *lease) Key() string           { return l.g.key }
+func (l *lease) Token() string         { return l.g.token }
+func (l *lease) Fence() uint64         { return l.g.fence }
+func (l *lease) Done() <-chan struct{} { return l.done }
+
+// Refresh extends the key (all of an owner's holds share its expiry).
 func (l *lease) Refresh(ctx context.Context, ttl time.Duration) error {
 	if err := lock.ValidateTTL(ttl); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("memstore: refresh %q: %w", l.key, err)
+		return fmt.Errorf("memstore: refresh %q: %w", l.g.key, err)
 	}
-	l.s.mu.Lock()
-	defer l.s.mu.Unlock()
-	if !l.heldLocked() {
-		return fmt.Errorf("memstore: refresh %q: %w", l.key, lock.ErrLockLost)
+	s := l.g.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if l.released || !l.g.heldLocked() {
+		return fmt.Errorf("memstore: refresh %q: %w", l.g.key, lock.ErrLockLost)
 	}
-	l.expires = time.Now().Add(ttl)
-	l.timer.Reset(ttl)
+	l.g.expires = time.Now().Add(ttl)
+	l.g.timer.Reset(ttl)
 	return nil
 }
 
+// Release gives this lease's hold back; the key is freed with the last
+// hold. Its Done closes now either way.
 func (l *lease) Release(context.Context) error {
-	l.s.mu.Lock()
-	defer l.s.mu.Unlock()
-	if l.state == released {
+	s := l.g.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if l.released {
 		return nil
 	}
-	if !l.heldLocked() {
-		return fmt.Errorf("memstore: release %q: %w", l.key, lock.ErrLockLost)
+	if !l.g.heldLocked() {
+		return fmt.Errorf("memstore: release %q: %w", l.g.key, lock.ErrLockLost)
 	}
-	l.state = released
-	l.timer.Stop()
+	l.released = true
 	close(l.done)
-	if e := l.s.locks[l.key]; e != nil && e.holder == l {
-		e.holder = nil
-		l.s.handOffLocked(l.key, e)
+	delete(l.g.handles, l)
+	if l.g.holds--; l.g.holds == 0 {
+		s.endLocked(l.g, released)
 	}
 	return nil
 }

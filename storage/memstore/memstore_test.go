@@ -16,5 +16,6 @@ func TestConformance(t *testing.T) {
 	store := memstore.New()
 	locktest.Run(t, locktest.Config{
 		NewLocker: func(*testing.T) lock.Locker { return store },
+		Reentrant: true,
 	})
 }

@@ -145,6 +145,9 @@ func (s *Store) TryAcquire(ctx context.Context, key string, ttl time.Duration) (
 	if err := lock.Validate(key, ttl); err != nil {
 		return nil, err
 	}
+	if lock.Owner(ctx) != "" {
+		return nil, fmt.Errorf("redisstore: acquire %q: %w", key, lock.ErrReentrancyUnsupported)
+	}
 	if err := ctx.Err(); err != nil {
 		return nil, errors.Join(lock.ErrNotAcquired, err)
 	}
@@ -182,6 +185,9 @@ func (s *Store) adopt(l *lease) {
 func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (lock.Lease, error) {
 	if err := lock.Validate(key, ttl); err != nil {
 		return nil, err
+	}
+	if lock.Owner(ctx) != "" {
+		return nil, fmt.Errorf("redisstore: acquire %q: %w", key, lock.ErrReentrancyUnsupported)
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, errors.Join(lock.ErrNotAcquired, err)

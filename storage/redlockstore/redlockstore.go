@@ -473,6 +473,9 @@ func (s *Store) check(ctx context.Context, key string, ttl time.Duration) error 
 	if err := lock.Validate(key, ttl); err != nil {
 		return err
 	}
+	if lock.Owner(ctx) != "" {
+		return fmt.Errorf("redlockstore: acquire %q: %w", key, lock.ErrReentrancyUnsupported)
+	}
 	if err := ctx.Err(); err != nil {
 		return errors.Join(lock.ErrNotAcquired, err)
 	}

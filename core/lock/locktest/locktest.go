@@ -52,6 +52,11 @@ type Config struct {
 	// checks instead of the fence order.
 	Unfenced bool
 
+	// Reentrant says the driver implements owner reentrancy
+	// (lock.WithOwner). When false, the suite checks that acquisitions with
+	// an owner fail with lock.ErrReentrancyUnsupported instead.
+	Reentrant bool
+
 	// Lag is the extra time the driver may take to notice an expiry (clock
 	// drift allowance, the store's expiry resolution). Default 0.
 	Lag time.Duration
@@ -83,6 +88,7 @@ func Run(t *testing.T, cfg Config) {
 	t.Run("AcquireAllNoDeadlock", s.acquireAllNoDeadlock)
 	t.Run("AcquireAllPartialFailure", s.acquireAllPartialFailure)
 	t.Run("AcquireAllInput", s.acquireAllInput)
+	t.Run("Reentrancy", s.reentrancy)
 }
 
 type suite struct{ cfg Config }
@@ -639,4 +645,107 @@ func (s *suite) acquireAllInput(t *testing.T) {
 		waitClosed(t, m.Done(), time.Second, "MultiLease.Done after Release")
 	}
 	assertFree(t, s.cfg.NewLocker(t), k)
+}
+
+func (s *suite) reentrancy(t *testing.T) {
+	if !s.cfg.Reentrant {
+		l := s.cfg.NewLocker(t)
+		ctx := lock.WithOwner(ctxTimeout(t, 5*time.Second), "worker-1")
+		k := key(t)
+		if _, err := l.TryAcquire(ctx, k, time.Second); !errors.Is(err, lock.ErrReentrancyUnsupported) {
+			t.Errorf("TryAcquire with an owner: %v, want ErrReentrancyUnsupported", err)
+		}
+		if _, err := l.Acquire(ctx, k, time.Second); !errors.Is(err, lock.ErrReentrancyUnsupported) {
+			t.Errorf("Acquire with an owner: %v, want ErrReentrancyUnsupported", err)
+		}
+		assertFree(t, s.cfg.NewLocker(t), k)
+		return
+	}
+	t.Run("SameOwnerReenters", func(t *testing.T) {
+		k := key(t)
+		l := s.cfg.NewLocker(t)
+		ctx := lock.WithOwner(ctxTimeout(t, 5*time.Second), "job-7")
+		first := mustAcquire(t, l, k, 10*time.Second)
+		_ = first.Release(context.Background()) // a plain (ownerless) lease first, to separate fences
+		a, err := l.Acquire(ctx, k, 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := l.TryAcquire(ctx, k, 10*time.Second) // at once, from a held key
+		if err != nil {
+			t.Fatalf("TryAcquire by the same owner: %v", err)
+		}
+		c, err := s.cfg.NewLocker(t).Acquire(ctx, k, 10*time.Second) // another client, same owner
+		if err != nil {
+			t.Fatalf("Acquire by the same owner through another client: %v", err)
+		}
+		for _, l := range []lock.Lease{b, c} {
+			if l.Fence() != a.Fence() || l.Token() != a.Token() {
+				t.Errorf("re-entry: fence %d token %q, want the holder's %d %q", l.Fence(), l.Token(), a.Fence(), a.Token())
+			}
+		}
+		// Another owner, and no owner, wait.
+		other := lock.WithOwner(ctxTimeout(t, 5*time.Second), "job-8")
+		if _, err := s.cfg.NewLocker(t).TryAcquire(other, k, time.Second); !errors.Is(err, lock.ErrNotAcquired) {
+			t.Errorf("TryAcquire by another owner: %v, want ErrNotAcquired", err)
+		}
+		assertHeld(t, s.cfg.NewLocker(t), k)
+		// Each Release gives one hold back; the key is freed with the last.
+		for i, h := range []lock.Lease{c, a} {
+			if err := h.Release(ctxTimeout(t, 5*time.Second)); err != nil {
+				t.Fatalf("Release %d: %v", i+1, err)
+			}
+			if !isClosed(h.Done()) {
+				t.Errorf("Done of a released hold is open")
+			}
+			assertHeld(t, s.cfg.NewLocker(t), k)
+		}
+		if err := b.Release(ctxTimeout(t, 5*time.Second)); err != nil {
+			t.Fatalf("last Release: %v", err)
+		}
+		assertFree(t, s.cfg.NewLocker(t), k)
+	})
+	t.Run("WaitsWithoutOwner", func(t *testing.T) {
+		k := key(t)
+		l := s.cfg.NewLocker(t)
+		held := mustAcquire(t, l, k, 10*time.Second)
+		defer held.Release(context.Background())
+		ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+		defer cancel()
+		if _, err := l.Acquire(ctx, k, time.Second); !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("second ownerless Acquire: %v, want to wait until the deadline", err)
+		}
+	})
+	t.Run("LossEndsAllHolds", func(t *testing.T) {
+		k := key(t)
+		l := s.cfg.NewLocker(t)
+		ctx := lock.WithOwner(ctxTimeout(t, 10*time.Second), "job-9")
+		a := mustAcquireCtx(t, l, ctx, k, 150*time.Millisecond)
+		b := mustAcquireCtx(t, l, ctx, k, 150*time.Millisecond)
+		waitClosed(t, a.Done(), 2*time.Second+s.cfg.Lag, "first hold's Done after the TTL")
+		waitClosed(t, b.Done(), 2*time.Second+s.cfg.Lag, "second hold's Done after the TTL")
+		next := mustAcquire(t, s.cfg.NewLocker(t), k, 10*time.Second)
+		defer next.Release(context.Background())
+		for _, h := range []lock.Lease{a, b} {
+			if err := h.Release(ctxTimeout(t, 5*time.Second)); !errors.Is(err, lock.ErrLockLost) {
+				t.Errorf("Release of a lost hold: %v, want ErrLockLost", err)
+			}
+		}
+		assertHeld(t, s.cfg.NewLocker(t), k)
+	})
+	t.Run("InvalidOwner", func(t *testing.T) {
+		ctx := lock.WithOwner(ctxTimeout(t, 5*time.Second), strings.Repeat("o", lock.MaxOwnerLen+1))
+		if _, err := s.cfg.NewLocker(t).Acquire(ctx, key(t), time.Second); !errors.Is(err, lock.ErrInvalidOwner) {
+			t.Errorf("Acquire with an oversized owner: %v, want ErrInvalidOwner", err)
+		}
+	})
+}
+
+func mustAcquireCtx(t *testing.T, l lock.Locker, ctx context.Context, key string, ttl time.Duration) lock.Lease {
+	t.Helper()
+	lease, err := l.Acquire(ctx, key, ttl)
+	if err != nil {
+		t.Fatalf("Acquire(%q, %s): %v", key, ttl, err)
+	}
+	return lease
 }
