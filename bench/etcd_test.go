@@ -154,4 +154,3 @@ func BenchmarkEtcdContended16(b *testing.B) {
 		}
 	}
 }
-

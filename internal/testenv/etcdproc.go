@@ -145,4 +145,3 @@ func slicesReplace(args []string, flag, value string) []string {
 	}
 	return out
 }
-
