@@ -43,6 +43,9 @@ func (k Keys) Lock(key string) string { return k.Prefix + "{" + key + "}" }
 // Fence is the name of the key's fence counter.
 func (k Keys) Fence(key string) string { return k.Prefix + "{" + key + "}:fence" }
 
+// Owner is the name of the hash recording an owner's holds (reentrancy).
+func (k Keys) Owner(key string) string { return k.Prefix + "{" + key + "}:owner" }
+
 // Channel is the channel a release of key is announced on.
 func (k Keys) Channel(key string) string { return k.Prefix + "{" + key + "}:release" }
 

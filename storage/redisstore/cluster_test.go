@@ -26,6 +26,7 @@ func TestConformanceCluster(t *testing.T) {
 			return newStore(t, c)
 		},
 		RoundTrips: rt.n.Load,
+		Reentrant:  true,
 	})
 }
 

@@ -62,6 +62,7 @@ type local struct {
 // waiter is a blocked Acquire.
 type waiter struct {
 	ttl   time.Duration
+	owner string
 	token string
 	ev    chan event    // buffered(1): at most one event is outstanding
 	elem  *list.Element // non-nil while queued
@@ -145,20 +146,21 @@ func (s *Store) TryAcquire(ctx context.Context, key string, ttl time.Duration) (
 	if err := lock.Validate(key, ttl); err != nil {
 		return nil, err
 	}
-	if lock.Owner(ctx) != "" {
-		return nil, fmt.Errorf("redisstore: acquire %q: %w", key, lock.ErrReentrancyUnsupported)
+	owner := lock.Owner(ctx)
+	if err := lock.ValidateOwner(owner); err != nil {
+		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, errors.Join(lock.ErrNotAcquired, err)
 	}
 	s.mu.Lock()
-	if ls := s.keys[key]; ls != nil && ls.holder != nil {
+	if ls := s.keys[key]; ls != nil && ls.holder != nil && (owner == "" || ls.holder.owner != owner) {
 		ttl := ls.holder.remaining()
 		s.mu.Unlock()
 		return nil, &lock.HeldError{Key: key, TTL: ttl}
 	}
 	s.mu.Unlock()
-	l, held, err := s.attempt(ctx, key, token.New(), ttl)
+	l, held, err := s.attempt(ctx, key, token.New(), ttl, owner)
 	if err != nil {
 		return nil, err
 	}
@@ -169,11 +171,14 @@ func (s *Store) TryAcquire(ctx context.Context, key string, ttl time.Duration) (
 	return l, nil
 }
 
-// adopt records a lease taken in Redis as this Store's holder of its key.
+// adopt records a lease taken in Redis as this Store's holder of its key,
+// unless one is recorded already (an owner's re-entry).
 func (s *Store) adopt(l *lease) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.localLocked(l.key).holder = l
+	if ls := s.localLocked(l.key); ls.holder == nil {
+		ls.holder = l
+	}
 }
 
 // Acquire implements lock.Locker. An uncontended call is one round trip.
@@ -186,13 +191,27 @@ func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (loc
 	if err := lock.Validate(key, ttl); err != nil {
 		return nil, err
 	}
-	if lock.Owner(ctx) != "" {
-		return nil, fmt.Errorf("redisstore: acquire %q: %w", key, lock.ErrReentrancyUnsupported)
+	owner := lock.Owner(ctx)
+	if err := lock.ValidateOwner(owner); err != nil {
+		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, errors.Join(lock.ErrNotAcquired, err)
 	}
-	w := &waiter{ttl: ttl, token: token.New(), ev: make(chan event, 1)}
+	if owner != "" {
+		// An owner first tries the key directly: it may hold it already,
+		// here or in another process, and must not queue behind waiters for
+		// its own lock.
+		l, held, err := s.attempt(ctx, key, token.New(), ttl, owner)
+		if err != nil {
+			return nil, err
+		}
+		if held == nil {
+			s.adopt(l)
+			return l, nil
+		}
+	}
+	w := &waiter{ttl: ttl, owner: owner, token: token.New(), ev: make(chan event, 1)}
 	s.mu.Lock()
 	ls := s.localLocked(key)
 	if ls.holder == nil && !ls.handing && ls.competitors == 0 && ls.queue.Len() == 0 {
@@ -250,7 +269,7 @@ func (s *Store) compete(ctx context.Context, key string, ls *local, w *waiter) (
 		s.dropIdleLocked(key, ls)
 		s.mu.Unlock()
 	}()
-	l, held, err := s.attempt(ctx, key, w.token, w.ttl)
+	l, held, err := s.attempt(ctx, key, w.token, w.ttl, w.owner)
 	if err != nil || held == nil {
 		return l, err
 	}
@@ -264,7 +283,7 @@ func (s *Store) compete(ctx context.Context, key string, ls *local, w *waiter) (
 	defer timer.Stop()
 	for {
 		// Subscribed first, then tried: a release between the two is seen.
-		l, held, err = s.attempt(ctx, key, w.token, w.ttl)
+		l, held, err = s.attempt(ctx, key, w.token, w.ttl, w.owner)
 		if err != nil || held == nil {
 			return l, err
 		}
@@ -291,52 +310,97 @@ func (s *Store) compete(ctx context.Context, key string, ls *local, w *waiter) (
 // attempt runs the acquire script once. It returns a lease, or a
 // *lock.HeldError, or an error. Nothing is left behind by a failed attempt:
 // after an error that may have come after the script ran (a timeout, a
-// cancelled ctx, a broken connection) it deletes whatever the attempt may
-// have taken, and the script itself refuses to take the key once ctx's
+// cancelled ctx, a broken connection) it gives back whatever the attempt
+// may have taken, and the script itself refuses to take the key once ctx's
 // deadline has passed by the server's clock, for a request that reaches the
 // server late (a paused server, a slow network) when the clean-up cannot.
-func (s *Store) attempt(ctx context.Context, key, tok string, ttl time.Duration) (*lease, *lock.HeldError, error) {
+func (s *Store) attempt(ctx context.Context, key, tok string, ttl time.Duration, owner string) (*lease, *lock.HeldError, error) {
 	start := time.Now()
 	var deadline int64
 	if d, ok := ctx.Deadline(); ok {
 		deadline = d.UnixMilli()
 	}
-	undo := func() {
+	undo := func(tok string) {
 		cctx, cancel := lock.CleanupContext(ctx)
 		defer cancel()
-		_ = redislua.Release.Run(cctx, s.client, []string{s.lockKey(key)}, tok, s.channel(key), s.modeArg()).Err()
+		_ = redislua.Release.Run(cctx, s.client, []string{s.lockKey(key), s.names.Owner(key)},
+			tok, s.channel(key), s.modeArg()).Err()
 	}
 	late := func(cmd *redis.Cmd) { // the reply to a call ctx gave up on
-		if r, err := cmd.Int64Slice(); err == nil && len(r) == 2 && r[0] == 1 {
-			undo()
+		if r, err := parseAcquire(cmd); err == nil && r.code >= 1 {
+			undo(r.token(tok))
 		}
 	}
-	res, err := redislua.Run(ctx, &s.bg, s.client, redislua.Acquire,
-		[]string{s.lockKey(key), s.fenceKey(key)}, late, tok, ttl.Milliseconds(), deadline, 1).Int64Slice()
+	r, err := parseAcquire(redislua.Run(ctx, &s.bg, s.client, redislua.Acquire,
+		[]string{s.lockKey(key), s.fenceKey(key), s.names.Owner(key)}, late,
+		tok, ttl.Milliseconds(), deadline, 1, owner))
 	if err != nil {
 		if ctxErr := ctx.Err(); ctxErr != nil {
 			return nil, nil, errors.Join(lock.ErrNotAcquired, ctxErr)
 		}
-		if !isRedisReply(err) {
-			// The script may have run before the connection failed.
-			s.bg.Go(undo)
+		if !isRedisReply(err) && owner == "" {
+			// The script may have run before the connection failed. (An
+			// owner's uncertain re-entry cannot be told from its other
+			// holds; its expiry bounds it.)
+			s.bg.Go(func() { undo(tok) })
 		}
 		return nil, nil, fmt.Errorf("redisstore: acquire %q: %w", key, err)
 	}
-	if len(res) != 2 {
-		return nil, nil, fmt.Errorf("redisstore: acquire %q: unexpected script reply %v", key, res)
-	}
-	if res[0] < 0 {
-		return nil, nil, errors.Join(lock.ErrNotAcquired, context.DeadlineExceeded)
-	}
-	if res[0] == 0 {
-		ttl := time.Duration(res[1]) * time.Millisecond
-		if res[1] < 0 {
+	switch r.code {
+	case 1:
+		return newLease(s, key, tok, uint64(r.n), start, ttl, owner), nil, nil
+	case 2:
+		return newLease(s, key, r.tok, uint64(r.n), start, ttl, owner), nil, nil
+	case 0:
+		ttl := time.Duration(r.n) * time.Millisecond
+		if r.n < 0 {
 			ttl = -1
 		}
 		return nil, &lock.HeldError{Key: key, TTL: ttl}, nil
+	default:
+		return nil, nil, errors.Join(lock.ErrNotAcquired, context.DeadlineExceeded)
 	}
-	return newLease(s, key, tok, uint64(res[1]), start, ttl), nil, nil
+}
+
+// acquireReply is the acquire script's answer: code 1 (taken, n = fence),
+// 2 (re-entered, n = fence, tok = the owner's token), 0 (held, n = PTTL),
+// -1 (arrived after the deadline).
+type acquireReply struct {
+	code int64
+	n    int64
+	tok  string
+}
+
+func (r acquireReply) token(own string) string {
+	if r.code == 2 {
+		return r.tok
+	}
+	return own
+}
+
+func parseAcquire(cmd *redis.Cmd) (acquireReply, error) {
+	v, err := cmd.Slice()
+	if err != nil {
+		return acquireReply{}, err
+	}
+	var r acquireReply
+	ok := len(v) >= 2
+	if ok {
+		r.code, ok = v[0].(int64)
+	}
+	if ok {
+		r.n, ok = v[1].(int64)
+	}
+	if ok && r.code == 2 {
+		ok = len(v) == 3
+		if ok {
+			r.tok, ok = v[2].(string)
+		}
+	}
+	if !ok {
+		return acquireReply{}, fmt.Errorf("unexpected script reply %v", v)
+	}
+	return r, nil
 }
 
 // isRedisReply reports whether err is an error reply from the server: the
@@ -374,8 +438,8 @@ func (s *Store) handOver(ctx context.Context, l *lease) (bool, error) {
 	s.mu.Unlock()
 
 	start := time.Now()
-	res, err := redislua.Transfer.Run(ctx, s.client, []string{s.lockKey(l.key), s.fenceKey(l.key)},
-		l.token, w.token, w.ttl.Milliseconds()).Int64Slice()
+	res, err := redislua.Transfer.Run(ctx, s.client, []string{s.lockKey(l.key), s.fenceKey(l.key), s.names.Owner(l.key)},
+		l.token, w.token, w.ttl.Milliseconds(), w.owner).Int64Slice()
 	if err == nil && len(res) != 2 {
 		err = fmt.Errorf("unexpected script reply %v", res)
 	}
@@ -384,8 +448,18 @@ func (s *Store) handOver(ctx context.Context, l *lease) (bool, error) {
 	defer s.mu.Unlock()
 	ls.handing = false
 	switch {
+	case err == nil && res[0] == 2:
+		// One of an owner's holds given back; the owner still holds the
+		// key. The waiter competes in Redis and waits for the last hold.
+		if ls.holder == l {
+			ls.holder = nil
+		}
+		l.finishLocked(released)
+		ls.competitors++
+		w.ev <- event{}
+		return true, nil
 	case err == nil && res[0] == 1:
-		next := newLease(s, l.key, w.token, uint64(res[1]), start, w.ttl)
+		next := newLease(s, l.key, w.token, uint64(res[1]), start, w.ttl, w.owner)
 		ls.holder = next
 		ls.handOffs++
 		l.finishLocked(released)
@@ -422,6 +496,7 @@ type lease struct {
 	key   string
 	token string
 	fence uint64
+	owner string // the lock.WithOwner identity it was taken with, or ""
 	done  chan struct{}
 
 	mu       sync.Mutex
@@ -430,8 +505,8 @@ type lease struct {
 	timer    *time.Timer // fires at deadline
 }
 
-func newLease(s *Store, key, tok string, fence uint64, start time.Time, ttl time.Duration) *lease {
-	l := &lease{s: s, key: key, token: tok, fence: fence, done: make(chan struct{}), deadline: start.Add(ttl)}
+func newLease(s *Store, key, tok string, fence uint64, start time.Time, ttl time.Duration, owner string) *lease {
+	l := &lease{s: s, key: key, token: tok, fence: fence, owner: owner, done: make(chan struct{}), deadline: start.Add(ttl)}
 	l.mu.Lock() // the timer may fire before AfterFunc returns
 	defer l.mu.Unlock()
 	l.timer = time.AfterFunc(time.Until(l.deadline), l.expire)
@@ -509,7 +584,7 @@ func (l *lease) Refresh(ctx context.Context, ttl time.Duration) error {
 		return fmt.Errorf("redisstore: refresh %q: %w", l.key, lock.ErrLockLost)
 	}
 	start := time.Now()
-	ok, err := redislua.Run(ctx, &l.s.bg, l.s.client, redislua.Refresh, []string{l.s.lockKey(l.key)}, nil,
+	ok, err := redislua.Run(ctx, &l.s.bg, l.s.client, redislua.Refresh, []string{l.s.lockKey(l.key), l.s.names.Owner(l.key)}, nil,
 		l.token, ttl.Milliseconds()).Int64()
 	if err != nil {
 		return fmt.Errorf("redisstore: refresh %q: %w", l.key, err)
@@ -525,7 +600,7 @@ func (l *lease) Refresh(ctx context.Context, ttl time.Duration) error {
 		// lease was already reported lost, so give the key back.
 		cctx, cancel := lock.CleanupContext(ctx)
 		defer cancel()
-		_ = redislua.Release.Run(cctx, l.s.client, []string{l.s.lockKey(l.key)}, l.token, l.s.channel(l.key), l.s.modeArg()).Err()
+		_ = redislua.Release.Run(cctx, l.s.client, []string{l.s.lockKey(l.key), l.s.names.Owner(l.key)}, l.token, l.s.channel(l.key), l.s.modeArg()).Err()
 		return fmt.Errorf("redisstore: refresh %q: %w", l.key, lock.ErrLockLost)
 	}
 	l.deadline = start.Add(ttl)
@@ -549,7 +624,7 @@ func (l *lease) Release(ctx context.Context) error {
 	if done, err := l.s.handOver(ctx, l); done {
 		return err
 	}
-	ok, err := redislua.Run(ctx, &l.s.bg, l.s.client, redislua.Release, []string{l.s.lockKey(l.key)}, nil,
+	ok, err := redislua.Run(ctx, &l.s.bg, l.s.client, redislua.Release, []string{l.s.lockKey(l.key), l.s.names.Owner(l.key)}, nil,
 		l.token, l.s.channel(l.key), l.s.modeArg()).Int64()
 	if err != nil {
 		return fmt.Errorf("redisstore: release %q: %w", l.key, err)

@@ -77,6 +77,7 @@ func TestConformance(t *testing.T) {
 					return newStore(t, newClient(t, &rt), redisstore.WithPubSub(mode))
 				},
 				RoundTrips: rt.n.Load,
+				Reentrant:  true,
 			})
 		})
 	}

@@ -93,7 +93,7 @@ func (l *lease) Refresh(ctx context.Context, ttl time.Duration) error {
 	start := time.Now()
 	n := len(s.nodes)
 	ch := s.call(s.all(), func(c context.Context, nd *node) ([]int64, error) {
-		v, err := redislua.Refresh.Run(c, nd.c, []string{s.names.Lock(l.key)}, l.token, ttl.Milliseconds()).Int64()
+		v, err := redislua.Refresh.Run(c, nd.c, []string{s.names.Lock(l.key), s.names.Owner(l.key)}, l.token, ttl.Milliseconds()).Int64()
 		return []int64{v}, err
 	})
 	ok, notOurs := 0, 0
@@ -163,7 +163,7 @@ func (l *lease) Release(ctx context.Context) error {
 	s := l.s
 	n := len(s.nodes)
 	ch := s.call(s.all(), func(c context.Context, nd *node) ([]int64, error) {
-		v, err := redislua.Release.Run(c, nd.c, []string{s.names.Lock(l.key)}, l.token,
+		v, err := redislua.Release.Run(c, nd.c, []string{s.names.Lock(l.key), s.names.Owner(l.key)}, l.token,
 			s.names.Channel(l.key), s.opts.pubsub.ScriptArg()).Int64()
 		return []int64{v}, err
 	})

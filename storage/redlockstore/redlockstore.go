@@ -259,9 +259,9 @@ func (s *Store) attempt(ctx context.Context, c *claim, ttl time.Duration, onEnd 
 	if s.opts.fenced {
 		fenced = 1
 	}
-	keys := []string{s.names.Lock(key), s.names.Fence(key)}
+	keys := []string{s.names.Lock(key), s.names.Fence(key), s.names.Owner(key)}
 	ch := s.call(s.all(), func(cx context.Context, n *node) ([]int64, error) {
-		return redislua.Acquire.Run(cx, n.c, keys, c.tok, ttl.Milliseconds(), deadline.UnixMilli(), fenced).Int64Slice()
+		return redislua.Acquire.Run(cx, n.c, keys, c.tok, ttl.Milliseconds(), deadline.UnixMilli(), fenced, "").Int64Slice()
 	})
 	var (
 		n        = len(s.nodes)
@@ -405,7 +405,7 @@ func (s *Store) releaseNodes(key, tok string, idx []int, wait time.Duration) {
 
 func (s *Store) releaseNodesMode(key, tok string, idx []int, wait time.Duration, mode string) {
 	ch := s.call(idx, func(c context.Context, n *node) ([]int64, error) {
-		v, err := redislua.Release.Run(c, n.c, []string{s.names.Lock(key)}, tok, s.names.Channel(key), mode).Int64()
+		v, err := redislua.Release.Run(c, n.c, []string{s.names.Lock(key), s.names.Owner(key)}, tok, s.names.Channel(key), mode).Int64()
 		return []int64{v}, err
 	})
 	if wait > 0 {

@@ -1,12 +1,21 @@
--- KEYS[1] lock key, KEYS[2] fence counter (same hash tag)
+-- KEYS[1] lock key, KEYS[2] fence counter, KEYS[3] owner hash (one hash tag)
 -- ARGV[1] token, ARGV[2] ttl in milliseconds,
 -- ARGV[3] the caller's deadline in Unix milliseconds, or 0 for none,
--- ARGV[4] "0" to skip the fence counter (Redlock's unfenced mode; fence 0)
--- Returns {1, fence} when taken, {0, holder's PTTL in ms} when held,
--- {1, current counter} with the expiry renewed when ARGV[1] already holds
--- the key (Redlock keeps the nodes it took while it settles a split vote),
--- {-1, 0} when the request arrived after the caller's deadline (it was
--- delayed, by a paused server or a slow network, and the caller is gone).
+-- ARGV[4] "0" to skip the fence counter (Redlock's unfenced mode; fence 0),
+-- ARGV[5] owner identity for reentrancy, or "" for none
+-- Returns
+--   {1, fence}             taken;
+--   {1, current counter}   ARGV[1] already holds the key (Redlock keeps the
+--                          nodes it took while it settles a split vote):
+--                          its expiry is renewed;
+--   {2, fence, token}      re-entered: the owner ARGV[5] holds the key, one
+--                          more hold is counted, the expiry is at least TTL;
+--   {0, holder's PTTL}     held by someone else;
+--   {-1, 0}                the request arrived after the caller's deadline
+--                          (a paused server, a slow network) and took nothing.
+-- The owner hash {o = owner, t = token, n = holds, f = fence} exists only
+-- while an owner holds the key, with the key's expiry; it counts only while
+-- its t matches the key's token.
 if ARGV[3] ~= '0' then
   if redis.replicate_commands then redis.replicate_commands() end
   local t = redis.call('TIME')
@@ -15,11 +24,28 @@ if ARGV[3] ~= '0' then
   end
 end
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  if ARGV[4] == '0' then return {1, 0} end
-  return {1, redis.call('INCR', KEYS[2])}
+  local f = 0
+  if ARGV[4] ~= '0' then f = redis.call('INCR', KEYS[2]) end
+  if ARGV[5] ~= '' then
+    redis.call('HSET', KEYS[3], 'o', ARGV[5], 't', ARGV[1], 'n', 1, 'f', f)
+    redis.call('PEXPIRE', KEYS[3], ARGV[2])
+  end
+  return {1, f}
 end
-if redis.call('GET', KEYS[1]) == ARGV[1] then
+local cur = redis.call('GET', KEYS[1])
+if cur == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return {1, tonumber(redis.call('GET', KEYS[2]) or '0')}
+end
+if ARGV[5] ~= '' then
+  local own = redis.call('HMGET', KEYS[3], 'o', 't', 'f')
+  if own[1] == ARGV[5] and own[2] == cur then
+    redis.call('HINCRBY', KEYS[3], 'n', 1)
+    if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then
+      redis.call('PEXPIRE', KEYS[1], ARGV[2])
+      redis.call('PEXPIRE', KEYS[3], ARGV[2])
+    end
+    return {2, tonumber(own[3]), cur}
+  end
 end
 return {0, redis.call('PTTL', KEYS[1])}
