@@ -181,10 +181,15 @@ func (s *Store) TryAcquire(ctx context.Context, key string, ttl time.Duration) (
 	pfx := s.lockPrefix(key)
 	tok := token.New()
 	mine := pfx + fmt.Sprintf("%x-%s", int64(sess.id), tok)
+	owner := lock.Owner(ctx)
 	start := time.Now()
+	then := []clientv3.Op{clientv3.OpPut(mine, expiry(start, ttl), clientv3.WithLease(sess.id))}
+	if owner != "" {
+		then = append(then, clientv3.OpPut(s.ownerKey(key), ownerRec{owner, mine, 1}.encode(), clientv3.WithLease(sess.id)))
+	}
 	resp, err := s.c.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(pfx).WithPrefix(), "=", 0)).
-		Then(clientv3.OpPut(mine, expiry(start, ttl), clientv3.WithLease(sess.id))).
+		Then(then...).
 		Else(clientv3.OpGet(pfx, clientv3.WithFirstCreate()...)).
 		Commit()
 	if err != nil {
@@ -192,6 +197,14 @@ func (s *Store) TryAcquire(ctx context.Context, key string, ttl time.Duration) (
 			sess.end()
 		}
 		return nil, s.wrap("acquire", key, ctx, err)
+	}
+	if !resp.Succeeded && owner != "" {
+		if l, ok, err := s.reenter(ctx, sess, key, owner, ttl); err != nil || ok {
+			if err != nil {
+				return nil, s.wrap("acquire", key, ctx, err)
+			}
+			return l, nil
+		}
 	}
 	if !resp.Succeeded {
 		held := &lock.HeldError{Key: key, TTL: -1}
@@ -201,6 +214,7 @@ func (s *Store) TryAcquire(ctx context.Context, key string, ttl time.Duration) (
 		return nil, held
 	}
 	l := newLease(s, sess, key, mine, tok, resp.Header.Revision, start.Add(ttl))
+	l.owner = owner
 	if !sess.add(l) { // the session ended meanwhile, and the entry with it
 		l.finish(lost)
 		s.removeEntry(sess, mine)
@@ -236,6 +250,12 @@ func (s *Store) acquireIn(ctx context.Context, key string, ttl time.Duration) (l
 	if err != nil {
 		return nil, err
 	}
+	owner := lock.Owner(ctx)
+	if owner != "" {
+		if l, ok, err := s.reenter(ctx, sess, key, owner, ttl); err != nil || ok {
+			return l, err
+		}
+	}
 	pfx := s.lockPrefix(key)
 	tok := token.New()
 	mine := pfx + fmt.Sprintf("%x-%s", int64(sess.id), tok)
@@ -264,7 +284,14 @@ func (s *Store) acquireIn(ctx context.Context, key string, ttl time.Duration) (l
 		// would cost a second raft write on every contended acquisition.
 		start = time.Now()
 	}
+	if owner != "" {
+		if err := s.recordOwner(ctx, sess, key, owner, mine, rev); err != nil {
+			s.removeEntry(sess, mine)
+			return nil, err
+		}
+	}
 	l := newLease(s, sess, key, mine, tok, rev, start.Add(ttl))
+	l.owner = owner
 	if !sess.add(l) { // the session ended meanwhile, and the entry with it
 		l.finish(lost)
 		s.removeEntry(sess, mine)
@@ -403,8 +430,8 @@ func (s *Store) check(ctx context.Context, key string, ttl time.Duration) error 
 	if err := lock.Validate(key, ttl); err != nil {
 		return err
 	}
-	if lock.Owner(ctx) != "" {
-		return fmt.Errorf("etcdstore: acquire %q: %w", key, lock.ErrReentrancyUnsupported)
+	if err := lock.ValidateOwner(lock.Owner(ctx)); err != nil {
+		return err
 	}
 	if err := ctx.Err(); err != nil {
 		return errors.Join(lock.ErrNotAcquired, err)

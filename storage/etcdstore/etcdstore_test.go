@@ -70,5 +70,6 @@ func TestConformance(t *testing.T) {
 			return newStore(t, newClient(t, eps, &rt))
 		},
 		RoundTrips: rt.n.Load,
+		Reentrant:  true,
 	})
 }

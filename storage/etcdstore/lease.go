@@ -28,7 +28,8 @@ type lease struct {
 	key   string // the user's key
 	entry string // the etcd key of this acquisition
 	token string
-	rev   int64 // the entry's create revision: the fence
+	rev   int64  // the entry's create revision: the fence
+	owner string // set for an owner's hold (lock.WithOwner)
 	done  chan struct{}
 
 	mu       sync.Mutex
@@ -97,6 +98,7 @@ func (l *lease) expire() {
 	if l.finish(lost) {
 		// The TTL ran out: free the key for others now rather than at the
 		// end of the session, retrying while the servers are unreachable.
+		// An owner's hold gives back only itself.
 		l.s.bg.Go(l.deleteUntilDone)
 	}
 }
@@ -106,7 +108,12 @@ func (l *lease) expire() {
 func (l *lease) deleteUntilDone() {
 	for wait := 50 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
 		ctx, cancel := context.WithTimeout(context.Background(), lock.ReleaseTimeout)
-		_, err := l.s.c.Delete(ctx, l.entry)
+		var err error
+		if l.owner != "" {
+			_, err = l.s.giveBack(ctx, l)
+		} else {
+			_, err = l.s.c.Delete(ctx, l.entry)
+		}
 		cancel()
 		if err == nil {
 			return
@@ -187,11 +194,25 @@ func (l *lease) Release(ctx context.Context) error {
 		ctx, cancel = lock.CleanupContext(ctx)
 		defer cancel()
 	}
-	resp, err := l.s.c.Delete(ctx, l.entry)
-	if err != nil {
-		return fmt.Errorf("etcdstore: release %q: %w", l.key, err)
+	var deleted bool
+	if l.owner != "" && l.currentState() == lost {
+		// Its expiry already gave this hold back.
+		return fmt.Errorf("etcdstore: release %q: %w", l.key, lock.ErrLockLost)
 	}
-	if resp.Deleted == 0 {
+	if l.owner != "" {
+		ok, err := l.s.giveBack(ctx, l)
+		if err != nil {
+			return fmt.Errorf("etcdstore: release %q: %w", l.key, err)
+		}
+		deleted = ok
+	} else {
+		resp, err := l.s.c.Delete(ctx, l.entry)
+		if err != nil {
+			return fmt.Errorf("etcdstore: release %q: %w", l.key, err)
+		}
+		deleted = resp.Deleted > 0
+	}
+	if !deleted {
 		l.finish(lost)
 		if l.currentState() == released {
 			return nil
