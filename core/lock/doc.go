@@ -36,6 +36,14 @@
 // quorum) and storage/etcdstore (etcd v3). Every driver passes the
 // conformance suite in core/lock/locktest.
 //
+// # Owners
+//
+// WithOwner makes acquisitions reentrant for one owner identity: the owner
+// acquiring a key it already holds gets the same token and fence with one
+// more hold, and the key is freed with the last Release. Without an owner
+// (the default) a second Acquire of a held key waits, whoever asks. Drivers
+// that do not implement it return ErrReentrancyUnsupported.
+//
 // # Several keys
 //
 // AcquireAll takes several keys all or nothing, in one canonical order so

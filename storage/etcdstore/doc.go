@@ -56,4 +56,12 @@
 // a second. The recorded expiry that other clients' TryAcquire reports for
 // a holder that waited in the queue counts from when it joined the queue,
 // until its first Refresh.
+//
+// # Owners
+//
+// With lock.WithOwner, a record "<prefix><escaped key>\x00owner" (outside
+// every queue directory) names the owner, the holder's entry and the number
+// of holds. Re-entering and giving a hold back are transactions conditional
+// on the record's mod revision and the entry's create revision; a hold
+// whose TTL runs out gives back only itself.
 package etcdstore

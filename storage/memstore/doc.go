@@ -13,4 +13,8 @@
 // of a Store, so they are strictly increasing per key as the Locker contract
 // requires (and also across keys, which callers must not rely on). State for
 // a key is dropped as soon as it is neither held nor awaited.
+//
+// With lock.WithOwner, the owner of a held key re-enters it at once: the
+// same token and fence, one more hold; the key is freed with the last
+// Release, and a hold's Done closes when it is released or the key is lost.
 package memstore

@@ -58,4 +58,12 @@
 // Under Redis Cluster, one Store's pub/sub connection serves the keys of
 // one shard; waiters on keys of other shards fall back to the holder's TTL
 // and the recheck interval.
+//
+// # Owners
+//
+// With lock.WithOwner, a fourth name "<prefix>{K}:owner" (same hash tag, same
+// expiry as the lock) records the owner, the holder's token, the fence and
+// the number of holds; the acquire script re-enters for the same owner (one
+// more hold, expiry extended to at least the TTL), and release, refresh and
+// the local hand-over count holds down in the same scripts.
 package redisstore

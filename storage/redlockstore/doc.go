@@ -72,4 +72,9 @@
 //
 // Clocks still matter for validity: a node whose clock runs fast expires a
 // key early, which the drift allowance covers only up to 1 %.
+//
+// # Owners
+//
+// Owner reentrancy (lock.WithOwner) is not implemented yet: acquisitions
+// with an owner fail with lock.ErrReentrancyUnsupported.
 package redlockstore
