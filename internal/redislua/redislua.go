@@ -5,6 +5,7 @@ package redislua
 import (
 	"context"
 	_ "embed"
+	"fmt"
 	"sync"
 
 	"github.com/redis/go-redis/v9"
@@ -82,4 +83,39 @@ func Run(ctx context.Context, wg *sync.WaitGroup, c redis.Scripter, script *redi
 		cmd.SetErr(ctx.Err())
 		return cmd
 	}
+}
+
+// AcquireReply is the acquire script's answer: Code 1 (taken, N = fence),
+// 2 (re-entered by its owner, N = fence, Token = the owner's token), 0
+// (held, N = the holder's PTTL in ms), -1 (arrived after the deadline).
+type AcquireReply struct {
+	Code  int64
+	N     int64
+	Token string
+}
+
+// ParseAcquire reads the acquire script's reply.
+func ParseAcquire(cmd *redis.Cmd) (AcquireReply, error) {
+	v, err := cmd.Slice()
+	if err != nil {
+		return AcquireReply{}, err
+	}
+	var r AcquireReply
+	ok := len(v) >= 2
+	if ok {
+		r.Code, ok = v[0].(int64)
+	}
+	if ok {
+		r.N, ok = v[1].(int64)
+	}
+	if ok && r.Code == 2 {
+		ok = len(v) == 3
+		if ok {
+			r.Token, ok = v[2].(string)
+		}
+	}
+	if !ok {
+		return AcquireReply{}, fmt.Errorf("unexpected acquire script reply %v", v)
+	}
+	return r, nil
 }

@@ -327,11 +327,13 @@ func (s *Store) attempt(ctx context.Context, key, tok string, ttl time.Duration,
 			tok, s.channel(key), s.modeArg()).Err()
 	}
 	late := func(cmd *redis.Cmd) { // the reply to a call ctx gave up on
-		if r, err := parseAcquire(cmd); err == nil && r.code >= 1 {
-			undo(r.token(tok))
+		if r, err := redislua.ParseAcquire(cmd); err == nil && r.Code == 1 {
+			undo(tok)
+		} else if err == nil && r.Code == 2 {
+			undo(r.Token)
 		}
 	}
-	r, err := parseAcquire(redislua.Run(ctx, &s.bg, s.client, redislua.Acquire,
+	r, err := redislua.ParseAcquire(redislua.Run(ctx, &s.bg, s.client, redislua.Acquire,
 		[]string{s.lockKey(key), s.fenceKey(key), s.names.Owner(key)}, late,
 		tok, ttl.Milliseconds(), deadline, 1, owner))
 	if err != nil {
@@ -346,61 +348,20 @@ func (s *Store) attempt(ctx context.Context, key, tok string, ttl time.Duration,
 		}
 		return nil, nil, fmt.Errorf("redisstore: acquire %q: %w", key, err)
 	}
-	switch r.code {
+	switch r.Code {
 	case 1:
-		return newLease(s, key, tok, uint64(r.n), start, ttl, owner), nil, nil
+		return newLease(s, key, tok, uint64(r.N), start, ttl, owner), nil, nil
 	case 2:
-		return newLease(s, key, r.tok, uint64(r.n), start, ttl, owner), nil, nil
+		return newLease(s, key, r.Token, uint64(r.N), start, ttl, owner), nil, nil
 	case 0:
-		ttl := time.Duration(r.n) * time.Millisecond
-		if r.n < 0 {
+		ttl := time.Duration(r.N) * time.Millisecond
+		if r.N < 0 {
 			ttl = -1
 		}
 		return nil, &lock.HeldError{Key: key, TTL: ttl}, nil
 	default:
 		return nil, nil, errors.Join(lock.ErrNotAcquired, context.DeadlineExceeded)
 	}
-}
-
-// acquireReply is the acquire script's answer: code 1 (taken, n = fence),
-// 2 (re-entered, n = fence, tok = the owner's token), 0 (held, n = PTTL),
-// -1 (arrived after the deadline).
-type acquireReply struct {
-	code int64
-	n    int64
-	tok  string
-}
-
-func (r acquireReply) token(own string) string {
-	if r.code == 2 {
-		return r.tok
-	}
-	return own
-}
-
-func parseAcquire(cmd *redis.Cmd) (acquireReply, error) {
-	v, err := cmd.Slice()
-	if err != nil {
-		return acquireReply{}, err
-	}
-	var r acquireReply
-	ok := len(v) >= 2
-	if ok {
-		r.code, ok = v[0].(int64)
-	}
-	if ok {
-		r.n, ok = v[1].(int64)
-	}
-	if ok && r.code == 2 {
-		ok = len(v) == 3
-		if ok {
-			r.tok, ok = v[2].(string)
-		}
-	}
-	if !ok {
-		return acquireReply{}, fmt.Errorf("unexpected script reply %v", v)
-	}
-	return r, nil
 }
 
 // isRedisReply reports whether err is an error reply from the server: the

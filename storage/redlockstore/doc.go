@@ -75,6 +75,9 @@
 //
 // # Owners
 //
-// Owner reentrancy (lock.WithOwner) is not implemented yet: acquisitions
-// with an owner fail with lock.ErrReentrancyUnsupported.
+// With lock.WithOwner, each node keeps an owner hash beside the key (owner,
+// token, holds, fence; the fencing round records the lease's fence in it).
+// An owner re-enters when a majority of nodes count one more hold under the
+// same token; the re-entered lease refreshes and releases only those nodes,
+// and any other hold the round took is given back.
 package redlockstore

@@ -25,6 +25,7 @@ type lease struct {
 	fence uint64
 	done  chan struct{}
 	onEnd func() // frees the Store's local queue slot, or nil
+	nodes []int  // an owner's re-entry: the nodes it counted; nil: all
 
 	mu       sync.Mutex
 	state    leaseState
@@ -91,14 +92,15 @@ func (l *lease) Refresh(ctx context.Context, ttl time.Duration) error {
 	}
 	s := l.s
 	start := time.Now()
-	n := len(s.nodes)
-	ch := s.call(s.all(), func(c context.Context, nd *node) ([]int64, error) {
+	idx := l.targets()
+	n := len(idx)
+	ch := s.call(idx, func(c context.Context, nd *node) ([]int64, error) {
 		v, err := redislua.Refresh.Run(c, nd.c, []string{s.names.Lock(l.key), s.names.Owner(l.key)}, l.token, ttl.Milliseconds()).Int64()
 		return []int64{v}, err
 	})
 	ok, notOurs := 0, 0
 	failed := map[int]error{}
-	answered := make([]bool, n)
+	answered := map[int]bool{}
 	_, timedOut, ctxErr := collect(ctx, ch, n, s.nodeTimeout(ttl), func(r reply) bool {
 		answered[r.i] = true
 		switch {
@@ -112,7 +114,7 @@ func (l *lease) Refresh(ctx context.Context, ttl time.Duration) error {
 		return ok >= s.quorum || notOurs+len(failed) > n-s.quorum
 	})
 	if timedOut {
-		for i := range n {
+		for _, i := range idx {
 			if !answered[i] {
 				failed[i] = errNodeTimeout
 			}
@@ -161,21 +163,22 @@ func (l *lease) Release(ctx context.Context) error {
 		defer cancel()
 	}
 	s := l.s
-	n := len(s.nodes)
-	ch := s.call(s.all(), func(c context.Context, nd *node) ([]int64, error) {
+	idx := l.targets()
+	n := len(idx)
+	ch := s.call(idx, func(c context.Context, nd *node) ([]int64, error) {
 		v, err := redislua.Release.Run(c, nd.c, []string{s.names.Lock(l.key), s.names.Owner(l.key)}, l.token,
 			s.names.Channel(l.key), s.opts.pubsub.ScriptArg()).Int64()
 		return []int64{v}, err
 	})
 	ok, notOurs := 0, 0
 	failed := map[int]error{}
-	answered := make([]bool, n)
+	answered := map[int]bool{}
 	_, timedOut, ctxErr := collect(ctx, ch, n, s.nodeTimeout(time.Until(l.deadline)), func(r reply) bool {
 		answered[r.i] = true
 		switch {
 		case r.err != nil:
 			failed[r.i] = r.err
-		case r.v[0] == 1:
+		case r.v[0] == 1 || r.v[0] == 2: // let go, or one of an owner's holds given back
 			ok++
 		default:
 			notOurs++
@@ -183,7 +186,7 @@ func (l *lease) Release(ctx context.Context) error {
 		return ok >= s.quorum || notOurs > n-s.quorum || notOurs+len(failed) > n-s.quorum
 	})
 	if timedOut {
-		for i := range n {
+		for _, i := range idx {
 			if !answered[i] {
 				failed[i] = errNodeTimeout
 			}
@@ -200,4 +203,12 @@ func (l *lease) Release(ctx context.Context) error {
 	default:
 		return s.quorumError("release", l.key, ok, failed)
 	}
+}
+
+// targets are the nodes the lease's rounds go to.
+func (l *lease) targets() []int {
+	if l.nodes != nil {
+		return l.nodes
+	}
+	return l.s.all()
 }

@@ -249,6 +249,7 @@ func (s *Store) leaderNode(key string) int {
 // decides whether to keep the claim for another round or abandon it.
 func (s *Store) attempt(ctx context.Context, c *claim, ttl time.Duration, onEnd func()) outcome {
 	key := c.key
+	owner := lock.Owner(ctx)
 	start := time.Now()
 	nt := s.nodeTimeout(ttl)
 	deadline := start.Add(nt)
@@ -260,15 +261,23 @@ func (s *Store) attempt(ctx context.Context, c *claim, ttl time.Duration, onEnd 
 		fenced = 1
 	}
 	keys := []string{s.names.Lock(key), s.names.Fence(key), s.names.Owner(key)}
-	ch := s.call(s.all(), func(cx context.Context, n *node) ([]int64, error) {
-		return redislua.Acquire.Run(cx, n.c, keys, c.tok, ttl.Milliseconds(), deadline.UnixMilli(), fenced, "").Int64Slice()
+	n := len(s.nodes)
+	reTok := make([]string, n) // the owner's token, for nodes that re-entered
+	ch := s.call(s.all(), func(cx context.Context, nd *node) ([]int64, error) {
+		i := slices.Index(s.nodes, nd)
+		r, err := redislua.ParseAcquire(redislua.Acquire.Run(cx, nd.c, keys, c.tok, ttl.Milliseconds(), deadline.UnixMilli(), fenced, owner))
+		if err != nil {
+			return nil, err
+		}
+		reTok[i] = r.Token
+		return []int64{r.Code, r.N}, nil
 	})
 	var (
-		n        = len(s.nodes)
-		acquired = map[int]int64{}
-		held     = map[int]int64{}
-		failed   = map[int]error{}
-		answered = make([]bool, n)
+		acquired  = map[int]int64{}
+		held      = map[int]int64{}
+		failed    = map[int]error{}
+		reentered = map[int]int64{}
+		answered  = make([]bool, n)
 	)
 	classify := func(r reply) {
 		answered[r.i] = true
@@ -281,6 +290,8 @@ func (s *Store) attempt(ctx context.Context, c *claim, ttl time.Duration, onEnd 
 			if c.took(r.i) {
 				acquired[r.i] = r.v[1]
 			}
+		case r.v[0] == 2:
+			reentered[r.i] = r.v[1]
 		case r.v[0] == 0:
 			held[r.i] = r.v[1]
 		default:
@@ -289,6 +300,11 @@ func (s *Store) attempt(ctx context.Context, c *claim, ttl time.Duration, onEnd 
 	}
 	pending, timedOut, ctxErr := collect(ctx, ch, n, nt, func(r reply) bool {
 		classify(r)
+		if owner != "" {
+			// An owner's round waits for every answer (or the timeout): the
+			// re-entries it does not use are given back below.
+			return false
+		}
 		return len(acquired) >= s.quorum || len(held)+len(failed) > n-s.quorum
 	})
 	if timedOut {
@@ -301,13 +317,23 @@ func (s *Store) attempt(ctx context.Context, c *claim, ttl time.Duration, onEnd 
 	if pending > 0 { // late answers: the claim keeps or releases what they took
 		s.bg.Go(func() {
 			for range pending {
-				if r := <-ch; r.err == nil && len(r.v) == 2 && r.v[0] == 1 {
+				r := <-ch
+				switch {
+				case r.err != nil || len(r.v) != 2:
+				case r.v[0] == 1:
 					c.took(r.i)
+				case r.v[0] == 2: // a re-entry nobody counted: give it back
+					s.releaseNodes(key, reTok[r.i], []int{r.i}, 0)
 				}
 			}
 		})
 	}
 
+	if owner != "" && len(reentered) > 0 {
+		if l := s.reenter(c, reentered, reTok, start, ttl, onEnd, nt); l != nil {
+			return outcome{lease: l}
+		}
+	}
 	if ctxErr != nil {
 		return outcome{err: errors.Join(lock.ErrNotAcquired, ctxErr)}
 	}
@@ -347,6 +373,46 @@ func (s *Store) attempt(ctx context.Context, c *claim, ttl time.Duration, onEnd 
 	return outcome{lease: l}
 }
 
+// reenter settles an owner's round in which nodes re-entered: with a
+// majority re-entered under one token it grants a lease on those nodes
+// (same token, and the fence the holder got, which the fencing round
+// recorded on them) and gives back everything else the round took; without
+// one it gives the re-entries back and returns nil.
+func (s *Store) reenter(c *claim, reentered map[int]int64, reTok []string, start time.Time, ttl time.Duration,
+	onEnd func(), nt time.Duration) *lease {
+	byTok := map[string][]int{}
+	for i := range reentered {
+		byTok[reTok[i]] = append(byTok[reTok[i]], i)
+	}
+	var winner string
+	for tok, idx := range byTok {
+		if len(idx) >= s.quorum {
+			winner = tok
+		}
+	}
+	for tok, idx := range byTok {
+		if tok != winner {
+			s.releaseNodes(c.key, tok, idx, nt)
+		}
+	}
+	if winner == "" {
+		return nil
+	}
+	drift := s.drift(ttl)
+	if ttl-time.Since(start)-drift <= 0 {
+		s.releaseNodes(c.key, winner, byTok[winner], nt)
+		return nil
+	}
+	var fence int64
+	for _, i := range byTok[winner] {
+		fence = max(fence, reentered[i])
+	}
+	c.abandon(nt, true) // nodes the round took afresh: the owner holds the key
+	l := newLease(s, c.key, winner, uint64(fence), start.Add(ttl-drift), onEnd)
+	l.nodes = slices.Sorted(slices.Values(byTok[winner]))
+	return l
+}
+
 // writeBack is the second round of a fenced acquisition: the fence T is
 // the highest counter among the acquired majority. It is written to every
 // node (counters only ever grow), and the lease is granted only if a
@@ -357,7 +423,7 @@ func (s *Store) writeBack(ctx context.Context, key, tok string, acquired map[int
 		t = max(t, c)
 	}
 	idx := s.all()
-	keys := []string{s.names.Lock(key), s.names.Fence(key)}
+	keys := []string{s.names.Lock(key), s.names.Fence(key), s.names.Owner(key)}
 	ch := s.call(idx, func(c context.Context, n *node) ([]int64, error) {
 		v, err := redislua.WriteBack.Run(c, n.c, keys, tok, t).Int64()
 		return []int64{v}, err
@@ -473,8 +539,8 @@ func (s *Store) check(ctx context.Context, key string, ttl time.Duration) error 
 	if err := lock.Validate(key, ttl); err != nil {
 		return err
 	}
-	if lock.Owner(ctx) != "" {
-		return fmt.Errorf("redlockstore: acquire %q: %w", key, lock.ErrReentrancyUnsupported)
+	if err := lock.ValidateOwner(lock.Owner(ctx)); err != nil {
+		return err
 	}
 	if err := ctx.Err(); err != nil {
 		return errors.Join(lock.ErrNotAcquired, err)
@@ -497,6 +563,15 @@ func (s *Store) check(ctx context.Context, key string, ttl time.Duration) error 
 func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (lock.Lease, error) {
 	if err := s.check(ctx, key, ttl); err != nil {
 		return nil, err
+	}
+	if lock.Owner(ctx) != "" {
+		// An owner first tries the key directly: it may hold it already,
+		// here or in another process, and must not queue behind itself.
+		c := s.newClaim(key)
+		if out := s.attempt(ctx, c, ttl, nil); out.lease != nil {
+			return out.lease, nil
+		}
+		c.abandon(s.nodeTimeout(ttl), false)
 	}
 	if err := s.local.Lock(ctx, key); err != nil {
 		return nil, errors.Join(lock.ErrNotAcquired, err)

@@ -84,6 +84,7 @@ func TestConformance(t *testing.T) {
 				},
 				RoundTrips:        rt.n.Load,
 				RoundTripsPerCall: 5, // one request to each node, in parallel
+				Reentrant:         true,
 			}
 			if mode.name == "unfenced" {
 				cfg.Unfenced = true

@@ -4,7 +4,7 @@
 -- that grants the lease). Raising the counter on the other nodes too only
 -- makes counters larger, never smaller, and lets fences survive the loss
 -- of some nodes' data.
--- KEYS[1] lock key, KEYS[2] fence counter (same hash tag)
+-- KEYS[1] lock key, KEYS[2] fence counter, KEYS[3] owner hash (one hash tag)
 -- ARGV[1] token, ARGV[2] T
 -- Returns 1 when the key is ours here, 0 when not.
 local cur = tonumber(redis.call('GET', KEYS[2]) or '0')
@@ -12,6 +12,9 @@ if cur < tonumber(ARGV[2]) then
   redis.call('SET', KEYS[2], ARGV[2])
 end
 if redis.call('GET', KEYS[1]) == ARGV[1] then
+  if redis.call('HGET', KEYS[3], 't') == ARGV[1] then
+    redis.call('HSET', KEYS[3], 'f', ARGV[2]) -- an owner re-entering gets T
+  end
   return 1
 end
 return 0
