@@ -3,6 +3,7 @@ package etcdstore_test
 import (
 	"context"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -64,12 +65,15 @@ func newStore(t testing.TB, c etcdstore.Client, opts ...etcdstore.Option) *etcds
 
 func TestConformance(t *testing.T) {
 	eps := testenv.EtcdAddrs(t)
-	var rt rpcs
+	var counters sync.Map // lock.Locker -> *rpcs
 	locktest.Run(t, locktest.Config{
 		NewLocker: func(t *testing.T) lock.Locker {
-			return newStore(t, newClient(t, eps, &rt))
+			rt := &rpcs{}
+			s := newStore(t, newClient(t, eps, rt))
+			counters.Store(lock.Locker(s), rt)
+			return s
 		},
-		RoundTrips: rt.n.Load,
+		RoundTrips: func(l lock.Locker) int64 { c, _ := counters.Load(l); return c.(*rpcs).n.Load() },
 		Reentrant:  true,
 	})
 }

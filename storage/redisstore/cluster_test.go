@@ -2,6 +2,7 @@ package redisstore_test
 
 import (
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -17,15 +18,18 @@ import (
 // subscribe on the shard that owns their key.
 func TestConformanceCluster(t *testing.T) {
 	addrs := testenv.RedisClusterAddrs(t)
-	var rt counter
+	var counters sync.Map // lock.Locker -> *counter
 	locktest.Run(t, locktest.Config{
 		NewLocker: func(t *testing.T) lock.Locker {
 			c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
-			c.AddHook(&rt)
+			rt := &counter{}
+			c.AddHook(rt)
 			t.Cleanup(func() { c.Close() })
-			return newStore(t, c)
+			s := newStore(t, c)
+			counters.Store(lock.Locker(s), rt)
+			return s
 		},
-		RoundTrips: rt.n.Load,
+		RoundTrips: func(l lock.Locker) int64 { c, _ := counters.Load(l); return c.(*counter).n.Load() },
 		Reentrant:  true,
 	})
 }

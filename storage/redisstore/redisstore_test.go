@@ -3,6 +3,7 @@ package redisstore_test
 import (
 	"context"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -70,13 +71,16 @@ func newStore(t testing.TB, c redisstore.Client, opts ...redisstore.Option) *red
 func TestConformance(t *testing.T) {
 	for _, mode := range []redisstore.PubSubMode{redisstore.PubSubAuto, redisstore.PubSubClassic} {
 		t.Run(mode.String(), func(t *testing.T) {
-			var rt counter
+			var counters sync.Map // lock.Locker -> *counter
 			locktest.Run(t, locktest.Config{
 				// Every Locker is a client of its own, as separate processes are.
 				NewLocker: func(t *testing.T) lock.Locker {
-					return newStore(t, newClient(t, &rt), redisstore.WithPubSub(mode))
+					c := &counter{}
+					s := newStore(t, newClient(t, c), redisstore.WithPubSub(mode))
+					counters.Store(lock.Locker(s), c)
+					return s
 				},
-				RoundTrips: rt.n.Load,
+				RoundTrips: func(l lock.Locker) int64 { c, _ := counters.Load(l); return c.(*counter).n.Load() },
 				Reentrant:  true,
 			})
 		})

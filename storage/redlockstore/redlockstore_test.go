@@ -3,6 +3,7 @@ package redlockstore_test
 import (
 	"context"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -77,12 +78,15 @@ func TestConformance(t *testing.T) {
 		{"unfenced", []redlockstore.Option{redlockstore.WithoutFencing()}},
 	} {
 		t.Run(mode.name, func(t *testing.T) {
-			var rt counter
+			var counters sync.Map // lock.Locker -> *counter
 			cfg := locktest.Config{
 				NewLocker: func(t *testing.T) lock.Locker {
-					return newStore(t, clients(t, addrs, &rt), mode.opts...)
+					rt := &counter{}
+					s := newStore(t, clients(t, addrs, rt), mode.opts...)
+					counters.Store(lock.Locker(s), rt)
+					return s
 				},
-				RoundTrips:        rt.n.Load,
+				RoundTrips:        func(l lock.Locker) int64 { c, _ := counters.Load(l); return c.(*counter).n.Load() },
 				RoundTripsPerCall: 5, // one request to each node, in parallel
 				Reentrant:         true,
 			}
