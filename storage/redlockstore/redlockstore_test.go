@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
@@ -88,6 +89,7 @@ func TestConformance(t *testing.T) {
 				},
 				RoundTrips:        func(l lock.Locker) int64 { c, _ := counters.Load(l); return c.(*counter).n.Load() },
 				RoundTripsPerCall: 5, // one request to each node, in parallel
+				Settle:            50 * time.Millisecond,
 				Reentrant:         true,
 			}
 			if mode.name == "unfenced" {

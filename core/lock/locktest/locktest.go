@@ -47,6 +47,12 @@ type Config struct {
 	// out to N servers.
 	RoundTripsPerCall int64
 
+	// Settle is how long requests of an Acquire may still be landing after
+	// it returned (a quorum driver returns once a majority answered). The
+	// suite waits this long before it counts round trips, so that the
+	// client it measures does not meet the holder's late requests. Default 0.
+	Settle time.Duration
+
 	// Unfenced says the driver was configured without fencing (Redlock's
 	// WithoutFencing): its leases report Fence() == 0, which the suite then
 	// checks instead of the fence order.
@@ -230,6 +236,7 @@ func (s *suite) tryAcquireHeld(t *testing.T) {
 	lease := mustAcquire(t, holder, k, 10*time.Second)
 	defer lease.Release(context.Background())
 	// other is fresh: nothing of its own is in flight while it is measured.
+	time.Sleep(s.cfg.Settle)
 
 	var before int64
 	if s.cfg.RoundTrips != nil {
