@@ -28,6 +28,14 @@ func AcquireAll(ctx context.Context, l Locker, keys []string, ttl time.Duration)
 	if ml, ok := l.(MultiLocker); ok {
 		return ml.AcquireAll(ctx, keys, ttl)
 	}
+	return AcquireEach(ctx, l, keys, ttl)
+}
+
+// AcquireEach is AcquireAll's general method, for drivers implementing
+// MultiLocker to fall back on: it takes the keys one by one with
+// l.Acquire, in canonical order, and releases what it took when a key
+// cannot be taken.
+func AcquireEach(ctx context.Context, l Locker, keys []string, ttl time.Duration) (*MultiLease, error) {
 	keys, err := CanonicalKeys(keys)
 	if err != nil {
 		return nil, err

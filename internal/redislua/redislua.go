@@ -22,15 +22,18 @@ var (
 	transferLua string
 	//go:embed lua/writeback.lua
 	writeBackLua string
+	//go:embed lua/acquire_all.lua
+	acquireAllLua string
 )
 
 // The scripts; their KEYS and ARGV are documented at the top of each file.
 var (
-	Acquire   = redis.NewScript(acquireLua)
-	Release   = redis.NewScript(releaseLua)
-	Refresh   = redis.NewScript(refreshLua)
-	Transfer  = redis.NewScript(transferLua)
-	WriteBack = redis.NewScript(writeBackLua)
+	Acquire    = redis.NewScript(acquireLua)
+	Release    = redis.NewScript(releaseLua)
+	Refresh    = redis.NewScript(refreshLua)
+	Transfer   = redis.NewScript(transferLua)
+	WriteBack  = redis.NewScript(writeBackLua)
+	AcquireAll = redis.NewScript(acquireAllLua)
 )
 
 // Keys is the naming of one lock's Redis names: the lock key, its fence

@@ -59,6 +59,13 @@
 // one shard; waiters on keys of other shards fall back to the holder's TTL
 // and the recheck interval.
 //
+// # Several keys
+//
+// Store implements lock.MultiLocker: outside Cluster, lock.AcquireAll takes
+// all its keys in one script (all or nothing, one round trip) and, while
+// one of them is held, waits for that key's release; under Cluster it takes
+// them one by one in canonical order.
+//
 // # Owners
 //
 // With lock.WithOwner, a fourth name "<prefix>{K}:owner" (same hash tag, same

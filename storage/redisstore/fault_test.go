@@ -244,3 +244,46 @@ func TestNewRejectsBadOptions(t *testing.T) {
 		t.Error("New(nil): no error")
 	}
 }
+
+// Outside Cluster, AcquireAll takes every key in one script: one round trip.
+func TestAcquireAllOneRoundTrip(t *testing.T) {
+	var rt counter
+	s := newStore(t, newClient(t, &rt))
+	ctx := ctxT(t, 5*time.Second)
+	base := "multi-" + time.Now().Format("150405.000000")
+	warm, err := lock.AcquireAll(ctx, s, []string{base + "warm"}, time.Second) // loads the script
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = warm.Release(ctx)
+	before := rt.n.Load()
+	m, err := lock.AcquireAll(ctx, s, []string{base + "/c", base + "/a", base + "/b", base + "/a"}, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := rt.n.Load() - before; n != 1 {
+		t.Errorf("AcquireAll of 3 keys made %d round trips, want 1", n)
+	}
+	if got := m.Keys(); len(got) != 3 || got[0] != base+"/a" || got[2] != base+"/c" {
+		t.Errorf("Keys() = %q", got)
+	}
+	other := newStore(t, newClient(t))
+	for _, k := range m.Keys() {
+		if _, err := other.TryAcquire(ctx, k, time.Second); !errors.Is(err, lock.ErrNotAcquired) {
+			t.Errorf("TryAcquire(%q) while AcquireAll holds it: %v", k, err)
+		}
+	}
+	if err := m.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	m2, err := lock.AcquireAll(ctx, other, m.Keys(), time.Second)
+	if err != nil {
+		t.Fatalf("AcquireAll after Release: %v", err)
+	}
+	for _, k := range m.Keys() {
+		if m2.Fence(k) <= m.Fence(k) {
+			t.Errorf("fence of %q did not grow: %d then %d", k, m.Fence(k), m2.Fence(k))
+		}
+	}
+	_ = m2.Release(ctx)
+}
