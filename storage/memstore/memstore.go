@@ -14,9 +14,10 @@ import (
 
 // Store is the in-process driver. The zero value is not usable; call New.
 type Store struct {
-	mu    sync.Mutex
-	locks map[string]*entry
-	fence uint64 // one counter for all keys: strictly increasing per key too
+	mu      sync.Mutex
+	locks   map[string]*entry
+	records map[string]*record // idempotency records (idem.Store)
+	fence   uint64             // one counter for all keys: strictly increasing per key too
 }
 
 // Option configures a Store. There are none yet; the type keeps New's

@@ -1,0 +1,71 @@
+package idem
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/oncekit/oncekit/core/lock"
+)
+
+// ErrInFlight reports a duplicate that arrived while the first run of its
+// key is still in flight. The error is an *InFlightError with a retry hint.
+var ErrInFlight = errors.New("idem: request in flight")
+
+// ErrMismatch reports a key reused with another fingerprint: the same
+// idempotency key for a different request.
+var ErrMismatch = errors.New("idem: key reused with another request")
+
+// ErrLockLost reports that a claim is no longer its holder's: its lease ran
+// out and the key may have been claimed again. Complete, Abandon and Extend
+// return it instead of touching a newer claim. It is lock.ErrLockLost.
+var ErrLockLost = lock.ErrLockLost
+
+// ErrInvalidKey reports an empty or oversized key (see lock.MaxKeyLen). It
+// is lock.ErrInvalidKey.
+var ErrInvalidKey = lock.ErrInvalidKey
+
+// ErrCorruptRecord reports a stored record that is not one this package
+// wrote (unknown version, truncated): it is never read as absent. The
+// error is a *CorruptRecordError naming the key.
+var ErrCorruptRecord = errors.New("idem: corrupt record")
+
+// ErrResultTooLarge reports a result over the Guard's size limit; the claim
+// is abandoned and nothing is stored.
+var ErrResultTooLarge = errors.New("idem: result too large")
+
+// InFlightError is returned for a duplicate of a request still running. It
+// matches ErrInFlight.
+type InFlightError struct {
+	Key string
+	// RetryAfter is how long until the running claim's lease runs out, a
+	// hint for when to try again.
+	RetryAfter time.Duration
+}
+
+func (e *InFlightError) Error() string {
+	return fmt.Sprintf("idem: %q is in flight; retry after %s", e.Key, e.RetryAfter.Round(time.Millisecond))
+}
+
+// Is reports whether target is ErrInFlight.
+func (e *InFlightError) Is(target error) bool { return target == ErrInFlight }
+
+// CorruptRecordError names the key whose record could not be read. It
+// matches ErrCorruptRecord.
+type CorruptRecordError struct {
+	Key    string
+	Reason string
+}
+
+func (e *CorruptRecordError) Error() string {
+	return fmt.Sprintf("idem: corrupt record under %q: %s", e.Key, e.Reason)
+}
+
+// Is reports whether target is ErrCorruptRecord.
+func (e *CorruptRecordError) Is(target error) bool { return target == ErrCorruptRecord }
+
+// ReplayedError is a run's final error, stored and replayed to duplicates
+// (see WithFinalErrors). Only its message survives storage.
+type ReplayedError struct{ Message string }
+
+func (e *ReplayedError) Error() string { return e.Message }

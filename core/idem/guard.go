@@ -1,0 +1,248 @@
+package idem
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/oncekit/oncekit/core/lock"
+)
+
+// Defaults of a Guard.
+const (
+	DefaultLease     = 10 * time.Second
+	DefaultRetention = 24 * time.Hour
+	DefaultMaxResult = 1 << 20
+)
+
+// Option configures a Guard.
+type Option func(*Guard)
+
+// WithLease sets the lease of an in-flight claim; a watchdog extends it
+// every lease/3 while the run is busy, so it only bounds how long a crashed
+// run blocks its retries. Default DefaultLease (10 s).
+func WithLease(d time.Duration) Option { return func(g *Guard) { g.lease = d } }
+
+// WithRetention sets how long a completed result is kept and replayed.
+// Default DefaultRetention (24 h).
+func WithRetention(d time.Duration) Option { return func(g *Guard) { g.retention = d } }
+
+// WithMaxResult sets the largest result, in bytes, that is stored; a larger
+// one fails with ErrResultTooLarge and is not stored. Default 1 MiB.
+func WithMaxResult(n int) Option { return func(g *Guard) { g.maxResult = n } }
+
+// WithWait makes a duplicate that finds its key in flight wait up to d for
+// the result instead of failing with ErrInFlight at once. It is woken by the
+// store's completion signal when the store offers one (Waiter), else it
+// re-checks with jittered backoff. Default 0: no waiting.
+func WithWait(d time.Duration) Option { return func(g *Guard) { g.wait = d } }
+
+// WithFinalErrors sets which errors of a run are final: stored and replayed
+// to duplicates as a *ReplayedError (a validation failure, say), instead of
+// abandoning the claim so that a retry runs again. Default: none is final.
+func WithFinalErrors(final func(error) bool) Option { return func(g *Guard) { g.final = final } }
+
+// Guard runs a function once per key across every process that shares the
+// Store, and replays its stored result to duplicates.
+type Guard struct {
+	store     Store
+	lease     time.Duration
+	retention time.Duration
+	maxResult int
+	wait      time.Duration
+	final     func(error) bool
+}
+
+// NewGuard returns a Guard over store.
+func NewGuard(store Store, opts ...Option) (*Guard, error) {
+	if store == nil {
+		return nil, errors.New("idem: NewGuard: nil store")
+	}
+	g := &Guard{store: store, lease: DefaultLease, retention: DefaultRetention, maxResult: DefaultMaxResult}
+	for _, o := range opts {
+		o(g)
+	}
+	var errs []error
+	if err := lock.ValidateTTL(g.lease); err != nil {
+		errs = append(errs, fmt.Errorf("lease: %w", err))
+	}
+	if err := lock.ValidateTTL(g.retention); err != nil {
+		errs = append(errs, fmt.Errorf("retention: %w", err))
+	}
+	if g.maxResult < 0 || g.wait < 0 {
+		errs = append(errs, errors.New("negative result limit or wait"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("idem: NewGuard: %w", err)
+	}
+	return g, nil
+}
+
+// Do runs run once for key (already scoped, see ScopedKey) and
+// fingerprint, and returns its result. A duplicate gets the stored result
+// with replayed set; one that arrives while the first run is in flight gets
+// an *InFlightError (or waits, WithWait); one with another fingerprint gets
+// ErrMismatch.
+//
+// run's context is cancelled, with ErrLockLost as its cause, if the claim
+// is lost while it runs (its lease could not be extended). When run fails,
+// the claim is abandoned so that a retry runs again, unless the error is
+// final (WithFinalErrors). A run that panics abandons the claim and the
+// panic goes on. When the claim was lost, Do returns ErrLockLost and the
+// result is not stored.
+func (g *Guard) Do(ctx context.Context, key, fingerprint string,
+	run func(ctx context.Context) ([]byte, error)) (result []byte, replayed bool, err error) {
+	if err := lock.ValidateKey(key); err != nil {
+		return nil, false, err
+	}
+	deadline := time.Now().Add(g.wait)
+	backoff := 5 * time.Millisecond
+	for {
+		c, err := g.store.Begin(ctx, key, fingerprint, g.lease)
+		if err != nil {
+			return nil, false, err
+		}
+		switch c.State {
+		case Acquired:
+			return g.run(ctx, c, run)
+		case Completed:
+			res, err := decodeOutcome(key, c.Result)
+			return res, err == nil || !errors.Is(err, ErrCorruptRecord), err
+		case Mismatch:
+			return nil, false, fmt.Errorf("%w: %q", ErrMismatch, key)
+		case InFlight:
+			if !time.Now().Before(deadline) {
+				return nil, false, &InFlightError{Key: key, RetryAfter: max(0, time.Until(c.Expires))}
+			}
+			wctx, cancel := context.WithDeadline(ctx, deadline)
+			if w, ok := g.store.(Waiter); ok {
+				err = w.WaitChange(wctx, key, c.Expires)
+			} else {
+				t := time.NewTimer(rand.N(backoff) + backoff/2)
+				select {
+				case <-t.C:
+				case <-wctx.Done():
+					err = wctx.Err()
+				}
+				t.Stop()
+				backoff = min(2*backoff, 250*time.Millisecond)
+			}
+			cancel()
+			if ctx.Err() != nil {
+				return nil, false, ctx.Err()
+			}
+			_ = err // the deadline passed or the key changed: look again
+		default:
+			return nil, false, fmt.Errorf("idem: %q: store answered state %d", key, c.State)
+		}
+	}
+}
+
+func (g *Guard) run(ctx context.Context, c Claim, run func(context.Context) ([]byte, error)) (result []byte, replayed bool, err error) {
+	rctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stop, stopped := make(chan struct{}), make(chan struct{})
+	go g.watchdog(rctx, c, cancel, stop, stopped)
+	finish := func() {
+		close(stop)
+		<-stopped
+	}
+	cleanup, cancelCleanup := lock.CleanupContext(ctx)
+	defer cancelCleanup()
+
+	defer func() {
+		if p := recover(); p != nil {
+			finish()
+			_ = g.store.Abandon(cleanup, c)
+			panic(p)
+		}
+	}()
+	res, runErr := run(rctx)
+	finish()
+
+	if errors.Is(context.Cause(rctx), ErrLockLost) {
+		return nil, false, errors.Join(fmt.Errorf("idem: %q: claim lost while running: %w", c.Key, ErrLockLost), runErr)
+	}
+	if runErr != nil && (g.final == nil || !g.final(runErr)) {
+		if err := g.store.Abandon(cleanup, c); err != nil && !errors.Is(err, ErrLockLost) {
+			return nil, false, errors.Join(runErr, err)
+		}
+		return nil, false, runErr
+	}
+	enc := encodeOutcome(res, runErr)
+	if len(enc)-2 > g.maxResult {
+		_ = g.store.Abandon(cleanup, c)
+		return nil, false, fmt.Errorf("%w: %d bytes, limit %d", ErrResultTooLarge, len(enc)-2, g.maxResult)
+	}
+	if err := g.store.Complete(cleanup, c, enc, g.retention); err != nil {
+		return nil, false, err
+	}
+	if runErr != nil {
+		return nil, false, runErr // stored as final; duplicates get a *ReplayedError
+	}
+	return res, false, nil
+}
+
+// watchdog extends the claim every lease/3 until stop; when it cannot and
+// the lease has run out, or the store says the claim is lost, it cancels
+// the run with ErrLockLost.
+func (g *Guard) watchdog(ctx context.Context, c Claim, cancel context.CancelCauseFunc, stop, stopped chan struct{}) {
+	defer close(stopped)
+	interval := g.lease / 3
+	valid := time.Now().Add(g.lease)
+	t := time.NewTimer(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		start := time.Now()
+		ectx, ecancel := context.WithTimeout(ctx, interval)
+		err := g.store.Extend(ectx, c, g.lease)
+		ecancel()
+		switch {
+		case err == nil:
+			valid = start.Add(g.lease)
+			t.Reset(interval)
+		case errors.Is(err, ErrLockLost) || !time.Now().Before(valid):
+			cancel(ErrLockLost)
+			return
+		default:
+			t.Reset(max(g.lease/10, time.Millisecond))
+		}
+	}
+}
+
+// Outcomes are stored as a version byte, a kind byte and the payload: the
+// result, or a final error's message.
+const (
+	outcomeVersion = 1
+	kindResult     = 0
+	kindError      = 1
+)
+
+func encodeOutcome(res []byte, final error) []byte {
+	if final != nil {
+		return append([]byte{outcomeVersion, kindError}, final.Error()...)
+	}
+	return append([]byte{outcomeVersion, kindResult}, res...)
+}
+
+func decodeOutcome(key string, b []byte) ([]byte, error) {
+	if len(b) < 2 || b[0] != outcomeVersion {
+		return nil, &CorruptRecordError{Key: key, Reason: "unknown outcome encoding"}
+	}
+	switch b[1] {
+	case kindResult:
+		return b[2:], nil
+	case kindError:
+		return nil, &ReplayedError{Message: string(b[2:])}
+	}
+	return nil, &CorruptRecordError{Key: key, Reason: fmt.Sprintf("unknown outcome kind %d", b[1])}
+}

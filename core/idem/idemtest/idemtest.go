@@ -1,0 +1,395 @@
+// Package idemtest is the conformance suite every idem.Store runs:
+//
+//	idemtest.Run(t, idemtest.Config{
+//		NewStore: func(t *testing.T) idem.Store { return store },
+//	})
+//
+// It drives the stores through idem.Guard as well as directly, and sleeps
+// only where expiry is the behaviour under test.
+package idemtest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/oncekit/oncekit/core/idem"
+)
+
+// Config describes the store under test.
+type Config struct {
+	// NewStore returns a Store on the backend under test; all Stores of
+	// one Run must share it (clients of one server, or one in-process
+	// store).
+	NewStore func(t *testing.T) idem.Store
+
+	// Corrupt, when set, plants under key, through the real server, a
+	// record the store did not write. Stores that cannot hold a foreign
+	// record (in-process memory) leave it nil, and that subtest checks
+	// nothing.
+	Corrupt func(t *testing.T, key string)
+}
+
+// Run runs the whole suite.
+func Run(t *testing.T, cfg Config) {
+	t.Helper()
+	s := &suite{cfg: cfg}
+	t.Run("ExactlyOnceUnder64Duplicates", s.exactlyOnce)
+	t.Run("Mismatch", s.mismatch)
+	t.Run("AbandonThenRetry", s.abandonRetry)
+	t.Run("CrashedClaimExpires", s.crashedExpires)
+	t.Run("RetentionExpires", s.retention)
+	t.Run("StaleHolderCannotTouchNewerClaim", s.staleHolder)
+	t.Run("CorruptRecord", s.corrupt)
+	t.Run("WaitForResult", s.waitForResult)
+	t.Run("InFlightWithoutWaiting", s.inFlight)
+	t.Run("FinalErrorsReplayed", s.finalErrors)
+	t.Run("ResultTooLarge", s.tooLarge)
+	t.Run("ClaimLostMidRun", s.lostMidRun)
+	t.Run("PanicAbandons", s.panics)
+	t.Run("InvalidKey", s.invalidKey)
+}
+
+type suite struct{ cfg Config }
+
+func key(t *testing.T) string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return idem.ScopedKey("idemtest", strings.ReplaceAll(t.Name(), "/", ".")+"/"+hex.EncodeToString(b[:]))
+}
+
+func guard(t *testing.T, st idem.Store, opts ...idem.Option) *idem.Guard {
+	t.Helper()
+	g, err := idem.NewGuard(st, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+func ctxT(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func (s *suite) exactlyOnce(t *testing.T) {
+	k := key(t)
+	var runs atomic.Int64
+	stores := []idem.Store{s.cfg.NewStore(t), s.cfg.NewStore(t), s.cfg.NewStore(t), s.cfg.NewStore(t)}
+	results := make([][]byte, 64)
+	replays := make([]bool, 64)
+	errs := make([]error, 64)
+	var wg sync.WaitGroup
+	ctx := ctxT(t, 30*time.Second)
+	for i := range 64 {
+		g := guard(t, stores[i%len(stores)], idem.WithWait(20*time.Second))
+		wg.Go(func() {
+			results[i], replays[i], errs[i] = g.Do(ctx, k, "fp", func(ctx context.Context) ([]byte, error) {
+				n := runs.Add(1)
+				time.Sleep(20 * time.Millisecond) // duplicates arrive while it runs
+				return fmt.Appendf(nil, "order-%d", n), nil
+			})
+		})
+	}
+	wg.Wait()
+	if n := runs.Load(); n != 1 {
+		t.Fatalf("run executed %d times, want 1", n)
+	}
+	fresh := 0
+	for i := range 64 {
+		if errs[i] != nil {
+			t.Fatalf("duplicate %d: %v", i, errs[i])
+		}
+		if string(results[i]) != "order-1" {
+			t.Errorf("duplicate %d got %q, want %q", i, results[i], "order-1")
+		}
+		if !replays[i] {
+			fresh++
+		}
+	}
+	if fresh != 1 {
+		t.Errorf("%d callers saw a fresh result, want 1 (the others replayed)", fresh)
+	}
+}
+
+func (s *suite) mismatch(t *testing.T) {
+	k := key(t)
+	st := s.cfg.NewStore(t)
+	ctx := ctxT(t, 5*time.Second)
+	c, err := st.Begin(ctx, k, "fp-a", 10*time.Second)
+	if err != nil || c.State != idem.Acquired {
+		t.Fatalf("Begin: %v %v", c.State, err)
+	}
+	if d, err := st.Begin(ctx, k, "fp-b", 10*time.Second); err != nil || d.State != idem.Mismatch {
+		t.Errorf("Begin with another fingerprint while in flight: %v %v, want mismatch", d.State, err)
+	}
+	if err := st.Complete(ctx, c, []byte("x"), time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = guard(t, st).Do(ctx, k, "fp-b", func(context.Context) ([]byte, error) {
+		t.Error("run executed for a reused key")
+		return nil, nil
+	})
+	if !errors.Is(err, idem.ErrMismatch) {
+		t.Errorf("Do with another fingerprint after completion: %v, want ErrMismatch", err)
+	}
+}
+
+func (s *suite) abandonRetry(t *testing.T) {
+	k := key(t)
+	g := guard(t, s.cfg.NewStore(t))
+	ctx := ctxT(t, 5*time.Second)
+	var runs atomic.Int64
+	boom := errors.New("transient")
+	if _, _, err := g.Do(ctx, k, "fp", func(context.Context) ([]byte, error) { runs.Add(1); return nil, boom }); !errors.Is(err, boom) {
+		t.Fatalf("first Do: %v, want the run's error", err)
+	}
+	res, replayed, err := g.Do(ctx, k, "fp", func(context.Context) ([]byte, error) { runs.Add(1); return []byte("ok"), nil })
+	if err != nil || replayed || string(res) != "ok" || runs.Load() != 2 {
+		t.Errorf("retry after a failed run: %q replayed=%v err=%v runs=%d; want a fresh run", res, replayed, err, runs.Load())
+	}
+}
+
+func (s *suite) crashedExpires(t *testing.T) {
+	k := key(t)
+	st := s.cfg.NewStore(t)
+	ctx := ctxT(t, 10*time.Second)
+	if c, err := st.Begin(ctx, k, "fp", 100*time.Millisecond); err != nil || c.State != idem.Acquired {
+		t.Fatalf("Begin: %v %v", c.State, err)
+	}
+	// The holder crashes: no Complete, no Abandon.
+	time.Sleep(200 * time.Millisecond)
+	res, replayed, err := guard(t, s.cfg.NewStore(t)).Do(ctx, k, "fp", func(context.Context) ([]byte, error) { return []byte("rerun"), nil })
+	if err != nil || replayed || string(res) != "rerun" {
+		t.Errorf("Do after the crashed claim's lease: %q replayed=%v err=%v; want a fresh run", res, replayed, err)
+	}
+}
+
+func (s *suite) retention(t *testing.T) {
+	k := key(t)
+	g := guard(t, s.cfg.NewStore(t), idem.WithRetention(100*time.Millisecond))
+	ctx := ctxT(t, 10*time.Second)
+	var runs atomic.Int64
+	run := func(context.Context) ([]byte, error) { return fmt.Appendf(nil, "%d", runs.Add(1)), nil }
+	if _, _, err := g.Do(ctx, k, "fp", run); err != nil {
+		t.Fatal(err)
+	}
+	if res, replayed, err := g.Do(ctx, k, "fp", run); err != nil || !replayed || string(res) != "1" {
+		t.Errorf("within retention: %q replayed=%v err=%v; want the replay of 1", res, replayed, err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if res, replayed, err := g.Do(ctx, k, "fp", run); err != nil || replayed || string(res) != "2" {
+		t.Errorf("after retention: %q replayed=%v err=%v; want a fresh run", res, replayed, err)
+	}
+}
+
+func (s *suite) staleHolder(t *testing.T) {
+	k := key(t)
+	st := s.cfg.NewStore(t)
+	ctx := ctxT(t, 10*time.Second)
+	old, err := st.Begin(ctx, k, "fp", 100*time.Millisecond)
+	if err != nil || old.State != idem.Acquired {
+		t.Fatalf("Begin: %v %v", old.State, err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	cur, err := s.cfg.NewStore(t).Begin(ctx, k, "fp", 10*time.Second)
+	if err != nil || cur.State != idem.Acquired {
+		t.Fatalf("Begin after the lease: %v %v", cur.State, err)
+	}
+	if cur.Fence <= old.Fence {
+		t.Errorf("new claim's fence %d not above the old one's %d", cur.Fence, old.Fence)
+	}
+	if err := st.Complete(ctx, old, []byte("stale"), time.Minute); !errors.Is(err, idem.ErrLockLost) {
+		t.Errorf("stale Complete: %v, want ErrLockLost", err)
+	}
+	if err := st.Abandon(ctx, old); !errors.Is(err, idem.ErrLockLost) {
+		t.Errorf("stale Abandon: %v, want ErrLockLost", err)
+	}
+	if err := st.Extend(ctx, old, time.Minute); !errors.Is(err, idem.ErrLockLost) {
+		t.Errorf("stale Extend: %v, want ErrLockLost", err)
+	}
+	if c, err := st.Begin(ctx, k, "fp", time.Second); err != nil || c.State != idem.InFlight {
+		t.Errorf("the newer claim after the stale calls: %v %v, want in flight", c.State, err)
+	}
+	if err := st.Complete(ctx, cur, []byte("fresh"), time.Minute); err != nil {
+		t.Fatalf("newer claim's Complete: %v", err)
+	}
+	if c, err := st.Begin(ctx, k, "fp", time.Second); err != nil || c.State != idem.Completed || string(c.Result) != "fresh" {
+		t.Errorf("after Complete: %v %q %v", c.State, c.Result, err)
+	}
+}
+
+func (s *suite) corrupt(t *testing.T) {
+	if s.cfg.Corrupt == nil {
+		return // an in-process store holds no foreign records
+	}
+	k := key(t)
+	s.cfg.Corrupt(t, k)
+	st := s.cfg.NewStore(t)
+	_, err := st.Begin(ctxT(t, 5*time.Second), k, "fp", time.Second)
+	var ce *idem.CorruptRecordError
+	if !errors.Is(err, idem.ErrCorruptRecord) || !errors.As(err, &ce) || ce.Key != k {
+		t.Fatalf("Begin on a corrupt record: %v, want a *CorruptRecordError naming the key", err)
+	}
+	_, _, err = guard(t, st).Do(ctxT(t, 5*time.Second), k, "fp", func(context.Context) ([]byte, error) {
+		t.Error("run executed over a corrupt record")
+		return nil, nil
+	})
+	if !errors.Is(err, idem.ErrCorruptRecord) {
+		t.Errorf("Do on a corrupt record: %v, want ErrCorruptRecord", err)
+	}
+}
+
+func (s *suite) waitForResult(t *testing.T) {
+	k := key(t)
+	ctx := ctxT(t, 10*time.Second)
+	release := make(chan struct{})
+	started := make(chan struct{})
+	first := make(chan error, 1)
+	go func() {
+		_, _, err := guard(t, s.cfg.NewStore(t)).Do(ctx, k, "fp", func(context.Context) ([]byte, error) {
+			close(started)
+			<-release
+			return []byte("late"), nil
+		})
+		first <- err
+	}()
+	<-started
+	second := make(chan struct{})
+	var res []byte
+	var replayed bool
+	var err error
+	go func() {
+		defer close(second)
+		res, replayed, err = guard(t, s.cfg.NewStore(t), idem.WithWait(8*time.Second)).Do(ctx, k, "fp", func(context.Context) ([]byte, error) {
+			t.Error("the waiting duplicate ran")
+			return nil, nil
+		})
+	}()
+	close(release)
+	<-second
+	if err := <-first; err != nil {
+		t.Fatalf("first Do: %v", err)
+	}
+	if err != nil || !replayed || string(res) != "late" {
+		t.Errorf("waiting duplicate: %q replayed=%v err=%v; want the replay of %q", res, replayed, err, "late")
+	}
+}
+
+func (s *suite) inFlight(t *testing.T) {
+	k := key(t)
+	st := s.cfg.NewStore(t)
+	ctx := ctxT(t, 5*time.Second)
+	if c, err := st.Begin(ctx, k, "fp", 10*time.Second); err != nil || c.State != idem.Acquired {
+		t.Fatalf("Begin: %v %v", c.State, err)
+	}
+	_, _, err := guard(t, s.cfg.NewStore(t)).Do(ctx, k, "fp", func(context.Context) ([]byte, error) {
+		t.Error("a duplicate ran while the first was in flight")
+		return nil, nil
+	})
+	var ife *idem.InFlightError
+	if !errors.Is(err, idem.ErrInFlight) || !errors.As(err, &ife) || ife.RetryAfter <= 0 || ife.RetryAfter > 10*time.Second {
+		t.Errorf("duplicate in flight: %v, want an *InFlightError with a retry hint in (0, 10s]", err)
+	}
+}
+
+var errInvalid = errors.New("invalid order")
+
+func (s *suite) finalErrors(t *testing.T) {
+	k := key(t)
+	g := guard(t, s.cfg.NewStore(t), idem.WithFinalErrors(func(err error) bool { return errors.Is(err, errInvalid) }))
+	ctx := ctxT(t, 5*time.Second)
+	var runs atomic.Int64
+	run := func(context.Context) ([]byte, error) { runs.Add(1); return nil, fmt.Errorf("sku 7: %w", errInvalid) }
+	if _, _, err := g.Do(ctx, k, "fp", run); !errors.Is(err, errInvalid) {
+		t.Fatalf("first Do: %v, want the run's own error", err)
+	}
+	_, replayed, err := g.Do(ctx, k, "fp", run)
+	var re *idem.ReplayedError
+	if !errors.As(err, &re) || re.Message != "sku 7: invalid order" || !replayed || runs.Load() != 1 {
+		t.Errorf("duplicate of a final error: %v replayed=%v runs=%d; want the stored error replayed", err, replayed, runs.Load())
+	}
+}
+
+func (s *suite) tooLarge(t *testing.T) {
+	k := key(t)
+	g := guard(t, s.cfg.NewStore(t), idem.WithMaxResult(10))
+	ctx := ctxT(t, 5*time.Second)
+	if _, _, err := g.Do(ctx, k, "fp", func(context.Context) ([]byte, error) { return []byte("0123456789A"), nil }); !errors.Is(err, idem.ErrResultTooLarge) {
+		t.Fatalf("11-byte result with a 10-byte limit: %v, want ErrResultTooLarge", err)
+	}
+	if res, replayed, err := g.Do(ctx, k, "fp", func(context.Context) ([]byte, error) { return []byte("0123456789"), nil }); err != nil || replayed || string(res) != "0123456789" {
+		t.Errorf("retry with a result at the limit: %q replayed=%v err=%v", res, replayed, err)
+	}
+}
+
+// lostMidRun cuts the run's store off from extending its claim (as in a
+// partition): the lease runs out, the run's context is cancelled with
+// ErrLockLost, and its result is not stored.
+func (s *suite) lostMidRun(t *testing.T) {
+	k := key(t)
+	st := s.cfg.NewStore(t)
+	g := guard(t, noExtend{st}, idem.WithLease(150*time.Millisecond))
+	ctx := ctxT(t, 10*time.Second)
+	var cause error
+	_, _, err := g.Do(ctx, k, "fp", func(ctx context.Context) ([]byte, error) {
+		select {
+		case <-ctx.Done():
+			cause = context.Cause(ctx)
+		case <-time.After(5 * time.Second):
+		}
+		return []byte("too late"), nil
+	})
+	if !errors.Is(err, idem.ErrLockLost) || !errors.Is(cause, idem.ErrLockLost) {
+		t.Fatalf("Do with a lost claim: %v (run's cause %v), want ErrLockLost", err, cause)
+	}
+	res, replayed, err := guard(t, s.cfg.NewStore(t)).Do(ctx, k, "fp", func(context.Context) ([]byte, error) { return []byte("again"), nil })
+	if err != nil || replayed || string(res) != "again" {
+		t.Errorf("after a lost claim: %q replayed=%v err=%v; want a fresh run (nothing stored)", res, replayed, err)
+	}
+}
+
+type noExtend struct{ idem.Store }
+
+func (noExtend) Extend(ctx context.Context, _ idem.Claim, _ time.Duration) error {
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+func (s *suite) panics(t *testing.T) {
+	k := key(t)
+	g := guard(t, s.cfg.NewStore(t))
+	ctx := ctxT(t, 5*time.Second)
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Error("the run's panic did not propagate")
+			}
+		}()
+		_, _, _ = g.Do(ctx, k, "fp", func(context.Context) ([]byte, error) { panic("boom") })
+	}()
+	if res, _, err := g.Do(ctx, k, "fp", func(context.Context) ([]byte, error) { return []byte("ok"), nil }); err != nil || string(res) != "ok" {
+		t.Errorf("retry after a panic: %q %v; want a fresh run", res, err)
+	}
+}
+
+func (s *suite) invalidKey(t *testing.T) {
+	st := s.cfg.NewStore(t)
+	ctx := ctxT(t, 5*time.Second)
+	for _, k := range []string{"", strings.Repeat("k", 513)} {
+		if _, err := st.Begin(ctx, k, "fp", time.Second); !errors.Is(err, idem.ErrInvalidKey) {
+			t.Errorf("Begin with a %d-byte key: %v, want ErrInvalidKey", len(k), err)
+		}
+		if _, _, err := guard(t, st).Do(ctx, k, "fp", nil); !errors.Is(err, idem.ErrInvalidKey) {
+			t.Errorf("Do with a %d-byte key: %v, want ErrInvalidKey", len(k), err)
+		}
+	}
+}

@@ -1,0 +1,37 @@
+package idem
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+)
+
+// ScopedKey derives the stored key from a scope (a tenant, a principal, a
+// method or route — whatever must never share results) and the caller's
+// key: "idem:" and the hex SHA-256 of both, 69 bytes whatever their length.
+// Scope and key are length-prefixed before hashing, so ("ab", "c") and
+// ("a", "bc") differ. The raw key is never stored.
+func ScopedKey(scope, key string) string {
+	h := sha256.New()
+	writePart(h, []byte(scope))
+	writePart(h, []byte(key))
+	return "idem:" + hex.EncodeToString(h.Sum(nil))
+}
+
+// Fingerprint hashes the parts of a request that make it "the same
+// request" (method, route, body...) into a hex SHA-256. Parts are
+// length-prefixed, so their boundaries count.
+func Fingerprint(parts ...[]byte) string {
+	h := sha256.New()
+	for _, p := range parts {
+		writePart(h, p)
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+func writePart(h interface{ Write([]byte) (int, error) }, p []byte) {
+	var n [8]byte
+	binary.BigEndian.PutUint64(n[:], uint64(len(p)))
+	h.Write(n[:])
+	h.Write(p)
+}

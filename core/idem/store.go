@@ -1,0 +1,78 @@
+package idem
+
+import (
+	"context"
+	"time"
+)
+
+// State is what Begin found.
+type State int
+
+const (
+	// Acquired: the caller owns the key and runs; the Claim carries its
+	// token and fence.
+	Acquired State = iota + 1
+	// InFlight: another caller's run holds the key.
+	InFlight
+	// Completed: the key ran; Claim.Result holds the stored bytes.
+	Completed
+	// Mismatch: the key is taken by a request with another fingerprint.
+	Mismatch
+)
+
+func (s State) String() string {
+	switch s {
+	case Acquired:
+		return "acquired"
+	case InFlight:
+		return "in flight"
+	case Completed:
+		return "completed"
+	case Mismatch:
+		return "mismatch"
+	}
+	return "unknown"
+}
+
+// Claim is the answer of Store.Begin.
+type Claim struct {
+	Key   string
+	State State
+	// Token identifies an Acquired claim: Complete, Abandon and Extend
+	// act only while it still holds the key.
+	Token string
+	// Fence is strictly greater than every earlier claim's on the key in
+	// the store; pass it to writes the run makes (see lock.FenceGate).
+	Fence uint64
+	// Result is the stored bytes of a Completed claim.
+	Result []byte
+	// Expires is when an in-flight claim's lease, or a completed record's
+	// retention, runs out.
+	Expires time.Time
+}
+
+// Store keeps idempotency records. The in-flight record is the lock: the
+// first Begin writes it with a lease, duplicates read it. Implementations
+// check the token atomically, so a holder whose lease ran out can never
+// overwrite or delete a newer claim.
+type Store interface {
+	// Begin claims key for a request with fingerprint, or reports what
+	// holds it: one round trip.
+	Begin(ctx context.Context, key, fingerprint string, lease time.Duration) (Claim, error)
+	// Complete stores result for retention, if c still holds the key
+	// (else ErrLockLost): one round trip.
+	Complete(ctx context.Context, c Claim, result []byte, retention time.Duration) error
+	// Abandon deletes c's in-flight record so that a retry can run (else
+	// ErrLockLost).
+	Abandon(ctx context.Context, c Claim) error
+	// Extend lengthens c's lease to lease from now (else ErrLockLost).
+	Extend(ctx context.Context, c Claim, lease time.Duration) error
+}
+
+// Waiter is implemented by stores that can wake a duplicate when the key it
+// waits for is completed or abandoned. Guard uses it to wait without
+// polling; it returns when the key may have changed (the caller calls Begin
+// again) or ctx ends.
+type Waiter interface {
+	WaitChange(ctx context.Context, key string, until time.Time) error
+}

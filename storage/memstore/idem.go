@@ -1,0 +1,172 @@
+package memstore
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/lock"
+	"github.com/oncekit/oncekit/internal/token"
+)
+
+// record is one idempotency record. Records live in their own map, beside
+// the locks, under the Store's mutex.
+type record struct {
+	fp       string
+	token    string
+	fence    uint64
+	done     bool // completed; else in flight
+	expires  time.Time
+	result   []byte
+	changed  chan struct{} // closed when the record is completed or removed
+	isClosed bool
+}
+
+func (r *record) signal() {
+	if !r.isClosed {
+		r.isClosed = true
+		close(r.changed)
+	}
+}
+
+// recordLocked returns key's live record, dropping it if it has expired,
+// and sweeps a few other expired records so that memory follows retention.
+func (s *Store) recordLocked(key string) *record {
+	if s.records == nil {
+		s.records = map[string]*record{}
+	}
+	now := time.Now()
+	swept := 0
+	for k, r := range s.records {
+		if swept >= 8 {
+			break
+		}
+		swept++
+		if !now.Before(r.expires) && k != key {
+			r.signal()
+			delete(s.records, k)
+		}
+	}
+	r := s.records[key]
+	if r != nil && !now.Before(r.expires) {
+		r.signal()
+		delete(s.records, key)
+		r = nil
+	}
+	return r
+}
+
+// Begin implements idem.Store.
+func (s *Store) Begin(ctx context.Context, key, fingerprint string, lease time.Duration) (idem.Claim, error) {
+	if err := lock.Validate(key, lease); err != nil {
+		return idem.Claim{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return idem.Claim{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.recordLocked(key)
+	if r == nil {
+		s.fence++
+		r = &record{fp: fingerprint, token: token.New(), fence: s.fence, expires: time.Now().Add(lease), changed: make(chan struct{})}
+		s.records[key] = r
+		return idem.Claim{Key: key, State: idem.Acquired, Token: r.token, Fence: r.fence, Expires: r.expires}, nil
+	}
+	c := idem.Claim{Key: key, Expires: r.expires}
+	switch {
+	case r.fp != fingerprint:
+		c.State = idem.Mismatch
+	case r.done:
+		c.State, c.Result = idem.Completed, slices.Clone(r.result)
+	default:
+		c.State = idem.InFlight
+	}
+	return c, nil
+}
+
+// ownLocked returns c's record if c still holds it.
+func (s *Store) ownLocked(c idem.Claim, op string) (*record, error) {
+	r := s.recordLocked(c.Key)
+	if r == nil || r.done || r.token != c.Token || c.Token == "" {
+		return nil, fmt.Errorf("memstore: %s %q: %w", op, c.Key, idem.ErrLockLost)
+	}
+	return r, nil
+}
+
+// Complete implements idem.Store.
+func (s *Store) Complete(ctx context.Context, c idem.Claim, result []byte, retention time.Duration) error {
+	if err := lock.ValidateTTL(retention); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, err := s.ownLocked(c, "complete")
+	if err != nil {
+		return err
+	}
+	r.done, r.result, r.expires = true, slices.Clone(result), time.Now().Add(retention)
+	r.signal()
+	return nil
+}
+
+// Abandon implements idem.Store.
+func (s *Store) Abandon(ctx context.Context, c idem.Claim) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, err := s.ownLocked(c, "abandon")
+	if err != nil {
+		return err
+	}
+	r.signal()
+	delete(s.records, c.Key)
+	return nil
+}
+
+// Extend implements idem.Store.
+func (s *Store) Extend(ctx context.Context, c idem.Claim, lease time.Duration) error {
+	if err := lock.ValidateTTL(lease); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, err := s.ownLocked(c, "extend")
+	if err != nil {
+		return err
+	}
+	r.expires = time.Now().Add(lease)
+	return nil
+}
+
+// WaitChange implements idem.Waiter: it returns when key's in-flight record
+// is completed, abandoned or expires, or ctx ends.
+func (s *Store) WaitChange(ctx context.Context, key string, until time.Time) error {
+	s.mu.Lock()
+	r := s.recordLocked(key)
+	if r == nil || r.done {
+		s.mu.Unlock()
+		return nil
+	}
+	ch, exp := r.changed, r.expires
+	s.mu.Unlock()
+	t := time.NewTimer(max(time.Until(exp), 0) + time.Millisecond)
+	defer t.Stop()
+	select {
+	case <-ch:
+		return nil
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+var (
+	_ idem.Store  = (*Store)(nil)
+	_ idem.Waiter = (*Store)(nil)
+)
