@@ -24,6 +24,10 @@ var (
 	writeBackLua string
 	//go:embed lua/acquire_all.lua
 	acquireAllLua string
+	//go:embed lua/idem_begin.lua
+	idemBeginLua string
+	//go:embed lua/idem_finish.lua
+	idemFinishLua string
 )
 
 // The scripts; their KEYS and ARGV are documented at the top of each file.
@@ -34,6 +38,8 @@ var (
 	Transfer   = redis.NewScript(transferLua)
 	WriteBack  = redis.NewScript(writeBackLua)
 	AcquireAll = redis.NewScript(acquireAllLua)
+	IdemBegin  = redis.NewScript(idemBeginLua)
+	IdemFinish = redis.NewScript(idemFinishLua)
 )
 
 // Keys is the naming of one lock's Redis names: the lock key, its fence

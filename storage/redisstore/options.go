@@ -28,22 +28,24 @@ const (
 type Option func(*options)
 
 type options struct {
-	prefix      string
-	pubsub      PubSubMode
-	recheck     time.Duration
-	minBackoff  time.Duration
-	maxBackoff  time.Duration
-	maxHandOffs int
+	prefix       string
+	pubsub       PubSubMode
+	recheck      time.Duration
+	minBackoff   time.Duration
+	maxBackoff   time.Duration
+	maxHandOffs  int
+	recordPrefix string
 }
 
 func defaultOptions() options {
 	return options{
-		prefix:      "oncekit:lock:",
-		pubsub:      PubSubAuto,
-		recheck:     time.Second,
-		minBackoff:  5 * time.Millisecond,
-		maxBackoff:  250 * time.Millisecond,
-		maxHandOffs: 16,
+		prefix:       "oncekit:lock:",
+		pubsub:       PubSubAuto,
+		recheck:      time.Second,
+		minBackoff:   5 * time.Millisecond,
+		maxBackoff:   250 * time.Millisecond,
+		maxHandOffs:  16,
+		recordPrefix: "oncekit:idem:",
 	}
 }
 
@@ -51,6 +53,11 @@ func defaultOptions() options {
 // uses. It must not contain '{' or '}', which would break the hash tag that
 // keeps a lock's keys in one Redis Cluster slot. Default "oncekit:lock:".
 func WithPrefix(p string) Option { return func(o *options) { o.prefix = p } }
+
+// WithRecordPrefix sets the prefix of the idempotency records (idem.Store)
+// and their fence counters and channels. It must not contain '{' or '}'.
+// Default "oncekit:idem:".
+func WithRecordPrefix(p string) Option { return func(o *options) { o.recordPrefix = p } }
 
 // WithPubSub selects the release notification mechanism. Every Store that
 // shares keys must use the same mode. Default PubSubAuto.
@@ -80,6 +87,9 @@ func (o *options) validate() error {
 	var errs []error
 	if strings.ContainsAny(o.prefix, "{}") {
 		errs = append(errs, fmt.Errorf("prefix %q contains '{' or '}'", o.prefix))
+	}
+	if strings.ContainsAny(o.recordPrefix, "{}") || o.recordPrefix == o.prefix {
+		errs = append(errs, fmt.Errorf("record prefix %q contains '{' or '}' or equals the lock prefix", o.recordPrefix))
 	}
 	if !o.pubsub.Valid() {
 		errs = append(errs, fmt.Errorf("unknown pub/sub mode %d", int(o.pubsub)))

@@ -25,6 +25,7 @@ type Client interface {
 	Subscribe(ctx context.Context, channels ...string) *redis.PubSub
 	SSubscribe(ctx context.Context, channels ...string) *redis.PubSub
 	Info(ctx context.Context, section ...string) *redis.StringCmd
+	HGet(ctx context.Context, key, field string) *redis.StringCmd
 }
 
 // Store is a lock.Locker over one Redis deployment. It is safe for

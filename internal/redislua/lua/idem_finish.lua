@@ -1,0 +1,36 @@
+-- Completes or abandons an in-flight claim, or extends its lease, only
+-- while the token still holds it.
+-- KEYS[1] record
+-- ARGV[1] token, ARGV[2] 'complete' | 'abandon' | 'extend',
+-- ARGV[3] retention or lease in milliseconds, ARGV[4] result (complete),
+-- ARGV[5] channel, ARGV[6] pub/sub mode ('s', 'c', 'a', 'n')
+-- Returns 1 done, 0 not ours (the lease ran out, or another claim).
+if redis.call('TYPE', KEYS[1])['ok'] ~= 'hash' then
+  return 0
+end
+local r = redis.call('HMGET', KEYS[1], 'v', 's', 't')
+if r[1] ~= '1' or r[2] ~= 'i' or r[3] ~= ARGV[1] then
+  return 0
+end
+if ARGV[2] == 'extend' then
+  redis.call('PEXPIRE', KEYS[1], ARGV[3])
+  return 1
+end
+if ARGV[2] == 'complete' then
+  redis.call('HSET', KEYS[1], 's', 'c', 'r', ARGV[4])
+  redis.call('HDEL', KEYS[1], 't')
+  redis.call('PEXPIRE', KEYS[1], ARGV[3])
+else
+  redis.call('DEL', KEYS[1])
+end
+local mode = ARGV[6]
+if mode == 'a' then
+  local v = redis.REDIS_VERSION_NUM
+  if v and v >= 0x070000 then mode = 's' else mode = 'c' end
+end
+if mode == 's' then
+  redis.call('SPUBLISH', ARGV[5], ARGV[2])
+elseif mode == 'c' then
+  redis.call('PUBLISH', ARGV[5], ARGV[2])
+end
+return 1
