@@ -38,6 +38,8 @@ func (s State) String() string {
 type Claim struct {
 	Key   string
 	State State
+	// Fingerprint is the fingerprint the claim was begun with.
+	Fingerprint string
 	// Token identifies an Acquired claim: Complete, Abandon and Extend
 	// act only while it still holds the key.
 	Token string

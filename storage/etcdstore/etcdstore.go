@@ -38,6 +38,9 @@ type Store struct {
 	qmu    sync.Mutex
 	queues map[string]*queueWatch // by lock directory, while waiters use it
 
+	rmu       sync.Mutex
+	retention map[time.Time]clientv3.LeaseID // idem records' retention leases, by minute
+
 	bg sync.WaitGroup
 }
 

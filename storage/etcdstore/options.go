@@ -10,13 +10,18 @@ import (
 type Option func(*options)
 
 type options struct {
-	prefix     string
-	sessionTTL time.Duration
+	prefix       string
+	recordPrefix string
+	sessionTTL   time.Duration
 }
 
 func defaultOptions() options {
-	return options{prefix: "oncekit/lock/", sessionTTL: 10 * time.Second}
+	return options{prefix: "oncekit/lock/", recordPrefix: "oncekit/idem/", sessionTTL: 10 * time.Second}
 }
+
+// WithRecordPrefix sets the etcd key prefix of the idempotency records
+// (idem.Store). It must differ from the lock prefix. Default "oncekit/idem/".
+func WithRecordPrefix(p string) Option { return func(o *options) { o.recordPrefix = p } }
 
 // WithPrefix sets the etcd key prefix under which every lock lives.
 // Default "oncekit/lock/".
@@ -31,8 +36,11 @@ func WithSessionTTL(d time.Duration) Option { return func(o *options) { o.sessio
 
 func (o *options) validate() error {
 	var errs []error
-	if o.prefix == "" {
+	if o.prefix == "" || o.recordPrefix == "" {
 		errs = append(errs, errors.New("empty prefix"))
+	}
+	if o.prefix == o.recordPrefix {
+		errs = append(errs, errors.New("the lock and record prefixes are the same"))
 	}
 	if o.sessionTTL < time.Second {
 		errs = append(errs, fmt.Errorf("session TTL %s is under 1s", o.sessionTTL))

@@ -73,9 +73,9 @@ func (s *Store) Begin(ctx context.Context, key, fingerprint string, lease time.D
 		s.fence++
 		r = &record{fp: fingerprint, token: token.New(), fence: s.fence, expires: time.Now().Add(lease), changed: make(chan struct{})}
 		s.records[key] = r
-		return idem.Claim{Key: key, State: idem.Acquired, Token: r.token, Fence: r.fence, Expires: r.expires}, nil
+		return idem.Claim{Key: key, State: idem.Acquired, Fingerprint: fingerprint, Token: r.token, Fence: r.fence, Expires: r.expires}, nil
 	}
-	c := idem.Claim{Key: key, Expires: r.expires}
+	c := idem.Claim{Key: key, Fingerprint: fingerprint, Expires: r.expires}
 	switch {
 	case r.fp != fingerprint:
 		c.State = idem.Mismatch

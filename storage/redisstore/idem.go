@@ -39,7 +39,7 @@ func (s *Store) Begin(ctx context.Context, key, fingerprint string, lease time.D
 	}
 	code, _ := at[int64](v, 0)
 	n, _ := at[int64](v, 1)
-	c := idem.Claim{Key: key, Expires: now.Add(time.Duration(n) * time.Millisecond)}
+	c := idem.Claim{Key: key, Fingerprint: fingerprint, Expires: now.Add(time.Duration(n) * time.Millisecond)}
 	switch code {
 	case 1:
 		c.State, c.Token, c.Fence, c.Expires = idem.Acquired, tok, uint64(n), now.Add(lease)

@@ -1,0 +1,301 @@
+package etcdstore
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"net/url"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/lock"
+	"github.com/oncekit/oncekit/internal/token"
+)
+
+// Idempotency records (idem.Store). Each claim of a key K is an entry of
+// its own, "<record prefix><escaped K>/<token>", so a claim taken over after
+// its lease ran out is a new key with a new create revision: a stale
+// holder's Complete, Abandon and Extend compare that revision and can never
+// touch the newer claim. The revision is also the claim's fence.
+//
+// An entry's value is a version byte, a state byte ('i' in flight, 'c'
+// completed), the expiry in Unix milliseconds (the lease or the retention:
+// checked on every read), the fingerprint, and the result. Anything else is
+// idem.ErrCorruptRecord. In-flight entries are bound to the Store's session
+// lease; completed ones to a lease shared by every record that expires in
+// the same minute, which deletes them some time after their retention.
+
+const (
+	recordVersion  = 1
+	stateInFlight  = 'i'
+	stateCompleted = 'c'
+	retentionSlot  = time.Minute
+)
+
+func (s *Store) recordDir(key string) string {
+	return s.opts.recordPrefix + url.PathEscape(key) + "/"
+}
+
+type recordVal struct {
+	state   byte
+	expires time.Time
+	fp      string
+	result  []byte
+}
+
+func (r recordVal) encode() string {
+	b := make([]byte, 0, 12+len(r.fp)+len(r.result))
+	b = append(b, recordVersion, r.state)
+	b = binary.BigEndian.AppendUint64(b, uint64(r.expires.UnixMilli()))
+	b = binary.BigEndian.AppendUint16(b, uint16(len(r.fp)))
+	b = append(b, r.fp...)
+	return string(append(b, r.result...))
+}
+
+func decodeRecord(key string, v []byte) (recordVal, error) {
+	bad := func(why string) (recordVal, error) {
+		return recordVal{}, &idem.CorruptRecordError{Key: key, Reason: why}
+	}
+	if len(v) < 12 || v[0] != recordVersion {
+		return bad("unknown record encoding")
+	}
+	r := recordVal{state: v[1], expires: time.UnixMilli(int64(binary.BigEndian.Uint64(v[2:10])))}
+	if r.state != stateInFlight && r.state != stateCompleted {
+		return bad(fmt.Sprintf("unknown record state %q", r.state))
+	}
+	n := int(binary.BigEndian.Uint16(v[10:12]))
+	if len(v) < 12+n {
+		return bad("truncated record")
+	}
+	r.fp, r.result = string(v[12:12+n]), v[12+n:]
+	return r, nil
+}
+
+// Begin implements idem.Store: one transaction, or two when it takes over a
+// claim whose lease ran out.
+func (s *Store) Begin(ctx context.Context, key, fingerprint string, lease time.Duration) (idem.Claim, error) {
+	if err := lock.Validate(key, lease); err != nil {
+		return idem.Claim{}, err
+	}
+	if len(fingerprint) > 1<<15 {
+		return idem.Claim{}, fmt.Errorf("etcdstore: begin %q: fingerprint of %d bytes", key, len(fingerprint))
+	}
+	sess, err := s.session(ctx)
+	if err != nil {
+		return idem.Claim{}, fmt.Errorf("etcdstore: begin %q: %w", key, err)
+	}
+	dir := s.recordDir(key)
+	tok := token.New()
+	entry := dir + tok
+	now := time.Now()
+	val := recordVal{state: stateInFlight, expires: now.Add(lease), fp: fingerprint}.encode()
+	put := clientv3.OpPut(entry, val, clientv3.WithLease(sess.id))
+	resp, err := s.c.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(dir).WithPrefix(), "=", 0)).
+		Then(put).
+		Else(clientv3.OpGet(dir, clientv3.WithPrefix())).
+		Commit()
+	if err != nil {
+		return idem.Claim{}, fmt.Errorf("etcdstore: begin %q: %w", key, err)
+	}
+	claimed := idem.Claim{Key: key, State: idem.Acquired, Fingerprint: fingerprint, Token: tok, Expires: now.Add(lease)}
+	if resp.Succeeded {
+		claimed.Fence = uint64(resp.Header.Revision)
+		return claimed, nil
+	}
+	kvs := resp.Responses[0].GetResponseRange().Kvs
+	if len(kvs) != 1 {
+		return idem.Claim{}, &idem.CorruptRecordError{Key: key, Reason: fmt.Sprintf("%d entries for one key", len(kvs))}
+	}
+	cur, err := decodeRecord(key, kvs[0].Value)
+	if err != nil {
+		return idem.Claim{}, err
+	}
+	if !now.Before(cur.expires) { // expired: take it over, unless someone else just did
+		t, err := s.c.Txn(ctx).
+			If(clientv3.Compare(clientv3.ModRevision(string(kvs[0].Key)), "=", kvs[0].ModRevision)).
+			Then(clientv3.OpDelete(string(kvs[0].Key)), put).
+			Commit()
+		if err != nil {
+			return idem.Claim{}, fmt.Errorf("etcdstore: begin %q: %w", key, err)
+		}
+		if t.Succeeded {
+			claimed.Fence = uint64(t.Header.Revision)
+			return claimed, nil
+		}
+		return s.Begin(ctx, key, fingerprint, lease) // lost the race: look again
+	}
+	c := idem.Claim{Key: key, Fingerprint: fingerprint, Expires: cur.expires}
+	switch {
+	case cur.fp != fingerprint:
+		c.State = idem.Mismatch
+	case cur.state == stateCompleted:
+		c.State, c.Result = idem.Completed, cur.result
+	default:
+		c.State = idem.InFlight
+	}
+	return c, nil
+}
+
+// finish runs op on c's entry only while c still holds it: the entry exists
+// with c's create revision and its lease has not run out.
+func (s *Store) finish(ctx context.Context, c idem.Claim, op string, update func(recordVal) (clientv3.Op, error)) error {
+	if c.Token == "" {
+		return fmt.Errorf("etcdstore: %s %q: %w", op, c.Key, idem.ErrLockLost)
+	}
+	entry := s.recordDir(c.Key) + c.Token
+	g, err := s.c.Get(ctx, entry)
+	if err != nil {
+		return fmt.Errorf("etcdstore: %s %q: %w", op, c.Key, err)
+	}
+	if len(g.Kvs) == 0 || g.Kvs[0].CreateRevision != int64(c.Fence) {
+		return fmt.Errorf("etcdstore: %s %q: %w", op, c.Key, idem.ErrLockLost)
+	}
+	cur, err := decodeRecord(c.Key, g.Kvs[0].Value)
+	if err != nil {
+		return err
+	}
+	if cur.state != stateInFlight || !time.Now().Before(cur.expires) {
+		return fmt.Errorf("etcdstore: %s %q: %w", op, c.Key, idem.ErrLockLost)
+	}
+	o, err := update(cur)
+	if err != nil {
+		return fmt.Errorf("etcdstore: %s %q: %w", op, c.Key, err)
+	}
+	t, err := s.c.Txn(ctx).
+		If(clientv3.Compare(clientv3.ModRevision(entry), "=", g.Kvs[0].ModRevision)).
+		Then(o).Commit()
+	if err != nil {
+		return fmt.Errorf("etcdstore: %s %q: %w", op, c.Key, err)
+	}
+	if !t.Succeeded {
+		return fmt.Errorf("etcdstore: %s %q: %w", op, c.Key, idem.ErrLockLost)
+	}
+	return nil
+}
+
+// Complete implements idem.Store in one transaction (plus, once a minute,
+// the grant of a retention lease): the result is stored if the claim's
+// entry still exists with the claim's create revision. Entries are never
+// reused, so that proves no newer claim took the key.
+func (s *Store) Complete(ctx context.Context, c idem.Claim, result []byte, retention time.Duration) error {
+	if err := lock.ValidateTTL(retention); err != nil {
+		return err
+	}
+	if c.Token == "" {
+		return fmt.Errorf("etcdstore: complete %q: %w", c.Key, idem.ErrLockLost)
+	}
+	ctx, cancel := cleanupIfDone(ctx)
+	defer cancel()
+	expires := time.Now().Add(retention)
+	lease, err := s.retentionLease(ctx, expires)
+	if err != nil {
+		return fmt.Errorf("etcdstore: complete %q: %w", c.Key, err)
+	}
+	entry := s.recordDir(c.Key) + c.Token
+	val := recordVal{state: stateCompleted, expires: expires, fp: c.Fingerprint, result: result}.encode()
+	t, err := s.c.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(entry), "=", int64(c.Fence))).
+		Then(clientv3.OpPut(entry, val, clientv3.WithLease(lease))).
+		Commit()
+	if err != nil {
+		return fmt.Errorf("etcdstore: complete %q: %w", c.Key, err)
+	}
+	if !t.Succeeded {
+		return fmt.Errorf("etcdstore: complete %q: %w", c.Key, idem.ErrLockLost)
+	}
+	return nil
+}
+
+// Abandon implements idem.Store.
+func (s *Store) Abandon(ctx context.Context, c idem.Claim) error {
+	ctx, cancel := cleanupIfDone(ctx)
+	defer cancel()
+	return s.finish(ctx, c, "abandon", func(recordVal) (clientv3.Op, error) {
+		return clientv3.OpDelete(s.recordDir(c.Key) + c.Token), nil
+	})
+}
+
+// Extend implements idem.Store.
+func (s *Store) Extend(ctx context.Context, c idem.Claim, lease time.Duration) error {
+	if err := lock.ValidateTTL(lease); err != nil {
+		return err
+	}
+	return s.finish(ctx, c, "extend", func(cur recordVal) (clientv3.Op, error) {
+		cur.expires = time.Now().Add(lease)
+		return clientv3.OpPut(s.recordDir(c.Key)+c.Token, cur.encode(), clientv3.WithIgnoreLease()), nil
+	})
+}
+
+func cleanupIfDone(ctx context.Context) (context.Context, context.CancelFunc) {
+	if ctx.Err() != nil {
+		return lock.CleanupContext(ctx)
+	}
+	return ctx, func() {}
+}
+
+// retentionLease returns a lease that outlives expires, shared by every
+// record expiring in the same minute: one grant per minute of expiries
+// rather than one per record.
+func (s *Store) retentionLease(ctx context.Context, expires time.Time) (clientv3.LeaseID, error) {
+	slot := expires.Truncate(retentionSlot).Add(retentionSlot)
+	s.rmu.Lock()
+	defer s.rmu.Unlock()
+	if s.retention == nil {
+		s.retention = map[time.Time]clientv3.LeaseID{}
+	}
+	if id, ok := s.retention[slot]; ok {
+		return id, nil
+	}
+	for t := range s.retention { // forget slots that have passed
+		if t.Before(time.Now()) {
+			delete(s.retention, t)
+		}
+	}
+	ttl := int64(time.Until(slot.Add(retentionSlot))/time.Second) + 1
+	g, err := s.c.Grant(ctx, ttl)
+	if err != nil {
+		return 0, err
+	}
+	s.retention[slot] = g.ID
+	return g.ID, nil
+}
+
+// WaitChange implements idem.Waiter with a watch on the key's records.
+func (s *Store) WaitChange(ctx context.Context, key string, until time.Time) error {
+	dir := s.recordDir(key)
+	wctx, cancel := context.WithDeadline(ctx, until.Add(time.Millisecond))
+	defer cancel()
+	wch := s.c.Watch(clientv3.WithRequireLeader(wctx), dir, clientv3.WithPrefix(), clientv3.WithCreatedNotify())
+	for {
+		select {
+		case wr, ok := <-wch:
+			if !ok || wr.Err() != nil {
+				return ctx.Err()
+			}
+			if wr.Created {
+				// Look once more: the record may have changed before the watch.
+				g, err := s.c.Get(wctx, dir, clientv3.WithPrefix())
+				if err != nil || len(g.Kvs) != 1 {
+					return nil
+				}
+				if r, err := decodeRecord(key, g.Kvs[0].Value); err != nil || r.state != stateInFlight {
+					return nil
+				}
+				continue
+			}
+			if len(wr.Events) > 0 {
+				return nil
+			}
+		case <-wctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+var (
+	_ idem.Store  = (*Store)(nil)
+	_ idem.Waiter = (*Store)(nil)
+)
