@@ -24,33 +24,39 @@ const (
 type Option func(*options)
 
 type options struct {
-	prefix      string
-	nodeTimeout time.Duration // 0: derived from the TTL
-	driftFactor float64
-	driftFloor  time.Duration
-	fenced      bool
-	pubsub      PubSubMode
-	recheck     time.Duration
-	minBackoff  time.Duration
-	maxBackoff  time.Duration
+	prefix       string
+	recordPrefix string
+	nodeTimeout  time.Duration // 0: derived from the TTL
+	driftFactor  float64
+	driftFloor   time.Duration
+	fenced       bool
+	pubsub       PubSubMode
+	recheck      time.Duration
+	minBackoff   time.Duration
+	maxBackoff   time.Duration
 }
 
 func defaultOptions() options {
 	return options{
-		prefix:      "oncekit:redlock:",
-		driftFactor: 0.01,
-		driftFloor:  2 * time.Millisecond,
-		fenced:      true,
-		pubsub:      PubSubAuto,
-		recheck:     time.Second,
-		minBackoff:  2 * time.Millisecond,
-		maxBackoff:  100 * time.Millisecond,
+		prefix:       "oncekit:redlock:",
+		recordPrefix: "oncekit:redlock-idem:",
+		driftFactor:  0.01,
+		driftFloor:   2 * time.Millisecond,
+		fenced:       true,
+		pubsub:       PubSubAuto,
+		recheck:      time.Second,
+		minBackoff:   2 * time.Millisecond,
+		maxBackoff:   100 * time.Millisecond,
 	}
 }
 
 // WithPrefix sets the prefix of every Redis key and channel. It must not
 // contain '{' or '}'. Default "oncekit:redlock:".
 func WithPrefix(p string) Option { return func(o *options) { o.prefix = p } }
+
+// WithRecordPrefix sets the prefix of the idempotency records (idem.Store).
+// It must not contain '{' or '}'. Default "oncekit:redlock-idem:".
+func WithRecordPrefix(p string) Option { return func(o *options) { o.recordPrefix = p } }
 
 // WithNodeTimeout sets how long one round waits for a node before counting
 // it as failed. Default: a tenth of the lease's TTL, at least 50 ms and at
@@ -87,6 +93,9 @@ func (o *options) validate() error {
 	var errs []error
 	if strings.ContainsAny(o.prefix, "{}") {
 		errs = append(errs, fmt.Errorf("prefix %q contains '{' or '}'", o.prefix))
+	}
+	if strings.ContainsAny(o.recordPrefix, "{}") || o.recordPrefix == o.prefix {
+		errs = append(errs, fmt.Errorf("record prefix %q contains '{' or '}' or equals the lock prefix", o.recordPrefix))
 	}
 	if o.nodeTimeout < 0 {
 		errs = append(errs, fmt.Errorf("node timeout %s is negative", o.nodeTimeout))

@@ -705,13 +705,16 @@ type multiWatch struct {
 
 // watchAll subscribes on every node and returns once a majority confirmed
 // (or could not), or after the node timeout for the slow ones.
-func (s *Store) watchAll(key string) *multiWatch {
+func (s *Store) watchAll(key string) *multiWatch { return s.watchChannel(s.names.Channel(key)) }
+
+// watchChannel subscribes to channel on every node (see watchAll).
+func (s *Store) watchChannel(channel string) *multiWatch {
 	mw := &multiWatch{wake: make(chan struct{}, 1), stop: make(chan struct{})}
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan struct{}, len(s.nodes))
 	for _, n := range s.nodes {
 		s.bg.Go(func() {
-			w, err := n.sub.Watch(ctx, s.names.Channel(key))
+			w, err := n.sub.Watch(ctx, channel)
 			ready <- struct{}{}
 			if err != nil {
 				return
