@@ -21,6 +21,7 @@
 // have a size limit (1 MiB by default). Expiry is checked on read as well
 // as by the store's own TTLs.
 //
-// Every store (storage/memstore so far) passes the conformance suite in
+// Every driver — storage/memstore, redisstore, redlockstore, etcdstore —
+// is an idem.Store and an idem.Waiter, and passes the conformance suite in
 // core/idem/idemtest.
 package idem

@@ -64,4 +64,13 @@
 // of holds. Re-entering and giving a hold back are transactions conditional
 // on the record's mod revision and the entry's create revision; a hold
 // whose TTL runs out gives back only itself.
+//
+// # Idempotency records
+//
+// Store is also an idem.Store. Each claim of a key is an entry of its own
+// under "oncekit/idem/<escaped key>/" (WithRecordPrefix), so a claim taken
+// over after its lease is a new key with a new create revision, which is
+// also its fence. Values carry a version byte and their expiry, checked on
+// every read; completed records are bound to a lease shared by the records
+// that expire in the same minute.
 package etcdstore

@@ -17,4 +17,7 @@
 // With lock.WithOwner, the owner of a held key re-enters it at once: the
 // same token and fence, one more hold; the key is freed with the last
 // Release, and a hold's Done closes when it is released or the key is lost.
+//
+// Store is also an idem.Store (records beside the locks, expiry checked on
+// every read, expired records swept as others are read) and an idem.Waiter.
 package memstore

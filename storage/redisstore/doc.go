@@ -73,4 +73,12 @@
 // the number of holds; the acquire script re-enters for the same owner (one
 // more hold, expiry extended to at least the TTL), and release, refresh and
 // the local hand-over count holds down in the same scripts.
+//
+// # Idempotency records
+//
+// Store is also an idem.Store: a record is a versioned hash
+// "oncekit:idem:{K}" (WithRecordPrefix) whose PTTL is the claim's lease or
+// the result's retention, with a fence counter and a completion channel
+// beside it. Begin and Complete are one script each; anything else under
+// the record's name is idem.ErrCorruptRecord.
 package redisstore

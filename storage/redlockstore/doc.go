@@ -80,4 +80,10 @@
 // An owner re-enters when a majority of nodes count one more hold under the
 // same token; the re-entered lease refreshes and releases only those nodes,
 // and any other hold the round took is given back.
+//
+// # Idempotency records
+//
+// Store is also an idem.Store: each node keeps the record redisstore keeps;
+// a claim holds with a majority of nodes, a completed record found on any
+// node wins, and Complete, Abandon and Extend need a majority.
 package redlockstore
