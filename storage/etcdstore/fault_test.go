@@ -59,7 +59,9 @@ func TestServerStopped(t *testing.T) {
 
 	ms[0].Restart()
 	ms[0].WaitHealthy()
-	l2, err := s.Acquire(ctxT(t, 15*time.Second), "stopped", ttl)
+	// A long TTL: under a loaded scheduler a 1 s lease could run out
+	// between this Acquire and its Release.
+	l2, err := s.Acquire(ctxT(t, 15*time.Second), "stopped", 30*time.Second)
 	if err != nil {
 		t.Fatalf("Acquire after the server came back: %v", err)
 	}

@@ -56,7 +56,7 @@ func TestClusterWaitersAcrossShards(t *testing.T) {
 	got := make(chan error, keys)
 	for i := range keys {
 		go func() {
-			l, err := waiterS.Acquire(ctx, fmt.Sprintf("shards-%d", i), time.Second)
+			l, err := waiterS.Acquire(ctx, fmt.Sprintf("shards-%d", i), 10*time.Second)
 			if err == nil {
 				err = l.Release(ctx)
 			}

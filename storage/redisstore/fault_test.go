@@ -59,7 +59,7 @@ func TestServerStopped(t *testing.T) {
 	}
 
 	p.Start()
-	l2, err := s.Acquire(ctxT(t, 5*time.Second), "stopped", time.Second)
+	l2, err := s.Acquire(ctxT(t, 5*time.Second), "stopped", 10*time.Second)
 	if err != nil {
 		t.Fatalf("Acquire after restart: %v", err)
 	}
@@ -102,7 +102,7 @@ func TestServerPaused(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	lease, err := s.TryAcquire(ctxT(t, 5*time.Second), "paused", time.Second)
+	lease, err := s.TryAcquire(ctxT(t, 5*time.Second), "paused", 10*time.Second)
 	if err != nil {
 		t.Fatalf("TryAcquire after resume: %v", err)
 	}
@@ -121,7 +121,7 @@ func TestPubSubConnectionKilled(t *testing.T) {
 	}
 	got := make(chan error, 1)
 	go func() {
-		l, err := waiterS.Acquire(ctxT(t, 10*time.Second), key, time.Second)
+		l, err := waiterS.Acquire(ctxT(t, 10*time.Second), key, 10*time.Second)
 		if err == nil {
 			err = l.Release(context.Background())
 		}
@@ -207,8 +207,8 @@ func TestRoundTripsAndKeys(t *testing.T) {
 		name string
 		do   func(l *lock.Lease) error
 	}{
-		{"Acquire", func(l *lock.Lease) (err error) { *l, err = s.Acquire(ctx, key, time.Second); return }},
-		{"Refresh", func(l *lock.Lease) error { return (*l).Refresh(ctx, time.Second) }},
+		{"Acquire", func(l *lock.Lease) (err error) { *l, err = s.Acquire(ctx, key, 10*time.Second); return }},
+		{"Refresh", func(l *lock.Lease) error { return (*l).Refresh(ctx, 10*time.Second) }},
 		{"Release", func(l *lock.Lease) error { return (*l).Release(ctx) }},
 	}
 	var l lock.Lease
@@ -257,7 +257,7 @@ func TestAcquireAllOneRoundTrip(t *testing.T) {
 	}
 	_ = warm.Release(ctx)
 	before := rt.n.Load()
-	m, err := lock.AcquireAll(ctx, s, []string{base + "/c", base + "/a", base + "/b", base + "/a"}, time.Second)
+	m, err := lock.AcquireAll(ctx, s, []string{base + "/c", base + "/a", base + "/b", base + "/a"}, 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -276,7 +276,7 @@ func TestAcquireAllOneRoundTrip(t *testing.T) {
 	if err := m.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	m2, err := lock.AcquireAll(ctx, other, m.Keys(), time.Second)
+	m2, err := lock.AcquireAll(ctx, other, m.Keys(), 10*time.Second)
 	if err != nil {
 		t.Fatalf("AcquireAll after Release: %v", err)
 	}

@@ -176,7 +176,7 @@ func TestThreeNodesDown(t *testing.T) {
 	for _, p := range c.procs[2:] {
 		p.Start()
 	}
-	lease, err = s.Acquire(ctxT(t, 10*time.Second), "three-down", time.Second)
+	lease, err = s.Acquire(ctxT(t, 10*time.Second), "three-down", 10*time.Second)
 	if err != nil {
 		t.Fatalf("Acquire after the nodes came back: %v", err)
 	}

@@ -123,7 +123,7 @@ func mustAcquire(t *testing.T, l lock.Locker, key string, ttl time.Duration) loc
 
 func assertHeld(t *testing.T, l lock.Locker, key string) {
 	t.Helper()
-	lease, err := l.TryAcquire(ctxTimeout(t, 5*time.Second), key, time.Second)
+	lease, err := l.TryAcquire(ctxTimeout(t, 5*time.Second), key, 10*time.Second)
 	if err == nil {
 		_ = lease.Release(context.Background())
 		t.Fatalf("TryAcquire(%q) succeeded on a key that should be held", key)
@@ -135,7 +135,7 @@ func assertHeld(t *testing.T, l lock.Locker, key string) {
 
 func assertFree(t *testing.T, l lock.Locker, key string) {
 	t.Helper()
-	lease, err := l.TryAcquire(ctxTimeout(t, 5*time.Second), key, time.Second)
+	lease, err := l.TryAcquire(ctxTimeout(t, 5*time.Second), key, 10*time.Second)
 	if err != nil {
 		t.Fatalf("TryAcquire(%q) on a key that should be free: %v", key, err)
 	}
@@ -516,13 +516,13 @@ func (s *suite) invalidInput(t *testing.T) {
 	t.Run("LongestKey", func(t *testing.T) {
 		k := key(t)
 		k += strings.Repeat("x", lock.MaxKeyLen-len(k))
-		lease := mustAcquire(t, l, k, time.Second)
+		lease := mustAcquire(t, l, k, 10*time.Second)
 		if err := lease.Release(ctx); err != nil {
 			t.Fatalf("Release: %v", err)
 		}
 	})
 	t.Run("RefreshTTL", func(t *testing.T) {
-		lease := mustAcquire(t, l, key(t), time.Second)
+		lease := mustAcquire(t, l, key(t), 10*time.Second)
 		defer lease.Release(context.Background())
 		if err := lease.Refresh(ctx, 0); !errors.Is(err, lock.ErrInvalidTTL) {
 			t.Errorf("Refresh(0): %v, want ErrInvalidTTL", err)
