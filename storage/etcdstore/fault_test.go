@@ -93,7 +93,7 @@ func TestLeaderKilled(t *testing.T) {
 		wg                   sync.WaitGroup
 		killedAt, firstAfter atomic.Int64
 	)
-	ctx := ctxT(t, 30*time.Second)
+	ctx := ctxT(t, 2*time.Minute)
 	for g := range 6 {
 		wg.Go(func() {
 			s := stores[g%len(stores)]
