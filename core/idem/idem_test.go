@@ -31,8 +31,9 @@ func TestFingerprint(t *testing.T) {
 	if idem.Fingerprint([]byte("POST"), []byte("/a")) == idem.Fingerprint([]byte("POST/"), []byte("a")) {
 		t.Error("part boundaries are not part of the fingerprint")
 	}
-	if idem.Fingerprint([]byte("x")) != idem.Fingerprint([]byte("x")) {
-		t.Error("fingerprint not stable")
+	a, b := idem.Fingerprint([]byte("x")), idem.Fingerprint([]byte("x"))
+	if a != b || len(a) != 64 {
+		t.Errorf("fingerprint not stable or not hex SHA-256: %q, %q", a, b)
 	}
 }
 
