@@ -1,7 +1,10 @@
 // Command inventory runs a flash sale: many buyers, little stock, and every
 // order submitted several times at once, as impatient clients and retrying
-// proxies do. It prints what was sold and checks that nothing was oversold
-// and no order ran twice; it exits with status 1 when an invariant fails.
+// proxies do. An idem.Guard runs each order once and replays its outcome to
+// the duplicates; a lock.Mutex on the SKU with fenced writes keeps stock
+// from being oversold. It prints what was sold and checks that nothing was
+// oversold and no order ran twice; it exits with status 1 when an invariant
+// fails.
 //
 //	go run ./examples/inventory                       # embedded driver
 //	go run ./examples/inventory -redis 127.0.0.1:6379 # across a real Redis
@@ -16,6 +19,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/oncekit/oncekit/core/idem"
 	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/storage/memstore"
 	"github.com/oncekit/oncekit/storage/redisstore"
@@ -40,7 +44,11 @@ func run(buyers, stock, retries int, redisAddr string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 
-	var locker lock.Locker = memstore.New()
+	// Every oncekit driver is both a lock.Locker and an idem.Store.
+	var store interface {
+		lock.Locker
+		idem.Store
+	} = memstore.New()
 	driver := "memstore (embedded)"
 	if redisAddr != "" {
 		client := redis.NewClient(&redis.Options{Addr: redisAddr})
@@ -50,13 +58,18 @@ func run(buyers, stock, retries int, redisAddr string) error {
 			return err
 		}
 		defer rs.Close()
-		locker, driver = rs, "redisstore "+redisAddr
+		store, driver = rs, "redisstore "+redisAddr
 	}
-	m, err := lock.NewMutex(locker, lock.WithTTL(5*time.Second))
+	m, err := lock.NewMutex(store, lock.WithTTL(5*time.Second))
 	if err != nil {
 		return err
 	}
-	r := RunSale(ctx, m, buyers, stock, retries)
+	// Duplicates of an order in flight wait for its outcome and replay it.
+	g, err := idem.NewGuard(store, idem.WithWait(30*time.Second))
+	if err != nil {
+		return err
+	}
+	r := RunSale(ctx, g, m, buyers, stock, retries)
 	fmt.Printf("driver: %s\n%s\n", driver, r)
 	if !r.OK() {
 		return fmt.Errorf("invariant failed")

@@ -2,12 +2,12 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/oncekit/oncekit/core/idem"
 	"github.com/oncekit/oncekit/core/lock"
 )
 
@@ -29,41 +29,50 @@ func NewShop(sku string, qty int) *Shop {
 	return &Shop{stock: map[string]int{sku: qty}, orders: map[string]string{}}
 }
 
-// ErrSoldOut is returned to a buyer who came too late.
-var ErrSoldOut = errors.New("sold out")
-
 // Outcome of one order submission.
 type Outcome int
 
 const (
 	Bought    Outcome = iota // this submission bought the item
-	Duplicate                // the order was already placed by an earlier submission
+	Duplicate                // a replay: an earlier submission of the order ran
 	SoldOut                  // no stock left
 )
 
 // Buy places orderID for one unit of sku, once, however often it is
-// submitted and however many buyers compete: the decision runs under the
-// SKU's lock, the order ID is checked inside it, and the write is fenced.
-func (s *Shop) Buy(ctx context.Context, m *lock.Mutex, orderID, sku string) (Outcome, error) {
-	var out Outcome
-	err := m.Do(ctx, "sku:"+sku, func(ctx context.Context, l lock.Lease) error {
-		s.mu.Lock()
-		_, seen := s.orders[orderID]
-		left := s.stock[sku]
-		s.mu.Unlock()
-		switch {
-		case seen:
-			out = Duplicate
-			return nil
-		case left <= 0:
-			out = SoldOut
-			return nil
-		}
-		n, _ := s.executions.LoadOrStore(orderID, new(atomic.Int64))
-		n.(*atomic.Int64).Add(1)
-		return s.commit(sku, orderID, left-1, l.Fence())
+// submitted and however many buyers compete. Two oncekit layers do it:
+// the idempotency guard runs the purchase once per order ID and replays its
+// outcome to every duplicate (duplicate consumption), and the SKU's lock
+// serialises purchases of one item with a fenced write (order grabbing,
+// no overselling).
+func (s *Shop) Buy(ctx context.Context, g *idem.Guard, m *lock.Mutex, orderID, sku string) (Outcome, error) {
+	key := idem.ScopedKey("flash-sale", orderID)
+	res, replayed, err := g.Do(ctx, key, idem.Fingerprint([]byte(sku)), func(ctx context.Context) ([]byte, error) {
+		var out []byte
+		err := m.Do(ctx, "sku:"+sku, func(ctx context.Context, l lock.Lease) error {
+			s.mu.Lock()
+			left := s.stock[sku]
+			s.mu.Unlock()
+			if left <= 0 {
+				out = []byte("sold-out")
+				return nil
+			}
+			n, _ := s.executions.LoadOrStore(orderID, new(atomic.Int64))
+			n.(*atomic.Int64).Add(1)
+			out = []byte("bought")
+			return s.commit(sku, orderID, left-1, l.Fence())
+		})
+		return out, err
 	})
-	return out, err
+	switch {
+	case err != nil:
+		return 0, err
+	case replayed:
+		return Duplicate, nil
+	case string(res) == "sold-out":
+		return SoldOut, nil
+	default:
+		return Bought, nil
+	}
 }
 
 // commit is the database write: refused when a newer lock holder has
@@ -100,10 +109,10 @@ func (r Report) String() string {
 	if !r.OK() {
 		verdict = "FAILED"
 	}
-	return fmt.Sprintf(`flash sale: %d buyers, stock %d, %d submissions (each order sent %d times)
+	return fmt.Sprintf(`flash sale: %d buyers, stock %d, %d submissions (each order sent %d times at once)
   sold                  %d
   sold out              %d
-  duplicates absorbed   %d
+  duplicates replayed   %d
   oversold              %d (must be 0)
   duplicate executions  %d (must be 0)
   errors                %d
@@ -115,7 +124,7 @@ func (r Report) String() string {
 
 // RunSale lets buyers goroutines each send their order 1+retries times at
 // once (a client retrying with the same order ID) against stock units.
-func RunSale(ctx context.Context, m *lock.Mutex, buyers, stock, retries int) Report {
+func RunSale(ctx context.Context, g *idem.Guard, m *lock.Mutex, buyers, stock, retries int) Report {
 	const sku = "phone-x"
 	shop := NewShop(sku, stock)
 	var (
@@ -124,10 +133,10 @@ func RunSale(ctx context.Context, m *lock.Mutex, buyers, stock, retries int) Rep
 	)
 	start := time.Now()
 	for b := range buyers {
-		orderID := fmt.Sprintf("order-%04d", b)
+		orderID := fmt.Sprintf("order-%04d-%d", b, start.UnixNano())
 		for range 1 + retries {
 			wg.Go(func() {
-				out, err := shop.Buy(ctx, m, orderID, sku)
+				out, err := shop.Buy(ctx, g, m, orderID, sku)
 				switch {
 				case err != nil:
 					bad.Add(1)

@@ -6,6 +6,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/oncekit/oncekit/core/idem"
 	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/internal/testenv"
 	"github.com/oncekit/oncekit/storage/memstore"
@@ -13,11 +14,20 @@ import (
 )
 
 func TestSaleMemory(t *testing.T) {
-	m, err := lock.NewMutex(memstore.New(), lock.WithTTL(5*time.Second))
+	store := memstore.New()
+	m, err := lock.NewMutex(store, lock.WithTTL(5*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkSale(t, m)
+	checkSale(t, guard(t, store), m)
+}
+
+func guard(t *testing.T, st idem.Store) *idem.Guard {
+	g, err := idem.NewGuard(st, idem.WithWait(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
 }
 
 // TestSaleRedis runs the sale with buyers spread over four Redis clients,
@@ -25,6 +35,7 @@ func TestSaleMemory(t *testing.T) {
 func TestSaleRedis(t *testing.T) {
 	addr := testenv.RedisAddrs(t, 1)[0]
 	lockers := make([]lock.Locker, 4)
+	var records idem.Store
 	for i := range lockers {
 		c := redis.NewClient(&redis.Options{Addr: addr})
 		t.Cleanup(func() { c.Close() })
@@ -33,24 +44,27 @@ func TestSaleRedis(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { s.Close() })
-		lockers[i] = s
+		lockers[i], records = s, s
 	}
 	m, err := lock.NewMutex(&roundRobin{lockers: lockers}, lock.WithTTL(5*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkSale(t, m)
+	checkSale(t, guard(t, records), m)
 }
 
-func checkSale(t *testing.T, m *lock.Mutex) {
+func checkSale(t *testing.T, g *idem.Guard, m *lock.Mutex) {
 	t.Helper()
 	for _, tc := range []struct{ buyers, stock int }{{200, 50}, {20, 50}, {10, 0}} {
-		r := RunSale(t.Context(), m, tc.buyers, tc.stock, 2)
+		r := RunSale(t.Context(), g, m, tc.buyers, tc.stock, 2)
 		if !r.OK() {
 			t.Errorf("buyers %d stock %d:\n%s", tc.buyers, tc.stock, r)
 		}
 		if r.Sold+r.SoldOut+r.Duplicates != r.Submissions {
 			t.Errorf("outcomes %d+%d+%d do not add up to %d submissions", r.Sold, r.SoldOut, r.Duplicates, r.Submissions)
+		}
+		if r.Duplicates != tc.buyers*2 {
+			t.Errorf("%d duplicates replayed, want %d (two per order)", r.Duplicates, tc.buyers*2)
 		}
 	}
 }
