@@ -51,7 +51,9 @@ ensure_redis() {
 	apt_install redis-server redis-tools
 }
 
-# stop_pidfile FILE NAME: stop the process in FILE if it is ours and alive.
+# stop_pidfile FILE NAME: stop the process in FILE if it is ours and alive
+# (a pid file outliving its process may name a pid reused by another
+# program: only a redis-server or etcd is stopped).
 stop_pidfile() {
 	local file=$1 name=$2 pid
 	[[ -f $file ]] || return 0
@@ -59,6 +61,7 @@ stop_pidfile() {
 	rm -f "$file"
 	[[ $pid =~ ^[0-9]+$ ]] || return 0
 	alive "$pid" || return 0
+	tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qE '(redis-server|etcd)' || return 0
 	kill -CONT "$pid" 2>/dev/null || true # a paused (SIGSTOP) test server
 	kill -TERM "$pid" 2>/dev/null || true
 	for _ in $(seq 50); do alive "$pid" || { log "stopped $name (pid $pid)"; return 0; }; sleep 0.1; done
