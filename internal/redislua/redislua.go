@@ -6,9 +6,10 @@ import (
 	"context"
 	_ "embed"
 	"fmt"
-	"sync"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/oncekit/oncekit/internal/bg"
 )
 
 var (
@@ -56,6 +57,12 @@ func (k Keys) Fence(key string) string { return k.Prefix + "{" + key + "}:fence"
 // Owner is the name of the hash recording an owner's holds (reentrancy).
 func (k Keys) Owner(key string) string { return k.Prefix + "{" + key + "}:owner" }
 
+// Queue is the sorted set of processes waiting for key, in arrival order.
+func (k Keys) Queue(key string) string { return k.Prefix + "{" + key + "}:q" }
+
+// QueueExpiry is the hash of the queue members' expiries.
+func (k Keys) QueueExpiry(key string) string { return k.Prefix + "{" + key + "}:qx" }
+
 // Channel is the channel a release of key is announced on.
 func (k Keys) Channel(key string) string { return k.Prefix + "{" + key + "}:release" }
 
@@ -64,7 +71,7 @@ func (k Keys) Channel(key string) string { return k.Prefix + "{" + key + "}:rele
 // honours a context's deadline on the socket with ContextTimeoutEnabled).
 // When it returns early, the request goes on in the background, tracked by
 // wg, and late — if not nil — receives its reply, to undo what it did.
-func Run(ctx context.Context, wg *sync.WaitGroup, c redis.Scripter, script *redis.Script,
+func Run(ctx context.Context, wg *bg.Group, c redis.Scripter, script *redis.Script,
 	keys []string, late func(*redis.Cmd), args ...any) *redis.Cmd {
 	if ctx.Done() == nil {
 		return script.Run(ctx, c, keys, args...)
@@ -75,12 +82,10 @@ func Run(ctx context.Context, wg *sync.WaitGroup, c redis.Scripter, script *redi
 		return cmd
 	}
 	reply := make(chan *redis.Cmd, 1)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
+	wg.Go(func() {
 		cmd := script.Run(context.WithoutCancel(ctx), c, keys, args...)
 		reply <- cmd
-	}()
+	})
 	select {
 	case cmd := <-reply:
 		return cmd

@@ -13,6 +13,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/oncekit/oncekit/core/lock"
+	"github.com/oncekit/oncekit/internal/bg"
 	"github.com/oncekit/oncekit/internal/token"
 )
 
@@ -41,7 +42,7 @@ type Store struct {
 	rmu       sync.Mutex
 	retention map[time.Time]clientv3.LeaseID // idem records' retention leases, by minute
 
-	bg sync.WaitGroup
+	bg bg.Group
 }
 
 // session is one etcd lease that the Store's keys are bound to.

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/oncekit/oncekit/core/lock"
+	"github.com/oncekit/oncekit/internal/bg"
 	"github.com/oncekit/oncekit/internal/redislua"
 	"github.com/oncekit/oncekit/internal/redisnotify"
 	"github.com/oncekit/oncekit/internal/token"
@@ -47,7 +48,9 @@ type Store struct {
 	mu   sync.Mutex
 	keys map[string]*local
 
-	bg sync.WaitGroup // requests the caller stopped waiting for, and their clean-up
+	bg bg.Group // requests the caller stopped waiting for, and their clean-up
+
+	id string // this Store's name in the keys' waiting queues
 }
 
 // local is what one Store knows of a key: its own lease on it and its own
@@ -89,6 +92,7 @@ func New(client Client, opts ...Option) (*Store, error) {
 		client: client,
 		opts:   o,
 		names:  redislua.Keys{Prefix: o.prefix},
+		id:     token.New(),
 		sub:    redisnotify.New(client, o.pubsub),
 		keys:   make(map[string]*local),
 	}, nil
@@ -274,23 +278,36 @@ func (s *Store) compete(ctx context.Context, key string, ls *local, w *waiter) (
 	if err != nil || held == nil {
 		return l, err
 	}
-	sw, err := s.sub.Watch(ctx, s.channel(key))
+	// Wait in the key's queue of processes: a release wakes only the first
+	// of them, on its own channel; the general channel carries releases
+	// when nobody is queued (and on servers before Redis 7).
+	sw, err := s.sub.Watch(ctx, s.myChannel(key))
 	if err != nil {
 		return nil, err
 	}
 	defer s.sub.Unwatch(sw)
+	gw, err := s.sub.Watch(ctx, s.channel(key))
+	if err != nil {
+		return nil, err
+	}
+	defer s.sub.Unwatch(gw)
+	defer func() {
+		if l == nil { // leaving without the key: give the place up
+			s.bg.Go(func() { s.dequeue(key) })
+		}
+	}()
 	backoff := s.opts.minBackoff
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
 		// Subscribed first, then tried: a release between the two is seen.
-		l, held, err = s.attempt(ctx, key, w.token, w.ttl, w.owner)
+		l, held, err = s.attemptAs(ctx, key, w.token, w.ttl, w.owner, s.id)
 		if err != nil || held == nil {
 			return l, err
 		}
 		wait := s.opts.recheck
 		switch {
-		case !sw.Subscribed() || held.TTL < 0:
+		case !sw.Subscribed() || !gw.Subscribed() || held.TTL < 0:
 			wait = min(wait, backoff/2+rand.N(backoff/2+1))
 			backoff = min(2*backoff, s.opts.maxBackoff)
 		case held.TTL < wait:
@@ -299,6 +316,7 @@ func (s *Store) compete(ctx context.Context, key string, ls *local, w *waiter) (
 		timer.Reset(wait)
 		select {
 		case <-sw.Wake():
+		case <-gw.Wake():
 		case <-timer.C:
 		case <-s.sub.Closed():
 			return nil, fmt.Errorf("redisstore: acquire %q: %w", key, lock.ErrClosed)
@@ -316,6 +334,30 @@ func (s *Store) compete(ctx context.Context, key string, ls *local, w *waiter) (
 // deadline has passed by the server's clock, for a request that reaches the
 // server late (a paused server, a slow network) when the clean-up cannot.
 func (s *Store) attempt(ctx context.Context, key, tok string, ttl time.Duration, owner string) (*lease, *lock.HeldError, error) {
+	return s.attemptAs(ctx, key, tok, ttl, owner, "")
+}
+
+// dequeue removes this Store from key's waiting queue.
+func (s *Store) dequeue(key string) {
+	ctx, cancel := context.WithTimeout(context.Background(), lock.ReleaseTimeout)
+	defer cancel()
+	_ = s.client.Eval(ctx, "redis.call('ZREM', KEYS[1], ARGV[1]); redis.call('HDEL', KEYS[2], ARGV[1]); return 1",
+		[]string{s.names.Queue(key), s.names.QueueExpiry(key)}, s.id).Err()
+}
+
+// releaseKeys are the keys of the release script: lock, owner hash, and
+// the waiting queue it wakes the first member of.
+func (s *Store) releaseKeys(key string) []string {
+	return []string{s.lockKey(key), s.names.Owner(key), s.names.Queue(key), s.names.QueueExpiry(key)}
+}
+
+// myChannel is where releases of key are announced to this Store when it
+// is first in the key's waiting queue.
+func (s *Store) myChannel(key string) string { return s.channel(key) + ":" + s.id }
+
+// attemptAs is attempt for a member of the key's waiting queue ("" for
+// none): when the key is held, the member joins the queue.
+func (s *Store) attemptAs(ctx context.Context, key, tok string, ttl time.Duration, owner, member string) (*lease, *lock.HeldError, error) {
 	start := time.Now()
 	var deadline int64
 	if d, ok := ctx.Deadline(); ok {
@@ -324,7 +366,7 @@ func (s *Store) attempt(ctx context.Context, key, tok string, ttl time.Duration,
 	undo := func(tok string) {
 		cctx, cancel := lock.CleanupContext(ctx)
 		defer cancel()
-		_ = redislua.Release.Run(cctx, s.client, []string{s.lockKey(key), s.names.Owner(key)},
+		_ = redislua.Release.Run(cctx, s.client, s.releaseKeys(key),
 			tok, s.channel(key), s.modeArg()).Err()
 	}
 	late := func(cmd *redis.Cmd) { // the reply to a call ctx gave up on
@@ -335,8 +377,8 @@ func (s *Store) attempt(ctx context.Context, key, tok string, ttl time.Duration,
 		}
 	}
 	r, err := redislua.ParseAcquire(redislua.Run(ctx, &s.bg, s.client, redislua.Acquire,
-		[]string{s.lockKey(key), s.fenceKey(key), s.names.Owner(key)}, late,
-		tok, ttl.Milliseconds(), deadline, 1, owner))
+		[]string{s.lockKey(key), s.fenceKey(key), s.names.Owner(key), s.names.Queue(key), s.names.QueueExpiry(key)}, late,
+		tok, ttl.Milliseconds(), deadline, 1, owner, member, (3 * s.opts.recheck).Milliseconds()))
 	if err != nil {
 		if ctxErr := ctx.Err(); ctxErr != nil {
 			return nil, nil, errors.Join(lock.ErrNotAcquired, ctxErr)
@@ -562,7 +604,7 @@ func (l *lease) Refresh(ctx context.Context, ttl time.Duration) error {
 		// lease was already reported lost, so give the key back.
 		cctx, cancel := lock.CleanupContext(ctx)
 		defer cancel()
-		_ = redislua.Release.Run(cctx, l.s.client, []string{l.s.lockKey(l.key), l.s.names.Owner(l.key)}, l.token, l.s.channel(l.key), l.s.modeArg()).Err()
+		_ = redislua.Release.Run(cctx, l.s.client, l.s.releaseKeys(l.key), l.token, l.s.channel(l.key), l.s.modeArg()).Err()
 		return fmt.Errorf("redisstore: refresh %q: %w", l.key, lock.ErrLockLost)
 	}
 	l.deadline = start.Add(ttl)
@@ -586,7 +628,7 @@ func (l *lease) Release(ctx context.Context) error {
 	if done, err := l.s.handOver(ctx, l); done {
 		return err
 	}
-	ok, err := redislua.Run(ctx, &l.s.bg, l.s.client, redislua.Release, []string{l.s.lockKey(l.key), l.s.names.Owner(l.key)}, nil,
+	ok, err := redislua.Run(ctx, &l.s.bg, l.s.client, redislua.Release, l.s.releaseKeys(l.key), nil,
 		l.token, l.s.channel(l.key), l.s.modeArg()).Int64()
 	if err != nil {
 		return fmt.Errorf("redisstore: release %q: %w", l.key, err)

@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/oncekit/oncekit/core/lock"
+	"github.com/oncekit/oncekit/internal/bg"
 	"github.com/oncekit/oncekit/internal/keyq"
 	"github.com/oncekit/oncekit/internal/redislua"
 	"github.com/oncekit/oncekit/internal/redisnotify"
@@ -39,7 +40,7 @@ type Store struct {
 	names  redislua.Keys
 	local  keyq.Queue // one competitor per key in this Store
 
-	bg        sync.WaitGroup // requests past their round, and their clean-up
+	bg        bg.Group // requests past their round, and their clean-up
 	closed    chan struct{}
 	closeOnce sync.Once
 }

@@ -2,7 +2,12 @@
 -- ARGV[1] token, ARGV[2] ttl in milliseconds,
 -- ARGV[3] the caller's deadline in Unix milliseconds, or 0 for none,
 -- ARGV[4] "0" to skip the fence counter (Redlock's unfenced mode; fence 0),
--- ARGV[5] owner identity for reentrancy, or "" for none
+-- ARGV[5] owner identity for reentrancy, or "" for none,
+-- optional: KEYS[4] waiting queue (sorted set), KEYS[5] queue expiries
+-- (hash), ARGV[6] the caller's queue member (its process), ARGV[7] how long
+-- its place stays without a new attempt, in milliseconds. A caller that
+-- finds the key held joins the queue (keeping its first place); one that
+-- takes the key leaves it. Release wakes the first live member.
 -- Returns
 --   {1, fence}             taken;
 --   {1, current counter}   ARGV[1] already holds the key (Redlock keeps the
@@ -16,6 +21,14 @@
 -- The owner hash {o = owner, t = token, n = holds, f = fence} exists only
 -- while an owner holds the key, with the key's expiry; it counts only while
 -- its t matches the key's token.
+local member = ARGV[6] or ''
+if member ~= '' and redis.replicate_commands then redis.replicate_commands() end
+local function leave()
+  if member ~= '' then
+    redis.call('ZREM', KEYS[4], member)
+    redis.call('HDEL', KEYS[5], member)
+  end
+end
 if ARGV[3] ~= '0' then
   if redis.replicate_commands then redis.replicate_commands() end
   local t = redis.call('TIME')
@@ -30,6 +43,7 @@ if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
     redis.call('HSET', KEYS[3], 'o', ARGV[5], 't', ARGV[1], 'n', 1, 'f', f)
     redis.call('PEXPIRE', KEYS[3], ARGV[2])
   end
+  leave()
   return {1, f}
 end
 local cur = redis.call('GET', KEYS[1])
@@ -45,7 +59,17 @@ if ARGV[5] ~= '' then
       redis.call('PEXPIRE', KEYS[1], ARGV[2])
       redis.call('PEXPIRE', KEYS[3], ARGV[2])
     end
+    leave()
     return {2, tonumber(own[3]), cur}
   end
+end
+if member ~= '' then
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local life = tonumber(ARGV[7])
+  redis.call('ZADD', KEYS[4], 'NX', now, member)
+  redis.call('HSET', KEYS[5], member, now + life)
+  redis.call('PEXPIRE', KEYS[4], 2 * life)
+  redis.call('PEXPIRE', KEYS[5], 2 * life)
 end
 return {0, redis.call('PTTL', KEYS[1])}

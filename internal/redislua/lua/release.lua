@@ -1,4 +1,10 @@
--- KEYS[1] lock key, KEYS[2] owner hash (same hash tag)
+-- KEYS[1] lock key, KEYS[2] owner hash (same hash tag); optional KEYS[3]
+-- waiting queue and KEYS[4] its expiries (see acquire.lua): the release is
+-- announced on the first live member's own channel ("<channel>:<member>"),
+-- so one waiting process is woken, not all of them; expired members are
+-- dropped. When no member is woken (an empty queue, or Redis before 7.0,
+-- where scripts cannot tell their server's version) the general channel is
+-- announced on instead.
 -- ARGV[1] token, ARGV[2] release channel (same hash tag),
 -- ARGV[3] pub/sub mode: "s" sharded, "c" classic, "a" by server version,
 --         "n" none
@@ -20,9 +26,30 @@ if mode == 'a' then
   local v = redis.REDIS_VERSION_NUM
   if v and v >= 0x070000 then mode = 's' else mode = 'c' end
 end
-if mode == 's' then
-  redis.call('SPUBLISH', ARGV[2], ARGV[1])
-elseif mode == 'c' then
-  redis.call('PUBLISH', ARGV[2], ARGV[1])
+local pub = nil
+if mode == 's' then pub = 'SPUBLISH' elseif mode == 'c' then pub = 'PUBLISH' end
+if pub then
+  local woken = false
+  if KEYS[4] and redis.REDIS_VERSION_NUM then -- 7.0+: effects replication, TIME is allowed
+    local head = redis.call('ZRANGE', KEYS[3], 0, 0)
+    if #head > 0 then
+      local t = redis.call('TIME')
+      local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+      while #head > 0 do
+        local exp = tonumber(redis.call('HGET', KEYS[4], head[1]))
+        if exp and exp > now then
+          redis.call(pub, ARGV[2] .. ':' .. head[1], ARGV[1])
+          woken = true
+          break
+        end
+        redis.call('ZREM', KEYS[3], head[1])
+        redis.call('HDEL', KEYS[4], head[1])
+        head = redis.call('ZRANGE', KEYS[3], 0, 0)
+      end
+    end
+  end
+  if not woken then
+    redis.call(pub, ARGV[2], ARGV[1])
+  end
 end
 return 1
