@@ -29,13 +29,20 @@
 // # Waiting
 //
 // Goroutines of one Store waiting for one key queue up in the Store, first
-// come first served; only the first competes in Redis, so a release costs
-// one attempt per waiting process, not per waiting goroutine. That waiter
-// subscribes to the key's release channel over the Store's single pub/sub
-// connection (shared by all keys) and tries again when the release message
-// arrives, when the holder's remaining TTL runs out, or at the latest after
-// WithRecheckInterval (default 1 s), in case a message was lost while the
-// pub/sub connection reconnected. When a lease of the Store is released
+// come first served; only the first competes in Redis. Processes waiting
+// for a key queue up in Redis too: a sorted set "<prefix>{K}:q" (with the
+// members' expiries in "<prefix>{K}:qx") records, in arrival order, the
+// Stores whose competitor found the key held, and the release script
+// announces the release on the first live member's own channel
+// ("<prefix>{K}:release:<store id>"), so a release wakes one process, not
+// all of them. A member that stops trying (a dead process) expires after
+// three recheck intervals. When nobody is queued, and on servers before
+// Redis 7 (whose scripts cannot tell their version), the release goes to
+// the general channel "<prefix>{K}:release". Waiters listen on both over
+// the Store's single pub/sub connection (shared by all keys) and try again
+// when a release message arrives, when the holder's remaining TTL runs
+// out, or at the latest after WithRecheckInterval (default 1 s), in case a
+// message was lost while the pub/sub connection reconnected. When a lease of the Store is released
 // while another goroutine of the same Store waits, the key is handed over
 // in one round trip (new token, new fence) without being let go, up to
 // WithMaxLocalHandOffs times in a row (default 16) before other processes
