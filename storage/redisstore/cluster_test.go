@@ -29,7 +29,7 @@ func TestConformanceCluster(t *testing.T) {
 			counters.Store(lock.Locker(s), rt)
 			return s
 		},
-		RoundTrips: func(l lock.Locker) int64 { c, _ := counters.Load(l); return c.(*counter).n.Load() },
+		RoundTrips: func(l lock.Locker) int64 { c, _ := counters.Load(l); return c.(*counter).N.Load() },
 		Reentrant:  true,
 	})
 }

@@ -213,11 +213,11 @@ func TestRoundTripsAndKeys(t *testing.T) {
 	}
 	var l lock.Lease
 	for _, st := range steps {
-		before := rt.n.Load()
+		before := rt.N.Load()
 		if err := st.do(&l); err != nil {
 			t.Fatalf("%s: %v", st.name, err)
 		}
-		if n := rt.n.Load() - before; n != 1 {
+		if n := rt.N.Load() - before; n != 1 {
 			t.Errorf("%s made %d round trips, want 1", st.name, n)
 		}
 	}
@@ -256,12 +256,12 @@ func TestAcquireAllOneRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = warm.Release(ctx)
-	before := rt.n.Load()
+	before := rt.N.Load()
 	m, err := lock.AcquireAll(ctx, s, []string{base + "/c", base + "/a", base + "/b", base + "/a"}, 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := rt.n.Load() - before; n != 1 {
+	if n := rt.N.Load() - before; n != 1 {
 		t.Errorf("AcquireAll of 3 keys made %d round trips, want 1", n)
 	}
 	if got := m.Keys(); len(got) != 3 || got[0] != base+"/a" || got[2] != base+"/c" {

@@ -40,11 +40,11 @@ func TestIdemRoundTrips(t *testing.T) {
 		name string
 		want int64
 	}{{"new key", 2}, {"replay", 1}} {
-		before := rt.n.Load()
+		before := rt.N.Load()
 		if _, _, err := g.Do(ctx, k, "fp", func(context.Context) ([]byte, error) { return []byte("r"), nil }); err != nil {
 			t.Fatal(err)
 		}
-		if n := rt.n.Load() - before; n != tc.want {
+		if n := rt.N.Load() - before; n != tc.want {
 			t.Errorf("Do for a %s made %d round trips, want %d", tc.name, n, tc.want)
 		}
 	}

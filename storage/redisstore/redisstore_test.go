@@ -1,10 +1,7 @@
 package redisstore_test
 
 import (
-	"context"
-	"slices"
 	"sync"
-	"sync/atomic"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -18,33 +15,8 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// counter is a go-redis hook that counts requests sent to the server,
-// except those that set up a connection.
-type counter struct{ n atomic.Int64 }
-
-// setup reports whether cmd is part of a connection's set-up (HELLO,
-// CLIENT SETINFO, CLIENT MAINT_NOTIFICATIONS), which go-redis sends once
-// per new connection.
-func setup(cmd redis.Cmder) bool { n := cmd.Name(); return n == "hello" || n == "client" }
-
-func (c *counter) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (c *counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if !setup(cmd) {
-			c.n.Add(1)
-		}
-		return next(ctx, cmd)
-	}
-}
-func (c *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if !slices.ContainsFunc(cmds, func(c redis.Cmder) bool { return !setup(c) }) {
-			return next(ctx, cmds) // connection set-up only
-		}
-		c.n.Add(1)
-		return next(ctx, cmds)
-	}
-}
+// counter counts a client's requests (connection set-up excluded).
+type counter = testenv.RedisCounter
 
 // newClient returns a client of the first test server, closed at cleanup.
 func newClient(t testing.TB, hooks ...redis.Hook) *redis.Client {
@@ -80,7 +52,7 @@ func TestConformance(t *testing.T) {
 					counters.Store(lock.Locker(s), c)
 					return s
 				},
-				RoundTrips: func(l lock.Locker) int64 { c, _ := counters.Load(l); return c.(*counter).n.Load() },
+				RoundTrips: func(l lock.Locker) int64 { c, _ := counters.Load(l); return c.(*counter).N.Load() },
 				Reentrant:  true,
 			})
 		})

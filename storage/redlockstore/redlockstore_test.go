@@ -1,10 +1,7 @@
 package redlockstore_test
 
 import (
-	"context"
-	"slices"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,30 +16,8 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-type counter struct{ n atomic.Int64 }
-
-// setup reports whether cmd is part of a connection's set-up (HELLO,
-// CLIENT SETINFO, CLIENT MAINT_NOTIFICATIONS), which go-redis sends once
-// per new connection.
-func setup(cmd redis.Cmder) bool { n := cmd.Name(); return n == "hello" || n == "client" }
-
-func (c *counter) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (c *counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if !setup(cmd) {
-			c.n.Add(1)
-		}
-		return next(ctx, cmd)
-	}
-}
-func (c *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if slices.ContainsFunc(cmds, func(c redis.Cmder) bool { return !setup(c) }) {
-			c.n.Add(1)
-		}
-		return next(ctx, cmds)
-	}
-}
+// counter counts a client's requests (connection set-up excluded).
+type counter = testenv.RedisCounter
 
 // clients returns one new client per address, closed at cleanup.
 func clients(t testing.TB, addrs []string, hooks ...redis.Hook) []redlockstore.Client {
@@ -87,7 +62,7 @@ func TestConformance(t *testing.T) {
 					counters.Store(lock.Locker(s), rt)
 					return s
 				},
-				RoundTrips:        func(l lock.Locker) int64 { c, _ := counters.Load(l); return c.(*counter).n.Load() },
+				RoundTrips:        func(l lock.Locker) int64 { c, _ := counters.Load(l); return c.(*counter).N.Load() },
 				RoundTripsPerCall: 5, // one request to each node, in parallel
 				Settle:            50 * time.Millisecond,
 				Reentrant:         true,

@@ -1,0 +1,40 @@
+package testenv
+
+import (
+	"context"
+	"slices"
+	"sync/atomic"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// RedisCounter is a go-redis hook that counts the requests a client sends,
+// except those that set up a connection (HELLO, CLIENT SETINFO, CLIENT
+// MAINT_NOTIFICATIONS), which go-redis sends once per new connection. A
+// pipeline counts as one request.
+type RedisCounter struct{ N atomic.Int64 }
+
+func setup(cmd redis.Cmder) bool { n := cmd.Name(); return n == "hello" || n == "client" }
+
+// DialHook implements redis.Hook.
+func (c *RedisCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+// ProcessHook implements redis.Hook.
+func (c *RedisCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if !setup(cmd) {
+			c.N.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// ProcessPipelineHook implements redis.Hook.
+func (c *RedisCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if slices.ContainsFunc(cmds, func(c redis.Cmder) bool { return !setup(c) }) {
+			c.N.Add(1)
+		}
+		return next(ctx, cmds)
+	}
+}
