@@ -133,3 +133,59 @@ func ParseAcquire(cmd *redis.Cmd) (AcquireReply, error) {
 	}
 	return r, nil
 }
+
+// Records names an idempotency record's Redis keys: the record hash, its
+// fence counter and its completion channel share the hash tag {key}.
+type Records struct{ Prefix string }
+
+// Record is the name of key's record hash.
+func (r Records) Record(key string) string { return r.Prefix + "{" + key + "}" }
+
+// Fence is the name of key's fence counter.
+func (r Records) Fence(key string) string { return r.Prefix + "{" + key + "}:fence" }
+
+// Channel is where completion and abandonment of key are announced.
+func (r Records) Channel(key string) string { return r.Prefix + "{" + key + "}:done" }
+
+// BeginReply is the idem_begin script's answer: Code 1 (claimed, N =
+// fence), 2 (in flight, N = PTTL), 3 (completed, N = PTTL, Result), 4
+// (another fingerprint, N = PTTL), -2 (not our record, Reason).
+type BeginReply struct {
+	Code   int64
+	N      int64
+	Result []byte
+	Reason string
+}
+
+// ParseBegin reads the idem_begin script's reply.
+func ParseBegin(cmd *redis.Cmd) (BeginReply, error) {
+	v, err := cmd.Slice()
+	if err != nil {
+		return BeginReply{}, err
+	}
+	var r BeginReply
+	ok := len(v) >= 2
+	if ok {
+		r.Code, ok = v[0].(int64)
+	}
+	switch {
+	case !ok:
+	case r.Code == -2:
+		r.Reason, ok = v[1].(string)
+	case r.Code == 3:
+		var res string
+		r.N, ok = v[1].(int64)
+		if ok && len(v) == 3 {
+			res, ok = v[2].(string)
+			r.Result = []byte(res)
+		} else {
+			ok = false
+		}
+	default:
+		r.N, ok = v[1].(int64)
+	}
+	if !ok {
+		return BeginReply{}, fmt.Errorf("unexpected begin script reply %v", v)
+	}
+	return r, nil
+}

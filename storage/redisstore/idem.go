@@ -19,11 +19,7 @@ import (
 // announced. Anything else under the record's name is reported as
 // idem.ErrCorruptRecord, never read as absent.
 
-func (s *Store) recordKey(key string) string { return s.opts.recordPrefix + "{" + key + "}" }
-func (s *Store) recordFence(key string) string {
-	return s.opts.recordPrefix + "{" + key + "}:fence"
-}
-func (s *Store) recordChannel(key string) string { return s.opts.recordPrefix + "{" + key + "}:done" }
+func (s *Store) records() redislua.Records { return redislua.Records{Prefix: s.opts.recordPrefix} }
 
 // Begin implements idem.Store in one round trip.
 func (s *Store) Begin(ctx context.Context, key, fingerprint string, lease time.Duration) (idem.Claim, error) {
@@ -32,43 +28,27 @@ func (s *Store) Begin(ctx context.Context, key, fingerprint string, lease time.D
 	}
 	tok := token.New()
 	now := time.Now()
-	v, err := redislua.Run(ctx, &s.bg, s.client, redislua.IdemBegin,
-		[]string{s.recordKey(key), s.recordFence(key)}, nil, fingerprint, tok, lease.Milliseconds()).Slice()
+	r, err := redislua.ParseBegin(redislua.Run(ctx, &s.bg, s.client, redislua.IdemBegin,
+		[]string{s.records().Record(key), s.records().Fence(key)}, nil, fingerprint, tok, lease.Milliseconds()))
 	if err != nil {
 		return idem.Claim{}, fmt.Errorf("redisstore: begin %q: %w", key, err)
 	}
-	code, _ := at[int64](v, 0)
-	n, _ := at[int64](v, 1)
-	c := idem.Claim{Key: key, Fingerprint: fingerprint, Expires: now.Add(time.Duration(n) * time.Millisecond)}
-	switch code {
+	c := idem.Claim{Key: key, Fingerprint: fingerprint, Expires: now.Add(time.Duration(r.N) * time.Millisecond)}
+	switch r.Code {
 	case 1:
-		c.State, c.Token, c.Fence, c.Expires = idem.Acquired, tok, uint64(n), now.Add(lease)
+		c.State, c.Token, c.Fence, c.Expires = idem.Acquired, tok, uint64(r.N), now.Add(lease)
 	case 2:
 		c.State = idem.InFlight
 	case 3:
-		res, ok := at[string](v, 2)
-		if !ok {
-			return idem.Claim{}, &idem.CorruptRecordError{Key: key, Reason: "completed record without a result"}
-		}
-		c.State, c.Result = idem.Completed, []byte(res)
+		c.State, c.Result = idem.Completed, r.Result
 	case 4:
 		c.State = idem.Mismatch
 	case -2:
-		reason, _ := at[string](v, 1)
-		return idem.Claim{}, &idem.CorruptRecordError{Key: key, Reason: reason}
+		return idem.Claim{}, &idem.CorruptRecordError{Key: key, Reason: r.Reason}
 	default:
-		return idem.Claim{}, fmt.Errorf("redisstore: begin %q: unexpected script reply %v", key, v)
+		return idem.Claim{}, fmt.Errorf("redisstore: begin %q: unexpected script reply code %d", key, r.Code)
 	}
 	return c, nil
-}
-
-func at[T any](v []any, i int) (T, bool) {
-	var zero T
-	if i >= len(v) {
-		return zero, false
-	}
-	x, ok := v[i].(T)
-	return x, ok
 }
 
 func (s *Store) finish(ctx context.Context, c idem.Claim, op string, d time.Duration, result []byte) error {
@@ -80,8 +60,8 @@ func (s *Store) finish(ctx context.Context, c idem.Claim, op string, d time.Dura
 		ctx, cancel = lock.CleanupContext(ctx)
 		defer cancel()
 	}
-	ok, err := redislua.Run(ctx, &s.bg, s.client, redislua.IdemFinish, []string{s.recordKey(c.Key)}, nil,
-		c.Token, op, d.Milliseconds(), result, s.recordChannel(c.Key), s.modeArg()).Int64()
+	ok, err := redislua.Run(ctx, &s.bg, s.client, redislua.IdemFinish, []string{s.records().Record(c.Key)}, nil,
+		c.Token, op, d.Milliseconds(), result, s.records().Channel(c.Key), s.modeArg()).Int64()
 	if err != nil {
 		return fmt.Errorf("redisstore: %s %q: %w", op, c.Key, err)
 	}
@@ -117,12 +97,12 @@ func (s *Store) Extend(ctx context.Context, c idem.Claim, lease time.Duration) e
 // and returns on the completion or abandonment message, at until (the
 // lease's end), or when ctx ends.
 func (s *Store) WaitChange(ctx context.Context, key string, until time.Time) error {
-	w, err := s.sub.Watch(ctx, s.recordChannel(key))
+	w, err := s.sub.Watch(ctx, s.records().Channel(key))
 	if err != nil {
 		return err
 	}
 	defer s.sub.Unwatch(w)
-	st, err := s.client.HGet(ctx, s.recordKey(key), "s").Result()
+	st, err := s.client.HGet(ctx, s.records().Record(key), "s").Result()
 	if err != nil || st != "i" {
 		return nil // gone, completed, or unreadable: the caller looks again
 	}

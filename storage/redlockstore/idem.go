@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/oncekit/oncekit/core/idem"
@@ -20,11 +21,7 @@ import (
 // every node and need a majority. A claim's fence is the highest of the
 // acquired nodes' counters (without the lock's second fencing round).
 
-func (s *Store) recordKey(key string) string { return s.opts.recordPrefix + "{" + key + "}" }
-func (s *Store) recordFence(key string) string {
-	return s.opts.recordPrefix + "{" + key + "}:fence"
-}
-func (s *Store) recordChannel(key string) string { return s.opts.recordPrefix + "{" + key + "}:done" }
+func (s *Store) records() redislua.Records { return redislua.Records{Prefix: s.opts.recordPrefix} }
 
 // Begin implements idem.Store: one round to every node at once.
 func (s *Store) Begin(ctx context.Context, key, fingerprint string, lease time.Duration) (idem.Claim, error) {
@@ -37,25 +34,14 @@ func (s *Store) Begin(ctx context.Context, key, fingerprint string, lease time.D
 	results := make([][]byte, n)
 	reasons := make([]string, n)
 	ch := s.call(s.all(), func(cx context.Context, nd *node) ([]int64, error) {
-		v, err := redislua.IdemBegin.Run(cx, nd.c, []string{s.recordKey(key), s.recordFence(key)},
-			fingerprint, tok, lease.Milliseconds()).Slice()
+		r, err := redislua.ParseBegin(redislua.IdemBegin.Run(cx, nd.c,
+			[]string{s.records().Record(key), s.records().Fence(key)}, fingerprint, tok, lease.Milliseconds()))
 		if err != nil {
 			return nil, err
 		}
-		i := indexOf(s.nodes, nd)
-		code, _ := v[0].(int64)
-		var num int64
-		switch code {
-		case -2:
-			reasons[i], _ = v[1].(string)
-		case 3:
-			r, _ := v[2].(string)
-			results[i] = []byte(r)
-			num, _ = v[1].(int64)
-		default:
-			num, _ = v[1].(int64)
-		}
-		return []int64{code, num}, nil
+		i := slices.Index(s.nodes, nd)
+		results[i], reasons[i] = r.Result, r.Reason
+		return []int64{r.Code, r.N}, nil
 	})
 	var (
 		acquired = map[int]int64{}
@@ -139,21 +125,12 @@ func (s *Store) Begin(ctx context.Context, key, fingerprint string, lease time.D
 	}
 }
 
-func indexOf(nodes []*node, nd *node) int {
-	for i, x := range nodes {
-		if x == nd {
-			return i
-		}
-	}
-	return -1
-}
-
 // finishNodes runs the finish script for tok on the nodes in idx and
 // counts how many were ours.
 func (s *Store) finishNodes(ctx context.Context, key, tok, op string, d time.Duration, result []byte, idx []int) (ok, notOurs int, failed map[int]error, ctxErr error) {
 	ch := s.call(idx, func(cx context.Context, nd *node) ([]int64, error) {
-		v, err := redislua.IdemFinish.Run(cx, nd.c, []string{s.recordKey(key)},
-			tok, op, d.Milliseconds(), result, s.recordChannel(key), s.opts.pubsub.ScriptArg()).Int64()
+		v, err := redislua.IdemFinish.Run(cx, nd.c, []string{s.records().Record(key)},
+			tok, op, d.Milliseconds(), result, s.records().Channel(key), s.opts.pubsub.ScriptArg()).Int64()
 		return []int64{v}, err
 	})
 	failed = map[int]error{}
@@ -227,7 +204,7 @@ func (s *Store) Extend(ctx context.Context, c idem.Claim, lease time.Duration) e
 // WaitChange implements idem.Waiter: a completion or abandonment message
 // from any node wakes the waiter, as does the lease's end.
 func (s *Store) WaitChange(ctx context.Context, key string, until time.Time) error {
-	mw := s.watchChannel(s.recordChannel(key))
+	mw := s.watchChannel(s.records().Channel(key))
 	defer mw.close()
 	// Look once more: the record may have changed before the subscription.
 	c, err := s.peek(ctx, key)
@@ -249,7 +226,7 @@ func (s *Store) WaitChange(ctx context.Context, key string, until time.Time) err
 func (s *Store) peek(ctx context.Context, key string) (byte, error) {
 	var errs []error
 	for _, nd := range s.nodes {
-		v, err := nd.c.Eval(ctx, "return redis.call('HGET', KEYS[1], 's')", []string{s.recordKey(key)}).Text()
+		v, err := nd.c.Eval(ctx, "return redis.call('HGET', KEYS[1], 's')", []string{s.records().Record(key)}).Text()
 		if err == nil && len(v) > 0 {
 			return v[0], nil
 		}
