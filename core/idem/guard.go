@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/oncekit/oncekit/core/lock"
+	"github.com/oncekit/oncekit/core/observe"
 )
 
 // Defaults of a Guard.
@@ -44,6 +45,14 @@ func WithWait(d time.Duration) Option { return func(g *Guard) { g.wait = d } }
 // abandoning the claim so that a retry runs again. Default: none is final.
 func WithFinalErrors(final func(error) bool) Option { return func(g *Guard) { g.final = final } }
 
+// WithObserver sets where the Guard reports claims by outcome, completions,
+// abandonments and lost claims (see package observe). Default: the store's
+// own Observer when it is an observe.Source (every oncekit driver is), else
+// none. WithObserver(nil) turns reporting off.
+func WithObserver(o observe.Observer) Option {
+	return func(g *Guard) { g.observer, g.observed = o, true }
+}
+
 // Guard runs a function once per key across every process that shares the
 // Store, and replays its stored result to duplicates.
 type Guard struct {
@@ -53,6 +62,9 @@ type Guard struct {
 	maxResult int
 	wait      time.Duration
 	final     func(error) bool
+	observer  observe.Observer
+	observed  bool
+	driver    string
 }
 
 // NewGuard returns a Guard over store.
@@ -77,7 +89,38 @@ func NewGuard(store Store, opts ...Option) (*Guard, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("idem: NewGuard: %w", err)
 	}
+	if !g.observed {
+		g.observer = observe.ObserverOf(store)
+	}
+	g.driver = observe.DriverOf(store)
 	return g, nil
+}
+
+// Observer returns the Observer the Guard reports to (nil for none), for
+// middleware built on the Guard to report its own events alongside.
+func (g *Guard) Observer() observe.Observer { return g.observer }
+
+// DriverName returns the name of the Guard's store driver ("" when the
+// store does not say).
+func (g *Guard) DriverName() string { return g.driver }
+
+// beginOutcome classifies how a Do's claim ended for the observer.
+func beginOutcome(c Claim, err error) observe.Outcome {
+	switch {
+	case err == nil && c.State == Acquired:
+		return observe.Acquired
+	case err == nil && c.State == Completed:
+		return observe.Replayed
+	case errors.Is(err, ErrInFlight):
+		return observe.InFlight
+	case errors.Is(err, ErrMismatch):
+		return observe.Mismatch
+	case errors.Is(err, ErrInvalidKey):
+		return observe.Invalid
+	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
+		return observe.Canceled
+	}
+	return observe.Error
 }
 
 // Do runs run once for key (already scoped, see ScopedKey) and
@@ -94,27 +137,45 @@ func NewGuard(store Store, opts ...Option) (*Guard, error) {
 // result is not stored.
 func (g *Guard) Do(ctx context.Context, key, fingerprint string,
 	run func(ctx context.Context) ([]byte, error)) (result []byte, replayed bool, err error) {
-	if err := lock.ValidateKey(key); err != nil {
+	octx, call := observe.Begin(ctx, g.observer, observe.IdemBegin, g.driver, key)
+	c, err := g.begin(octx, key, fingerprint)
+	if err != nil || c.State == Acquired {
+		call.End(beginOutcome(c, err), c.Fence, err)
+		if err != nil {
+			return nil, false, err
+		}
+		return g.run(ctx, c, run)
+	}
+	res, err := decodeOutcome(key, c.Result)
+	if errors.Is(err, ErrCorruptRecord) {
+		call.End(observe.Error, 0, err)
 		return nil, false, err
+	}
+	call.End(observe.Replayed, 0, nil)
+	return res, true, err // err: a stored final error, as a *ReplayedError
+}
+
+// begin claims key, waiting for an in-flight run WithWait. It returns an
+// Acquired or a Completed claim, or an error.
+func (g *Guard) begin(ctx context.Context, key, fingerprint string) (Claim, error) {
+	if err := lock.ValidateKey(key); err != nil {
+		return Claim{}, err
 	}
 	deadline := time.Now().Add(g.wait)
 	backoff := 5 * time.Millisecond
 	for {
 		c, err := g.store.Begin(ctx, key, fingerprint, g.lease)
 		if err != nil {
-			return nil, false, err
+			return Claim{}, err
 		}
 		switch c.State {
-		case Acquired:
-			return g.run(ctx, c, run)
-		case Completed:
-			res, err := decodeOutcome(key, c.Result)
-			return res, err == nil || !errors.Is(err, ErrCorruptRecord), err
+		case Acquired, Completed:
+			return c, nil
 		case Mismatch:
-			return nil, false, fmt.Errorf("%w: %q", ErrMismatch, key)
+			return Claim{}, fmt.Errorf("%w: %q", ErrMismatch, key)
 		case InFlight:
 			if !time.Now().Before(deadline) {
-				return nil, false, &InFlightError{Key: key, RetryAfter: max(0, time.Until(c.Expires))}
+				return Claim{}, &InFlightError{Key: key, RetryAfter: max(0, time.Until(c.Expires))}
 			}
 			wctx, cancel := context.WithDeadline(ctx, deadline)
 			if w, ok := g.store.(Waiter); ok {
@@ -131,11 +192,11 @@ func (g *Guard) Do(ctx context.Context, key, fingerprint string,
 			}
 			cancel()
 			if ctx.Err() != nil {
-				return nil, false, ctx.Err()
+				return Claim{}, ctx.Err()
 			}
 			_ = err // the deadline passed or the key changed: look again
 		default:
-			return nil, false, fmt.Errorf("idem: %q: store answered state %d", key, c.State)
+			return Claim{}, fmt.Errorf("idem: %q: store answered state %d", key, c.State)
 		}
 	}
 }
@@ -155,7 +216,7 @@ func (g *Guard) run(ctx context.Context, c Claim, run func(context.Context) ([]b
 	defer func() {
 		if p := recover(); p != nil {
 			finish()
-			_ = g.store.Abandon(cleanup, c)
+			_ = g.abandon(cleanup, c)
 			panic(p)
 		}
 	}()
@@ -163,26 +224,50 @@ func (g *Guard) run(ctx context.Context, c Claim, run func(context.Context) ([]b
 	finish()
 
 	if errors.Is(context.Cause(rctx), ErrLockLost) {
+		observe.Record(ctx, g.observer, observe.Event{
+			Op: observe.IdemLost, Driver: g.driver, Key: c.Key, Outcome: observe.Lost, Fence: c.Fence, Err: ErrLockLost,
+		})
 		return nil, false, errors.Join(fmt.Errorf("idem: %q: claim lost while running: %w", c.Key, ErrLockLost), runErr)
 	}
 	if runErr != nil && (g.final == nil || !g.final(runErr)) {
-		if err := g.store.Abandon(cleanup, c); err != nil && !errors.Is(err, ErrLockLost) {
+		if err := g.abandon(cleanup, c); err != nil && !errors.Is(err, ErrLockLost) {
 			return nil, false, errors.Join(runErr, err)
 		}
 		return nil, false, runErr
 	}
 	enc := encodeOutcome(res, runErr)
 	if len(enc)-2 > g.maxResult {
-		_ = g.store.Abandon(cleanup, c)
+		_ = g.abandon(cleanup, c)
 		return nil, false, fmt.Errorf("%w: %d bytes, limit %d", ErrResultTooLarge, len(enc)-2, g.maxResult)
 	}
-	if err := g.store.Complete(cleanup, c, enc, g.retention); err != nil {
+	cctx, call := observe.Begin(cleanup, g.observer, observe.IdemComplete, g.driver, c.Key)
+	err = g.store.Complete(cctx, c, enc, g.retention)
+	call.End(finishOutcome(observe.Stored, err), c.Fence, err)
+	if err != nil {
 		return nil, false, err
 	}
 	if runErr != nil {
 		return nil, false, runErr // stored as final; duplicates get a *ReplayedError
 	}
 	return res, false, nil
+}
+
+// abandon drops c's claim, reporting it.
+func (g *Guard) abandon(ctx context.Context, c Claim) error {
+	ctx, call := observe.Begin(ctx, g.observer, observe.IdemAbandon, g.driver, c.Key)
+	err := g.store.Abandon(ctx, c)
+	call.End(finishOutcome(observe.Abandoned, err), c.Fence, err)
+	return err
+}
+
+func finishOutcome(ok observe.Outcome, err error) observe.Outcome {
+	switch {
+	case err == nil:
+		return ok
+	case errors.Is(err, ErrLockLost):
+		return observe.Lost
+	}
+	return observe.Error
 }
 
 // watchdog extends the claim every lease/3 until stop; when it cannot and

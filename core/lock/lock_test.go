@@ -12,6 +12,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/oncekit/oncekit/core/lock"
+	"github.com/oncekit/oncekit/core/observe"
 	"github.com/oncekit/oncekit/storage/memstore"
 )
 
@@ -80,24 +81,17 @@ func TestNewMutexValidates(t *testing.T) {
 	}
 }
 
-func TestMutexHooks(t *testing.T) {
+func TestMutexObserver(t *testing.T) {
 	var (
-		mu       sync.Mutex
-		events   []string
-		lostSeen atomic.Int64
+		mu     sync.Mutex
+		events []string
 	)
-	rec := func(s string) { mu.Lock(); events = append(events, s); mu.Unlock() }
-	m, err := lock.NewMutex(memstore.New(), lock.WithTTL(time.Second), lock.WithHooks(lock.Hooks{
-		OnAcquire: func(key string, fence uint64, _ time.Duration, err error) {
-			if err != nil {
-				rec("acquire-error")
-				return
-			}
-			rec("acquire")
-		},
-		OnRelease: func(string, time.Duration, error) { rec("release") },
-		OnLost:    func(string, uint64) { lostSeen.Add(1) },
-	}))
+	obs := observe.Func(func(_ context.Context, ev observe.Event) {
+		mu.Lock()
+		events = append(events, string(ev.Op)+":"+string(ev.Outcome))
+		mu.Unlock()
+	})
+	m, err := lock.NewMutex(memstore.New(), lock.WithTTL(time.Second), lock.WithObserver(obs))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,14 +109,42 @@ func TestMutexHooks(t *testing.T) {
 	if err := h.Release(ctx); err != nil {
 		t.Errorf("second Release: %v", err)
 	}
+	if _, err := m.Lock(ctx, ""); !errors.Is(err, lock.ErrInvalidKey) {
+		t.Errorf("Lock with an empty key: %v", err)
+	}
 	mu.Lock()
 	got := strings.Join(events, ",")
 	mu.Unlock()
-	if got != "acquire,acquire-error,release,release" {
-		t.Errorf("hook events = %s", got)
+	if want := "lock.acquire:acquired,lock.acquire:busy,lock.release:released,lock.acquire:invalid"; got != want {
+		t.Errorf("events = %s\nwant     %s", got, want)
 	}
-	if lostSeen.Load() != 0 {
-		t.Error("OnLost ran for a clean release")
+}
+
+// The Mutex reports through its driver's Observer unless told otherwise.
+func TestMutexUsesDriverObserver(t *testing.T) {
+	var n atomic.Int64
+	obs := observe.Func(func(context.Context, observe.Event) { n.Add(1) })
+	store := memstore.New(memstore.WithObserver(obs))
+	m, err := lock.NewMutex(store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Do(t.Context(), "k", func(context.Context, lock.Lease) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if n.Load() != 2 {
+		t.Errorf("driver observer saw %d events, want 2 (acquire, release)", n.Load())
+	}
+	n.Store(0)
+	quiet, err := lock.NewMutex(store, lock.WithObserver(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := quiet.Do(t.Context(), "k", func(context.Context, lock.Lease) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if n.Load() != 0 {
+		t.Errorf("WithObserver(nil): %d events reported", n.Load())
 	}
 }
 
@@ -132,7 +154,11 @@ func TestMutexDoReportsLossAfterSuccess(t *testing.T) {
 	store := memstore.New()
 	var lost atomic.Int64
 	m, err := lock.NewMutex(stallRefresh{store}, lock.WithTTL(50*time.Millisecond),
-		lock.WithHooks(lock.Hooks{OnLost: func(string, uint64) { lost.Add(1) }}))
+		lock.WithObserver(observe.Func(func(_ context.Context, ev observe.Event) {
+			if ev.Op == observe.LockLost {
+				lost.Add(1)
+			}
+		})))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +170,7 @@ func TestMutexDoReportsLossAfterSuccess(t *testing.T) {
 		t.Errorf("Do = %v, want ErrLockLost", err)
 	}
 	if lost.Load() != 1 {
-		t.Errorf("OnLost ran %d times, want 1", lost.Load())
+		t.Errorf("lock.lost reported %d times, want 1", lost.Load())
 	}
 }
 

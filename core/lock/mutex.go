@@ -7,34 +7,20 @@ import (
 	"math/rand/v2"
 	"sync"
 	"time"
+
+	"github.com/oncekit/oncekit/core/observe"
 )
 
 // DefaultTTL is the lease TTL a Mutex uses unless WithTTL says otherwise.
 const DefaultTTL = 10 * time.Second
 
-// Hooks are callbacks a Mutex invokes as leases come and go, for metrics and
-// logging. Every field is optional. Callbacks run on the goroutine that
-// caused the event (the caller's or the watchdog's) and must not block.
-type Hooks struct {
-	// OnAcquire runs after every Lock attempt: err is nil on success, and
-	// wait is how long the call took.
-	OnAcquire func(key string, fence uint64, wait time.Duration, err error)
-	// OnRefreshError runs when a watchdog refresh fails but the lease may
-	// still be alive (a timeout, an unreachable server); the watchdog keeps
-	// trying until the lease's TTL runs out.
-	OnRefreshError func(key string, err error)
-	// OnLost runs once when a held lease is lost before its Release.
-	OnLost func(key string, fence uint64)
-	// OnRelease runs after Release with the time the lease was held.
-	OnRelease func(key string, held time.Duration, err error)
-}
-
 // MutexOption configures a Mutex.
 type MutexOption func(*mutexOptions)
 
 type mutexOptions struct {
-	ttl   time.Duration
-	hooks Hooks
+	ttl      time.Duration
+	observer observe.Observer
+	observed bool // WithObserver was given, even if nil
 }
 
 // WithTTL sets the TTL of each lease. The watchdog refreshes it every TTL/3
@@ -42,8 +28,13 @@ type mutexOptions struct {
 // others. Default: DefaultTTL (10 s).
 func WithTTL(ttl time.Duration) MutexOption { return func(o *mutexOptions) { o.ttl = ttl } }
 
-// WithHooks installs metrics and logging callbacks. Default: none.
-func WithHooks(h Hooks) MutexOption { return func(o *mutexOptions) { o.hooks = h } }
+// WithObserver sets where the Mutex reports acquisitions, refreshes,
+// releases and lost leases (see package observe). Default: the Locker's own
+// Observer when it is an observe.Source (every oncekit driver is), else
+// none. WithObserver(nil) turns reporting off.
+func WithObserver(o observe.Observer) MutexOption {
+	return func(m *mutexOptions) { m.observer, m.observed = o, true }
+}
 
 // Mutex wraps a Locker with what callers otherwise write by hand: a default
 // TTL, a watchdog that keeps the lease alive while it is held, a loss signal,
@@ -52,6 +43,7 @@ func WithHooks(h Hooks) MutexOption { return func(o *mutexOptions) { o.hooks = h
 type Mutex struct {
 	locker Locker
 	opts   mutexOptions
+	driver string
 }
 
 // NewMutex returns a Mutex over l.
@@ -66,7 +58,10 @@ func NewMutex(l Locker, opts ...MutexOption) (*Mutex, error) {
 	if err := ValidateTTL(o.ttl); err != nil {
 		return nil, fmt.Errorf("lock: NewMutex: %w", err)
 	}
-	return &Mutex{locker: l, opts: o}, nil
+	if !o.observed {
+		o.observer = observe.ObserverOf(l)
+	}
+	return &Mutex{locker: l, opts: o, driver: observe.DriverOf(l)}, nil
 }
 
 // Lock waits until key is acquired or ctx ends, then keeps the lease alive
@@ -83,22 +78,18 @@ func (m *Mutex) TryLock(ctx context.Context, key string) (*Held, error) {
 
 func (m *Mutex) lock(ctx context.Context, key string,
 	acquire func(context.Context, string, time.Duration) (Lease, error)) (*Held, error) {
-	start := time.Now()
-	l, err := acquire(ctx, key, m.opts.ttl)
-	if h := m.opts.hooks.OnAcquire; h != nil {
-		var fence uint64
-		if l != nil {
-			fence = l.Fence()
-		}
-		h(key, fence, time.Since(start), err)
-	}
+	octx, call := observe.Begin(ctx, m.opts.observer, observe.LockAcquire, m.driver, key)
+	l, err := acquire(octx, key, m.opts.ttl)
 	if err != nil {
+		call.End(acquireOutcome(err), 0, err)
 		return nil, err
 	}
+	call.End(observe.Acquired, l.Fence(), nil)
 	h := &Held{
 		Lease:    l,
 		ttl:      m.opts.ttl,
-		hooks:    m.opts.hooks,
+		observer: m.opts.observer,
+		driver:   m.driver,
 		acquired: time.Now(),
 		stop:     make(chan struct{}),
 		exited:   make(chan struct{}),
@@ -153,7 +144,8 @@ func (m *Mutex) Do(ctx context.Context, key string, fn func(ctx context.Context,
 type Held struct {
 	Lease
 	ttl      time.Duration
-	hooks    Hooks
+	observer observe.Observer
+	driver   string
 	acquired time.Time
 
 	stopOnce sync.Once
@@ -172,15 +164,25 @@ func (h *Held) Release(ctx context.Context) error {
 	h.stopOnce.Do(func() { close(h.stop) })
 	<-h.exited
 	h.mu.Lock()
+	first := !h.released
 	h.released = true
 	h.mu.Unlock()
+	var call observe.Call
+	if first { // a repeated Release is not reported again
+		ctx, call = observe.Begin(ctx, h.observer, observe.LockRelease, h.driver, h.Key())
+	}
 	err := h.Lease.Release(ctx)
 	if errors.Is(err, ErrLockLost) {
 		h.markLost()
 	}
-	if cb := h.hooks.OnRelease; cb != nil {
-		cb(h.Key(), time.Since(h.acquired), err)
+	outcome := observe.Released
+	switch {
+	case errors.Is(err, ErrLockLost):
+		outcome = observe.Lost
+	case err != nil:
+		outcome = observe.Error
 	}
+	call.EndHeld(outcome, h.Fence(), time.Since(h.acquired), err)
 	return err
 }
 
@@ -206,8 +208,11 @@ func (h *Held) markLost() {
 		close(h.lostCh)
 	}
 	h.mu.Unlock()
-	if first && h.hooks.OnLost != nil {
-		h.hooks.OnLost(h.Key(), h.Fence())
+	if first {
+		observe.Record(context.Background(), h.observer, observe.Event{
+			Op: observe.LockLost, Driver: h.driver, Key: h.Key(), Outcome: observe.Lost,
+			Fence: h.Fence(), Held: time.Since(h.acquired), Err: ErrLockLost,
+		})
 	}
 }
 
@@ -243,8 +248,10 @@ func (h *Held) watchdog() {
 		case <-timer.C:
 		}
 		rctx, rcancel := context.WithTimeout(ctx, interval)
+		rctx, call := observe.Begin(rctx, h.observer, observe.LockRefresh, h.driver, h.Key())
 		err := h.Lease.Refresh(rctx, h.ttl)
 		rcancel()
+		call.End(leaseOutcome(err), h.Fence(), err)
 		switch {
 		case err == nil:
 			timer.Reset(jitter(interval))
@@ -262,12 +269,33 @@ func (h *Held) watchdog() {
 				return
 			default:
 			}
-			if cb := h.hooks.OnRefreshError; cb != nil {
-				cb(h.Key(), err)
-			}
 			timer.Reset(jitter(max(h.ttl/10, time.Millisecond)))
 		}
 	}
+}
+
+// acquireOutcome classifies a failed acquisition for the observer.
+func acquireOutcome(err error) observe.Outcome {
+	switch {
+	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
+		return observe.Canceled
+	case errors.Is(err, ErrNotAcquired):
+		return observe.Busy
+	case errors.Is(err, ErrInvalidKey) || errors.Is(err, ErrInvalidTTL) || errors.Is(err, ErrInvalidOwner):
+		return observe.Invalid
+	}
+	return observe.Error
+}
+
+// leaseOutcome classifies a refresh.
+func leaseOutcome(err error) observe.Outcome {
+	switch {
+	case err == nil:
+		return observe.OK
+	case errors.Is(err, ErrLockLost):
+		return observe.Lost
+	}
+	return observe.Error
 }
 
 // jitter returns d ± 10 %.

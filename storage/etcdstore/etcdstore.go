@@ -13,6 +13,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/oncekit/oncekit/core/lock"
+	"github.com/oncekit/oncekit/core/observe"
 	"github.com/oncekit/oncekit/internal/bg"
 	"github.com/oncekit/oncekit/internal/token"
 )
@@ -69,6 +70,14 @@ func New(c Client, opts ...Option) (*Store, error) {
 	}
 	return &Store{c: c, opts: o}, nil
 }
+
+const driverName = "etcd"
+
+// DriverName implements observe.Source: "etcd".
+func (s *Store) DriverName() string { return driverName }
+
+// Observer implements observe.Source: the WithObserver option.
+func (s *Store) Observer() observe.Observer { return s.opts.observer }
 
 // Close revokes the session lease, which deletes every key of the Store
 // at once, ends its leases (Done closes), and waits for background work.
@@ -249,7 +258,7 @@ func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (loc
 	}
 }
 
-func (s *Store) acquireIn(ctx context.Context, key string, ttl time.Duration) (lock.Lease, error) {
+func (s *Store) acquireIn(ctx context.Context, key string, ttl time.Duration) (_ lock.Lease, err error) {
 	sess, err := s.session(ctx)
 	if err != nil {
 		return nil, err
@@ -260,6 +269,7 @@ func (s *Store) acquireIn(ctx context.Context, key string, ttl time.Duration) (l
 			return l, err
 		}
 	}
+	var l *lease
 	pfx := s.lockPrefix(key)
 	tok := token.New()
 	mine := pfx + fmt.Sprintf("%x-%s", int64(sess.id), tok)
@@ -278,10 +288,19 @@ func (s *Store) acquireIn(ctx context.Context, key string, ttl time.Duration) (l
 	}
 	rev := resp.Header.Revision
 	if kvs := resp.Responses[1].GetResponseRange().Kvs; len(kvs) == 0 || kvs[0].CreateRevision != rev {
-		if err := s.waitTurn(ctx, sess, pfx, rev); err != nil {
+		woken, err := s.waitTurn(ctx, sess, pfx, rev)
+		if err != nil {
 			s.removeEntry(sess, mine)
 			return nil, err
 		}
+		defer func() {
+			if l != nil && !woken.IsZero() {
+				observe.Record(ctx, s.opts.observer, observe.Event{
+					Op: observe.LockHandOff, Driver: driverName, Key: key, Outcome: observe.Notified,
+					Fence: l.Fence(), Duration: time.Since(woken),
+				})
+			}
+		}()
 		// The lease's TTL counts from now. The entry's recorded expiry
 		// (what other clients' TryAcquire reports) still counts from when
 		// it joined the queue until the first Refresh: rewriting it here
@@ -294,7 +313,7 @@ func (s *Store) acquireIn(ctx context.Context, key string, ttl time.Duration) (l
 			return nil, err
 		}
 	}
-	l := newLease(s, sess, key, mine, tok, rev, start.Add(ttl))
+	l = newLease(s, sess, key, mine, tok, rev, start.Add(ttl))
 	l.owner = owner
 	if !sess.add(l) { // the session ended meanwhile, and the entry with it
 		l.finish(lost)
@@ -310,24 +329,25 @@ func isLeaseNotFound(err error) bool {
 
 // waitTurn returns once no entry older than ours is left in the queue. It
 // waits for one entry at a time, the one just before ours, through the
-// Store's shared watch on the queue (see queueWatch).
-func (s *Store) waitTurn(ctx context.Context, sess *session, pfx string, rev int64) error {
+// Store's shared watch on the queue (see queueWatch). woken is when the
+// deletion that made ours first was seen (zero when it was first at once).
+func (s *Store) waitTurn(ctx context.Context, sess *session, pfx string, rev int64) (woken time.Time, err error) {
 	q := s.queueWatchFor(pfx)
 	defer q.put()
 	select {
 	case <-q.ready:
 	case <-ctx.Done():
-		return ctx.Err()
+		return time.Time{}, ctx.Err()
 	}
 	for {
 		resp, err := s.c.Get(ctx, pfx, clientv3.WithPrefix(), clientv3.WithMaxCreateRev(rev-1),
 			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(1),
 			clientv3.WithKeysOnly())
 		if err != nil {
-			return err
+			return time.Time{}, err
 		}
 		if len(resp.Kvs) == 0 {
-			return nil // first in line
+			return woken, nil // first in line
 		}
 		pred := string(resp.Kvs[0].Key)
 		gone := q.register(pred)
@@ -337,7 +357,7 @@ func (s *Store) waitTurn(ctx context.Context, sess *session, pfx string, rev int
 		g, err := s.c.Get(ctx, pred, clientv3.WithCountOnly())
 		if err != nil {
 			q.unregister(pred, gone)
-			return err
+			return time.Time{}, err
 		}
 		if g.Count == 0 {
 			q.unregister(pred, gone)
@@ -345,12 +365,13 @@ func (s *Store) waitTurn(ctx context.Context, sess *session, pfx string, rev int
 		}
 		select {
 		case <-gone:
+			woken = time.Now()
 		case <-sess.done:
 			q.unregister(pred, gone)
-			return errSessionLost
+			return time.Time{}, errSessionLost
 		case <-ctx.Done():
 			q.unregister(pred, gone)
-			return ctx.Err()
+			return time.Time{}, ctx.Err()
 		}
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/oncekit/oncekit/core/observe"
 )
 
 // Option configures a Store.
@@ -13,6 +15,7 @@ type options struct {
 	prefix       string
 	recordPrefix string
 	sessionTTL   time.Duration
+	observer     observe.Observer
 }
 
 func defaultOptions() options {
@@ -22,6 +25,11 @@ func defaultOptions() options {
 // WithRecordPrefix sets the etcd key prefix of the idempotency records
 // (idem.Store). It must differ from the lock prefix. Default "oncekit/idem/".
 func WithRecordPrefix(p string) Option { return func(o *options) { o.recordPrefix = p } }
+
+// WithObserver sets where the Store reports hand-offs, and where the
+// lock.Mutex and idem.Guard built on it report their operations (see
+// package observe). Default: none.
+func WithObserver(obs observe.Observer) Option { return func(o *options) { o.observer = obs } }
 
 // WithPrefix sets the etcd key prefix under which every lock lives.
 // Default "oncekit/lock/".

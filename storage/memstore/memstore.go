@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/oncekit/oncekit/core/lock"
+	"github.com/oncekit/oncekit/core/observe"
 	"github.com/oncekit/oncekit/internal/token"
 )
 
@@ -18,11 +19,23 @@ type Store struct {
 	locks   map[string]*entry
 	records map[string]*record // idempotency records (idem.Store)
 	fence   uint64             // one counter for all keys: strictly increasing per key too
+
+	observer observe.Observer
 }
 
-// Option configures a Store. There are none yet; the type keeps New's
-// signature stable as options are added.
+// Option configures a Store.
 type Option func(*Store)
+
+// WithObserver sets where the Store reports hand-offs, and where the
+// lock.Mutex and idem.Guard built on it report their operations (see
+// package observe). Default: none.
+func WithObserver(o observe.Observer) Option { return func(s *Store) { s.observer = o } }
+
+// DriverName implements observe.Source: "memory".
+func (s *Store) DriverName() string { return "memory" }
+
+// Observer implements observe.Source.
+func (s *Store) Observer() observe.Observer { return s.observer }
 
 // New returns an empty Store.
 func New(opts ...Option) *Store {
@@ -44,6 +57,7 @@ type waiter struct {
 	owner   string
 	granted chan *lease // buffered(1): the lease handed over on release
 	elem    *list.Element
+	freed   time.Time // when the key was handed over
 }
 
 type grantState int
@@ -133,6 +147,10 @@ func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (loc
 
 	select {
 	case l := <-w.granted:
+		observe.Record(ctx, s.observer, observe.Event{
+			Op: observe.LockHandOff, Driver: "memory", Key: key, Outcome: observe.Local,
+			Fence: l.g.fence, Duration: time.Since(w.freed),
+		})
 		return l, nil
 	case <-ctx.Done():
 	}
@@ -210,6 +228,7 @@ func (s *Store) handOffLocked(key string, e *entry) {
 	if front := e.waiters.Front(); front != nil {
 		w := e.waiters.Remove(front).(*waiter)
 		w.elem = nil
+		w.freed = time.Now()
 		w.granted <- s.grantLocked(key, e, w.ttl, w.owner)
 		return
 	}

@@ -3,9 +3,11 @@ package redisstore
 import (
 	"errors"
 	"fmt"
-	"github.com/oncekit/oncekit/internal/redisnotify"
 	"strings"
 	"time"
+
+	"github.com/oncekit/oncekit/core/observe"
+	"github.com/oncekit/oncekit/internal/redisnotify"
 )
 
 // PubSubMode selects how a release wakes the waiters of other clients.
@@ -35,6 +37,7 @@ type options struct {
 	maxBackoff   time.Duration
 	maxHandOffs  int
 	recordPrefix string
+	observer     observe.Observer
 }
 
 func defaultOptions() options {
@@ -75,6 +78,11 @@ func WithRecheckInterval(d time.Duration) Option { return func(o *options) { o.r
 func WithBackoff(min, max time.Duration) Option {
 	return func(o *options) { o.minBackoff, o.maxBackoff = min, max }
 }
+
+// WithObserver sets where the Store reports hand-offs, and where the
+// lock.Mutex and idem.Guard built on it report their operations (see
+// package observe). Default: none.
+func WithObserver(obs observe.Observer) Option { return func(o *options) { o.observer = obs } }
 
 // WithMaxLocalHandOffs bounds how many times in a row a key is handed from
 // one lease of this Store straight to the next waiter of this Store (one

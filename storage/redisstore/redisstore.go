@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/oncekit/oncekit/core/lock"
+	"github.com/oncekit/oncekit/core/observe"
 	"github.com/oncekit/oncekit/internal/bg"
 	"github.com/oncekit/oncekit/internal/redislua"
 	"github.com/oncekit/oncekit/internal/redisnotify"
@@ -74,7 +75,10 @@ type waiter struct {
 
 // event tells a queued waiter that it got the key (lease) or that it is its
 // turn to compete for it in Redis.
-type event struct{ lease *lease }
+type event struct {
+	lease *lease
+	freed time.Time // when the hand-over began
+}
 
 // New returns a Store over client. It makes no request until first used.
 func New(client Client, opts ...Option) (*Store, error) {
@@ -107,6 +111,14 @@ func (s *Store) Close() error {
 	s.bg.Wait()
 	return err
 }
+
+const driverName = "redis"
+
+// DriverName implements observe.Source: "redis".
+func (s *Store) DriverName() string { return driverName }
+
+// Observer implements observe.Source: the WithObserver option.
+func (s *Store) Observer() observe.Observer { return s.opts.observer }
 
 func (s *Store) lockKey(key string) string  { return s.names.Lock(key) }
 func (s *Store) fenceKey(key string) string { return s.names.Fence(key) }
@@ -231,6 +243,7 @@ func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (loc
 	select {
 	case e := <-w.ev:
 		if e.lease != nil {
+			s.handedOff(ctx, e)
 			return e.lease, nil
 		}
 		return s.compete(ctx, key, ls, w)
@@ -250,6 +263,7 @@ func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (loc
 	s.mu.Unlock()
 	// An event is on its way: a hand-over in flight, or our turn.
 	if e := <-w.ev; e.lease != nil {
+		s.handedOff(ctx, e)
 		return e.lease, nil // the acquisition happened; it is the caller's
 	}
 	s.mu.Lock()
@@ -299,12 +313,20 @@ func (s *Store) compete(ctx context.Context, key string, ls *local, w *waiter) (
 	backoff := s.opts.minBackoff
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
+	var woken time.Time // when the last release notice arrived
 	for {
 		// Subscribed first, then tried: a release between the two is seen.
 		l, held, err = s.attemptAs(ctx, key, w.token, w.ttl, w.owner, s.id)
 		if err != nil || held == nil {
+			if l != nil && !woken.IsZero() {
+				observe.Record(ctx, s.opts.observer, observe.Event{
+					Op: observe.LockHandOff, Driver: driverName, Key: key, Outcome: observe.Notified,
+					Fence: l.fence, Duration: time.Since(woken),
+				})
+			}
 			return l, err
 		}
+		woken = time.Time{}
 		wait := s.opts.recheck
 		switch {
 		case !sw.Subscribed() || !gw.Subscribed() || held.TTL < 0:
@@ -316,7 +338,9 @@ func (s *Store) compete(ctx context.Context, key string, ls *local, w *waiter) (
 		timer.Reset(wait)
 		select {
 		case <-sw.Wake():
+			woken = time.Now()
 		case <-gw.Wake():
+			woken = time.Now()
 		case <-timer.C:
 		case <-s.sub.Closed():
 			return nil, fmt.Errorf("redisstore: acquire %q: %w", key, lock.ErrClosed)
@@ -426,6 +450,14 @@ func (s *Store) leaseEnded(l *lease) {
 	}
 }
 
+// handedOff reports a local hand-over received by a waiter.
+func (s *Store) handedOff(ctx context.Context, e event) {
+	observe.Record(ctx, s.opts.observer, observe.Event{
+		Op: observe.LockHandOff, Driver: driverName, Key: e.lease.key, Outcome: observe.Local,
+		Fence: e.lease.fence, Duration: time.Since(e.freed),
+	})
+}
+
 // handOver passes l's key to the next local waiter in one round trip, when
 // there is one and the hand-over budget allows. It reports whether it took
 // care of l's release, and the error for Release to return.
@@ -467,7 +499,7 @@ func (s *Store) handOver(ctx context.Context, l *lease) (bool, error) {
 		ls.holder = next
 		ls.handOffs++
 		l.finishLocked(released)
-		w.ev <- event{lease: next}
+		w.ev <- event{lease: next, freed: start}
 		return true, nil
 	case err == nil: // our token no longer held the key
 		if ls.holder == l {

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/oncekit/oncekit/core/observe"
 	"github.com/oncekit/oncekit/internal/redisnotify"
 )
 
@@ -34,6 +35,7 @@ type options struct {
 	recheck      time.Duration
 	minBackoff   time.Duration
 	maxBackoff   time.Duration
+	observer     observe.Observer
 }
 
 func defaultOptions() options {
@@ -53,6 +55,11 @@ func defaultOptions() options {
 // WithPrefix sets the prefix of every Redis key and channel. It must not
 // contain '{' or '}'. Default "oncekit:redlock:".
 func WithPrefix(p string) Option { return func(o *options) { o.prefix = p } }
+
+// WithObserver sets where the Store reports hand-offs, and where the
+// lock.Mutex and idem.Guard built on it report their operations (see
+// package observe). Default: none.
+func WithObserver(obs observe.Observer) Option { return func(o *options) { o.observer = obs } }
 
 // WithRecordPrefix sets the prefix of the idempotency records (idem.Store).
 // It must not contain '{' or '}'. Default "oncekit:redlock-idem:".

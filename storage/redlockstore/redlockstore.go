@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/oncekit/oncekit/core/lock"
+	"github.com/oncekit/oncekit/core/observe"
 	"github.com/oncekit/oncekit/internal/bg"
 	"github.com/oncekit/oncekit/internal/keyq"
 	"github.com/oncekit/oncekit/internal/redislua"
@@ -608,6 +609,7 @@ func (s *Store) acquire(ctx context.Context, key string, ttl time.Duration, onEn
 			mw.close()
 		}
 	}()
+	var woken time.Time // when the last release notice woke us
 	sleep := func(d time.Duration, wake <-chan struct{}) error {
 		timer.Reset(d)
 		defer func() {
@@ -620,6 +622,7 @@ func (s *Store) acquire(ctx context.Context, key string, ttl time.Duration, onEn
 		}()
 		select {
 		case <-wake:
+			woken = time.Now()
 		case <-timer.C:
 		case <-s.closed:
 			return fmt.Errorf("redlockstore: acquire %q: %w", key, lock.ErrClosed)
@@ -631,8 +634,15 @@ func (s *Store) acquire(ctx context.Context, key string, ttl time.Duration, onEn
 	for {
 		out := s.attempt(ctx, c, ttl, onEnd)
 		if out.lease != nil {
+			if !woken.IsZero() {
+				observe.Record(ctx, s.opts.observer, observe.Event{
+					Op: observe.LockHandOff, Driver: driverName, Key: key, Outcome: observe.Notified,
+					Fence: out.lease.Fence(), Duration: time.Since(woken),
+				})
+			}
 			return out.lease, nil
 		}
+		woken = time.Time{}
 		if out.err != nil && ctx.Err() == nil {
 			lastErr = out.err // kept for the final error when ctx ends
 		}
@@ -751,6 +761,14 @@ func (s *Store) watchChannel(channel string) *multiWatch {
 }
 
 func (mw *multiWatch) close() { close(mw.stop) }
+
+const driverName = "redlock"
+
+// DriverName implements observe.Source: "redlock".
+func (s *Store) DriverName() string { return driverName }
+
+// Observer implements observe.Source: the WithObserver option.
+func (s *Store) Observer() observe.Observer { return s.opts.observer }
 
 var (
 	_ lock.Locker = (*Store)(nil)

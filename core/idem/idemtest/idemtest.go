@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/lock"
 )
 
 // Config describes the store under test.
@@ -55,6 +56,7 @@ func Run(t *testing.T, cfg Config) {
 	t.Run("ClaimLostMidRun", s.lostMidRun)
 	t.Run("PanicAbandons", s.panics)
 	t.Run("InvalidKey", s.invalidKey)
+	t.Run("Inspect", s.inspect)
 }
 
 type suite struct{ cfg Config }
@@ -390,6 +392,76 @@ func (s *suite) invalidKey(t *testing.T) {
 		}
 		if _, _, err := guard(t, st).Do(ctx, k, "fp", nil); !errors.Is(err, idem.ErrInvalidKey) {
 			t.Errorf("Do with a %d-byte key: %v, want ErrInvalidKey", len(k), err)
+		}
+	}
+}
+
+// inspect checks idem.Inspector, which every oncekit driver implements.
+func (s *suite) inspect(t *testing.T) {
+	st := s.cfg.NewStore(t)
+	in, ok := st.(idem.Inspector)
+	if !ok {
+		t.Fatalf("%T does not implement idem.Inspector", st)
+	}
+	ctx := ctxT(t, 10*time.Second)
+	k := key(t)
+	if _, err := in.InspectRecord(ctx, ""); !errors.Is(err, idem.ErrInvalidKey) {
+		t.Errorf("InspectRecord(\"\"): %v, want ErrInvalidKey", err)
+	}
+	if info, err := in.InspectRecord(ctx, k); err != nil || info.Found {
+		t.Fatalf("InspectRecord of a missing key = %+v, %v", info, err)
+	}
+	c, err := st.Begin(ctx, k, "fp-1", 5*time.Second)
+	if err != nil || c.State != idem.Acquired {
+		t.Fatalf("Begin: %v %v", c.State, err)
+	}
+	info, err := in.InspectRecord(ctx, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !info.Found || info.State != idem.InFlight || info.Fence != c.Fence || info.Fingerprint != "fp-1" ||
+		info.Token != lock.TokenPrefix(c.Token) || time.Until(info.Expires) <= 0 || time.Until(info.Expires) > 6*time.Second {
+		t.Errorf("in flight: %+v; want fence %d, token %s", info, c.Fence, lock.TokenPrefix(c.Token))
+	}
+
+	// Deleting an in-flight record: the run's claim is lost, a retry runs.
+	if ok, err := in.DeleteRecord(ctx, k); err != nil || !ok {
+		t.Fatalf("DeleteRecord = %v, %v", ok, err)
+	}
+	if err := st.Complete(ctx, c, []byte("late"), time.Minute); !errors.Is(err, idem.ErrLockLost) {
+		t.Errorf("Complete after DeleteRecord: %v, want ErrLockLost", err)
+	}
+	res, replayed, err := guard(t, st).Do(ctx, k, "fp-1", func(context.Context) ([]byte, error) { return []byte("done"), nil })
+	if err != nil || replayed || string(res) != "done" {
+		t.Fatalf("Do after DeleteRecord = %q %v %v", res, replayed, err)
+	}
+	info, err = in.InspectRecord(ctx, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, final, derr := info.Outcome()
+	if !info.Found || info.State != idem.Completed || info.Fence <= c.Fence || string(got) != "done" || final != nil || derr != nil {
+		t.Errorf("completed: %+v, outcome %q %v %v", info, got, final, derr)
+	}
+	if ok, err := in.DeleteRecord(ctx, k); err != nil || !ok {
+		t.Fatalf("DeleteRecord of a completed record = %v, %v", ok, err)
+	}
+	if ok, err := in.DeleteRecord(ctx, k); err != nil || ok {
+		t.Errorf("DeleteRecord of a missing record = %v, %v; want false", ok, err)
+	}
+
+	if s.cfg.Corrupt != nil {
+		bad := key(t)
+		s.cfg.Corrupt(t, bad)
+		info, err := in.InspectRecord(ctx, bad)
+		if err != nil || !info.Found || info.Corrupt == "" {
+			t.Errorf("InspectRecord of a corrupt record = %+v, %v; want Found with Corrupt set", info, err)
+		}
+		if ok, err := in.DeleteRecord(ctx, bad); err != nil || !ok {
+			t.Errorf("DeleteRecord of a corrupt record = %v, %v", ok, err)
+		}
+		if c, err := st.Begin(ctx, bad, "fp", time.Second); err != nil || c.State != idem.Acquired {
+			t.Errorf("Begin after deleting the corrupt record: %v %v", c.State, err)
 		}
 	}
 }

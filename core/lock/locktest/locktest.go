@@ -95,6 +95,7 @@ func Run(t *testing.T, cfg Config) {
 	t.Run("AcquireAllPartialFailure", s.acquireAllPartialFailure)
 	t.Run("AcquireAllInput", s.acquireAllInput)
 	t.Run("Reentrancy", s.reentrancy)
+	t.Run("Inspect", s.inspect)
 }
 
 type suite struct{ cfg Config }
@@ -752,4 +753,61 @@ func mustAcquireCtx(t *testing.T, l lock.Locker, ctx context.Context, key string
 		t.Fatalf("Acquire(%q, %s): %v", key, ttl, err)
 	}
 	return lease
+}
+
+// inspect checks lock.Inspector, which every oncekit driver implements: the
+// holder's token prefix, fence and TTL, and a forced release that another
+// client then sees as free while the old holder learns it lost the key.
+func (s *suite) inspect(t *testing.T) {
+	l := s.cfg.NewLocker(t)
+	in, ok := l.(lock.Inspector)
+	if !ok {
+		t.Fatalf("%T does not implement lock.Inspector", l)
+	}
+	ctx := ctxTimeout(t, 10*time.Second)
+	k := key(t)
+	if _, err := in.InspectLock(ctx, ""); !errors.Is(err, lock.ErrInvalidKey) {
+		t.Errorf("InspectLock(\"\"): %v, want ErrInvalidKey", err)
+	}
+	info, err := in.InspectLock(ctx, k)
+	if err != nil || info.Held || info.Key != k {
+		t.Fatalf("InspectLock on a free key = %+v, %v", info, err)
+	}
+	const ttl = 5 * time.Second
+	held := mustAcquire(t, l, k, ttl)
+	info, err = in.InspectLock(ctx, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !info.Held || info.Token != lock.TokenPrefix(held.Token()) || info.Fence != held.Fence() ||
+		info.TTL <= 0 || info.TTL > ttl+s.cfg.Lag || info.Holds != 1 || info.Owner != "" {
+		t.Errorf("InspectLock on a held key = %+v; want held by %s, fence %d, TTL in (0, %v]",
+			info, lock.TokenPrefix(held.Token()), held.Fence(), ttl)
+	}
+
+	other := s.cfg.NewLocker(t).(lock.Inspector)
+	forced, err := other.ForceRelease(ctx, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !forced.Held || forced.Token != lock.TokenPrefix(held.Token()) {
+		t.Errorf("ForceRelease reported %+v, want the holder %s", forced, lock.TokenPrefix(held.Token()))
+	}
+	time.Sleep(s.cfg.Settle)
+	next, err := other.(lock.Locker).TryAcquire(ctx, k, ttl)
+	if err != nil {
+		t.Fatalf("TryAcquire after ForceRelease: %v", err)
+	}
+	if !s.cfg.Unfenced && next.Fence() <= held.Fence() {
+		t.Errorf("fence after ForceRelease %d, not above the old holder's %d", next.Fence(), held.Fence())
+	}
+	if err := held.Refresh(ctx, ttl); !errors.Is(err, lock.ErrLockLost) {
+		t.Errorf("the forced-out holder's Refresh: %v, want ErrLockLost", err)
+	}
+	if err := next.Release(ctx); err != nil {
+		t.Error(err)
+	}
+	if again, err := other.ForceRelease(ctx, k); err != nil || again.Held {
+		t.Errorf("ForceRelease of a free key = %+v, %v; want not held", again, err)
+	}
 }

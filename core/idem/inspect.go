@@ -1,0 +1,55 @@
+package idem
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// RecordInfo is what a store holds for one idempotency key, for operators.
+type RecordInfo struct {
+	Key   string
+	Found bool
+	// State is InFlight or Completed when Found.
+	State       State
+	Fingerprint string
+	// Token is the start of an in-flight claim's token (lock.TokenPrefix).
+	Token string
+	Fence uint64
+	// Expires is when the in-flight lease or the completed record's
+	// retention runs out.
+	Expires time.Time
+	// Stored is the completed record's bytes as the Guard stored them;
+	// Outcome decodes them.
+	Stored []byte
+	// Corrupt says why a found record is not a valid one (see
+	// ErrCorruptRecord); DeleteRecord removes it.
+	Corrupt string
+	// Detail is driver-specific, free-form: for Redlock, how many nodes
+	// agree.
+	Detail string
+}
+
+// Outcome decodes a completed record stored by a Guard: the result, or the
+// final error a duplicate would get (a *ReplayedError). It fails with
+// ErrCorruptRecord when the bytes are not a Guard's.
+func (r RecordInfo) Outcome() (result []byte, final error, err error) {
+	res, err := decodeOutcome(r.Key, r.Stored)
+	var re *ReplayedError
+	if errors.As(err, &re) {
+		return nil, re, nil
+	}
+	return res, nil, err
+}
+
+// Inspector is implemented by every oncekit driver.
+type Inspector interface {
+	// InspectRecord reports key's record; a missing one is not an error
+	// (Found false). Keys are the stored ones: see ScopedKey.
+	InspectRecord(ctx context.Context, key string) (RecordInfo, error)
+	// DeleteRecord deletes key's record, in flight or completed, so that
+	// the next request with the key runs again; waiters are woken. A run
+	// still in flight loses its claim: its Complete fails with
+	// ErrLockLost. It reports whether there was a record.
+	DeleteRecord(ctx context.Context, key string) (bool, error)
+}

@@ -1,0 +1,56 @@
+package lock
+
+import (
+	"context"
+	"time"
+)
+
+// LockInfo is what a store knows of one key, for operators: who holds it,
+// with which fence, for how long yet, and how many wait.
+type LockInfo struct {
+	Key  string
+	Held bool
+	// Token is the first TokenPrefixLen characters of the holder's token:
+	// enough to match it against logs, not to act as the holder.
+	Token string
+	// Owner is the reentrant owner holding the key (WithOwner), and Holds
+	// how many holds it has; "" and 1 (or 0 when free) otherwise.
+	Owner string
+	Holds int
+	// Fence is the holder's fence, or when the key is free the last one the
+	// store issued for it (0 when it never issued one or does not keep it).
+	Fence uint64
+	// TTL is the holder's remaining time; -1 for a key without expiry.
+	TTL time.Duration
+	// Waiters is how many are queued for the key in the store: processes
+	// for Redis and Redlock, acquisitions for etcd, goroutines for memory.
+	// -1 when the store cannot tell.
+	Waiters int
+	// Detail is driver-specific, free-form: for Redlock, how many nodes
+	// agree.
+	Detail string
+}
+
+// TokenPrefixLen is how much of a holder's token LockInfo shows.
+const TokenPrefixLen = 8
+
+// TokenPrefix shortens a token for display (LockInfo.Token).
+func TokenPrefix(tok string) string {
+	if len(tok) > TokenPrefixLen {
+		return tok[:TokenPrefixLen]
+	}
+	return tok
+}
+
+// Inspector is implemented by every oncekit driver: it answers who holds a
+// key and lets an operator free a key whose holder is stuck.
+type Inspector interface {
+	// InspectLock reports key's state; a free key is not an error.
+	InspectLock(ctx context.Context, key string) (LockInfo, error)
+	// ForceRelease frees key whoever holds it, and wakes its waiters. It
+	// returns the state it found; Held false means there was nothing to
+	// free. The holder learns of it at its next refresh (ErrLockLost), so
+	// until then two parties may act: fencing is what keeps the resource
+	// safe. It is a tool for an operator, not for programs.
+	ForceRelease(ctx context.Context, key string) (LockInfo, error)
+}

@@ -1,0 +1,186 @@
+package redislua
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/lock"
+)
+
+var (
+	//go:embed lua/inspect_lock.lua
+	inspectLockLua string
+	//go:embed lua/force_release.lua
+	forceReleaseLua string
+	//go:embed lua/inspect_record.lua
+	inspectRecordLua string
+	//go:embed lua/delete_record.lua
+	deleteRecordLua string
+
+	inspectLock   = redis.NewScript(inspectLockLua)
+	forceRelease  = redis.NewScript(forceReleaseLua)
+	inspectRecord = redis.NewScript(inspectRecordLua)
+	deleteRecord  = redis.NewScript(deleteRecordLua)
+)
+
+// LockState is one server's view of a lock (InspectLock), with the full
+// token so that Redlock can compare nodes.
+type LockState struct {
+	Token   string // "" when free
+	PTTL    time.Duration
+	Fence   uint64 // the holder's: the owner's fence, else the counter
+	Owner   string
+	Holds   int
+	Waiters int
+}
+
+// Info converts s to a lock.LockInfo for key.
+func (s LockState) Info(key string) lock.LockInfo {
+	li := lock.LockInfo{Key: key, Held: s.Token != "", Token: lock.TokenPrefix(s.Token), Owner: s.Owner,
+		Holds: s.Holds, Fence: s.Fence, Waiters: s.Waiters}
+	switch {
+	case !li.Held:
+		li.TTL = 0
+	case s.PTTL < 0:
+		li.TTL = -1
+	default:
+		li.TTL = s.PTTL
+	}
+	if li.Held && li.Holds == 0 {
+		li.Holds = 1
+	}
+	return li
+}
+
+// InspectLock reads key's lock state in one script.
+func InspectLock(ctx context.Context, c redis.Scripter, k Keys, key string) (LockState, error) {
+	v, err := inspectLock.Run(ctx, c, []string{k.Lock(key), k.Fence(key), k.Owner(key), k.Queue(key)}).Slice()
+	if err != nil {
+		return LockState{}, err
+	}
+	bad := func() (LockState, error) { return LockState{}, fmt.Errorf("unexpected inspect script reply %v", v) }
+	if len(v) != 7 {
+		return bad()
+	}
+	var st LockState
+	var ok1, ok2, ok3, ok4, ok5, ok6, ok7 bool
+	var pttl, holds, waiters int64
+	var fence, ofence string
+	st.Token, ok1 = v[0].(string)
+	pttl, ok2 = v[1].(int64)
+	fence, ok3 = v[2].(string)
+	st.Owner, ok4 = v[3].(string)
+	holds, ok5 = v[4].(int64)
+	ofence, ok6 = v[5].(string)
+	waiters, ok7 = v[6].(int64)
+	if !(ok1 && ok2 && ok3 && ok4 && ok5 && ok6 && ok7) {
+		return bad()
+	}
+	if st.Owner != "" {
+		fence = ofence
+	}
+	f, err := strconv.ParseUint(fence, 10, 64)
+	if err != nil {
+		return LockState{}, fmt.Errorf("fence counter %q: %w", fence, err)
+	}
+	st.Fence, st.Holds, st.Waiters = f, int(holds), int(waiters)
+	if pttl >= 0 {
+		st.PTTL = time.Duration(pttl) * time.Millisecond
+	} else {
+		st.PTTL = -1
+	}
+	return st, nil
+}
+
+// ForceRelease frees key whoever holds it and announces the release on
+// channel; it returns the token that held it ("" when free).
+func ForceRelease(ctx context.Context, c redis.Scripter, k Keys, key, mode string) (string, error) {
+	return forceRelease.Run(ctx, c, []string{k.Lock(key), k.Owner(key)}, k.Channel(key), mode).Text()
+}
+
+// RecordState is one server's view of an idempotency record.
+type RecordState struct {
+	Found   bool
+	State   idem.State
+	FP      string
+	Token   string // full, for Redlock to compare nodes
+	Fence   uint64
+	PTTL    time.Duration
+	Stored  []byte
+	Corrupt string // why the record is not one of ours, if it is not
+}
+
+// Info converts s to an idem.RecordInfo for key, with Expires counted from
+// now.
+func (s RecordState) Info(key string, now time.Time) idem.RecordInfo {
+	ri := idem.RecordInfo{Key: key, Found: s.Found, State: s.State, Fingerprint: s.FP,
+		Token: lock.TokenPrefix(s.Token), Fence: s.Fence, Stored: s.Stored, Corrupt: s.Corrupt}
+	if s.Found && s.PTTL >= 0 {
+		ri.Expires = now.Add(s.PTTL)
+	}
+	return ri
+}
+
+// InspectRecord reads key's record. A record that is not one of ours is
+// reported with Corrupt set, not as an error, so that an operator can see
+// and delete it.
+func InspectRecord(ctx context.Context, c redis.Scripter, r Records, key string) (RecordState, error) {
+	v, err := inspectRecord.Run(ctx, c, []string{r.Record(key)}).Slice()
+	if err != nil {
+		return RecordState{}, err
+	}
+	bad := func() (RecordState, error) { return RecordState{}, fmt.Errorf("unexpected inspect script reply %v", v) }
+	if len(v) == 0 {
+		return bad()
+	}
+	switch kind, _ := v[0].(string); {
+	case kind == "none" && len(v) == 1:
+		return RecordState{}, nil
+	case kind == "other" && len(v) == 2:
+		return RecordState{Found: true, Corrupt: fmt.Sprintf("a %v, not a record", v[1])}, nil
+	case kind != "hash" || len(v) != 8:
+		return bad()
+	}
+	pttl, ok := v[1].(int64)
+	f := make([]string, 6)
+	for i := range f {
+		s, ok2 := v[2+i].(string)
+		ok = ok && ok2
+		f[i] = s
+	}
+	if !ok {
+		return bad()
+	}
+	st := RecordState{Found: true, FP: f[2], Token: f[3], PTTL: -1}
+	if pttl >= 0 {
+		st.PTTL = time.Duration(pttl) * time.Millisecond
+	}
+	if f[4] != "" {
+		if st.Fence, err = strconv.ParseUint(f[4], 10, 64); err != nil {
+			st.Corrupt = fmt.Sprintf("fence %q", f[4])
+		}
+	}
+	switch {
+	case f[0] != "1":
+		st.Corrupt = fmt.Sprintf("record version %q", f[0])
+	case f[1] == "i":
+		st.State = idem.InFlight
+	case f[1] == "c":
+		st.State, st.Stored = idem.Completed, []byte(f[5])
+	default:
+		st.Corrupt = fmt.Sprintf("record state %q", f[1])
+	}
+	return st, nil
+}
+
+// DeleteRecord deletes key's record and announces it on its channel.
+func DeleteRecord(ctx context.Context, c redis.Scripter, r Records, key, mode string) (bool, error) {
+	n, err := deleteRecord.Run(ctx, c, []string{r.Record(key)}, r.Channel(key), mode).Int64()
+	return n == 1, err
+}

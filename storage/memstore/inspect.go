@@ -1,0 +1,90 @@
+package memstore
+
+import (
+	"context"
+	"time"
+
+	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/lock"
+)
+
+// InspectLock implements lock.Inspector. Waiters counts the goroutines
+// queued for the key. A free key reports fence 0: the Store's fence counter
+// is shared by all keys.
+func (s *Store) InspectLock(_ context.Context, key string) (lock.LockInfo, error) {
+	if err := lock.ValidateKey(key); err != nil {
+		return lock.LockInfo{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.inspectLocked(key), nil
+}
+
+func (s *Store) inspectLocked(key string) lock.LockInfo {
+	info := lock.LockInfo{Key: key}
+	e := s.locks[key]
+	if e == nil {
+		return info
+	}
+	info.Waiters = e.waiters.Len()
+	if g := e.holder; g != nil && g.heldLocked() {
+		info.Held, info.Token, info.Owner, info.Holds = true, lock.TokenPrefix(g.token), g.owner, g.holds
+		info.Fence, info.TTL = g.fence, time.Until(g.expires)
+	}
+	return info
+}
+
+// ForceRelease implements lock.Inspector: the holder's leases end as lost
+// (Done closes) and the first waiter gets the key.
+func (s *Store) ForceRelease(_ context.Context, key string) (lock.LockInfo, error) {
+	if err := lock.ValidateKey(key); err != nil {
+		return lock.LockInfo{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	info := s.inspectLocked(key)
+	if info.Held {
+		s.loseLocked(s.locks[key].holder)
+	}
+	return info, nil
+}
+
+// InspectRecord implements idem.Inspector.
+func (s *Store) InspectRecord(_ context.Context, key string) (idem.RecordInfo, error) {
+	if err := lock.ValidateKey(key); err != nil {
+		return idem.RecordInfo{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.recordLocked(key)
+	if r == nil {
+		return idem.RecordInfo{Key: key}, nil
+	}
+	info := idem.RecordInfo{Key: key, Found: true, State: idem.InFlight, Fingerprint: r.fp,
+		Token: lock.TokenPrefix(r.token), Fence: r.fence, Expires: r.expires}
+	if r.done {
+		info.State, info.Token, info.Stored = idem.Completed, "", append([]byte(nil), r.result...)
+	}
+	return info, nil
+}
+
+// DeleteRecord implements idem.Inspector.
+func (s *Store) DeleteRecord(_ context.Context, key string) (bool, error) {
+	if err := lock.ValidateKey(key); err != nil {
+		return false, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.recordLocked(key)
+	if r == nil {
+		return false, nil
+	}
+	r.signal()
+	delete(s.records, key)
+	return true, nil
+}
+
+var (
+	_ lock.Inspector = (*Store)(nil)
+	_ idem.Inspector = (*Store)(nil)
+)

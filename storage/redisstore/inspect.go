@@ -1,0 +1,72 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/lock"
+	"github.com/oncekit/oncekit/internal/redislua"
+)
+
+// InspectLock implements lock.Inspector: one round trip. Waiters counts the
+// processes queued in Redis, not the goroutines waiting inside each.
+func (s *Store) InspectLock(ctx context.Context, key string) (lock.LockInfo, error) {
+	if err := lock.ValidateKey(key); err != nil {
+		return lock.LockInfo{}, err
+	}
+	st, err := redislua.InspectLock(ctx, s.client, s.names, key)
+	if err != nil {
+		return lock.LockInfo{}, fmt.Errorf("redisstore: inspect %q: %w", key, err)
+	}
+	return st.Info(key), nil
+}
+
+// ForceRelease implements lock.Inspector: it deletes the key and announces
+// the release, in one script.
+func (s *Store) ForceRelease(ctx context.Context, key string) (lock.LockInfo, error) {
+	info, err := s.InspectLock(ctx, key)
+	if err != nil || !info.Held {
+		return info, err
+	}
+	tok, err := redislua.ForceRelease(ctx, s.client, s.names, key, s.modeArg())
+	if err != nil {
+		return info, fmt.Errorf("redisstore: force release %q: %w", key, err)
+	}
+	info.Held = tok != ""
+	if tok != "" {
+		info.Token = lock.TokenPrefix(tok)
+	}
+	return info, nil
+}
+
+// InspectRecord implements idem.Inspector: one round trip.
+func (s *Store) InspectRecord(ctx context.Context, key string) (idem.RecordInfo, error) {
+	if err := lock.ValidateKey(key); err != nil {
+		return idem.RecordInfo{}, err
+	}
+	st, err := redislua.InspectRecord(ctx, s.client, s.records(), key)
+	if err != nil {
+		return idem.RecordInfo{}, fmt.Errorf("redisstore: inspect record %q: %w", key, err)
+	}
+	return st.Info(key, time.Now()), nil
+}
+
+// DeleteRecord implements idem.Inspector: one round trip, which also wakes
+// the duplicates waiting for the key.
+func (s *Store) DeleteRecord(ctx context.Context, key string) (bool, error) {
+	if err := lock.ValidateKey(key); err != nil {
+		return false, err
+	}
+	ok, err := redislua.DeleteRecord(ctx, s.client, s.records(), key, s.modeArg())
+	if err != nil {
+		return false, fmt.Errorf("redisstore: delete record %q: %w", key, err)
+	}
+	return ok, nil
+}
+
+var (
+	_ lock.Inspector = (*Store)(nil)
+	_ idem.Inspector = (*Store)(nil)
+)

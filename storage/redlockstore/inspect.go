@@ -1,0 +1,239 @@
+package redlockstore
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/lock"
+	"github.com/oncekit/oncekit/internal/redislua"
+)
+
+// inspectTimeout bounds how long an operator's request waits for one node:
+// longer than a lock round's node timeout, since nothing is held meanwhile.
+const inspectTimeout = 2 * time.Second
+
+// onEveryNode runs fn on every node at once and returns each node's answer
+// or error, by node index. It needs a majority of answers: fewer is a
+// *QuorumError for op.
+func onEveryNode[T any](ctx context.Context, s *Store, op, key string, fn func(context.Context, *node) (T, error)) ([]T, []bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, max(s.nodeTimeout(time.Second), inspectTimeout))
+	defer cancel()
+	type answer struct {
+		i   int
+		v   T
+		err error
+	}
+	ch := make(chan answer, len(s.nodes))
+	for i, n := range s.nodes {
+		s.bg.Go(func() {
+			v, err := fn(ctx, n)
+			ch <- answer{i, v, err}
+		})
+	}
+	vals, ok := make([]T, len(s.nodes)), make([]bool, len(s.nodes))
+	failed := map[string]error{}
+	for range s.nodes {
+		// go-redis may not give up on a paused node when ctx ends; the
+		// request is left to finish in the background.
+		select {
+		case a := <-ch:
+			if a.err != nil {
+				failed[s.nodes[a.i].name] = a.err
+				continue
+			}
+			vals[a.i], ok[a.i] = a.v, true
+			continue
+		case <-ctx.Done():
+		}
+		for i, n := range s.nodes {
+			if _, done := failed[n.name]; !done && !ok[i] {
+				failed[n.name] = errNodeTimeout
+			}
+		}
+		break
+	}
+	if got := len(s.nodes) - len(failed); got < s.quorum {
+		return nil, nil, &QuorumError{Op: op, Key: key, Need: s.quorum, Got: got, Failed: failed}
+	}
+	return vals, ok, nil
+}
+
+// unreachable describes the nodes that did not answer, for Detail.
+func (s *Store) unreachable(ok []bool) string {
+	var names []string
+	for i, answered := range ok {
+		if !answered {
+			names = append(names, s.nodes[i].name)
+		}
+	}
+	if len(names) == 0 {
+		return ""
+	}
+	return "; unreachable: " + strings.Join(names, ", ")
+}
+
+// InspectLock implements lock.Inspector. The key is held when one token
+// holds it on a majority of the nodes; TTL is the shortest of those nodes',
+// Fence the highest, Waiters the longest queue. Detail says how many nodes
+// agree and which did not answer. It needs a majority of the nodes to
+// answer (else ErrNoQuorum).
+func (s *Store) InspectLock(ctx context.Context, key string) (lock.LockInfo, error) {
+	info, _, err := s.inspectLock(ctx, key)
+	return info, err
+}
+
+func (s *Store) inspectLock(ctx context.Context, key string) (lock.LockInfo, string, error) {
+	if err := lock.ValidateKey(key); err != nil {
+		return lock.LockInfo{}, "", err
+	}
+	states, ok, err := onEveryNode(ctx, s, "inspect", key, func(ctx context.Context, n *node) (redislua.LockState, error) {
+		return redislua.InspectLock(ctx, n.c, s.names, key)
+	})
+	if err != nil {
+		return lock.LockInfo{}, "", err
+	}
+	count := map[string]int{}
+	info := lock.LockInfo{Key: key}
+	for i, st := range states {
+		if ok[i] {
+			count[st.Token]++
+			info.Fence = max(info.Fence, st.Fence)
+			info.Waiters = max(info.Waiters, st.Waiters)
+		}
+	}
+	var top string
+	for _, tok := range slices.Sorted(maps.Keys(count)) {
+		if tok != "" && count[tok] > count[top] {
+			top = tok
+		}
+	}
+	switch {
+	case top != "" && count[top] >= s.quorum:
+		info.Held, info.Token, info.TTL, info.Fence = true, lock.TokenPrefix(top), -1, 0
+		for i, st := range states {
+			if ok[i] && st.Token == top {
+				li := st.Info(key)
+				if info.TTL < 0 || (li.TTL >= 0 && li.TTL < info.TTL) {
+					info.TTL = li.TTL
+				}
+				info.Fence = max(info.Fence, li.Fence)
+				info.Owner, info.Holds = li.Owner, li.Holds
+			}
+		}
+		info.Detail = fmt.Sprintf("held on %d of %d nodes", count[top], len(s.nodes))
+	case top != "":
+		info.Detail = fmt.Sprintf("token %s on %d of %d nodes: no majority, not held", lock.TokenPrefix(top), count[top], len(s.nodes))
+	default:
+		info.Detail = fmt.Sprintf("free on %d of %d nodes", count[""], len(s.nodes))
+	}
+	info.Detail += s.unreachable(ok)
+	return info, top, nil
+}
+
+// ForceRelease implements lock.Inspector: every node that answers frees the
+// key, whatever token it has. Held in the result is what InspectLock saw
+// before.
+func (s *Store) ForceRelease(ctx context.Context, key string) (lock.LockInfo, error) {
+	info, top, err := s.inspectLock(ctx, key)
+	if err != nil {
+		return info, err
+	}
+	toks, _, err := onEveryNode(ctx, s, "force release", key, func(ctx context.Context, n *node) (string, error) {
+		return redislua.ForceRelease(ctx, n.c, s.names, key, s.opts.pubsub.ScriptArg())
+	})
+	if err != nil {
+		return info, err
+	}
+	if !info.Held && top == "" && slices.ContainsFunc(toks, func(t string) bool { return t != "" }) {
+		info.Detail += "; freed a minority's stale entries"
+	}
+	return info, nil
+}
+
+// InspectRecord implements idem.Inspector, the way Begin reads the nodes:
+// a completed record on any node wins; else a claim is in flight when one
+// token holds a majority. Detail says how many nodes agree.
+func (s *Store) InspectRecord(ctx context.Context, key string) (idem.RecordInfo, error) {
+	if err := lock.ValidateKey(key); err != nil {
+		return idem.RecordInfo{}, err
+	}
+	states, ok, err := onEveryNode(ctx, s, "inspect record", key, func(ctx context.Context, n *node) (redislua.RecordState, error) {
+		return redislua.InspectRecord(ctx, n.c, s.records(), key)
+	})
+	if err != nil {
+		return idem.RecordInfo{}, err
+	}
+	now := time.Now()
+	var (
+		best     = -1
+		count    = map[string]int{}
+		corrupt  []string
+		answered int
+	)
+	for i, st := range states {
+		if !ok[i] {
+			continue
+		}
+		answered++
+		switch {
+		case !st.Found:
+		case st.Corrupt != "":
+			corrupt = append(corrupt, s.nodes[i].name+": "+st.Corrupt)
+		case st.State == idem.Completed:
+			if best < 0 || states[best].State != idem.Completed {
+				best = i
+			}
+			count["c"]++
+		default:
+			count[st.Token]++
+			if best < 0 || (states[best].State != idem.Completed && count[st.Token] > count[states[best].Token]) {
+				best = i
+			}
+		}
+	}
+	info := idem.RecordInfo{Key: key}
+	if best >= 0 {
+		info = states[best].Info(key, now)
+		agree := count["c"]
+		if info.State == idem.InFlight {
+			agree = count[states[best].Token]
+			if agree < s.quorum {
+				info.Detail = "no majority: "
+			}
+		}
+		info.Detail += fmt.Sprintf("on %d of %d nodes", agree, len(s.nodes))
+	} else {
+		info.Detail = fmt.Sprintf("absent on %d of %d nodes", answered-len(corrupt), len(s.nodes))
+	}
+	if len(corrupt) > 0 {
+		info.Found = true
+		info.Corrupt = strings.Join(corrupt, "; ")
+	}
+	info.Detail += s.unreachable(ok)
+	return info, nil
+}
+
+// DeleteRecord implements idem.Inspector: every node that answers deletes
+// its copy; it needs a majority to answer.
+func (s *Store) DeleteRecord(ctx context.Context, key string) (bool, error) {
+	if err := lock.ValidateKey(key); err != nil {
+		return false, err
+	}
+	deleted, _, err := onEveryNode(ctx, s, "delete record", key, func(ctx context.Context, n *node) (bool, error) {
+		return redislua.DeleteRecord(ctx, n.c, s.records(), key, s.opts.pubsub.ScriptArg())
+	})
+	if err != nil {
+		return false, err
+	}
+	return slices.Contains(deleted, true), nil
+}
+
+var (
+	_ lock.Inspector = (*Store)(nil)
+	_ idem.Inspector = (*Store)(nil)
+)
