@@ -1,0 +1,138 @@
+package otelobs
+
+import (
+	"context"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/oncekit/oncekit/core/observe"
+)
+
+// ScopeName is the instrumentation scope of the spans.
+const ScopeName = "github.com/oncekit/oncekit"
+
+// Attribute keys.
+const (
+	AttrDriver   = attribute.Key("oncekit.driver")
+	AttrKeyHash  = attribute.Key("oncekit.key_hash")
+	AttrOutcome  = attribute.Key("oncekit.outcome")
+	AttrFence    = attribute.Key("oncekit.fence")
+	AttrReplayed = attribute.Key("oncekit.replayed")
+	AttrRoute    = attribute.Key("oncekit.route")
+	AttrWait     = attribute.Key("oncekit.duration_ms")
+)
+
+// Option configures an Observer.
+type Option func(*Observer)
+
+// WithTracerProvider sets where spans go. Default: otel.GetTracerProvider()
+// at New.
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return func(o *Observer) { o.tracer = tp.Tracer(ScopeName) }
+}
+
+// Observer is an observe.Observer that makes OpenTelemetry spans.
+//
+// Every operation (lock.acquire, lock.refresh, lock.release, idem.begin,
+// idem.complete, idem.abandon, http.request, grpc.call, kafka.message) is a
+// span named after its Op, a child of the span in the caller's context, so
+// the store operations nest under the middleware's span. Attributes:
+// oncekit.driver, oncekit.key_hash (observe.HashKey, never the key),
+// oncekit.route, and at the end oncekit.outcome, oncekit.fence and
+// oncekit.replayed. An Error or Lost outcome sets the span's status to
+// Error. Point events (lock.handoff, lock.lost, idem.lost) are span events
+// on the span in their context.
+type Observer struct {
+	tracer trace.Tracer
+}
+
+// New returns an Observer.
+func New(opts ...Option) *Observer {
+	o := &Observer{}
+	for _, opt := range opts {
+		opt(o)
+	}
+	if o.tracer == nil {
+		o.tracer = otel.GetTracerProvider().Tracer(ScopeName)
+	}
+	return o
+}
+
+type spanKey struct{}
+
+func kind(op observe.Op) trace.SpanKind {
+	switch op {
+	case observe.HTTPRequest, observe.GRPCCall:
+		return trace.SpanKindServer
+	case observe.KafkaMessage:
+		return trace.SpanKindConsumer
+	}
+	return trace.SpanKindInternal
+}
+
+// Start implements observe.Observer: it starts the operation's span.
+func (o *Observer) Start(ctx context.Context, ev observe.Event) context.Context {
+	attrs := make([]attribute.KeyValue, 0, 3)
+	if ev.Driver != "" {
+		attrs = append(attrs, AttrDriver.String(ev.Driver))
+	}
+	if ev.Key != "" {
+		attrs = append(attrs, AttrKeyHash.String(observe.HashKey(ev.Key)))
+	}
+	if ev.Route != "" {
+		attrs = append(attrs, AttrRoute.String(ev.Route))
+	}
+	ctx, span := o.tracer.Start(ctx, string(ev.Op), trace.WithSpanKind(kind(ev.Op)), trace.WithAttributes(attrs...))
+	return context.WithValue(ctx, spanKey{}, span)
+}
+
+// End implements observe.Observer: it ends the span Start began.
+func (o *Observer) End(ctx context.Context, ev observe.Event) {
+	span, ok := ctx.Value(spanKey{}).(trace.Span)
+	if !ok {
+		return // not started by this Observer
+	}
+	span.SetAttributes(endAttrs(ev)...)
+	if ev.Route != "" {
+		span.SetAttributes(AttrRoute.String(ev.Route))
+	}
+	if ev.Outcome == observe.Error || ev.Outcome == observe.Lost {
+		if ev.Err != nil {
+			span.RecordError(ev.Err)
+		}
+		span.SetStatus(codes.Error, string(ev.Outcome))
+	}
+	span.End()
+}
+
+func endAttrs(ev observe.Event) []attribute.KeyValue {
+	attrs := []attribute.KeyValue{
+		AttrOutcome.String(string(ev.Outcome)),
+		AttrReplayed.Bool(ev.Outcome == observe.Replayed),
+	}
+	if ev.Fence != 0 {
+		attrs = append(attrs, AttrFence.Int64(int64(ev.Fence)))
+	}
+	return attrs
+}
+
+// Record implements observe.Observer: a span event on ctx's span.
+func (o *Observer) Record(ctx context.Context, ev observe.Event) {
+	span := trace.SpanFromContext(ctx)
+	if !span.IsRecording() {
+		return
+	}
+	attrs := endAttrs(ev)
+	if ev.Key != "" {
+		attrs = append(attrs, AttrKeyHash.String(observe.HashKey(ev.Key)))
+	}
+	if ev.Duration != 0 {
+		attrs = append(attrs, AttrWait.Float64(float64(ev.Duration.Microseconds())/1000))
+	}
+	span.AddEvent(string(ev.Op), trace.WithAttributes(attrs...))
+}
+
+var _ observe.Observer = (*Observer)(nil)
