@@ -17,10 +17,12 @@ import (
 	"os"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/oncekit/oncekit/core/idem"
 	"github.com/oncekit/oncekit/core/lock"
+	"github.com/oncekit/oncekit/observe/promobs"
 	"github.com/oncekit/oncekit/storage/memstore"
 	"github.com/oncekit/oncekit/storage/redisstore"
 )
@@ -44,16 +46,22 @@ func run(buyers, stock, retries int, redisAddr string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 
+	// The driver reports to Prometheus; the Mutex and the Guard built on it
+	// report through it.
+	metrics := promobs.New()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(metrics)
+
 	// Every oncekit driver is both a lock.Locker and an idem.Store.
 	var store interface {
 		lock.Locker
 		idem.Store
-	} = memstore.New()
+	} = memstore.New(memstore.WithObserver(metrics))
 	driver := "memstore (embedded)"
 	if redisAddr != "" {
 		client := redis.NewClient(&redis.Options{Addr: redisAddr})
 		defer client.Close()
-		rs, err := redisstore.New(client)
+		rs, err := redisstore.New(client, redisstore.WithObserver(metrics))
 		if err != nil {
 			return err
 		}
@@ -71,8 +79,44 @@ func run(buyers, stock, retries int, redisAddr string) error {
 	}
 	r := RunSale(ctx, g, m, buyers, stock, retries)
 	fmt.Printf("driver: %s\n%s\n", driver, r)
+	if err := printMetrics(reg); err != nil {
+		return err
+	}
 	if !r.OK() {
 		return fmt.Errorf("invariant failed")
+	}
+	return nil
+}
+
+// printMetrics prints the counters the sale left in the registry, as a
+// Prometheus scrape would see them.
+func printMetrics(reg prometheus.Gatherer) error {
+	mfs, err := reg.Gather()
+	if err != nil {
+		return err
+	}
+	fmt.Println("oncekit metrics:")
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			labels := ""
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() != "driver" {
+					labels += lp.GetName() + "=" + lp.GetValue() + " "
+				}
+			}
+			switch {
+			case m.GetCounter() != nil:
+				fmt.Printf("  %-40s %-22s %6.0f\n", mf.GetName(), labels, m.GetCounter().GetValue())
+			case m.GetHistogram() != nil:
+				h := m.GetHistogram()
+				mean := 0.0
+				if h.GetSampleCount() > 0 {
+					mean = h.GetSampleSum() / float64(h.GetSampleCount())
+				}
+				fmt.Printf("  %-40s %-22s %6d  mean %s\n", mf.GetName(), labels, h.GetSampleCount(),
+					time.Duration(mean*float64(time.Second)).Round(time.Microsecond))
+			}
+		}
 	}
 	return nil
 }

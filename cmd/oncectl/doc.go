@@ -1,0 +1,21 @@
+// Command oncectl inspects and repairs oncekit locks and idempotency
+// records in a running deployment, over the same drivers the services use
+// (lock.Inspector and idem.Inspector).
+//
+//	oncectl --store redis://localhost:6379 lock inspect sku-42
+//	oncectl --store redis://localhost:6379 lock release sku-42 --force
+//	oncectl --store etcd://10.0.0.1:2379 record get REQUEST-KEY --scope tenant-7
+//	oncectl --store redlock://r1:6379,r2:6379,r3:6379 record delete REQUEST-KEY --yes
+//
+// The store comes from --store or $ONCEKIT_STORE: redis://, rediss://,
+// redis-cluster://, redlock:// or etcd://, with ?prefix= and
+// ?record_prefix= for stores configured with other prefixes. Output is a
+// table, or JSON with --json. Releasing a lock and deleting a record ask
+// for confirmation unless --yes is given; releasing also needs --force.
+//
+// Record keys are given the way clients send them: oncectl derives the
+// stored key with idem.ScopedKey(--scope, KEY), as the middleware does. Pass
+// --stored to give the stored key ("idem:...") itself.
+//
+// Exit status: 0 done, 1 the operation failed or was declined, 2 bad usage.
+package main

@@ -1,0 +1,419 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+	"unicode/utf8"
+
+	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/lock"
+)
+
+const usage = `oncectl inspects and repairs oncekit locks and idempotency records.
+
+Usage:
+  oncectl [flags] lock inspect KEY
+  oncectl [flags] lock release KEY --force [--yes]
+  oncectl [flags] record get KEY [--scope SCOPE | --stored]
+  oncectl [flags] record delete KEY [--scope SCOPE | --stored] [--yes]
+
+Flags (anywhere on the line):
+  --store URL      the store (default $ONCEKIT_STORE)
+  --json           print JSON instead of a table
+  --timeout D      how long to wait for the store (default 5s)
+  --force          required by lock release
+  --yes            do not ask for confirmation
+  --scope S        record key scope: the stored key is idem.ScopedKey(S, KEY)
+  --stored         KEY is the stored record key itself ("idem:..."), as is
+  --               every argument after this is positional (a KEY starting with -)
+
+Exit status: 0 done, 1 the operation failed or was declined, 2 bad usage.
+
+`
+
+// Exit statuses.
+const (
+	exitOK    = 0
+	exitFail  = 1
+	exitUsage = 2
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+}
+
+type cli struct {
+	storeURL string
+	json     bool
+	timeout  time.Duration
+	force    bool
+	yes      bool
+	scope    string
+	stored   bool
+
+	in       *bufio.Reader
+	out, err io.Writer
+}
+
+// run is oncectl with its arguments and streams; it returns the exit status.
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	c := &cli{in: bufio.NewReader(stdin), out: stdout, err: stderr}
+	fs := flag.NewFlagSet("oncectl", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.StringVar(&c.storeURL, "store", os.Getenv("ONCEKIT_STORE"), "")
+	fs.BoolVar(&c.json, "json", false, "")
+	fs.DurationVar(&c.timeout, "timeout", 5*time.Second, "")
+	fs.BoolVar(&c.force, "force", false, "")
+	fs.BoolVar(&c.yes, "yes", false, "")
+	fs.StringVar(&c.scope, "scope", "", "")
+	fs.BoolVar(&c.stored, "stored", false, "")
+
+	pos, err := parse(fs, args)
+	if errors.Is(err, flag.ErrHelp) {
+		fmt.Fprint(stdout, usage, storeHelp, "\n")
+		return exitOK
+	}
+	if err != nil {
+		return c.usageErr(err.Error())
+	}
+	if c.timeout <= 0 {
+		return c.usageErr("--timeout must be positive")
+	}
+	if len(pos) == 0 {
+		fmt.Fprint(stderr, usage)
+		return exitUsage
+	}
+	if len(pos) != 3 {
+		return c.usageErr(fmt.Sprintf("%q: want a command, a subcommand and one KEY", strings.Join(pos, " ")))
+	}
+	cmd, key := pos[0]+" "+pos[1], pos[2]
+	switch cmd {
+	case "lock inspect", "lock release", "record get", "record delete":
+	default:
+		return c.usageErr(fmt.Sprintf("unknown command %q", cmd))
+	}
+	if pos[0] == "record" {
+		if c.stored && c.scope != "" {
+			return c.usageErr("--scope and --stored exclude each other")
+		}
+		if !c.stored {
+			key = idem.ScopedKey(c.scope, key)
+		}
+	}
+	if err := lock.ValidateKey(key); err != nil {
+		return c.usageErr(fmt.Sprintf("KEY: %v", err))
+	}
+	if cmd == "lock release" && !c.force {
+		return c.usageErr("lock release frees a key that someone holds; it needs --force")
+	}
+
+	st, err := openStore(c.storeURL, c.timeout)
+	if err != nil {
+		return c.fail(err)
+	}
+	defer st.close()
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	defer cancel()
+
+	switch cmd {
+	case "lock inspect":
+		info, err := st.InspectLock(ctx, key)
+		if err != nil {
+			return c.fail(err)
+		}
+		return c.printLock(info)
+	case "lock release":
+		return c.release(ctx, st, key)
+	case "record get":
+		info, err := st.InspectRecord(ctx, key)
+		if err != nil {
+			return c.fail(err)
+		}
+		return c.printRecord(info)
+	default:
+		return c.deleteRecord(ctx, st, key)
+	}
+}
+
+// parse reads flags anywhere on the line and returns the positional
+// arguments; everything after "--" is positional.
+func parse(fs *flag.FlagSet, args []string) ([]string, error) {
+	var rest []string
+	if i := slices.Index(args, "--"); i >= 0 {
+		args, rest = args[:i], args[i+1:]
+	}
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			break
+		}
+		pos, args = append(pos, args[0]), args[1:]
+	}
+	return append(pos, rest...), nil
+}
+
+func (c *cli) usageErr(msg string) int {
+	fmt.Fprintf(c.err, "oncectl: %s\nRun 'oncectl --help' for usage.\n", msg)
+	return exitUsage
+}
+
+func (c *cli) fail(err error) int {
+	if errors.Is(err, context.DeadlineExceeded) {
+		err = fmt.Errorf("%w (no answer within --timeout %v: is the store up and reachable?)", err, c.timeout)
+	}
+	fmt.Fprintf(c.err, "oncectl: %v\n", err)
+	return exitFail
+}
+
+// confirm asks question on stderr and reads the answer; only y or yes
+// agrees. --yes answers for the user.
+func (c *cli) confirm(question string) bool {
+	if c.yes {
+		return true
+	}
+	fmt.Fprintf(c.err, "%s [y/N] ", question)
+	line, err := c.in.ReadString('\n')
+	if err != nil && line == "" {
+		fmt.Fprintln(c.err)
+		return false
+	}
+	switch strings.ToLower(strings.TrimSpace(line)) {
+	case "y", "yes":
+		return true
+	}
+	return false
+}
+
+func (c *cli) release(ctx context.Context, st store, key string) int {
+	info, err := st.InspectLock(ctx, key)
+	if err != nil {
+		return c.fail(err)
+	}
+	if !info.Held {
+		fmt.Fprintf(c.err, "oncectl: %s is not held; nothing to release\n", printable(key))
+		return c.printLock(info)
+	}
+	if !c.confirm(fmt.Sprintf("Release %s, held by token %s with fence %d and %s left? The holder keeps running until its next refresh.",
+		printable(key), info.Token, info.Fence, ttl(info.TTL))) {
+		return c.fail(errors.New("not released"))
+	}
+	released, err := st.ForceRelease(ctx, key)
+	if err != nil {
+		return c.fail(err)
+	}
+	if !released.Held {
+		fmt.Fprintf(c.err, "oncectl: %s was released before oncectl got to it\n", printable(key))
+	}
+	return c.printLock(released)
+}
+
+func (c *cli) deleteRecord(ctx context.Context, st store, key string) int {
+	info, err := st.InspectRecord(ctx, key)
+	if err != nil {
+		return c.fail(err)
+	}
+	if !info.Found {
+		fmt.Fprintf(c.err, "oncectl: no record for %s\n", key)
+		return c.printRecord(info)
+	}
+	what := "the completed record"
+	if info.State == idem.InFlight {
+		what = "the in-flight claim (its run loses it and cannot store a result)"
+	}
+	if info.Corrupt != "" {
+		what = "the corrupt record"
+	}
+	if !c.confirm(fmt.Sprintf("Delete %s of %s? The next request with this key runs again.", what, key)) {
+		return c.fail(errors.New("not deleted"))
+	}
+	deleted, err := st.DeleteRecord(ctx, key)
+	if err != nil {
+		return c.fail(err)
+	}
+	if !deleted {
+		fmt.Fprintf(c.err, "oncectl: the record of %s was gone before oncectl got to it\n", key)
+	}
+	if c.json {
+		return c.printJSON(map[string]any{"key": key, "deleted": deleted})
+	}
+	fmt.Fprintf(c.out, "deleted %s\n", key)
+	return exitOK
+}
+
+type lockJSON struct {
+	Key     string  `json:"key"`
+	Held    bool    `json:"held"`
+	Token   string  `json:"token,omitempty"`
+	Owner   string  `json:"owner,omitempty"`
+	Holds   int     `json:"holds,omitempty"`
+	Fence   uint64  `json:"fence"`
+	TTLms   float64 `json:"ttl_ms,omitempty"`
+	Waiters int     `json:"waiters"`
+	Detail  string  `json:"detail,omitempty"`
+}
+
+func (c *cli) printLock(info lock.LockInfo) int {
+	if c.json {
+		j := lockJSON{Key: info.Key, Held: info.Held, Token: info.Token, Owner: info.Owner, Holds: info.Holds,
+			Fence: info.Fence, Waiters: info.Waiters, Detail: info.Detail}
+		if info.Held {
+			j.TTLms = float64(info.TTL.Microseconds()) / 1000
+		}
+		return c.printJSON(j)
+	}
+	rows := [][2]string{{"key", printable(info.Key)}, {"held", yesNo(info.Held)}}
+	if info.Held {
+		rows = append(rows, [2]string{"token", info.Token}, [2]string{"fence", strconv.FormatUint(info.Fence, 10)},
+			[2]string{"ttl", ttl(info.TTL)})
+		if info.Owner != "" {
+			rows = append(rows, [2]string{"owner", printable(info.Owner)}, [2]string{"holds", strconv.Itoa(info.Holds)})
+		}
+	} else if info.Fence != 0 {
+		rows = append(rows, [2]string{"last fence", strconv.FormatUint(info.Fence, 10)})
+	}
+	waiters := strconv.Itoa(info.Waiters)
+	if info.Waiters < 0 {
+		waiters = "unknown"
+	}
+	rows = append(rows, [2]string{"waiters", waiters})
+	if info.Detail != "" {
+		rows = append(rows, [2]string{"detail", info.Detail})
+	}
+	return c.printTable(rows)
+}
+
+type recordJSON struct {
+	Key         string `json:"key"`
+	Found       bool   `json:"found"`
+	State       string `json:"state,omitempty"`
+	Fingerprint string `json:"fingerprint,omitempty"`
+	Token       string `json:"token,omitempty"`
+	Fence       uint64 `json:"fence,omitempty"`
+	Expires     string `json:"expires,omitempty"`
+	ResultBytes int    `json:"result_bytes,omitempty"`
+	Result      string `json:"result,omitempty"`
+	FinalError  string `json:"final_error,omitempty"`
+	Corrupt     string `json:"corrupt,omitempty"`
+	Detail      string `json:"detail,omitempty"`
+}
+
+func (c *cli) printRecord(info idem.RecordInfo) int {
+	j := recordJSON{Key: info.Key, Found: info.Found, Fingerprint: info.Fingerprint, Token: info.Token,
+		Fence: info.Fence, Corrupt: info.Corrupt, Detail: info.Detail}
+	if info.Found && info.Corrupt == "" {
+		j.State = strings.ReplaceAll(info.State.String(), " ", "_")
+	}
+	if !info.Expires.IsZero() {
+		j.Expires = info.Expires.UTC().Format(time.RFC3339Nano)
+	}
+	if info.State == idem.Completed && info.Corrupt == "" {
+		res, final, err := info.Outcome()
+		switch {
+		case err != nil:
+			j.Corrupt = err.Error()
+		case final != nil:
+			j.FinalError = final.Error()
+		default:
+			j.ResultBytes, j.Result = len(res), preview(res)
+		}
+	}
+	if c.json {
+		return c.printJSON(j)
+	}
+	rows := [][2]string{{"key", j.Key}, {"found", yesNo(j.Found)}}
+	add := func(name, v string) {
+		if v != "" {
+			rows = append(rows, [2]string{name, v})
+		}
+	}
+	add("state", strings.ReplaceAll(j.State, "_", " "))
+	add("fingerprint", j.Fingerprint)
+	add("token", j.Token)
+	if j.Fence != 0 {
+		add("fence", strconv.FormatUint(j.Fence, 10))
+	}
+	if !info.Expires.IsZero() {
+		add("expires", fmt.Sprintf("%s (in %s)", j.Expires, ttl(time.Until(info.Expires))))
+	}
+	if info.State == idem.Completed && j.FinalError == "" && j.Corrupt == "" {
+		add("result", fmt.Sprintf("%d bytes: %s", j.ResultBytes, j.Result))
+	}
+	add("final error", j.FinalError)
+	add("corrupt", j.Corrupt)
+	add("detail", j.Detail)
+	return c.printTable(rows)
+}
+
+func (c *cli) printTable(rows [][2]string) int {
+	tw := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%s\t%s\n", r[0], r[1])
+	}
+	if err := tw.Flush(); err != nil {
+		return c.fail(err)
+	}
+	return exitOK
+}
+
+func (c *cli) printJSON(v any) int {
+	enc := json.NewEncoder(c.out)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
+		return c.fail(err)
+	}
+	return exitOK
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+func ttl(d time.Duration) string {
+	switch {
+	case d < 0:
+		return "no expiry"
+	case d < time.Second:
+		return d.Round(time.Millisecond).String()
+	}
+	return d.Round(10 * time.Millisecond).String()
+}
+
+// preview shows up to 200 bytes of a result: as text when it is printable
+// UTF-8, else as hex.
+func preview(b []byte) string {
+	const limit = 200
+	more := ""
+	if len(b) > limit {
+		b, more = b[:limit], "…"
+	}
+	if utf8.Valid(b) && !strings.ContainsFunc(string(b), func(r rune) bool { return r < 0x20 && r != '\n' && r != '\t' }) {
+		return strconv.Quote(string(b)) + more
+	}
+	return fmt.Sprintf("%x%s", b, more)
+}
+
+// printable quotes a key that would garble a terminal.
+func printable(s string) string {
+	if strconv.CanBackquote(s) && !strings.ContainsAny(s, " \t") {
+		return s
+	}
+	return strconv.Quote(s)
+}
