@@ -15,6 +15,7 @@ import (
 
 	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/core/lock/locktest"
+	"github.com/oncekit/oncekit/core/observe"
 	"github.com/oncekit/oncekit/internal/testenv"
 	"github.com/oncekit/oncekit/storage/etcdstore"
 )
@@ -76,4 +77,11 @@ func TestConformance(t *testing.T) {
 		RoundTrips: func(l lock.Locker) int64 { c, _ := counters.Load(l); return c.(*rpcs).n.Load() },
 		Reentrant:  true,
 	})
+}
+
+// A waiter reports the hand-off from its predecessor's deletion.
+func TestHandOffReported(t *testing.T) {
+	ev := testenv.NewEvents()
+	eps := testenv.EtcdAddrs(t)
+	testenv.CheckHandOff(t, newStore(t, newClient(t, eps)), newStore(t, newClient(t, eps), etcdstore.WithObserver(ev)), ev, observe.Notified)
 }

@@ -7,6 +7,8 @@ import (
 
 	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/core/lock/locktest"
+	"github.com/oncekit/oncekit/core/observe"
+	"github.com/oncekit/oncekit/internal/testenv"
 	"github.com/oncekit/oncekit/storage/memstore"
 )
 
@@ -18,4 +20,11 @@ func TestConformance(t *testing.T) {
 		NewLocker: func(*testing.T) lock.Locker { return store },
 		Reentrant: true,
 	})
+}
+
+// A waiter reports the hand-off from the release.
+func TestHandOffReported(t *testing.T) {
+	ev := testenv.NewEvents()
+	s := memstore.New(memstore.WithObserver(ev))
+	testenv.CheckHandOff(t, s, s, ev, observe.Local)
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/core/lock/locktest"
+	"github.com/oncekit/oncekit/core/observe"
 	"github.com/oncekit/oncekit/internal/testenv"
 	"github.com/oncekit/oncekit/storage/redisstore"
 )
@@ -57,4 +58,18 @@ func TestConformance(t *testing.T) {
 			})
 		})
 	}
+}
+
+// A waiter reports the hand-off: from another process's release notice,
+// and from a release of its own Store.
+func TestHandOffReported(t *testing.T) {
+	t.Run("notified", func(t *testing.T) {
+		ev := testenv.NewEvents()
+		testenv.CheckHandOff(t, newStore(t, newClient(t)), newStore(t, newClient(t), redisstore.WithObserver(ev)), ev, observe.Notified)
+	})
+	t.Run("local", func(t *testing.T) {
+		ev := testenv.NewEvents()
+		s := newStore(t, newClient(t), redisstore.WithObserver(ev))
+		testenv.CheckHandOff(t, s, s, ev, observe.Local)
+	})
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/core/lock/locktest"
+	"github.com/oncekit/oncekit/core/observe"
 	"github.com/oncekit/oncekit/internal/testenv"
 	"github.com/oncekit/oncekit/storage/redlockstore"
 )
@@ -73,4 +74,11 @@ func TestConformance(t *testing.T) {
 			locktest.Run(t, cfg)
 		})
 	}
+}
+
+// A waiter reports the hand-off from the release notice.
+func TestHandOffReported(t *testing.T) {
+	addrs := testenv.RedisAddrs(t, 5)[:5]
+	ev := testenv.NewEvents()
+	testenv.CheckHandOff(t, newStore(t, clients(t, addrs)), newStore(t, clients(t, addrs), redlockstore.WithObserver(ev)), ev, observe.Notified)
 }

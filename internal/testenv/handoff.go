@@ -1,0 +1,81 @@
+package testenv
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/oncekit/oncekit/core/lock"
+	"github.com/oncekit/oncekit/core/observe"
+)
+
+// Events is an observe.Observer that keeps the events it is given.
+type Events struct {
+	observe.Func
+	mu  sync.Mutex
+	evs []observe.Event
+}
+
+// NewEvents returns an empty Events.
+func NewEvents() *Events {
+	e := &Events{}
+	e.Func = func(_ context.Context, ev observe.Event) {
+		e.mu.Lock()
+		e.evs = append(e.evs, ev)
+		e.mu.Unlock()
+	}
+	return e
+}
+
+// Of returns the events of op so far.
+func (e *Events) Of(op observe.Op) []observe.Event {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var out []observe.Event
+	for _, ev := range e.evs {
+		if ev.Op == op {
+			out = append(out, ev)
+		}
+	}
+	return out
+}
+
+// CheckHandOff has waiter wait for a key holder holds, releases it, and
+// checks that waiter's driver reported one hand-off on events with path
+// want, the waiter's fence and a plausible latency.
+func CheckHandOff(t *testing.T, holder, waiter lock.Locker, events *Events, want observe.Outcome) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	key := "handoff-" + t.Name()
+	held, err := holder.Acquire(ctx, key, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan lock.Lease, 1)
+	go func() {
+		l, err := waiter.Acquire(ctx, key, 10*time.Second)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l
+	}()
+	time.Sleep(100 * time.Millisecond) // the waiter is queued and subscribed
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	next := <-got
+	if next == nil {
+		return
+	}
+	defer func() { _ = next.Release(context.Background()) }()
+	evs := events.Of(observe.LockHandOff)
+	if len(evs) != 1 {
+		t.Fatalf("%d hand-off events, want 1: %+v", len(evs), evs)
+	}
+	ev := evs[0]
+	if ev.Outcome != want || ev.Key != key || ev.Fence != next.Fence() || ev.Duration <= 0 || ev.Duration > 5*time.Second || ev.Driver == "" {
+		t.Errorf("hand-off event %+v; want path %s, fence %d", ev, want, next.Fence())
+	}
+}
