@@ -129,8 +129,9 @@ func beginOutcome(c Claim, err error) observe.Outcome {
 // an *InFlightError (or waits, WithWait); one with another fingerprint gets
 // ErrMismatch.
 //
-// run's context is cancelled, with ErrLockLost as its cause, if the claim
-// is lost while it runs (its lease could not be extended). When run fails,
+// run's context carries the claim's fence (FenceFrom) and is cancelled,
+// with ErrLockLost as its cause, if the claim is lost while it runs (its
+// lease could not be extended). When run fails,
 // the claim is abandoned so that a retry runs again, unless the error is
 // final (WithFinalErrors). A run that panics abandons the claim and the
 // panic goes on. When the claim was lost, Do returns ErrLockLost and the
@@ -161,7 +162,7 @@ func (g *Guard) begin(ctx context.Context, key, fingerprint string) (Claim, erro
 	if err := lock.ValidateKey(key); err != nil {
 		return Claim{}, err
 	}
-	deadline := time.Now().Add(g.wait)
+	deadline := time.Now().Add(waitOf(ctx, g.wait))
 	backoff := 5 * time.Millisecond
 	for {
 		c, err := g.store.Begin(ctx, key, fingerprint, g.lease)
@@ -202,7 +203,7 @@ func (g *Guard) begin(ctx context.Context, key, fingerprint string) (Claim, erro
 }
 
 func (g *Guard) run(ctx context.Context, c Claim, run func(context.Context) ([]byte, error)) (result []byte, replayed bool, err error) {
-	rctx, cancel := context.WithCancelCause(ctx)
+	rctx, cancel := context.WithCancelCause(context.WithValue(ctx, fenceKey{}, c.Fence))
 	defer cancel(nil)
 	stop, stopped := make(chan struct{}), make(chan struct{})
 	go g.watchdog(rctx, c, cancel, stop, stopped)

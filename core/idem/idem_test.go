@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 
@@ -87,4 +88,51 @@ func ExampleGuard_Do() {
 	// Output:
 	// order 1001 placed false <nil>
 	// order 1001 placed true <nil>
+}
+
+// The run sees its claim's fence; a per-call wait overrides the Guard's.
+func TestFenceAndWaitFromContext(t *testing.T) {
+	store := memstore.New()
+	g, err := idem.NewGuard(store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	if _, ok := idem.FenceFrom(ctx); ok {
+		t.Error("FenceFrom outside a run reported a fence")
+	}
+	var fences []uint64
+	for _, k := range []string{"a", "b"} {
+		if _, _, err := g.Do(ctx, k, "fp", func(ctx context.Context) ([]byte, error) {
+			f, ok := idem.FenceFrom(ctx)
+			if !ok {
+				t.Error("no fence in the run's context")
+			}
+			fences = append(fences, f)
+			return nil, nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(fences) != 2 || fences[0] == 0 || fences[1] <= fences[0] {
+		t.Errorf("fences %v: want increasing, non-zero", fences)
+	}
+
+	started, finish := make(chan struct{}), make(chan struct{})
+	go func() {
+		_, _, _ = g.Do(ctx, "slow", "fp", func(context.Context) ([]byte, error) {
+			close(started)
+			<-finish
+			return []byte("done"), nil
+		})
+	}()
+	<-started
+	if _, _, err := g.Do(ctx, "slow", "fp", nil); !errors.Is(err, idem.ErrInFlight) {
+		t.Fatalf("without waiting: %v, want ErrInFlight", err)
+	}
+	go func() { time.Sleep(20 * time.Millisecond); close(finish) }()
+	res, replayed, err := g.Do(idem.ContextWithWait(ctx, 5*time.Second), "slow", "fp", nil)
+	if err != nil || !replayed || string(res) != "done" {
+		t.Errorf("waiting per call: %q %v %v", res, replayed, err)
+	}
 }

@@ -1,0 +1,34 @@
+package idem
+
+import (
+	"context"
+	"time"
+)
+
+type fenceKey struct{}
+
+type waitKey struct{}
+
+// FenceFrom returns the fence of the claim a Guard's run executes under,
+// from the ctx the Guard passed to it. Pass it to the writes the run makes
+// (see lock.FenceGate), so that a run whose claim was lost and taken over
+// cannot overwrite the newer run's writes.
+func FenceFrom(ctx context.Context) (uint64, bool) {
+	f, ok := ctx.Value(fenceKey{}).(uint64)
+	return f, ok
+}
+
+// ContextWithWait overrides, for the Do calls made with the returned
+// context, how long a duplicate waits for an in-flight run (see WithWait).
+// Middleware uses it to offer waiting per route; d = 0 fails at once with
+// ErrInFlight.
+func ContextWithWait(ctx context.Context, d time.Duration) context.Context {
+	return context.WithValue(ctx, waitKey{}, max(d, 0))
+}
+
+func waitOf(ctx context.Context, def time.Duration) time.Duration {
+	if d, ok := ctx.Value(waitKey{}).(time.Duration); ok {
+		return d
+	}
+	return def
+}

@@ -1,0 +1,76 @@
+package httpmw
+
+import (
+	"bufio"
+	"bytes"
+	"net"
+	"net/http"
+)
+
+// recorder passes the handler's response through to the client and keeps
+// a copy: the status, the allowed headers as they were when the header was
+// written, and the body up to a limit. A handler that flushes a stream or
+// hijacks the connection makes the response unstorable.
+type recorder struct {
+	http.ResponseWriter
+	allowed  map[string]bool
+	limit    int
+	status   int
+	header   http.Header
+	body     bytes.Buffer
+	overflow bool // the body passed limit
+	streamed bool // Flush was called
+	hijacked bool
+}
+
+func (r *recorder) WriteHeader(code int) {
+	if r.status == 0 && code >= 200 {
+		r.status = code
+		r.header = http.Header{}
+		for k, vs := range r.ResponseWriter.Header() {
+			if r.allowed[http.CanonicalHeaderKey(k)] {
+				r.header[http.CanonicalHeaderKey(k)] = append([]string(nil), vs...)
+			}
+		}
+	}
+	r.ResponseWriter.WriteHeader(code)
+}
+
+func (r *recorder) Write(p []byte) (int, error) {
+	if r.status == 0 {
+		r.WriteHeader(http.StatusOK)
+	}
+	if !r.overflow {
+		if r.body.Len()+len(p) > r.limit {
+			r.overflow = true
+			r.body = bytes.Buffer{}
+		} else {
+			r.body.Write(p)
+		}
+	}
+	return r.ResponseWriter.Write(p)
+}
+
+// Flush marks the response as a stream, which is not stored.
+func (r *recorder) Flush() {
+	_ = r.FlushError()
+}
+
+// FlushError is what http.ResponseController calls.
+func (r *recorder) FlushError() error {
+	if r.status == 0 {
+		r.WriteHeader(http.StatusOK)
+	}
+	r.streamed = true
+	return http.NewResponseController(r.ResponseWriter).Flush()
+}
+
+// Hijack marks the response as taken over, which is not stored.
+func (r *recorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	r.hijacked = true
+	return http.NewResponseController(r.ResponseWriter).Hijack()
+}
+
+// Unwrap lets http.ResponseController reach the other features of the
+// underlying writer (deadlines, full duplex).
+func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }

@@ -1,0 +1,57 @@
+// Package httpmw makes net/http handlers idempotent, following the IETF
+// Idempotency-Key draft and Stripe's practice: a client sends a key with a
+// request, and however many times the request arrives — a retry after a
+// timeout, a double click, a proxy resending — the handler runs once and
+// every duplicate gets the first response back.
+//
+//	guard, _ := idem.NewGuard(store)          // any oncekit driver
+//	mw, err := httpmw.New(guard, httpmw.WithScope(principal))
+//	...
+//	router.Use(mw)                            // chi, or mw(handler) for net/http
+//
+// It imports only net/http and oncekit's core; it works with chi and any
+// router that takes func(http.Handler) http.Handler.
+//
+// # Rules
+//
+//   - Covered methods (POST and PATCH by default, WithMethods) need a key;
+//     other methods pass through untouched even with one.
+//   - The key comes from the Idempotency-Key header (WithHeader), as a
+//     structured-field string ("abc") or bare (abc): both are the same key.
+//     1 to 255 bytes of visible ASCII (ParseKey). Missing: 400
+//     idempotency_key_missing (or pass through, WithOptionalKey).
+//     Malformed or repeated: 400 idempotency_key_invalid.
+//   - The stored key is idem.ScopedKey(scope, key), the scope coming from
+//     WithScope (the authenticated principal, say), so one principal can
+//     never replay another's response.
+//   - The fingerprint is a SHA-256 over the method, the path with its query
+//     and the body. The body is read up to WithMaxBody (1 MiB; over it: 413
+//     body_too_large) and handed on to the handler intact. The same key
+//     with another fingerprint: 422 idempotency_key_reused.
+//   - A duplicate that arrives while the first request runs: 409
+//     request_in_flight with Retry-After (the seconds until the first
+//     request's claim expires at the latest), or, WithWait, it waits up to a
+//     timeout for the response and replays it.
+//   - The first response is captured as it goes to the client — status,
+//     body and the headers of DefaultReplayHeaders plus WithReplayHeaders,
+//     never Set-Cookie, Authorization or hop-by-hop headers — and replayed
+//     byte for byte with Idempotent-Replayed: true.
+//   - Stored: 2xx, 3xx, and 4xx except 408, 409, 425 and 429. Not stored,
+//     so that a retry runs the handler again: 5xx, 408, 409, 425, 429, a
+//     panic (re-panicked after the claim is dropped), a response over
+//     WithMaxResponse, and handlers that flush a stream or hijack the
+//     connection — their responses cannot be replayed.
+//   - The store unreachable: 503 store_unavailable, nothing run (fail
+//     closed), unless WithFailOpen, which runs the handler without
+//     idempotency.
+//   - A stored record that cannot be read: 500 stored_response_corrupt;
+//     it is never treated as absent (oncectl record delete removes it).
+//
+// Every error response is RFC 9457 application/problem+json with a stable
+// "code" member (Problem). The handler finds its claim's fence in its
+// request context (Fence) to fence its own writes.
+//
+// Requests report to the Guard's observer as observe.HTTPRequest events
+// with the route (WithRoute) and the outcome: executed, replayed,
+// in_flight, mismatch, invalid, canceled or error.
+package httpmw

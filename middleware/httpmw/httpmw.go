@@ -1,0 +1,381 @@
+package httpmw
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/observe"
+)
+
+// Defaults.
+const (
+	DefaultHeader      = "Idempotency-Key"
+	DefaultMaxBody     = 1 << 20
+	DefaultMaxResponse = idem.DefaultMaxResult - 64*1024 // room for the status and headers
+	// ReplayedHeader marks a replayed response.
+	ReplayedHeader = "Idempotent-Replayed"
+)
+
+// DefaultReplayHeaders are the response headers stored and replayed.
+var DefaultReplayHeaders = []string{
+	"Content-Type", "Content-Language", "Content-Encoding", "Content-Disposition",
+	"Location", "Cache-Control", "ETag",
+}
+
+// forbidden headers are never stored, even when configured: credentials,
+// cookies, and hop-by-hop headers.
+var forbidden = []string{
+	"Set-Cookie", "Authorization", "Proxy-Authorization", "Proxy-Authenticate", "Www-Authenticate",
+	"Connection", "Keep-Alive", "Te", "Trailer", "Transfer-Encoding", "Upgrade", "Content-Length",
+}
+
+// Option configures the middleware.
+type Option func(*config)
+
+type config struct {
+	methods     []string
+	header      string
+	scope       func(*http.Request) string
+	route       func(*http.Request) string
+	optional    bool
+	maxBody     int64
+	maxResponse int
+	wait        time.Duration
+	waitSet     bool
+	failOpen    bool
+	replay      map[string]bool
+	errs        []error
+}
+
+// WithMethods sets the methods the middleware covers. Requests with other
+// methods pass through untouched, key or not. Default POST and PATCH.
+func WithMethods(methods ...string) Option {
+	return func(c *config) {
+		c.methods = nil
+		for _, m := range methods {
+			if m == "" {
+				c.errs = append(c.errs, errors.New("empty method"))
+			}
+			c.methods = append(c.methods, strings.ToUpper(m))
+		}
+	}
+}
+
+// WithHeader sets the request header that carries the key. Default
+// "Idempotency-Key".
+func WithHeader(name string) Option {
+	return func(c *config) {
+		if name == "" {
+			c.errs = append(c.errs, errors.New("empty header name"))
+		}
+		c.header = name
+	}
+}
+
+// WithScope derives a scope from each request — the authenticated
+// principal, a tenant — that becomes part of the stored key, so that one
+// principal can never replay another's response. Default: one scope for
+// all requests.
+func WithScope(scope func(*http.Request) string) Option { return func(c *config) { c.scope = scope } }
+
+// WithRoute names a request's route for metrics and traces, e.g. the
+// router's pattern ("POST /orders/{id}"). It must be a small, bounded set:
+// it becomes a metric label. Default: r.Pattern when net/http's ServeMux
+// matched one, else the method.
+func WithRoute(route func(*http.Request) string) Option { return func(c *config) { c.route = route } }
+
+// WithOptionalKey lets requests without a key through, without
+// idempotency, instead of answering 400. A malformed key is still a 400.
+func WithOptionalKey() Option { return func(c *config) { c.optional = true } }
+
+// WithMaxBody sets the largest request body read for the fingerprint;
+// a larger one is answered 413. Default 1 MiB.
+func WithMaxBody(n int64) Option {
+	return func(c *config) {
+		if n < 0 {
+			c.errs = append(c.errs, fmt.Errorf("negative body limit %d", n))
+		}
+		c.maxBody = n
+	}
+}
+
+// WithMaxResponse sets the largest response body stored; a larger response
+// is still sent but not stored, so a retry runs again. It should leave the
+// Guard's result limit (idem.WithMaxResult) room for the status and
+// headers. Default 960 KiB.
+func WithMaxResponse(n int) Option {
+	return func(c *config) {
+		if n < 0 {
+			c.errs = append(c.errs, fmt.Errorf("negative response limit %d", n))
+		}
+		c.maxResponse = n
+	}
+}
+
+// WithWait makes a duplicate that arrives while the first request is in
+// flight wait up to d for its response and replay it, instead of getting
+// 409 at once. Default: the Guard's own wait (idem.WithWait), which is 0.
+func WithWait(d time.Duration) Option {
+	return func(c *config) {
+		if d < 0 {
+			c.errs = append(c.errs, fmt.Errorf("negative wait %v", d))
+		}
+		c.wait, c.waitSet = d, true
+	}
+}
+
+// WithFailOpen runs the handler without idempotency when the store cannot
+// be reached, instead of answering 503. Duplicates may then run twice:
+// only for handlers where that is better than refusing.
+func WithFailOpen() Option { return func(c *config) { c.failOpen = true } }
+
+// WithReplayHeaders adds response headers to the stored and replayed ones
+// (DefaultReplayHeaders). Set-Cookie, Authorization and hop-by-hop headers
+// are refused.
+func WithReplayHeaders(names ...string) Option {
+	return func(c *config) {
+		for _, n := range names {
+			k := http.CanonicalHeaderKey(n)
+			if n == "" || slices.Contains(forbidden, k) {
+				c.errs = append(c.errs, fmt.Errorf("header %q cannot be replayed", n))
+				continue
+			}
+			c.replay[k] = true
+		}
+	}
+}
+
+// New returns middleware that makes the covered requests idempotent with
+// guard: the first request with a key runs the handler and its response is
+// stored; duplicates get the stored response replayed. See the package
+// documentation for the rules. It fails on a nil Guard or bad options.
+func New(guard *idem.Guard, opts ...Option) (func(http.Handler) http.Handler, error) {
+	c := &config{
+		methods:     []string{http.MethodPost, http.MethodPatch},
+		header:      DefaultHeader,
+		maxBody:     DefaultMaxBody,
+		maxResponse: DefaultMaxResponse,
+		replay:      map[string]bool{},
+	}
+	for _, h := range DefaultReplayHeaders {
+		c.replay[http.CanonicalHeaderKey(h)] = true
+	}
+	for _, o := range opts {
+		o(c)
+	}
+	if guard == nil {
+		c.errs = append(c.errs, errors.New("nil Guard"))
+	}
+	if err := errors.Join(c.errs...); err != nil {
+		return nil, fmt.Errorf("httpmw: New: %w", err)
+	}
+	m := &middleware{cfg: c, guard: guard, observer: guard.Observer(), driver: guard.DriverName()}
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { m.serve(w, r, next) })
+	}, nil
+}
+
+type middleware struct {
+	cfg      *config
+	guard    *idem.Guard
+	observer observe.Observer
+	driver   string
+}
+
+// errNotStored is what the run returns for a response that must not be
+// stored: the Guard abandons the claim, so a retry runs again.
+type errNotStored struct{ why string }
+
+func (e errNotStored) Error() string { return "response not stored: " + e.why }
+
+func (m *middleware) routeOf(r *http.Request) string {
+	if m.cfg.route != nil {
+		return m.cfg.route(r)
+	}
+	if r.Pattern != "" {
+		return r.Pattern
+	}
+	return r.Method
+}
+
+func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	if !slices.Contains(m.cfg.methods, r.Method) {
+		next.ServeHTTP(w, r)
+		return
+	}
+	ctx, call := observe.Begin(r.Context(), m.observer, observe.HTTPRequest, m.driver, "")
+	call.Route(m.routeOf(r))
+	outcome, err := m.handle(ctx, w, r, next)
+	call.End(outcome, 0, err)
+}
+
+func (m *middleware) handle(ctx context.Context, w http.ResponseWriter, r *http.Request, next http.Handler) (observe.Outcome, error) {
+	values := r.Header.Values(m.cfg.header)
+	switch {
+	case len(values) == 0 && m.cfg.optional:
+		next.ServeHTTP(w, r)
+		return observe.Executed, nil
+	case len(values) == 0:
+		writeProblem(w, http.StatusBadRequest, CodeKeyMissing,
+			fmt.Sprintf("%s %s needs an %s header.", r.Method, r.URL.Path, m.cfg.header), 0)
+		return observe.Invalid, nil
+	case len(values) > 1:
+		writeProblem(w, http.StatusBadRequest, CodeKeyInvalid,
+			fmt.Sprintf("The request carries %d %s headers; send one.", len(values), m.cfg.header), 0)
+		return observe.Invalid, nil
+	}
+	key, err := ParseKey(values[0])
+	if err != nil {
+		writeProblem(w, http.StatusBadRequest, CodeKeyInvalid, fmt.Sprintf("%s: %v.", m.cfg.header, err), 0)
+		return observe.Invalid, nil
+	}
+
+	body, err := m.readBody(r)
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			writeProblem(w, http.StatusRequestEntityTooLarge, CodeBodyTooLarge,
+				fmt.Sprintf("The request body is over %d bytes, the most an idempotent request may carry.", m.cfg.maxBody), 0)
+			return observe.Invalid, nil
+		}
+		// The client went away or sent a broken body: nothing to answer.
+		http.Error(w, "reading the request body: "+err.Error(), http.StatusBadRequest)
+		return observe.Invalid, err
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	target := r.URL.EscapedPath()
+	if r.URL.RawQuery != "" {
+		target += "?" + r.URL.RawQuery
+	}
+	fp := idem.Fingerprint([]byte(r.Method), []byte(target), body)
+	scope := ""
+	if m.cfg.scope != nil {
+		scope = m.cfg.scope(r)
+	}
+	stored := idem.ScopedKey(scope, key)
+	if m.cfg.waitSet {
+		ctx = idem.ContextWithWait(ctx, m.cfg.wait)
+	}
+
+	ran := false
+	var rec *recorder
+	result, replayed, err := m.guard.Do(ctx, stored, fp, func(rctx context.Context) ([]byte, error) {
+		ran = true
+		rec = &recorder{ResponseWriter: w, allowed: m.cfg.replay, limit: m.cfg.maxResponse}
+		next.ServeHTTP(rec, r.WithContext(rctx))
+		return rec.result()
+	})
+	switch {
+	case ran:
+		// The handler answered the client itself; whether its response was
+		// stored only matters to later duplicates.
+		return observe.Executed, err
+	case err == nil && replayed:
+		resp, derr := decodeResponse(result)
+		if derr != nil {
+			writeProblem(w, http.StatusInternalServerError, CodeRecordCorrupt,
+				"The stored response of this key cannot be read; an operator can delete it (oncectl record delete).", 0)
+			return observe.Error, derr
+		}
+		replay(w, resp)
+		return observe.Replayed, nil
+	case replayed:
+		// A stored final error: the Guard was configured to store run
+		// errors (idem.WithFinalErrors), which httpmw never returns.
+		writeProblem(w, http.StatusInternalServerError, CodeRecordCorrupt,
+			"The stored record of this key is not an HTTP response; an operator can delete it (oncectl record delete).", 0)
+		return observe.Error, err
+	case errors.Is(err, idem.ErrInFlight):
+		retry := 1
+		var ife *idem.InFlightError
+		if errors.As(err, &ife) {
+			retry = max(1, int(math.Ceil(ife.RetryAfter.Seconds())))
+		}
+		writeProblem(w, http.StatusConflict, CodeInFlight,
+			"A request with this key is still being processed; retry later to get its response.", retry)
+		return observe.InFlight, nil
+	case errors.Is(err, idem.ErrMismatch):
+		writeProblem(w, http.StatusUnprocessableEntity, CodeKeyReused,
+			"This key was used for a different request (method, path, query or body).", 0)
+		return observe.Mismatch, nil
+	case errors.Is(err, idem.ErrCorruptRecord):
+		writeProblem(w, http.StatusInternalServerError, CodeRecordCorrupt,
+			"The stored record of this key cannot be read; an operator can delete it (oncectl record delete).", 0)
+		return observe.Error, err
+	case ctx.Err() != nil:
+		return observe.Canceled, err // the client is gone
+	case m.cfg.failOpen:
+		next.ServeHTTP(w, r)
+		return observe.Error, err
+	default:
+		writeProblem(w, http.StatusServiceUnavailable, CodeStoreDown,
+			"The idempotency store cannot be reached; the request was not processed. Retry with the same key.", 1)
+		return observe.Error, err
+	}
+}
+
+func (m *middleware) readBody(r *http.Request) ([]byte, error) {
+	if r.Body == nil || r.Body == http.NoBody {
+		return nil, nil
+	}
+	if r.ContentLength > m.cfg.maxBody {
+		return nil, &http.MaxBytesError{Limit: m.cfg.maxBody}
+	}
+	b, err := io.ReadAll(io.LimitReader(r.Body, m.cfg.maxBody+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) > m.cfg.maxBody {
+		return nil, &http.MaxBytesError{Limit: m.cfg.maxBody}
+	}
+	return b, r.Body.Close()
+}
+
+// result turns the recorded response into the stored bytes, or errNotStored.
+func (r *recorder) result() ([]byte, error) {
+	status := r.status
+	if status == 0 {
+		status = http.StatusOK // the handler wrote nothing
+		r.header = http.Header{}
+	}
+	switch {
+	case r.hijacked:
+		return nil, errNotStored{"the handler hijacked the connection"}
+	case r.streamed:
+		return nil, errNotStored{"the handler flushed a stream"}
+	case r.overflow:
+		return nil, errNotStored{"the response body is over the limit"}
+	case status >= 500:
+		return nil, errNotStored{fmt.Sprintf("status %d", status)}
+	}
+	switch status {
+	case http.StatusRequestTimeout, http.StatusConflict, http.StatusTooEarly, http.StatusTooManyRequests:
+		return nil, errNotStored{fmt.Sprintf("status %d", status)}
+	}
+	return response{status: status, header: r.header, body: r.body.Bytes()}.encode(), nil
+}
+
+func replay(w http.ResponseWriter, resp response) {
+	h := w.Header()
+	for k, vs := range resp.header {
+		h[k] = vs
+	}
+	h.Set(ReplayedHeader, "true")
+	h.Set("Content-Length", fmt.Sprint(len(resp.body)))
+	w.WriteHeader(resp.status)
+	_, _ = w.Write(resp.body)
+}
+
+// Fence returns the fence of the idempotency claim the request runs under,
+// from the handler's request context: pass it to the writes the handler
+// makes so that a run whose claim was lost cannot overwrite a newer one.
+func Fence(ctx context.Context) (uint64, bool) { return idem.FenceFrom(ctx) }

@@ -1,0 +1,565 @@
+package httpmw_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/internal/testenv"
+	"github.com/oncekit/oncekit/middleware/httpmw"
+	"github.com/oncekit/oncekit/storage/memstore"
+	"github.com/oncekit/oncekit/storage/redisstore"
+)
+
+// stores are the drivers every rule is checked on.
+var stores = []struct {
+	name string
+	new  func(t *testing.T) idem.Store
+}{
+	{"memory", func(*testing.T) idem.Store { return memstore.New() }},
+	{"redis", func(t *testing.T) idem.Store {
+		c := redis.NewClient(&redis.Options{Addr: testenv.RedisAddrs(t, 1)[0]})
+		t.Cleanup(func() { _ = c.Close() })
+		s, err := redisstore.New(c, redisstore.WithRecordPrefix(fmt.Sprintf("httpmw-test:%d:", time.Now().UnixNano())))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	}},
+}
+
+func eachStore(t *testing.T, f func(t *testing.T, st idem.Store)) {
+	for _, s := range stores {
+		t.Run(s.name, func(t *testing.T) { f(t, s.new(t)) })
+	}
+}
+
+func newMW(t *testing.T, st idem.Store, gopts []idem.Option, opts ...httpmw.Option) func(http.Handler) http.Handler {
+	t.Helper()
+	g, err := idem.NewGuard(st, gopts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mw, err := httpmw.New(g, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mw
+}
+
+// app is a chi router with handlers that count their runs.
+type app struct {
+	runs   atomic.Int64
+	router chi.Router
+}
+
+func newApp(mw func(http.Handler) http.Handler) *app {
+	a := &app{router: chi.NewRouter()}
+	a.router.Use(mw)
+	// POST /orders echoes the body, with a status from ?status=.
+	a.router.Post("/orders", func(w http.ResponseWriter, r *http.Request) {
+		n := a.runs.Add(1)
+		body, _ := io.ReadAll(r.Body)
+		status := http.StatusCreated
+		if s := r.URL.Query().Get("status"); s != "" {
+			fmt.Sscan(s, &status)
+		}
+		h := w.Header()
+		h.Set("Content-Type", "application/json")
+		h.Set("Location", "/orders/42")
+		h.Set("ETag", `"v1"`)
+		h.Set("X-Run", fmt.Sprint(n))
+		h.Set("X-Custom", "kept")
+		h.Set("Set-Cookie", "session=secret")
+		w.WriteHeader(status)
+		fmt.Fprintf(w, `{"run":%d,"body":%q}`, n, body)
+	})
+	a.router.Patch("/orders", func(w http.ResponseWriter, r *http.Request) {
+		a.runs.Add(1)
+		w.WriteHeader(http.StatusNoContent)
+	})
+	a.router.Get("/orders", func(w http.ResponseWriter, r *http.Request) {
+		a.runs.Add(1)
+		fmt.Fprint(w, "list")
+	})
+	return a
+}
+
+func (a *app) do(t *testing.T, method, target, key, body string) *httptest.ResponseRecorder {
+	t.Helper()
+	req := httptest.NewRequest(method, target, strings.NewReader(body))
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
+	w := httptest.NewRecorder()
+	a.router.ServeHTTP(w, req)
+	return w
+}
+
+func problemCode(t *testing.T, w *httptest.ResponseRecorder) string {
+	t.Helper()
+	if ct := w.Header().Get("Content-Type"); ct != "application/problem+json" {
+		t.Errorf("error response Content-Type %q", ct)
+	}
+	var p httpmw.Problem
+	if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil {
+		t.Fatalf("error body %q: %v", w.Body, err)
+	}
+	if p.Status != w.Code || p.Title == "" || p.Type == "" {
+		t.Errorf("problem %+v for status %d", p, w.Code)
+	}
+	return p.Code
+}
+
+func TestReplayByteForByte(t *testing.T) {
+	eachStore(t, func(t *testing.T, st idem.Store) {
+		a := newApp(newMW(t, st, nil, httpmw.WithReplayHeaders("X-Custom")))
+		first := a.do(t, "POST", "/orders?sku=1", "k-1", `{"qty":1}`)
+		if first.Code != http.StatusCreated || first.Header().Get(httpmw.ReplayedHeader) != "" {
+			t.Fatalf("first: %d %v", first.Code, first.Header())
+		}
+		for _, key := range []string{"k-1", `"k-1"`} { // the quoted form is the same key
+			again := a.do(t, "POST", "/orders?sku=1", key, `{"qty":1}`)
+			if again.Code != first.Code || !bytes.Equal(again.Body.Bytes(), first.Body.Bytes()) {
+				t.Errorf("replay %d %q, want %d %q", again.Code, again.Body, first.Code, first.Body)
+			}
+			h := again.Header()
+			if h.Get(httpmw.ReplayedHeader) != "true" || h.Get("Content-Type") != "application/json" ||
+				h.Get("Location") != "/orders/42" || h.Get("ETag") != `"v1"` || h.Get("X-Custom") != "kept" {
+				t.Errorf("replayed headers %v", h)
+			}
+			if h.Get("Set-Cookie") != "" || h.Get("X-Run") != "" {
+				t.Errorf("replayed a header that is not allowed: %v", h)
+			}
+		}
+		if n := a.runs.Load(); n != 1 {
+			t.Errorf("handler ran %d times", n)
+		}
+	})
+}
+
+func TestMethods(t *testing.T) {
+	eachStore(t, func(t *testing.T, st idem.Store) {
+		a := newApp(newMW(t, st, nil))
+		for range 2 {
+			if w := a.do(t, "GET", "/orders", "k-get", ""); w.Code != 200 || w.Header().Get(httpmw.ReplayedHeader) != "" {
+				t.Errorf("GET: %d %v", w.Code, w.Header())
+			}
+		}
+		if a.runs.Load() != 2 {
+			t.Errorf("GET with a key ran %d times, want 2 (passed through)", a.runs.Load())
+		}
+		if w := a.do(t, "PATCH", "/orders", "k-patch", ""); w.Code != 204 {
+			t.Errorf("PATCH: %d", w.Code)
+		}
+		if w := a.do(t, "PATCH", "/orders", "k-patch", ""); w.Code != 204 || w.Header().Get(httpmw.ReplayedHeader) != "true" {
+			t.Errorf("PATCH replay: %d %v", w.Code, w.Header())
+		}
+		b := newApp(newMW(t, st, nil, httpmw.WithMethods("PATCH")))
+		b.do(t, "POST", "/orders", "k-post", "")
+		b.do(t, "POST", "/orders", "k-post", "")
+		if b.runs.Load() != 2 {
+			t.Errorf("POST not covered ran %d times, want 2", b.runs.Load())
+		}
+	})
+}
+
+func TestKeyRequiredAndValid(t *testing.T) {
+	a := newApp(newMW(t, memstore.New(), nil))
+	if w := a.do(t, "POST", "/orders", "", "x"); w.Code != 400 || problemCode(t, w) != httpmw.CodeKeyMissing {
+		t.Errorf("missing key: %d %s", w.Code, w.Body)
+	}
+	for _, bad := range []string{
+		" ", strings.Repeat("k", 256), "a\x01b", "a b", "caf\xc3\xa9", `"unterminated`, `"a"; p=1`, `""`, `"a\nb"`, `"a\x"`,
+	} {
+		req := httptest.NewRequest("POST", "/orders", strings.NewReader("x"))
+		req.Header["Idempotency-Key"] = []string{bad}
+		w := httptest.NewRecorder()
+		a.router.ServeHTTP(w, req)
+		if w.Code != 400 || problemCode(t, w) != httpmw.CodeKeyInvalid {
+			t.Errorf("key %q: %d %s", bad, w.Code, w.Body)
+		}
+	}
+	req := httptest.NewRequest("POST", "/orders", nil)
+	req.Header.Add("Idempotency-Key", "a")
+	req.Header.Add("Idempotency-Key", "b")
+	w := httptest.NewRecorder()
+	a.router.ServeHTTP(w, req)
+	if w.Code != 400 || problemCode(t, w) != httpmw.CodeKeyInvalid {
+		t.Errorf("two keys: %d %s", w.Code, w.Body)
+	}
+	if a.runs.Load() != 0 {
+		t.Errorf("the handler ran %d times for rejected requests", a.runs.Load())
+	}
+	if w := a.do(t, "POST", "/orders", strings.Repeat("k", 255), "x"); w.Code != 201 {
+		t.Errorf("255-byte key: %d", w.Code)
+	}
+
+	opt := newApp(newMW(t, memstore.New(), nil, httpmw.WithOptionalKey(), httpmw.WithHeader("X-Request-Id")))
+	if w := opt.do(t, "POST", "/orders", "", "x"); w.Code != 201 {
+		t.Errorf("optional key, none sent: %d", w.Code)
+	}
+	req = httptest.NewRequest("POST", "/orders", nil)
+	req.Header.Set("X-Request-Id", "a b")
+	w = httptest.NewRecorder()
+	opt.router.ServeHTTP(w, req)
+	if w.Code != 400 {
+		t.Errorf("optional key, malformed: %d", w.Code)
+	}
+}
+
+func TestFingerprint(t *testing.T) {
+	eachStore(t, func(t *testing.T, st idem.Store) {
+		a := newApp(newMW(t, st, nil))
+		if w := a.do(t, "POST", "/orders?x=1", "fp", "body-1"); w.Code != 201 || !strings.Contains(w.Body.String(), `"body":"body-1"`) {
+			t.Fatalf("first: %d %s (the handler must get the body intact)", w.Code, w.Body)
+		}
+		for _, c := range []struct{ target, body string }{
+			{"/orders?x=1", "body-2"}, {"/orders?x=2", "body-1"}, {"/orders", "body-1"},
+		} {
+			if w := a.do(t, "POST", c.target, "fp", c.body); w.Code != 422 || problemCode(t, w) != httpmw.CodeKeyReused {
+				t.Errorf("%s %q: %d %s", c.target, c.body, w.Code, w.Body)
+			}
+		}
+		if a.runs.Load() != 1 {
+			t.Errorf("ran %d times", a.runs.Load())
+		}
+	})
+}
+
+func TestBodyLimit(t *testing.T) {
+	a := newApp(newMW(t, memstore.New(), nil, httpmw.WithMaxBody(8)))
+	if w := a.do(t, "POST", "/orders", "big", "123456789"); w.Code != 413 || problemCode(t, w) != httpmw.CodeBodyTooLarge {
+		t.Errorf("over the limit: %d %s", w.Code, w.Body)
+	}
+	// Without a Content-Length the limit holds too.
+	req := httptest.NewRequest("POST", "/orders", io.MultiReader(strings.NewReader("12345"), strings.NewReader("6789")))
+	req.ContentLength = -1
+	req.Header.Set("Idempotency-Key", "big-2")
+	w := httptest.NewRecorder()
+	a.router.ServeHTTP(w, req)
+	if w.Code != 413 {
+		t.Errorf("streamed body over the limit: %d", w.Code)
+	}
+	if w := a.do(t, "POST", "/orders", "small", "12345678"); w.Code != 201 {
+		t.Errorf("at the limit: %d", w.Code)
+	}
+	if a.runs.Load() != 1 {
+		t.Errorf("ran %d times", a.runs.Load())
+	}
+}
+
+func TestWhatIsStored(t *testing.T) {
+	eachStore(t, func(t *testing.T, st idem.Store) {
+		a := newApp(newMW(t, st, nil))
+		for _, c := range []struct {
+			status int
+			stored bool
+		}{
+			{200, true}, {201, true}, {302, true}, {400, true}, {404, true}, {422, true},
+			{408, false}, {409, false}, {425, false}, {429, false}, {500, false}, {503, false},
+		} {
+			key := fmt.Sprintf("status-%d", c.status)
+			target := fmt.Sprintf("/orders?status=%d", c.status)
+			before := a.runs.Load()
+			if w := a.do(t, "POST", target, key, ""); w.Code != c.status {
+				t.Fatalf("status %d answered %d", c.status, w.Code)
+			}
+			w := a.do(t, "POST", target, key, "")
+			ran := a.runs.Load() - before
+			if c.stored && (ran != 1 || w.Header().Get(httpmw.ReplayedHeader) != "true") {
+				t.Errorf("status %d: ran %d times, replayed %q; want stored", c.status, ran, w.Header().Get(httpmw.ReplayedHeader))
+			}
+			if !c.stored && (ran != 2 || w.Header().Get(httpmw.ReplayedHeader) != "") {
+				t.Errorf("status %d: ran %d times; want not stored (the retry runs)", c.status, ran)
+			}
+		}
+	})
+}
+
+func TestPanicAbandons(t *testing.T) {
+	eachStore(t, func(t *testing.T, st idem.Store) {
+		var runs atomic.Int64
+		h := newMW(t, st, nil)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if runs.Add(1) == 1 {
+				panic("boom")
+			}
+			w.WriteHeader(201)
+		}))
+		serve := func() (code int, panicked any) {
+			defer func() { panicked = recover() }()
+			req := httptest.NewRequest("POST", "/x", nil)
+			req.Header.Set("Idempotency-Key", "p")
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, req)
+			return w.Code, nil
+		}
+		if _, p := serve(); p != "boom" {
+			t.Errorf("panic not passed on: %v", p)
+		}
+		if code, p := serve(); p != nil || code != 201 || runs.Load() != 2 {
+			t.Errorf("retry after a panic: %d %v, %d runs", code, p, runs.Load())
+		}
+	})
+}
+
+func TestStreamsAndHijacksNotStored(t *testing.T) {
+	var runs atomic.Int64
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /stream", func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		fmt.Fprint(w, "part 1")
+		if err := http.NewResponseController(w).Flush(); err != nil {
+			t.Error(err)
+		}
+		fmt.Fprint(w, "part 2")
+	})
+	mux.HandleFunc("POST /hijack", func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		conn, buf, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer conn.Close()
+		buf.WriteString("HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nhi")
+		buf.Flush()
+	})
+	// The client has the whole response before the middleware has dropped
+	// the claim: the retry waits for that.
+	srv := httptest.NewServer(newMW(t, memstore.New(), nil, httpmw.WithWait(5*time.Second))(mux))
+	defer srv.Close()
+	for _, path := range []string{"/stream", "/hijack"} {
+		before := runs.Load()
+		for range 2 {
+			req, _ := http.NewRequest("POST", srv.URL+path, nil)
+			req.Header.Set("Idempotency-Key", "s"+path)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 || resp.Header.Get(httpmw.ReplayedHeader) != "" || len(body) == 0 {
+				t.Errorf("%s: %d %q %v", path, resp.StatusCode, body, resp.Header)
+			}
+		}
+		if ran := runs.Load() - before; ran != 2 {
+			t.Errorf("%s ran %d times, want 2 (not stored)", path, ran)
+		}
+	}
+}
+
+func TestInFlight(t *testing.T) {
+	eachStore(t, func(t *testing.T, st idem.Store) {
+		for _, wait := range []bool{false, true} {
+			started, finish := make(chan struct{}), make(chan struct{})
+			var runs atomic.Int64
+			var opts []httpmw.Option
+			if wait {
+				opts = append(opts, httpmw.WithWait(10*time.Second))
+			}
+			h := newMW(t, st, []idem.Option{idem.WithLease(3 * time.Second)}, opts...)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				runs.Add(1)
+				close(started)
+				<-finish
+				w.WriteHeader(201)
+				fmt.Fprint(w, "made")
+			}))
+			key := fmt.Sprintf("slow-%v", wait)
+			send := func() *httptest.ResponseRecorder {
+				req := httptest.NewRequest("POST", "/x", nil)
+				req.Header.Set("Idempotency-Key", key)
+				w := httptest.NewRecorder()
+				h.ServeHTTP(w, req)
+				return w
+			}
+			go send()
+			<-started
+			if !wait {
+				w := send()
+				if w.Code != 409 || problemCode(t, w) != httpmw.CodeInFlight {
+					t.Errorf("duplicate in flight: %d %s", w.Code, w.Body)
+				}
+				if ra := w.Header().Get("Retry-After"); ra != "3" && ra != "2" {
+					t.Errorf("Retry-After %q, want the seconds left of a 3 s lease", ra)
+				}
+				close(finish)
+				continue
+			}
+			time.AfterFunc(50*time.Millisecond, func() { close(finish) })
+			w := send()
+			if w.Code != 201 || w.Body.String() != "made" || w.Header().Get(httpmw.ReplayedHeader) != "true" || runs.Load() != 1 {
+				t.Errorf("waiting duplicate: %d %q %v, %d runs", w.Code, w.Body, w.Header(), runs.Load())
+			}
+		}
+	})
+}
+
+// 50 duplicates at once with one key through a chi router: the handler runs
+// once, and every response is its bytes or a 409.
+func TestFiftyConcurrentDuplicates(t *testing.T) {
+	eachStore(t, func(t *testing.T, st idem.Store) {
+		for _, wait := range []bool{false, true} {
+			var opts []httpmw.Option
+			if wait {
+				opts = append(opts, httpmw.WithWait(10*time.Second))
+			}
+			a := newApp(newMW(t, st, nil, opts...))
+			key := fmt.Sprintf("fifty-%v", wait)
+			var (
+				wg        sync.WaitGroup
+				mu        sync.Mutex
+				bodies    = map[string]int{}
+				conflicts int
+			)
+			start := make(chan struct{})
+			for range 50 {
+				wg.Go(func() {
+					<-start
+					w := a.do(t, "POST", "/orders", key, `{"qty":1}`)
+					mu.Lock()
+					defer mu.Unlock()
+					switch w.Code {
+					case 201:
+						bodies[w.Body.String()]++
+					case 409:
+						conflicts++
+					default:
+						t.Errorf("status %d: %s", w.Code, w.Body)
+					}
+				})
+			}
+			close(start)
+			wg.Wait()
+			if a.runs.Load() != 1 || len(bodies) != 1 {
+				t.Errorf("wait=%v: handler ran %d times; distinct bodies %v", wait, a.runs.Load(), bodies)
+			}
+			if wait && conflicts != 0 {
+				t.Errorf("waiting duplicates got %d conflicts", conflicts)
+			}
+		}
+	})
+}
+
+func TestScopeSeparatesPrincipals(t *testing.T) {
+	eachStore(t, func(t *testing.T, st idem.Store) {
+		a := newApp(newMW(t, st, nil, httpmw.WithScope(func(r *http.Request) string { return r.Header.Get("X-User") })))
+		send := func(user string) *httptest.ResponseRecorder {
+			req := httptest.NewRequest("POST", "/orders", strings.NewReader("same"))
+			req.Header.Set("Idempotency-Key", "shared")
+			req.Header.Set("X-User", user)
+			w := httptest.NewRecorder()
+			a.router.ServeHTTP(w, req)
+			return w
+		}
+		alice, bob := send("alice"), send("bob")
+		if alice.Code != 201 || bob.Code != 201 || bob.Header().Get(httpmw.ReplayedHeader) != "" || a.runs.Load() != 2 {
+			t.Errorf("bob replayed alice's response: %v, %d runs", bob.Header(), a.runs.Load())
+		}
+		if again := send("alice"); again.Header().Get(httpmw.ReplayedHeader) != "true" || again.Body.String() != alice.Body.String() {
+			t.Errorf("alice's own duplicate: %v %q", again.Header(), again.Body)
+		}
+	})
+}
+
+func TestFenceInHandler(t *testing.T) {
+	eachStore(t, func(t *testing.T, st idem.Store) {
+		var fences []uint64
+		h := newMW(t, st, nil)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			f, ok := httpmw.Fence(r.Context())
+			if !ok {
+				t.Error("no fence in the handler's context")
+			}
+			fences = append(fences, f)
+			if len(fences) == 1 {
+				w.WriteHeader(http.StatusServiceUnavailable) // not stored: the retry runs
+			}
+		}))
+		for range 2 {
+			req := httptest.NewRequest("POST", "/x", nil)
+			req.Header.Set("Idempotency-Key", "fenced")
+			h.ServeHTTP(httptest.NewRecorder(), req)
+		}
+		if len(fences) != 2 || fences[0] == 0 || fences[1] <= fences[0] {
+			t.Errorf("fences %v: want the retry's above the first run's", fences)
+		}
+	})
+}
+
+// A store that cannot be reached: 503 and nothing run, or with FailOpen
+// the handler runs.
+func TestStoreUnavailable(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialerRetries: 1})
+	t.Cleanup(func() { _ = c.Close() })
+	down, err := redisstore.New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = down.Close() })
+	closed := newApp(newMW(t, down, nil))
+	w := closed.do(t, "POST", "/orders", "k", "x")
+	if w.Code != 503 || problemCode(t, w) != httpmw.CodeStoreDown || w.Header().Get("Retry-After") == "" || closed.runs.Load() != 0 {
+		t.Errorf("fail closed: %d %s, %d runs", w.Code, w.Body, closed.runs.Load())
+	}
+	open := newApp(newMW(t, down, nil, httpmw.WithFailOpen()))
+	if w := open.do(t, "POST", "/orders", "k", "x"); w.Code != 201 || open.runs.Load() != 1 {
+		t.Errorf("fail open: %d, %d runs", w.Code, open.runs.Load())
+	}
+}
+
+// A stored record that is not an HTTP response is an error, never absent.
+func TestCorruptStoredResponse(t *testing.T) {
+	st := memstore.New()
+	g, err := idem.NewGuard(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fp := idem.Fingerprint([]byte("POST"), []byte("/orders"), []byte("x"))
+	if _, _, err := g.Do(t.Context(), idem.ScopedKey("", "bad"), fp, func(context.Context) ([]byte, error) {
+		return []byte("not a response"), nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	a := newApp(newMW(t, st, nil))
+	if w := a.do(t, "POST", "/orders", "bad", "x"); w.Code != 500 || problemCode(t, w) != "stored_response_corrupt" || a.runs.Load() != 0 {
+		t.Errorf("corrupt record: %d %s, %d runs", w.Code, w.Body, a.runs.Load())
+	}
+}
+
+func TestNewRejectsBadOptions(t *testing.T) {
+	g, err := idem.NewGuard(memstore.New())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, opts := range map[string][]httpmw.Option{
+		"Set-Cookie":    {httpmw.WithReplayHeaders("Set-Cookie")},
+		"Authorization": {httpmw.WithReplayHeaders("authorization")},
+		"hop-by-hop":    {httpmw.WithReplayHeaders("Transfer-Encoding")},
+		"body limit":    {httpmw.WithMaxBody(-1)},
+		"wait":          {httpmw.WithWait(-time.Second)},
+		"header":        {httpmw.WithHeader("")},
+		"method":        {httpmw.WithMethods("")},
+	} {
+		if _, err := httpmw.New(g, opts...); err == nil {
+			t.Errorf("%s: no error", name)
+		}
+	}
+	if _, err := httpmw.New(nil); err == nil {
+		t.Error("nil Guard: no error")
+	}
+}
