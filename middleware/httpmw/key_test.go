@@ -9,12 +9,12 @@ import (
 
 func TestParseKey(t *testing.T) {
 	for in, want := range map[string]string{
-		"abc":                 "abc",
-		`"abc"`:               "abc",
-		`"a\"b"`:              `a"b`,
-		`"a\\b"`:              `a\b`,
+		"abc":                "abc",
+		`"abc"`:              "abc",
+		`"a\"b"`:             `a"b`,
+		`"a\\b"`:             `a\b`,
 		"8e03978e-40d5-43e8": "8e03978e-40d5-43e8",
-		`a"b`:                 `a"b`, // bare: any visible ASCII
+		`a"b`:                `a"b`, // bare: any visible ASCII
 	} {
 		if got, err := httpmw.ParseKey(in); err != nil || got != want {
 			t.Errorf("ParseKey(%q) = %q, %v; want %q", in, got, err, want)
