@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sync"
 	"time"
 
 	"github.com/oncekit/oncekit/core/lock"
@@ -205,12 +206,7 @@ func (g *Guard) begin(ctx context.Context, key, fingerprint string) (Claim, erro
 func (g *Guard) run(ctx context.Context, c Claim, run func(context.Context) ([]byte, error)) (result []byte, replayed bool, err error) {
 	rctx, cancel := context.WithCancelCause(context.WithValue(ctx, fenceKey{}, c.Fence))
 	defer cancel(nil)
-	stop, stopped := make(chan struct{}), make(chan struct{})
-	go g.watchdog(rctx, c, cancel, stop, stopped)
-	finish := func() {
-		close(stop)
-		<-stopped
-	}
+	finish := g.watchdog(rctx, c, cancel)
 	cleanup, cancelCleanup := lock.CleanupContext(ctx)
 	defer cancelCleanup()
 
@@ -271,37 +267,60 @@ func finishOutcome(ok observe.Outcome, err error) observe.Outcome {
 	return observe.Error
 }
 
-// watchdog extends the claim every lease/3 until stop; when it cannot and
-// the lease has run out, or the store says the claim is lost, it cancels
-// the run with ErrLockLost.
-func (g *Guard) watchdog(ctx context.Context, c Claim, cancel context.CancelCauseFunc, stop, stopped chan struct{}) {
-	defer close(stopped)
+// watchdog extends the claim every lease/3 until the returned stop is
+// called; when it cannot and the lease has run out, or the store says the
+// claim is lost, it cancels the run with ErrLockLost. It runs on timers
+// (time.AfterFunc), so a run shorter than lease/3 — the common case —
+// costs no goroutine. stop waits for an extension in progress.
+func (g *Guard) watchdog(ctx context.Context, c Claim, cancel context.CancelCauseFunc) (stop func()) {
 	interval := g.lease / 3
-	valid := time.Now().Add(g.lease)
-	t := time.NewTimer(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-stop:
+	var (
+		mu      sync.Mutex
+		stopped bool
+		busy    sync.WaitGroup
+		valid   = time.Now().Add(g.lease)
+		t       *time.Timer
+	)
+	extend := func() {
+		mu.Lock()
+		if stopped {
+			mu.Unlock()
 			return
-		case <-ctx.Done():
-			return
-		case <-t.C:
 		}
+		busy.Add(1)
+		mu.Unlock()
+		defer busy.Done()
 		start := time.Now()
 		ectx, ecancel := context.WithTimeout(ctx, interval)
 		err := g.store.Extend(ectx, c, g.lease)
 		ecancel()
+		next := interval
 		switch {
 		case err == nil:
 			valid = start.Add(g.lease)
-			t.Reset(interval)
 		case errors.Is(err, ErrLockLost) || !time.Now().Before(valid):
 			cancel(ErrLockLost)
 			return
+		case ctx.Err() != nil:
+			return
 		default:
-			t.Reset(max(g.lease/10, time.Millisecond))
+			next = max(g.lease/10, time.Millisecond)
 		}
+		mu.Lock()
+		if !stopped {
+			t.Reset(next)
+		}
+		mu.Unlock()
+	}
+	mu.Lock()
+	t = time.AfterFunc(interval, extend)
+	mu.Unlock()
+	return func() {
+		mu.Lock()
+		stopped = true
+		t.Stop()
+		mu.Unlock()
+		busy.Wait()
 	}
 }
 

@@ -57,6 +57,7 @@ func Run(t *testing.T, cfg Config) {
 	t.Run("PanicAbandons", s.panics)
 	t.Run("InvalidKey", s.invalidKey)
 	t.Run("Inspect", s.inspect)
+	t.Run("WatchdogKeepsLongRun", s.longRun)
 }
 
 type suite struct{ cfg Config }
@@ -463,5 +464,46 @@ func (s *suite) inspect(t *testing.T) {
 		if c, err := st.Begin(ctx, bad, "fp", time.Second); err != nil || c.State != idem.Acquired {
 			t.Errorf("Begin after deleting the corrupt record: %v %v", c.State, err)
 		}
+	}
+}
+
+// longRun: a run that lasts several leases keeps its claim, because the
+// Guard's watchdog extends it; duplicates meanwhile find it in flight.
+func (s *suite) longRun(t *testing.T) {
+	st := s.cfg.NewStore(t)
+	k := key(t)
+	g := guard(t, st, idem.WithLease(300*time.Millisecond))
+	done, started := make(chan error, 1), make(chan struct{})
+	go func() {
+		_, _, err := g.Do(ctxT(t, 10*time.Second), k, "fp", func(ctx context.Context) ([]byte, error) {
+			close(started)
+			select {
+			case <-time.After(1200 * time.Millisecond):
+				return []byte("long"), nil
+			case <-ctx.Done():
+				return nil, context.Cause(ctx)
+			}
+		})
+		done <- err
+	}()
+	<-started
+	other := s.cfg.NewStore(t)
+	deadline := time.Now().Add(1100 * time.Millisecond)
+	for time.Now().Before(deadline) {
+		c, err := other.Begin(ctxT(t, 5*time.Second), k, "fp", time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.State == idem.Acquired {
+			t.Fatal("a duplicate acquired the key while the long run held it")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("long run: %v", err)
+	}
+	res, replayed, err := guard(t, other).Do(ctxT(t, 5*time.Second), k, "fp", nil)
+	if err != nil || !replayed || string(res) != "long" {
+		t.Errorf("after the long run: %q %v %v", res, replayed, err)
 	}
 }
