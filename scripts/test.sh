@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# make test: start every server the tests need, run all tests under the race
+# make test: start every server the tests need, check formatting and vet, run
+# all tests under the race
 # detector with servers required (a missing server fails, never skips), and
 # stop the servers again, also when something fails.
 set -uo pipefail
@@ -12,6 +13,11 @@ eval "$($services env)"
 export ONCEKIT_REQUIRE_SERVERS=1
 
 rc=0
+# Formatting and vet first: cheap, and what a reviewer would flag.
+unformatted=$(gofmt -l .)
+if [[ -n "$unformatted" ]]; then echo "gofmt needed:"; echo "$unformatted"; rc=1; fi
+go vet ./... || rc=1
+(cd bench && go vet ./...) || rc=1
 go test -race -count=1 ./... || rc=1
 # The benchmark module (peer libraries live there, out of the main go.mod):
 # each benchmark runs once so it cannot rot.

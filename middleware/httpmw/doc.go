@@ -46,10 +46,16 @@
 //     idempotency.
 //   - A stored record that cannot be read: 500 stored_response_corrupt;
 //     it is never treated as absent (oncectl record delete removes it).
+//   - A request body that cannot be read (a broken chunked encoding, a
+//     client gone): 400 request_body_unreadable, nothing run.
 //
 // Every error response is RFC 9457 application/problem+json with a stable
 // "code" member (Problem). The handler finds its claim's fence in its
 // request context (Fence) to fence its own writes.
+//
+// WithRoute names routes for metrics; with chi, mount the middleware with
+// r.With(mw) on the routes, where chi.RouteContext(r.Context()).RoutePattern()
+// is already known, or name the route from the path.
 //
 // Requests report to the Guard's observer as observe.HTTPRequest events
 // with the route (WithRoute) and the outcome: executed, replayed,

@@ -247,8 +247,9 @@ func (m *middleware) handle(ctx context.Context, w http.ResponseWriter, r *http.
 				fmt.Sprintf("The request body is over %d bytes, the most an idempotent request may carry.", m.cfg.maxBody), 0)
 			return observe.Invalid, nil
 		}
-		// The client went away or sent a broken body: nothing to answer.
-		http.Error(w, "reading the request body: "+err.Error(), http.StatusBadRequest)
+		// The client went away or sent a broken body (a bad chunked
+		// encoding): usually nobody reads the answer.
+		writeProblem(w, http.StatusBadRequest, CodeBodyUnreadable, "The request body could not be read: "+err.Error()+".", 0)
 		return observe.Invalid, err
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))

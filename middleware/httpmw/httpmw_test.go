@@ -18,6 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/observe"
 	"github.com/oncekit/oncekit/internal/testenv"
 	"github.com/oncekit/oncekit/middleware/httpmw"
 	"github.com/oncekit/oncekit/storage/memstore"
@@ -561,5 +562,52 @@ func TestNewRejectsBadOptions(t *testing.T) {
 	}
 	if _, err := httpmw.New(nil); err == nil {
 		t.Error("nil Guard: no error")
+	}
+}
+
+type brokenBody struct{}
+
+func (brokenBody) Read([]byte) (int, error) { return 0, fmt.Errorf("connection reset") }
+
+func TestUnreadableBody(t *testing.T) {
+	a := newApp(newMW(t, memstore.New(), nil))
+	req := httptest.NewRequest("POST", "/orders", brokenBody{})
+	req.ContentLength = -1
+	req.Header.Set("Idempotency-Key", "broken")
+	w := httptest.NewRecorder()
+	a.router.ServeHTTP(w, req)
+	if w.Code != 400 || problemCode(t, w) != httpmw.CodeBodyUnreadable || a.runs.Load() != 0 {
+		t.Errorf("broken body: %d %s, %d runs", w.Code, w.Body, a.runs.Load())
+	}
+}
+
+// Every request is reported to the Guard's observer with its route and
+// outcome, and the store operations nest under it.
+func TestObserved(t *testing.T) {
+	var (
+		mu     sync.Mutex
+		events []string
+	)
+	obs := observe.Func(func(_ context.Context, ev observe.Event) {
+		mu.Lock()
+		defer mu.Unlock()
+		events = append(events, string(ev.Op)+" "+ev.Route+" "+string(ev.Outcome))
+	})
+	st := memstore.New(memstore.WithObserver(obs))
+	a := newApp(newMW(t, st, nil, httpmw.WithRoute(func(r *http.Request) string { return r.Method + " /orders" })))
+	a.do(t, "POST", "/orders", "obs", "x")
+	a.do(t, "POST", "/orders", "obs", "x")
+	a.do(t, "POST", "/orders", "obs", "y")
+	a.do(t, "POST", "/orders", "", "x")
+	want := []string{
+		"idem.begin  acquired", "idem.complete  stored", "http.request POST /orders executed",
+		"idem.begin  replayed", "http.request POST /orders replayed",
+		"idem.begin  mismatch", "http.request POST /orders mismatch",
+		"http.request POST /orders invalid",
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if strings.Join(events, "\n") != strings.Join(want, "\n") {
+		t.Errorf("events:\n%s\nwant:\n%s", strings.Join(events, "\n"), strings.Join(want, "\n"))
 	}
 }

@@ -14,6 +14,7 @@ const (
 	CodeInFlight       = "request_in_flight"
 	CodeStoreDown      = "store_unavailable"
 	CodeBodyTooLarge   = "body_too_large"
+	CodeBodyUnreadable = "request_body_unreadable"
 	CodeRecordCorrupt  = "stored_response_corrupt"
 	problemContentType = "application/problem+json"
 )
