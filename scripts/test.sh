@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# make test: start every server the tests need, check formatting and vet, run
-# all tests under the race
-# detector with servers required (a missing server fails, never skips), and
-# stop the servers again, also when something fails.
+# make test: start every server the tests need, check formatting and vet,
+# run all tests under the race detector with servers required (a missing
+# server fails, never skips), and stop the servers again, also when
+# something fails.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
