@@ -160,6 +160,7 @@ func scenario(t *testing.T, url string) {
 // Bad input and unreachable stores get a clear error and the right status,
 // before or without touching a store.
 func TestErrors(t *testing.T) {
+	testenv.QuietRedisDialErrors()
 	long := strings.Repeat("k", lock.MaxKeyLen+1)
 	for _, tc := range []struct {
 		args []string

@@ -390,7 +390,12 @@ func TestInFlight(t *testing.T) {
 				return w
 			}
 			go send()
-			<-started
+			select {
+			case <-started:
+			case <-time.After(10 * time.Second):
+				close(finish)
+				t.Fatal("the first request never reached the handler")
+			}
 			if !wait {
 				w := send()
 				if w.Code != 409 || problemCode(t, w) != httpmw.CodeInFlight {
@@ -505,6 +510,7 @@ func TestFenceInHandler(t *testing.T) {
 // A store that cannot be reached: 503 and nothing run, or with FailOpen
 // the handler runs.
 func TestStoreUnavailable(t *testing.T) {
+	testenv.QuietRedisDialErrors()
 	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialerRetries: 1})
 	t.Cleanup(func() { _ = c.Close() })
 	down, err := redisstore.New(c)

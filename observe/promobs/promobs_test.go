@@ -15,6 +15,7 @@ import (
 	"github.com/oncekit/oncekit/core/idem"
 	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/core/observe"
+	"github.com/oncekit/oncekit/internal/testenv"
 	"github.com/oncekit/oncekit/observe/promobs"
 	"github.com/oncekit/oncekit/storage/memstore"
 	"github.com/oncekit/oncekit/storage/redisstore"
@@ -104,6 +105,7 @@ func TestScenarioMetrics(t *testing.T) {
 	}
 
 	// A store that cannot be reached: a Redis client on a closed port.
+	testenv.QuietRedisDialErrors()
 	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: time.Second})
 	t.Cleanup(func() { _ = client.Close() })
 	down, err := redisstore.New(client, redisstore.WithObserver(metrics))

@@ -200,7 +200,10 @@ func TestRoundTripsAndKeys(t *testing.T) {
 	s := newStore(t, c)
 	ctx := ctxT(t, 5*time.Second)
 	key := "a}b{c-" + time.Now().Format("150405.000000") // braces in the user's key
-	warm, _ := s.TryAcquire(ctx, key+"warm", time.Second)
+	warm, err := s.TryAcquire(ctx, key+"warm", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
 	_ = warm.Release(ctx)
 
 	steps := []struct {

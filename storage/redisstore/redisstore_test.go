@@ -14,7 +14,10 @@ import (
 	"github.com/oncekit/oncekit/storage/redisstore"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	testenv.QuietRedisDialErrors() // the fault tests stop servers on purpose
+	goleak.VerifyTestMain(m)
+}
 
 // counter counts a client's requests (connection set-up excluded).
 type counter = testenv.RedisCounter

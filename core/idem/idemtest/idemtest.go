@@ -251,6 +251,20 @@ func (s *suite) corrupt(t *testing.T) {
 	}
 }
 
+// awaitRun waits until a Do in another goroutine is running its function
+// (started closes), failing the test if that Do ended without running it
+// (a store error) or nothing happened in 10 s.
+func awaitRun(t *testing.T, started <-chan struct{}, ended <-chan error) {
+	t.Helper()
+	select {
+	case <-started:
+	case err := <-ended:
+		t.Fatalf("Do ended without running: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Do did not start running within 10 s")
+	}
+}
+
 func (s *suite) waitForResult(t *testing.T) {
 	k := key(t)
 	ctx := ctxT(t, 10*time.Second)
@@ -265,7 +279,7 @@ func (s *suite) waitForResult(t *testing.T) {
 		})
 		first <- err
 	}()
-	<-started
+	awaitRun(t, started, first)
 	second := make(chan struct{})
 	var res []byte
 	var replayed bool
@@ -486,7 +500,7 @@ func (s *suite) longRun(t *testing.T) {
 		})
 		done <- err
 	}()
-	<-started
+	awaitRun(t, started, done)
 	other := s.cfg.NewStore(t)
 	deadline := time.Now().Add(1100 * time.Millisecond)
 	for time.Now().Before(deadline) {
