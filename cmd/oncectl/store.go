@@ -68,40 +68,15 @@ func openStore(raw string, timeout time.Duration) (*opened, error) {
 		}
 		opt.DialTimeout, opt.ReadTimeout, opt.WriteTimeout = timeout, timeout, timeout
 		opt.MaxRetries, opt.DialerRetries = 1, 1
-		c := redis.NewClient(opt)
-		var opts []redisstore.Option
-		if prefix != "" {
-			opts = append(opts, redisstore.WithPrefix(prefix))
-		}
-		if recordPrefix != "" {
-			opts = append(opts, redisstore.WithRecordPrefix(recordPrefix))
-		}
-		s, err := redisstore.New(c, opts...)
-		if err != nil {
-			_ = c.Close()
-			return nil, err
-		}
-		return &opened{s, func() { _ = s.Close(); _ = c.Close() }}, nil
+		return openRedis(redis.NewClient(opt), prefix, recordPrefix)
 	case "redis-cluster":
 		addrs, err := hosts()
 		if err != nil {
 			return nil, err
 		}
-		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, Username: u.User.Username(),
-			Password: password(u), DialTimeout: timeout, ReadTimeout: timeout, WriteTimeout: timeout, MaxRetries: 1, DialerRetries: 1})
-		var opts []redisstore.Option
-		if prefix != "" {
-			opts = append(opts, redisstore.WithPrefix(prefix))
-		}
-		if recordPrefix != "" {
-			opts = append(opts, redisstore.WithRecordPrefix(recordPrefix))
-		}
-		s, err := redisstore.New(c, opts...)
-		if err != nil {
-			_ = c.Close()
-			return nil, err
-		}
-		return &opened{s, func() { _ = s.Close(); _ = c.Close() }}, nil
+		return openRedis(redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, Username: u.User.Username(),
+			Password: password(u), DialTimeout: timeout, ReadTimeout: timeout, WriteTimeout: timeout,
+			MaxRetries: 1, DialerRetries: 1}), prefix, recordPrefix)
 	case "redlock":
 		addrs, err := hosts()
 		if err != nil {
@@ -160,6 +135,23 @@ func openStore(raw string, timeout time.Duration) (*opened, error) {
 		return nil, fmt.Errorf("store URL %q has no scheme\n%s", raw, storeHelp)
 	}
 	return nil, fmt.Errorf("store URL scheme %q is not supported\n%s", u.Scheme, storeHelp)
+}
+
+// openRedis opens a redisstore over c, which it closes with the store.
+func openRedis(c redis.UniversalClient, prefix, recordPrefix string) (*opened, error) {
+	var opts []redisstore.Option
+	if prefix != "" {
+		opts = append(opts, redisstore.WithPrefix(prefix))
+	}
+	if recordPrefix != "" {
+		opts = append(opts, redisstore.WithRecordPrefix(recordPrefix))
+	}
+	s, err := redisstore.New(c, opts...)
+	if err != nil {
+		_ = c.Close()
+		return nil, err
+	}
+	return &opened{s, func() { _ = s.Close(); _ = c.Close() }}, nil
 }
 
 func password(u *url.URL) string {
