@@ -204,7 +204,7 @@ func (s *Store) Extend(ctx context.Context, c idem.Claim, lease time.Duration) e
 // WaitChange implements idem.Waiter: a completion or abandonment message
 // from any node wakes the waiter, as does the lease's end.
 func (s *Store) WaitChange(ctx context.Context, key string, until time.Time) error {
-	mw := s.watchChannel(s.records().Channel(key))
+	mw := s.watchChannels(s.records().Channel(key))
 	defer mw.close()
 	// Look once more: the record may have changed before the subscription.
 	c, err := s.peek(ctx, key)

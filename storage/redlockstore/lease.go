@@ -166,7 +166,7 @@ func (l *lease) Release(ctx context.Context) error {
 	idx := l.targets()
 	n := len(idx)
 	ch := s.call(idx, func(c context.Context, nd *node) ([]int64, error) {
-		v, err := redislua.Release.Run(c, nd.c, []string{s.names.Lock(l.key), s.names.Owner(l.key)}, l.token,
+		v, err := redislua.Release.Run(c, nd.c, s.releaseKeys(l.key), l.token,
 			s.names.Channel(l.key), s.opts.pubsub.ScriptArg()).Int64()
 		return []int64{v}, err
 	})

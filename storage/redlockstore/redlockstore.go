@@ -44,6 +44,8 @@ type Store struct {
 	bg        bg.Group // requests past their round, and their clean-up
 	closed    chan struct{}
 	closeOnce sync.Once
+
+	id string // this Store's name in the keys' waiting queues
 }
 
 type node struct {
@@ -70,6 +72,7 @@ func New(clients []Client, opts ...Option) (*Store, error) {
 		opts:   o,
 		names:  redislua.Keys{Prefix: o.prefix},
 		closed: make(chan struct{}),
+		id:     token.New(),
 	}
 	seen := map[string]bool{}
 	for i, c := range clients {
@@ -177,6 +180,7 @@ type outcome struct {
 	split  bool            // we took some nodes, not a majority
 	leader bool            // ... including the key's leader node
 	err    error           // a *QuorumError, a ctx error, or a failed fencing round
+	taken  []int           // the nodes the round took (a lease's majority)
 }
 
 // claim is one token's hold on the nodes, across the attempts that use it.
@@ -249,7 +253,11 @@ func (s *Store) leaderNode(key string) int {
 // majority and validity left, the second round (fenced mode) writes the
 // highest counter back and needs a majority too. On failure the caller
 // decides whether to keep the claim for another round or abandon it.
-func (s *Store) attempt(ctx context.Context, c *claim, ttl time.Duration, onEnd func()) outcome {
+//
+// A waiter passes its queue member (the Store's id): on the nodes where
+// the key is held it joins the key's waiting queue, keeping its first
+// place, and a release there wakes only the first live member.
+func (s *Store) attempt(ctx context.Context, c *claim, ttl time.Duration, onEnd func(), member string, place int64) outcome {
 	key := c.key
 	owner := lock.Owner(ctx)
 	start := time.Now()
@@ -263,11 +271,16 @@ func (s *Store) attempt(ctx context.Context, c *claim, ttl time.Duration, onEnd 
 		fenced = 1
 	}
 	keys := []string{s.names.Lock(key), s.names.Fence(key), s.names.Owner(key)}
+	args := []any{c.tok, ttl.Milliseconds(), deadline.UnixMilli(), fenced, owner}
+	if member != "" {
+		keys = append(keys, s.names.Queue(key), s.names.QueueExpiry(key))
+		args = append(args, member, (3 * s.opts.recheck).Milliseconds(), place)
+	}
 	n := len(s.nodes)
 	reTok := make([]string, n) // the owner's token, for nodes that re-entered
 	ch := s.call(s.all(), func(cx context.Context, nd *node) ([]int64, error) {
 		i := slices.Index(s.nodes, nd)
-		r, err := redislua.ParseAcquire(redislua.Acquire.Run(cx, nd.c, keys, c.tok, ttl.Milliseconds(), deadline.UnixMilli(), fenced, owner))
+		r, err := redislua.ParseAcquire(redislua.Acquire.Run(cx, nd.c, keys, args...))
 		if err != nil {
 			return nil, err
 		}
@@ -372,7 +385,7 @@ func (s *Store) attempt(ctx context.Context, c *claim, ttl time.Duration, onEnd 
 	c.mu.Lock()
 	c.lease = l
 	c.mu.Unlock()
-	return outcome{lease: l}
+	return outcome{lease: l, taken: indexes(acquired)}
 }
 
 // reenter settles an owner's round in which nodes re-entered: with a
@@ -465,6 +478,36 @@ func (s *Store) writeBack(ctx context.Context, key, tok string, acquired map[int
 	}
 }
 
+// releaseKeys are the release script's keys on every node: the lock, the
+// owner hash, and the waiting queue whose first live member a release
+// wakes.
+func (s *Store) releaseKeys(key string) []string {
+	return []string{s.names.Lock(key), s.names.Owner(key), s.names.Queue(key), s.names.QueueExpiry(key)}
+}
+
+// myChannel is where a node announces releases of key to this Store when
+// it is first in the node's waiting queue for key.
+func (s *Store) myChannel(key string) string { return s.names.Channel(key) + ":" + s.id }
+
+// dequeue removes this Store from key's waiting queue on the nodes in idx,
+// waiting up to wait for the answers (the requests go on in the
+// background). Waiting matters when the Store may queue for the key again
+// soon: a late removal would take its new place.
+func (s *Store) dequeue(key string, idx []int, wait time.Duration) {
+	if len(idx) == 0 {
+		return
+	}
+	ch := s.call(idx, func(c context.Context, n *node) ([]int64, error) {
+		ctx, cancel := context.WithTimeout(c, lock.ReleaseTimeout)
+		defer cancel()
+		return nil, n.c.Eval(ctx, "redis.call('ZREM', KEYS[1], ARGV[1]); redis.call('HDEL', KEYS[2], ARGV[1]); return 1",
+			[]string{s.names.Queue(key), s.names.QueueExpiry(key)}, s.id).Err()
+	})
+	if wait > 0 {
+		_, _, _ = collect(context.Background(), ch, len(idx), wait, func(reply) bool { return false })
+	}
+}
+
 // releaseNodes runs the release script for tok on the nodes in idx and
 // waits up to wait for their answers (0: does not wait).
 func (s *Store) releaseNodes(key, tok string, idx []int, wait time.Duration) {
@@ -473,7 +516,7 @@ func (s *Store) releaseNodes(key, tok string, idx []int, wait time.Duration) {
 
 func (s *Store) releaseNodesMode(key, tok string, idx []int, wait time.Duration, mode string) {
 	ch := s.call(idx, func(c context.Context, n *node) ([]int64, error) {
-		v, err := redislua.Release.Run(c, n.c, []string{s.names.Lock(key), s.names.Owner(key)}, tok, s.names.Channel(key), mode).Int64()
+		v, err := redislua.Release.Run(c, n.c, s.releaseKeys(key), tok, s.names.Channel(key), mode).Int64()
 		return []int64{v}, err
 	})
 	if wait > 0 {
@@ -523,7 +566,7 @@ func (s *Store) TryAcquire(ctx context.Context, key string, ttl time.Duration) (
 		return nil, err
 	}
 	c := s.newClaim(key)
-	out := s.attempt(ctx, c, ttl, nil)
+	out := s.attempt(ctx, c, ttl, nil, "", 0)
 	if out.lease == nil {
 		c.abandon(s.nodeTimeout(ttl), false)
 	}
@@ -570,7 +613,7 @@ func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (loc
 		// An owner first tries the key directly: it may hold it already,
 		// here or in another process, and must not queue behind itself.
 		c := s.newClaim(key)
-		if out := s.attempt(ctx, c, ttl, nil); out.lease != nil {
+		if out := s.attempt(ctx, c, ttl, nil, "", 0); out.lease != nil {
 			return out.lease, nil
 		}
 		c.abandon(s.nodeTimeout(ttl), false)
@@ -593,7 +636,7 @@ func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (loc
 // it gives up its nodes.
 const candidateRounds = 4
 
-func (s *Store) acquire(ctx context.Context, key string, ttl time.Duration, onEnd func()) (*lease, error) {
+func (s *Store) acquire(ctx context.Context, key string, ttl time.Duration, onEnd func()) (l *lease, err error) {
 	var (
 		mw        *multiWatch
 		backoff   = s.opts.minBackoff
@@ -602,11 +645,25 @@ func (s *Store) acquire(ctx context.Context, key string, ttl time.Duration, onEn
 		c         = s.newClaim(key)
 		candidate = 0
 		nt        = s.nodeTimeout(ttl)
+		member    string // s.id once this waiter queues on the nodes
+		place     int64  // its place in the queues: when it began waiting (µs)
+		taken     []int  // the nodes of the lease acquired
 	)
 	defer timer.Stop()
 	defer func() {
 		if mw != nil {
 			mw.close()
+		}
+	}()
+	defer func() {
+		// Leave the queues: every node when leaving without the key, the
+		// nodes not taken (where the place stayed) with it.
+		switch {
+		case member == "":
+		case l == nil:
+			s.dequeue(key, s.all(), nt)
+		default:
+			s.dequeue(key, slices.DeleteFunc(s.all(), func(i int) bool { return slices.Contains(taken, i) }), nt)
 		}
 	}()
 	var woken time.Time // when the last release notice woke us
@@ -632,8 +689,9 @@ func (s *Store) acquire(ctx context.Context, key string, ttl time.Duration, onEn
 		return nil
 	}
 	for {
-		out := s.attempt(ctx, c, ttl, onEnd)
+		out := s.attempt(ctx, c, ttl, onEnd, member, place)
 		if out.lease != nil {
+			taken = out.taken
 			if !woken.IsZero() {
 				observe.Record(ctx, s.opts.observer, observe.Event{
 					Op: observe.LockHandOff, Driver: driverName, Key: key, Outcome: observe.Notified,
@@ -651,9 +709,16 @@ func (s *Store) acquire(ctx context.Context, key string, ttl time.Duration, onEn
 			return nil, errors.Join(lock.ErrNotAcquired, ctx.Err(), lastErr)
 		}
 		if mw == nil {
-			// Subscribe on every node before waiting, so a release between
-			// the attempt and the subscription is not missed.
-			mw = s.watchAll(key)
+			// Subscribe on every node — to the key's release channel and to
+			// this Store's own — and try again at once as a member of the
+			// key's waiting queue: a release between the first attempt and
+			// the subscription is not missed, and from now on a release
+			// wakes only the first waiting process.
+			mw = s.watchChannels(s.names.Channel(key), s.myChannel(key))
+			member, place = s.id, time.Now().UnixMicro()
+			if out.err == nil && !out.split {
+				continue
+			}
 		}
 		if out.split && out.leader && candidate < candidateRounds {
 			// A split vote, and we hold the leader node: the others see that
@@ -714,35 +779,17 @@ type multiWatch struct {
 	stop chan struct{}
 }
 
-// watchAll subscribes on every node and returns once a majority confirmed
-// (or could not), or after the node timeout for the slow ones.
-func (s *Store) watchAll(key string) *multiWatch { return s.watchChannel(s.names.Channel(key)) }
-
-// watchChannel subscribes to channel on every node (see watchAll).
-func (s *Store) watchChannel(channel string) *multiWatch {
+// watchChannels subscribes to channels on every node and returns once a
+// majority confirmed (or could not), or after the node timeout for the
+// slow ones. A message on any of them, from any node, wakes the waiter.
+func (s *Store) watchChannels(channels ...string) *multiWatch {
 	mw := &multiWatch{wake: make(chan struct{}, 1), stop: make(chan struct{})}
 	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan struct{}, len(s.nodes))
+	ready := make(chan struct{}, len(s.nodes)*len(channels))
 	for _, n := range s.nodes {
-		s.bg.Go(func() {
-			w, err := n.sub.Watch(ctx, channel)
-			ready <- struct{}{}
-			if err != nil {
-				return
-			}
-			defer n.sub.Unwatch(w)
-			for {
-				select {
-				case <-w.Wake():
-					select {
-					case mw.wake <- struct{}{}:
-					default:
-					}
-				case <-mw.stop:
-					return
-				}
-			}
-		})
+		for _, channel := range channels {
+			s.watchOne(ctx, mw, n, channel, ready)
+		}
 	}
 	s.bg.Go(func() {
 		<-mw.stop
@@ -750,7 +797,7 @@ func (s *Store) watchChannel(channel string) *multiWatch {
 	})
 	t := time.NewTimer(s.nodeTimeout(time.Second))
 	defer t.Stop()
-	for range s.quorum {
+	for range s.quorum * len(channels) {
 		select {
 		case <-ready:
 		case <-t.C:
@@ -758,6 +805,29 @@ func (s *Store) watchChannel(channel string) *multiWatch {
 		}
 	}
 	return mw
+}
+
+// watchOne forwards channel's messages on n to mw until mw stops.
+func (s *Store) watchOne(ctx context.Context, mw *multiWatch, n *node, channel string, ready chan<- struct{}) {
+	s.bg.Go(func() {
+		w, err := n.sub.Watch(ctx, channel)
+		ready <- struct{}{}
+		if err != nil {
+			return
+		}
+		defer n.sub.Unwatch(w)
+		for {
+			select {
+			case <-w.Wake():
+				select {
+				case mw.wake <- struct{}{}:
+				default:
+				}
+			case <-mw.stop:
+				return
+			}
+		}
+	})
 }
 
 func (mw *multiWatch) close() { close(mw.stop) }

@@ -5,9 +5,12 @@
 -- ARGV[5] owner identity for reentrancy, or "" for none,
 -- optional: KEYS[4] waiting queue (sorted set), KEYS[5] queue expiries
 -- (hash), ARGV[6] the caller's queue member (its process), ARGV[7] how long
--- its place stays without a new attempt, in milliseconds. A caller that
--- finds the key held joins the queue (keeping its first place); one that
--- takes the key leaves it. Release wakes the first live member.
+-- its place stays without a new attempt, in milliseconds, optional ARGV[8]
+-- its place in the queue (default: the server's time in milliseconds;
+-- Redlock passes when the caller began waiting, so that every node orders
+-- the waiters alike). A caller that finds the key held joins the queue
+-- (keeping its first place); one that takes the key leaves it. Release
+-- wakes the first live member.
 -- Returns
 --   {1, fence}             taken;
 --   {1, current counter}   ARGV[1] already holds the key (Redlock keeps the
@@ -67,7 +70,7 @@ if member ~= '' then
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   local life = tonumber(ARGV[7])
-  redis.call('ZADD', KEYS[4], 'NX', now, member)
+  redis.call('ZADD', KEYS[4], 'NX', tonumber(ARGV[8] or now), member)
   redis.call('HSET', KEYS[5], member, now + life)
   redis.call('PEXPIRE', KEYS[4], 2 * life)
   redis.call('PEXPIRE', KEYS[5], 2 * life)
