@@ -179,6 +179,7 @@ type outcome struct {
 	held   *lock.HeldError // the key is held: wait for it
 	split  bool            // we took some nodes, not a majority
 	leader bool            // ... including the key's leader node
+	rival  bool            // another token holds the leader node
 	err    error           // a *QuorumError, a ctx error, or a failed fencing round
 	taken  []int           // the nodes the round took (a lease's majority)
 }
@@ -354,11 +355,12 @@ func (s *Store) attempt(ctx context.Context, c *claim, ttl time.Duration, onEnd 
 	}
 	if len(acquired) < s.quorum {
 		_, leader := acquired[s.leaderNode(key)]
+		_, rival := held[s.leaderNode(key)]
 		switch {
 		case len(failed) > 0 && len(acquired)+len(failed) >= s.quorum:
 			return outcome{split: len(acquired) > 0, leader: leader, err: s.quorumError("acquire", key, len(acquired), failed)}
 		case len(acquired) > 0:
-			return outcome{split: true, leader: leader, held: &lock.HeldError{Key: key, TTL: s.holdWait(held)}}
+			return outcome{split: true, leader: leader, rival: rival, held: &lock.HeldError{Key: key, TTL: s.holdWait(held)}}
 		default:
 			return outcome{held: &lock.HeldError{Key: key, TTL: s.holdWait(held)}}
 		}
@@ -648,6 +650,7 @@ func (s *Store) acquire(ctx context.Context, key string, ttl time.Duration, onEn
 		member    string // s.id once this waiter queues on the nodes
 		place     int64  // its place in the queues: when it began waiting (µs)
 		taken     []int  // the nodes of the lease acquired
+		joinNow   bool   // try again at once, as a member of the queues
 	)
 	defer timer.Stop()
 	defer func() {
@@ -719,6 +722,7 @@ func (s *Store) acquire(ctx context.Context, key string, ttl time.Duration, onEn
 			if out.err == nil && !out.split {
 				continue
 			}
+			joinNow = out.err == nil // after settling the split below
 		}
 		if out.split && out.leader && candidate < candidateRounds {
 			// A split vote, and we hold the leader node: the others see that
@@ -731,19 +735,22 @@ func (s *Store) acquire(ctx context.Context, key string, ttl time.Duration, onEn
 			candidate++
 			continue
 		}
-		// Split-vote losers give their nodes back quietly; everyone else
-		// announces the release.
-		c.abandon(nt, out.split && !out.leader && out.err == nil)
+		// Split-vote losers whose rival holds the leader node give their
+		// nodes back quietly: the rival takes them, and announces its own
+		// release later. Everyone else announces the release, or nobody
+		// would be woken.
+		c.abandon(nt, out.split && out.rival && out.err == nil)
 		c, candidate = s.newClaim(key), 0
 		var (
 			wait time.Duration
 			wake = mw.wake
 		)
 		switch {
-		case out.err != nil || (out.split && out.leader):
-			// A failed round, or a candidate that could not complete: back
-			// off with full jitter, deaf to releases, so that competitors
-			// woken by the same message do not collide again.
+		case out.err != nil || (out.split && !out.rival):
+			// A failed round, a candidate that could not complete, or a
+			// split nobody settles (the leader node free): back off with
+			// full jitter, deaf to releases, so that competitors woken by
+			// the same message do not collide again.
 			wait = rand.N(backoff + 1)
 			backoff = min(2*backoff, s.opts.maxBackoff)
 			wake = nil
@@ -757,6 +764,11 @@ func (s *Store) acquire(ctx context.Context, key string, ttl time.Duration, onEn
 			if t := out.held.TTL; t >= 0 && t < wait {
 				wait = t + time.Millisecond
 			}
+		}
+		if joinNow {
+			// A split vote on the first attempt, which was not queued: this
+			// waiter is in no queue yet, so no release would wake it.
+			wait, joinNow = 0, false
 		}
 		if err := sleep(wait, wake); err != nil {
 			return nil, err
