@@ -32,8 +32,14 @@
 // from the key and only one can hold: its holder keeps its nodes and tries
 // the rest again within a few milliseconds, while the others hand theirs
 // back without announcing it and wait. Waiters that met contention spread
-// their next attempts over a jittered backoff window. Goroutines of one Store waiting for one key
-// queue up locally, and only the first competes on the nodes.
+// their next attempts over a jittered backoff window. Goroutines of one
+// Store waiting for one key queue up locally, and only the first competes
+// on the nodes. Waiting processes queue on every node, in the order they
+// began waiting (a sorted set per key, the place given by the client so
+// that every node orders them alike), and a release on a node wakes only
+// the first live member of its queue, on that process's own channel; the
+// key's general channel is used when nobody is queued. A waiter leaves the
+// queues when it gives up, and the nodes it did not take when it wins.
 //
 // # Fencing without trusting clocks
 //

@@ -602,8 +602,10 @@ func (s *Store) check(ctx context.Context, key string, ttl time.Duration) error 
 
 // Acquire implements lock.Locker. Goroutines of this Store waiting for one
 // key queue up first come, first served, and only the first competes on the
-// nodes. It waits for a release message from any node, the holder's
-// remaining TTL on the nodes that block a majority, or the recheck interval.
+// nodes; waiting processes queue on the nodes, and a release wakes the
+// first of them. It waits for a release message from any node, the
+// holder's remaining TTL on the nodes that block a majority, or the recheck
+// interval.
 // Nodes that cannot be reached are retried with backoff until ctx ends; the
 // error then matches ErrNotAcquired, ctx.Err() and, when nodes were down,
 // ErrNoQuorum.
