@@ -14,6 +14,7 @@ import (
 	"github.com/oncekit/oncekit/core/idem"
 	"github.com/oncekit/oncekit/internal/testenv"
 	"github.com/oncekit/oncekit/middleware/httpmw"
+	"github.com/oncekit/oncekit/storage/memstore"
 	"github.com/oncekit/oncekit/storage/redisstore"
 )
 
@@ -72,6 +73,43 @@ func BenchmarkHTTPMiddleware(b *testing.B) {
 		b.ReportMetric(float64(b.N)/total.Seconds(), "req/s")
 		b.ReportMetric(p50us(samples), "p50-µs")
 	})
+	// The middleware's own cost, without a network: the memory driver.
+	for _, mode := range []string{"new-key", "replay"} {
+		b.Run("memstore/"+mode, func(b *testing.B) {
+			g, err := idem.NewGuard(memstore.New())
+			if err != nil {
+				b.Fatal(err)
+			}
+			mw, err := httpmw.New(g)
+			if err != nil {
+				b.Fatal(err)
+			}
+			h := mw(handler)
+			bare := p50us(timed(2000, func(int) { serve(handler, "") }))
+			prefix := benchKey("m")
+			serve(h, prefix+"replay")
+			var samples []time.Duration
+			var total time.Duration
+			i := 0
+			for b.Loop() {
+				key := prefix + "replay"
+				if mode == "new-key" {
+					i++
+					key = fmt.Sprintf("%s%d", prefix, i)
+				}
+				start := time.Now()
+				if code := serve(h, key); code != http.StatusCreated {
+					b.Fatalf("status %d", code)
+				}
+				d := time.Since(start)
+				samples, total = append(samples, d), total+d
+			}
+			p50 := p50us(samples)
+			b.ReportMetric(float64(b.N)/total.Seconds(), "req/s")
+			b.ReportMetric(p50, "p50-µs")
+			b.ReportMetric(p50-bare, "added-p50-µs")
+		})
+	}
 	for _, mode := range []string{"new-key", "replay"} {
 		b.Run("redisstore/"+mode, func(b *testing.B) {
 			c, cc := client(b, testenv.RedisAddrs(b, 1)[0])
