@@ -375,6 +375,12 @@ func (s *Store) releaseKeys(key string) []string {
 	return []string{s.lockKey(key), s.names.Owner(key), s.names.Queue(key), s.names.QueueExpiry(key)}
 }
 
+// wakeGrace is how long a waiting process a release wakes keeps its place
+// in the key's queue without trying again (it tries at once), in
+// milliseconds: a process that died while queued is woken once, then
+// skipped.
+func (s *Store) wakeGrace() int64 { return (4 * s.opts.maxBackoff).Milliseconds() }
+
 // myChannel is where releases of key are announced to this Store when it
 // is first in the key's waiting queue.
 func (s *Store) myChannel(key string) string { return s.channel(key) + ":" + s.id }
@@ -391,7 +397,7 @@ func (s *Store) attemptAs(ctx context.Context, key, tok string, ttl time.Duratio
 		cctx, cancel := lock.CleanupContext(ctx)
 		defer cancel()
 		_ = redislua.Release.Run(cctx, s.client, s.releaseKeys(key),
-			tok, s.channel(key), s.modeArg()).Err()
+			tok, s.channel(key), s.modeArg(), s.wakeGrace()).Err()
 	}
 	late := func(cmd *redis.Cmd) { // the reply to a call ctx gave up on
 		if r, err := redislua.ParseAcquire(cmd); err == nil && r.Code == 1 {
@@ -636,7 +642,7 @@ func (l *lease) Refresh(ctx context.Context, ttl time.Duration) error {
 		// lease was already reported lost, so give the key back.
 		cctx, cancel := lock.CleanupContext(ctx)
 		defer cancel()
-		_ = redislua.Release.Run(cctx, l.s.client, l.s.releaseKeys(l.key), l.token, l.s.channel(l.key), l.s.modeArg()).Err()
+		_ = redislua.Release.Run(cctx, l.s.client, l.s.releaseKeys(l.key), l.token, l.s.channel(l.key), l.s.modeArg(), l.s.wakeGrace()).Err()
 		return fmt.Errorf("redisstore: refresh %q: %w", l.key, lock.ErrLockLost)
 	}
 	l.deadline = start.Add(ttl)
@@ -661,7 +667,7 @@ func (l *lease) Release(ctx context.Context) error {
 		return err
 	}
 	ok, err := redislua.Run(ctx, &l.s.bg, l.s.client, redislua.Release, l.s.releaseKeys(l.key), nil,
-		l.token, l.s.channel(l.key), l.s.modeArg()).Int64()
+		l.token, l.s.channel(l.key), l.s.modeArg(), l.s.wakeGrace()).Int64()
 	if err != nil {
 		return fmt.Errorf("redisstore: release %q: %w", l.key, err)
 	}

@@ -167,7 +167,7 @@ func (l *lease) Release(ctx context.Context) error {
 	n := len(idx)
 	ch := s.call(idx, func(c context.Context, nd *node) ([]int64, error) {
 		v, err := redislua.Release.Run(c, nd.c, s.releaseKeys(l.key), l.token,
-			s.names.Channel(l.key), s.opts.pubsub.ScriptArg()).Int64()
+			s.names.Channel(l.key), s.opts.pubsub.ScriptArg(), s.wakeGrace()).Int64()
 		return []int64{v}, err
 	})
 	ok, notOurs := 0, 0

@@ -487,6 +487,12 @@ func (s *Store) releaseKeys(key string) []string {
 	return []string{s.names.Lock(key), s.names.Owner(key), s.names.Queue(key), s.names.QueueExpiry(key)}
 }
 
+// wakeGrace is how long a waiting process a release wakes keeps its place
+// in a node's queue without trying again, in milliseconds: it tries within
+// its backoff, and a process that died while queued is woken once, then
+// skipped.
+func (s *Store) wakeGrace() int64 { return (4 * s.opts.maxBackoff).Milliseconds() }
+
 // myChannel is where a node announces releases of key to this Store when
 // it is first in the node's waiting queue for key.
 func (s *Store) myChannel(key string) string { return s.names.Channel(key) + ":" + s.id }
@@ -518,7 +524,7 @@ func (s *Store) releaseNodes(key, tok string, idx []int, wait time.Duration) {
 
 func (s *Store) releaseNodesMode(key, tok string, idx []int, wait time.Duration, mode string) {
 	ch := s.call(idx, func(c context.Context, n *node) ([]int64, error) {
-		v, err := redislua.Release.Run(c, n.c, s.releaseKeys(key), tok, s.names.Channel(key), mode).Int64()
+		v, err := redislua.Release.Run(c, n.c, s.releaseKeys(key), tok, s.names.Channel(key), mode, s.wakeGrace()).Int64()
 		return []int64{v}, err
 	})
 	if wait > 0 {

@@ -7,7 +7,12 @@
 -- announced on instead.
 -- ARGV[1] token, ARGV[2] release channel (same hash tag),
 -- ARGV[3] pub/sub mode: "s" sharded, "c" classic, "a" by server version,
---         "n" none
+--         "n" none,
+-- optional ARGV[4]: how long, in milliseconds, the member woken keeps its
+-- place unless it tries again (which a waiting process does at once, and
+-- which renews the place). A process that died while queued is then
+-- woken once and skipped by later releases, not for its place's whole
+-- life.
 -- Returns 1 when the key was let go, 2 when one of an owner's holds was
 -- given back and others remain (the key stays held), 0 when the key was not
 -- ours.
@@ -39,6 +44,10 @@ if pub then
         local exp = tonumber(redis.call('HGET', KEYS[4], head[1]))
         if exp and exp > now then
           redis.call(pub, ARGV[2] .. ':' .. head[1], ARGV[1])
+          local grace = tonumber(ARGV[4] or '0')
+          if grace > 0 and exp > now + grace then
+            redis.call('HSET', KEYS[4], head[1], now + grace)
+          end
           woken = true
           break
         end
