@@ -20,7 +20,8 @@
 //
 // # Cardinality and privacy
 //
-// Op, Outcome, Driver and Route are small closed sets and safe as metric
-// labels. Event.Key is the raw key: adapters never use it as a label, and
+// Op, Outcome and Driver are small closed sets and safe as metric labels;
+// Route is too as long as the middleware is given route patterns, not raw
+// paths. Event.Key is the raw key: adapters never use it as a label, and
 // Logger writes it hashed (HashKey).
 package observe
