@@ -24,9 +24,9 @@ var (
 	deleteRecordLua string
 
 	inspectLock   = redis.NewScript(inspectLockLua)
-	forceRelease  = redis.NewScript(forceReleaseLua)
+	forceRelease  = redis.NewScript(preludeLua + forceReleaseLua)
 	inspectRecord = redis.NewScript(inspectRecordLua)
-	deleteRecord  = redis.NewScript(deleteRecordLua)
+	deleteRecord  = redis.NewScript(preludeLua + deleteRecordLua)
 )
 
 // LockState is one server's view of a lock (InspectLock), with the full

@@ -29,18 +29,21 @@ var (
 	idemBeginLua string
 	//go:embed lua/idem_finish.lua
 	idemFinishLua string
+	//go:embed lua/prelude.lua
+	preludeLua string
 )
 
 // The scripts; their KEYS and ARGV are documented at the top of each file.
+// Those that announce on pub/sub start with lua/prelude.lua.
 var (
 	Acquire    = redis.NewScript(acquireLua)
-	Release    = redis.NewScript(releaseLua)
+	Release    = redis.NewScript(preludeLua + releaseLua)
 	Refresh    = redis.NewScript(refreshLua)
 	Transfer   = redis.NewScript(transferLua)
 	WriteBack  = redis.NewScript(writeBackLua)
 	AcquireAll = redis.NewScript(acquireAllLua)
 	IdemBegin  = redis.NewScript(idemBeginLua)
-	IdemFinish = redis.NewScript(idemFinishLua)
+	IdemFinish = redis.NewScript(preludeLua + idemFinishLua)
 )
 
 // Keys is the naming of one lock's Redis names: the lock key, its fence

@@ -6,14 +6,8 @@
 if redis.call('DEL', KEYS[1]) == 0 then
   return 0
 end
-local mode = ARGV[2]
-if mode == 'a' then
-  local v = redis.REDIS_VERSION_NUM
-  if v and v >= 0x070000 then mode = 's' else mode = 'c' end
-end
-if mode == 's' then
-  redis.call('SPUBLISH', ARGV[1], 'delete')
-elseif mode == 'c' then
-  redis.call('PUBLISH', ARGV[1], 'delete')
+local pub = publisher(ARGV[2])
+if pub then
+  redis.call(pub, ARGV[1], 'delete')
 end
 return 1

@@ -9,14 +9,8 @@ if not tok then
   return ''
 end
 redis.call('DEL', KEYS[1], KEYS[2])
-local mode = ARGV[2]
-if mode == 'a' then
-  local v = redis.REDIS_VERSION_NUM
-  if v and v >= 0x070000 then mode = 's' else mode = 'c' end
-end
-if mode == 's' then
-  redis.call('SPUBLISH', ARGV[1], tok)
-elseif mode == 'c' then
-  redis.call('PUBLISH', ARGV[1], tok)
+local pub = publisher(ARGV[2])
+if pub then
+  redis.call(pub, ARGV[1], tok)
 end
 return tok

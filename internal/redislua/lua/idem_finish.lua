@@ -23,14 +23,8 @@ if ARGV[2] == 'complete' then
 else
   redis.call('DEL', KEYS[1])
 end
-local mode = ARGV[6]
-if mode == 'a' then
-  local v = redis.REDIS_VERSION_NUM
-  if v and v >= 0x070000 then mode = 's' else mode = 'c' end
-end
-if mode == 's' then
-  redis.call('SPUBLISH', ARGV[5], ARGV[2])
-elseif mode == 'c' then
-  redis.call('PUBLISH', ARGV[5], ARGV[2])
+local pub = publisher(ARGV[6])
+if pub then
+  redis.call(pub, ARGV[5], ARGV[2])
 end
 return 1

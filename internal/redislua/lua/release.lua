@@ -26,13 +26,7 @@ if redis.call('HGET', KEYS[2], 't') == ARGV[1] then
   redis.call('DEL', KEYS[2])
 end
 redis.call('DEL', KEYS[1])
-local mode = ARGV[3]
-if mode == 'a' then
-  local v = redis.REDIS_VERSION_NUM
-  if v and v >= 0x070000 then mode = 's' else mode = 'c' end
-end
-local pub = nil
-if mode == 's' then pub = 'SPUBLISH' elseif mode == 'c' then pub = 'PUBLISH' end
+local pub = publisher(ARGV[3])
 if pub then
   local woken = false
   if KEYS[4] and redis.REDIS_VERSION_NUM then -- 7.0+: effects replication, TIME is allowed
