@@ -78,10 +78,14 @@ func (s *Store) unreachable(ok []bool) string {
 }
 
 // InspectLock implements lock.Inspector. The key is held when one token
-// holds it on a majority of the nodes; TTL is the shortest of those nodes',
-// Fence the highest, Waiters the longest queue. Detail says how many nodes
-// agree and which did not answer. It needs a majority of the nodes to
-// answer (else ErrNoQuorum).
+// holds it on a majority of the nodes; TTL is the shortest of those nodes'
+// and Waiters the longest queue. Fence is the lowest fence counter among
+// those nodes: the fencing round raised them all to the holder's fence, and
+// only a late answer of the holder's own first round can leave one higher,
+// so it is the holder's fence unless the fencing round missed a node. For
+// a free key it is the highest counter, the last fence issued. Detail says
+// how many nodes agree and which did not answer. It needs a majority of
+// the nodes to answer (else ErrNoQuorum).
 func (s *Store) InspectLock(ctx context.Context, key string) (lock.LockInfo, error) {
 	info, _, err := s.inspectLock(ctx, key)
 	return info, err
@@ -121,7 +125,9 @@ func (s *Store) inspectLock(ctx context.Context, key string) (lock.LockInfo, str
 				if info.TTL < 0 || (li.TTL >= 0 && li.TTL < info.TTL) {
 					info.TTL = li.TTL
 				}
-				info.Fence = max(info.Fence, li.Fence)
+				if info.Fence == 0 || li.Fence < info.Fence {
+					info.Fence = li.Fence
+				}
 				info.Owner, info.Holds = li.Owner, li.Holds
 			}
 		}
