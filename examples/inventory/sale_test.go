@@ -1,14 +1,19 @@
 package main
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/oncekit/oncekit/core/idem"
 	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/internal/testenv"
+	"github.com/oncekit/oncekit/observe/promobs"
 	"github.com/oncekit/oncekit/storage/memstore"
 	"github.com/oncekit/oncekit/storage/redisstore"
 )
@@ -66,5 +71,36 @@ func checkSale(t *testing.T, g *idem.Guard, m *lock.Mutex) {
 		if r.Duplicates != tc.buyers*2 {
 			t.Errorf("%d duplicates replayed, want %d (two per order)", r.Duplicates, tc.buyers*2)
 		}
+	}
+}
+
+// The metrics the demo prints agree with the sale's own outcome: one claim
+// per order, every duplicate replayed, nothing lost.
+func TestSaleMetrics(t *testing.T) {
+	metrics := promobs.New()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(metrics)
+	store := memstore.New(memstore.WithObserver(metrics))
+	m, err := lock.NewMutex(store, lock.WithTTL(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := RunSale(t.Context(), guard(t, store), m, 100, 30, 2)
+	if !r.OK() {
+		t.Fatalf("sale failed:\n%s", r)
+	}
+	want := fmt.Sprintf(`
+# HELP oncekit_idem_claims_total Idempotency claims by outcome.
+# TYPE oncekit_idem_claims_total counter
+oncekit_idem_claims_total{driver="memory",outcome="acquired"} 100
+oncekit_idem_claims_total{driver="memory",outcome="replayed"} %d
+oncekit_idem_claims_total{driver="memory",outcome="stored"} 100
+# HELP oncekit_lock_acquire_total Lock acquisitions by outcome.
+# TYPE oncekit_lock_acquire_total counter
+oncekit_lock_acquire_total{driver="memory",outcome="acquired"} 100
+`, r.Duplicates)
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want),
+		"oncekit_idem_claims_total", "oncekit_lock_acquire_total", "oncekit_lock_lost_total"); err != nil {
+		t.Error(err)
 	}
 }
