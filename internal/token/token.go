@@ -1,5 +1,3 @@
-// Package token makes the random per-acquisition tokens that identify a
-// lease's holder.
 package token
 
 import (

@@ -1,11 +1,3 @@
-// Package idemtest is the conformance suite every idem.Store runs:
-//
-//	idemtest.Run(t, idemtest.Config{
-//		NewStore: func(t *testing.T) idem.Store { return store },
-//	})
-//
-// It drives the stores through idem.Guard as well as directly, and sleeps
-// only where expiry is the behaviour under test.
 package idemtest
 
 import (
