@@ -13,7 +13,7 @@ import (
 
 	"github.com/oncekit/oncekit/core/idem"
 	"github.com/oncekit/oncekit/internal/testenv"
-	"github.com/oncekit/oncekit/middleware/httpmw"
+	"github.com/oncekit/oncekit/httpmw"
 	"github.com/oncekit/oncekit/storage/memstore"
 	"github.com/oncekit/oncekit/storage/redisstore"
 )

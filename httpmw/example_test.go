@@ -9,7 +9,7 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/oncekit/oncekit/core/idem"
-	"github.com/oncekit/oncekit/middleware/httpmw"
+	"github.com/oncekit/oncekit/httpmw"
 	"github.com/oncekit/oncekit/storage/memstore"
 )
 

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/oncekit/oncekit/middleware/httpmw"
+	"github.com/oncekit/oncekit/httpmw"
 )
 
 func TestParseKey(t *testing.T) {

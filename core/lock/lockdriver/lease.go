@@ -1,0 +1,273 @@
+package lockdriver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/oncekit/oncekit/core/lock"
+)
+
+// State is where a lease is in its life.
+type State int
+
+const (
+	// Held: the lease is live as far as this process knows.
+	Held State = iota
+	// Released: Release succeeded (or a hand-off passed the key on).
+	Released
+	// Lost: the store no longer holds the lease's token, or its local
+	// deadline passed without a successful Refresh.
+	Lost
+)
+
+func (s State) String() string {
+	switch s {
+	case Held:
+		return "held"
+	case Released:
+		return "released"
+	case Lost:
+		return "lost"
+	}
+	return fmt.Sprintf("State(%d)", int(s))
+}
+
+// Store is the driver's side of one lease: the request that extends its
+// hold in the store and the request that frees it. Both report a hold the
+// store no longer has for this token with an error matching
+// lock.ErrLockLost; any other error means the outcome is unknown (the
+// request may or may not have run), and leaves the lease as it was.
+// Errors are returned to the caller as they are, so they should name the
+// driver, the operation and the key.
+type Store interface {
+	// StoreRefresh extends the hold to ttl and returns the lease's new
+	// local deadline: when this process must stop trusting the hold,
+	// counted from before the request was sent (minus any drift
+	// allowance), so that it never passes after the store's own expiry.
+	// The zero time keeps the deadline as it is.
+	StoreRefresh(ctx context.Context, ttl time.Duration) (deadline time.Time, err error)
+
+	// StoreRelease frees the hold (or passes it to the next waiter).
+	StoreRelease(ctx context.Context) error
+}
+
+// Config describes a lease when it is made.
+type Config struct {
+	Driver string // the driver's package name, for error messages ("redisstore")
+	Key    string
+	Token  string
+	Fence  uint64
+
+	// Deadline is the local deadline of the acquisition (see
+	// Store.StoreRefresh). The zero time sets no timer: the driver ends the
+	// lease itself (memstore, whose store is this process).
+	Deadline time.Time
+
+	// Store makes the lease's requests.
+	Store Store
+
+	// OnEnd, if set, runs once when the lease ends, after Done is closed,
+	// with no lock of the Lease held: the driver forgets the lease and lets
+	// its next local waiter go.
+	OnEnd func(State)
+
+	// OnExpire, if set, runs after OnEnd when the lease ended because its
+	// local deadline passed: the driver may free the key in the store
+	// early instead of waiting for the store's own expiry.
+	OnExpire func()
+}
+
+// Lease implements lock.Lease over a Store. Drivers embed *Lease in their
+// own lease type and may override methods (etcdstore starts a watch in
+// Done).
+type Lease struct {
+	cfg  Config
+	done chan struct{}
+
+	mu       sync.Mutex
+	state    State
+	deadline time.Time
+	timer    *time.Timer // nil without a deadline
+}
+
+// NewLease returns a held lease.
+func NewLease(cfg Config) *Lease {
+	l := &Lease{cfg: cfg, done: make(chan struct{}), deadline: cfg.Deadline}
+	if !cfg.Deadline.IsZero() {
+		l.mu.Lock() // the timer may fire before AfterFunc returns
+		defer l.mu.Unlock()
+		l.timer = time.AfterFunc(time.Until(cfg.Deadline), l.expire)
+	}
+	return l
+}
+
+// Key implements lock.Lease.
+func (l *Lease) Key() string { return l.cfg.Key }
+
+// Token implements lock.Lease.
+func (l *Lease) Token() string { return l.cfg.Token }
+
+// Fence implements lock.Lease.
+func (l *Lease) Fence() uint64 { return l.cfg.Fence }
+
+// Done implements lock.Lease.
+func (l *Lease) Done() <-chan struct{} { return l.done }
+
+// State reports where the lease is in its life.
+func (l *Lease) State() State {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.state
+}
+
+// Remaining is the time left until the local deadline, 0 once it passed or
+// the lease ended, and -1 for a lease without a deadline.
+func (l *Lease) Remaining() time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case l.state != Held:
+		return 0
+	case l.deadline.IsZero():
+		return -1
+	}
+	return max(0, time.Until(l.deadline))
+}
+
+// End ends a held lease in state st (Released or Lost): Done closes, the
+// timer stops, OnEnd runs. It reports whether this call ended it. The
+// caller may hold its own locks, as long as OnEnd does not take them.
+func (l *Lease) End(st State) bool {
+	l.mu.Lock()
+	if l.state != Held {
+		l.mu.Unlock()
+		return false
+	}
+	l.state = st
+	if l.timer != nil {
+		l.timer.Stop()
+	}
+	close(l.done)
+	l.mu.Unlock()
+	if l.cfg.OnEnd != nil {
+		l.cfg.OnEnd(st)
+	}
+	return true
+}
+
+// EndQuietly is End without OnEnd, for a driver that ends the lease while
+// holding the locks OnEnd takes, and has done OnEnd's work itself.
+func (l *Lease) EndQuietly(st State) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.state != Held {
+		return false
+	}
+	l.state = st
+	if l.timer != nil {
+		l.timer.Stop()
+	}
+	close(l.done)
+	return true
+}
+
+// expire runs at the local deadline. With no successful Refresh since, the
+// lease is no longer ours.
+func (l *Lease) expire() {
+	l.mu.Lock()
+	if l.state != Held {
+		l.mu.Unlock()
+		return
+	}
+	if d := time.Until(l.deadline); d > 0 { // refreshed after the timer fired
+		l.timer.Reset(d)
+		l.mu.Unlock()
+		return
+	}
+	l.mu.Unlock()
+	if l.End(Lost) && l.cfg.OnExpire != nil {
+		l.cfg.OnExpire()
+	}
+}
+
+func (l *Lease) errorf(op string, err error) error {
+	return fmt.Errorf("%s: %s %q: %w", l.cfg.Driver, op, l.cfg.Key, err)
+}
+
+// Refresh implements lock.Lease: it extends the hold through the Store and
+// moves the local deadline. A refresh that succeeds in the store after the
+// local deadline ended the lease gives the key back and reports
+// lock.ErrLockLost: Done has closed, so nobody relies on it any more.
+func (l *Lease) Refresh(ctx context.Context, ttl time.Duration) error {
+	if err := ValidateTTL(ttl); err != nil {
+		return err
+	}
+	if l.State() != Held {
+		return l.errorf("refresh", lock.ErrLockLost)
+	}
+	deadline, err := l.cfg.Store.StoreRefresh(ctx, ttl)
+	if err != nil {
+		if errors.Is(err, lock.ErrLockLost) {
+			l.End(Lost)
+		}
+		return err
+	}
+	l.mu.Lock()
+	if l.state != Held {
+		l.mu.Unlock()
+		cctx, cancel := CleanupContext(ctx)
+		defer cancel()
+		_ = l.cfg.Store.StoreRelease(cctx)
+		return l.errorf("refresh", lock.ErrLockLost)
+	}
+	if !deadline.IsZero() {
+		l.deadline = deadline
+		if l.timer != nil {
+			l.timer.Reset(time.Until(deadline))
+		}
+	}
+	l.mu.Unlock()
+	return nil
+}
+
+// Release implements lock.Lease. It runs under CleanupContext when ctx has
+// already ended. A Release after a successful one returns nil without a
+// request; so does one after the local deadline ended the lease if the
+// store still held the key and has now freed it. A Release the store
+// answers with lock.ErrLockLost ends the lease as lost; one whose outcome
+// is unknown (an unreachable store) leaves it as it was, to be retried.
+func (l *Lease) Release(ctx context.Context) error {
+	if l.State() == Released {
+		return nil
+	}
+	if ctx.Err() != nil {
+		var cancel context.CancelFunc
+		ctx, cancel = CleanupContext(ctx)
+		defer cancel()
+	}
+	err := l.cfg.Store.StoreRelease(ctx)
+	switch {
+	case err == nil:
+		if !l.End(Released) {
+			// Ended before (the local deadline passed) while the key was
+			// still ours in the store: it is now freed, as asked.
+			l.mu.Lock()
+			l.state = Released
+			l.mu.Unlock()
+		}
+		return nil
+	case errors.Is(err, lock.ErrLockLost):
+		l.End(Lost)
+		if l.State() == Released { // a concurrent Release won
+			return nil
+		}
+		return err
+	default:
+		return err
+	}
+}
+
+var _ lock.Lease = (*Lease)(nil)

@@ -1,0 +1,96 @@
+package lockdriver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/oncekit/oncekit/core/lock"
+)
+
+// ValidateKey returns an error matching lock.ErrInvalidKey unless key is
+// non-empty and at most lock.MaxKeyLen bytes long.
+func ValidateKey(key string) error {
+	switch {
+	case key == "":
+		return fmt.Errorf("%w: empty", lock.ErrInvalidKey)
+	case len(key) > lock.MaxKeyLen:
+		return fmt.Errorf("%w: %d bytes, limit %d", lock.ErrInvalidKey, len(key), lock.MaxKeyLen)
+	}
+	return nil
+}
+
+// ValidateTTL returns an error matching lock.ErrInvalidTTL when ttl is
+// shorter than lock.MinTTL.
+func ValidateTTL(ttl time.Duration) error {
+	if ttl < lock.MinTTL {
+		return fmt.Errorf("%w: %s, minimum %s", lock.ErrInvalidTTL, ttl, lock.MinTTL)
+	}
+	return nil
+}
+
+// ValidateOwner returns an error matching lock.ErrInvalidOwner for an owner
+// longer than lock.MaxOwnerLen bytes.
+func ValidateOwner(owner string) error {
+	if len(owner) > lock.MaxOwnerLen {
+		return fmt.Errorf("%w: %d bytes, limit %d", lock.ErrInvalidOwner, len(owner), lock.MaxOwnerLen)
+	}
+	return nil
+}
+
+// Validate checks a key and a TTL together, the way every driver does
+// before it talks to its store.
+func Validate(key string, ttl time.Duration) error {
+	if err := ValidateKey(key); err != nil {
+		return err
+	}
+	return ValidateTTL(ttl)
+}
+
+// CheckAcquire is the check every Acquire and TryAcquire starts with: the
+// key, the TTL, the owner of ctx (lock.WithOwner), and ctx itself, whose
+// end is reported as lock.ErrNotAcquired joined with ctx.Err(). It returns
+// the owner.
+func CheckAcquire(ctx context.Context, key string, ttl time.Duration) (owner string, err error) {
+	if err := Validate(key, ttl); err != nil {
+		return "", err
+	}
+	owner = lock.Owner(ctx)
+	if err := ValidateOwner(owner); err != nil {
+		return "", err
+	}
+	if err := ctx.Err(); err != nil {
+		return "", NotAcquired(ctx)
+	}
+	return owner, nil
+}
+
+// NotAcquired is the error of an acquisition that ctx ended: it matches
+// lock.ErrNotAcquired and ctx.Err(), and each of causes.
+func NotAcquired(ctx context.Context, causes ...error) error {
+	return errors.Join(append([]error{lock.ErrNotAcquired, ctx.Err()}, causes...)...)
+}
+
+// ReleaseTimeout is the deadline a Release whose caller's context is
+// already cancelled gets, so that clean-up still happens.
+const ReleaseTimeout = 5 * time.Second
+
+// CleanupContext returns a context for clean-up work (Release, undoing a
+// half-finished Acquire) that keeps ctx's values but not its cancellation,
+// bounded by ReleaseTimeout.
+func CleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), ReleaseTimeout)
+}
+
+// TokenPrefixLen is how much of a holder's token is shown to operators
+// (lock.LockInfo.Token, idem.RecordInfo.Token).
+const TokenPrefixLen = 8
+
+// TokenPrefix shortens a token for display.
+func TokenPrefix(tok string) string {
+	if len(tok) > TokenPrefixLen {
+		return tok[:TokenPrefixLen]
+	}
+	return tok
+}
