@@ -15,7 +15,7 @@ import (
 	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/oncekit/oncekit/internal/redislua"
+	"github.com/oncekit/oncekit/internal/rediskit"
 	"github.com/oncekit/oncekit/internal/testenv"
 	"github.com/oncekit/oncekit/storage/redisstore"
 )
@@ -252,7 +252,7 @@ func BenchmarkWakeups64(b *testing.B) {
 	addr := testenv.RedisAddrs(b, 1)[0]
 	for _, procs := range []int{1, 4, 16} {
 		b.Run(fmt.Sprintf("procs=%d", procs), func(b *testing.B) {
-			sc := &scriptCounter{sha: redislua.Acquire.Hash()}
+			sc := &scriptCounter{sha: rediskit.Acquire.Hash()}
 			cc := &commandCounter{}
 			lockers := make([]locker, procs)
 			for i := range lockers {

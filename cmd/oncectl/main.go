@@ -18,6 +18,7 @@ import (
 
 	"github.com/oncekit/oncekit/core/idem"
 	"github.com/oncekit/oncekit/core/lock"
+	"github.com/oncekit/oncekit/core/lock/lockdriver"
 )
 
 const usage = `oncectl inspects and repairs oncekit locks and idempotency records.
@@ -111,7 +112,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			key = idem.ScopedKey(c.scope, key)
 		}
 	}
-	if err := lock.ValidateKey(key); err != nil {
+	if err := lockdriver.ValidateKey(key); err != nil {
 		return c.usageErr(fmt.Sprintf("KEY: %v", err))
 	}
 	if cmd == "lock release" && !c.force {

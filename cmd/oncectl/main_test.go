@@ -14,6 +14,7 @@ import (
 
 	"github.com/oncekit/oncekit/core/idem"
 	"github.com/oncekit/oncekit/core/lock"
+	"github.com/oncekit/oncekit/core/lock/lockdriver"
 	"github.com/oncekit/oncekit/internal/testenv"
 )
 
@@ -78,11 +79,11 @@ func scenario(t *testing.T, url string) {
 	if err := json.Unmarshal([]byte(out), &li); err != nil {
 		t.Fatalf("lock inspect --json: %v: %s", err, out)
 	}
-	if !li.Held || li.Token != lock.TokenPrefix(held.Token()) || li.Fence != held.Fence() || li.TTLms <= 0 || li.Key != key {
-		t.Errorf("lock inspect = %+v; want held by %s with fence %d", li, lock.TokenPrefix(held.Token()), held.Fence())
+	if !li.Held || li.Token != lockdriver.TokenPrefix(held.Token()) || li.Fence != held.Fence() || li.TTLms <= 0 || li.Key != key {
+		t.Errorf("lock inspect = %+v; want held by %s with fence %d", li, lockdriver.TokenPrefix(held.Token()), held.Fence())
 	}
 	code, out, _ = oncectl(t, "", "--store", url, "lock", "inspect", key)
-	if code != exitOK || !regexp.MustCompile(`held\s+yes`).MatchString(out) || !strings.Contains(out, lock.TokenPrefix(held.Token())) {
+	if code != exitOK || !regexp.MustCompile(`held\s+yes`).MatchString(out) || !strings.Contains(out, lockdriver.TokenPrefix(held.Token())) {
 		t.Errorf("lock inspect table (exit %d):\n%s", code, out)
 	}
 

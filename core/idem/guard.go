@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/oncekit/oncekit/core/lock"
+	"github.com/oncekit/oncekit/core/lock/lockdriver"
 	"github.com/oncekit/oncekit/core/observe"
 )
 
@@ -78,10 +78,10 @@ func NewGuard(store Store, opts ...Option) (*Guard, error) {
 		o(g)
 	}
 	var errs []error
-	if err := lock.ValidateTTL(g.lease); err != nil {
+	if err := lockdriver.ValidateTTL(g.lease); err != nil {
 		errs = append(errs, fmt.Errorf("lease: %w", err))
 	}
-	if err := lock.ValidateTTL(g.retention); err != nil {
+	if err := lockdriver.ValidateTTL(g.retention); err != nil {
 		errs = append(errs, fmt.Errorf("retention: %w", err))
 	}
 	if g.maxResult < 0 || g.wait < 0 {
@@ -160,7 +160,7 @@ func (g *Guard) Do(ctx context.Context, key, fingerprint string,
 // begin claims key, waiting for an in-flight run WithWait. It returns an
 // Acquired or a Completed claim, or an error.
 func (g *Guard) begin(ctx context.Context, key, fingerprint string) (Claim, error) {
-	if err := lock.ValidateKey(key); err != nil {
+	if err := lockdriver.ValidateKey(key); err != nil {
 		return Claim{}, err
 	}
 	deadline := time.Now().Add(waitOf(ctx, g.wait))
@@ -207,7 +207,7 @@ func (g *Guard) run(ctx context.Context, c Claim, run func(context.Context) ([]b
 	rctx, cancel := context.WithCancelCause(context.WithValue(ctx, fenceKey{}, c.Fence))
 	defer cancel(nil)
 	finish := g.watchdog(rctx, c, cancel)
-	cleanup, cancelCleanup := lock.CleanupContext(ctx)
+	cleanup, cancelCleanup := lockdriver.CleanupContext(ctx)
 	defer cancelCleanup()
 
 	defer func() {

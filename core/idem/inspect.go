@@ -13,7 +13,7 @@ type RecordInfo struct {
 	// State is InFlight or Completed when Found.
 	State       State
 	Fingerprint string
-	// Token is the start of an in-flight claim's token (lock.TokenPrefix).
+	// Token is the start of an in-flight claim's token (lockdriver.TokenPrefix).
 	Token string
 	Fence uint64
 	// Expires is when the in-flight lease or the completed record's

@@ -24,7 +24,7 @@
 //
 // # Errors
 //
-// A held key gives ErrNotAcquired (a *HeldError with the holder's remaining
+// A held key gives ErrNotAcquired (a *BusyError with the holder's remaining
 // TTL from TryAcquire); a cancelled wait gives an error matching both
 // ErrNotAcquired and ctx.Err(); a lease that is no longer its holder's gives
 // ErrLockLost from Refresh and Release. Test with errors.Is.

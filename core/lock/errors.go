@@ -9,7 +9,7 @@ import (
 // ErrNotAcquired reports that a lock could not be taken: the key is held by
 // someone else (TryAcquire) or the caller's context ended while waiting
 // (Acquire, joined with ctx.Err()). A TryAcquire failure carries the
-// holder's remaining TTL in a *HeldError.
+// holder's remaining TTL in a *BusyError.
 var ErrNotAcquired = errors.New("lock: not acquired")
 
 // ErrLockLost reports that a lease is no longer held by its owner: it
@@ -36,9 +36,10 @@ var ErrClosed = errors.New("lock: locker closed")
 // fence was already accepted. See FenceGate.
 var ErrStaleFence = errors.New("lock: stale fence")
 
-// HeldError is returned by TryAcquire when the key is held by another lease.
+// BusyError is returned by TryAcquire when the key is busy: held by another
+// lease.
 // It matches ErrNotAcquired with errors.Is.
-type HeldError struct {
+type BusyError struct {
 	// Key is the key the caller asked for.
 	Key string
 	// TTL is the holder's remaining time to live as the store reported it,
@@ -46,7 +47,7 @@ type HeldError struct {
 	TTL time.Duration
 }
 
-func (e *HeldError) Error() string {
+func (e *BusyError) Error() string {
 	if e.TTL < 0 {
 		return fmt.Sprintf("lock: not acquired: %q is held", e.Key)
 	}
@@ -54,7 +55,7 @@ func (e *HeldError) Error() string {
 }
 
 // Is reports whether target is ErrNotAcquired.
-func (e *HeldError) Is(target error) bool { return target == ErrNotAcquired }
+func (e *BusyError) Is(target error) bool { return target == ErrNotAcquired }
 
 // StaleFenceError is returned by FenceGate.Admit for a fence lower than one
 // already admitted. It matches ErrStaleFence with errors.Is.

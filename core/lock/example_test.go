@@ -33,7 +33,7 @@ func ExampleLocker_tryAcquire() {
 	defer first.Release(ctx)
 
 	_, err := locker.TryAcquire(ctx, "sku:phone", time.Minute)
-	var held *lock.HeldError
+	var held *lock.BusyError
 	fmt.Println(errors.Is(err, lock.ErrNotAcquired), errors.As(err, &held) && held.TTL > 59*time.Second)
 	// Output: true true
 }

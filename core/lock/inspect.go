@@ -10,7 +10,7 @@ import (
 type LockInfo struct {
 	Key  string
 	Held bool
-	// Token is the first TokenPrefixLen characters of the holder's token:
+	// Token is the first 8 characters of the holder's token:
 	// enough to match it against logs, not to act as the holder.
 	Token string
 	// Owner is the reentrant owner holding the key (WithOwner), and Holds
@@ -29,17 +29,6 @@ type LockInfo struct {
 	// Detail is driver-specific, free-form: for Redlock, how many nodes
 	// agree.
 	Detail string
-}
-
-// TokenPrefixLen is how much of a holder's token LockInfo shows.
-const TokenPrefixLen = 8
-
-// TokenPrefix shortens a token for display (LockInfo.Token).
-func TokenPrefix(tok string) string {
-	if len(tok) > TokenPrefixLen {
-		return tok[:TokenPrefixLen]
-	}
-	return tok
 }
 
 // Inspector is implemented by every oncekit driver: it answers who holds a

@@ -19,7 +19,7 @@ const MinTTL = time.Millisecond
 // Lockers (in one process or many) exclude each other on the same store.
 type Locker interface {
 	// TryAcquire makes one attempt to take key for ttl. When the key is held
-	// it returns an error matching ErrNotAcquired (a *HeldError carrying the
+	// it returns an error matching ErrNotAcquired (a *BusyError carrying the
 	// holder's remaining TTL) after a single round trip.
 	TryAcquire(ctx context.Context, key string, ttl time.Duration) (Lease, error)
 
@@ -63,43 +63,22 @@ type Lease interface {
 	Done() <-chan struct{}
 }
 
-// ValidateKey returns an error matching ErrInvalidKey unless key is
-// non-empty and at most MaxKeyLen bytes long.
-func ValidateKey(key string) error {
-	switch {
-	case key == "":
-		return fmt.Errorf("%w: empty", ErrInvalidKey)
-	case len(key) > MaxKeyLen:
-		return fmt.Errorf("%w: %d bytes, limit %d", ErrInvalidKey, len(key), MaxKeyLen)
+// checkKey and checkTTL are the bounds above; drivers check them with
+// package lockdriver, which reports the same errors.
+func checkKey(key string) error {
+	if key == "" || len(key) > MaxKeyLen {
+		return fmt.Errorf("%w: %d bytes, want 1 to %d", ErrInvalidKey, len(key), MaxKeyLen)
 	}
 	return nil
 }
 
-// ValidateTTL returns an error matching ErrInvalidTTL when ttl is shorter
-// than MinTTL.
-func ValidateTTL(ttl time.Duration) error {
+func checkTTL(ttl time.Duration) error {
 	if ttl < MinTTL {
 		return fmt.Errorf("%w: %s, minimum %s", ErrInvalidTTL, ttl, MinTTL)
 	}
 	return nil
 }
 
-// Validate checks a key and a TTL together, the way every driver does
-// before it talks to its store.
-func Validate(key string, ttl time.Duration) error {
-	if err := ValidateKey(key); err != nil {
-		return err
-	}
-	return ValidateTTL(ttl)
-}
-
-// ReleaseTimeout is the deadline drivers give a Release whose caller's
-// context is already cancelled, so that clean-up still happens.
-const ReleaseTimeout = 5 * time.Second
-
-// CleanupContext returns a context for clean-up work (Release, undoing a
-// half-finished Acquire) that keeps ctx's values but not its cancellation,
-// bounded by ReleaseTimeout.
-func CleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), ReleaseTimeout)
-}
+// cleanupTimeout bounds clean-up that runs after the caller's context
+// ended (releasing the keys a failed AcquireAll took).
+const cleanupTimeout = 5 * time.Second

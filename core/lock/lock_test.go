@@ -12,6 +12,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/oncekit/oncekit/core/lock"
+	"github.com/oncekit/oncekit/core/lock/lockdriver"
 	"github.com/oncekit/oncekit/core/observe"
 	"github.com/oncekit/oncekit/storage/memstore"
 )
@@ -33,7 +34,7 @@ func TestValidate(t *testing.T) {
 		{"k", -time.Hour, lock.ErrInvalidTTL},
 	}
 	for _, tc := range tests {
-		err := lock.Validate(tc.key, tc.ttl)
+		err := lockdriver.Validate(tc.key, tc.ttl)
 		if tc.want == nil && err != nil || tc.want != nil && !errors.Is(err, tc.want) {
 			t.Errorf("Validate(%d-byte key, %s) = %v, want %v", len(tc.key), tc.ttl, err, tc.want)
 		}
@@ -65,8 +66,8 @@ func TestFenceGate(t *testing.T) {
 	}
 }
 
-func TestHeldErrorMessage(t *testing.T) {
-	e := &lock.HeldError{Key: "k", TTL: -1}
+func TestBusyErrorMessage(t *testing.T) {
+	e := &lock.BusyError{Key: "k", TTL: -1}
 	if !strings.Contains(e.Error(), `"k" is held`) {
 		t.Errorf("unexpected message %q", e.Error())
 	}

@@ -12,9 +12,13 @@ import (
 
 // MultiLocker is implemented by drivers that can take several keys at once
 // more cheaply than one by one (a single script for keys in one Redis hash
-// slot). AcquireAll uses it when the Locker offers it.
+// slot). AcquireAll uses it when the Locker offers it: keys arrive
+// validated, de-duplicated and in canonical order, and the driver returns
+// one lease per key in that order, or an error matching
+// errors.ErrUnsupported when it cannot take this set at once (keys in
+// different slots), and AcquireAll then takes them one by one.
 type MultiLocker interface {
-	AcquireAll(ctx context.Context, keys []string, ttl time.Duration) (*MultiLease, error)
+	AcquireAll(ctx context.Context, keys []string, ttl time.Duration) ([]Lease, error)
 }
 
 // AcquireAll takes every key in keys for ttl, all or nothing: an order that
@@ -25,29 +29,27 @@ type MultiLocker interface {
 // are released before AcquireAll returns. Errors are those of
 // Locker.Acquire.
 func AcquireAll(ctx context.Context, l Locker, keys []string, ttl time.Duration) (*MultiLease, error) {
-	if ml, ok := l.(MultiLocker); ok {
-		return ml.AcquireAll(ctx, keys, ttl)
-	}
-	return AcquireEach(ctx, l, keys, ttl)
-}
-
-// AcquireEach is AcquireAll's general method, for drivers implementing
-// MultiLocker to fall back on: it takes the keys one by one with
-// l.Acquire, in canonical order, and releases what it took when a key
-// cannot be taken.
-func AcquireEach(ctx context.Context, l Locker, keys []string, ttl time.Duration) (*MultiLease, error) {
-	keys, err := CanonicalKeys(keys)
+	keys, err := canonicalKeys(keys)
 	if err != nil {
 		return nil, err
 	}
-	if err := ValidateTTL(ttl); err != nil {
+	if err := checkTTL(ttl); err != nil {
 		return nil, err
+	}
+	if ml, ok := l.(MultiLocker); ok {
+		leases, err := ml.AcquireAll(ctx, keys, ttl)
+		if err == nil {
+			return newMultiLease(leases), nil
+		}
+		if !errors.Is(err, errors.ErrUnsupported) {
+			return nil, err
+		}
 	}
 	leases := make([]Lease, 0, len(keys))
 	for _, k := range keys {
 		lease, err := l.Acquire(ctx, k, ttl)
 		if err != nil {
-			cctx, cancel := CleanupContext(ctx)
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 			defer cancel()
 			for _, taken := range slices.Backward(leases) {
 				_ = taken.Release(cctx)
@@ -56,18 +58,18 @@ func AcquireEach(ctx context.Context, l Locker, keys []string, ttl time.Duration
 		}
 		leases = append(leases, lease)
 	}
-	return NewMultiLease(leases), nil
+	return newMultiLease(leases), nil
 }
 
-// CanonicalKeys validates keys and returns them de-duplicated in the order
+// canonicalKeys validates keys and returns them de-duplicated in the order
 // AcquireAll takes them.
-func CanonicalKeys(keys []string) ([]string, error) {
+func canonicalKeys(keys []string) ([]string, error) {
 	if len(keys) == 0 {
 		return nil, fmt.Errorf("%w: no keys", ErrInvalidKey)
 	}
 	out := slices.Clone(keys)
 	for _, k := range out {
-		if err := ValidateKey(k); err != nil {
+		if err := checkKey(k); err != nil {
 			return nil, err
 		}
 	}
@@ -84,9 +86,8 @@ type MultiLease struct {
 	once   sync.Once
 }
 
-// NewMultiLease joins leases, in the order given, into one handle. Drivers
-// implementing MultiLocker use it; callers use AcquireAll.
-func NewMultiLease(leases []Lease) *MultiLease {
+// newMultiLease joins leases, in the order given, into one handle.
+func newMultiLease(leases []Lease) *MultiLease {
 	m := &MultiLease{leases: leases, done: make(chan struct{})}
 	for _, l := range leases {
 		go func() {

@@ -55,7 +55,7 @@ func NewMutex(l Locker, opts ...MutexOption) (*Mutex, error) {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	if err := ValidateTTL(o.ttl); err != nil {
+	if err := checkTTL(o.ttl); err != nil {
 		return nil, fmt.Errorf("lock: NewMutex: %w", err)
 	}
 	if !o.observed {

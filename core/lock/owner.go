@@ -1,9 +1,6 @@
 package lock
 
-import (
-	"context"
-	"fmt"
-)
+import "context"
 
 // MaxOwnerLen is the longest owner identity, in bytes.
 const MaxOwnerLen = 256
@@ -33,13 +30,4 @@ func WithOwner(ctx context.Context, owner string) context.Context {
 func Owner(ctx context.Context) string {
 	o, _ := ctx.Value(ownerKey{}).(string)
 	return o
-}
-
-// ValidateOwner returns an error matching ErrInvalidOwner for an owner
-// longer than MaxOwnerLen bytes.
-func ValidateOwner(owner string) error {
-	if len(owner) > MaxOwnerLen {
-		return fmt.Errorf("%w: %d bytes, limit %d", ErrInvalidOwner, len(owner), MaxOwnerLen)
-	}
-	return nil
 }

@@ -10,8 +10,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/oncekit/oncekit/core/lock"
 )
 
 // Client is what a Subscriber needs of go-redis.
@@ -76,6 +74,8 @@ func (m Mode) ScriptArg() string {
 type Subscriber struct {
 	client Client
 	mode   Mode
+
+	io sync.Mutex // orders SUBSCRIBE and UNSUBSCRIBE requests; taken before mu
 
 	mu       sync.Mutex
 	sharded  bool // resolved mode, valid once resolved is true
@@ -166,10 +166,14 @@ const subscribeWait = time.Second
 // Closed is closed by Close.
 func (s *Subscriber) Closed() <-chan struct{} { return s.closed }
 
+// ErrClosed reports a Watch after Close.
+var ErrClosed = errors.New("redisnotify: subscriber closed")
+
 // Watch registers a waiter on channel name and returns once the
 // subscription is confirmed, or could not be made (then the waiter polls).
-// It fails only when ctx ends (an error matching lock.ErrNotAcquired and
-// ctx.Err()) or after Close (lock.ErrClosed).
+// It fails only when ctx ends (ctx.Err()) or after Close (ErrClosed).
+// Network requests are made without s.mu held, so that messages keep
+// flowing to other waiters meanwhile.
 func (s *Subscriber) Watch(ctx context.Context, name string) (*Watcher, error) {
 	w := &Watcher{name: name, wake: make(chan struct{}, 1)}
 	if s.mode == Off {
@@ -178,51 +182,48 @@ func (s *Subscriber) Watch(ctx context.Context, name string) (*Watcher, error) {
 	sharded, err := s.resolve(ctx)
 	if err != nil {
 		if ctx.Err() != nil {
-			return nil, errors.Join(lock.ErrNotAcquired, ctx.Err())
+			return nil, ctx.Err()
 		}
 		return w, nil // cannot tell the server's version: poll
 	}
 	sc, shard, err := s.shardOf(ctx, name, sharded)
 	if err != nil {
 		if ctx.Err() != nil {
-			return nil, errors.Join(lock.ErrNotAcquired, ctx.Err())
+			return nil, ctx.Err()
 		}
 		return w, nil // cannot tell the shard: poll
 	}
 	s.mu.Lock()
 	if s.isClosed {
 		s.mu.Unlock()
-		return nil, lock.ErrClosed
+		return nil, ErrClosed
 	}
 	ch := s.chans[name]
-	if ch == nil {
-		ch = &channel{watchers: make(map[*Watcher]struct{}), ready: make(chan struct{})}
-		var err error
+	fresh := ch == nil
+	if fresh {
 		conn := s.conns[shard]
 		if conn == nil {
-			var ps *redis.PubSub
-			if sharded {
-				ps = sc.SSubscribe(ctx, name)
-			} else {
-				ps = sc.Subscribe(ctx, name)
-			}
-			conn = s.startLocked(shard, ps)
-		} else if sharded {
-			err = conn.ps.SSubscribe(ctx, name)
-		} else {
-			err = conn.ps.Subscribe(ctx, name)
+			conn = s.startLocked(shard, sc, sharded) // no request yet
 		}
-		if err != nil {
-			s.mu.Unlock()
-			return w, nil // the connection is down: poll until it is back
-		}
-		ch.conn = conn
+		ch = &channel{conn: conn, watchers: make(map[*Watcher]struct{}), ready: make(chan struct{})}
 		s.chans[name] = ch
 	}
 	ch.watchers[w] = struct{}{}
 	w.ch = ch
 	s.mu.Unlock()
 
+	if fresh {
+		s.io.Lock()
+		if sharded {
+			err = ch.conn.ps.SSubscribe(ctx, name)
+		} else {
+			err = ch.conn.ps.Subscribe(ctx, name)
+		}
+		s.io.Unlock()
+		if err != nil && ctx.Err() == nil {
+			return w, nil // the connection is down: poll until it is back
+		}
+	}
 	t := time.NewTimer(subscribeWait)
 	defer t.Stop()
 	select {
@@ -231,29 +232,39 @@ func (s *Subscriber) Watch(ctx context.Context, name string) (*Watcher, error) {
 	case <-s.closed:
 	case <-ctx.Done():
 		s.Unwatch(w)
-		return nil, errors.Join(lock.ErrNotAcquired, ctx.Err())
+		return nil, ctx.Err()
 	}
 	return w, nil
 }
 
-// Unwatch removes a waiter; the last one out unsubscribes the channel.
+// Unwatch removes a waiter; the last one out unsubscribes the channel
+// (unless a new waiter subscribed it again meanwhile).
 func (s *Subscriber) Unwatch(w *Watcher) {
 	if w.ch == nil {
 		return
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	delete(w.ch.watchers, w)
-	if len(w.ch.watchers) > 0 || s.chans[w.name] != w.ch {
+	last := len(w.ch.watchers) == 0 && s.chans[w.name] == w.ch
+	if last {
+		delete(s.chans, w.name)
+	}
+	closed, sharded := s.isClosed, s.sharded
+	s.mu.Unlock()
+	if !last || closed {
 		return
 	}
-	delete(s.chans, w.name)
-	if s.isClosed {
+	s.io.Lock()
+	defer s.io.Unlock()
+	s.mu.Lock()
+	again := s.chans[w.name] != nil
+	s.mu.Unlock()
+	if again {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), subscribeWait)
 	defer cancel()
-	if s.sharded {
+	if sharded {
 		_ = w.ch.conn.ps.SUnsubscribe(ctx, w.name)
 	} else {
 		_ = w.ch.conn.ps.Unsubscribe(ctx, w.name)
@@ -303,7 +314,15 @@ func majorVersion(info string) int {
 	return 0
 }
 
-func (s *Subscriber) startLocked(shard string, ps *redis.PubSub) *psConn {
+// startLocked opens shard's pub/sub connection object and its reading
+// loop. go-redis connects lazily: nothing is sent here.
+func (s *Subscriber) startLocked(shard string, sc subscribeClient, sharded bool) *psConn {
+	var ps *redis.PubSub
+	if sharded {
+		ps = sc.SSubscribe(context.Background())
+	} else {
+		ps = sc.Subscribe(context.Background())
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &psConn{ps: ps, cancel: cancel, done: make(chan struct{})}
 	s.conns[shard] = c
@@ -392,7 +411,7 @@ func notify(w *Watcher) {
 }
 
 // Close closes the pub/sub connections and Closed; later Watch calls fail
-// with lock.ErrClosed.
+// with ErrClosed.
 func (s *Subscriber) Close() error {
 	s.mu.Lock()
 	if s.isClosed {

@@ -13,6 +13,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/oncekit/oncekit/core/lock"
+	"github.com/oncekit/oncekit/core/lock/lockdriver"
 	"github.com/oncekit/oncekit/core/observe"
 	"github.com/oncekit/oncekit/internal/bg"
 	"github.com/oncekit/oncekit/internal/token"
@@ -90,7 +91,7 @@ func (s *Store) Close() error {
 	s.mu.Unlock()
 	var err error
 	if sess != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), lock.ReleaseTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), lockdriver.ReleaseTimeout)
 		_, err = s.c.Revoke(ctx, sess.id)
 		cancel()
 		sess.end()
@@ -220,7 +221,7 @@ func (s *Store) TryAcquire(ctx context.Context, key string, ttl time.Duration) (
 		}
 	}
 	if !resp.Succeeded {
-		held := &lock.HeldError{Key: key, TTL: -1}
+		held := &lock.BusyError{Key: key, TTL: -1}
 		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
 			held.TTL = remaining(string(kvs[0].Value))
 		}
@@ -452,10 +453,10 @@ func (s *Store) removeEntry(sess *session, key string) {
 }
 
 func (s *Store) check(ctx context.Context, key string, ttl time.Duration) error {
-	if err := lock.Validate(key, ttl); err != nil {
+	if err := lockdriver.Validate(key, ttl); err != nil {
 		return err
 	}
-	if err := lock.ValidateOwner(lock.Owner(ctx)); err != nil {
+	if err := lockdriver.ValidateOwner(lock.Owner(ctx)); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
@@ -477,7 +478,7 @@ func (s *Store) wrap(op, key string, ctx context.Context, err error) error {
 }
 
 // expiry is the value of an entry: when its holder's TTL runs out, in Unix
-// milliseconds, for other clients' HeldError.
+// milliseconds, for other clients' BusyError.
 func expiry(start time.Time, ttl time.Duration) string {
 	return strconv.FormatInt(start.Add(ttl).UnixMilli(), 10)
 }

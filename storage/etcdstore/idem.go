@@ -10,7 +10,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/oncekit/oncekit/core/idem"
-	"github.com/oncekit/oncekit/core/lock"
+	"github.com/oncekit/oncekit/core/lock/lockdriver"
 	"github.com/oncekit/oncekit/internal/token"
 )
 
@@ -76,7 +76,7 @@ func decodeRecord(key string, v []byte) (recordVal, error) {
 // Begin implements idem.Store: one transaction, or two when it takes over a
 // claim whose lease ran out.
 func (s *Store) Begin(ctx context.Context, key, fingerprint string, lease time.Duration) (idem.Claim, error) {
-	if err := lock.Validate(key, lease); err != nil {
+	if err := lockdriver.Validate(key, lease); err != nil {
 		return idem.Claim{}, err
 	}
 	if len(fingerprint) > 1<<15 {
@@ -181,7 +181,7 @@ func (s *Store) finish(ctx context.Context, c idem.Claim, op string, update func
 // entry still exists with the claim's create revision. Entries are never
 // reused, so that proves no newer claim took the key.
 func (s *Store) Complete(ctx context.Context, c idem.Claim, result []byte, retention time.Duration) error {
-	if err := lock.ValidateTTL(retention); err != nil {
+	if err := lockdriver.ValidateTTL(retention); err != nil {
 		return err
 	}
 	if c.Token == "" {
@@ -220,7 +220,7 @@ func (s *Store) Abandon(ctx context.Context, c idem.Claim) error {
 
 // Extend implements idem.Store.
 func (s *Store) Extend(ctx context.Context, c idem.Claim, lease time.Duration) error {
-	if err := lock.ValidateTTL(lease); err != nil {
+	if err := lockdriver.ValidateTTL(lease); err != nil {
 		return err
 	}
 	return s.finish(ctx, c, "extend", func(cur recordVal) (clientv3.Op, error) {
@@ -231,7 +231,7 @@ func (s *Store) Extend(ctx context.Context, c idem.Claim, lease time.Duration) e
 
 func cleanupIfDone(ctx context.Context) (context.Context, context.CancelFunc) {
 	if ctx.Err() != nil {
-		return lock.CleanupContext(ctx)
+		return lockdriver.CleanupContext(ctx)
 	}
 	return ctx, func() {}
 }

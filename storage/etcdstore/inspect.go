@@ -9,6 +9,7 @@ import (
 
 	"github.com/oncekit/oncekit/core/idem"
 	"github.com/oncekit/oncekit/core/lock"
+	"github.com/oncekit/oncekit/core/lock/lockdriver"
 )
 
 // InspectLock implements lock.Inspector. The holder is the oldest entry of
@@ -23,7 +24,7 @@ func (s *Store) InspectLock(ctx context.Context, key string) (lock.LockInfo, err
 }
 
 func (s *Store) inspectLock(ctx context.Context, key string) (lock.LockInfo, string, error) {
-	if err := lock.ValidateKey(key); err != nil {
+	if err := lockdriver.ValidateKey(key); err != nil {
 		return lock.LockInfo{}, "", err
 	}
 	pfx := s.lockPrefix(key)
@@ -42,7 +43,7 @@ func (s *Store) inspectLock(ctx context.Context, key string) (lock.LockInfo, str
 	holder := kvs[0]
 	entry := string(holder.Key)
 	info.Held, info.Holds, info.Waiters = true, 1, len(kvs)-1
-	info.Token, info.Fence = lock.TokenPrefix(tokenOf(entry)), uint64(holder.CreateRevision)
+	info.Token, info.Fence = lockdriver.TokenPrefix(tokenOf(entry)), uint64(holder.CreateRevision)
 	if o := resp.Responses[1].GetResponseRange().Kvs; len(o) > 0 {
 		if rec, ok := decodeOwner(o[0].Value); ok && rec.entry == entry {
 			info.Owner, info.Holds = rec.owner, rec.holds
@@ -91,7 +92,7 @@ func (s *Store) ForceRelease(ctx context.Context, key string) (lock.LockInfo, er
 // InspectRecord implements idem.Inspector: Fence is the claim entry's
 // create revision.
 func (s *Store) InspectRecord(ctx context.Context, key string) (idem.RecordInfo, error) {
-	if err := lock.ValidateKey(key); err != nil {
+	if err := lockdriver.ValidateKey(key); err != nil {
 		return idem.RecordInfo{}, err
 	}
 	resp, err := s.c.Get(ctx, s.recordDir(key), clientv3.WithPrefix())
@@ -118,7 +119,7 @@ func (s *Store) InspectRecord(ctx context.Context, key string) (idem.RecordInfo,
 	if rec.state == stateCompleted {
 		info.State, info.Stored = idem.Completed, rec.result
 	} else {
-		info.State, info.Token = idem.InFlight, lock.TokenPrefix(tokenOfRecord(string(kv.Key)))
+		info.State, info.Token = idem.InFlight, lockdriver.TokenPrefix(tokenOfRecord(string(kv.Key)))
 	}
 	if !time.Now().Before(rec.expires) {
 		info.Detail = "expired: the next Begin replaces it"
@@ -140,7 +141,7 @@ func tokenOfRecord(entry string) string {
 // DeleteRecord implements idem.Inspector: it deletes every entry of the
 // key, which wakes the duplicates watching it.
 func (s *Store) DeleteRecord(ctx context.Context, key string) (bool, error) {
-	if err := lock.ValidateKey(key); err != nil {
+	if err := lockdriver.ValidateKey(key); err != nil {
 		return false, err
 	}
 	resp, err := s.c.Delete(ctx, s.recordDir(key), clientv3.WithPrefix())

@@ -9,6 +9,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/oncekit/oncekit/core/lock"
+	"github.com/oncekit/oncekit/core/lock/lockdriver"
 )
 
 type leaseState int
@@ -107,7 +108,7 @@ func (l *lease) expire() {
 // it succeeds or the session ends.
 func (l *lease) deleteUntilDone() {
 	for wait := 50 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
-		ctx, cancel := context.WithTimeout(context.Background(), lock.ReleaseTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), lockdriver.ReleaseTimeout)
 		var err error
 		if l.owner != "" {
 			_, err = l.s.giveBack(ctx, l)
@@ -154,7 +155,7 @@ func (l *lease) currentState() leaseState {
 // records the new expiry in it; the entry itself lives as long as the
 // session, which the Store keeps alive.
 func (l *lease) Refresh(ctx context.Context, ttl time.Duration) error {
-	if err := lock.ValidateTTL(ttl); err != nil {
+	if err := lockdriver.ValidateTTL(ttl); err != nil {
 		return err
 	}
 	if l.currentState() != held {
@@ -184,14 +185,14 @@ func (l *lease) Refresh(ctx context.Context, ttl time.Duration) error {
 
 // Release deletes the entry in one request. Entries are never reused (each
 // acquisition writes a key of its own), so a plain delete removes only this
-// lease's entry, and a retried Release can never delete a newer holder's. With a cancelled ctx it still runs, under lock.ReleaseTimeout.
+// lease's entry, and a retried Release can never delete a newer holder's. With a cancelled ctx it still runs, under lockdriver.ReleaseTimeout.
 func (l *lease) Release(ctx context.Context) error {
 	if l.currentState() == released {
 		return nil
 	}
 	if ctx.Err() != nil {
 		var cancel context.CancelFunc
-		ctx, cancel = lock.CleanupContext(ctx)
+		ctx, cancel = lockdriver.CleanupContext(ctx)
 		defer cancel()
 	}
 	var deleted bool

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/oncekit/oncekit/core/idem"
-	"github.com/oncekit/oncekit/core/lock"
+	"github.com/oncekit/oncekit/core/lock/lockdriver"
 	"github.com/oncekit/oncekit/internal/token"
 )
 
@@ -60,7 +60,7 @@ func (s *Store) recordLocked(key string) *record {
 
 // Begin implements idem.Store.
 func (s *Store) Begin(ctx context.Context, key, fingerprint string, lease time.Duration) (idem.Claim, error) {
-	if err := lock.Validate(key, lease); err != nil {
+	if err := lockdriver.Validate(key, lease); err != nil {
 		return idem.Claim{}, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -98,7 +98,7 @@ func (s *Store) ownLocked(c idem.Claim, op string) (*record, error) {
 
 // Complete implements idem.Store.
 func (s *Store) Complete(ctx context.Context, c idem.Claim, result []byte, retention time.Duration) error {
-	if err := lock.ValidateTTL(retention); err != nil {
+	if err := lockdriver.ValidateTTL(retention); err != nil {
 		return err
 	}
 	s.mu.Lock()
@@ -127,7 +127,7 @@ func (s *Store) Abandon(ctx context.Context, c idem.Claim) error {
 
 // Extend implements idem.Store.
 func (s *Store) Extend(ctx context.Context, c idem.Claim, lease time.Duration) error {
-	if err := lock.ValidateTTL(lease); err != nil {
+	if err := lockdriver.ValidateTTL(lease); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {

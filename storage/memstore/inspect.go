@@ -6,13 +6,14 @@ import (
 
 	"github.com/oncekit/oncekit/core/idem"
 	"github.com/oncekit/oncekit/core/lock"
+	"github.com/oncekit/oncekit/core/lock/lockdriver"
 )
 
 // InspectLock implements lock.Inspector. Waiters counts the goroutines
 // queued for the key. A free key reports fence 0: the Store's fence counter
 // is shared by all keys.
 func (s *Store) InspectLock(_ context.Context, key string) (lock.LockInfo, error) {
-	if err := lock.ValidateKey(key); err != nil {
+	if err := lockdriver.ValidateKey(key); err != nil {
 		return lock.LockInfo{}, err
 	}
 	s.mu.Lock()
@@ -28,7 +29,7 @@ func (s *Store) inspectLocked(key string) lock.LockInfo {
 	}
 	info.Waiters = e.waiters.Len()
 	if g := e.holder; g != nil && g.heldLocked() {
-		info.Held, info.Token, info.Owner, info.Holds = true, lock.TokenPrefix(g.token), g.owner, g.holds
+		info.Held, info.Token, info.Owner, info.Holds = true, lockdriver.TokenPrefix(g.token), g.owner, g.holds
 		info.Fence, info.TTL = g.fence, time.Until(g.expires)
 	}
 	return info
@@ -37,7 +38,7 @@ func (s *Store) inspectLocked(key string) lock.LockInfo {
 // ForceRelease implements lock.Inspector: the holder's leases end as lost
 // (Done closes) and the first waiter gets the key.
 func (s *Store) ForceRelease(_ context.Context, key string) (lock.LockInfo, error) {
-	if err := lock.ValidateKey(key); err != nil {
+	if err := lockdriver.ValidateKey(key); err != nil {
 		return lock.LockInfo{}, err
 	}
 	s.mu.Lock()
@@ -51,7 +52,7 @@ func (s *Store) ForceRelease(_ context.Context, key string) (lock.LockInfo, erro
 
 // InspectRecord implements idem.Inspector.
 func (s *Store) InspectRecord(_ context.Context, key string) (idem.RecordInfo, error) {
-	if err := lock.ValidateKey(key); err != nil {
+	if err := lockdriver.ValidateKey(key); err != nil {
 		return idem.RecordInfo{}, err
 	}
 	s.mu.Lock()
@@ -61,7 +62,7 @@ func (s *Store) InspectRecord(_ context.Context, key string) (idem.RecordInfo, e
 		return idem.RecordInfo{Key: key}, nil
 	}
 	info := idem.RecordInfo{Key: key, Found: true, State: idem.InFlight, Fingerprint: r.fp,
-		Token: lock.TokenPrefix(r.token), Fence: r.fence, Expires: r.expires}
+		Token: lockdriver.TokenPrefix(r.token), Fence: r.fence, Expires: r.expires}
 	if r.done {
 		info.State, info.Token, info.Stored = idem.Completed, "", append([]byte(nil), r.result...)
 	}
@@ -70,7 +71,7 @@ func (s *Store) InspectRecord(_ context.Context, key string) (idem.RecordInfo, e
 
 // DeleteRecord implements idem.Inspector.
 func (s *Store) DeleteRecord(_ context.Context, key string) (bool, error) {
-	if err := lock.ValidateKey(key); err != nil {
+	if err := lockdriver.ValidateKey(key); err != nil {
 		return false, err
 	}
 	s.mu.Lock()

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/oncekit/oncekit/core/lock"
+	"github.com/oncekit/oncekit/core/lock/lockdriver"
 	"github.com/oncekit/oncekit/core/observe"
 	"github.com/oncekit/oncekit/internal/token"
 )
@@ -103,17 +104,17 @@ func (s *Store) TryAcquire(ctx context.Context, key string, ttl time.Duration) (
 		if owner != "" && h.owner == owner {
 			return h.reenterLocked(ttl), nil
 		}
-		return nil, &lock.HeldError{Key: key, TTL: time.Until(h.expires)}
+		return nil, &lock.BusyError{Key: key, TTL: time.Until(h.expires)}
 	}
 	return s.grantLocked(key, e, ttl, owner), nil
 }
 
 func check(ctx context.Context, key string, ttl time.Duration) (string, error) {
-	if err := lock.Validate(key, ttl); err != nil {
+	if err := lockdriver.Validate(key, ttl); err != nil {
 		return "", err
 	}
 	owner := lock.Owner(ctx)
-	if err := lock.ValidateOwner(owner); err != nil {
+	if err := lockdriver.ValidateOwner(owner); err != nil {
 		return "", err
 	}
 	if err := ctx.Err(); err != nil {
@@ -285,7 +286,7 @@ func (l *lease) Done() <-chan struct{} { return l.done }
 
 // Refresh extends the key (all of an owner's holds share its expiry).
 func (l *lease) Refresh(ctx context.Context, ttl time.Duration) error {
-	if err := lock.ValidateTTL(ttl); err != nil {
+	if err := lockdriver.ValidateTTL(ttl); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {

@@ -7,16 +7,17 @@ import (
 
 	"github.com/oncekit/oncekit/core/idem"
 	"github.com/oncekit/oncekit/core/lock"
-	"github.com/oncekit/oncekit/internal/redislua"
+	"github.com/oncekit/oncekit/core/lock/lockdriver"
+	"github.com/oncekit/oncekit/internal/rediskit"
 )
 
 // InspectLock implements lock.Inspector: one round trip. Waiters counts the
 // processes queued in Redis, not the goroutines waiting inside each.
 func (s *Store) InspectLock(ctx context.Context, key string) (lock.LockInfo, error) {
-	if err := lock.ValidateKey(key); err != nil {
+	if err := lockdriver.ValidateKey(key); err != nil {
 		return lock.LockInfo{}, err
 	}
-	st, err := redislua.InspectLock(ctx, s.client, s.names, key)
+	st, err := rediskit.InspectLock(ctx, s.client, s.Keys, key)
 	if err != nil {
 		return lock.LockInfo{}, fmt.Errorf("redisstore: inspect %q: %w", key, err)
 	}
@@ -30,23 +31,23 @@ func (s *Store) ForceRelease(ctx context.Context, key string) (lock.LockInfo, er
 	if err != nil || !info.Held {
 		return info, err
 	}
-	tok, err := redislua.ForceRelease(ctx, s.client, s.names, key, s.modeArg())
+	tok, err := rediskit.ForceRelease(ctx, s.client, s.Keys, key, s.PubSub.ScriptArg())
 	if err != nil {
 		return info, fmt.Errorf("redisstore: force release %q: %w", key, err)
 	}
 	info.Held = tok != ""
 	if tok != "" {
-		info.Token = lock.TokenPrefix(tok)
+		info.Token = lockdriver.TokenPrefix(tok)
 	}
 	return info, nil
 }
 
 // InspectRecord implements idem.Inspector: one round trip.
 func (s *Store) InspectRecord(ctx context.Context, key string) (idem.RecordInfo, error) {
-	if err := lock.ValidateKey(key); err != nil {
+	if err := lockdriver.ValidateKey(key); err != nil {
 		return idem.RecordInfo{}, err
 	}
-	st, err := redislua.InspectRecord(ctx, s.client, s.records(), key)
+	st, err := rediskit.InspectRecord(ctx, s.client, s.Records, key)
 	if err != nil {
 		return idem.RecordInfo{}, fmt.Errorf("redisstore: inspect record %q: %w", key, err)
 	}
@@ -56,17 +57,12 @@ func (s *Store) InspectRecord(ctx context.Context, key string) (idem.RecordInfo,
 // DeleteRecord implements idem.Inspector: one round trip, which also wakes
 // the duplicates waiting for the key.
 func (s *Store) DeleteRecord(ctx context.Context, key string) (bool, error) {
-	if err := lock.ValidateKey(key); err != nil {
+	if err := lockdriver.ValidateKey(key); err != nil {
 		return false, err
 	}
-	ok, err := redislua.DeleteRecord(ctx, s.client, s.records(), key, s.modeArg())
+	ok, err := rediskit.DeleteRecord(ctx, s.client, s.Records, key, s.PubSub.ScriptArg())
 	if err != nil {
 		return false, fmt.Errorf("redisstore: delete record %q: %w", key, err)
 	}
 	return ok, nil
 }
-
-var (
-	_ lock.Inspector = (*Store)(nil)
-	_ idem.Inspector = (*Store)(nil)
-)

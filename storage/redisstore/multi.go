@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/oncekit/oncekit/core/lock"
-	"github.com/oncekit/oncekit/internal/redislua"
+	"github.com/oncekit/oncekit/core/lock/lockdriver"
+	"github.com/oncekit/oncekit/internal/rediskit"
 	"github.com/oncekit/oncekit/internal/redisnotify"
 	"github.com/oncekit/oncekit/internal/token"
 )
@@ -19,26 +19,19 @@ import (
 // lives on one server, so the keys are taken in one script, all or nothing,
 // in one round trip; while one of them is held, it waits for that key's
 // release message or remaining TTL and tries again. Under Cluster, and for
-// an owner (lock.WithOwner), it takes them one by one in canonical order
-// (lock.AcquireEach).
-func (s *Store) AcquireAll(ctx context.Context, keys []string, ttl time.Duration) (*lock.MultiLease, error) {
+// an owner (lock.WithOwner), it reports errors.ErrUnsupported and
+// lock.AcquireAll takes the keys one by one in canonical order.
+func (s *Store) AcquireAll(ctx context.Context, keys []string, ttl time.Duration) ([]lock.Lease, error) {
 	if _, cluster := s.client.(*redis.ClusterClient); cluster || lock.Owner(ctx) != "" {
-		return lock.AcquireEach(ctx, s, keys, ttl)
-	}
-	keys, err := lock.CanonicalKeys(keys)
-	if err != nil {
-		return nil, err
-	}
-	if err := lock.ValidateTTL(ttl); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("redisstore: acquire all: keys in several slots or an owner: %w", errors.ErrUnsupported)
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, errors.Join(lock.ErrNotAcquired, err)
+		return nil, lockdriver.NotAcquired(ctx)
 	}
 	var (
 		watched string
 		w       *watchHandle
-		backoff = s.opts.minBackoff
+		backoff = s.MinBackoff
 		timer   = time.NewTimer(time.Hour)
 	)
 	defer timer.Stop()
@@ -49,34 +42,26 @@ func (s *Store) AcquireAll(ctx context.Context, keys []string, ttl time.Duration
 			return nil, err
 		}
 		if leases != nil {
-			return lock.NewMultiLease(leases), nil
+			return leases, nil
 		}
 		if blocked != watched {
 			// Subscribe to the key in the way, then try again at once.
 			w.close()
-			sw, err := s.sub.Watch(ctx, s.channel(blocked))
+			sw, err := s.watch(ctx, s.Keys.Channel(blocked))
 			if err != nil {
 				return nil, err
 			}
 			w, watched = &watchHandle{s: s, w: sw}, blocked
 			continue
 		}
-		wait := s.opts.recheck
-		switch {
-		case !w.w.Subscribed() || pttl < 0:
-			wait = min(wait, backoff/2+rand.N(backoff/2+1))
-			backoff = min(2*backoff, s.opts.maxBackoff)
-		case pttl < wait:
-			wait = pttl + time.Millisecond
-		}
-		timer.Reset(wait)
+		timer.Reset(s.NextWait(w.w.Subscribed(), pttl, &backoff))
 		select {
 		case <-w.w.Wake():
 		case <-timer.C:
 		case <-s.sub.Closed():
 			return nil, fmt.Errorf("redisstore: acquire all: %w", lock.ErrClosed)
 		case <-ctx.Done():
-			return nil, errors.Join(lock.ErrNotAcquired, ctx.Err())
+			return nil, lockdriver.NotAcquired(ctx)
 		}
 		if !timer.Stop() {
 			select {
@@ -110,16 +95,15 @@ func (s *Store) attemptAll(ctx context.Context, keys []string, ttl time.Duration
 	args := []any{ttl.Milliseconds(), deadline}
 	toks := make([]string, len(keys))
 	for i, k := range keys {
-		names = append(names, s.lockKey(k), s.fenceKey(k))
+		names = append(names, s.Keys.Lock(k), s.Keys.Fence(k))
 		toks[i] = token.New()
 		args = append(args, toks[i])
 	}
 	undo := func() {
-		cctx, cancel := lock.CleanupContext(ctx)
+		cctx, cancel := lockdriver.CleanupContext(ctx)
 		defer cancel()
 		for i, k := range keys {
-			_ = redislua.Release.Run(cctx, s.client, []string{s.lockKey(k), s.names.Owner(k)},
-				toks[i], s.channel(k), s.modeArg()).Err()
+			_, _ = s.Release(cctx, s.client, k, toks[i], false)
 		}
 	}
 	late := func(cmd *redis.Cmd) {
@@ -127,13 +111,13 @@ func (s *Store) attemptAll(ctx context.Context, keys []string, ttl time.Duration
 			undo()
 		}
 	}
-	v, err := redislua.Run(ctx, &s.bg, s.client, redislua.AcquireAll, names, late, args...).Int64Slice()
+	v, err := rediskit.Run(ctx, &s.BG, s.client, rediskit.AcquireAll, names, late, args...).Int64Slice()
 	if err != nil {
-		if ctxErr := ctx.Err(); ctxErr != nil {
-			return nil, "", 0, errors.Join(lock.ErrNotAcquired, ctxErr)
+		if ctx.Err() != nil {
+			return nil, "", 0, lockdriver.NotAcquired(ctx)
 		}
 		if !isRedisReply(err) {
-			s.bg.Go(undo)
+			s.BG.Go(undo)
 		}
 		return nil, "", 0, fmt.Errorf("redisstore: acquire all: %w", err)
 	}
@@ -149,7 +133,7 @@ func (s *Store) attemptAll(ctx context.Context, keys []string, ttl time.Duration
 	case len(v) == 1+len(keys) && v[0] == 1:
 		leases := make([]lock.Lease, len(keys))
 		for i, k := range keys {
-			l := newLease(s, k, toks[i], uint64(v[1+i]), start, ttl, "")
+			l := s.newLease(k, toks[i], uint64(v[1+i]), start, ttl, "")
 			s.adopt(l)
 			leases[i] = l
 		}

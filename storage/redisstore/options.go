@@ -3,10 +3,10 @@ package redisstore
 import (
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/oncekit/oncekit/core/observe"
+	"github.com/oncekit/oncekit/internal/rediskit"
 	"github.com/oncekit/oncekit/internal/redisnotify"
 )
 
@@ -30,59 +30,55 @@ const (
 type Option func(*options)
 
 type options struct {
-	prefix       string
-	pubsub       PubSubMode
-	recheck      time.Duration
-	minBackoff   time.Duration
-	maxBackoff   time.Duration
-	maxHandOffs  int
-	recordPrefix string
-	observer     observe.Observer
+	rediskit.Options
+	maxHandOffs int
 }
 
 func defaultOptions() options {
 	return options{
-		prefix:       "oncekit:lock:",
-		pubsub:       PubSubAuto,
-		recheck:      time.Second,
-		minBackoff:   5 * time.Millisecond,
-		maxBackoff:   250 * time.Millisecond,
-		maxHandOffs:  16,
-		recordPrefix: "oncekit:idem:",
+		Options: rediskit.Options{
+			Prefix:       "oncekit:lock:",
+			RecordPrefix: "oncekit:idem:",
+			PubSub:       PubSubAuto,
+			Recheck:      time.Second,
+			MinBackoff:   5 * time.Millisecond,
+			MaxBackoff:   250 * time.Millisecond,
+		},
+		maxHandOffs: 16,
 	}
 }
 
 // WithPrefix sets the prefix of every Redis key and channel the Store
 // uses. It must not contain '{' or '}', which would break the hash tag that
 // keeps a lock's keys in one Redis Cluster slot. Default "oncekit:lock:".
-func WithPrefix(p string) Option { return func(o *options) { o.prefix = p } }
+func WithPrefix(p string) Option { return func(o *options) { o.Prefix = p } }
 
 // WithRecordPrefix sets the prefix of the idempotency records (idem.Store)
 // and their fence counters and channels. It must not contain '{' or '}'.
 // Default "oncekit:idem:".
-func WithRecordPrefix(p string) Option { return func(o *options) { o.recordPrefix = p } }
+func WithRecordPrefix(p string) Option { return func(o *options) { o.RecordPrefix = p } }
 
 // WithPubSub selects the release notification mechanism. Every Store that
 // shares keys must use the same mode. Default PubSubAuto.
-func WithPubSub(m PubSubMode) Option { return func(o *options) { o.pubsub = m } }
+func WithPubSub(m PubSubMode) Option { return func(o *options) { o.PubSub = m } }
 
 // WithRecheckInterval bounds how long a waiting Acquire sleeps before it
 // tries again even without a release message, in case one was lost (a
 // pub/sub reconnect). Waiters normally wake on the release message or the
 // holder's remaining TTL, whichever comes first. Default 1 s.
-func WithRecheckInterval(d time.Duration) Option { return func(o *options) { o.recheck = d } }
+func WithRecheckInterval(d time.Duration) Option { return func(o *options) { o.Recheck = d } }
 
 // WithBackoff sets the bounds of the jittered exponential backoff a waiter
 // uses when it cannot subscribe and the holder's TTL is unknown (a key
 // without expiry). Default 5 ms to 250 ms.
 func WithBackoff(min, max time.Duration) Option {
-	return func(o *options) { o.minBackoff, o.maxBackoff = min, max }
+	return func(o *options) { o.MinBackoff, o.MaxBackoff = min, max }
 }
 
 // WithObserver sets where the Store reports hand-offs, and where the
 // lock.Mutex and idem.Guard built on it report their operations (see
 // package observe). Default: none.
-func WithObserver(obs observe.Observer) Option { return func(o *options) { o.observer = obs } }
+func WithObserver(obs observe.Observer) Option { return func(o *options) { o.Observer = obs } }
 
 // WithMaxLocalHandOffs bounds how many times in a row a key is handed from
 // one lease of this Store straight to the next waiter of this Store (one
@@ -92,22 +88,7 @@ func WithObserver(obs observe.Observer) Option { return func(o *options) { o.obs
 func WithMaxLocalHandOffs(n int) Option { return func(o *options) { o.maxHandOffs = n } }
 
 func (o *options) validate() error {
-	var errs []error
-	if strings.ContainsAny(o.prefix, "{}") {
-		errs = append(errs, fmt.Errorf("prefix %q contains '{' or '}'", o.prefix))
-	}
-	if strings.ContainsAny(o.recordPrefix, "{}") || o.recordPrefix == o.prefix {
-		errs = append(errs, fmt.Errorf("record prefix %q contains '{' or '}' or equals the lock prefix", o.recordPrefix))
-	}
-	if !o.pubsub.Valid() {
-		errs = append(errs, fmt.Errorf("unknown pub/sub mode %d", int(o.pubsub)))
-	}
-	if o.recheck <= 0 {
-		errs = append(errs, fmt.Errorf("recheck interval %s is not positive", o.recheck))
-	}
-	if o.minBackoff <= 0 || o.maxBackoff < o.minBackoff {
-		errs = append(errs, fmt.Errorf("backoff bounds %s..%s are not 0 < min <= max", o.minBackoff, o.maxBackoff))
-	}
+	errs := o.Options.Validate()
 	if o.maxHandOffs < 0 {
 		errs = append(errs, fmt.Errorf("max local hand-offs %d is negative", o.maxHandOffs))
 	}

@@ -10,7 +10,8 @@ import (
 
 	"github.com/oncekit/oncekit/core/idem"
 	"github.com/oncekit/oncekit/core/lock"
-	"github.com/oncekit/oncekit/internal/redislua"
+	"github.com/oncekit/oncekit/core/lock/lockdriver"
+	"github.com/oncekit/oncekit/internal/rediskit"
 )
 
 // inspectTimeout bounds how long an operator's request waits for one node:
@@ -21,44 +22,26 @@ const inspectTimeout = 2 * time.Second
 // or error, by node index. It needs a majority of answers: fewer is a
 // *QuorumError for op.
 func onEveryNode[T any](ctx context.Context, s *Store, op, key string, fn func(context.Context, *node) (T, error)) ([]T, []bool, error) {
-	ctx, cancel := context.WithTimeout(ctx, max(s.nodeTimeout(time.Second), inspectTimeout))
+	timeout := max(s.nodeTimeout(time.Second), inspectTimeout)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	type answer struct {
-		i   int
-		v   T
-		err error
-	}
-	ch := make(chan answer, len(s.nodes))
-	for i, n := range s.nodes {
-		s.bg.Go(func() {
-			v, err := fn(ctx, n)
-			ch <- answer{i, v, err}
-		})
-	}
 	vals, ok := make([]T, len(s.nodes)), make([]bool, len(s.nodes))
-	failed := map[string]error{}
-	for range s.nodes {
-		// go-redis may not give up on a paused node when ctx ends; the
-		// request is left to finish in the background.
-		select {
-		case a := <-ch:
-			if a.err != nil {
-				failed[s.nodes[a.i].name] = a.err
-				continue
-			}
-			vals[a.i], ok[a.i] = a.v, true
-			continue
-		case <-ctx.Done():
+	// go-redis may not give up on a paused node when ctx ends; the request
+	// is then left to finish in the background.
+	r := newRound(s, s.all(), func(_ context.Context, n *node) (T, error) { return fn(ctx, n) })
+	_ = r.collect(ctx, timeout, func(a answer[T]) bool {
+		if a.err == nil {
+			vals[a.node], ok[a.node] = a.v, true
 		}
-		for i, n := range s.nodes {
-			if _, done := failed[n.name]; !done && !ok[i] {
-				failed[n.name] = errNodeTimeout
+		return false
+	})
+	if got := len(slices.DeleteFunc(slices.Clone(ok), func(b bool) bool { return !b })); got < s.quorum {
+		for _, i := range s.all() {
+			if !r.answered[i] {
+				r.failed[i] = errNodeTimeout
 			}
 		}
-		break
-	}
-	if got := len(s.nodes) - len(failed); got < s.quorum {
-		return nil, nil, &QuorumError{Op: op, Key: key, Need: s.quorum, Got: got, Failed: failed}
+		return nil, nil, s.quorumError(op, key, got, r.failed)
 	}
 	return vals, ok, nil
 }
@@ -92,11 +75,11 @@ func (s *Store) InspectLock(ctx context.Context, key string) (lock.LockInfo, err
 }
 
 func (s *Store) inspectLock(ctx context.Context, key string) (lock.LockInfo, string, error) {
-	if err := lock.ValidateKey(key); err != nil {
+	if err := lockdriver.ValidateKey(key); err != nil {
 		return lock.LockInfo{}, "", err
 	}
-	states, ok, err := onEveryNode(ctx, s, "inspect", key, func(ctx context.Context, n *node) (redislua.LockState, error) {
-		return redislua.InspectLock(ctx, n.c, s.names, key)
+	states, ok, err := onEveryNode(ctx, s, "inspect", key, func(ctx context.Context, n *node) (rediskit.LockState, error) {
+		return rediskit.InspectLock(ctx, n.c, s.Keys, key)
 	})
 	if err != nil {
 		return lock.LockInfo{}, "", err
@@ -118,7 +101,7 @@ func (s *Store) inspectLock(ctx context.Context, key string) (lock.LockInfo, str
 	}
 	switch {
 	case top != "" && count[top] >= s.quorum:
-		info.Held, info.Token, info.TTL, info.Fence = true, lock.TokenPrefix(top), -1, 0
+		info.Held, info.Token, info.TTL, info.Fence = true, lockdriver.TokenPrefix(top), -1, 0
 		for i, st := range states {
 			if ok[i] && st.Token == top {
 				li := st.Info(key)
@@ -133,7 +116,7 @@ func (s *Store) inspectLock(ctx context.Context, key string) (lock.LockInfo, str
 		}
 		info.Detail = fmt.Sprintf("held on %d of %d nodes", count[top], len(s.nodes))
 	case top != "":
-		info.Detail = fmt.Sprintf("token %s on %d of %d nodes: no majority, not held", lock.TokenPrefix(top), count[top], len(s.nodes))
+		info.Detail = fmt.Sprintf("token %s on %d of %d nodes: no majority, not held", lockdriver.TokenPrefix(top), count[top], len(s.nodes))
 	default:
 		info.Detail = fmt.Sprintf("free on %d of %d nodes", count[""], len(s.nodes))
 	}
@@ -150,7 +133,7 @@ func (s *Store) ForceRelease(ctx context.Context, key string) (lock.LockInfo, er
 		return info, err
 	}
 	toks, _, err := onEveryNode(ctx, s, "force release", key, func(ctx context.Context, n *node) (string, error) {
-		return redislua.ForceRelease(ctx, n.c, s.names, key, s.opts.pubsub.ScriptArg())
+		return rediskit.ForceRelease(ctx, n.c, s.Keys, key, s.PubSub.ScriptArg())
 	})
 	if err != nil {
 		return info, err
@@ -165,11 +148,11 @@ func (s *Store) ForceRelease(ctx context.Context, key string) (lock.LockInfo, er
 // a completed record on any node wins; else a claim is in flight when one
 // token holds a majority. Detail says how many nodes agree.
 func (s *Store) InspectRecord(ctx context.Context, key string) (idem.RecordInfo, error) {
-	if err := lock.ValidateKey(key); err != nil {
+	if err := lockdriver.ValidateKey(key); err != nil {
 		return idem.RecordInfo{}, err
 	}
-	states, ok, err := onEveryNode(ctx, s, "inspect record", key, func(ctx context.Context, n *node) (redislua.RecordState, error) {
-		return redislua.InspectRecord(ctx, n.c, s.records(), key)
+	states, ok, err := onEveryNode(ctx, s, "inspect record", key, func(ctx context.Context, n *node) (rediskit.RecordState, error) {
+		return rediskit.InspectRecord(ctx, n.c, s.Records, key)
 	})
 	if err != nil {
 		return idem.RecordInfo{}, err
@@ -227,19 +210,14 @@ func (s *Store) InspectRecord(ctx context.Context, key string) (idem.RecordInfo,
 // DeleteRecord implements idem.Inspector: every node that answers deletes
 // its copy; it needs a majority to answer.
 func (s *Store) DeleteRecord(ctx context.Context, key string) (bool, error) {
-	if err := lock.ValidateKey(key); err != nil {
+	if err := lockdriver.ValidateKey(key); err != nil {
 		return false, err
 	}
 	deleted, _, err := onEveryNode(ctx, s, "delete record", key, func(ctx context.Context, n *node) (bool, error) {
-		return redislua.DeleteRecord(ctx, n.c, s.records(), key, s.opts.pubsub.ScriptArg())
+		return rediskit.DeleteRecord(ctx, n.c, s.Records, key, s.PubSub.ScriptArg())
 	})
 	if err != nil {
 		return false, err
 	}
 	return slices.Contains(deleted, true), nil
 }
-
-var (
-	_ lock.Inspector = (*Store)(nil)
-	_ idem.Inspector = (*Store)(nil)
-)

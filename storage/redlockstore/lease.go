@@ -3,206 +3,30 @@ package redlockstore
 import (
 	"context"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/oncekit/oncekit/core/lock"
-	"github.com/oncekit/oncekit/internal/redislua"
+	"github.com/oncekit/oncekit/core/lock/lockdriver"
 )
 
-type leaseState int
-
-const (
-	held leaseState = iota
-	released
-	lost
-)
-
+// lease is one acquisition on a majority of the nodes. Its lifecycle is
+// lockdriver.Lease's; this type adds the rounds that touch the nodes.
 type lease struct {
+	*lockdriver.Lease
 	s     *Store
-	key   string
-	token string
-	fence uint64
-	done  chan struct{}
-	onEnd func() // frees the Store's local queue slot, or nil
-	nodes []int  // an owner's re-entry: the nodes it counted; nil: all
-
-	mu       sync.Mutex
-	state    leaseState
-	deadline time.Time // end of validity: start of the last round + TTL − drift
-	timer    *time.Timer
+	nodes []int // an owner's re-entry: the nodes it counted; nil: all
 }
 
-func newLease(s *Store, key, tok string, fence uint64, deadline time.Time, onEnd func()) *lease {
-	l := &lease{s: s, key: key, token: tok, fence: fence, done: make(chan struct{}), onEnd: onEnd, deadline: deadline}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.timer = time.AfterFunc(time.Until(deadline), l.expire)
+// newLease returns a held lease valid until deadline: the start of its
+// round + TTL − drift.
+func (s *Store) newLease(key, tok string, fence uint64, deadline time.Time, onEnd func(), nodes []int) *lease {
+	l := &lease{s: s, nodes: nodes}
+	cfg := lockdriver.Config{Driver: "redlockstore", Key: key, Token: tok, Fence: fence, Deadline: deadline, Store: l}
+	if onEnd != nil {
+		cfg.OnEnd = func(lockdriver.State) { onEnd() }
+	}
+	l.Lease = lockdriver.NewLease(cfg)
 	return l
-}
-
-func (l *lease) Key() string           { return l.key }
-func (l *lease) Token() string         { return l.token }
-func (l *lease) Fence() uint64         { return l.fence }
-func (l *lease) Done() <-chan struct{} { return l.done }
-
-func (l *lease) finished() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.state != held
-}
-
-func (l *lease) expire() {
-	l.mu.Lock()
-	if l.state == held {
-		if d := time.Until(l.deadline); d > 0 {
-			l.timer.Reset(d)
-			l.mu.Unlock()
-			return
-		}
-	}
-	l.mu.Unlock()
-	l.finish(lost)
-}
-
-func (l *lease) finish(st leaseState) {
-	l.mu.Lock()
-	if l.state != held {
-		l.mu.Unlock()
-		return
-	}
-	l.state = st
-	l.timer.Stop()
-	close(l.done)
-	l.mu.Unlock()
-	if l.onEnd != nil {
-		l.onEnd()
-	}
-}
-
-// Refresh extends the lease on every node at once and succeeds when a
-// majority extended it in time: the new validity is TTL − round time −
-// drift from the start of the round.
-func (l *lease) Refresh(ctx context.Context, ttl time.Duration) error {
-	if err := lock.ValidateTTL(ttl); err != nil {
-		return err
-	}
-	if l.finished() {
-		return fmt.Errorf("redlockstore: refresh %q: %w", l.key, lock.ErrLockLost)
-	}
-	s := l.s
-	start := time.Now()
-	idx := l.targets()
-	n := len(idx)
-	ch := s.call(idx, func(c context.Context, nd *node) ([]int64, error) {
-		v, err := redislua.Refresh.Run(c, nd.c, []string{s.names.Lock(l.key), s.names.Owner(l.key)}, l.token, ttl.Milliseconds()).Int64()
-		return []int64{v}, err
-	})
-	ok, notOurs := 0, 0
-	failed := map[int]error{}
-	answered := map[int]bool{}
-	_, timedOut, ctxErr := collect(ctx, ch, n, s.nodeTimeout(ttl), func(r reply) bool {
-		answered[r.i] = true
-		switch {
-		case r.err != nil:
-			failed[r.i] = r.err
-		case r.v[0] == 1:
-			ok++
-		default:
-			notOurs++
-		}
-		return ok >= s.quorum || notOurs+len(failed) > n-s.quorum
-	})
-	if timedOut {
-		for _, i := range idx {
-			if !answered[i] {
-				failed[i] = errNodeTimeout
-			}
-		}
-	}
-	switch {
-	case ok >= s.quorum:
-		deadline := start.Add(ttl - s.drift(ttl))
-		if time.Until(deadline) <= 0 {
-			return fmt.Errorf("redlockstore: refresh %q: the round outlasted the TTL %s", l.key, ttl)
-		}
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		if l.state != held {
-			return fmt.Errorf("redlockstore: refresh %q: %w", l.key, lock.ErrLockLost)
-		}
-		l.deadline = deadline
-		l.timer.Reset(time.Until(deadline))
-		return nil
-	case ctxErr != nil:
-		return fmt.Errorf("redlockstore: refresh %q: %w", l.key, ctxErr)
-	case notOurs > n-s.quorum:
-		l.finish(lost)
-		return fmt.Errorf("redlockstore: refresh %q: %w", l.key, lock.ErrLockLost)
-	default:
-		return s.quorumError("refresh", l.key, ok, failed)
-	}
-}
-
-// Release deletes the lease on every node and announces it on each,
-// returning once the outcome is decided. It returns nil when a majority
-// deleted it, ErrLockLost when a majority no
-// longer held it, and a *QuorumError when too many nodes were unreachable;
-// in every case the lease ends here (keys left on unreachable nodes expire
-// with their TTL) and a second Release returns nil.
-func (l *lease) Release(ctx context.Context) error {
-	l.mu.Lock()
-	st := l.state
-	l.mu.Unlock()
-	if st == released {
-		return nil
-	}
-	if ctx.Err() != nil {
-		var cancel context.CancelFunc
-		ctx, cancel = lock.CleanupContext(ctx)
-		defer cancel()
-	}
-	s := l.s
-	idx := l.targets()
-	n := len(idx)
-	ch := s.call(idx, func(c context.Context, nd *node) ([]int64, error) {
-		v, err := redislua.Release.Run(c, nd.c, s.releaseKeys(l.key), l.token,
-			s.names.Channel(l.key), s.opts.pubsub.ScriptArg(), s.wakeGrace()).Int64()
-		return []int64{v}, err
-	})
-	ok, notOurs := 0, 0
-	failed := map[int]error{}
-	answered := map[int]bool{}
-	_, timedOut, ctxErr := collect(ctx, ch, n, s.nodeTimeout(time.Until(l.deadline)), func(r reply) bool {
-		answered[r.i] = true
-		switch {
-		case r.err != nil:
-			failed[r.i] = r.err
-		case r.v[0] == 1 || r.v[0] == 2: // let go, or one of an owner's holds given back
-			ok++
-		default:
-			notOurs++
-		}
-		return ok >= s.quorum || notOurs > n-s.quorum || notOurs+len(failed) > n-s.quorum
-	})
-	if timedOut {
-		for _, i := range idx {
-			if !answered[i] {
-				failed[i] = errNodeTimeout
-			}
-		}
-	}
-	l.finish(released)
-	switch {
-	case ok >= s.quorum:
-		return nil
-	case ctxErr != nil:
-		return fmt.Errorf("redlockstore: release %q: %w", l.key, ctxErr)
-	case notOurs > n-s.quorum:
-		return fmt.Errorf("redlockstore: release %q: %w", l.key, lock.ErrLockLost)
-	default:
-		return s.quorumError("release", l.key, ok, failed)
-	}
 }
 
 // targets are the nodes the lease's rounds go to.
@@ -211,4 +35,38 @@ func (l *lease) targets() []int {
 		return l.nodes
 	}
 	return l.s.all()
+}
+
+// StoreRefresh implements lockdriver.Store: it extends the lease on every
+// node at once and succeeds when a majority extended it in time; the new
+// validity is TTL − drift from the start of the round.
+func (l *lease) StoreRefresh(ctx context.Context, ttl time.Duration) (time.Time, error) {
+	s := l.s
+	start := time.Now()
+	v := s.poll(ctx, l.targets(), s.nodeTimeout(ttl), false, func(ctx context.Context, n *node) (bool, error) {
+		return s.Refresh(ctx, n.c, l.Key(), l.Token(), ttl)
+	})
+	if err := s.verdict("refresh", l.Key(), v, lock.ErrLockLost); err != nil {
+		return time.Time{}, err
+	}
+	deadline := start.Add(ttl - s.drift(ttl))
+	if time.Until(deadline) <= 0 {
+		return time.Time{}, fmt.Errorf("redlockstore: refresh %q: the round outlasted the TTL %s", l.Key(), ttl)
+	}
+	return deadline, nil
+}
+
+// StoreRelease implements lockdriver.Store: it deletes the lease on every
+// node and announces it on each, and returns once the outcome is decided:
+// nil when a majority let it go, lock.ErrLockLost when a majority no
+// longer held it, a *QuorumError when too many nodes were unreachable (the
+// keys left on them expire with their TTL; Release may be retried).
+func (l *lease) StoreRelease(ctx context.Context) error {
+	s := l.s
+	v := s.poll(ctx, l.targets(), s.nodeTimeout(max(l.Remaining(), time.Millisecond)), false,
+		func(ctx context.Context, n *node) (bool, error) {
+			code, err := s.Release(ctx, n.c, l.Key(), l.Token(), false)
+			return code.Ours(), err
+		})
+	return s.verdict("release", l.Key(), v, lock.ErrLockLost)
 }

@@ -3,10 +3,10 @@ package redlockstore
 import (
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/oncekit/oncekit/core/observe"
+	"github.com/oncekit/oncekit/internal/rediskit"
 	"github.com/oncekit/oncekit/internal/redisnotify"
 )
 
@@ -25,45 +25,44 @@ const (
 type Option func(*options)
 
 type options struct {
-	prefix       string
-	recordPrefix string
-	nodeTimeout  time.Duration // 0: derived from the TTL
-	driftFactor  float64
-	driftFloor   time.Duration
-	fenced       bool
-	pubsub       PubSubMode
-	recheck      time.Duration
-	minBackoff   time.Duration
-	maxBackoff   time.Duration
-	observer     observe.Observer
+	rediskit.Options
+	redlockOptions
+}
+
+// redlockOptions are the settings of a quorum of nodes.
+type redlockOptions struct {
+	nodeTimeout time.Duration // 0: derived from the TTL
+	driftFactor float64
+	driftFloor  time.Duration
+	fenced      bool
 }
 
 func defaultOptions() options {
 	return options{
-		prefix:       "oncekit:redlock:",
-		recordPrefix: "oncekit:redlock-idem:",
-		driftFactor:  0.01,
-		driftFloor:   2 * time.Millisecond,
-		fenced:       true,
-		pubsub:       PubSubAuto,
-		recheck:      time.Second,
-		minBackoff:   2 * time.Millisecond,
-		maxBackoff:   100 * time.Millisecond,
+		Options: rediskit.Options{
+			Prefix:       "oncekit:redlock:",
+			RecordPrefix: "oncekit:redlock-idem:",
+			PubSub:       PubSubAuto,
+			Recheck:      time.Second,
+			MinBackoff:   2 * time.Millisecond,
+			MaxBackoff:   100 * time.Millisecond,
+		},
+		redlockOptions: redlockOptions{driftFactor: 0.01, driftFloor: 2 * time.Millisecond, fenced: true},
 	}
 }
 
 // WithPrefix sets the prefix of every Redis key and channel. It must not
 // contain '{' or '}'. Default "oncekit:redlock:".
-func WithPrefix(p string) Option { return func(o *options) { o.prefix = p } }
+func WithPrefix(p string) Option { return func(o *options) { o.Prefix = p } }
 
 // WithObserver sets where the Store reports hand-offs, and where the
 // lock.Mutex and idem.Guard built on it report their operations (see
 // package observe). Default: none.
-func WithObserver(obs observe.Observer) Option { return func(o *options) { o.observer = obs } }
+func WithObserver(obs observe.Observer) Option { return func(o *options) { o.Observer = obs } }
 
 // WithRecordPrefix sets the prefix of the idempotency records (idem.Store).
 // It must not contain '{' or '}'. Default "oncekit:redlock-idem:".
-func WithRecordPrefix(p string) Option { return func(o *options) { o.recordPrefix = p } }
+func WithRecordPrefix(p string) Option { return func(o *options) { o.RecordPrefix = p } }
 
 // WithNodeTimeout sets how long one round waits for a node before counting
 // it as failed. Default: a tenth of the lease's TTL, at least 50 ms and at
@@ -83,41 +82,26 @@ func WithDrift(factor float64, floor time.Duration) Option {
 func WithoutFencing() Option { return func(o *options) { o.fenced = false } }
 
 // WithPubSub selects the release notification mechanism. Default PubSubAuto.
-func WithPubSub(m PubSubMode) Option { return func(o *options) { o.pubsub = m } }
+func WithPubSub(m PubSubMode) Option { return func(o *options) { o.PubSub = m } }
 
 // WithRecheckInterval bounds how long a waiter sleeps without a release
 // message before trying again. Default 1 s.
-func WithRecheckInterval(d time.Duration) Option { return func(o *options) { o.recheck = d } }
+func WithRecheckInterval(d time.Duration) Option { return func(o *options) { o.Recheck = d } }
 
 // WithBackoff bounds the jittered backoff after a split vote (competing
 // clients each took some nodes but none a majority) or a failed round.
 // Default 2 ms to 100 ms.
 func WithBackoff(min, max time.Duration) Option {
-	return func(o *options) { o.minBackoff, o.maxBackoff = min, max }
+	return func(o *options) { o.MinBackoff, o.MaxBackoff = min, max }
 }
 
 func (o *options) validate() error {
-	var errs []error
-	if strings.ContainsAny(o.prefix, "{}") {
-		errs = append(errs, fmt.Errorf("prefix %q contains '{' or '}'", o.prefix))
-	}
-	if strings.ContainsAny(o.recordPrefix, "{}") || o.recordPrefix == o.prefix {
-		errs = append(errs, fmt.Errorf("record prefix %q contains '{' or '}' or equals the lock prefix", o.recordPrefix))
-	}
+	errs := o.Options.Validate()
 	if o.nodeTimeout < 0 {
 		errs = append(errs, fmt.Errorf("node timeout %s is negative", o.nodeTimeout))
 	}
 	if o.driftFactor < 0 || o.driftFactor >= 0.5 || o.driftFloor < 0 {
 		errs = append(errs, fmt.Errorf("drift %.3f×TTL+%s is out of range", o.driftFactor, o.driftFloor))
-	}
-	if !o.pubsub.Valid() {
-		errs = append(errs, fmt.Errorf("unknown pub/sub mode %d", int(o.pubsub)))
-	}
-	if o.recheck <= 0 {
-		errs = append(errs, fmt.Errorf("recheck interval %s is not positive", o.recheck))
-	}
-	if o.minBackoff <= 0 || o.maxBackoff < o.minBackoff {
-		errs = append(errs, fmt.Errorf("backoff bounds %s..%s are not 0 < min <= max", o.minBackoff, o.maxBackoff))
 	}
 	return errors.Join(errs...)
 }

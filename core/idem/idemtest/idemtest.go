@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/oncekit/oncekit/core/idem"
-	"github.com/oncekit/oncekit/core/lock"
+	"github.com/oncekit/oncekit/core/lock/lockdriver"
 )
 
 // Config describes the store under test.
@@ -427,8 +427,8 @@ func (s *suite) inspect(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !info.Found || info.State != idem.InFlight || info.Fence != c.Fence || info.Fingerprint != "fp-1" ||
-		info.Token != lock.TokenPrefix(c.Token) || time.Until(info.Expires) <= 0 || time.Until(info.Expires) > 6*time.Second {
-		t.Errorf("in flight: %+v; want fence %d, token %s", info, c.Fence, lock.TokenPrefix(c.Token))
+		info.Token != lockdriver.TokenPrefix(c.Token) || time.Until(info.Expires) <= 0 || time.Until(info.Expires) > 6*time.Second {
+		t.Errorf("in flight: %+v; want fence %d, token %s", info, c.Fence, lockdriver.TokenPrefix(c.Token))
 	}
 
 	// Deleting an in-flight record: the run's claim is lost, a retry runs.

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/oncekit/oncekit/core/lock"
+	"github.com/oncekit/oncekit/core/lock/lockdriver"
 )
 
 // Config describes the driver under test.
@@ -240,15 +241,15 @@ func (s *suite) tryAcquireHeld(t *testing.T) {
 	if !errors.Is(err, lock.ErrNotAcquired) {
 		t.Fatalf("TryAcquire on a held key: %v, want ErrNotAcquired", err)
 	}
-	var held *lock.HeldError
+	var held *lock.BusyError
 	if !errors.As(err, &held) {
-		t.Fatalf("TryAcquire on a held key: %T %v, want a *lock.HeldError", err, err)
+		t.Fatalf("TryAcquire on a held key: %T %v, want a *lock.BusyError", err, err)
 	}
 	if held.TTL <= 0 || held.TTL > 10*time.Second {
-		t.Errorf("HeldError.TTL = %s, want in (0, 10s]", held.TTL)
+		t.Errorf("BusyError.TTL = %s, want in (0, 10s]", held.TTL)
 	}
 	if held.Key != k {
-		t.Errorf("HeldError.Key = %q, want %q", held.Key, k)
+		t.Errorf("BusyError.Key = %q, want %q", held.Key, k)
 	}
 }
 
@@ -767,10 +768,10 @@ func (s *suite) inspect(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !info.Held || info.Token != lock.TokenPrefix(held.Token()) || info.Fence != held.Fence() ||
+	if !info.Held || info.Token != lockdriver.TokenPrefix(held.Token()) || info.Fence != held.Fence() ||
 		info.TTL <= 0 || info.TTL > ttl+s.cfg.Lag || info.Holds != 1 || info.Owner != "" {
 		t.Errorf("InspectLock on a held key = %+v; want held by %s, fence %d, TTL in (0, %v]",
-			info, lock.TokenPrefix(held.Token()), held.Fence(), ttl)
+			info, lockdriver.TokenPrefix(held.Token()), held.Fence(), ttl)
 	}
 
 	other := s.cfg.NewLocker(t).(lock.Inspector)
@@ -778,8 +779,8 @@ func (s *suite) inspect(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !forced.Held || forced.Token != lock.TokenPrefix(held.Token()) {
-		t.Errorf("ForceRelease reported %+v, want the holder %s", forced, lock.TokenPrefix(held.Token()))
+	if !forced.Held || forced.Token != lockdriver.TokenPrefix(held.Token()) {
+		t.Errorf("ForceRelease reported %+v, want the holder %s", forced, lockdriver.TokenPrefix(held.Token()))
 	}
 	time.Sleep(s.cfg.Settle)
 	next, err := other.(lock.Locker).TryAcquire(ctx, k, ttl)

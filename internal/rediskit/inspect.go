@@ -1,4 +1,4 @@
-package redislua
+package rediskit
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/oncekit/oncekit/core/idem"
 	"github.com/oncekit/oncekit/core/lock"
+	"github.com/oncekit/oncekit/core/lock/lockdriver"
 )
 
 var (
@@ -42,7 +43,7 @@ type LockState struct {
 
 // Info converts s to a lock.LockInfo for key.
 func (s LockState) Info(key string) lock.LockInfo {
-	li := lock.LockInfo{Key: key, Held: s.Token != "", Token: lock.TokenPrefix(s.Token), Owner: s.Owner,
+	li := lock.LockInfo{Key: key, Held: s.Token != "", Token: lockdriver.TokenPrefix(s.Token), Owner: s.Owner,
 		Holds: s.Holds, Fence: s.Fence, Waiters: s.Waiters}
 	switch {
 	case !li.Held:
@@ -120,7 +121,7 @@ type RecordState struct {
 // now.
 func (s RecordState) Info(key string, now time.Time) idem.RecordInfo {
 	ri := idem.RecordInfo{Key: key, Found: s.Found, State: s.State, Fingerprint: s.FP,
-		Token: lock.TokenPrefix(s.Token), Fence: s.Fence, Stored: s.Stored, Corrupt: s.Corrupt}
+		Token: lockdriver.TokenPrefix(s.Token), Fence: s.Fence, Stored: s.Stored, Corrupt: s.Corrupt}
 	if s.Found && s.PTTL >= 0 {
 		ri.Expires = now.Add(s.PTTL)
 	}

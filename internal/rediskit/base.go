@@ -1,0 +1,217 @@
+package rediskit
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/lock/lockdriver"
+	"github.com/oncekit/oncekit/internal/bg"
+	"github.com/oncekit/oncekit/internal/redisnotify"
+	"github.com/oncekit/oncekit/internal/token"
+)
+
+// Base is what one redisstore or redlockstore Store shares with the other
+// driver: its options, the names of its keys, its identity in the keys'
+// waiting queues, its background requests, and the calls of every script
+// with their arguments in one place. A Base must not be copied after
+// Init.
+type Base struct {
+	Options
+	Keys    Keys
+	Records Records
+	// Member is this Store's name in the keys' waiting queues: random, one
+	// per Store.
+	Member string
+	// BG tracks requests that callers stopped waiting for, and their
+	// clean-up; Close waits for it.
+	BG bg.Group
+}
+
+// Init sets b up with o, which the driver has validated.
+func (b *Base) Init(o Options) {
+	b.Options = o
+	b.Keys = Keys{Prefix: o.Prefix}
+	b.Records = Records{Prefix: o.RecordPrefix}
+	b.Member = token.New()
+}
+
+// mode is the pub/sub mode argument of the scripts that announce.
+func (b *Base) mode(quiet bool) string {
+	if quiet {
+		return redisnotify.Off.ScriptArg()
+	}
+	return b.PubSub.ScriptArg()
+}
+
+// wakeGrace is how long a waiting process a release wakes keeps its place
+// in the key's queue without trying again (it tries at once), in
+// milliseconds: a process that died while queued is woken once, then
+// skipped.
+func (b *Base) wakeGrace() int64 { return (4 * b.MaxBackoff).Milliseconds() }
+
+// placeLife is how long a queue member's place lasts without a new
+// attempt, in milliseconds: longer than the recheck interval, after which
+// a live waiter always tries again.
+func (b *Base) placeLife() int64 { return (3 * b.Recheck).Milliseconds() }
+
+// OwnChannel is where releases of key are announced to this Store when it
+// is first in the key's waiting queue.
+func (b *Base) OwnChannel(key string) string { return b.Keys.MemberChannel(key, b.Member) }
+
+// NextWait is how long a waiter sleeps before it tries again when nothing
+// wakes it: the recheck interval, or the holder's remaining TTL (pttl)
+// when that is sooner, or a jittered backoff (which it doubles) when no
+// release message can be relied on: the waiter is not subscribed, or the
+// holder's key has no expiry (pttl < 0).
+func (b *Base) NextWait(subscribed bool, pttl time.Duration, backoff *time.Duration) time.Duration {
+	wait := b.Recheck
+	switch {
+	case !subscribed || pttl < 0:
+		wait = min(wait, *backoff/2+rand.N(*backoff/2+1))
+		*backoff = min(2**backoff, b.MaxBackoff)
+	case pttl < wait:
+		wait = pttl + time.Millisecond
+	}
+	return wait
+}
+
+// run is Run tracked by b.BG.
+func (b *Base) run(ctx context.Context, c redis.Scripter, s *redis.Script, keys []string, late func(*redis.Cmd), args ...any) *redis.Cmd {
+	return Run(ctx, &b.BG, c, s, keys, late, args...)
+}
+
+// AcquireArgs is one run of the acquire script.
+type AcquireArgs struct {
+	Key      string
+	Token    string
+	TTL      time.Duration
+	Deadline time.Time // the caller's: the script refuses to take the key after it; zero for none
+	Unfenced bool      // skip the fence counter (Redlock's unfenced mode)
+	Owner    string    // lock.WithOwner, or ""
+	// Queued makes the caller (b.Member) join the key's waiting queue when
+	// the key is held, at Place (µs; 0: the server's clock decides).
+	Queued bool
+	Place  int64
+}
+
+// Acquire runs the acquire script. When ctx ends first, it returns ctx's
+// error at once and late (if set) receives the reply when it comes, to undo
+// what it took.
+func (b *Base) Acquire(ctx context.Context, c redis.Scripter, a AcquireArgs, late func(AcquireReply)) (AcquireReply, error) {
+	keys := []string{b.Keys.Lock(a.Key), b.Keys.Fence(a.Key), b.Keys.Owner(a.Key)}
+	var deadline int64
+	if !a.Deadline.IsZero() {
+		deadline = a.Deadline.UnixMilli()
+	}
+	fenced := 1
+	if a.Unfenced {
+		fenced = 0
+	}
+	args := []any{a.Token, a.TTL.Milliseconds(), deadline, fenced, a.Owner}
+	if a.Queued {
+		keys = append(keys, b.Keys.Queue(a.Key), b.Keys.QueueExpiry(a.Key))
+		args = append(args, b.Member, b.placeLife())
+		if a.Place != 0 {
+			args = append(args, a.Place)
+		}
+	}
+	var onLate func(*redis.Cmd)
+	if late != nil {
+		onLate = func(cmd *redis.Cmd) {
+			if r, err := ParseAcquire(cmd); err == nil {
+				late(r)
+			}
+		}
+	}
+	return ParseAcquire(b.run(ctx, c, Acquire, keys, onLate, args...))
+}
+
+// Release runs the release script for tok: it frees key (or gives back one
+// of an owner's holds) and wakes the first waiting process, or announces
+// nothing when quiet.
+func (b *Base) Release(ctx context.Context, c redis.Scripter, key, tok string, quiet bool) (ReleaseCode, error) {
+	keys := []string{b.Keys.Lock(key), b.Keys.Owner(key), b.Keys.Queue(key), b.Keys.QueueExpiry(key)}
+	return ParseRelease(b.run(ctx, c, Release, keys, nil, tok, b.Keys.Channel(key), b.mode(quiet), b.wakeGrace()))
+}
+
+// Refresh runs the refresh script: it reports whether tok still held key
+// and now holds it for ttl.
+func (b *Base) Refresh(ctx context.Context, c redis.Scripter, key, tok string, ttl time.Duration) (bool, error) {
+	return ParseFlag(b.run(ctx, c, Refresh, []string{b.Keys.Lock(key), b.Keys.Owner(key)}, nil, tok, ttl.Milliseconds()))
+}
+
+// Transfer runs the transfer script: key passes from token from to token
+// to (owner toOwner) for ttl without being let go.
+func (b *Base) Transfer(ctx context.Context, c redis.Scripter, key, from, to string, ttl time.Duration, toOwner string) (TransferCode, int64, error) {
+	return ParseTransfer(Transfer.Run(ctx, c, []string{b.Keys.Lock(key), b.Keys.Fence(key), b.Keys.Owner(key)},
+		from, to, ttl.Milliseconds(), toOwner))
+}
+
+// WriteBack runs Redlock's fencing round on one node: it raises the fence
+// counter to at least fence and reports whether tok still holds key there.
+func (b *Base) WriteBack(ctx context.Context, c redis.Scripter, key, tok string, fence int64) (bool, error) {
+	return ParseFlag(WriteBack.Run(ctx, c, []string{b.Keys.Lock(key), b.Keys.Fence(key), b.Keys.Owner(key)}, tok, fence))
+}
+
+// LeaveQueue removes this Store from key's waiting queue.
+func (b *Base) LeaveQueue(ctx context.Context, c redis.Scripter, key string) error {
+	return LeaveQueue.Run(ctx, c, []string{b.Keys.Queue(key), b.Keys.QueueExpiry(key)}, b.Member).Err()
+}
+
+// Begin runs the idem_begin script for a claim with token tok.
+func (b *Base) Begin(ctx context.Context, c redis.Scripter, key, fingerprint, tok string, lease time.Duration) (BeginReply, error) {
+	return ParseBegin(b.run(ctx, c, IdemBegin, []string{b.Records.Record(key), b.Records.Fence(key)}, nil,
+		fingerprint, tok, lease.Milliseconds()))
+}
+
+// Finish runs the idem_finish script: op on the claim of tok, if it still
+// holds key's record. d is the retention (Complete) or lease (Extend).
+func (b *Base) Finish(ctx context.Context, c redis.Scripter, key, tok string, op FinishOp, d time.Duration, result []byte) (bool, error) {
+	return ParseFlag(b.run(ctx, c, IdemFinish, []string{b.Records.Record(key)}, nil,
+		tok, string(op), d.Milliseconds(), result, b.Records.Channel(key), b.mode(false)))
+}
+
+// RecordStatus reads key's record state: "i" in flight, "c" completed, ""
+// absent or not a record.
+func (b *Base) RecordStatus(ctx context.Context, c redis.Scripter, key string) (string, error) {
+	return RecordStatus.Run(ctx, c, []string{b.Records.Record(key)}).Text()
+}
+
+// FinishContext is the context a Complete or Abandon runs under: the
+// caller's, or a clean-up context when it has ended (the work is done and
+// its record must be written). Extend keeps the caller's. A claim without a
+// token was never ours: idem.ErrLockLost.
+func FinishContext(ctx context.Context, c idem.Claim, op FinishOp, driver string) (context.Context, context.CancelFunc, error) {
+	if c.Token == "" {
+		return nil, nil, fmt.Errorf("%s: %s %q: %w", driver, op, c.Key, idem.ErrLockLost)
+	}
+	if ctx.Err() != nil && op != Extend {
+		cctx, cancel := lockdriver.CleanupContext(ctx)
+		return cctx, cancel, nil
+	}
+	return ctx, func() {}, nil
+}
+
+// Claim converts a single server's begin reply into an idem.Claim for a
+// Begin that sent tok at now.
+func (r BeginReply) Claim(key, fingerprint, tok string, lease time.Duration, now time.Time) (idem.Claim, error) {
+	c := idem.Claim{Key: key, Fingerprint: fingerprint, Expires: now.Add(time.Duration(r.N) * time.Millisecond)}
+	switch r.Code {
+	case BeginClaimed:
+		c.State, c.Token, c.Fence, c.Expires = idem.Acquired, tok, uint64(r.N), now.Add(lease)
+	case BeginInFlight:
+		c.State = idem.InFlight
+	case BeginCompleted:
+		c.State, c.Result = idem.Completed, r.Result
+	case BeginMismatch:
+		c.State = idem.Mismatch
+	case BeginCorrupt:
+		return idem.Claim{}, &idem.CorruptRecordError{Key: key, Reason: r.Reason}
+	}
+	return c, nil
+}

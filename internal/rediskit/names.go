@@ -1,0 +1,41 @@
+package rediskit
+
+// Keys names one lock's Redis keys and channels: they share the hash tag
+// {key}, so under Cluster they live in one slot.
+type Keys struct{ Prefix string }
+
+// Lock is the name holding the holder's token.
+func (k Keys) Lock(key string) string { return k.Prefix + "{" + key + "}" }
+
+// Fence is the name of the key's fence counter.
+func (k Keys) Fence(key string) string { return k.Prefix + "{" + key + "}:fence" }
+
+// Owner is the name of the hash recording an owner's holds (reentrancy).
+func (k Keys) Owner(key string) string { return k.Prefix + "{" + key + "}:owner" }
+
+// Queue is the sorted set of processes waiting for key, in arrival order.
+func (k Keys) Queue(key string) string { return k.Prefix + "{" + key + "}:q" }
+
+// QueueExpiry is the hash of the queue members' expiries.
+func (k Keys) QueueExpiry(key string) string { return k.Prefix + "{" + key + "}:qx" }
+
+// Channel is the channel a release of key is announced on to every
+// waiting process.
+func (k Keys) Channel(key string) string { return k.Prefix + "{" + key + "}:release" }
+
+// MemberChannel is where a release of key is announced to member alone,
+// when it is first in the key's waiting queue.
+func (k Keys) MemberChannel(key, member string) string { return k.Channel(key) + ":" + member }
+
+// Records names an idempotency record's Redis keys: the record hash, its
+// fence counter and its completion channel share the hash tag {key}.
+type Records struct{ Prefix string }
+
+// Record is the name of key's record hash.
+func (r Records) Record(key string) string { return r.Prefix + "{" + key + "}" }
+
+// Fence is the name of key's fence counter.
+func (r Records) Fence(key string) string { return r.Prefix + "{" + key + "}:fence" }
+
+// Channel is where completion and abandonment of key are announced.
+func (r Records) Channel(key string) string { return r.Prefix + "{" + key + "}:done" }

@@ -1,0 +1,207 @@
+package rediskit
+
+import (
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// AcquireCode is the acquire script's verdict (lua/acquire.lua).
+type AcquireCode int64
+
+const (
+	// AcquireLate: the request reached the server after the caller's
+	// deadline and took nothing.
+	AcquireLate AcquireCode = -1
+	// AcquireBusy: another token holds the key; N is its PTTL in ms.
+	AcquireBusy AcquireCode = 0
+	// AcquireTaken: the key is ours; N is the fence.
+	AcquireTaken AcquireCode = 1
+	// AcquireReentered: the owner holds the key and one more hold is
+	// counted; N is the owner's fence, Token the owner's token.
+	AcquireReentered AcquireCode = 2
+)
+
+// AcquireReply is the acquire script's answer.
+type AcquireReply struct {
+	Code  AcquireCode
+	N     int64
+	Token string
+}
+
+// ParseAcquire reads the acquire script's reply.
+func ParseAcquire(cmd *redis.Cmd) (AcquireReply, error) {
+	v, err := cmd.Slice()
+	if err != nil {
+		return AcquireReply{}, err
+	}
+	var (
+		r    AcquireReply
+		code int64
+	)
+	ok := len(v) >= 2
+	if ok {
+		code, ok = v[0].(int64)
+		r.Code = AcquireCode(code)
+	}
+	if ok {
+		r.N, ok = v[1].(int64)
+	}
+	if ok && r.Code == AcquireReentered {
+		ok = len(v) == 3
+		if ok {
+			r.Token, ok = v[2].(string)
+		}
+	}
+	if ok && (r.Code < AcquireLate || r.Code > AcquireReentered) {
+		ok = false
+	}
+	if !ok {
+		return AcquireReply{}, fmt.Errorf("unexpected acquire script reply %v", v)
+	}
+	return r, nil
+}
+
+// ReleaseCode is the release script's verdict (lua/release.lua).
+type ReleaseCode int64
+
+const (
+	// ReleaseNotOurs: the key was not held by the token.
+	ReleaseNotOurs ReleaseCode = 0
+	// ReleaseFreed: the key was let go and the release announced.
+	ReleaseFreed ReleaseCode = 1
+	// ReleaseHoldReturned: one of an owner's holds was given back; the
+	// owner still holds the key.
+	ReleaseHoldReturned ReleaseCode = 2
+)
+
+// Ours reports whether the token held the key.
+func (c ReleaseCode) Ours() bool { return c == ReleaseFreed || c == ReleaseHoldReturned }
+
+// ParseRelease reads the release script's reply.
+func ParseRelease(cmd *redis.Cmd) (ReleaseCode, error) {
+	v, err := cmd.Int64()
+	if err != nil {
+		return 0, err
+	}
+	if c := ReleaseCode(v); c >= ReleaseNotOurs && c <= ReleaseHoldReturned {
+		return c, nil
+	}
+	return 0, fmt.Errorf("unexpected release script reply %d", v)
+}
+
+// TransferCode is the transfer script's verdict (lua/transfer.lua).
+type TransferCode int64
+
+const (
+	// TransferNotOurs: the current token no longer held the key.
+	TransferNotOurs TransferCode = 0
+	// TransferDone: the key now holds the next token; N is its fence.
+	TransferDone TransferCode = 1
+	// TransferHoldReturned: one of an owner's holds was given back and
+	// others remain; nothing was handed on.
+	TransferHoldReturned TransferCode = 2
+)
+
+// ParseTransfer reads the transfer script's reply: its code and the new
+// fence.
+func ParseTransfer(cmd *redis.Cmd) (TransferCode, int64, error) {
+	v, err := cmd.Int64Slice()
+	if err != nil {
+		return 0, 0, err
+	}
+	if len(v) != 2 || v[0] < int64(TransferNotOurs) || v[0] > int64(TransferHoldReturned) {
+		return 0, 0, fmt.Errorf("unexpected transfer script reply %v", v)
+	}
+	return TransferCode(v[0]), v[1], nil
+}
+
+// ParseFlag reads the reply of the scripts that answer 1 (done: extended,
+// written back, finished) or 0 (the token no longer holds the key).
+func ParseFlag(cmd *redis.Cmd) (bool, error) {
+	v, err := cmd.Int64()
+	if err != nil {
+		return false, err
+	}
+	if v != 0 && v != 1 {
+		return false, fmt.Errorf("unexpected script reply %d", v)
+	}
+	return v == 1, nil
+}
+
+// BeginCode is the idem_begin script's verdict (lua/idem_begin.lua).
+type BeginCode int64
+
+const (
+	// BeginCorrupt: something else lives under the record's name; Reason
+	// says what.
+	BeginCorrupt BeginCode = -2
+	// BeginClaimed: the key is claimed for the token; N is the fence.
+	BeginClaimed BeginCode = 1
+	// BeginInFlight: another claim runs; N is its PTTL.
+	BeginInFlight BeginCode = 2
+	// BeginCompleted: the record is completed; N is its PTTL, Result the
+	// stored result.
+	BeginCompleted BeginCode = 3
+	// BeginMismatch: the record has another fingerprint; N is its PTTL.
+	BeginMismatch BeginCode = 4
+)
+
+// BeginReply is the idem_begin script's answer.
+type BeginReply struct {
+	Code   BeginCode
+	N      int64
+	Result []byte
+	Reason string
+}
+
+// ParseBegin reads the idem_begin script's reply.
+func ParseBegin(cmd *redis.Cmd) (BeginReply, error) {
+	v, err := cmd.Slice()
+	if err != nil {
+		return BeginReply{}, err
+	}
+	var (
+		r    BeginReply
+		code int64
+	)
+	ok := len(v) >= 2
+	if ok {
+		code, ok = v[0].(int64)
+		r.Code = BeginCode(code)
+	}
+	switch {
+	case !ok:
+	case r.Code == BeginCorrupt:
+		r.Reason, ok = v[1].(string)
+	case r.Code == BeginCompleted:
+		var res string
+		r.N, ok = v[1].(int64)
+		if ok && len(v) == 3 {
+			res, ok = v[2].(string)
+			r.Result = []byte(res)
+		} else {
+			ok = false
+		}
+	case r.Code == BeginClaimed || r.Code == BeginInFlight || r.Code == BeginMismatch:
+		r.N, ok = v[1].(int64)
+	default:
+		ok = false
+	}
+	if !ok {
+		return BeginReply{}, fmt.Errorf("unexpected begin script reply %v", v)
+	}
+	return r, nil
+}
+
+// FinishOp is what the idem_finish script does to an in-flight claim.
+type FinishOp string
+
+const (
+	// Complete stores the result and keeps the record for the retention.
+	Complete FinishOp = "complete"
+	// Abandon deletes the record so that a retry can run.
+	Abandon FinishOp = "abandon"
+	// Extend extends the claim's lease.
+	Extend FinishOp = "extend"
+)

@@ -1,0 +1,83 @@
+package rediskit
+
+import (
+	"context"
+	_ "embed"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/oncekit/oncekit/internal/bg"
+)
+
+var (
+	//go:embed lua/acquire.lua
+	acquireLua string
+	//go:embed lua/release.lua
+	releaseLua string
+	//go:embed lua/refresh.lua
+	refreshLua string
+	//go:embed lua/transfer.lua
+	transferLua string
+	//go:embed lua/writeback.lua
+	writeBackLua string
+	//go:embed lua/acquire_all.lua
+	acquireAllLua string
+	//go:embed lua/idem_begin.lua
+	idemBeginLua string
+	//go:embed lua/idem_finish.lua
+	idemFinishLua string
+	//go:embed lua/prelude.lua
+	preludeLua string
+	//go:embed lua/leave_queue.lua
+	leaveQueueLua string
+	//go:embed lua/record_state.lua
+	recordStateLua string
+)
+
+// The scripts; their KEYS and ARGV are documented at the top of each file.
+// Those that announce on pub/sub start with lua/prelude.lua.
+var (
+	Acquire      = redis.NewScript(acquireLua)
+	Release      = redis.NewScript(preludeLua + releaseLua)
+	Refresh      = redis.NewScript(refreshLua)
+	Transfer     = redis.NewScript(transferLua)
+	WriteBack    = redis.NewScript(writeBackLua)
+	AcquireAll   = redis.NewScript(acquireAllLua)
+	IdemBegin    = redis.NewScript(idemBeginLua)
+	IdemFinish   = redis.NewScript(preludeLua + idemFinishLua)
+	LeaveQueue   = redis.NewScript(leaveQueueLua)
+	RecordStatus = redis.NewScript(recordStateLua)
+)
+
+// Run runs script and returns its reply, or an error matching ctx.Err() as
+// soon as ctx ends, whatever the client's own timeouts (go-redis only
+// honours a context's deadline on the socket with ContextTimeoutEnabled).
+// When it returns early, the request goes on in the background, tracked by
+// wg, and late — if not nil — receives its reply, to undo what it did.
+func Run(ctx context.Context, wg *bg.Group, c redis.Scripter, script *redis.Script,
+	keys []string, late func(*redis.Cmd), args ...any) *redis.Cmd {
+	if ctx.Done() == nil {
+		return script.Run(ctx, c, keys, args...)
+	}
+	if err := ctx.Err(); err != nil {
+		cmd := redis.NewCmd(ctx)
+		cmd.SetErr(err)
+		return cmd
+	}
+	reply := make(chan *redis.Cmd, 1)
+	wg.Go(func() {
+		cmd := script.Run(context.WithoutCancel(ctx), c, keys, args...)
+		reply <- cmd
+	})
+	select {
+	case cmd := <-reply:
+		return cmd
+	case <-ctx.Done():
+		if late != nil {
+			wg.Go(func() { late(<-reply) })
+		}
+		cmd := redis.NewCmd(ctx)
+		cmd.SetErr(ctx.Err())
+		return cmd
+	}
+}

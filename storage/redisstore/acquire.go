@@ -1,0 +1,263 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/oncekit/oncekit/core/lock"
+	"github.com/oncekit/oncekit/core/lock/lockdriver"
+	"github.com/oncekit/oncekit/core/observe"
+	"github.com/oncekit/oncekit/internal/rediskit"
+	"github.com/oncekit/oncekit/internal/token"
+)
+
+// TryAcquire implements lock.Locker: one round trip, or none when a lease
+// of this Store holds the key.
+func (s *Store) TryAcquire(ctx context.Context, key string, ttl time.Duration) (lock.Lease, error) {
+	owner, err := lockdriver.CheckAcquire(ctx, key, ttl)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	if ls := s.keys[key]; ls != nil && ls.holder != nil && (owner == "" || ls.holder.owner != owner) {
+		ttl := ls.holder.Remaining()
+		s.mu.Unlock()
+		return nil, &lock.BusyError{Key: key, TTL: ttl}
+	}
+	s.mu.Unlock()
+	l, busy, err := s.attempt(ctx, key, token.New(), ttl, owner, false)
+	if err != nil {
+		return nil, err
+	}
+	if busy != nil {
+		return nil, busy
+	}
+	s.adopt(l)
+	return l, nil
+}
+
+// adopt records a lease taken in Redis as this Store's holder of its key,
+// unless one is recorded already (an owner's re-entry).
+func (s *Store) adopt(l *lease) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ls := s.localLocked(l.Key()); ls.holder == nil {
+		ls.holder = l
+	}
+}
+
+// Acquire implements lock.Locker. An uncontended call is one round trip.
+// While the key is held, the caller waits in this Store's queue for the
+// key; the first in the queue subscribes to the key's release channel (one
+// shared connection per Store) and tries again when the holder releases,
+// when the holder's remaining TTL runs out, or at the latest after the
+// recheck interval.
+func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (lock.Lease, error) {
+	owner, err := lockdriver.CheckAcquire(ctx, key, ttl)
+	if err != nil {
+		return nil, err
+	}
+	if owner != "" {
+		// An owner first tries the key directly: it may hold it already,
+		// here or in another process, and must not queue behind waiters for
+		// its own lock.
+		l, busy, err := s.attempt(ctx, key, token.New(), ttl, owner, false)
+		if err != nil {
+			return nil, err
+		}
+		if busy == nil {
+			s.adopt(l)
+			return l, nil
+		}
+	}
+	w := &waiter{ttl: ttl, owner: owner, token: token.New(), ev: make(chan event, 1)}
+	s.mu.Lock()
+	ls := s.localLocked(key)
+	if ls.holder == nil && !ls.handingOff && ls.competitors == 0 && ls.queue.Len() == 0 {
+		ls.competitors++
+		s.mu.Unlock()
+		return s.compete(ctx, key, ls, w)
+	}
+	w.elem = ls.queue.PushBack(w)
+	s.mu.Unlock()
+	return s.waitLocally(ctx, key, ls, w)
+}
+
+// waitLocally waits in this Store's queue for key until a hand-off brings
+// the key, it is w's turn to compete in Redis, or ctx ends.
+func (s *Store) waitLocally(ctx context.Context, key string, ls *local, w *waiter) (lock.Lease, error) {
+	var quit error
+	select {
+	case e := <-w.ev:
+		if e.lease != nil {
+			s.handedOff(ctx, e)
+			return e.lease, nil
+		}
+		return s.compete(ctx, key, ls, w)
+	case <-ctx.Done():
+		quit = lockdriver.NotAcquired(ctx)
+	case <-s.sub.Closed():
+		quit = fmt.Errorf("redisstore: acquire %q: %w", key, lock.ErrClosed)
+	}
+	s.mu.Lock()
+	if w.elem != nil { // still queued: leave, nothing to undo
+		ls.queue.Remove(w.elem)
+		w.elem = nil
+		s.dropIdleLocked(key, ls)
+		s.mu.Unlock()
+		return nil, quit
+	}
+	s.mu.Unlock()
+	// An event is on its way: a hand-off in flight, or our turn.
+	if e := <-w.ev; e.lease != nil {
+		s.handedOff(ctx, e)
+		return e.lease, nil // the acquisition happened; it is the caller's
+	}
+	s.mu.Lock()
+	ls.competitors--
+	s.promoteLocked(key, ls)
+	s.mu.Unlock()
+	return nil, quit
+}
+
+// compete tries Redis until the key is taken or ctx ends. The caller has
+// counted w in ls.competitors.
+func (s *Store) compete(ctx context.Context, key string, ls *local, w *waiter) (_ lock.Lease, err error) {
+	var l *lease
+	defer func() {
+		s.mu.Lock()
+		ls.competitors--
+		if l != nil {
+			ls.holder = l
+		} else {
+			s.promoteLocked(key, ls)
+		}
+		s.dropIdleLocked(key, ls)
+		s.mu.Unlock()
+	}()
+	l, busy, err := s.attempt(ctx, key, w.token, w.ttl, w.owner, false)
+	if err != nil || busy == nil {
+		return l, err
+	}
+	// Wait in the key's queue of processes: a release wakes only the first
+	// of them, on its own channel; the general channel carries releases
+	// when nobody is queued (and on servers before Redis 7).
+	own, err := s.watch(ctx, s.OwnChannel(key))
+	if err != nil {
+		return nil, err
+	}
+	defer s.sub.Unwatch(own)
+	all, err := s.watch(ctx, s.Keys.Channel(key))
+	if err != nil {
+		return nil, err
+	}
+	defer s.sub.Unwatch(all)
+	defer func() {
+		if l == nil { // leaving without the key: give the place up
+			s.BG.Go(func() { s.leaveQueue(key) })
+		}
+	}()
+	backoff := s.MinBackoff
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	var woken time.Time // when the last release notice arrived
+	for {
+		// Subscribed first, then tried: a release between the two is seen.
+		l, busy, err = s.attempt(ctx, key, w.token, w.ttl, w.owner, true)
+		if err != nil || busy == nil {
+			if l != nil && !woken.IsZero() {
+				observe.Record(ctx, s.Options.Observer, observe.Event{
+					Op: observe.LockHandOff, Driver: driverName, Key: key, Outcome: observe.Notified,
+					Fence: l.Fence(), Duration: time.Since(woken),
+				})
+			}
+			return l, err
+		}
+		woken = time.Time{}
+		timer.Reset(s.NextWait(own.Subscribed() && all.Subscribed(), busy.TTL, &backoff))
+		select {
+		case <-own.Wake():
+			woken = time.Now()
+		case <-all.Wake():
+			woken = time.Now()
+		case <-timer.C:
+		case <-s.sub.Closed():
+			return nil, fmt.Errorf("redisstore: acquire %q: %w", key, lock.ErrClosed)
+		case <-ctx.Done():
+			return nil, lockdriver.NotAcquired(ctx)
+		}
+	}
+}
+
+// leaveQueue removes this Store from key's waiting queue.
+func (s *Store) leaveQueue(key string) {
+	ctx, cancel := context.WithTimeout(context.Background(), lockdriver.ReleaseTimeout)
+	defer cancel()
+	_ = s.LeaveQueue(ctx, s.client, key)
+}
+
+// attempt runs the acquire script once, as a member of the key's waiting
+// queue when queued. It returns a lease, or a *lock.BusyError, or an
+// error. Nothing is left behind by a failed attempt: after an error that
+// may have come after the script ran (a timeout, a cancelled ctx, a broken
+// connection) it gives back whatever the attempt may have taken, and the
+// script itself refuses to take the key once ctx's deadline has passed by
+// the server's clock, for a request that reaches the server late (a paused
+// server, a slow network) when the clean-up cannot.
+func (s *Store) attempt(ctx context.Context, key, tok string, ttl time.Duration, owner string, queued bool) (*lease, *lock.BusyError, error) {
+	start := time.Now()
+	deadline, _ := ctx.Deadline()
+	undo := func(tok string) {
+		cctx, cancel := lockdriver.CleanupContext(ctx)
+		defer cancel()
+		_, _ = s.Release(cctx, s.client, key, tok, false)
+	}
+	late := func(r rediskit.AcquireReply) { // the reply to a call ctx gave up on
+		switch r.Code {
+		case rediskit.AcquireTaken:
+			undo(tok)
+		case rediskit.AcquireReentered:
+			undo(r.Token)
+		}
+	}
+	r, err := s.Base.Acquire(ctx, s.client, rediskit.AcquireArgs{
+		Key: key, Token: tok, TTL: ttl, Deadline: deadline, Owner: owner, Queued: queued,
+	}, late)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, nil, lockdriver.NotAcquired(ctx)
+		}
+		if !isRedisReply(err) && owner == "" {
+			// The script may have run before the connection failed. (An
+			// owner's uncertain re-entry cannot be told from its other
+			// holds; its expiry bounds it.)
+			s.BG.Go(func() { undo(tok) })
+		}
+		return nil, nil, fmt.Errorf("redisstore: acquire %q: %w", key, err)
+	}
+	switch r.Code {
+	case rediskit.AcquireTaken:
+		return s.newLease(key, tok, uint64(r.N), start, ttl, owner), nil, nil
+	case rediskit.AcquireReentered:
+		return s.newLease(key, r.Token, uint64(r.N), start, ttl, owner), nil, nil
+	case rediskit.AcquireBusy:
+		ttl := time.Duration(r.N) * time.Millisecond
+		if r.N < 0 {
+			ttl = -1
+		}
+		return nil, &lock.BusyError{Key: key, TTL: ttl}, nil
+	default: // rediskit.AcquireLate
+		return nil, nil, errors.Join(lock.ErrNotAcquired, context.DeadlineExceeded)
+	}
+}
+
+// isRedisReply reports whether err is an error reply from the server: the
+// request arrived and failed as a whole, so there is nothing to undo.
+func isRedisReply(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re) && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
+}

@@ -1,0 +1,136 @@
+package redisstore
+
+import (
+	"container/list"
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/lock"
+	"github.com/oncekit/oncekit/core/observe"
+	"github.com/oncekit/oncekit/internal/rediskit"
+	"github.com/oncekit/oncekit/internal/redisnotify"
+)
+
+// Client is the part of go-redis the Store uses. redis.UniversalClient
+// (*redis.Client, *redis.ClusterClient, a Sentinel failover client, *redis.Ring)
+// satisfies it.
+type Client interface {
+	redis.Scripter
+	Subscribe(ctx context.Context, channels ...string) *redis.PubSub
+	SSubscribe(ctx context.Context, channels ...string) *redis.PubSub
+	Info(ctx context.Context, section ...string) *redis.StringCmd
+}
+
+// Store is a lock.Locker and an idem.Store over one Redis deployment. It
+// is safe for concurrent use; Close releases its pub/sub connection.
+//
+// Goroutines of one Store that wait for the same key queue up locally, first
+// come first served, and only the first of them competes in Redis. When a
+// lease of the Store is released while others of the same Store wait, the
+// key is handed straight to the next one in a single round trip (a new
+// token and a new fence, without letting go of the key), up to
+// WithMaxLocalHandOffs times in a row before the key is let go so that
+// other processes get their turn.
+type Store struct {
+	rediskit.Base
+	client      Client
+	maxHandOffs int
+	sub         *redisnotify.Subscriber
+
+	mu   sync.Mutex
+	keys map[string]*local
+}
+
+// local is what one Store knows of a key: its own lease on it and its own
+// waiters for it.
+type local struct {
+	holder      *lease    // this Store's live lease on the key, or nil
+	handingOff  bool      // a hand-off to a queued waiter is in flight
+	competitors int       // waiters trying Redis
+	queue       list.List // *waiter, first come first served
+	handOffs    int       // hand-offs since the key was last let go
+}
+
+// waiter is a blocked Acquire.
+type waiter struct {
+	ttl   time.Duration
+	owner string
+	token string
+	ev    chan event    // buffered(1): at most one event is outstanding
+	elem  *list.Element // non-nil while queued
+}
+
+// event tells a queued waiter that it got the key (lease) or that it is its
+// turn to compete for it in Redis.
+type event struct {
+	lease *lease
+	freed time.Time // when the hand-off began
+}
+
+// New returns a Store over client. It makes no request until first used.
+func New(client Client, opts ...Option) (*Store, error) {
+	if client == nil {
+		return nil, errors.New("redisstore: New: nil client")
+	}
+	o := defaultOptions()
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if err := o.validate(); err != nil {
+		return nil, fmt.Errorf("redisstore: New: %w", err)
+	}
+	s := &Store{
+		client:      client,
+		maxHandOffs: o.maxHandOffs,
+		sub:         redisnotify.New(client, o.PubSub),
+		keys:        make(map[string]*local),
+	}
+	s.Init(o.Options)
+	return s, nil
+}
+
+// Close stops the Store's pub/sub connection and wakes its waiters, which
+// then fail with lock.ErrClosed, and waits for requests that callers
+// stopped waiting for (a cancelled Acquire) to finish their clean-up.
+// Leases taken earlier stay valid and can still be refreshed and released.
+// Close does not close the client.
+func (s *Store) Close() error {
+	err := s.sub.Close()
+	s.BG.Wait()
+	return err
+}
+
+const driverName = "redis"
+
+// DriverName implements observe.Source: "redis".
+func (s *Store) DriverName() string { return driverName }
+
+// Observer implements observe.Source: the WithObserver option.
+func (s *Store) Observer() observe.Observer { return s.Options.Observer }
+
+// watch subscribes to a channel, with the subscriber's errors as lock
+// errors.
+func (s *Store) watch(ctx context.Context, channel string) (*redisnotify.Watcher, error) {
+	w, err := s.sub.Watch(ctx, channel)
+	switch {
+	case errors.Is(err, redisnotify.ErrClosed):
+		return nil, fmt.Errorf("redisstore: %w", lock.ErrClosed)
+	case err != nil:
+		return nil, errors.Join(lock.ErrNotAcquired, err)
+	}
+	return w, nil
+}
+
+var (
+	_ lock.Locker    = (*Store)(nil)
+	_ idem.Store     = (*Store)(nil)
+	_ idem.Waiter    = (*Store)(nil)
+	_ lock.Inspector = (*Store)(nil)
+	_ idem.Inspector = (*Store)(nil)
+)

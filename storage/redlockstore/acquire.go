@@ -1,0 +1,355 @@
+package redlockstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/oncekit/oncekit/core/lock"
+	"github.com/oncekit/oncekit/core/lock/lockdriver"
+	"github.com/oncekit/oncekit/internal/rediskit"
+	"github.com/oncekit/oncekit/internal/token"
+)
+
+// votes is one token's hold on the nodes, across the attempts that use it.
+// It knows every node the token took, including ones whose answer came
+// after their round had ended, so that whatever happens to the attempts
+// nothing is left behind: given up, it releases all of them, and so does a
+// late answer after it was given up or its lease ended.
+type votes struct {
+	s   *Store
+	key string
+	tok string
+
+	mu     sync.Mutex
+	nodes  map[int]bool
+	gaveUp bool
+	lease  *lease
+}
+
+func (s *Store) newVotes(key string) *votes {
+	return &votes{s: s, key: key, tok: token.New(), nodes: map[int]bool{}}
+}
+
+// took records that node i holds the token; it reports false (and releases
+// the node) when the votes are no longer wanted.
+func (v *votes) took(i int) bool {
+	v.mu.Lock()
+	over := v.gaveUp || (v.lease != nil && v.lease.State() != lockdriver.Held)
+	if !over {
+		v.nodes[i] = true
+	}
+	v.mu.Unlock()
+	if over {
+		v.s.releaseNodes(v.key, v.tok, []int{i}, 0, false)
+	}
+	return !over
+}
+
+// giveUp releases every node the token took, waiting up to wait. Quiet
+// publishes no release message: a split-vote loser giving its nodes back
+// to the leader-node holder should not wake every other waiter.
+func (v *votes) giveUp(wait time.Duration, quiet bool) {
+	v.mu.Lock()
+	v.gaveUp = true
+	idx := indexes(v.nodes)
+	v.nodes = map[int]bool{}
+	v.mu.Unlock()
+	if len(idx) > 0 {
+		v.s.releaseNodes(v.key, v.tok, idx, wait, quiet)
+	}
+}
+
+// outcome of one acquisition attempt.
+type outcome struct {
+	lease  *lease
+	busy   *lock.BusyError // the key is held: wait for it
+	split  bool            // we took some nodes, not a majority
+	leader bool            // ... including the key's leader node
+	rival  bool            // another token holds the leader node
+	err    error           // a *QuorumError, a ctx error, or a failed fencing round
+	taken  []int           // the nodes the round took (a lease's majority)
+}
+
+// acquireRound is what one acquisition round's nodes answered.
+type acquireRound struct {
+	start     time.Time
+	taken     map[int]int64 // the nodes taken: their fence counters
+	busy      map[int]int64 // the nodes held by another token: their PTTLs
+	reentered map[int]int64 // the nodes an owner re-entered: its fence there
+	reTok     map[int]string
+	failed    map[int]error
+	ctxErr    error
+}
+
+// sendAcquire runs the acquire script on every node at once for the votes'
+// token: SET NX PX and an INCR of the node's fence counter, or a renewal
+// where the token already holds the key. A waiter (queued) joins the key's
+// waiting queue on the nodes where the key is held, at place (the same on
+// every node, so that they order waiters alike).
+func (s *Store) sendAcquire(ctx context.Context, v *votes, ttl time.Duration, queued bool, place int64) *acquireRound {
+	owner := lock.Owner(ctx)
+	ar := &acquireRound{start: time.Now(), taken: map[int]int64{}, busy: map[int]int64{}, reentered: map[int]int64{}, reTok: map[int]string{}}
+	nt := s.nodeTimeout(ttl)
+	deadline := ar.start.Add(nt)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	args := rediskit.AcquireArgs{Key: v.key, Token: v.tok, TTL: ttl, Deadline: deadline,
+		Unfenced: !s.redlock.fenced, Owner: owner, Queued: queued, Place: place}
+	r := newRound(s, s.all(), func(ctx context.Context, n *node) (rediskit.AcquireReply, error) {
+		return s.Base.Acquire(ctx, n.c, args, nil)
+	})
+	ar.ctxErr = r.collect(ctx, nt, func(a answer[rediskit.AcquireReply]) bool {
+		switch {
+		case a.err != nil:
+		case a.v.Code == rediskit.AcquireTaken:
+			if v.took(a.node) {
+				ar.taken[a.node] = a.v.N
+			}
+		case a.v.Code == rediskit.AcquireReentered:
+			ar.reentered[a.node], ar.reTok[a.node] = a.v.N, a.v.Token
+		case a.v.Code == rediskit.AcquireBusy:
+			ar.busy[a.node] = a.v.N
+		default:
+			r.failed[a.node] = errLate
+		}
+		// An owner's round waits for every answer (or the timeout): the
+		// re-entries it does not use are given back.
+		return owner == "" && (len(ar.taken) >= s.quorum || len(ar.busy)+len(r.failed) > len(s.nodes)-s.quorum)
+	})
+	ar.failed = r.failed
+	r.rest(func(a answer[rediskit.AcquireReply]) { // late answers: keep or give back what they took
+		switch {
+		case a.err != nil:
+		case a.v.Code == rediskit.AcquireTaken:
+			v.took(a.node)
+		case a.v.Code == rediskit.AcquireReentered: // a re-entry nobody counted
+			s.releaseNodes(v.key, a.v.Token, []int{a.node}, 0, false)
+		}
+	})
+	return ar
+}
+
+// attempt makes one Redlock acquisition for the votes' token. With a
+// majority and validity left, the second round (fenced mode) writes the
+// highest counter back and needs a majority too. On failure the caller
+// decides whether to keep the votes for another round or give them up.
+func (s *Store) attempt(ctx context.Context, v *votes, ttl time.Duration, onEnd func(), queued bool, place int64) outcome {
+	ar := s.sendAcquire(ctx, v, ttl, queued, place)
+	if lock.Owner(ctx) != "" && len(ar.reentered) > 0 {
+		if l := s.reenter(v, ar, ttl, onEnd); l != nil {
+			return outcome{lease: l}
+		}
+	}
+	if ar.ctxErr != nil {
+		return outcome{err: lockdriver.NotAcquired(ctx)}
+	}
+	if len(ar.taken) < s.quorum {
+		leader := s.leaderNode(v.key)
+		_, isLeader := ar.taken[leader]
+		_, rival := ar.busy[leader]
+		busy := &lock.BusyError{Key: v.key, TTL: s.holdWait(ar.busy)}
+		switch {
+		case len(ar.failed) > 0 && len(ar.taken)+len(ar.failed) >= s.quorum:
+			return outcome{split: len(ar.taken) > 0, leader: isLeader, err: s.quorumError("acquire", v.key, len(ar.taken), ar.failed)}
+		case len(ar.taken) > 0:
+			return outcome{split: true, leader: isLeader, rival: rival, busy: busy}
+		default:
+			return outcome{busy: busy}
+		}
+	}
+	return s.grant(ctx, v, ar, ttl, onEnd)
+}
+
+// grant turns a majority into a lease: the fencing round (fenced mode),
+// then a lease valid for what is left of the TTL after the rounds and the
+// drift allowance.
+func (s *Store) grant(ctx context.Context, v *votes, ar *acquireRound, ttl time.Duration, onEnd func()) outcome {
+	drift := s.drift(ttl)
+	late := func(what string) outcome {
+		return outcome{split: true, err: fmt.Errorf("redlockstore: acquire %q: %w: %s took %s of a %s TTL",
+			v.key, lock.ErrNotAcquired, what, time.Since(ar.start).Round(time.Microsecond), ttl)}
+	}
+	if ttl-time.Since(ar.start)-drift <= 0 {
+		return late("the round")
+	}
+	var fence uint64
+	if s.redlock.fenced {
+		var err error
+		fence, err = s.writeBack(ctx, v.key, v.tok, ar.taken, s.nodeTimeout(ttl))
+		if err != nil {
+			return outcome{split: !errors.Is(err, ErrNoQuorum) && ctx.Err() == nil, err: err}
+		}
+		if ttl-time.Since(ar.start)-drift <= 0 {
+			return late("two rounds")
+		}
+	}
+	l := s.newLease(v.key, v.tok, fence, ar.start.Add(ttl-drift), onEnd, nil)
+	v.mu.Lock()
+	v.lease = l
+	v.mu.Unlock()
+	return outcome{lease: l, taken: indexes(ar.taken)}
+}
+
+// reenter settles an owner's round in which nodes re-entered: with a
+// majority re-entered under one token it grants a lease on those nodes
+// (same token, and the fence the holder got, which the fencing round
+// recorded on them) and gives back everything else the round took; without
+// one it gives the re-entries back and returns nil.
+func (s *Store) reenter(v *votes, ar *acquireRound, ttl time.Duration, onEnd func()) *lease {
+	nt := s.nodeTimeout(ttl)
+	byTok := map[string][]int{}
+	for _, i := range indexes(ar.reentered) {
+		byTok[ar.reTok[i]] = append(byTok[ar.reTok[i]], i)
+	}
+	var winner string
+	for tok, idx := range byTok {
+		if len(idx) >= s.quorum {
+			winner = tok
+		}
+	}
+	for tok, idx := range byTok {
+		if tok != winner {
+			s.releaseNodes(v.key, tok, idx, nt, false)
+		}
+	}
+	if winner == "" {
+		return nil
+	}
+	if ttl-time.Since(ar.start)-s.drift(ttl) <= 0 {
+		s.releaseNodes(v.key, winner, byTok[winner], nt, false)
+		return nil
+	}
+	var fence int64
+	for _, i := range byTok[winner] {
+		fence = max(fence, ar.reentered[i])
+	}
+	v.giveUp(nt, true) // nodes the round took afresh: the owner holds the key
+	return s.newLease(v.key, winner, uint64(fence), ar.start.Add(ttl-s.drift(ttl)), onEnd, byTok[winner])
+}
+
+// writeBack is the second round of a fenced acquisition: the fence T is
+// the highest counter among the acquired majority. It is written to every
+// node (counters only ever grow), and the lease is granted only if a
+// majority of nodes answer that our token still holds the key there.
+func (s *Store) writeBack(ctx context.Context, key, tok string, taken map[int]int64, nt time.Duration) (uint64, error) {
+	var t int64
+	for _, c := range taken {
+		t = max(t, c)
+	}
+	v := s.poll(ctx, s.all(), nt, false, func(ctx context.Context, n *node) (bool, error) {
+		return s.WriteBack(ctx, n.c, key, tok, t)
+	})
+	switch {
+	case v.yes >= s.quorum:
+		return uint64(t), nil
+	case v.ctxErr != nil:
+		return 0, lockdriver.NotAcquired(ctx)
+	case len(v.failed) > 0 && v.yes+len(v.failed) >= s.quorum:
+		return 0, s.quorumError("acquire (fencing round)", key, v.yes, v.failed)
+	default:
+		return 0, fmt.Errorf("redlockstore: acquire %q: %w: the key expired on %d nodes during the fencing round",
+			key, lock.ErrNotAcquired, v.no)
+	}
+}
+
+// TryAcquire implements lock.Locker: one round to all nodes at once (two in
+// fenced mode once a majority is taken).
+func (s *Store) TryAcquire(ctx context.Context, key string, ttl time.Duration) (lock.Lease, error) {
+	if err := s.check(ctx, key, ttl); err != nil {
+		return nil, err
+	}
+	v := s.newVotes(key)
+	out := s.attempt(ctx, v, ttl, nil, false, 0)
+	if out.lease == nil {
+		v.giveUp(s.nodeTimeout(ttl), false)
+	}
+	switch {
+	case out.lease != nil:
+		return out.lease, nil
+	case out.err != nil:
+		return nil, out.err
+	default:
+		return nil, out.busy
+	}
+}
+
+func (s *Store) check(ctx context.Context, key string, ttl time.Duration) error {
+	if _, err := lockdriver.CheckAcquire(ctx, key, ttl); err != nil {
+		return err
+	}
+	select {
+	case <-s.closed:
+		return fmt.Errorf("redlockstore: acquire %q: %w", key, lock.ErrClosed)
+	default:
+		return nil
+	}
+}
+
+// Acquire implements lock.Locker. Goroutines of this Store waiting for one
+// key queue up first come, first served, and only the first competes on the
+// nodes; waiting processes queue on the nodes, and a release wakes the
+// first of them. It waits for a release message from any node, the
+// holder's remaining TTL on the nodes that block a majority, or the recheck
+// interval.
+// Nodes that cannot be reached are retried with backoff until ctx ends; the
+// error then matches ErrNotAcquired, ctx.Err() and, when nodes were down,
+// ErrNoQuorum.
+func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (lock.Lease, error) {
+	if err := s.check(ctx, key, ttl); err != nil {
+		return nil, err
+	}
+	if lock.Owner(ctx) != "" {
+		// An owner first tries the key directly: it may hold it already,
+		// here or in another process, and must not queue behind itself.
+		v := s.newVotes(key)
+		if out := s.attempt(ctx, v, ttl, nil, false, 0); out.lease != nil {
+			return out.lease, nil
+		}
+		v.giveUp(s.nodeTimeout(ttl), false)
+	}
+	if err := s.local.Lock(ctx, key); err != nil {
+		return nil, errors.Join(lock.ErrNotAcquired, err)
+	}
+	var once sync.Once
+	unlock := func() { once.Do(func() { s.local.Unlock(key) }) }
+	w := &waiting{s: s, key: key, ttl: ttl, onEnd: unlock, backoff: s.MinBackoff, votes: s.newVotes(key)}
+	l, err := w.run(ctx)
+	if err != nil {
+		unlock()
+		return nil, err
+	}
+	return l, nil
+}
+
+// leaveQueues removes this Store from key's waiting queue on the nodes in
+// idx, waiting up to wait for the answers (the requests go on in the
+// background). Waiting matters when the Store may queue for the key again
+// soon: a late removal would take its new place.
+func (s *Store) leaveQueues(key string, idx []int, wait time.Duration) {
+	if len(idx) == 0 {
+		return
+	}
+	r := newRound(s, idx, func(ctx context.Context, n *node) (struct{}, error) {
+		ctx, cancel := context.WithTimeout(ctx, lockdriver.ReleaseTimeout)
+		defer cancel()
+		return struct{}{}, s.LeaveQueue(ctx, n.c, key)
+	})
+	if wait > 0 {
+		_ = r.collect(context.Background(), wait, func(answer[struct{}]) bool { return false })
+	}
+}
+
+// releaseNodes runs the release script for tok on the nodes in idx and
+// waits up to wait for their answers (0: does not wait).
+func (s *Store) releaseNodes(key, tok string, idx []int, wait time.Duration, quiet bool) {
+	r := newRound(s, idx, func(ctx context.Context, n *node) (rediskit.ReleaseCode, error) {
+		return s.Release(ctx, n.c, key, tok, quiet)
+	})
+	if wait > 0 {
+		_ = r.collect(context.Background(), wait, func(answer[rediskit.ReleaseCode]) bool { return false })
+	}
+}

@@ -1,0 +1,254 @@
+package redlockstore
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	"github.com/oncekit/oncekit/core/lock"
+	"github.com/oncekit/oncekit/core/lock/lockdriver"
+	"github.com/oncekit/oncekit/core/observe"
+)
+
+// candidateRounds bounds how many extra rounds a client holding the
+// leader node spends completing its majority (after 1, 2, 4, 8 ms) before
+// it gives up its nodes.
+const candidateRounds = 4
+
+// waiting is one Acquire waiting for a key on the nodes: the first of this
+// Store's waiters for the key (the others queue locally).
+type waiting struct {
+	s     *Store
+	key   string
+	ttl   time.Duration
+	onEnd func() // frees the Store's local queue slot
+
+	votes     *votes
+	watch     *multiWatch // release channels on every node, once subscribed
+	queued    bool        // a member of the key's waiting queues
+	place     int64       // its place in them: when it began waiting (µs)
+	taken     []int       // the nodes of the lease acquired
+	backoff   time.Duration
+	candidate int       // extra rounds spent completing a split majority
+	joinNow   bool      // try again at once, as a member of the queues
+	lastErr   error     // the last failed round, for the final error
+	woken     time.Time // when the last release notice woke us
+	timer     *time.Timer
+}
+
+// run attempts until the key is taken or ctx ends.
+func (w *waiting) run(ctx context.Context) (l *lease, err error) {
+	w.timer = time.NewTimer(time.Hour)
+	defer w.timer.Stop()
+	defer func() { w.leave(l != nil) }()
+	nt := w.s.nodeTimeout(w.ttl)
+	for {
+		out := w.s.attempt(ctx, w.votes, w.ttl, w.onEnd, w.queued, w.place)
+		if out.lease != nil {
+			w.won(ctx, out)
+			return out.lease, nil
+		}
+		w.woken = time.Time{}
+		if out.err != nil && ctx.Err() == nil {
+			w.lastErr = out.err // kept for the final error when ctx ends
+		}
+		if ctx.Err() != nil {
+			w.votes.giveUp(nt, false)
+			return nil, lockdriver.NotAcquired(ctx, w.lastErr)
+		}
+		if w.watch == nil && w.join(out) {
+			continue
+		}
+		if out.split && out.leader && w.candidate < candidateRounds {
+			// A split vote, and we hold the leader node: the others see that
+			// they do not and give their nodes up, which wakes us. Keep ours
+			// and take the rest.
+			if err := w.sleep(ctx, time.Millisecond<<w.candidate, nil); err != nil {
+				w.votes.giveUp(nt, false)
+				return nil, err
+			}
+			w.candidate++
+			continue
+		}
+		if err := w.backOff(ctx, out); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// join subscribes on every node — to the key's release channel and to
+// this Store's own — and makes the waiter a member of the key's waiting
+// queues. It reports whether to try again at once: a release between the
+// first attempt and the subscription is not missed, and from now on a
+// release wakes only the first waiting process.
+func (w *waiting) join(out outcome) bool {
+	w.watch = w.s.watchChannels(w.s.Keys.Channel(w.key), w.s.OwnChannel(w.key))
+	w.queued, w.place = true, time.Now().UnixMicro()
+	if out.err == nil && !out.split {
+		return true
+	}
+	w.joinNow = out.err == nil // after settling the split
+	return false
+}
+
+// won reports a notified hand-off.
+func (w *waiting) won(ctx context.Context, out outcome) {
+	w.taken = out.taken
+	if !w.woken.IsZero() {
+		observe.Record(ctx, w.s.Options.Observer, observe.Event{
+			Op: observe.LockHandOff, Driver: driverName, Key: w.key, Outcome: observe.Notified,
+			Fence: out.lease.Fence(), Duration: time.Since(w.woken),
+		})
+	}
+}
+
+// leave closes the subscriptions and leaves the queues: every node when
+// leaving without the key, the nodes not taken (where the place stayed)
+// with it.
+func (w *waiting) leave(won bool) {
+	if w.watch != nil {
+		w.watch.close()
+	}
+	if !w.queued {
+		return
+	}
+	idx := w.s.all()
+	if won {
+		idx = slices.DeleteFunc(idx, func(i int) bool { return slices.Contains(w.taken, i) })
+	}
+	w.s.leaveQueues(w.key, idx, w.s.nodeTimeout(w.ttl))
+}
+
+// backOff gives the round's nodes up and sleeps until the next attempt.
+func (w *waiting) backOff(ctx context.Context, out outcome) error {
+	// Split-vote losers whose rival holds the leader node give their
+	// nodes back quietly: the rival takes them, and announces its own
+	// release later. Everyone else announces the release, or nobody
+	// would be woken.
+	w.votes.giveUp(w.s.nodeTimeout(w.ttl), out.split && out.rival && out.err == nil)
+	w.votes, w.candidate = w.s.newVotes(w.key), 0
+	var (
+		wait time.Duration
+		wake = w.watch.wake
+	)
+	switch {
+	case out.err != nil || (out.split && !out.rival):
+		// A failed round, a candidate that could not complete, or a
+		// split nobody settles (the leader node free): back off with
+		// full jitter, deaf to releases, so that competitors woken by
+		// the same message do not collide again.
+		wait = rand.N(w.backoff + 1)
+		w.backoff = min(2*w.backoff, w.s.MaxBackoff)
+		wake = nil
+	case out.split:
+		// Someone else holds the leader node and will win: wait for it,
+		// and spread the next attempts of the woken.
+		wait = w.s.Recheck
+		w.backoff = min(2*w.backoff, w.s.MaxBackoff)
+	default:
+		wait = w.s.Recheck
+		if t := out.busy.TTL; t >= 0 && t < wait {
+			wait = t + time.Millisecond
+		}
+	}
+	if w.joinNow {
+		// A split vote on the first attempt, which was not queued: this
+		// waiter is in no queue yet, so no release would wake it.
+		wait, w.joinNow = 0, false
+	}
+	if err := w.sleep(ctx, wait, wake); err != nil {
+		return err
+	}
+	if wake != nil && w.backoff > w.s.MinBackoff {
+		// Contention since this waiter last held the key: the other
+		// processes woken by the same release compete too. Spread the
+		// attempts over the backoff window, deaf to further messages.
+		return w.sleep(ctx, rand.N(w.backoff+1), nil)
+	}
+	return nil
+}
+
+// sleep waits d, or until wake (if not nil) receives.
+func (w *waiting) sleep(ctx context.Context, d time.Duration, wake <-chan struct{}) error {
+	w.timer.Reset(d)
+	defer func() {
+		if !w.timer.Stop() {
+			select {
+			case <-w.timer.C:
+			default:
+			}
+		}
+	}()
+	select {
+	case <-wake:
+		w.woken = time.Now()
+	case <-w.timer.C:
+	case <-w.s.closed:
+		return fmt.Errorf("redlockstore: acquire %q: %w", w.key, lock.ErrClosed)
+	case <-ctx.Done():
+		return lockdriver.NotAcquired(ctx, w.lastErr)
+	}
+	return nil
+}
+
+// multiWatch is a waiter's subscription to a key's release channel on
+// every node: a message from any of them wakes it.
+type multiWatch struct {
+	wake chan struct{}
+	stop chan struct{}
+}
+
+// watchChannels subscribes to channels on every node and returns once a
+// majority confirmed (or could not), or after the node timeout for the
+// slow ones. A message on any of them, from any node, wakes the waiter.
+func (s *Store) watchChannels(channels ...string) *multiWatch {
+	mw := &multiWatch{wake: make(chan struct{}, 1), stop: make(chan struct{})}
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan struct{}, len(s.nodes)*len(channels))
+	for _, n := range s.nodes {
+		for _, channel := range channels {
+			s.watchOne(ctx, mw, n, channel, ready)
+		}
+	}
+	s.BG.Go(func() {
+		<-mw.stop
+		cancel()
+	})
+	t := time.NewTimer(s.nodeTimeout(time.Second))
+	defer t.Stop()
+	for range s.quorum * len(channels) {
+		select {
+		case <-ready:
+		case <-t.C:
+			return mw
+		}
+	}
+	return mw
+}
+
+// watchOne forwards channel's messages on n to mw until mw stops.
+func (s *Store) watchOne(ctx context.Context, mw *multiWatch, n *node, channel string, ready chan<- struct{}) {
+	s.BG.Go(func() {
+		w, err := n.sub.Watch(ctx, channel)
+		ready <- struct{}{}
+		if err != nil {
+			return
+		}
+		defer n.sub.Unwatch(w)
+		for {
+			select {
+			case <-w.Wake():
+				select {
+				case mw.wake <- struct{}{}:
+				default:
+				}
+			case <-mw.stop:
+				return
+			}
+		}
+	})
+}
+
+func (mw *multiWatch) close() { close(mw.stop) }

@@ -1,0 +1,135 @@
+package redlockstore
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// answer is one node's reply in a round.
+type answer[T any] struct {
+	node int
+	v    T
+	err  error
+}
+
+// round is one request sent to several nodes at once, each on its own
+// goroutine (tracked by the Store's background group, so nothing outlives
+// Close). Requests use the clients' own timeouts; the round stops waiting
+// on its own schedule.
+type round[T any] struct {
+	s        *Store
+	nodes    []int
+	ch       chan answer[T]
+	pending  int
+	answered map[int]bool
+	failed   map[int]error // by node: errors and, after a timeout, errNodeTimeout
+}
+
+// newRound sends call to the nodes in idx.
+func newRound[T any](s *Store, idx []int, call func(ctx context.Context, n *node) (T, error)) *round[T] {
+	r := &round[T]{s: s, nodes: idx, ch: make(chan answer[T], len(idx)), pending: len(idx),
+		answered: map[int]bool{}, failed: map[int]error{}}
+	for _, i := range idx {
+		s.BG.Go(func() {
+			v, err := call(context.Background(), s.nodes[i])
+			r.ch <- answer[T]{node: i, v: v, err: err}
+		})
+	}
+	return r
+}
+
+// collect reads answers until on (which sees every answer, errors
+// included, after they are recorded in r.failed) reports the outcome
+// decided, every node answered, timeout passes, or ctx ends (its error is
+// returned). Nodes still silent at the timeout count as failed.
+func (r *round[T]) collect(ctx context.Context, timeout time.Duration, on func(answer[T]) bool) error {
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	for r.pending > 0 {
+		select {
+		case a := <-r.ch:
+			r.pending--
+			r.answered[a.node] = true
+			if a.err != nil {
+				r.failed[a.node] = a.err
+			}
+			if on(a) {
+				return nil
+			}
+		case <-t.C:
+			for _, i := range r.nodes {
+				if !r.answered[i] {
+					r.failed[i] = errNodeTimeout
+				}
+			}
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// rest passes the answers collect did not read to late, in the
+// background.
+func (r *round[T]) rest(late func(answer[T])) {
+	if r.pending == 0 {
+		return
+	}
+	n := r.pending
+	r.pending = 0
+	r.s.BG.Go(func() {
+		for range n {
+			late(<-r.ch)
+		}
+	})
+}
+
+// vote is the outcome of a round whose nodes answer yes (the token holds
+// the key there, and the request took effect) or no (another token, or
+// none).
+type vote struct {
+	yes, no int
+	failed  map[int]error
+	ctxErr  error
+}
+
+// poll runs a yes/no round on the nodes in idx. It returns once a majority
+// said yes or can no longer say it, or — with all — once every node
+// answered (or the timeout passed).
+func (s *Store) poll(ctx context.Context, idx []int, timeout time.Duration, all bool, call func(ctx context.Context, n *node) (bool, error)) vote {
+	r := newRound(s, idx, call)
+	var v vote
+	v.ctxErr = r.collect(ctx, timeout, func(a answer[bool]) bool {
+		switch {
+		case a.err != nil:
+		case a.v:
+			v.yes++
+		default:
+			v.no++
+		}
+		if all {
+			return false
+		}
+		return v.yes >= s.quorum || v.no+len(r.failed) > len(idx)-s.quorum
+	})
+	v.failed = r.failed
+	return v
+}
+
+// verdict turns a vote on a held key into the error of op: nil with a
+// majority of yes, lost (lock.ErrLockLost or idem.ErrLockLost) when a
+// majority no longer held it, ctx's error, or a *QuorumError.
+func (s *Store) verdict(op, key string, v vote, lost error) error {
+	switch {
+	case v.yes >= s.quorum:
+		return nil
+	case v.ctxErr != nil:
+		return fmt.Errorf("redlockstore: %s %q: %w", op, key, v.ctxErr)
+	case v.no > len(s.nodes)-s.quorum:
+		return fmt.Errorf("redlockstore: %s %q: %w", op, key, lost)
+	default:
+		return s.quorumError(op, key, v.yes, v.failed)
+	}
+}

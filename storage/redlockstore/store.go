@@ -1,0 +1,188 @@
+package redlockstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/lock"
+	"github.com/oncekit/oncekit/core/observe"
+	"github.com/oncekit/oncekit/internal/keyq"
+	"github.com/oncekit/oncekit/internal/rediskit"
+	"github.com/oncekit/oncekit/internal/redisnotify"
+)
+
+// Client is the part of go-redis each node's client must offer;
+// *redis.Client satisfies it. Each node is an independent Redis server
+// (not replicas of one another, not one Cluster).
+type Client interface {
+	redis.Scripter
+	Subscribe(ctx context.Context, channels ...string) *redis.PubSub
+	SSubscribe(ctx context.Context, channels ...string) *redis.PubSub
+	Info(ctx context.Context, section ...string) *redis.StringCmd
+}
+
+// Store is a lock.Locker and an idem.Store over N independent Redis nodes
+// with majority quorum. It is safe for concurrent use; Close releases its
+// pub/sub connections.
+type Store struct {
+	rediskit.Base
+	redlock redlockOptions
+	nodes   []*node
+	quorum  int
+	local   keyq.Queue // one competitor per key in this Store
+
+	closed    chan struct{}
+	closeOnce sync.Once
+}
+
+type node struct {
+	name string
+	c    Client
+	sub  *redisnotify.Subscriber
+}
+
+// New returns a Store over clients, one per node. There must be an odd
+// number of at least 3. New makes no request.
+func New(clients []Client, opts ...Option) (*Store, error) {
+	if n := len(clients); n < 3 || n%2 == 0 {
+		return nil, fmt.Errorf("redlockstore: New: %d nodes; need an odd number, at least 3", n)
+	}
+	o := defaultOptions()
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if err := o.validate(); err != nil {
+		return nil, fmt.Errorf("redlockstore: New: %w", err)
+	}
+	s := &Store{
+		redlock: o.redlockOptions,
+		quorum:  len(clients)/2 + 1,
+		closed:  make(chan struct{}),
+	}
+	s.Init(o.Options)
+	seen := map[string]bool{}
+	for i, c := range clients {
+		if c == nil {
+			return nil, fmt.Errorf("redlockstore: New: client %d is nil", i)
+		}
+		name := fmt.Sprintf("node %d", i)
+		if oc, ok := c.(interface{ Options() *redis.Options }); ok {
+			name = oc.Options().Addr
+			if seen[name] {
+				return nil, fmt.Errorf("redlockstore: New: %s is given twice; the nodes must be independent", name)
+			}
+			seen[name] = true
+		}
+		s.nodes = append(s.nodes, &node{name: name, c: c, sub: redisnotify.New(c, o.PubSub)})
+	}
+	return s, nil
+}
+
+// Quorum is the number of nodes an operation must reach: N/2 + 1.
+func (s *Store) Quorum() int { return s.quorum }
+
+// Close closes the pub/sub connections, wakes waiters (they fail with
+// lock.ErrClosed), and waits for requests still in flight to finish their
+// clean-up. It does not close the clients.
+func (s *Store) Close() error {
+	var errs []error
+	s.closeOnce.Do(func() {
+		close(s.closed)
+		for _, n := range s.nodes {
+			errs = append(errs, n.sub.Close())
+		}
+	})
+	s.BG.Wait()
+	return errors.Join(errs...)
+}
+
+const driverName = "redlock"
+
+// DriverName implements observe.Source: "redlock".
+func (s *Store) DriverName() string { return driverName }
+
+// Observer implements observe.Source: the WithObserver option.
+func (s *Store) Observer() observe.Observer { return s.Options.Observer }
+
+// nodeTimeout is how long a round for a lease of ttl waits for a node.
+func (s *Store) nodeTimeout(ttl time.Duration) time.Duration {
+	if s.redlock.nodeTimeout > 0 {
+		return s.redlock.nodeTimeout
+	}
+	return min(max(ttl/10, 50*time.Millisecond), time.Second)
+}
+
+// drift is the clock drift allowance subtracted from a lease's validity.
+func (s *Store) drift(ttl time.Duration) time.Duration {
+	return time.Duration(float64(ttl)*s.redlock.driftFactor) + s.redlock.driftFloor
+}
+
+// all is every node's index.
+func (s *Store) all() []int {
+	idx := make([]int, len(s.nodes))
+	for i := range idx {
+		idx[i] = i
+	}
+	return idx
+}
+
+// leaderNode is the node whose holder wins a split vote on key: every
+// client agrees on it, and one client at a time can hold it.
+func (s *Store) leaderNode(key string) int {
+	h := fnv.New32a()
+	h.Write([]byte(key))
+	return int(h.Sum32() % uint32(len(s.nodes)))
+}
+
+func (s *Store) quorumError(op, key string, got int, failed map[int]error) *QuorumError {
+	e := &QuorumError{Op: op, Key: key, Need: s.quorum, Got: got, Failed: map[string]error{}}
+	for i, err := range failed {
+		e.Failed[s.nodes[i].name] = err
+	}
+	return e
+}
+
+// holdWait is how long until enough busy nodes free up for a majority: the
+// k-th smallest remaining TTL among them, or -1 if one has no expiry.
+func (s *Store) holdWait(busy map[int]int64) time.Duration {
+	need := s.quorum - (len(s.nodes) - len(busy))
+	if need <= 0 {
+		return 0
+	}
+	ttls := slices.Sorted(func(yield func(int64) bool) {
+		for _, t := range busy {
+			if !yield(t) {
+				return
+			}
+		}
+	})
+	if ttls[0] < 0 { // -1 or -2 sort first: some node's key has no expiry
+		return -1
+	}
+	return time.Duration(ttls[need-1]) * time.Millisecond
+}
+
+func indexes[V any](m map[int]V) []int {
+	idx := make([]int, 0, len(m))
+	for i := range m {
+		idx = append(idx, i)
+	}
+	slices.Sort(idx)
+	return idx
+}
+
+var (
+	_ lock.Locker    = (*Store)(nil)
+	_ idem.Store     = (*Store)(nil)
+	_ idem.Waiter    = (*Store)(nil)
+	_ lock.Inspector = (*Store)(nil)
+	_ idem.Inspector = (*Store)(nil)
+)
