@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/oncekit/oncekit/core/idem"
-	"github.com/oncekit/oncekit/internal/testenv"
 	"github.com/oncekit/oncekit/httpmw"
+	"github.com/oncekit/oncekit/internal/testenv"
 	"github.com/oncekit/oncekit/storage/memstore"
 	"github.com/oncekit/oncekit/storage/redisstore"
 )

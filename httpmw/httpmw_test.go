@@ -19,8 +19,8 @@ import (
 
 	"github.com/oncekit/oncekit/core/idem"
 	"github.com/oncekit/oncekit/core/observe"
-	"github.com/oncekit/oncekit/internal/testenv"
 	"github.com/oncekit/oncekit/httpmw"
+	"github.com/oncekit/oncekit/internal/testenv"
 	"github.com/oncekit/oncekit/storage/memstore"
 	"github.com/oncekit/oncekit/storage/redisstore"
 )
