@@ -155,7 +155,7 @@ func (sess *session) end() {
 	sess.mu.Unlock()
 	sess.cancel()
 	for l := range leases {
-		l.finish(lost)
+		l.End(lockdriver.Lost)
 	}
 }
 
@@ -230,7 +230,7 @@ func (s *Store) TryAcquire(ctx context.Context, key string, ttl time.Duration) (
 	l := newLease(s, sess, key, mine, tok, resp.Header.Revision, start.Add(ttl))
 	l.owner = owner
 	if !sess.add(l) { // the session ended meanwhile, and the entry with it
-		l.finish(lost)
+		l.End(lockdriver.Lost)
 		s.removeEntry(sess, mine)
 		return nil, fmt.Errorf("etcdstore: acquire %q: %w: %w", key, errSessionLost, lock.ErrNotAcquired)
 	}
@@ -317,7 +317,7 @@ func (s *Store) acquireIn(ctx context.Context, key string, ttl time.Duration) (_
 	l = newLease(s, sess, key, mine, tok, rev, start.Add(ttl))
 	l.owner = owner
 	if !sess.add(l) { // the session ended meanwhile, and the entry with it
-		l.finish(lost)
+		l.End(lockdriver.Lost)
 		s.removeEntry(sess, mine)
 		return nil, errSessionLost
 	}

@@ -12,46 +12,40 @@ import (
 	"github.com/oncekit/oncekit/core/lock/lockdriver"
 )
 
-type leaseState int
-
-const (
-	held leaseState = iota
-	released
-	lost
-)
-
 // lease is one held entry. Its key lives as long as the session lease and
 // is deleted by Release, by its own TTL running out without a Refresh (the
-// Store deletes it then), or by the session ending.
+// Store deletes it then), or by the session ending. Its lifecycle is
+// lockdriver.Lease's; this type adds the requests to etcd and the watch
+// that ends it when someone else deletes the entry.
 type lease struct {
+	*lockdriver.Lease
 	s     *Store
 	sess  *session
-	key   string // the user's key
 	entry string // the etcd key of this acquisition
-	token string
-	rev   int64  // the entry's create revision: the fence
 	owner string // set for an owner's hold (lock.WithOwner)
-	done  chan struct{}
 
 	mu       sync.Mutex
-	state    leaseState
-	deadline time.Time
-	timer    *time.Timer
 	watching bool
 	stopW    context.CancelFunc
 }
 
+// newLease returns a held lease; its fence is the entry's create revision.
 func newLease(s *Store, sess *session, key, entry, tok string, rev int64, deadline time.Time) *lease {
-	l := &lease{s: s, sess: sess, key: key, entry: entry, token: tok, rev: rev, done: make(chan struct{}), deadline: deadline}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.timer = time.AfterFunc(time.Until(deadline), l.expire)
+	l := &lease{s: s, sess: sess, entry: entry}
+	l.Lease = lockdriver.NewLease(lockdriver.Config{
+		Driver: "etcdstore", Key: key, Token: tok, Fence: uint64(rev),
+		Deadline: deadline,
+		Store:    l,
+		OnEnd:    func(lockdriver.State) { l.ended() },
+		// The TTL ran out: free the key for others now rather than at the
+		// end of the session, retrying while the servers are unreachable.
+		// An owner's hold gives back only itself.
+		OnExpire: func() { s.bg.Go(l.deleteUntilDone) },
+	})
 	return l
 }
 
-func (l *lease) Key() string   { return l.key }
-func (l *lease) Token() string { return l.token }
-func (l *lease) Fence() uint64 { return uint64(l.rev) }
+func (l *lease) rev() int64 { return int64(l.Fence()) }
 
 // Done is closed on Release, when the TTL runs out without a Refresh, when
 // the session lease is lost, and — watched from the first call to Done —
@@ -59,13 +53,23 @@ func (l *lease) Fence() uint64 { return uint64(l.rev) }
 func (l *lease) Done() <-chan struct{} {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if !l.watching && l.state == held {
+	if !l.watching && l.State() == lockdriver.Held {
 		l.watching = true
 		ctx, cancel := context.WithCancel(context.Background())
 		l.stopW = cancel
 		l.s.bg.Go(func() { l.watchEntry(ctx) })
 	}
-	return l.done
+	return l.Lease.Done()
+}
+
+// ended stops the watch and forgets the lease in its session.
+func (l *lease) ended() {
+	l.mu.Lock()
+	if l.stopW != nil {
+		l.stopW()
+	}
+	l.mu.Unlock()
+	l.sess.remove(l)
 }
 
 // watchEntry ends the lease as lost when its entry disappears.
@@ -76,31 +80,13 @@ func (l *lease) watchEntry(ctx context.Context) {
 			return
 		}
 		if err == nil || err == errSessionLost {
-			l.finish(lost)
+			l.End(lockdriver.Lost)
 			return
 		}
 		select { // the watch broke (a server restart): watch again
 		case <-time.After(100 * time.Millisecond):
 		case <-ctx.Done():
 		}
-	}
-}
-
-func (l *lease) expire() {
-	l.mu.Lock()
-	if l.state == held {
-		if d := time.Until(l.deadline); d > 0 {
-			l.timer.Reset(d)
-			l.mu.Unlock()
-			return
-		}
-	}
-	l.mu.Unlock()
-	if l.finish(lost) {
-		// The TTL ran out: free the key for others now rather than at the
-		// end of the session, retrying while the servers are unreachable.
-		// An owner's hold gives back only itself.
-		l.s.bg.Go(l.deleteUntilDone)
 	}
 }
 
@@ -127,103 +113,48 @@ func (l *lease) deleteUntilDone() {
 	}
 }
 
-// finish ends the lease; it reports whether this call ended it.
-func (l *lease) finish(st leaseState) bool {
-	l.mu.Lock()
-	if l.state != held {
-		l.mu.Unlock()
-		return false
-	}
-	l.state = st
-	l.timer.Stop()
-	if l.stopW != nil {
-		l.stopW()
-	}
-	close(l.done)
-	l.mu.Unlock()
-	l.sess.remove(l)
-	return true
-}
-
-func (l *lease) currentState() leaseState {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.state
-}
-
-// Refresh checks in one transaction that the entry is still ours and
-// records the new expiry in it; the entry itself lives as long as the
-// session, which the Store keeps alive.
-func (l *lease) Refresh(ctx context.Context, ttl time.Duration) error {
-	if err := lockdriver.ValidateTTL(ttl); err != nil {
-		return err
-	}
-	if l.currentState() != held {
-		return fmt.Errorf("etcdstore: refresh %q: %w", l.key, lock.ErrLockLost)
-	}
+// StoreRefresh implements lockdriver.Store: it checks in one transaction
+// that the entry is still ours and records the new expiry in it; the entry
+// itself lives as long as the session, which the Store keeps alive.
+func (l *lease) StoreRefresh(ctx context.Context, ttl time.Duration) (time.Time, error) {
 	start := time.Now()
 	resp, err := l.s.c.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(l.entry), "=", l.rev)).
+		If(clientv3.Compare(clientv3.CreateRevision(l.entry), "=", l.rev())).
 		Then(clientv3.OpPut(l.entry, expiry(start, ttl), clientv3.WithIgnoreLease())).
 		Commit()
-	if err != nil {
-		return fmt.Errorf("etcdstore: refresh %q: %w", l.key, err)
+	switch {
+	case err != nil:
+		return time.Time{}, fmt.Errorf("etcdstore: refresh %q: %w", l.Key(), err)
+	case !resp.Succeeded:
+		return time.Time{}, fmt.Errorf("etcdstore: refresh %q: %w", l.Key(), lock.ErrLockLost)
 	}
-	if !resp.Succeeded {
-		l.finish(lost)
-		return fmt.Errorf("etcdstore: refresh %q: %w", l.key, lock.ErrLockLost)
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.state != held {
-		return fmt.Errorf("etcdstore: refresh %q: %w", l.key, lock.ErrLockLost)
-	}
-	l.deadline = start.Add(ttl)
-	l.timer.Reset(time.Until(l.deadline))
-	return nil
+	return start.Add(ttl), nil
 }
 
-// Release deletes the entry in one request. Entries are never reused (each
-// acquisition writes a key of its own), so a plain delete removes only this
-// lease's entry, and a retried Release can never delete a newer holder's. With a cancelled ctx it still runs, under lockdriver.ReleaseTimeout.
-func (l *lease) Release(ctx context.Context) error {
-	if l.currentState() == released {
-		return nil
-	}
-	if ctx.Err() != nil {
-		var cancel context.CancelFunc
-		ctx, cancel = lockdriver.CleanupContext(ctx)
-		defer cancel()
-	}
+// StoreRelease implements lockdriver.Store: it deletes the entry in one
+// request. Entries are never reused (each acquisition writes a key of its
+// own), so a plain delete removes only this lease's entry, and a retried
+// Release can never delete a newer holder's.
+func (l *lease) StoreRelease(ctx context.Context) error {
 	var deleted bool
-	if l.owner != "" && l.currentState() == lost {
+	switch {
+	case l.owner != "" && l.State() == lockdriver.Lost:
 		// Its expiry already gave this hold back.
-		return fmt.Errorf("etcdstore: release %q: %w", l.key, lock.ErrLockLost)
-	}
-	if l.owner != "" {
+	case l.owner != "":
 		ok, err := l.s.giveBack(ctx, l)
 		if err != nil {
-			return fmt.Errorf("etcdstore: release %q: %w", l.key, err)
+			return fmt.Errorf("etcdstore: release %q: %w", l.Key(), err)
 		}
 		deleted = ok
-	} else {
+	default:
 		resp, err := l.s.c.Delete(ctx, l.entry)
 		if err != nil {
-			return fmt.Errorf("etcdstore: release %q: %w", l.key, err)
+			return fmt.Errorf("etcdstore: release %q: %w", l.Key(), err)
 		}
 		deleted = resp.Deleted > 0
 	}
 	if !deleted {
-		l.finish(lost)
-		if l.currentState() == released {
-			return nil
-		}
-		return fmt.Errorf("etcdstore: release %q: %w", l.key, lock.ErrLockLost)
-	}
-	if !l.finish(released) {
-		l.mu.Lock()
-		l.state = released // lost locally, but the entry was still ours: now gone
-		l.mu.Unlock()
+		return fmt.Errorf("etcdstore: release %q: %w", l.Key(), lock.ErrLockLost)
 	}
 	return nil
 }

@@ -12,6 +12,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/oncekit/oncekit/core/lock"
+	"github.com/oncekit/oncekit/core/lock/lockdriver"
 )
 
 // Owner reentrancy (lock.WithOwner). While an owner holds a key, a record
@@ -92,7 +93,7 @@ func (s *Store) reenter(ctx context.Context, sess *session, key, owner string, t
 		l := newLease(s, sess, key, rec.entry, tokenOf(rec.entry), first[0].CreateRevision, start.Add(ttl))
 		l.owner = owner
 		if !sess.add(l) {
-			l.finish(lost)
+			l.End(lockdriver.Lost)
 			return nil, false, errSessionLost
 		}
 		return l, true, nil
@@ -124,7 +125,7 @@ func (s *Store) recordOwner(ctx context.Context, sess *session, key, owner, entr
 // giveBack returns one of an owner's holds: the entry (and the record) is
 // deleted with the last. It reports whether the entry was still held.
 func (s *Store) giveBack(ctx context.Context, l *lease) (bool, error) {
-	ok := s.ownerKey(l.key)
+	ok := s.ownerKey(l.Key())
 	for range 8 {
 		resp, err := s.c.Txn(ctx).Then(clientv3.OpGet(ok), clientv3.OpGet(l.entry, clientv3.WithCountOnly())).Commit()
 		if err != nil {
@@ -151,7 +152,7 @@ func (s *Store) giveBack(ctx context.Context, l *lease) (bool, error) {
 		}
 		t, err := s.c.Txn(ctx).
 			If(clientv3.Compare(clientv3.ModRevision(ok), "=", recs[0].ModRevision),
-				clientv3.Compare(clientv3.CreateRevision(l.entry), "=", l.rev)).
+				clientv3.Compare(clientv3.CreateRevision(l.entry), "=", l.rev())).
 			Then(then...).Commit()
 		if err != nil {
 			return false, err

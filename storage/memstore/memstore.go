@@ -58,15 +58,16 @@ type waiter struct {
 	owner   string
 	granted chan *lease // buffered(1): the lease handed over on release
 	elem    *list.Element
-	freed   time.Time // when the key was handed over
+	freed   time.Time // when the key was handed off
 }
 
-type grantState int
+// A grant is held, released or lost, like its leases.
+type grantState = lockdriver.State
 
 const (
-	held grantState = iota
-	released
-	lost
+	held     = lockdriver.Held
+	released = lockdriver.Released
+	lost     = lockdriver.Lost
 )
 
 // grant is one acquisition of a key: its token, fence and expiry, shared
@@ -84,11 +85,11 @@ type grant struct {
 	handles map[*lease]struct{}
 }
 
-// lease is one handle on a grant: what Acquire returns.
+// lease is one handle on a grant: what Acquire returns. Its lifecycle is
+// lockdriver.Lease's, without a timer of its own: the grant's ends it.
 type lease struct {
-	g        *grant
-	done     chan struct{}
-	released bool // guarded by s.mu
+	*lockdriver.Lease
+	g *grant
 }
 
 // TryAcquire implements lock.Locker.
@@ -208,7 +209,8 @@ func (s *Store) grantLocked(key string, e *entry, ttl time.Duration, owner strin
 }
 
 func (g *grant) handleLocked() *lease {
-	l := &lease{g: g, done: make(chan struct{})}
+	l := &lease{g: g}
+	l.Lease = lockdriver.NewLease(lockdriver.Config{Driver: "memstore", Key: g.key, Token: g.token, Fence: g.fence, Store: l})
 	g.handles[l] = struct{}{}
 	g.holds++
 	return l
@@ -242,7 +244,7 @@ func (s *Store) endLocked(g *grant, st grantState) {
 	g.state = st
 	g.timer.Stop()
 	for l := range g.handles {
-		close(l.done)
+		l.End(st)
 	}
 	g.handles = nil
 	if e := s.locks[g.key]; e != nil && e.holder == g {
@@ -279,44 +281,32 @@ func (g *grant) heldLocked() bool {
 	return true
 }
 
-func (l *lease) Key() string           { return l.g.key }
-func (l *lease) Token() string         { return l.g.token }
-func (l *lease) Fence() uint64         { return l.g.fence }
-func (l *lease) Done() <-chan struct{} { return l.done }
-
-// Refresh extends the key (all of an owner's holds share its expiry).
-func (l *lease) Refresh(ctx context.Context, ttl time.Duration) error {
-	if err := lockdriver.ValidateTTL(ttl); err != nil {
-		return err
-	}
+// StoreRefresh implements lockdriver.Store: it extends the key (all of an
+// owner's holds share its expiry).
+func (l *lease) StoreRefresh(ctx context.Context, ttl time.Duration) (time.Time, error) {
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("memstore: refresh %q: %w", l.g.key, err)
+		return time.Time{}, fmt.Errorf("memstore: refresh %q: %w", l.g.key, err)
 	}
 	s := l.g.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if l.released || !l.g.heldLocked() {
-		return fmt.Errorf("memstore: refresh %q: %w", l.g.key, lock.ErrLockLost)
+	if l.State() != lockdriver.Held || !l.g.heldLocked() {
+		return time.Time{}, fmt.Errorf("memstore: refresh %q: %w", l.g.key, lock.ErrLockLost)
 	}
 	l.g.expires = time.Now().Add(ttl)
 	l.g.timer.Reset(ttl)
-	return nil
+	return time.Time{}, nil
 }
 
-// Release gives this lease's hold back; the key is freed with the last
-// hold. Its Done closes now either way.
-func (l *lease) Release(context.Context) error {
+// StoreRelease implements lockdriver.Store: it gives this lease's hold
+// back; the key is freed with the last hold.
+func (l *lease) StoreRelease(context.Context) error {
 	s := l.g.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if l.released {
-		return nil
-	}
-	if !l.g.heldLocked() {
+	if _, mine := l.g.handles[l]; !mine || !l.g.heldLocked() {
 		return fmt.Errorf("memstore: release %q: %w", l.g.key, lock.ErrLockLost)
 	}
-	l.released = true
-	close(l.done)
 	delete(l.g.handles, l)
 	if l.g.holds--; l.g.holds == 0 {
 		s.endLocked(l.g, released)

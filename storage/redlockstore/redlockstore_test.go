@@ -70,6 +70,8 @@ func TestConformance(t *testing.T) {
 				RoundTripsPerCall: 5, // one request to each node, in parallel
 				Settle:            50 * time.Millisecond,
 				Reentrant:         true,
+				// The local deadline is start + TTL − drift (1 % + 2 ms).
+				ExpiresAfterDeadline: true,
 			}
 			if mode.name == "unfenced" {
 				cfg.Unfenced = true

@@ -51,6 +51,13 @@ type Config struct {
 	// an owner fail with lock.ErrReentrancyUnsupported instead.
 	Reentrant bool
 
+	// ExpiresAfterDeadline says the driver's local deadline passes well
+	// before the store's own expiry (Redlock subtracts a drift allowance:
+	// over 20 ms for a 2 s TTL), so that a Release sent as soon as Done
+	// closes still finds the key: the suite then requires that Release to
+	// succeed, and the second to return nil too.
+	ExpiresAfterDeadline bool
+
 	// Lag is the extra time the driver may take to notice an expiry (clock
 	// drift allowance, the store's expiry resolution). Default 0.
 	Lag time.Duration
@@ -79,6 +86,7 @@ func Run(t *testing.T, cfg Config) {
 	t.Run("InvalidInput", s.invalidInput)
 	t.Run("ReleaseWithCancelledContext", s.releaseCancelled)
 	t.Run("ReleaseTwice", s.releaseTwice)
+	t.Run("ReleaseTwiceAfterDeadline", s.releaseTwiceAfterDeadline)
 	t.Run("AcquireAllNoDeadlock", s.acquireAllNoDeadlock)
 	t.Run("AcquireAllPartialFailure", s.acquireAllPartialFailure)
 	t.Run("AcquireAllInput", s.acquireAllInput)
@@ -532,6 +540,34 @@ func (s *suite) releaseCancelled(t *testing.T) {
 		t.Fatalf("Release with a cancelled context: %v", err)
 	}
 	assertFree(t, s.cfg.NewLocker(t), k)
+}
+
+// releaseTwiceAfterDeadline: a lease whose local deadline passed (Done
+// closed) is released. If that Release succeeded — the key still lived in
+// the store — a second Release returns nil, as after any successful
+// Release; if it found the key gone, ErrLockLost.
+func (s *suite) releaseTwiceAfterDeadline(t *testing.T) {
+	const ttl = 2 * time.Second
+	lease := mustAcquire(t, s.cfg.NewLocker(t), key(t), ttl)
+	select {
+	case <-lease.Done():
+	case <-time.After(ttl + s.cfg.Lag + 5*time.Second):
+		t.Fatal("Done did not close at the lease's deadline")
+	}
+	first := lease.Release(ctxTimeout(t, 5*time.Second))
+	if first != nil && !errors.Is(first, lock.ErrLockLost) {
+		t.Fatalf("Release after the deadline: %v, want nil or ErrLockLost", first)
+	}
+	if s.cfg.ExpiresAfterDeadline && first != nil {
+		t.Fatalf("Release right after the local deadline: %v; the key still lived in the store", first)
+	}
+	second := lease.Release(ctxTimeout(t, 5*time.Second))
+	switch {
+	case first == nil && second != nil:
+		t.Fatalf("second Release after a successful one: %v, want nil", second)
+	case first != nil && second != nil && !errors.Is(second, lock.ErrLockLost):
+		t.Fatalf("second Release: %v, want nil or ErrLockLost", second)
+	}
 }
 
 func (s *suite) releaseTwice(t *testing.T) {
