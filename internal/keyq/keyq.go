@@ -14,7 +14,7 @@ type Queue struct {
 
 type entry struct {
 	held    bool
-	waiters list.List // of chan struct{} (buffered 1), sent to on hand-over
+	waiters list.List // of chan struct{} (buffered 1), sent to on hand-off
 }
 
 // Lock takes key's slot, waiting first come, first served while another
@@ -47,7 +47,7 @@ func (q *Queue) Lock(ctx context.Context, key string) error {
 	}
 	q.mu.Lock()
 	select {
-	case <-ch: // handed over as ctx ended: pass it on
+	case <-ch: // handed off as ctx ended: pass it on
 		q.mu.Unlock()
 		q.Unlock(key)
 	default:

@@ -215,3 +215,41 @@ func (r BeginReply) Claim(key, fingerprint, tok string, lease time.Duration, now
 	}
 	return c, nil
 }
+
+// Client is what both Redis drivers need of a go-redis client (for
+// redlockstore, of each node's): scripts, pub/sub and INFO (to pick
+// sharded or classic pub/sub). *redis.Client, *redis.ClusterClient and the
+// other redis.UniversalClient implementations satisfy it.
+type Client interface {
+	redis.Scripter
+	Subscribe(ctx context.Context, channels ...string) *redis.PubSub
+	SSubscribe(ctx context.Context, channels ...string) *redis.PubSub
+	Info(ctx context.Context, section ...string) *redis.StringCmd
+}
+
+// Finisher implements idem.Store's Complete, Abandon and Extend over the
+// driver's one finish call; a driver's Store embeds it.
+type Finisher struct {
+	FinishClaim func(ctx context.Context, c idem.Claim, op FinishOp, d time.Duration, result []byte) error
+}
+
+// Complete implements idem.Store.
+func (f Finisher) Complete(ctx context.Context, c idem.Claim, result []byte, retention time.Duration) error {
+	if err := lockdriver.ValidateTTL(retention); err != nil {
+		return err
+	}
+	return f.FinishClaim(ctx, c, Complete, retention, result)
+}
+
+// Abandon implements idem.Store.
+func (f Finisher) Abandon(ctx context.Context, c idem.Claim) error {
+	return f.FinishClaim(ctx, c, Abandon, time.Millisecond, nil)
+}
+
+// Extend implements idem.Store.
+func (f Finisher) Extend(ctx context.Context, c idem.Claim, lease time.Duration) error {
+	if err := lockdriver.ValidateTTL(lease); err != nil {
+		return err
+	}
+	return f.FinishClaim(ctx, c, Extend, lease, nil)
+}

@@ -56,7 +56,7 @@ type entry struct {
 type waiter struct {
 	ttl     time.Duration
 	owner   string
-	granted chan *lease // buffered(1): the lease handed over on release
+	granted chan *lease // buffered(1): the lease handed off on release
 	elem    *list.Element
 	freed   time.Time // when the key was handed off
 }
@@ -165,7 +165,7 @@ func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (loc
 		return nil, errors.Join(lock.ErrNotAcquired, ctx.Err())
 	}
 	s.mu.Unlock()
-	// The key was handed over while ctx ended: the acquisition happened,
+	// The key was handed off while ctx ended: the acquisition happened,
 	// so it is returned rather than thrown away.
 	return <-w.granted, nil
 }

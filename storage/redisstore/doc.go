@@ -43,7 +43,7 @@
 // when a release message arrives, when the holder's remaining TTL runs
 // out, or at the latest after WithRecheckInterval (default 1 s), in case a
 // message was lost while the pub/sub connection reconnected. When a lease of the Store is released
-// while another goroutine of the same Store waits, the key is handed over
+// while another goroutine of the same Store waits, the key is handed off
 // in one round trip (new token, new fence) without being let go, up to
 // WithMaxLocalHandOffs times in a row (default 16) before other processes
 // get their chance.
@@ -79,7 +79,7 @@
 // expiry as the lock) records the owner, the holder's token, the fence and
 // the number of holds; the acquire script re-enters for the same owner (one
 // more hold, expiry extended to at least the TTL), and release, refresh and
-// the local hand-over count holds down in the same scripts.
+// the local hand-off count holds down in the same scripts.
 //
 // # Idempotency records
 //

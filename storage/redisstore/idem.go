@@ -50,27 +50,6 @@ func (s *Store) finish(ctx context.Context, c idem.Claim, op rediskit.FinishOp, 
 	return nil
 }
 
-// Complete implements idem.Store in one round trip.
-func (s *Store) Complete(ctx context.Context, c idem.Claim, result []byte, retention time.Duration) error {
-	if err := lockdriver.ValidateTTL(retention); err != nil {
-		return err
-	}
-	return s.finish(ctx, c, rediskit.Complete, retention, result)
-}
-
-// Abandon implements idem.Store in one round trip.
-func (s *Store) Abandon(ctx context.Context, c idem.Claim) error {
-	return s.finish(ctx, c, rediskit.Abandon, time.Millisecond, nil)
-}
-
-// Extend implements idem.Store in one round trip.
-func (s *Store) Extend(ctx context.Context, c idem.Claim, lease time.Duration) error {
-	if err := lockdriver.ValidateTTL(lease); err != nil {
-		return err
-	}
-	return s.finish(ctx, c, rediskit.Extend, lease, nil)
-}
-
 // WaitChange implements idem.Waiter: it subscribes to the record's channel,
 // looks once more (the record may have changed before the subscription),
 // and returns on the completion or abandonment message, at until (the

@@ -83,7 +83,7 @@ func WithObserver(obs observe.Observer) Option { return func(o *options) { o.Obs
 // WithMaxLocalHandOffs bounds how many times in a row a key is handed from
 // one lease of this Store straight to the next waiter of this Store (one
 // round trip, no release in between) before it is let go so that other
-// processes can take it. 0 turns hand-overs off: every Release lets the key
+// processes can take it. 0 turns hand-offs off: every Release lets the key
 // go. Default 16.
 func WithMaxLocalHandOffs(n int) Option { return func(o *options) { o.maxHandOffs = n } }
 

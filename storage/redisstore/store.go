@@ -8,8 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/oncekit/oncekit/core/idem"
 	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/core/observe"
@@ -17,15 +15,11 @@ import (
 	"github.com/oncekit/oncekit/internal/redisnotify"
 )
 
-// Client is the part of go-redis the Store uses. redis.UniversalClient
-// (*redis.Client, *redis.ClusterClient, a Sentinel failover client, *redis.Ring)
-// satisfies it.
-type Client interface {
-	redis.Scripter
-	Subscribe(ctx context.Context, channels ...string) *redis.PubSub
-	SSubscribe(ctx context.Context, channels ...string) *redis.PubSub
-	Info(ctx context.Context, section ...string) *redis.StringCmd
-}
+// Client is the part of go-redis the Store uses: redis.Scripter, Subscribe,
+// SSubscribe and Info. redis.UniversalClient (*redis.Client,
+// *redis.ClusterClient, a Sentinel failover client, *redis.Ring) satisfies
+// it.
+type Client = rediskit.Client
 
 // Store is a lock.Locker and an idem.Store over one Redis deployment. It
 // is safe for concurrent use; Close releases its pub/sub connection.
@@ -39,6 +33,7 @@ type Client interface {
 // other processes get their turn.
 type Store struct {
 	rediskit.Base
+	rediskit.Finisher
 	client      Client
 	maxHandOffs int
 	sub         *redisnotify.Subscriber
@@ -92,6 +87,7 @@ func New(client Client, opts ...Option) (*Store, error) {
 		keys:        make(map[string]*local),
 	}
 	s.Init(o.Options)
+	s.FinishClaim = s.finish
 	return s, nil
 }
 

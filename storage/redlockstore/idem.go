@@ -131,27 +131,6 @@ func (s *Store) finishClaim(ctx context.Context, c idem.Claim, op rediskit.Finis
 	return s.verdict(string(op), c.Key, v, idem.ErrLockLost)
 }
 
-// Complete implements idem.Store: every node at once, a majority needed.
-func (s *Store) Complete(ctx context.Context, c idem.Claim, result []byte, retention time.Duration) error {
-	if err := lockdriver.ValidateTTL(retention); err != nil {
-		return err
-	}
-	return s.finishClaim(ctx, c, rediskit.Complete, retention, result)
-}
-
-// Abandon implements idem.Store.
-func (s *Store) Abandon(ctx context.Context, c idem.Claim) error {
-	return s.finishClaim(ctx, c, rediskit.Abandon, time.Millisecond, nil)
-}
-
-// Extend implements idem.Store.
-func (s *Store) Extend(ctx context.Context, c idem.Claim, lease time.Duration) error {
-	if err := lockdriver.ValidateTTL(lease); err != nil {
-		return err
-	}
-	return s.finishClaim(ctx, c, rediskit.Extend, lease, nil)
-}
-
 // WaitChange implements idem.Waiter: a completion or abandonment message
 // from any node wakes the waiter, as does the lease's end.
 func (s *Store) WaitChange(ctx context.Context, key string, until time.Time) error {

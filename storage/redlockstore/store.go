@@ -1,7 +1,6 @@
 package redlockstore
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -19,21 +18,18 @@ import (
 	"github.com/oncekit/oncekit/internal/redisnotify"
 )
 
-// Client is the part of go-redis each node's client must offer;
-// *redis.Client satisfies it. Each node is an independent Redis server
-// (not replicas of one another, not one Cluster).
-type Client interface {
-	redis.Scripter
-	Subscribe(ctx context.Context, channels ...string) *redis.PubSub
-	SSubscribe(ctx context.Context, channels ...string) *redis.PubSub
-	Info(ctx context.Context, section ...string) *redis.StringCmd
-}
+// Client is the part of go-redis each node's client must offer:
+// redis.Scripter, Subscribe, SSubscribe and Info. *redis.Client satisfies
+// it. Each node is an independent Redis server (not replicas of one
+// another, not one Cluster).
+type Client = rediskit.Client
 
 // Store is a lock.Locker and an idem.Store over N independent Redis nodes
 // with majority quorum. It is safe for concurrent use; Close releases its
 // pub/sub connections.
 type Store struct {
 	rediskit.Base
+	rediskit.Finisher
 	redlock redlockOptions
 	nodes   []*node
 	quorum  int
@@ -68,6 +64,7 @@ func New(clients []Client, opts ...Option) (*Store, error) {
 		closed:  make(chan struct{}),
 	}
 	s.Init(o.Options)
+	s.FinishClaim = s.finishClaim
 	seen := map[string]bool{}
 	for i, c := range clients {
 		if c == nil {

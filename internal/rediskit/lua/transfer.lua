@@ -4,7 +4,7 @@
 -- KEYS[1] lock key, KEYS[2] fence counter, KEYS[3] owner hash (one hash tag)
 -- ARGV[1] current token, ARGV[2] next token, ARGV[3] ttl in milliseconds,
 -- ARGV[4] the next waiter's owner, or ""
--- Returns {1, fence} when handed over; {2, 0} when the current token is an
+-- Returns {1, fence} when handed off; {2, 0} when the current token is an
 -- owner's with other holds left (one hold given back, nothing handed
 -- over); {0, 0} when the current token no longer holds the key.
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
