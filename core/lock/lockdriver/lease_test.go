@@ -1,0 +1,151 @@
+package lockdriver_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/oncekit/oncekit/core/lock"
+	"github.com/oncekit/oncekit/core/lock/lockdriver"
+)
+
+// scripted is a lockdriver.Store whose answers the test sets.
+type scripted struct {
+	refreshErr, releaseErr error
+	refreshTakes           time.Duration
+	releases               atomic.Int32
+}
+
+func (s *scripted) StoreRefresh(context.Context, time.Duration) (time.Time, error) {
+	time.Sleep(s.refreshTakes)
+	return time.Now().Add(time.Hour), s.refreshErr
+}
+
+func (s *scripted) StoreRelease(context.Context) error {
+	s.releases.Add(1)
+	return s.releaseErr
+}
+
+func newLease(st *scripted, deadline time.Time, ended *atomic.Int32) *lockdriver.Lease {
+	return lockdriver.NewLease(lockdriver.Config{Driver: "test", Key: "k", Token: "t", Fence: 7,
+		Deadline: deadline, Store: st, OnEnd: func(lockdriver.State) { ended.Add(1) }})
+}
+
+func waitDone(t *testing.T, l *lockdriver.Lease) {
+	t.Helper()
+	select {
+	case <-l.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("Done did not close")
+	}
+}
+
+func TestReleaseAfterDeadlineThenAgain(t *testing.T) {
+	st := &scripted{}
+	var ended atomic.Int32
+	l := newLease(st, time.Now().Add(10*time.Millisecond), &ended)
+	waitDone(t, l)
+	if got := l.State(); got != lockdriver.Lost {
+		t.Fatalf("state after the deadline = %s, want lost", got)
+	}
+	if err := l.Release(t.Context()); err != nil {
+		t.Fatalf("Release while the store still held the key: %v", err)
+	}
+	if err := l.Release(t.Context()); err != nil {
+		t.Fatalf("second Release: %v, want nil", err)
+	}
+	if n := st.releases.Load(); n != 1 {
+		t.Errorf("%d release requests, want 1", n)
+	}
+	if n := ended.Load(); n != 1 {
+		t.Errorf("OnEnd ran %d times, want 1", n)
+	}
+}
+
+func TestReleaseUnknownOutcomeKeepsLease(t *testing.T) {
+	st := &scripted{releaseErr: errors.New("connection reset")}
+	var ended atomic.Int32
+	l := newLease(st, time.Now().Add(time.Hour), &ended)
+	if err := l.Release(t.Context()); err == nil {
+		t.Fatal("Release with a failing store returned nil")
+	}
+	if l.State() != lockdriver.Held {
+		t.Fatalf("state after an unknown outcome = %s, want held (retryable)", l.State())
+	}
+	st.releaseErr = nil
+	if err := l.Release(t.Context()); err != nil {
+		t.Fatalf("retried Release: %v", err)
+	}
+	waitDone(t, l)
+}
+
+func TestReleaseNotOurs(t *testing.T) {
+	st := &scripted{releaseErr: lock.ErrLockLost}
+	var ended atomic.Int32
+	l := newLease(st, time.Now().Add(time.Hour), &ended)
+	if err := l.Release(t.Context()); !errors.Is(err, lock.ErrLockLost) {
+		t.Fatalf("Release = %v, want ErrLockLost", err)
+	}
+	waitDone(t, l)
+	if l.State() != lockdriver.Lost {
+		t.Fatalf("state = %s, want lost", l.State())
+	}
+}
+
+func TestRefreshAfterDeadlineGivesKeyBack(t *testing.T) {
+	st := &scripted{}
+	var ended atomic.Int32
+	l := newLease(st, time.Now().Add(5*time.Millisecond), &ended)
+	waitDone(t, l)
+	if err := l.Refresh(t.Context(), time.Second); !errors.Is(err, lock.ErrLockLost) {
+		t.Fatalf("Refresh of an ended lease = %v, want ErrLockLost", err)
+	}
+	if n := st.releases.Load(); n != 0 {
+		t.Fatalf("a refresh refused locally sent %d releases", n)
+	}
+}
+
+func TestRefreshLandingAfterDeadlineGivesKeyBack(t *testing.T) {
+	st := &scripted{refreshTakes: 50 * time.Millisecond}
+	var ended atomic.Int32
+	l := newLease(st, time.Now().Add(10*time.Millisecond), &ended)
+	if err := l.Refresh(t.Context(), time.Second); !errors.Is(err, lock.ErrLockLost) {
+		t.Fatalf("Refresh that landed after the deadline = %v, want ErrLockLost", err)
+	}
+	if n := st.releases.Load(); n != 1 {
+		t.Fatalf("%d releases after a late refresh, want 1 (the key given back)", n)
+	}
+}
+
+func TestRefreshMovesDeadline(t *testing.T) {
+	st := &scripted{}
+	var ended atomic.Int32
+	l := newLease(st, time.Now().Add(50*time.Millisecond), &ended)
+	if err := l.Refresh(t.Context(), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if r := l.Remaining(); r < 30*time.Minute {
+		t.Fatalf("Remaining after Refresh = %s, want about an hour", r)
+	}
+	select {
+	case <-l.Done():
+		t.Fatal("Done closed at the old deadline")
+	case <-time.After(100 * time.Millisecond):
+	}
+}
+
+func TestCheckAcquire(t *testing.T) {
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if _, err := lockdriver.CheckAcquire(ctx, "k", time.Second); !errors.Is(err, lock.ErrNotAcquired) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled: %v", err)
+	}
+	if _, err := lockdriver.CheckAcquire(t.Context(), "", time.Second); !errors.Is(err, lock.ErrInvalidKey) {
+		t.Fatalf("empty key: %v", err)
+	}
+	if _, err := lockdriver.CheckAcquire(t.Context(), "k", 0); !errors.Is(err, lock.ErrInvalidTTL) {
+		t.Fatalf("zero TTL: %v", err)
+	}
+}
