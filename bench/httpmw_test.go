@@ -104,7 +104,7 @@ func BenchmarkHTTPMiddleware(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			mw, err := httpmw.New(g)
+			mw, err := httpmw.New(g, httpmw.Unscoped())
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -126,7 +126,7 @@ func BenchmarkHTTPMiddleware(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			mw, err := httpmw.New(g)
+			mw, err := httpmw.New(g, httpmw.Unscoped())
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -3,6 +3,7 @@ package httpmw
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"net"
 	"net/http"
 )
@@ -21,6 +22,13 @@ type recorder struct {
 	overflow bool // the body passed limit
 	streamed bool // Flush was called
 	hijacked bool
+	final    bool // the handler called Final
+
+	// Commit: the response is held back until its effect and record are
+	// committed, then written (or replaced by an error).
+	runCtx   context.Context
+	buffered bool
+	held     bytes.Buffer
 }
 
 func (r *recorder) WriteHeader(code int) {
@@ -33,7 +41,9 @@ func (r *recorder) WriteHeader(code int) {
 			}
 		}
 	}
-	r.ResponseWriter.WriteHeader(code)
+	if !r.buffered {
+		r.ResponseWriter.WriteHeader(code)
+	}
 }
 
 func (r *recorder) Write(p []byte) (int, error) {
@@ -48,7 +58,16 @@ func (r *recorder) Write(p []byte) (int, error) {
 			r.body.Write(p)
 		}
 	}
+	if r.buffered {
+		return r.held.Write(p)
+	}
 	return r.ResponseWriter.Write(p)
+}
+
+// release writes a held response to the client.
+func (r *recorder) release() {
+	r.ResponseWriter.WriteHeader(r.status)
+	_, _ = r.ResponseWriter.Write(r.held.Bytes())
 }
 
 // Flush marks the response as a stream, which is not stored.
@@ -56,8 +75,12 @@ func (r *recorder) Flush() {
 	_ = r.FlushError()
 }
 
-// FlushError is what http.ResponseController calls.
+// FlushError is what http.ResponseController calls. A held response
+// (Commit) is not flushed: it goes out once committed.
 func (r *recorder) FlushError() error {
+	if r.buffered {
+		return nil
+	}
 	if r.status == 0 {
 		r.WriteHeader(http.StatusOK)
 	}

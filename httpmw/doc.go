@@ -23,9 +23,11 @@
 //     Malformed or repeated: 400 idempotency_key_invalid.
 //   - The stored key is idem.ScopedKey(scope, key), the scope coming from
 //     WithScope (the authenticated principal, say), so one principal can
-//     never replay another's response.
-//   - The fingerprint is a SHA-256 over the method, the path with its query
-//     and the body. The body is read up to WithMaxBody (1 MiB; over it: 413
+//     never replay another's response. The key space is an explicit
+//     choice: New fails unless it gets exactly one of WithScope and
+//     Unscoped (one key space for every client).
+//   - The fingerprint is a SHA-256 over the method, the path with its
+//     query, the Content-Type and the body. The body is read up to WithMaxBody (1 MiB; over it: 413
 //     body_too_large) and handed on to the handler intact. The same key
 //     with another fingerprint: 422 idempotency_key_reused.
 //   - A duplicate that arrives while the first request runs: 409
@@ -36,11 +38,16 @@
 //     body and the headers of DefaultReplayHeaders plus WithReplayHeaders,
 //     never Set-Cookie, Authorization or hop-by-hop headers — and replayed
 //     byte for byte with Idempotent-Replayed: true.
-//   - Stored: 2xx, 3xx, and 4xx except 408, 409, 425 and 429. Not stored,
-//     so that a retry runs the handler again: 5xx, 408, 409, 425, 429, a
-//     panic (re-panicked after the claim is dropped), a response over
-//     WithMaxResponse, and handlers that flush a stream or hijack the
-//     connection — their responses cannot be replayed.
+//   - Stored (final): 2xx, 3xx, and 4xx except 401, 403, 408, 409, 425
+//     and 429 (DefaultFinal). Not stored, so that a retry runs the handler
+//     again: 5xx, those six 4xx, a panic (re-panicked after the claim is
+//     dropped), a response over WithMaxResponse, and handlers that flush a
+//     stream or hijack the connection — their responses cannot be
+//     replayed. The application classifies its own answers: WithFinal
+//     replaces DefaultFinal, and a handler marks one response final with
+//     Final(w) — a business 409 sold_out, say, which a retry after a
+//     restock must see again. The middleware's own 409 request_in_flight
+//     is never stored.
 //   - The store unreachable: 503 store_unavailable, nothing run (fail
 //     closed), unless WithFailOpen, which runs the handler without
 //     idempotency.
@@ -50,8 +57,20 @@
 //     client gone): 400 request_body_unreadable, nothing run.
 //
 // Every error response is RFC 9457 application/problem+json with a stable
-// "code" member (Problem). The handler finds its claim's fence in its
-// request context (Fence) to fence its own writes.
+// "code" member (Problem). The handler finds its claim's fence (Fence) and
+// its stable stored key (Key) in its request context: the fence for its
+// own fenced writes, the key to make an effect outside the idempotency
+// store run once (a unique column keyed on it).
+//
+// # Once, and what a crash does
+//
+// The claim stays alive until the handler returns, whatever the client
+// does (a client that hangs up does not free the key). A replica that dies
+// after the handler's effect and before the response is stored leaves the
+// claim to expire, and the retry runs the handler again: an effect in
+// another system runs at least once unless it is keyed on Key; an effect
+// in the idempotency store itself can commit together with the record
+// (see the idem package).
 //
 // WithRoute names routes for metrics; with chi, mount the middleware with
 // r.With(mw) on the routes, where chi.RouteContext(r.Context()).RoutePattern()

@@ -36,7 +36,7 @@ func Example() {
 		fence, _ := httpmw.Fence(r.Context()) // for fenced writes
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusCreated)
-		fmt.Fprintf(w, `{"order":%d,"fence":%d}`, orders, fence)
+		fmt.Fprintf(w, `{"order":%d,"fenced":%t}`, orders, fence > 0)
 	})
 
 	for range 2 { // a client retrying after a timeout
@@ -49,7 +49,7 @@ func Example() {
 	}
 	fmt.Println("orders placed:", orders)
 	// Output:
-	// 201 {"order":1,"fence":1} replayed: false
-	// 201 {"order":1,"fence":1} replayed: true
+	// 201 {"order":1,"fenced":true} replayed: false
+	// 201 {"order":1,"fenced":true} replayed: true
 	// orders placed: 1
 }

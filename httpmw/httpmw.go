@@ -53,6 +53,8 @@ type config struct {
 	waitSet     bool
 	failOpen    bool
 	replay      map[string]bool
+	final       func(r *http.Request, status int, header http.Header) bool
+	scoped      int // WithScope or Unscoped given: must be exactly one
 	errs        []error
 }
 
@@ -83,9 +85,72 @@ func WithHeader(name string) Option {
 
 // WithScope derives a scope from each request — the authenticated
 // principal, a tenant — that becomes part of the stored key, so that one
-// principal can never replay another's response. Default: one scope for
-// all requests.
-func WithScope(scope func(*http.Request) string) Option { return func(c *config) { c.scope = scope } }
+// principal can never replay another's response. Every middleware must
+// choose: WithScope, or Unscoped. The function may read the request's
+// body: the handler still gets it whole.
+func WithScope(scope func(*http.Request) string) Option {
+	return func(c *config) {
+		if scope == nil {
+			c.errs = append(c.errs, errors.New("nil scope function"))
+		}
+		c.scope = scope
+		c.scoped++
+	}
+}
+
+// Unscoped puts every request's key in one key space: any client that
+// knows a key gets its response replayed. Only for services without
+// principals (the keys are unguessable and private to one client) or where
+// a gateway scopes keys before they arrive.
+func Unscoped() Option { return func(c *config) { c.scoped++ } }
+
+// WithFinal decides which of the handler's responses are final — stored
+// and replayed to every duplicate — and which are not, so that the claim
+// is dropped and a retry runs the handler again. final sees the request,
+// the status and the response's headers. Default DefaultFinal. A handler
+// can also mark one response final itself (Final). The middleware's own
+// answers (409 request_in_flight, 422, 503) are never stored.
+func WithFinal(final func(r *http.Request, status int, header http.Header) bool) Option {
+	return func(c *config) {
+		if final == nil {
+			c.errs = append(c.errs, errors.New("nil final function"))
+		}
+		c.final = final
+	}
+}
+
+// DefaultFinal stores 2xx, 3xx and 4xx responses except 401 and 403 (a
+// retry with valid credentials must run), 408, 409, 425 and 429 (conflicts
+// and throttling that a retry may get past). 5xx is never final.
+func DefaultFinal(_ *http.Request, status int, _ http.Header) bool {
+	switch {
+	case status >= 500:
+		return false
+	case status == http.StatusUnauthorized, status == http.StatusForbidden, status == http.StatusRequestTimeout,
+		status == http.StatusConflict, status == http.StatusTooEarly, status == http.StatusTooManyRequests:
+		return false
+	}
+	return true
+}
+
+// Final marks the response the handler is writing on w as final: stored
+// and replayed, whatever its status (short of 5xx), such as a business 409
+// sold_out that a retry must see again even after a restock. Call it
+// before writing the response. It reports false when w is not a writer of
+// this middleware (the request is not covered).
+func Final(w http.ResponseWriter) bool {
+	for {
+		switch v := w.(type) {
+		case *recorder:
+			v.final = true
+			return true
+		case interface{ Unwrap() http.ResponseWriter }:
+			w = v.Unwrap()
+		default:
+			return false
+		}
+	}
+}
 
 // WithRoute names a request's route for metrics and traces, e.g. the
 // router's pattern ("POST /orders/{id}"). It must be a small, bounded set:
@@ -172,6 +237,12 @@ func New(guard *idem.Guard, opts ...Option) (func(http.Handler) http.Handler, er
 	for _, o := range opts {
 		o(c)
 	}
+	if c.scoped != 1 {
+		c.errs = append(c.errs, errors.New("choose the key space once: WithScope(principal) or Unscoped()"))
+	}
+	if c.final == nil {
+		c.final = DefaultFinal
+	}
 	if guard == nil {
 		c.errs = append(c.errs, errors.New("nil Guard"))
 	}
@@ -257,10 +328,11 @@ func (m *middleware) handle(ctx context.Context, w http.ResponseWriter, r *http.
 	if r.URL.RawQuery != "" {
 		target += "?" + r.URL.RawQuery
 	}
-	fp := idem.Fingerprint([]byte(r.Method), []byte(target), body)
+	fp := idem.Fingerprint([]byte(r.Method), []byte(target), []byte(r.Header.Get("Content-Type")), body)
 	scope := ""
 	if m.cfg.scope != nil {
 		scope = m.cfg.scope(r)
+		r.Body = io.NopCloser(bytes.NewReader(body)) // the scope may have read it
 	}
 	stored := idem.ScopedKey(scope, key)
 	if m.cfg.waitSet {
@@ -271,11 +343,14 @@ func (m *middleware) handle(ctx context.Context, w http.ResponseWriter, r *http.
 	var rec *recorder
 	result, replayed, err := m.guard.Do(ctx, stored, fp, func(rctx context.Context) ([]byte, error) {
 		ran = true
-		rec = &recorder{ResponseWriter: w, allowed: m.cfg.replay, limit: m.cfg.maxResponse}
-		next.ServeHTTP(rec, r.WithContext(rctx))
-		return rec.result()
+		rec = &recorder{ResponseWriter: w, allowed: m.cfg.replay, limit: m.cfg.maxResponse, runCtx: rctx}
+		req := r.WithContext(rctx)
+		next.ServeHTTP(rec, req)
+		return rec.result(req, m.cfg.final)
 	})
 	switch {
+	case ran && rec.buffered:
+		return m.settleHeld(w, rec, err)
 	case ran:
 		// The handler answered the client itself; whether its response was
 		// stored only matters to later duplicates.
@@ -287,7 +362,7 @@ func (m *middleware) handle(ctx context.Context, w http.ResponseWriter, r *http.
 				"The stored response of this key cannot be read; an operator can delete it (oncectl record delete).", 0)
 			return observe.Error, derr
 		}
-		replay(w, resp)
+		m.replay(w, resp)
 		return observe.Replayed, nil
 	case replayed:
 		// A stored final error: the Guard was configured to store run
@@ -324,6 +399,59 @@ func (m *middleware) handle(ctx context.Context, w http.ResponseWriter, r *http.
 	}
 }
 
+// settleHeld answers a request whose handler committed an effect (Commit):
+// its held response once the effect and the record committed together, or
+// an error saying nothing was done.
+func (m *middleware) settleHeld(w http.ResponseWriter, rec *recorder, err error) (observe.Outcome, error) {
+	var refused *idem.EffectRefusedError
+	var notStored errNotStored
+	switch {
+	case err == nil || errors.As(err, &notStored):
+		rec.release() // committed; or a response not meant to be stored, with the effect dropped
+		return observe.Executed, err
+	case errors.As(err, &refused):
+		clear(w.Header())
+		writeProblem(w, http.StatusConflict, CodeEffectRefused,
+			"The request's effect was refused ("+refused.Reason+"); nothing was done.", 0)
+		return observe.Executed, err
+	default:
+		clear(w.Header())
+		writeProblem(w, http.StatusServiceUnavailable, CodeStoreDown,
+			"The request's effect and response could not be committed; nothing was done. Retry with the same key.", 1)
+		return observe.Error, err
+	}
+}
+
+// Commit makes the handler's effect commit atomically with the stored
+// response: effect (of the store driver's type: redisstore.Effect,
+// etcdstore.Effect, memstore.Effect) is applied in the same script or
+// transaction that stores the response, and the response is held back
+// until that commit. If it commits, the client gets the response; if the
+// effect refuses (its own check failed), the client gets 409
+// effect_refused; if the store fails, 503; in both cases nothing was done
+// and a retry runs the handler again. Call it before writing the response.
+// A replica that dies mid-request leaves neither the effect nor the
+// record, so the retry applies the effect once.
+func Commit(w http.ResponseWriter, effect any) error {
+	for {
+		switch v := w.(type) {
+		case *recorder:
+			if v.status != 0 {
+				return errors.New("httpmw: Commit after the response was written")
+			}
+			if err := idem.Commit(v.runCtx, effect); err != nil {
+				return err
+			}
+			v.buffered = true
+			return nil
+		case interface{ Unwrap() http.ResponseWriter }:
+			w = v.Unwrap()
+		default:
+			return errors.New("httpmw: Commit outside the middleware")
+		}
+	}
+}
+
 func (m *middleware) readBody(r *http.Request) ([]byte, error) {
 	if r.Body == nil || r.Body == http.NoBody {
 		return nil, nil
@@ -331,7 +459,11 @@ func (m *middleware) readBody(r *http.Request) ([]byte, error) {
 	if r.ContentLength > m.cfg.maxBody {
 		return nil, &http.MaxBytesError{Limit: m.cfg.maxBody}
 	}
-	b, err := io.ReadAll(io.LimitReader(r.Body, m.cfg.maxBody+1))
+	limit := m.cfg.maxBody
+	if limit < math.MaxInt64 {
+		limit++ // one byte more tells an over-long body
+	}
+	b, err := io.ReadAll(io.LimitReader(r.Body, limit))
 	if err != nil {
 		return nil, err
 	}
@@ -342,11 +474,9 @@ func (m *middleware) readBody(r *http.Request) ([]byte, error) {
 }
 
 // result turns the recorded response into the stored bytes, or errNotStored.
-func (r *recorder) result() ([]byte, error) {
-	status := r.status
-	if status == 0 {
-		status = http.StatusOK // the handler wrote nothing
-		r.header = http.Header{}
+func (r *recorder) result(req *http.Request, final func(*http.Request, int, http.Header) bool) ([]byte, error) {
+	if r.status == 0 {
+		r.WriteHeader(http.StatusOK) // the handler wrote nothing: an implicit 200 with its headers
 	}
 	switch {
 	case r.hijacked:
@@ -355,20 +485,23 @@ func (r *recorder) result() ([]byte, error) {
 		return nil, errNotStored{"the handler flushed a stream"}
 	case r.overflow:
 		return nil, errNotStored{"the response body is over the limit"}
-	case status >= 500:
-		return nil, errNotStored{fmt.Sprintf("status %d", status)}
+	case r.status >= 500:
+		return nil, errNotStored{fmt.Sprintf("status %d", r.status)}
+	case !r.final && !final(req, r.status, r.ResponseWriter.Header().Clone()):
+		return nil, errNotStored{fmt.Sprintf("status %d is not final", r.status)}
 	}
-	switch status {
-	case http.StatusRequestTimeout, http.StatusConflict, http.StatusTooEarly, http.StatusTooManyRequests:
-		return nil, errNotStored{fmt.Sprintf("status %d", status)}
-	}
-	return response{status: status, header: r.header, body: r.body.Bytes()}.encode(), nil
+	return response{status: r.status, header: r.header, body: r.body.Bytes()}.encode(), nil
 }
 
-func replay(w http.ResponseWriter, resp response) {
+// replay writes a stored response. Its headers are filtered again through
+// the allowlist: a record written by an older version or another
+// configuration never replays a header this one would not store.
+func (m *middleware) replay(w http.ResponseWriter, resp response) {
 	h := w.Header()
 	for k, vs := range resp.header {
-		h[k] = vs
+		if k = http.CanonicalHeaderKey(k); m.cfg.replay[k] && !slices.Contains(forbidden, k) {
+			h[k] = vs
+		}
 	}
 	h.Set(ReplayedHeader, "true")
 	h.Set("Content-Length", fmt.Sprint(len(resp.body)))
@@ -380,3 +513,10 @@ func replay(w http.ResponseWriter, resp response) {
 // from the handler's request context: pass it to the writes the handler
 // makes so that a run whose claim was lost cannot overwrite a newer one.
 func Fence(ctx context.Context) (uint64, bool) { return idem.FenceFrom(ctx) }
+
+// Key returns the stored key of the request's claim (the scoped key, the
+// same on every retry of the request) from the handler's request context:
+// key an effect outside the idempotency store on it (a unique column, a
+// conditional write) so that a retry after a crash between the effect and
+// the stored response finds the effect done. See idem.KeyFrom.
+func Key(ctx context.Context) (string, bool) { return idem.KeyFrom(ctx) }

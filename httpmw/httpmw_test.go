@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -55,7 +56,20 @@ func newMW(t *testing.T, st idem.Store, gopts []idem.Option, opts ...httpmw.Opti
 	if err != nil {
 		t.Fatal(err)
 	}
-	mw, err := httpmw.New(g, opts...)
+	mw, err := httpmw.New(g, append([]httpmw.Option{httpmw.Unscoped()}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mw
+}
+
+func newScopedMW(t *testing.T, st idem.Store, scope func(*http.Request) string, opts ...httpmw.Option) func(http.Handler) http.Handler {
+	t.Helper()
+	g, err := idem.NewGuard(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mw, err := httpmw.New(g, append([]httpmw.Option{httpmw.WithScope(scope)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -272,7 +286,7 @@ func TestWhatIsStored(t *testing.T) {
 			stored bool
 		}{
 			{200, true}, {201, true}, {302, true}, {400, true}, {404, true}, {422, true},
-			{408, false}, {409, false}, {425, false}, {429, false}, {500, false}, {503, false},
+			{401, false}, {403, false}, {408, false}, {409, false}, {425, false}, {429, false}, {500, false}, {503, false},
 		} {
 			key := fmt.Sprintf("status-%d", c.status)
 			target := fmt.Sprintf("/orders?status=%d", c.status)
@@ -464,7 +478,7 @@ func TestFiftyConcurrentDuplicates(t *testing.T) {
 
 func TestScopeSeparatesPrincipals(t *testing.T) {
 	eachStore(t, func(t *testing.T, st idem.Store) {
-		a := newApp(newMW(t, st, nil, httpmw.WithScope(func(r *http.Request) string { return r.Header.Get("X-User") })))
+		a := newApp(newScopedMW(t, st, func(r *http.Request) string { return r.Header.Get("X-User") }))
 		send := func(user string) *httptest.ResponseRecorder {
 			req := httptest.NewRequest("POST", "/orders", strings.NewReader("same"))
 			req.Header.Set("Idempotency-Key", "shared")
@@ -536,7 +550,7 @@ func TestCorruptStoredResponse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fp := idem.Fingerprint([]byte("POST"), []byte("/orders"), []byte("x"))
+	fp := idem.Fingerprint([]byte("POST"), []byte("/orders"), nil, []byte("x")) // method, target, Content-Type, body
 	if _, _, err := g.Do(t.Context(), idem.ScopedKey("", "bad"), fp, func(context.Context) ([]byte, error) {
 		return []byte("not a response"), nil
 	}); err != nil {
@@ -562,12 +576,22 @@ func TestNewRejectsBadOptions(t *testing.T) {
 		"header":        {httpmw.WithHeader("")},
 		"method":        {httpmw.WithMethods("")},
 	} {
-		if _, err := httpmw.New(g, opts...); err == nil {
+		if _, err := httpmw.New(g, append(opts, httpmw.Unscoped())...); err == nil {
 			t.Errorf("%s: no error", name)
 		}
 	}
-	if _, err := httpmw.New(nil); err == nil {
+	if _, err := httpmw.New(nil, httpmw.Unscoped()); err == nil {
 		t.Error("nil Guard: no error")
+	}
+	// The key space is an explicit choice, never a silent default.
+	if _, err := httpmw.New(g); err == nil || !strings.Contains(err.Error(), "Unscoped") {
+		t.Errorf("no scope chosen: %v; want an error naming WithScope and Unscoped", err)
+	}
+	if _, err := httpmw.New(g, httpmw.Unscoped(), httpmw.WithScope(func(*http.Request) string { return "" })); err == nil {
+		t.Error("both WithScope and Unscoped: no error")
+	}
+	if _, err := httpmw.New(g, httpmw.WithScope(nil)); err == nil {
+		t.Error("nil scope: no error")
 	}
 }
 
@@ -616,4 +640,171 @@ func TestObserved(t *testing.T) {
 	if strings.Join(events, "\n") != strings.Join(want, "\n") {
 		t.Errorf("events:\n%s\nwant:\n%s", strings.Join(events, "\n"), strings.Join(want, "\n"))
 	}
+}
+
+// The application classifies its own answers: a business 409 sold_out
+// marked Final is stored and replayed (a retry after a restock still says
+// sold out), a classifier can do the same by status and header, and the
+// middleware's own 409 request_in_flight is never stored.
+func TestApplicationClassifiesOutcomes(t *testing.T) {
+	eachStore(t, func(t *testing.T, st idem.Store) {
+		var runs atomic.Int64
+		soldOut := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			runs.Add(1)
+			if r.URL.Query().Get("mark") == "1" && !httpmw.Final(w) {
+				t.Error("Final found no middleware writer")
+			}
+			w.Header().Set("X-Outcome", "sold_out")
+			w.WriteHeader(http.StatusConflict)
+			fmt.Fprint(w, `{"code":"sold_out"}`)
+		})
+		byMark := newMW(t, st, nil)(soldOut)
+		byClassifier := newMW(t, st, nil, httpmw.WithFinal(func(r *http.Request, status int, h http.Header) bool {
+			return h.Get("X-Outcome") == "sold_out" || httpmw.DefaultFinal(r, status, h)
+		}))(soldOut)
+		for _, c := range []struct {
+			name   string
+			h      http.Handler
+			target string
+			key    string
+		}{
+			{"Final", byMark, "/orders?mark=1", "sold-out-1"},
+			{"WithFinal", byClassifier, "/orders", "sold-out-2"},
+		} {
+			before := runs.Load()
+			for i := range 2 {
+				req := httptest.NewRequest("POST", c.target, nil)
+				req.Header.Set("Idempotency-Key", c.key)
+				w := httptest.NewRecorder()
+				c.h.ServeHTTP(w, req)
+				if w.Code != http.StatusConflict || w.Body.String() != `{"code":"sold_out"}` {
+					t.Errorf("%s #%d: %d %q", c.name, i, w.Code, w.Body)
+				}
+			}
+			if n := runs.Load() - before; n != 1 {
+				t.Errorf("%s: the handler ran %d times; want its 409 stored and replayed", c.name, n)
+			}
+		}
+	})
+}
+
+// Headers set before an implicit 200 (the handler writes nothing) are part
+// of the stored response.
+func TestImplicitOKKeepsHeaders(t *testing.T) {
+	h := newMW(t, memstore.New(), nil)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Location", "/done")
+	}))
+	for i := range 2 {
+		req := httptest.NewRequest("POST", "/x", nil)
+		req.Header.Set("Idempotency-Key", "implicit")
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		if w.Code != 200 || w.Header().Get("Location") != "/done" {
+			t.Errorf("#%d: %d Location %q", i, w.Code, w.Header().Get("Location"))
+		}
+	}
+}
+
+// The Content-Type is part of the fingerprint: the same bytes sent as
+// another media type are another request.
+func TestContentTypeInFingerprint(t *testing.T) {
+	a := newApp(newMW(t, memstore.New(), nil))
+	send := func(ct string) int {
+		req := httptest.NewRequest("POST", "/orders", strings.NewReader(`a=1`))
+		req.Header.Set("Idempotency-Key", "ct")
+		req.Header.Set("Content-Type", ct)
+		w := httptest.NewRecorder()
+		a.router.ServeHTTP(w, req)
+		return w.Code
+	}
+	if c := send("application/x-www-form-urlencoded"); c != 201 {
+		t.Fatalf("first: %d", c)
+	}
+	if c := send("text/plain"); c != http.StatusUnprocessableEntity {
+		t.Errorf("same key and body, other Content-Type: %d, want 422", c)
+	}
+}
+
+// WithMaxBody(math.MaxInt64) means no limit (the limit + 1 used to
+// overflow and read nothing).
+func TestMaxBodyUnlimited(t *testing.T) {
+	a := newApp(newMW(t, memstore.New(), nil, httpmw.WithMaxBody(math.MaxInt64)))
+	w := a.do(t, "POST", "/orders", "big", "payload")
+	if w.Code != 201 || !strings.Contains(w.Body.String(), `"body":"payload"`) {
+		t.Errorf("%d %s", w.Code, w.Body)
+	}
+}
+
+// A scope function that reads the body leaves it whole for the handler.
+func TestScopeReadingBody(t *testing.T) {
+	a := newApp(newScopedMW(t, memstore.New(), func(r *http.Request) string {
+		b, _ := io.ReadAll(r.Body)
+		return string(b[:min(len(b), 4)])
+	}))
+	w := a.do(t, "POST", "/orders", "scoped-body", "user-1 order")
+	if !strings.Contains(w.Body.String(), `"body":"user-1 order"`) {
+		t.Errorf("the handler got %s", w.Body)
+	}
+}
+
+// The handler reads the request's stable stored key from its context.
+func TestKeyInHandler(t *testing.T) {
+	var got []string
+	h := newScopedMW(t, memstore.New(), func(r *http.Request) string { return "alice" })(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		k, _ := httpmw.Key(r.Context())
+		got = append(got, k)
+		w.WriteHeader(http.StatusInternalServerError) // not stored: the retry runs again
+	}))
+	for range 2 {
+		req := httptest.NewRequest("POST", "/x", nil)
+		req.Header.Set("Idempotency-Key", "k1")
+		h.ServeHTTP(httptest.NewRecorder(), req)
+	}
+	if len(got) != 2 || got[0] == "" || got[0] != got[1] || got[0] != idem.ScopedKey("alice", "k1") {
+		t.Errorf("keys in the handler %q; want the same scoped key on every run", got)
+	}
+}
+
+// A client that times out and retries while its first request still runs
+// must not get a second concurrent run, even after the claim's lease
+// would have run out (the claim lives until the handler returns).
+func TestClientTimeoutThenRetry(t *testing.T) {
+	eachStore(t, func(t *testing.T, st idem.Store) {
+		var running, runs, overlaps atomic.Int32
+		handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			runs.Add(1)
+			if running.Add(1) > 1 {
+				overlaps.Add(1)
+			}
+			defer running.Add(-1)
+			time.Sleep(900 * time.Millisecond) // ignores the client's cancellation, as many handlers do
+			w.WriteHeader(http.StatusCreated)
+		})
+		srv := httptest.NewServer(newMW(t, st, []idem.Option{idem.WithLease(300 * time.Millisecond)})(handler))
+		defer srv.Close()
+		send := func(timeout time.Duration) (int, error) {
+			req, _ := http.NewRequest("POST", srv.URL+"/orders", nil)
+			req.Header.Set("Idempotency-Key", "timeout-retry")
+			resp, err := (&http.Client{Timeout: timeout}).Do(req)
+			if err != nil {
+				return 0, err
+			}
+			resp.Body.Close()
+			return resp.StatusCode, nil
+		}
+		if _, err := send(100 * time.Millisecond); err == nil {
+			t.Fatal("the first request did not time out")
+		}
+		time.Sleep(500 * time.Millisecond)
+		if code, err := send(5 * time.Second); err != nil || code != http.StatusConflict {
+			t.Errorf("retry while the first run goes on: %d %v; want 409 in flight", code, err)
+		}
+		time.Sleep(time.Second)
+		if code, err := send(5 * time.Second); err != nil || code != http.StatusCreated {
+			t.Errorf("retry after the first run: %d %v; want its 201 replayed", code, err)
+		}
+		if runs.Load() != 1 || overlaps.Load() != 0 {
+			t.Errorf("%d runs, %d overlapping; want 1 and 0", runs.Load(), overlaps.Load())
+		}
+	})
 }

@@ -16,6 +16,7 @@ const (
 	CodeBodyTooLarge   = "body_too_large"
 	CodeBodyUnreadable = "request_body_unreadable"
 	CodeRecordCorrupt  = "stored_response_corrupt"
+	CodeEffectRefused  = "effect_refused"
 	problemContentType = "application/problem+json"
 )
 

@@ -6,10 +6,11 @@ import (
 	"net/http"
 )
 
-// A stored response is a version byte, the status (2 bytes), the number
-// of header values (2 bytes), each as name and value with 2-byte lengths,
-// and the body.
-const recordVersion = 1
+// A stored response is a version byte, the status (uvarint), the number of
+// header values (uvarint), each as name and value with uvarint lengths, and
+// the body. Version 1 (2-byte lengths, which a value over 64 KiB wrapped)
+// is no longer written or read: its records are reported corrupt.
+const recordVersion = 2
 
 type response struct {
 	status int
@@ -18,23 +19,23 @@ type response struct {
 }
 
 func (r response) encode() []byte {
-	n := 5 + len(r.body)
+	n := 1 + 2*binary.MaxVarintLen32 + len(r.body)
 	count := 0
 	for k, vs := range r.header {
 		for _, v := range vs {
-			n += 4 + len(k) + len(v)
+			n += 2*binary.MaxVarintLen32 + len(k) + len(v)
 			count++
 		}
 	}
 	b := make([]byte, 0, n)
 	b = append(b, recordVersion)
-	b = binary.BigEndian.AppendUint16(b, uint16(r.status))
-	b = binary.BigEndian.AppendUint16(b, uint16(count))
+	b = binary.AppendUvarint(b, uint64(r.status))
+	b = binary.AppendUvarint(b, uint64(count))
 	for k, vs := range r.header {
 		for _, v := range vs {
-			b = binary.BigEndian.AppendUint16(b, uint16(len(k)))
+			b = binary.AppendUvarint(b, uint64(len(k)))
 			b = append(b, k...)
-			b = binary.BigEndian.AppendUint16(b, uint16(len(v)))
+			b = binary.AppendUvarint(b, uint64(len(v)))
 			b = append(b, v...)
 		}
 	}
@@ -44,27 +45,33 @@ func (r response) encode() []byte {
 var errCorrupt = errors.New("not a stored HTTP response")
 
 func decodeResponse(b []byte) (response, error) {
-	if len(b) < 5 || b[0] != recordVersion {
+	if len(b) < 1 || b[0] != recordVersion {
 		return response{}, errCorrupt
 	}
-	r := response{status: int(binary.BigEndian.Uint16(b[1:3])), header: http.Header{}}
-	if r.status < 100 || r.status > 999 {
-		return response{}, errCorrupt
+	b = b[1:]
+	num := func(limit uint64) (uint64, bool) {
+		v, n := binary.Uvarint(b)
+		if n <= 0 || v > limit {
+			return 0, false
+		}
+		b = b[n:]
+		return v, true
 	}
-	count := int(binary.BigEndian.Uint16(b[3:5]))
-	b = b[5:]
 	str := func() (string, bool) {
-		if len(b) < 2 {
+		n, ok := num(uint64(len(b)))
+		if !ok || uint64(len(b)) < n {
 			return "", false
 		}
-		n := int(binary.BigEndian.Uint16(b))
-		if len(b) < 2+n {
-			return "", false
-		}
-		s := string(b[2 : 2+n])
-		b = b[2+n:]
+		s := string(b[:n])
+		b = b[n:]
 		return s, true
 	}
+	status, ok1 := num(999)
+	count, ok2 := num(uint64(len(b)) / 2) // every value takes 2 bytes at least
+	if !ok1 || !ok2 || status < 100 {
+		return response{}, errCorrupt
+	}
+	r := response{status: int(status), header: http.Header{}}
 	for range count {
 		k, ok1 := str()
 		v, ok2 := str()

@@ -7,7 +7,22 @@ import (
 
 type fenceKey struct{}
 
+type stableKey struct{}
+
 type waitKey struct{}
+
+// KeyFrom returns the stored key of the claim a Guard's run executes under
+// (the scoped key, the same on every retry of the request or message),
+// from the ctx the Guard passed to it. An effect that lives outside the
+// idempotency store is made to run once by keying it on this value at its
+// resource: a unique index on it, a conditional write, a ledger entry's
+// ID. A retry after a crash between the effect and the record then finds
+// the effect done. (A fence cannot do this: the retry carries a higher
+// one.)
+func KeyFrom(ctx context.Context) (string, bool) {
+	k, ok := ctx.Value(stableKey{}).(string)
+	return k, ok
+}
 
 // FenceFrom returns the fence of the claim a Guard's run executes under,
 // from the ctx the Guard passed to it. Pass it to the writes the run makes

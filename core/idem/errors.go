@@ -69,3 +69,28 @@ func (e *CorruptRecordError) Is(target error) bool { return target == ErrCorrupt
 type ReplayedError struct{ Message string }
 
 func (e *ReplayedError) Error() string { return e.Message }
+
+// ErrEffectUnsupported reports an effect (Commit) the store cannot commit
+// with a record: the store is not an EffectStore, or the effect is not of
+// its driver's type. Nothing is written; the claim is abandoned.
+var ErrEffectUnsupported = errors.New("idem: effect not supported by this store")
+
+// ErrEffectRefused reports an effect whose own condition refused it (too
+// little stock, say): neither the effect nor the record was written, and
+// the claim is abandoned so that a retry runs again. The error is an
+// *EffectRefusedError with the effect's reason.
+var ErrEffectRefused = errors.New("idem: effect refused")
+
+// EffectRefusedError carries the reason an effect gave for refusing. It
+// matches ErrEffectRefused.
+type EffectRefusedError struct {
+	Key    string
+	Reason string
+}
+
+func (e *EffectRefusedError) Error() string {
+	return fmt.Sprintf("idem: %q: effect refused: %s", e.Key, e.Reason)
+}
+
+// Is reports whether target is ErrEffectRefused.
+func (e *EffectRefusedError) Is(target error) bool { return target == ErrEffectRefused }

@@ -1,6 +1,7 @@
 package idem
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -204,21 +205,35 @@ func (g *Guard) begin(ctx context.Context, key, fingerprint string) (Claim, erro
 }
 
 func (g *Guard) run(ctx context.Context, c Claim, run func(context.Context) ([]byte, error)) (result []byte, replayed bool, err error) {
-	rctx, cancel := context.WithCancelCause(context.WithValue(ctx, fenceKey{}, c.Fence))
+	slot := &effectSlot{}
+	rctx := context.WithValue(context.WithValue(ctx, fenceKey{}, c.Fence), stableKey{}, c.Key)
+	rctx, cancel := context.WithCancelCause(context.WithValue(rctx, effectKey{}, slot))
 	defer cancel(nil)
-	finish := g.watchdog(rctx, c, cancel)
+	// The claim lives until run returns, whatever happens to the caller's
+	// context: a client that hangs up must not free the key while its
+	// handler still runs.
+	wd := g.watchdog(context.WithoutCancel(rctx), c, cancel)
 	cleanup, cancelCleanup := lockdriver.CleanupContext(ctx)
 	defer cancelCleanup()
 
+	returned := false
 	defer func() {
-		if p := recover(); p != nil {
-			finish()
-			_ = g.abandon(cleanup, c)
+		if returned {
+			return
+		}
+		// run panicked, or called runtime.Goexit (t.FailNow, say): give
+		// the key back at once rather than at the end of its lease.
+		p := recover()
+		wd.stop()
+		_ = g.abandon(cleanup, c)
+		if p != nil {
 			panic(p)
 		}
 	}()
 	res, runErr := run(rctx)
-	finish()
+	returned = true
+	valid := wd.stop()
+	effect := slot.take()
 
 	if errors.Is(context.Cause(rctx), ErrLockLost) {
 		observe.Record(ctx, g.observer, observe.Event{
@@ -237,16 +252,74 @@ func (g *Guard) run(ctx context.Context, c Claim, run func(context.Context) ([]b
 		_ = g.abandon(cleanup, c)
 		return nil, false, fmt.Errorf("%w: %d bytes, limit %d", ErrResultTooLarge, len(enc)-2, g.maxResult)
 	}
-	cctx, call := observe.Begin(cleanup, g.observer, observe.IdemComplete, g.driver, c.Key)
-	err = g.store.Complete(cctx, c, enc, g.retention)
-	call.End(finishOutcome(observe.Stored, err), c.Fence, err)
-	if err != nil {
+	if err := g.complete(ctx, c, enc, valid, effect); err != nil {
+		if errors.Is(err, ErrEffectRefused) || errors.Is(err, ErrEffectUnsupported) {
+			_ = g.abandon(cleanup, c)
+		}
 		return nil, false, err
 	}
 	if runErr != nil {
 		return nil, false, runErr // stored as final; duplicates get a *ReplayedError
 	}
 	return res, false, nil
+}
+
+// complete stores the outcome, with the run's effect if it committed one.
+// A Complete that fails for a reason other than a lost claim (a store that
+// is briefly unreachable) is retried with jittered backoff while the claim
+// is still valid (valid: the end of its lease as last extended): the work
+// is done, and a claim left in flight would run it again once its lease
+// ran out. A retry that finds the claim gone checks whether the earlier
+// attempt had in fact stored the outcome (only its reply was lost).
+func (g *Guard) complete(ctx context.Context, c Claim, enc []byte, valid time.Time, effect any) error {
+	es, _ := g.store.(EffectStore)
+	if effect != nil && es == nil {
+		return fmt.Errorf("idem: %q: %T cannot commit an effect: %w", c.Key, g.store, ErrEffectUnsupported)
+	}
+	backoff := 10 * time.Millisecond
+	for retried := false; ; retried = true {
+		deadline := time.Now().Add(lockdriver.ReleaseTimeout)
+		if valid.After(deadline) {
+			deadline = valid
+		}
+		cctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
+		cctx, call := observe.Begin(cctx, g.observer, observe.IdemComplete, g.driver, c.Key)
+		var err error
+		if effect != nil {
+			err = es.CompleteWith(cctx, c, enc, g.retention, effect)
+		} else {
+			err = g.store.Complete(cctx, c, enc, g.retention)
+		}
+		call.End(finishOutcome(observe.Stored, err), c.Fence, err)
+		if retried && errors.Is(err, ErrLockLost) && g.storedAlready(cctx, c, enc) {
+			err = nil
+		}
+		cancel()
+		if err == nil || errors.Is(err, ErrLockLost) || errors.Is(err, ErrCorruptRecord) ||
+			errors.Is(err, ErrEffectRefused) || errors.Is(err, ErrEffectUnsupported) {
+			return err
+		}
+		wait := backoff/2 + rand.N(backoff/2+1)
+		if !time.Now().Add(wait).Before(valid) {
+			return fmt.Errorf("idem: %q: result not stored before the claim's lease ran out: %w", c.Key, err)
+		}
+		time.Sleep(wait)
+		backoff = min(2*backoff, g.lease/4)
+	}
+}
+
+// storedAlready reports whether key's record is completed with enc: an
+// earlier Complete whose reply was lost did store it.
+func (g *Guard) storedAlready(ctx context.Context, c Claim, enc []byte) bool {
+	got, err := g.store.Begin(ctx, c.Key, c.Fingerprint, g.lease)
+	if err != nil {
+		return false
+	}
+	if got.State == Acquired { // the record is gone: give the fresh claim back
+		_ = g.store.Abandon(ctx, got)
+		return false
+	}
+	return got.State == Completed && bytes.Equal(got.Result, enc)
 }
 
 // abandon drops c's claim, reporting it.
@@ -267,12 +340,19 @@ func finishOutcome(ok observe.Outcome, err error) observe.Outcome {
 	return observe.Error
 }
 
-// watchdog extends the claim every lease/3 until the returned stop is
-// called; when it cannot and the lease has run out, or the store says the
-// claim is lost, it cancels the run with ErrLockLost. It runs on timers
+// watchdog keeps a claim alive while its run is busy.
+type watchdog struct {
+	stop func() time.Time
+}
+
+// watchdog extends the claim every lease/3 until stop is called; when it
+// cannot and the lease has run out, or the store says the claim is lost,
+// it cancels the run with ErrLockLost. ctx must not end before stop (the
+// caller detaches it from the caller's cancellation). It runs on timers
 // (time.AfterFunc), so a run shorter than lease/3 — the common case —
-// costs no goroutine. stop waits for an extension in progress.
-func (g *Guard) watchdog(ctx context.Context, c Claim, cancel context.CancelCauseFunc) (stop func()) {
+// costs no goroutine. stop waits for an extension in progress and returns
+// the end of the claim's lease as last extended.
+func (g *Guard) watchdog(ctx context.Context, c Claim, cancel context.CancelCauseFunc) watchdog {
 	interval := g.lease / 3
 	var (
 		mu      sync.Mutex
@@ -295,33 +375,34 @@ func (g *Guard) watchdog(ctx context.Context, c Claim, cancel context.CancelCaus
 		err := g.store.Extend(ectx, c, g.lease)
 		ecancel()
 		next := interval
+		mu.Lock()
+		defer mu.Unlock()
 		switch {
 		case err == nil:
 			valid = start.Add(g.lease)
 		case errors.Is(err, ErrLockLost) || !time.Now().Before(valid):
 			cancel(ErrLockLost)
 			return
-		case ctx.Err() != nil:
-			return
 		default:
 			next = max(g.lease/10, time.Millisecond)
 		}
-		mu.Lock()
 		if !stopped {
 			t.Reset(next)
 		}
-		mu.Unlock()
 	}
 	mu.Lock()
 	t = time.AfterFunc(interval, extend)
 	mu.Unlock()
-	return func() {
+	return watchdog{stop: func() time.Time {
 		mu.Lock()
 		stopped = true
 		t.Stop()
 		mu.Unlock()
 		busy.Wait()
-	}
+		mu.Lock()
+		defer mu.Unlock()
+		return valid
+	}}
 }
 
 // Outcomes are stored as a version byte, a kind byte and the payload: the

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -134,5 +136,50 @@ func TestFenceAndWaitFromContext(t *testing.T) {
 	res, replayed, err := g.Do(idem.ContextWithWait(ctx, 5*time.Second), "slow", "fp", nil)
 	if err != nil || !replayed || string(res) != "done" {
 		t.Errorf("waiting per call: %q %v %v", res, replayed, err)
+	}
+}
+
+// flakyComplete fails its first n Completes the way an unreachable store
+// does.
+type flakyComplete struct {
+	idem.Store
+	fails atomic.Int32
+}
+
+func (f *flakyComplete) Complete(ctx context.Context, c idem.Claim, result []byte, retention time.Duration) error {
+	if f.fails.Add(-1) >= 0 {
+		return errors.New("dial tcp 127.0.0.1:6379: connect: connection refused")
+	}
+	return f.Store.Complete(ctx, c, result, retention)
+}
+
+// A Complete that fails transiently after the run is retried while the
+// claim is alive, so the key does not stay in flight and run again.
+func TestCompleteRetriedWhileClaimAlive(t *testing.T) {
+	store := &flakyComplete{Store: memstore.New()}
+	store.fails.Store(3)
+	g, err := idem.NewGuard(store, idem.WithLease(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs := 0
+	run := func(context.Context) ([]byte, error) { runs++; return []byte("sold"), nil }
+	if res, _, err := g.Do(t.Context(), "order-1", "fp", run); err != nil || string(res) != "sold" {
+		t.Fatalf("Do with three failed Completes: %q %v; want the result stored on a retry", res, err)
+	}
+	res, replayed, err := g.Do(t.Context(), "order-1", "fp", run)
+	if err != nil || !replayed || string(res) != "sold" || runs != 1 {
+		t.Fatalf("duplicate: %q replayed=%v %v, %d runs; want a replay of the one run", res, replayed, err, runs)
+	}
+
+	// A store that stays down: Do gives up once the claim's lease is over,
+	// and says the result was not stored.
+	store.fails.Store(1 << 30)
+	g, err = idem.NewGuard(store, idem.WithLease(200*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := g.Do(t.Context(), "order-2", "fp", run); err == nil || !strings.Contains(err.Error(), "not stored") {
+		t.Fatalf("Do with a store down for good: %v; want an error saying the result was not stored", err)
 	}
 }

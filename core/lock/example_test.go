@@ -21,8 +21,8 @@ func Example() {
 		return
 	}
 	defer lease.Release(ctx)
-	fmt.Println("holding", lease.Key(), "with fence", lease.Fence())
-	// Output: holding order:42 with fence 1
+	fmt.Println("holding", lease.Key(), "with a fence:", lease.Fence() > 0)
+	// Output: holding order:42 with a fence: true
 }
 
 // TryAcquire does not wait; a held key reports the holder's remaining TTL.
@@ -47,12 +47,12 @@ func ExampleMutex_Do() {
 	}
 	err = m.Do(context.Background(), "report:daily", func(ctx context.Context, l lock.Lease) error {
 		// Long work here; stop when ctx is done. Pass l.Fence() to writes.
-		fmt.Println("running under fence", l.Fence())
+		fmt.Println("running under a fence:", l.Fence() > 0)
 		return nil
 	})
 	fmt.Println("err:", err)
 	// Output:
-	// running under fence 1
+	// running under a fence: true
 	// err: <nil>
 }
 

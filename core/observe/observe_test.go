@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -71,7 +72,9 @@ func TestLoggerHashesKeys(t *testing.T) {
 	l.End(context.Background(), observe.Event{Op: observe.IdemBegin, Driver: "redis", Key: "user-42:order-9",
 		Outcome: observe.Replayed})
 	l.Record(context.Background(), observe.Event{Op: observe.LockLost, Key: "user-42:order-9", Outcome: observe.Lost,
-		Err: errors.New("lock lost")})
+		Err: fmt.Errorf("redisstore: refresh %q: %w", "user-42:order-9", errors.New("lock lost"))})
+	l.End(context.Background(), observe.Event{Op: observe.IdemComplete, Key: "user-42:order-9", Outcome: observe.Error,
+		Err: errors.New("no quorum for user-42:order-9")})
 	out := buf.String()
 	if strings.Contains(out, "user-42") {
 		t.Errorf("the raw key was logged: %s", out)

@@ -5,6 +5,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"log/slog"
+	"strconv"
+	"strings"
 )
 
 // HashKey returns the first 16 hex digits of key's SHA-256: enough to tell
@@ -15,9 +17,23 @@ func HashKey(key string) string {
 	return hex.EncodeToString(sum[:8])
 }
 
+// RedactKey returns err's message with every occurrence of key (quoted, as
+// oncekit's errors write it, or bare) replaced by "key:" and its HashKey,
+// so that an error can be logged without the key it names.
+func RedactKey(err error, key string) string {
+	msg := err.Error()
+	if key == "" {
+		return msg
+	}
+	h := "key:" + HashKey(key)
+	msg = strings.ReplaceAll(msg, strconv.Quote(key), h)
+	return strings.ReplaceAll(msg, key, h)
+}
+
 // Logger returns an Observer that logs every ended operation and point
 // event to l: failures (Error outcomes, lost leases and claims) at Warn,
-// the rest at Debug. Keys are logged hashed (HashKey), never in clear.
+// the rest at Debug. Keys are logged hashed (HashKey), never in clear,
+// also inside error messages (RedactKey).
 func Logger(l *slog.Logger) Observer {
 	if l == nil {
 		return nil
@@ -63,7 +79,7 @@ func (g logger) log(ctx context.Context, ev Event) {
 		attrs = append(attrs, slog.Duration("held", ev.Held))
 	}
 	if ev.Err != nil {
-		attrs = append(attrs, slog.String("error", ev.Err.Error()))
+		attrs = append(attrs, slog.String("error", RedactKey(ev.Err, ev.Key)))
 	}
 	g.l.LogAttrs(ctx, level, "oncekit", attrs...)
 }

@@ -154,8 +154,17 @@ func (b *Base) Transfer(ctx context.Context, c redis.Scripter, key, from, to str
 
 // WriteBack runs Redlock's fencing round on one node: it raises the fence
 // counter to at least fence and reports whether tok still holds key there.
-func (b *Base) WriteBack(ctx context.Context, c redis.Scripter, key, tok string, fence int64) (bool, error) {
-	return ParseFlag(WriteBack.Run(ctx, c, []string{b.Keys.Lock(key), b.Keys.Fence(key), b.Keys.Owner(key)}, tok, fence))
+func (b *Base) WriteBack(ctx context.Context, c redis.Scripter, key, tok string, fence int64, ttl time.Duration) (bool, error) {
+	return ParseFlag(WriteBack.Run(ctx, c, []string{b.Keys.Lock(key), b.Keys.Fence(key), b.Keys.Owner(key)},
+		tok, fence, ttl.Milliseconds()))
+}
+
+// RecordWriteBack is WriteBack for an idempotency claim: it raises the
+// record's fence counter to at least fence and reports whether tok's claim
+// still holds the record there (and records fence in it).
+func (b *Base) RecordWriteBack(ctx context.Context, c redis.Scripter, key, tok string, fence int64, lease time.Duration) (bool, error) {
+	return ParseFlag(IdemWriteBack.Run(ctx, c, []string{b.Records.Record(key), b.Records.Fence(key)},
+		tok, fence, lease.Milliseconds()))
 }
 
 // LeaveQueue removes this Store from key's waiting queue.
@@ -252,4 +261,37 @@ func (f Finisher) Extend(ctx context.Context, c idem.Claim, lease time.Duration)
 		return err
 	}
 	return f.FinishClaim(ctx, c, Extend, lease, nil)
+}
+
+// CommitReply is the idem_commit script's verdict.
+type CommitReply struct {
+	Ours    bool   // the claim was ours (else nothing ran)
+	Refused bool   // the effect refused: nothing written
+	Reason  string // the effect's reason for refusing
+}
+
+// Commit runs an effect script: the claim of tok on key completes with
+// result for retention, and the effect runs with keys and args, in one
+// script.
+func (b *Base) Commit(ctx context.Context, c redis.Scripter, es *EffectScript, key, tok string, retention time.Duration,
+	result []byte, keys []string, args []any) (CommitReply, error) {
+	all := append([]string{b.Records.Record(key)}, keys...)
+	argv := append([]any{tok, retention.Milliseconds(), result, b.Records.Channel(key), b.mode(false)}, args...)
+	v, err := b.run(ctx, c, es.script, all, nil, argv...).Slice()
+	if err != nil {
+		return CommitReply{}, err
+	}
+	var code int64
+	var reason string
+	ok := len(v) == 2
+	if ok {
+		code, ok = v[0].(int64)
+	}
+	if ok {
+		reason, ok = v[1].(string)
+	}
+	if !ok || code < 0 || code > 2 {
+		return CommitReply{}, fmt.Errorf("unexpected commit script reply %v", v)
+	}
+	return CommitReply{Ours: code != 0, Refused: code == 2, Reason: reason}, nil
 }

@@ -32,22 +32,40 @@ var (
 	leaveQueueLua string
 	//go:embed lua/record_state.lua
 	recordStateLua string
+	//go:embed lua/fence.lua
+	fenceLua string
+	//go:embed lua/idem_writeback.lua
+	idemWriteBackLua string
+	//go:embed lua/idem_commit.lua
+	idemCommitLua string
 )
 
 // The scripts; their KEYS and ARGV are documented at the top of each file.
-// Those that announce on pub/sub start with lua/prelude.lua.
+// Those that announce on pub/sub start with lua/prelude.lua, those that
+// issue or raise fences with lua/fence.lua.
 var (
-	Acquire      = redis.NewScript(acquireLua)
-	Release      = redis.NewScript(preludeLua + releaseLua)
-	Refresh      = redis.NewScript(refreshLua)
-	Transfer     = redis.NewScript(transferLua)
-	WriteBack    = redis.NewScript(writeBackLua)
-	AcquireAll   = redis.NewScript(acquireAllLua)
-	IdemBegin    = redis.NewScript(idemBeginLua)
-	IdemFinish   = redis.NewScript(preludeLua + idemFinishLua)
-	LeaveQueue   = redis.NewScript(leaveQueueLua)
-	RecordStatus = redis.NewScript(recordStateLua)
+	Acquire       = redis.NewScript(fenceLua + acquireLua)
+	Release       = redis.NewScript(preludeLua + releaseLua)
+	Refresh       = redis.NewScript(refreshLua)
+	Transfer      = redis.NewScript(fenceLua + transferLua)
+	WriteBack     = redis.NewScript(fenceLua + writeBackLua)
+	AcquireAll    = redis.NewScript(fenceLua + acquireAllLua)
+	IdemBegin     = redis.NewScript(fenceLua + idemBeginLua)
+	IdemWriteBack = redis.NewScript(fenceLua + idemWriteBackLua)
+	IdemFinish    = redis.NewScript(preludeLua + idemFinishLua)
+	LeaveQueue    = redis.NewScript(leaveQueueLua)
+	RecordStatus  = redis.NewScript(recordStateLua)
 )
+
+// EffectScript is an effect's Lua joined with the completion of a claim
+// (lua/idem_commit.lua) into one script, made once per effect.
+type EffectScript struct{ script *redis.Script }
+
+// NewEffectScript wraps lua, the body of a function effect(KEYS, ARGV)
+// that returns nil to go ahead or a reason to refuse.
+func NewEffectScript(lua string) *EffectScript {
+	return &EffectScript{redis.NewScript(preludeLua + "local function effect(KEYS, ARGV)\n" + lua + "\nend\n" + idemCommitLua)}
+}
 
 // Run runs script and returns its reply, or an error matching ctx.Err() as
 // soon as ctx ends, whatever the client's own timeouts (go-redis only

@@ -2,6 +2,7 @@ package otelobs
 
 import (
 	"context"
+	"errors"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -100,8 +101,8 @@ func (o *Observer) End(ctx context.Context, ev observe.Event) {
 		span.SetAttributes(AttrRoute.String(ev.Route))
 	}
 	if ev.Outcome == observe.Error || ev.Outcome == observe.Lost {
-		if ev.Err != nil {
-			span.RecordError(ev.Err)
+		if ev.Err != nil { // the key hashed, as in the span's attributes
+			span.RecordError(errors.New(observe.RedactKey(ev.Err, ev.Key)))
 		}
 		span.SetStatus(codes.Error, string(ev.Outcome))
 	}

@@ -1,7 +1,9 @@
 package memstore
 
 import (
+	"container/list"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -14,6 +16,7 @@ import (
 // record is one idempotency record. Records live in their own map, beside
 // the locks, under the Store's mutex.
 type record struct {
+	key      string
 	fp       string
 	token    string
 	fence    uint64
@@ -22,6 +25,38 @@ type record struct {
 	result   []byte
 	changed  chan struct{} // closed when the record is completed or removed
 	isClosed bool
+	elem     *list.Element // in Store.completed once completed
+}
+
+// ErrFull reports a Begin refused because WithMaxRecords claims are in
+// flight: completed records can be evicted, in-flight claims cannot.
+var ErrFull = errors.New("memstore: too many idempotency claims in flight")
+
+// dropRecordLocked forgets key's record r, waking its waiters.
+func (s *Store) dropRecordLocked(key string, r *record) {
+	r.signal()
+	if r.elem != nil {
+		s.completed.Remove(r.elem)
+		r.elem = nil
+		s.resultBytes -= int64(len(r.result))
+	}
+	if s.records[key] == r {
+		delete(s.records, key)
+	}
+}
+
+// evictLocked drops the records completed longest ago until room records
+// more and extra bytes more fit, and reports whether they do.
+func (s *Store) evictLocked(room int, extra int64) bool {
+	for len(s.records)+room > s.maxRecords || s.resultBytes+extra > s.maxBytes {
+		front := s.completed.Front()
+		if front == nil {
+			break
+		}
+		r := front.Value.(*record)
+		s.dropRecordLocked(r.key, r)
+	}
+	return len(s.records)+room <= s.maxRecords
 }
 
 func (r *record) signal() {
@@ -45,14 +80,12 @@ func (s *Store) recordLocked(key string) *record {
 		}
 		swept++
 		if !now.Before(r.expires) && k != key {
-			r.signal()
-			delete(s.records, k)
+			s.dropRecordLocked(k, r)
 		}
 	}
 	r := s.records[key]
 	if r != nil && !now.Before(r.expires) {
-		r.signal()
-		delete(s.records, key)
+		s.dropRecordLocked(key, r)
 		r = nil
 	}
 	return r
@@ -70,8 +103,11 @@ func (s *Store) Begin(ctx context.Context, key, fingerprint string, lease time.D
 	defer s.mu.Unlock()
 	r := s.recordLocked(key)
 	if r == nil {
-		s.fence++
-		r = &record{fp: fingerprint, token: token.New(), fence: s.fence, expires: time.Now().Add(lease), changed: make(chan struct{})}
+		if !s.evictLocked(1, 0) {
+			return idem.Claim{}, fmt.Errorf("memstore: begin %q: %w (%d)", key, ErrFull, s.maxRecords)
+		}
+		s.nextFenceLocked()
+		r = &record{key: key, fp: fingerprint, token: token.New(), fence: s.fence, expires: time.Now().Add(lease), changed: make(chan struct{})}
 		s.records[key] = r
 		return idem.Claim{Key: key, State: idem.Acquired, Fingerprint: fingerprint, Token: r.token, Fence: r.fence, Expires: r.expires}, nil
 	}
@@ -107,9 +143,18 @@ func (s *Store) Complete(ctx context.Context, c idem.Claim, result []byte, reten
 	if err != nil {
 		return err
 	}
-	r.done, r.result, r.expires = true, slices.Clone(result), time.Now().Add(retention)
-	r.signal()
+	s.completeLocked(r, slices.Clone(result), retention)
 	return nil
+}
+
+// completeLocked stores r's result, within the Store's bounds.
+func (s *Store) completeLocked(r *record, result []byte, retention time.Duration) {
+	s.evictLocked(0, int64(len(result)))
+	r.done, r.result, r.expires = true, result, time.Now().Add(retention)
+	r.elem = s.completed.PushBack(r)
+	s.resultBytes += int64(len(result))
+	s.evictLocked(0, 0) // a result larger than the bound is not kept
+	r.signal()
 }
 
 // Abandon implements idem.Store.
@@ -120,8 +165,7 @@ func (s *Store) Abandon(ctx context.Context, c idem.Claim) error {
 	if err != nil {
 		return err
 	}
-	r.signal()
-	delete(s.records, c.Key)
+	s.dropRecordLocked(c.Key, r)
 	return nil
 }
 

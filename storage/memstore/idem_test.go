@@ -1,7 +1,10 @@
 package memstore_test
 
 import (
+	"errors"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/oncekit/oncekit/core/idem"
 	"github.com/oncekit/oncekit/core/idem/idemtest"
@@ -12,5 +15,73 @@ func TestIdemConformance(t *testing.T) {
 	store := memstore.New()
 	idemtest.Run(t, idemtest.Config{
 		NewStore: func(*testing.T) idem.Store { return store },
+		Effect: func(t *testing.T, key string, limit int) (any, func() int) {
+			var mu sync.Mutex // the effect runs under the store's lock; count does not
+			n := 0
+			effect := memstore.Effect(func() error {
+				mu.Lock()
+				defer mu.Unlock()
+				if n >= limit {
+					return errors.New("limit reached")
+				}
+				n++
+				return nil
+			})
+			return effect, func() int { mu.Lock(); defer mu.Unlock(); return n }
+		},
 	})
+}
+
+// Records are bounded in count and bytes: the records completed longest
+// ago go first; in-flight claims are never evicted, and when they alone
+// fill the Store, Begin fails with ErrFull.
+func TestRecordsBounded(t *testing.T) {
+	ctx := t.Context()
+	s := memstore.New(memstore.WithMaxRecords(3), memstore.WithMaxBytes(10))
+	complete := func(key string, result string) {
+		t.Helper()
+		c, err := s.Begin(ctx, key, "fp", time.Minute)
+		if err != nil || c.State != idem.Acquired {
+			t.Fatalf("Begin(%s): %v %v", key, c.State, err)
+		}
+		if err := s.Complete(ctx, c, []byte(result), time.Hour); err != nil {
+			t.Fatal(err)
+		}
+	}
+	state := func(key string) idem.State {
+		t.Helper()
+		info, err := s.InspectRecord(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !info.Found {
+			return -1
+		}
+		return info.State
+	}
+	complete("a", "1234")
+	complete("b", "1234")
+	complete("c", "1234") // 12 bytes > 10: a goes
+	if state("a") != -1 || state("b") != idem.Completed || state("c") != idem.Completed {
+		t.Fatalf("after the byte bound: a %v b %v c %v; want a evicted", state("a"), state("b"), state("c"))
+	}
+	var claims []idem.Claim
+	for _, k := range []string{"x", "y", "z"} { // in flight: b and c make room
+		c, err := s.Begin(ctx, k, "fp", time.Minute)
+		if err != nil || c.State != idem.Acquired {
+			t.Fatalf("Begin(%s): %v %v", k, c.State, err)
+		}
+		claims = append(claims, c)
+	}
+	if state("b") != -1 || state("c") != -1 {
+		t.Fatal("completed records kept while in-flight claims needed the room")
+	}
+	if _, err := s.Begin(ctx, "w", "fp", time.Minute); !errors.Is(err, memstore.ErrFull) {
+		t.Fatalf("Begin with the Store full of in-flight claims: %v, want ErrFull", err)
+	}
+	for _, c := range claims {
+		if state(c.Key) != idem.InFlight {
+			t.Fatalf("in-flight claim %s was evicted", c.Key)
+		}
+	}
 }

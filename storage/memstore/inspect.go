@@ -80,8 +80,7 @@ func (s *Store) DeleteRecord(_ context.Context, key string) (bool, error) {
 	if r == nil {
 		return false, nil
 	}
-	r.signal()
-	delete(s.records, key)
+	s.dropRecordLocked(key, r)
 	return true, nil
 }
 

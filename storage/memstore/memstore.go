@@ -19,10 +19,21 @@ type Store struct {
 	mu      sync.Mutex
 	locks   map[string]*entry
 	records map[string]*record // idempotency records (idem.Store)
-	fence   uint64             // one counter for all keys: strictly increasing per key too
+	fence   uint64             // one counter for all keys: strictly increasing per key too (nextFence)
+
+	completed   list.List // *record, completed ones, oldest completion first: evicted first
+	resultBytes int64     // the completed records' results, in bytes
+	maxRecords  int
+	maxBytes    int64
 
 	observer observe.Observer
 }
+
+// Defaults of the bounds on idempotency records.
+const (
+	DefaultMaxRecords = 100_000
+	DefaultMaxBytes   = 256 << 20
+)
 
 // Option configures a Store.
 type Option func(*Store)
@@ -32,6 +43,18 @@ type Option func(*Store)
 // package observe). Default: none.
 func WithObserver(o observe.Observer) Option { return func(s *Store) { s.observer = o } }
 
+// WithMaxRecords bounds how many idempotency records the Store keeps. When
+// a new claim would exceed it, the records completed longest ago are
+// evicted first (a duplicate of an evicted key runs again, as after its
+// retention); in-flight claims are never evicted: when they alone reach
+// the bound, Begin fails with ErrFull. Default DefaultMaxRecords (100 000).
+func WithMaxRecords(n int) Option { return func(s *Store) { s.maxRecords = n } }
+
+// WithMaxBytes bounds the bytes of stored results; the records completed
+// longest ago are evicted to stay within it. Default DefaultMaxBytes
+// (256 MiB).
+func WithMaxBytes(n int64) Option { return func(s *Store) { s.maxBytes = n } }
+
 // DriverName implements observe.Source: "memory".
 func (s *Store) DriverName() string { return "memory" }
 
@@ -40,10 +63,11 @@ func (s *Store) Observer() observe.Observer { return s.observer }
 
 // New returns an empty Store.
 func New(opts ...Option) *Store {
-	s := &Store{locks: make(map[string]*entry)}
+	s := &Store{locks: make(map[string]*entry), maxRecords: DefaultMaxRecords, maxBytes: DefaultMaxBytes}
 	for _, o := range opts {
 		o(s)
 	}
+	s.maxRecords, s.maxBytes = max(s.maxRecords, 1), max(s.maxBytes, 0)
 	return s
 }
 
@@ -192,8 +216,17 @@ func (s *Store) dropIfIdleLocked(key string, e *entry) {
 	}
 }
 
+// nextFenceLocked advances the Store's fence counter to max(counter + 1,
+// the clock in microseconds): a Store made after a process restart starts
+// above every fence the previous process issued, as long as the clock has
+// not stepped back past them.
+func (s *Store) nextFenceLocked() uint64 {
+	s.fence = max(s.fence+1, uint64(time.Now().UnixMicro()))
+	return s.fence
+}
+
 func (s *Store) grantLocked(key string, e *entry, ttl time.Duration, owner string) *lease {
-	s.fence++
+	s.nextFenceLocked()
 	g := &grant{
 		s:       s,
 		key:     key,

@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/oncekit/oncekit/core/idem"
 	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/internal/testenv"
 	"github.com/oncekit/oncekit/storage/redisstore"
@@ -289,4 +290,89 @@ func TestAcquireAllOneRoundTrip(t *testing.T) {
 		}
 	}
 	_ = m2.Release(ctx)
+}
+
+// Fences never go backwards, not even when the server restarts without its
+// data (or fails over to a replica that lacked the counters): lock and
+// claim fences after each empty restart are above every earlier one.
+func TestFencesSurviveEmptyRestart(t *testing.T) {
+	p := testenv.StartRedis(t)
+	s := newStore(t, privateClient(t, p))
+	ctx := ctxT(t, 30*time.Second)
+	var locks, claims []uint64
+	for round := range 3 {
+		for range 3 {
+			l, err := s.Acquire(ctx, "fenced", time.Minute)
+			if err != nil {
+				t.Fatalf("round %d: Acquire: %v", round, err)
+			}
+			locks = append(locks, l.Fence())
+			if err := l.Release(ctx); err != nil {
+				t.Fatalf("round %d: Release: %v", round, err)
+			}
+			c, err := s.Begin(ctx, "claimed", "fp", time.Minute)
+			if err != nil || c.State != idem.Acquired {
+				t.Fatalf("round %d: Begin: %v %v", round, c.State, err)
+			}
+			claims = append(claims, c.Fence)
+			if err := s.Abandon(ctx, c); err != nil {
+				t.Fatalf("round %d: Abandon: %v", round, err)
+			}
+		}
+		if round < 2 {
+			p.Kill()
+			p.Start()
+		}
+	}
+	for _, fences := range [][]uint64{locks, claims} {
+		for i := 1; i < len(fences); i++ {
+			if fences[i] <= fences[i-1] {
+				t.Fatalf("fences %v went backwards at %d, across an empty restart", fences, i)
+			}
+		}
+	}
+}
+
+// Every key oncekit writes expires: lock keys and their fence counters,
+// owner hashes, waiting queues, idempotency records and their counters.
+func TestEveryKeyExpires(t *testing.T) {
+	p := testenv.StartRedis(t)
+	c := privateClient(t, p)
+	s := newStore(t, c)
+	ctx := ctxT(t, 10*time.Second)
+	l, err := s.Acquire(lock.WithOwner(ctx, "worker-1"), "k", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocked := make(chan error, 1)
+	go func() { // a waiter from another Store joins the key's queue
+		l2, err := newStore(t, c).Acquire(ctx, "k", time.Minute)
+		if err == nil {
+			err = l2.Release(ctx)
+		}
+		blocked <- err
+	}()
+	time.Sleep(100 * time.Millisecond)
+	g, err := idem.NewGuard(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := g.Do(ctx, "request-1", "fp", func(context.Context) ([]byte, error) { return []byte("ok"), nil }); err != nil {
+		t.Fatal(err)
+	}
+	keys, err := c.Keys(ctx, "*").Result()
+	if err != nil || len(keys) < 5 {
+		t.Fatalf("keys %v (%v): want the lock's and the record's", keys, err)
+	}
+	for _, k := range keys {
+		if ttl, err := c.PTTL(ctx, k).Result(); err != nil || ttl < 0 {
+			t.Errorf("%s: PTTL %s (%v); every key must expire", k, ttl, err)
+		}
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-blocked; err != nil {
+		t.Fatal(err)
+	}
 }

@@ -2,11 +2,15 @@ package redisstore_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
 	"github.com/oncekit/oncekit/core/idem"
 	"github.com/oncekit/oncekit/core/idem/idemtest"
+	"github.com/oncekit/oncekit/storage/redisstore"
+
+	"github.com/redis/go-redis/v9"
 )
 
 func TestIdemConformance(t *testing.T) {
@@ -19,7 +23,29 @@ func TestIdemConformance(t *testing.T) {
 				t.Fatal(err)
 			}
 		},
+		Effect: redisEffect(admin),
 	})
+}
+
+// countUpTo is an effect: add one to KEYS[1] unless it reached ARGV[1].
+var countUpTo = redisstore.NewEffectScript(`
+  local n = tonumber(redis.call('GET', KEYS[1]) or '0')
+  if n >= tonumber(ARGV[1]) then return 'limit reached' end
+  redis.call('INCR', KEYS[1])
+  redis.call('PEXPIRE', KEYS[1], 60000)
+`)
+
+func redisEffect(admin redis.UniversalClient) func(t *testing.T, key string, limit int) (any, func() int) {
+	return func(t *testing.T, key string, limit int) (any, func() int) {
+		counter := redisstore.EffectKey(key, "idemtest:effect:")
+		return redisstore.Effect{Script: countUpTo, Keys: []string{counter}, Args: []any{limit}}, func() int {
+			n, err := admin.Get(context.Background(), counter).Int()
+			if err != nil && !errors.Is(err, redis.Nil) {
+				t.Fatal(err)
+			}
+			return n
+		}
+	}
 }
 
 // Begin of a new key and Complete are one round trip each; a replay is one.

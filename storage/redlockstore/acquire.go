@@ -179,7 +179,9 @@ func (s *Store) grant(ctx context.Context, v *votes, ar *acquireRound, ttl time.
 	var fence uint64
 	if s.redlock.fenced {
 		var err error
-		fence, err = s.writeBack(ctx, v.key, v.tok, ar.taken, s.nodeTimeout(ttl))
+		fence, err = s.writeBack(ctx, "acquire", v.key, ar.taken, s.nodeTimeout(ttl), func(ctx context.Context, n *node, t int64) (bool, error) {
+			return s.WriteBack(ctx, n.c, v.key, v.tok, t, ttl)
+		})
 		if err != nil {
 			return outcome{split: !errors.Is(err, ErrNoQuorum) && ctx.Err() == nil, err: err}
 		}
@@ -231,28 +233,31 @@ func (s *Store) reenter(v *votes, ar *acquireRound, ttl time.Duration, onEnd fun
 	return s.newLease(v.key, winner, uint64(fence), ar.start.Add(ttl-s.drift(ttl)), onEnd, byTok[winner])
 }
 
-// writeBack is the second round of a fenced acquisition: the fence T is
-// the highest counter among the acquired majority. It is written to every
-// node (counters only ever grow), and the lease is granted only if a
-// majority of nodes answer that our token still holds the key there.
-func (s *Store) writeBack(ctx context.Context, key, tok string, taken map[int]int64, nt time.Duration) (uint64, error) {
+// writeBack is the second round of a fenced acquisition (of a lock or an
+// idempotency claim): the fence T is the highest counter among the taken
+// majority. write raises every node's counter to T (counters only ever
+// grow) and reports whether the token still holds the key there; the fence
+// is granted only if a majority says so. Any two granted fences then
+// completed their write-backs on a common node, where the later one's
+// counter was issued after the earlier one's write-back: fences are
+// unique and ordered as the keys were held, without trusting clocks.
+func (s *Store) writeBack(ctx context.Context, op, key string, taken map[int]int64, nt time.Duration,
+	write func(ctx context.Context, n *node, t int64) (bool, error)) (uint64, error) {
 	var t int64
 	for _, c := range taken {
 		t = max(t, c)
 	}
-	v := s.poll(ctx, s.all(), nt, false, func(ctx context.Context, n *node) (bool, error) {
-		return s.WriteBack(ctx, n.c, key, tok, t)
-	})
+	v := s.poll(ctx, s.all(), nt, false, func(ctx context.Context, n *node) (bool, error) { return write(ctx, n, t) })
 	switch {
 	case v.yes >= s.quorum:
 		return uint64(t), nil
 	case v.ctxErr != nil:
 		return 0, lockdriver.NotAcquired(ctx)
 	case len(v.failed) > 0 && v.yes+len(v.failed) >= s.quorum:
-		return 0, s.quorumError("acquire (fencing round)", key, v.yes, v.failed)
+		return 0, s.quorumError(op+" (fencing round)", key, v.yes, v.failed)
 	default:
-		return 0, fmt.Errorf("redlockstore: acquire %q: %w: the key expired on %d nodes during the fencing round",
-			key, lock.ErrNotAcquired, v.no)
+		return 0, fmt.Errorf("redlockstore: %s %q: %w: it expired on %d nodes during the fencing round",
+			op, key, lock.ErrNotAcquired, v.no)
 	}
 }
 

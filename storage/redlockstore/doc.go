@@ -44,7 +44,8 @@
 // # Fencing without trusting clocks
 //
 // In fenced mode (the default) the fence of a lease is computed in a second
-// round. Round one returns each acquired node's counter after its INCR; T
+// round. Round one returns each acquired node's counter after its raise
+// (to max(counter + 1, the node's clock in µs), see below); T
 // is the maximum over the acquired majority. Round two raises every node's
 // counter to at least T and reports whether the key still holds our token
 // there; the lease is granted only if a majority says it does.
@@ -62,8 +63,12 @@
 // Because round two raises the counters on every node it reaches, fences
 // keep growing even when up to N − quorum nodes lose their data between two
 // acquisitions: every majority still meets a node that kept a counter of at
-// least T. WithoutFencing skips the counters and round two (Fence() is
-// then 0) for callers that only need exclusion.
+// least T. And because a counter is raised to at least the node's clock in
+// microseconds, a majority of nodes that all lost their data (or whose
+// counters expired: a counter lives max(TTL, 1 minute) after its last use)
+// still issues fences above every earlier one, as long as the nodes'
+// clocks have not stepped back past it. WithoutFencing skips the counters
+// and round two (Fence() is then 0) for callers that only need exclusion.
 //
 // # Limits: node restarts
 //
@@ -91,5 +96,7 @@
 //
 // Store is also an idem.Store: each node keeps the record redisstore keeps;
 // a claim holds with a majority of nodes, a completed record found on any
-// node wins, and Complete, Abandon and Extend need a majority.
+// node wins, and Complete, Abandon and Extend need a majority. A claim's
+// fence goes through the same fencing round as a lock's, so Begin on a
+// fresh key takes two rounds.
 package redlockstore

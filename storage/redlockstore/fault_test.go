@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/oncekit/oncekit/core/idem"
 	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/internal/testenv"
 	"github.com/oncekit/oncekit/storage/redlockstore"
@@ -344,4 +345,37 @@ func TestNewValidates(t *testing.T) {
 	if _, err := redlockstore.New([]redlockstore.Client{same, same, c()}); err == nil {
 		t.Error("New with one server twice: no error")
 	}
+}
+
+// Claim fences go through the fencing round too: without it a claim taken
+// from another majority could get a lower fence than an earlier claim of
+// the same key (node counters [high, low, low, …]: claim X takes the high
+// one's, and once that node is gone, claim Y gets a low one).
+func TestClaimFencesNeverGoBackwards(t *testing.T) {
+	c := newCluster(t, 5)
+	ctx := ctxT(t, time.Minute)
+	key := "claim-fence"
+	high := time.Now().Add(time.Hour).UnixMicro() // a counter ahead of every node's clock
+	rc := redis.NewClient(&redis.Options{Addr: c.addrs[0]})
+	if err := rc.Set(ctx, "oncekit:redlock-idem:{"+key+"}:fence", high, time.Hour).Err(); err != nil {
+		t.Fatal(err)
+	}
+	rc.Close()
+	s := newStore(t, c.clients(t))
+	x, err := s.Begin(ctx, key, "fp", 10*time.Second)
+	if err != nil || x.State != idem.Acquired {
+		t.Fatalf("claim X: %v %v", x.State, err)
+	}
+	if err := s.Abandon(ctx, x); err != nil {
+		t.Fatal(err)
+	}
+	c.procs[0].Kill() // the node with the high counter is gone
+	y, err := s.Begin(ctx, key, "fp", 10*time.Second)
+	if err != nil || y.State != idem.Acquired {
+		t.Fatalf("claim Y: %v %v", y.State, err)
+	}
+	if y.Fence <= x.Fence {
+		t.Fatalf("claim Y's fence %d is not above claim X's %d", y.Fence, x.Fence)
+	}
+	c.procs[0].Start()
 }

@@ -17,9 +17,11 @@ import (
 // node at once and holds only with a majority; a completed record found on
 // any node wins over everything else; Complete, Abandon and Extend go to
 // every node and need a majority. A claim's fence is the highest of the
-// acquired nodes' counters (without the lock's second fencing round).
+// claimed nodes' counters, written back to a majority in a second round
+// as for locks, so that claims' fences are ordered as the claims were.
 
-// Begin implements idem.Store: one round to every node at once.
+// Begin implements idem.Store: one round to every node at once, and a
+// second (the fencing round) when the key is claimed.
 func (s *Store) Begin(ctx context.Context, key, fingerprint string, lease time.Duration) (idem.Claim, error) {
 	if err := lockdriver.Validate(key, lease); err != nil {
 		return idem.Claim{}, err
@@ -40,11 +42,16 @@ func (s *Store) Begin(ctx context.Context, key, fingerprint string, lease time.D
 	case b.ctxErr != nil:
 		return idem.Claim{}, b.ctxErr
 	case b.claimed():
-		var fence int64
-		for _, f := range b.claims {
-			fence = max(fence, f)
+		// The fencing round, as for locks: without it a later claim could
+		// get a lower fence than an earlier one from another majority.
+		fence, err := s.writeBack(ctx, "begin", key, b.claims, s.nodeTimeout(lease), func(ctx context.Context, n *node, t int64) (bool, error) {
+			return s.RecordWriteBack(ctx, n.c, key, tok, t, lease)
+		})
+		if err != nil {
+			s.finishNodes(context.WithoutCancel(ctx), key, tok, rediskit.Abandon, time.Millisecond, nil, s.all())
+			return idem.Claim{}, err
 		}
-		c.State, c.Token, c.Fence, c.Expires = idem.Acquired, tok, uint64(fence), now.Add(lease)
+		c.State, c.Token, c.Fence, c.Expires = idem.Acquired, tok, fence, now.Add(lease)
 		return c, nil
 	case b.counts[rediskit.BeginMismatch] > 0:
 		c.State = idem.Mismatch

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -28,6 +29,13 @@ type Config struct {
 	// record (in-process memory) leave it nil, and that subtest checks
 	// nothing.
 	Corrupt func(t *testing.T, key string)
+
+	// Effect, for a store that is an idem.EffectStore, returns an effect
+	// of the driver's type that adds one to a counter kept in the store
+	// for key, refusing (with nothing written) once the counter reached
+	// limit, and a function that reads the counter. Stores that are not
+	// EffectStores leave it nil, and the effect subtests check that.
+	Effect func(t *testing.T, key string, limit int) (effect any, count func() int)
 }
 
 // Run runs the whole suite.
@@ -47,6 +55,12 @@ func Run(t *testing.T, cfg Config) {
 	t.Run("ResultTooLarge", s.tooLarge)
 	t.Run("ClaimLostMidRun", s.lostMidRun)
 	t.Run("PanicAbandons", s.panics)
+	t.Run("GoexitAbandons", s.goexit)
+	t.Run("CallerCancelKeepsClaim", s.callerCancel)
+	t.Run("StableKeyInRun", s.stableKey)
+	t.Run("EffectCommitsWithRecord", s.effectCommits)
+	t.Run("EffectRefusedWritesNothing", s.effectRefused)
+	t.Run("EffectOnceAcrossCrash", s.effectAcrossCrash)
 	t.Run("InvalidKey", s.invalidKey)
 	t.Run("Inspect", s.inspect)
 	t.Run("WatchdogKeepsLongRun", s.longRun)
@@ -387,6 +401,220 @@ func (s *suite) panics(t *testing.T) {
 	}()
 	if res, _, err := g.Do(ctx, k, "fp", func(context.Context) ([]byte, error) { return []byte("ok"), nil }); err != nil || string(res) != "ok" {
 		t.Errorf("retry after a panic: %q %v; want a fresh run", res, err)
+	}
+}
+
+// goexit: a run that calls runtime.Goexit (t.FailNow in a test helper,
+// say) gives its key back at once, not at the end of its lease.
+func (s *suite) goexit(t *testing.T) {
+	k := key(t)
+	st := s.cfg.NewStore(t)
+	g := guard(t, st, idem.WithLease(time.Minute))
+	ctx := ctxT(t, 10*time.Second)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _, _ = g.Do(ctx, k, "fp", func(context.Context) ([]byte, error) {
+			runtime.Goexit()
+			return nil, nil
+		})
+	}()
+	<-done
+	c, err := st.Begin(ctx, k, "fp", time.Second)
+	if err != nil || c.State != idem.Acquired {
+		t.Fatalf("Begin after a run that called Goexit: %v %v; want Acquired (the claim abandoned)", c.State, err)
+	}
+	_ = st.Abandon(ctx, c)
+}
+
+// callerCancel: the caller's context ends while the run goes on (a client
+// that hung up): the claim must stay alive until the run returns, so that
+// a retry arriving after the lease would have run out finds it in flight
+// instead of running concurrently.
+func (s *suite) callerCancel(t *testing.T) {
+	const lease = 300 * time.Millisecond
+	k := key(t)
+	g := guard(t, s.cfg.NewStore(t), idem.WithLease(lease))
+	callerCtx, hangUp := context.WithCancel(ctxT(t, 10*time.Second))
+	var running, runs atomic.Int32
+	release := make(chan struct{})
+	first := make(chan error, 1)
+	go func() {
+		_, _, err := g.Do(callerCtx, k, "fp", func(context.Context) ([]byte, error) {
+			runs.Add(1)
+			running.Add(1)
+			defer running.Add(-1)
+			<-release // the handler ignores its context, as many do
+			return []byte("first"), nil
+		})
+		first <- err
+	}()
+	time.Sleep(lease / 3)
+	hangUp()
+	time.Sleep(2 * lease) // past the lease, had extension stopped
+	_, _, err := g.Do(ctxT(t, 5*time.Second), k, "fp", func(context.Context) ([]byte, error) {
+		runs.Add(1)
+		if running.Load() > 0 {
+			t.Error("the retry ran while the first run was still running")
+		}
+		return []byte("retry"), nil
+	})
+	if !errors.Is(err, idem.ErrInFlight) {
+		t.Errorf("retry while the first run goes on: %v; want ErrInFlight", err)
+	}
+	close(release)
+	if err := <-first; err != nil {
+		t.Errorf("first run: %v", err)
+	}
+	res, replayed, err := g.Do(ctxT(t, 5*time.Second), k, "fp", func(context.Context) ([]byte, error) {
+		runs.Add(1)
+		return []byte("late"), nil
+	})
+	if err != nil || !replayed || string(res) != "first" {
+		t.Errorf("after the first run: %q replayed=%v %v; want the first run's result replayed", res, replayed, err)
+	}
+	if n := runs.Load(); n != 1 {
+		t.Errorf("%d runs, want 1", n)
+	}
+}
+
+// stableKey: the run reads its claim's stored key from its context, the
+// same on every retry.
+func (s *suite) stableKey(t *testing.T) {
+	k := key(t)
+	g := guard(t, s.cfg.NewStore(t))
+	var got string
+	_, _, err := g.Do(ctxT(t, 5*time.Second), k, "fp", func(ctx context.Context) ([]byte, error) {
+		got, _ = idem.KeyFrom(ctx)
+		return nil, nil
+	})
+	if err != nil || got != k {
+		t.Errorf("KeyFrom in the run = %q (%v), want %q", got, err, k)
+	}
+	if _, ok := idem.KeyFrom(context.Background()); ok {
+		t.Error("KeyFrom outside a run reported a key")
+	}
+}
+
+// effectStore returns the store under test as an EffectStore, or checks
+// that a store without Config.Effect is none and reports false.
+func (s *suite) effectStore(t *testing.T) (idem.EffectStore, bool) {
+	st := s.cfg.NewStore(t)
+	es, ok := st.(idem.EffectStore)
+	if s.cfg.Effect == nil {
+		if ok {
+			t.Fatalf("%T is an idem.EffectStore but Config.Effect is not set", st)
+		}
+		g := guard(t, st)
+		_, _, err := g.Do(ctxT(t, 5*time.Second), key(t), "fp", func(ctx context.Context) ([]byte, error) {
+			return nil, idem.Commit(ctx, struct{}{})
+		})
+		if !errors.Is(err, idem.ErrEffectUnsupported) {
+			t.Errorf("an effect on a store that cannot commit one: %v, want ErrEffectUnsupported", err)
+		}
+		return nil, false
+	}
+	if !ok {
+		t.Fatalf("Config.Effect is set but %T is not an idem.EffectStore", st)
+	}
+	return es, true
+}
+
+// effectCommits: a run's effect and its record commit together, once; a
+// duplicate replays without applying the effect again.
+func (s *suite) effectCommits(t *testing.T) {
+	es, ok := s.effectStore(t)
+	if !ok {
+		return
+	}
+	k := key(t)
+	effect, count := s.cfg.Effect(t, k, 10)
+	g := guard(t, es)
+	ctx := ctxT(t, 10*time.Second)
+	for i := range 3 {
+		res, replayed, err := g.Do(ctx, k, "fp", func(ctx context.Context) ([]byte, error) {
+			if err := idem.Commit(ctx, effect); err != nil {
+				return nil, err
+			}
+			if err := idem.Commit(ctx, effect); err == nil {
+				t.Error("a second Commit in one run was accepted")
+			}
+			return []byte("ordered"), nil
+		})
+		if err != nil || string(res) != "ordered" || replayed != (i > 0) {
+			t.Fatalf("Do #%d: %q replayed=%v %v", i, res, replayed, err)
+		}
+	}
+	if n := count(); n != 1 {
+		t.Errorf("effect applied %d times, want 1", n)
+	}
+	if err := idem.Commit(ctx, effect); err == nil {
+		t.Error("Commit outside a run was accepted")
+	}
+}
+
+// effectRefused: an effect whose own check fails writes nothing, the
+// record is not completed (the claim is dropped), and Do says why.
+func (s *suite) effectRefused(t *testing.T) {
+	es, ok := s.effectStore(t)
+	if !ok {
+		return
+	}
+	k := key(t)
+	effect, count := s.cfg.Effect(t, k, 0)
+	g := guard(t, es)
+	ctx := ctxT(t, 10*time.Second)
+	_, _, err := g.Do(ctx, k, "fp", func(ctx context.Context) ([]byte, error) {
+		return []byte("ordered"), idem.Commit(ctx, effect)
+	})
+	if !errors.Is(err, idem.ErrEffectRefused) {
+		t.Fatalf("Do with a refused effect: %v, want ErrEffectRefused", err)
+	}
+	if n := count(); n != 0 {
+		t.Errorf("a refused effect wrote: counter %d", n)
+	}
+	c, err := es.Begin(ctx, k, "fp", time.Second)
+	if err != nil || c.State != idem.Acquired {
+		t.Fatalf("Begin after a refused effect: %v %v; want the key free again", c.State, err)
+	}
+	_ = es.Abandon(ctx, c)
+}
+
+// effectAcrossCrash: a process that claimed the key and died before its
+// commit left nothing; the retry after the lease applies the effect once,
+// and the dead process's late commit (it was only paused) is refused. A
+// commit repeated after a lost reply applies nothing more.
+func (s *suite) effectAcrossCrash(t *testing.T) {
+	es, ok := s.effectStore(t)
+	if !ok {
+		return
+	}
+	k := key(t)
+	effect, count := s.cfg.Effect(t, k, 10)
+	ctx := ctxT(t, 10*time.Second)
+	crashed, err := es.Begin(ctx, k, "fp", 300*time.Millisecond)
+	if err != nil || crashed.State != idem.Acquired {
+		t.Fatalf("Begin: %v %v", crashed.State, err)
+	}
+	time.Sleep(400 * time.Millisecond) // its lease runs out
+	retry, err := es.Begin(ctx, k, "fp", 10*time.Second)
+	if err != nil || retry.State != idem.Acquired {
+		t.Fatalf("Begin after the lease: %v %v", retry.State, err)
+	}
+	if err := es.CompleteWith(ctx, retry, []byte("r"), time.Minute, effect); err != nil {
+		t.Fatalf("CompleteWith: %v", err)
+	}
+	if err := es.CompleteWith(ctx, retry, []byte("r"), time.Minute, effect); err != nil && !errors.Is(err, idem.ErrLockLost) {
+		t.Errorf("CompleteWith repeated after its reply was lost: %v, want nil or ErrLockLost", err)
+	}
+	if err := es.CompleteWith(ctx, crashed, []byte("late"), time.Minute, effect); !errors.Is(err, idem.ErrLockLost) {
+		t.Errorf("the stale claim's CompleteWith: %v, want ErrLockLost", err)
+	}
+	if n := count(); n != 1 {
+		t.Errorf("effect applied %d times across a crash, a retry and a stale commit; want 1", n)
+	}
+	if c, err := es.Begin(ctx, k, "fp", time.Second); err != nil || c.State != idem.Completed || string(c.Result) != "r" {
+		t.Errorf("Begin after the commit: %v %q %v; want the result replayed", c.State, c.Result, err)
 	}
 }
 

@@ -12,7 +12,7 @@
 -- (keeping its first place); one that takes the key leaves it. Release
 -- wakes the first live member.
 -- Returns
---   {1, fence}             taken;
+--   {1, fence}             taken (fence: see fence.lua);
 --   {1, current counter}   ARGV[1] already holds the key (Redlock keeps the
 --                          nodes it took while it settles a split vote):
 --                          its expiry is renewed;
@@ -25,7 +25,6 @@
 -- while an owner holds the key, with the key's expiry; it counts only while
 -- its t matches the key's token.
 local member = ARGV[6] or ''
-if member ~= '' and redis.replicate_commands then redis.replicate_commands() end
 local function leave()
   if member ~= '' then
     redis.call('ZREM', KEYS[4], member)
@@ -33,7 +32,6 @@ local function leave()
   end
 end
 if ARGV[3] ~= '0' then
-  if redis.replicate_commands then redis.replicate_commands() end
   local t = redis.call('TIME')
   if tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) > tonumber(ARGV[3]) then
     return {-1, 0}
@@ -41,9 +39,9 @@ if ARGV[3] ~= '0' then
 end
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   local f = 0
-  if ARGV[4] ~= '0' then f = redis.call('INCR', KEYS[2]) end
+  if ARGV[4] ~= '0' then f = next_fence(KEYS[2], ARGV[2]) end
   if ARGV[5] ~= '' then
-    redis.call('HSET', KEYS[3], 'o', ARGV[5], 't', ARGV[1], 'n', 1, 'f', f)
+    redis.call('HSET', KEYS[3], 'o', ARGV[5], 't', ARGV[1], 'n', 1, 'f', string.format('%d', f))
     redis.call('PEXPIRE', KEYS[3], ARGV[2])
   end
   leave()

@@ -5,7 +5,6 @@
 -- Returns {1, fence 1, fence 2, ...} when all were taken, {0, i, PTTL} when
 -- key i (1-based) is held, {-1} when the request arrived after the deadline.
 if ARGV[2] ~= '0' then
-  if redis.replicate_commands then redis.replicate_commands() end
   local t = redis.call('TIME')
   if tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) > tonumber(ARGV[2]) then
     return {-1}
@@ -20,6 +19,6 @@ end
 local out = {1}
 for i = 1, n do
   redis.call('SET', KEYS[2 * i - 1], ARGV[2 + i], 'PX', ARGV[1])
-  out[#out + 1] = redis.call('INCR', KEYS[2 * i])
+  out[#out + 1] = next_fence(KEYS[2 * i], ARGV[1])
 end
 return out

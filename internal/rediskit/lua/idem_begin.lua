@@ -8,8 +8,8 @@
 -- completed; {4, pttl} another fingerprint; {-2, reason} not our record.
 local kind = redis.call('TYPE', KEYS[1])['ok']
 if kind == 'none' then
-  local f = redis.call('INCR', KEYS[2])
-  redis.call('HSET', KEYS[1], 'v', '1', 's', 'i', 'fp', ARGV[1], 't', ARGV[2], 'f', f)
+  local f = next_fence(KEYS[2], ARGV[3])
+  redis.call('HSET', KEYS[1], 'v', '1', 's', 'i', 'fp', ARGV[1], 't', ARGV[2], 'f', string.format('%d', f))
   redis.call('PEXPIRE', KEYS[1], ARGV[3])
   return {1, f}
 end

@@ -17,9 +17,9 @@ if redis.call('HGET', KEYS[3], 't') == ARGV[1] then
   redis.call('DEL', KEYS[3])
 end
 redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
-local f = redis.call('INCR', KEYS[2])
+local f = next_fence(KEYS[2], ARGV[3])
 if ARGV[4] ~= '' then
-  redis.call('HSET', KEYS[3], 'o', ARGV[4], 't', ARGV[2], 'n', 1, 'f', f)
+  redis.call('HSET', KEYS[3], 'o', ARGV[4], 't', ARGV[2], 'n', 1, 'f', string.format('%d', f))
   redis.call('PEXPIRE', KEYS[3], ARGV[3])
 end
 return {1, f}

@@ -1,0 +1,97 @@
+package etcdstore
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/lock/lockdriver"
+)
+
+// Effect is a write that commits atomically with an idempotency record:
+// its comparisons and operations join the transaction that completes the
+// record. When the claim is still ours but If does not hold, nothing is
+// written and the completion fails with an *idem.EffectRefusedError
+// carrying Reason. Pass it to idem.Commit in a Guard's run (or
+// httpmw.Commit in a handler).
+type Effect struct {
+	If     []clientv3.Cmp
+	Then   []clientv3.Op
+	Reason string // why If failing refuses the effect; default "condition failed"
+}
+
+// CompleteWith implements idem.EffectStore: the record's completion and the
+// Effect in one transaction, after a read of the claim's entry (two round
+// trips).
+func (s *Store) CompleteWith(ctx context.Context, c idem.Claim, result []byte, retention time.Duration, effect any) error {
+	if err := lockdriver.ValidateTTL(retention); err != nil {
+		return err
+	}
+	e, ok := effect.(Effect)
+	if p, isPtr := effect.(*Effect); isPtr && p != nil {
+		e, ok = *p, true
+	}
+	if !ok {
+		return fmt.Errorf("etcdstore: complete %q: %T is not an etcdstore.Effect: %w", c.Key, effect, idem.ErrEffectUnsupported)
+	}
+	if c.Token == "" {
+		return fmt.Errorf("etcdstore: complete %q: %w", c.Key, idem.ErrLockLost)
+	}
+	ctx, cancel := cleanupIfDone(ctx)
+	defer cancel()
+	expires := time.Now().Add(retention)
+	lease, err := s.retentionLease(ctx, expires)
+	if err != nil {
+		return fmt.Errorf("etcdstore: complete %q: %w", c.Key, err)
+	}
+	entry := s.recordDir(c.Key) + c.Token
+	val := recordVal{state: stateCompleted, expires: expires, fp: c.Fingerprint, result: result}.encode()
+	for range 3 {
+		// Read the claim's entry, then commit on its mod revision: the
+		// transaction applies the effect only to a claim still in flight
+		// (not one an earlier attempt completed already).
+		g, err := s.c.Get(ctx, entry)
+		if err != nil {
+			return fmt.Errorf("etcdstore: complete %q: %w", c.Key, err)
+		}
+		if len(g.Kvs) == 0 || g.Kvs[0].CreateRevision != int64(c.Fence) {
+			return fmt.Errorf("etcdstore: complete %q: %w", c.Key, idem.ErrLockLost)
+		}
+		cur, err := decodeRecord(c.Key, g.Kvs[0].Value)
+		switch {
+		case err != nil:
+			return err
+		case cur.state == stateCompleted:
+			return nil // an earlier attempt, whose reply was lost, committed both
+		case !time.Now().Before(cur.expires):
+			return fmt.Errorf("etcdstore: complete %q: %w", c.Key, idem.ErrLockLost)
+		}
+		mod := g.Kvs[0].ModRevision
+		t, err := s.c.Txn(ctx).
+			If(append([]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(entry), "=", mod)}, e.If...)...).
+			Then(append([]clientv3.Op{clientv3.OpPut(entry, val, clientv3.WithLease(lease))}, e.Then...)...).
+			Else(clientv3.OpGet(entry, clientv3.WithKeysOnly())).
+			Commit()
+		if err != nil {
+			return fmt.Errorf("etcdstore: complete %q: %w", c.Key, err)
+		}
+		if t.Succeeded {
+			return nil
+		}
+		if kvs := t.Responses[0].GetResponseRange().GetKvs(); len(kvs) == 1 && kvs[0].ModRevision == mod {
+			reason := e.Reason
+			if reason == "" {
+				reason = "condition failed"
+			}
+			return &idem.EffectRefusedError{Key: c.Key, Reason: reason}
+		}
+		// The entry changed between the read and the transaction (a last
+		// Extend): read it again.
+	}
+	return fmt.Errorf("etcdstore: complete %q: the claim's entry keeps changing", c.Key)
+}
+
+var _ idem.EffectStore = (*Store)(nil)

@@ -1,0 +1,81 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/internal/rediskit"
+)
+
+// EffectScript is Lua that commits with an idempotency record (Effect).
+// Make one per effect with NewEffectScript and keep it: like a
+// redis.Script it is loaded once and sent as EVALSHA.
+type EffectScript struct{ s *rediskit.EffectScript }
+
+// NewEffectScript makes an effect from lua, the body of a Lua function
+// effect(KEYS, ARGV): KEYS and ARGV are the Effect's. It returns nothing
+// (nil) to go ahead, or a reason (a string) to refuse, in which case
+// neither the effect nor the record is written. It must check before it
+// writes: Redis does not roll a script back, so a write made before a
+// refusal or an error stays.
+//
+//	var sell = redisstore.NewEffectScript(`
+//	  local stock = tonumber(redis.call('GET', KEYS[1]) or '0')
+//	  if stock < tonumber(ARGV[1]) then return 'sold_out' end
+//	  redis.call('DECRBY', KEYS[1], ARGV[1])
+//	`)
+func NewEffectScript(lua string) *EffectScript {
+	return &EffectScript{rediskit.NewEffectScript(lua)}
+}
+
+// Effect is a write that commits atomically with an idempotency record:
+// pass it to idem.Commit in a Guard's run (or httpmw.Commit in a handler),
+// and the record's completion and the effect run as one script. A process
+// that dies after the run leaves neither done, so the retry runs the
+// effect once; one that dies after the script finds the record completed
+// on retry, and replays it.
+//
+// Under Redis Cluster every key in Keys must live in the record's hash
+// slot: build them with EffectKey. On one server (or Sentinel) any
+// keys do.
+type Effect struct {
+	Script *EffectScript
+	Keys   []string
+	Args   []any
+}
+
+// EffectKey names a key in the same Cluster hash slot as the record of
+// the idempotency key storedKey (the key the Guard stores, idem.KeyFrom):
+// name followed by the record's hash tag.
+func EffectKey(storedKey, name string) string { return name + "{" + storedKey + "}" }
+
+// CompleteWith implements idem.EffectStore: the claim's completion and the
+// Effect in one script, one round trip.
+func (s *Store) CompleteWith(ctx context.Context, c idem.Claim, result []byte, retention time.Duration, effect any) error {
+	e, ok := effect.(Effect)
+	if p, isPtr := effect.(*Effect); isPtr && p != nil {
+		e, ok = *p, true
+	}
+	if !ok || e.Script == nil {
+		return fmt.Errorf("redisstore: complete %q: %T is not a redisstore.Effect: %w", c.Key, effect, idem.ErrEffectUnsupported)
+	}
+	ctx, cancel, err := rediskit.FinishContext(ctx, c, rediskit.Complete, "redisstore")
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	r, err := s.Commit(ctx, s.client, e.Script.s, c.Key, c.Token, retention, result, e.Keys, e.Args)
+	switch {
+	case err != nil:
+		return fmt.Errorf("redisstore: complete %q: %w", c.Key, err)
+	case !r.Ours:
+		return fmt.Errorf("redisstore: complete %q: %w", c.Key, idem.ErrLockLost)
+	case r.Refused:
+		return &idem.EffectRefusedError{Key: c.Key, Reason: r.Reason}
+	}
+	return nil
+}
+
+var _ idem.EffectStore = (*Store)(nil)
