@@ -21,6 +21,27 @@
 // have a size limit (1 MiB by default). Expiry is checked on read as well
 // as by the store's own TTLs.
 //
+// # Once, across crashes
+//
+// The claim stays alive until the run returns, whatever happens to the
+// caller's context, and a Complete that fails transiently is retried while
+// the claim lives. What a crash between the run's effect and its Complete
+// does depends on the effect:
+//
+//   - An effect in the idempotency store commits with the record (Commit,
+//     EffectStore: one Redis script, one etcd transaction, one memstore
+//     critical section; an SQL store would take func(*sql.Tx) error): both
+//     or neither, so it runs once.
+//   - An effect elsewhere, keyed on the stable key the run reads with
+//     KeyFrom (a unique column, a conditional write), runs once at its
+//     resource.
+//   - Any other effect runs at least once: the retry that follows a crash
+//     runs it again once the claim's lease has run out.
+//
+// A claim's fence (FenceFrom) orders the claims of one key; a resource
+// shared by many keys (a SKU's stock) takes the fence of a lock on that
+// resource instead (package lock).
+//
 // Every driver — storage/memstore, redisstore, redlockstore, etcdstore —
 // is an idem.Store and an idem.Waiter, and passes the conformance suite in
 // core/idem/idemtest.

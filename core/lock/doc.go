@@ -16,6 +16,15 @@
 //     same key, so the protected resource can refuse a late write from an
 //     old holder (FenceGate, or a "WHERE fence <= $new" clause in SQL).
 //
+// Fences are per key: a lock's fence orders the holders of that key, and
+// fences of different keys are not comparable. They never go backwards,
+// not even when a store loses its counters (a Redis restart without
+// persistence, a lossy failover, an expired counter): Redis counters are
+// raised to at least the server's clock in microseconds, etcd fences are
+// revisions, memstore starts from the clock. Fencing only writes does not
+// protect a read-modify-write whose read came before a pause: fence the
+// read too, or make the write a compare-and-set on what was read.
+//
 // # Bounds
 //
 // Keys are 1 to MaxKeyLen (512) bytes; anything else is ErrInvalidKey.

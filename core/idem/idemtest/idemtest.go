@@ -58,6 +58,7 @@ func Run(t *testing.T, cfg Config) {
 	t.Run("GoexitAbandons", s.goexit)
 	t.Run("CallerCancelKeepsClaim", s.callerCancel)
 	t.Run("StableKeyInRun", s.stableKey)
+	t.Run("ClaimFencesIncreasePerKey", s.claimFences)
 	t.Run("EffectCommitsWithRecord", s.effectCommits)
 	t.Run("EffectRefusedWritesNothing", s.effectRefused)
 	t.Run("EffectOnceAcrossCrash", s.effectAcrossCrash)
@@ -493,6 +494,29 @@ func (s *suite) stableKey(t *testing.T) {
 	}
 	if _, ok := idem.KeyFrom(context.Background()); ok {
 		t.Error("KeyFrom outside a run reported a key")
+	}
+}
+
+// claimFences: the claims of one key get strictly increasing fences, also
+// across Stores (processes). Fences are per key: nothing is promised
+// between keys.
+func (s *suite) claimFences(t *testing.T) {
+	k := key(t)
+	ctx := ctxT(t, 10*time.Second)
+	var last uint64
+	for i := range 4 {
+		st := s.cfg.NewStore(t)
+		c, err := st.Begin(ctx, k, "fp", 5*time.Second)
+		if err != nil || c.State != idem.Acquired {
+			t.Fatalf("claim %d: %v %v", i, c.State, err)
+		}
+		if c.Fence <= last {
+			t.Fatalf("claim %d: fence %d not above the previous claim's %d", i, c.Fence, last)
+		}
+		last = c.Fence
+		if err := st.Abandon(ctx, c); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
