@@ -197,7 +197,10 @@ func (g *Guard) begin(ctx context.Context, key, fingerprint string) (Claim, erro
 			if ctx.Err() != nil {
 				return Claim{}, ctx.Err()
 			}
-			_ = err // the deadline passed or the key changed: look again
+			if err != nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+				return Claim{}, err // the store is closing
+			}
+			// The wait's deadline passed or the key changed: look again.
 		default:
 			return Claim{}, fmt.Errorf("idem: %q: store answered state %d", key, c.State)
 		}

@@ -56,6 +56,34 @@ func ExampleMutex_Do() {
 	// err: <nil>
 }
 
+// The work's context ends for two reasons: the caller gave up, or the lease
+// was lost (a paused process, an unreachable store). context.Cause tells
+// them apart; WithWaitTimeout bounds the wait for the key apart from the
+// work's own deadline.
+func ExampleMutex_Do_lossOrCancel() {
+	store := memstore.New()
+	m, err := lock.NewMutex(store, lock.WithTTL(50*time.Millisecond), lock.WithWaitTimeout(time.Second))
+	if err != nil {
+		panic(err)
+	}
+	err = m.Do(context.Background(), "job:7", func(ctx context.Context, l lock.Lease) error {
+		// An operator frees the key under the holder (oncectl lock release --force).
+		if _, err := store.ForceRelease(context.Background(), "job:7"); err != nil {
+			return err
+		}
+		<-ctx.Done()
+		if context.Cause(ctx) == lock.ErrLockLost {
+			fmt.Println("lost the lock: stop writing")
+			return nil
+		}
+		return ctx.Err() // the caller cancelled
+	})
+	fmt.Println(errors.Is(err, lock.ErrLockLost))
+	// Output:
+	// lost the lock: stop writing
+	// true
+}
+
 // A resource refuses writes from a holder whose lease has been superseded.
 func ExampleFenceGate() {
 	var gate lock.FenceGate

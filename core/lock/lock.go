@@ -53,14 +53,22 @@ type Lease interface {
 
 	// Release gives the key up. It returns ErrLockLost when the lease was
 	// no longer held by this token. It works even when ctx is already
-	// cancelled (drivers then use a short internal deadline), and it is safe
-	// to retry: a second Release after a successful one returns nil.
+	// cancelled, and a ctx without a deadline is bounded too (drivers then
+	// use a short internal deadline, 5 s); it is safe to retry: a second
+	// Release after a successful one returns nil.
 	Release(ctx context.Context) error
 
 	// Done is closed when the lease is released or known to be lost: a
 	// Refresh or Release found another token, or the lease's TTL ran out
 	// without a successful Refresh.
 	Done() <-chan struct{}
+
+	// Deadline is when the lease's validity ends as this process knows it:
+	// the start of the last successful acquisition or Refresh plus its TTL
+	// (minus the drift allowance on Redlock). Done closes then unless a
+	// Refresh moves it. Past it, the key may be someone else's. The zero
+	// time once the lease has ended.
+	Deadline() time.Time
 }
 
 // checkKey and checkTTL are the bounds above; drivers check them with

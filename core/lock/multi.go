@@ -127,6 +127,17 @@ func (m *MultiLease) Fence(key string) uint64 {
 	return 0
 }
 
+// Deadline is the earliest of the leases' deadlines.
+func (m *MultiLease) Deadline() time.Time {
+	var d time.Time
+	for _, l := range m.leases {
+		if ld := l.Deadline(); d.IsZero() || ld.Before(d) {
+			d = ld
+		}
+	}
+	return d
+}
+
 // Done is closed when any of the keys is released or lost.
 func (m *MultiLease) Done() <-chan struct{} { return m.done }
 

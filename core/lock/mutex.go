@@ -19,6 +19,7 @@ type MutexOption func(*mutexOptions)
 
 type mutexOptions struct {
 	ttl      time.Duration
+	wait     time.Duration // 0: as long as ctx allows
 	observer observe.Observer
 	observed bool // WithObserver was given, even if nil
 }
@@ -27,6 +28,13 @@ type mutexOptions struct {
 // while it is held, so the TTL only bounds how long a crashed holder blocks
 // others. Default: DefaultTTL (10 s).
 func WithTTL(ttl time.Duration) MutexOption { return func(o *mutexOptions) { o.ttl = ttl } }
+
+// WithWaitTimeout bounds how long Lock and Do wait for the key, apart from
+// ctx: Do(ctx, ...) then waits at most d while ctx, with its own deadline,
+// stays the parent of the work. A wait that times out fails with an error
+// matching ErrNotAcquired and context.DeadlineExceeded. Default 0: wait as
+// long as ctx allows.
+func WithWaitTimeout(d time.Duration) MutexOption { return func(o *mutexOptions) { o.wait = d } }
 
 // WithObserver sets where the Mutex reports acquisitions, refreshes,
 // releases and lost leases (see package observe). Default: the Locker's own
@@ -58,6 +66,9 @@ func NewMutex(l Locker, opts ...MutexOption) (*Mutex, error) {
 	if err := checkTTL(o.ttl); err != nil {
 		return nil, fmt.Errorf("lock: NewMutex: %w", err)
 	}
+	if o.wait < 0 {
+		return nil, fmt.Errorf("lock: NewMutex: negative wait timeout %s", o.wait)
+	}
 	if !o.observed {
 		o.observer = observe.ObserverOf(l)
 	}
@@ -79,6 +90,11 @@ func (m *Mutex) TryLock(ctx context.Context, key string) (*Held, error) {
 func (m *Mutex) lock(ctx context.Context, key string,
 	acquire func(context.Context, string, time.Duration) (Lease, error)) (*Held, error) {
 	octx, call := observe.Begin(ctx, m.opts.observer, observe.LockAcquire, m.driver, key)
+	if m.opts.wait > 0 {
+		var cancel context.CancelFunc
+		octx, cancel = context.WithTimeout(octx, m.opts.wait)
+		defer cancel()
+	}
 	l, err := acquire(octx, key, m.opts.ttl)
 	if err != nil {
 		call.End(acquireOutcome(err), 0, err)
@@ -101,7 +117,9 @@ func (m *Mutex) lock(ctx context.Context, key string,
 
 // Do acquires key, runs fn while the lease is kept alive, and releases it.
 // The ctx passed to fn is cancelled, with ErrLockLost as its cause, as soon
-// as the lease is lost; fn should stop writing then. Do returns fn's error;
+// as the lease is lost; fn should stop writing then, and can tell loss from
+// its caller's cancellation with context.Cause(ctx) == ErrLockLost (see
+// the example). Do returns fn's error;
 // if the lease was lost while fn ran, the result also matches ErrLockLost,
 // even when fn itself succeeded, because its work may have overlapped
 // another holder's.

@@ -172,9 +172,20 @@ func (b *Base) LeaveQueue(ctx context.Context, c redis.Scripter, key string) err
 	return LeaveQueue.Run(ctx, c, []string{b.Keys.Queue(key), b.Keys.QueueExpiry(key)}, b.Member).Err()
 }
 
-// Begin runs the idem_begin script for a claim with token tok.
-func (b *Base) Begin(ctx context.Context, c redis.Scripter, key, fingerprint, tok string, lease time.Duration) (BeginReply, error) {
-	return ParseBegin(b.run(ctx, c, IdemBegin, []string{b.Records.Record(key), b.Records.Fence(key)}, nil,
+// Begin runs the idem_begin script for a claim with token tok. When ctx
+// ends first, it returns at once and late (if set) receives the reply when
+// it comes, to give back a claim nobody will use.
+func (b *Base) Begin(ctx context.Context, c redis.Scripter, key, fingerprint, tok string, lease time.Duration,
+	late func(BeginReply)) (BeginReply, error) {
+	var onLate func(*redis.Cmd)
+	if late != nil {
+		onLate = func(cmd *redis.Cmd) {
+			if r, err := ParseBegin(cmd); err == nil {
+				late(r)
+			}
+		}
+	}
+	return ParseBegin(b.run(ctx, c, IdemBegin, []string{b.Records.Record(key), b.Records.Fence(key)}, onLate,
 		fingerprint, tok, lease.Milliseconds()))
 }
 

@@ -1,27 +1,55 @@
 package rediskit
 
+import "strings"
+
+// Tag is key as a Cluster hash tag, the part of every name of one key
+// between '{' and '}': '{', '}' and '%' are percent-escaped, so that the
+// tag holds no brace (a key like "}x" would otherwise end the tag early,
+// or leave it empty, and scatter one lock's names over several slots) and
+// distinct keys keep distinct names. Keys without those bytes are their
+// own tag.
+func Tag(key string) string {
+	if !strings.ContainsAny(key, "{}%") {
+		return key
+	}
+	var b strings.Builder
+	for i := range len(key) {
+		switch c := key[i]; c {
+		case '{':
+			b.WriteString("%7B")
+		case '}':
+			b.WriteString("%7D")
+		case '%':
+			b.WriteString("%25")
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
+}
+
 // Keys names one lock's Redis keys and channels: they share the hash tag
-// {key}, so under Cluster they live in one slot.
+// {Tag(key)}, so under Cluster they live in one slot.
 type Keys struct{ Prefix string }
 
 // Lock is the name holding the holder's token.
-func (k Keys) Lock(key string) string { return k.Prefix + "{" + key + "}" }
+func (k Keys) Lock(key string) string { return k.Prefix + "{" + Tag(key) + "}" }
 
 // Fence is the name of the key's fence counter.
-func (k Keys) Fence(key string) string { return k.Prefix + "{" + key + "}:fence" }
+func (k Keys) Fence(key string) string { return k.Prefix + "{" + Tag(key) + "}:fence" }
 
 // Owner is the name of the hash recording an owner's holds (reentrancy).
-func (k Keys) Owner(key string) string { return k.Prefix + "{" + key + "}:owner" }
+func (k Keys) Owner(key string) string { return k.Prefix + "{" + Tag(key) + "}:owner" }
 
 // Queue is the sorted set of processes waiting for key, in arrival order.
-func (k Keys) Queue(key string) string { return k.Prefix + "{" + key + "}:q" }
+func (k Keys) Queue(key string) string { return k.Prefix + "{" + Tag(key) + "}:q" }
 
 // QueueExpiry is the hash of the queue members' expiries.
-func (k Keys) QueueExpiry(key string) string { return k.Prefix + "{" + key + "}:qx" }
+func (k Keys) QueueExpiry(key string) string { return k.Prefix + "{" + Tag(key) + "}:qx" }
 
 // Channel is the channel a release of key is announced on to every
 // waiting process.
-func (k Keys) Channel(key string) string { return k.Prefix + "{" + key + "}:release" }
+func (k Keys) Channel(key string) string { return k.Prefix + "{" + Tag(key) + "}:release" }
 
 // MemberChannel is where a release of key is announced to member alone,
 // when it is first in the key's waiting queue.
@@ -32,10 +60,10 @@ func (k Keys) MemberChannel(key, member string) string { return k.Channel(key) +
 type Records struct{ Prefix string }
 
 // Record is the name of key's record hash.
-func (r Records) Record(key string) string { return r.Prefix + "{" + key + "}" }
+func (r Records) Record(key string) string { return r.Prefix + "{" + Tag(key) + "}" }
 
 // Fence is the name of key's fence counter.
-func (r Records) Fence(key string) string { return r.Prefix + "{" + key + "}:fence" }
+func (r Records) Fence(key string) string { return r.Prefix + "{" + Tag(key) + "}:fence" }
 
 // Channel is where completion and abandonment of key are announced.
-func (r Records) Channel(key string) string { return r.Prefix + "{" + key + "}:done" }
+func (r Records) Channel(key string) string { return r.Prefix + "{" + Tag(key) + "}:done" }

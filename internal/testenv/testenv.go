@@ -41,3 +41,15 @@ func addrs(tb testing.TB, env string, n int) []string {
 	tb.Skip(msg)
 	return nil
 }
+
+// Addrs returns the addresses listed in env (comma-separated), for code
+// that runs without a testing.TB: a holder process of locktest.
+func Addrs(env string) []string {
+	var out []string
+	for a := range strings.SplitSeq(os.Getenv(env), ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			out = append(out, a)
+		}
+	}
+	return out
+}

@@ -79,6 +79,7 @@ func (s *Store) CompleteWith(ctx context.Context, c idem.Claim, result []byte, r
 			return fmt.Errorf("etcdstore: complete %q: %w", c.Key, err)
 		}
 		if t.Succeeded {
+			s.stopClaimTimer(entry)
 			return nil
 		}
 		if kvs := t.Responses[0].GetResponseRange().GetKvs(); len(kvs) == 1 && kvs[0].ModRevision == mod {

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/oncekit/oncekit/core/lock"
@@ -27,16 +28,17 @@ type Client interface {
 	clientv3.Watcher
 }
 
-// Store is a lock.Locker over etcd. It is safe for concurrent use. Its
-// locks are bound to one session lease, created on first use and kept
-// alive in the background; Close revokes it.
+// Store is a lock.Locker and an idem.Store over etcd. It is safe for
+// concurrent use. Its keys are bound to session leases, one per TTL class
+// (the TTL rounded up to whole seconds), created on first use and kept
+// alive in the background while the process runs; Close revokes them.
 type Store struct {
 	c    Client
 	opts options
 
-	mu     sync.Mutex
-	sess   *session
-	closed bool
+	mu       sync.Mutex
+	sessions map[int64]*session // by TTL class, in seconds
+	closed   bool
 
 	qmu    sync.Mutex
 	queues map[string]*queueWatch // by lock directory, while waiters use it
@@ -44,17 +46,24 @@ type Store struct {
 	rmu       sync.Mutex
 	retention map[time.Time]clientv3.LeaseID // idem records' retention leases, by minute
 
+	cmu    sync.Mutex
+	claims map[string]*claimTimer // this Store's in-flight idem claims, by entry
+
 	bg bg.Group
 }
 
-// session is one etcd lease that the Store's keys are bound to.
+// session is one etcd lease that keys are bound to: the keys of every
+// lease and claim whose TTL rounds up to its class. A process that dies
+// or is cut off loses them within that TTL, by the server's clock.
 type session struct {
 	id     clientv3.LeaseID
+	ttl    time.Duration // as granted
 	done   chan struct{} // closed when the lease is lost, revoked or the Store closes
 	cancel context.CancelFunc
 
 	mu     sync.Mutex
 	leases map[*lease]struct{}
+	valid  time.Time // when the last acknowledged keep-alive was sent + ttl
 }
 
 // New returns a Store over c. It makes no request until first used.
@@ -69,7 +78,7 @@ func New(c Client, opts ...Option) (*Store, error) {
 	if err := o.validate(); err != nil {
 		return nil, fmt.Errorf("etcdstore: New: %w", err)
 	}
-	return &Store{c: c, opts: o}, nil
+	return &Store{c: c, opts: o, sessions: map[int64]*session{}}, nil
 }
 
 const driverName = "etcd"
@@ -80,64 +89,118 @@ func (s *Store) DriverName() string { return driverName }
 // Observer implements observe.Source: the WithObserver option.
 func (s *Store) Observer() observe.Observer { return s.opts.observer }
 
-// Close revokes the session lease, which deletes every key of the Store
+// Close revokes the session leases, which deletes every key of the Store
 // at once, ends its leases (Done closes), and waits for background work.
 // It does not close the client.
 func (s *Store) Close() error {
 	s.mu.Lock()
 	s.closed = true
-	sess := s.sess
-	s.sess = nil
+	sessions := s.sessions
+	s.sessions = map[int64]*session{}
 	s.mu.Unlock()
-	var err error
-	if sess != nil {
+	var errs []error
+	for _, sess := range sessions {
 		ctx, cancel := context.WithTimeout(context.Background(), lockdriver.ReleaseTimeout)
-		_, err = s.c.Revoke(ctx, sess.id)
+		if _, err := s.c.Revoke(ctx, sess.id); err != nil {
+			errs = append(errs, fmt.Errorf("etcdstore: close: revoke session: %w", err))
+		}
 		cancel()
 		sess.end()
 	}
 	s.closeQueues()
+	s.stopClaimTimers()
 	s.bg.Wait()
-	if err != nil {
-		return fmt.Errorf("etcdstore: close: revoke session: %w", err)
-	}
-	return nil
+	return errors.Join(errs...)
 }
 
-// session returns the live session, creating one when there is none.
-func (s *Store) session(ctx context.Context) (*session, error) {
+// ttlClass is the session a lease of ttl is bound to: ttl rounded up to
+// whole seconds (etcd leases count in seconds, and etcd raises very short
+// ones to its own minimum, about 2 s with default settings).
+func ttlClass(ttl time.Duration) int64 {
+	return max(1, int64((ttl+time.Second-1)/time.Second))
+}
+
+// session returns the live session of ttl's class, creating one when there
+// is none.
+func (s *Store) session(ctx context.Context, ttl time.Duration) (*session, error) {
+	class := ttlClass(ttl)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		return nil, lock.ErrClosed
 	}
-	if s.sess != nil {
+	if sess := s.sessions[class]; sess != nil {
 		select {
-		case <-s.sess.done:
-			s.sess = nil
+		case <-sess.done:
+			delete(s.sessions, class)
 		default:
-			return s.sess, nil
+			return sess, nil
 		}
 	}
-	secs := int64((s.opts.sessionTTL + time.Second - 1) / time.Second)
-	g, err := s.c.Grant(ctx, secs)
+	sent := time.Now()
+	g, err := s.c.Grant(ctx, class)
 	if err != nil {
 		return nil, fmt.Errorf("etcdstore: grant session lease: %w", err)
 	}
 	kctx, cancel := context.WithCancel(context.Background())
-	ka, err := s.c.KeepAlive(kctx, g.ID)
-	if err != nil {
-		cancel()
-		return nil, fmt.Errorf("etcdstore: keep session lease alive: %w", err)
-	}
-	sess := &session{id: g.ID, done: make(chan struct{}), cancel: cancel, leases: map[*lease]struct{}{}}
-	s.bg.Go(func() {
-		for range ka { // the channel closes when the lease is lost or kctx ends
-		}
-		sess.end()
-	})
-	s.sess = sess
+	sess := &session{id: g.ID, ttl: time.Duration(g.TTL) * time.Second, done: make(chan struct{}), cancel: cancel,
+		leases: map[*lease]struct{}{}}
+	sess.valid = sent.Add(sess.ttl)
+	s.bg.Go(func() { s.keepAlive(kctx, sess) })
+	s.sessions[class] = sess
 	return sess, nil
+}
+
+// keepAlive renews sess every third of its TTL until ctx ends or the lease
+// is lost. The session's validity counts from when each keep-alive was
+// sent, never from when its answer arrived: the server's expiry is at
+// least that late, so the session — and every lease bound to it — ends
+// here before anyone else can be granted its keys. Unanswered keep-alives
+// are retried until the validity runs out.
+func (s *Store) keepAlive(ctx context.Context, sess *session) {
+	defer sess.end()
+	t := time.NewTimer(sess.ttl / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return
+		}
+		valid := sess.validUntil()
+		sent := time.Now()
+		if !sent.Before(valid) {
+			return // lost: nothing acknowledged within the TTL
+		}
+		kctx, cancel := context.WithDeadline(ctx, valid)
+		resp, err := s.c.KeepAliveOnce(kctx, sess.id)
+		cancel()
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err == nil && resp.TTL > 0:
+			sess.setValid(sent.Add(time.Duration(resp.TTL) * time.Second))
+			t.Reset(max(time.Duration(resp.TTL)*time.Second/3-time.Since(sent), time.Millisecond))
+		case err == nil || isLeaseNotFound(err):
+			return // expired on the server
+		default: // unreachable, or an election: try again soon
+			t.Reset(min(200*time.Millisecond, time.Until(valid)/2+time.Millisecond))
+		}
+	}
+}
+
+func (sess *session) validUntil() time.Time {
+	sess.mu.Lock()
+	defer sess.mu.Unlock()
+	return sess.valid
+}
+
+func (sess *session) setValid(t time.Time) {
+	sess.mu.Lock()
+	defer sess.mu.Unlock()
+	if t.After(sess.valid) {
+		sess.valid = t
+	}
 }
 
 // end marks the session over and ends its leases as lost.
@@ -188,7 +251,7 @@ func (s *Store) TryAcquire(ctx context.Context, key string, ttl time.Duration) (
 	if err := s.check(ctx, key, ttl); err != nil {
 		return nil, err
 	}
-	sess, err := s.session(ctx)
+	sess, err := s.session(ctx, ttl)
 	if err != nil {
 		return nil, s.wrap("acquire", key, ctx, err)
 	}
@@ -260,7 +323,7 @@ func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (loc
 }
 
 func (s *Store) acquireIn(ctx context.Context, key string, ttl time.Duration) (_ lock.Lease, err error) {
-	sess, err := s.session(ctx)
+	sess, err := s.session(ctx, ttl)
 	if err != nil {
 		return nil, err
 	}
@@ -325,7 +388,7 @@ func (s *Store) acquireIn(ctx context.Context, key string, ttl time.Duration) (_
 }
 
 func isLeaseNotFound(err error) bool {
-	return err != nil && strings.Contains(err.Error(), "requested lease not found")
+	return err != nil && (errors.Is(err, rpctypes.ErrLeaseNotFound) || strings.Contains(err.Error(), "requested lease not found"))
 }
 
 // waitTurn returns once no entry older than ours is left in the queue. It

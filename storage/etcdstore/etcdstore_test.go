@@ -21,6 +21,13 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	locktest.RunHolder(func() (lock.Locker, error) { // a holder process of the suite
+		c, err := clientv3.New(clientv3.Config{Endpoints: testenv.Addrs("ETCD_ENDPOINTS"), DialTimeout: 5 * time.Second})
+		if err != nil {
+			return nil, err
+		}
+		return etcdstore.New(c)
+	})
 	goleak.VerifyTestMain(m,
 		// The etcd client's gRPC machinery winds down asynchronously.
 		goleak.IgnoreTopFunction("google.golang.org/grpc/internal/grpcsync.(*CallbackSerializer).run"),
@@ -74,8 +81,11 @@ func TestConformance(t *testing.T) {
 			counters.Store(lock.Locker(s), rt)
 			return s
 		},
-		RoundTrips: func(l lock.Locker) int64 { c, _ := counters.Load(l); return c.(*rpcs).n.Load() },
-		Reentrant:  true,
+		RoundTrips:    func(l lock.Locker) int64 { c, _ := counters.Load(l); return c.(*rpcs).n.Load() },
+		Reentrant:     true,
+		HolderProcess: true,
+		// A lease's etcd session TTL is its TTL rounded up to whole seconds.
+		Lag: time.Second,
 	})
 }
 

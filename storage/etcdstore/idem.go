@@ -21,11 +21,15 @@ import (
 // touch the newer claim. The revision is also the claim's fence.
 //
 // An entry's value is a version byte, a state byte ('i' in flight, 'c'
-// completed), the expiry in Unix milliseconds (the lease or the retention:
-// checked on every read), the fingerprint, and the result. Anything else is
-// idem.ErrCorruptRecord. In-flight entries are bound to the Store's session
-// lease; completed ones to a lease shared by every record that expires in
-// the same minute, which deletes them some time after their retention.
+// completed), the expiry in Unix milliseconds (the lease, a hint for other
+// clients; or the retention, checked on every read), the fingerprint, and
+// the result. Anything else is idem.ErrCorruptRecord. In-flight entries are
+// bound to the session lease of their lease's TTL class, and the claiming
+// Store deletes them when their lease runs out without an Extend: another
+// client never takes a claim over by comparing its clock with the
+// claimer's. Completed entries are bound to a lease shared by every record
+// that expires in the same minute, which deletes them some time after
+// their retention.
 
 const (
 	recordVersion  = 1
@@ -82,7 +86,7 @@ func (s *Store) Begin(ctx context.Context, key, fingerprint string, lease time.D
 	if len(fingerprint) > 1<<15 {
 		return idem.Claim{}, fmt.Errorf("etcdstore: begin %q: fingerprint of %d bytes", key, len(fingerprint))
 	}
-	sess, err := s.session(ctx)
+	sess, err := s.session(ctx, lease)
 	if err != nil {
 		return idem.Claim{}, fmt.Errorf("etcdstore: begin %q: %w", key, err)
 	}
@@ -91,19 +95,19 @@ func (s *Store) Begin(ctx context.Context, key, fingerprint string, lease time.D
 	entry := dir + tok
 	now := time.Now()
 	val := recordVal{state: stateInFlight, expires: now.Add(lease), fp: fingerprint}.encode()
-	put := clientv3.OpPut(entry, val, clientv3.WithLease(sess.id))
 	resp, err := s.c.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(dir).WithPrefix(), "=", 0)).
-		Then(put).
+		Then(clientv3.OpPut(entry, val, clientv3.WithLease(sess.id))).
 		Else(clientv3.OpGet(dir, clientv3.WithPrefix())).
 		Commit()
 	if err != nil {
 		return idem.Claim{}, fmt.Errorf("etcdstore: begin %q: %w", key, err)
 	}
-	claimed := idem.Claim{Key: key, State: idem.Acquired, Fingerprint: fingerprint, Token: tok, Expires: now.Add(lease)}
 	if resp.Succeeded {
-		claimed.Fence = uint64(resp.Header.Revision)
-		return claimed, nil
+		rev := resp.Header.Revision
+		s.startClaimTimer(entry, rev, now.Add(lease))
+		return idem.Claim{Key: key, State: idem.Acquired, Fingerprint: fingerprint, Token: tok,
+			Fence: uint64(rev), Expires: now.Add(lease)}, nil
 	}
 	kvs := resp.Responses[0].GetResponseRange().Kvs
 	if len(kvs) != 1 {
@@ -113,7 +117,15 @@ func (s *Store) Begin(ctx context.Context, key, fingerprint string, lease time.D
 	if err != nil {
 		return idem.Claim{}, err
 	}
-	if !now.Before(cur.expires) { // expired: take it over, unless someone else just did
+	// An in-flight entry lives until its claimer completes or abandons it,
+	// its claimer's Store ends it when its lease runs out without an
+	// Extend, or its claimer's process is gone and the session lease
+	// expires. Its recorded expiry, written with the claimer's clock, is
+	// only a hint here (RetryAfter): no decision compares another client's
+	// clock with ours. A completed record past its retention (a coarse
+	// bound, kept to the minute by its lease) is replaced.
+	if cur.state == stateCompleted && !now.Before(cur.expires) {
+		put := clientv3.OpPut(entry, val, clientv3.WithLease(sess.id))
 		t, err := s.c.Txn(ctx).
 			If(clientv3.Compare(clientv3.ModRevision(string(kvs[0].Key)), "=", kvs[0].ModRevision)).
 			Then(clientv3.OpDelete(string(kvs[0].Key)), put).
@@ -122,8 +134,10 @@ func (s *Store) Begin(ctx context.Context, key, fingerprint string, lease time.D
 			return idem.Claim{}, fmt.Errorf("etcdstore: begin %q: %w", key, err)
 		}
 		if t.Succeeded {
-			claimed.Fence = uint64(t.Header.Revision)
-			return claimed, nil
+			rev := t.Header.Revision
+			s.startClaimTimer(entry, rev, now.Add(lease))
+			return idem.Claim{Key: key, State: idem.Acquired, Fingerprint: fingerprint, Token: tok,
+				Fence: uint64(rev), Expires: now.Add(lease)}, nil
 		}
 		return s.Begin(ctx, key, fingerprint, lease) // lost the race: look again
 	}
@@ -141,7 +155,7 @@ func (s *Store) Begin(ctx context.Context, key, fingerprint string, lease time.D
 
 // finish runs op on c's entry only while c still holds it: the entry exists
 // with c's create revision and its lease has not run out.
-func (s *Store) finish(ctx context.Context, c idem.Claim, op string, update func(recordVal) (clientv3.Op, error)) error {
+func (s *Store) finish(ctx context.Context, c idem.Claim, op string, update func(recordVal) (clientv3.Op, error), done func(rev int64)) error {
 	if c.Token == "" {
 		return fmt.Errorf("etcdstore: %s %q: %w", op, c.Key, idem.ErrLockLost)
 	}
@@ -173,6 +187,7 @@ func (s *Store) finish(ctx context.Context, c idem.Claim, op string, update func
 	if !t.Succeeded {
 		return fmt.Errorf("etcdstore: %s %q: %w", op, c.Key, idem.ErrLockLost)
 	}
+	done(t.Header.Revision)
 	return nil
 }
 
@@ -206,6 +221,7 @@ func (s *Store) Complete(ctx context.Context, c idem.Claim, result []byte, reten
 	if !t.Succeeded {
 		return fmt.Errorf("etcdstore: complete %q: %w", c.Key, idem.ErrLockLost)
 	}
+	s.stopClaimTimer(entry)
 	return nil
 }
 
@@ -215,7 +231,7 @@ func (s *Store) Abandon(ctx context.Context, c idem.Claim) error {
 	defer cancel()
 	return s.finish(ctx, c, "abandon", func(recordVal) (clientv3.Op, error) {
 		return clientv3.OpDelete(s.recordDir(c.Key) + c.Token), nil
-	})
+	}, func(int64) { s.stopClaimTimer(s.recordDir(c.Key) + c.Token) })
 }
 
 // Extend implements idem.Store.
@@ -223,10 +239,65 @@ func (s *Store) Extend(ctx context.Context, c idem.Claim, lease time.Duration) e
 	if err := lockdriver.ValidateTTL(lease); err != nil {
 		return err
 	}
+	expires := time.Now().Add(lease)
 	return s.finish(ctx, c, "extend", func(cur recordVal) (clientv3.Op, error) {
-		cur.expires = time.Now().Add(lease)
+		cur.expires = expires
 		return clientv3.OpPut(s.recordDir(c.Key)+c.Token, cur.encode(), clientv3.WithIgnoreLease()), nil
+	}, func(rev int64) { s.startClaimTimer(s.recordDir(c.Key)+c.Token, rev, expires) })
+}
+
+// claimTimer ends one of this Store's in-flight claims when its lease runs
+// out without an Extend: it deletes the entry if it is still the version
+// this Store last wrote (not completed, abandoned or extended since).
+type claimTimer struct {
+	t   *time.Timer
+	rev int64
+}
+
+func (s *Store) startClaimTimer(entry string, rev int64, expires time.Time) {
+	s.cmu.Lock()
+	defer s.cmu.Unlock()
+	if s.claims == nil {
+		s.claims = map[string]*claimTimer{}
+	}
+	if ct := s.claims[entry]; ct != nil {
+		ct.t.Stop()
+	}
+	ct := &claimTimer{rev: rev}
+	ct.t = time.AfterFunc(time.Until(expires), func() {
+		s.cmu.Lock()
+		if s.claims[entry] != ct {
+			s.cmu.Unlock()
+			return
+		}
+		delete(s.claims, entry)
+		s.cmu.Unlock()
+		s.bg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), lockdriver.ReleaseTimeout)
+			defer cancel()
+			_, _ = s.c.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(entry), "=", rev)).
+				Then(clientv3.OpDelete(entry)).Commit()
+		})
 	})
+	s.claims[entry] = ct
+}
+
+func (s *Store) stopClaimTimer(entry string) {
+	s.cmu.Lock()
+	defer s.cmu.Unlock()
+	if ct := s.claims[entry]; ct != nil {
+		ct.t.Stop()
+		delete(s.claims, entry)
+	}
+}
+
+func (s *Store) stopClaimTimers() {
+	s.cmu.Lock()
+	defer s.cmu.Unlock()
+	for entry, ct := range s.claims {
+		ct.t.Stop()
+		delete(s.claims, entry)
+	}
 }
 
 func cleanupIfDone(ctx context.Context) (context.Context, context.CancelFunc) {

@@ -2,6 +2,7 @@ package etcdstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -136,6 +137,40 @@ func (l *lease) StoreRefresh(ctx context.Context, ttl time.Duration) (time.Time,
 // own), so a plain delete removes only this lease's entry, and a retried
 // Release can never delete a newer holder's.
 func (l *lease) StoreRelease(ctx context.Context) error {
+	// A request cut by a leader election or a lost connection is retried
+	// within ctx's budget: a released entry left in the queue would block
+	// everyone behind it.
+	uncertain := false // an earlier attempt may have deleted the entry
+	for backoff := 50 * time.Millisecond; ; backoff = min(2*backoff, time.Second) {
+		err := l.release(ctx)
+		if uncertain && errors.Is(err, lock.ErrLockLost) {
+			return nil // gone: most likely by the attempt whose answer was lost
+		}
+		if err == nil || errors.Is(err, lock.ErrLockLost) || !retryable(err) {
+			return err
+		}
+		uncertain = true
+		select {
+		case <-time.After(backoff):
+		case <-ctx.Done():
+			// Out of budget: keep deleting in the background until the
+			// entry is gone or the session ends, and report the failure.
+			l.s.bg.Go(l.deleteUntilDone)
+			return err
+		}
+	}
+}
+
+// retryable reports whether a failed request may succeed when tried again:
+// not when the caller's budget is spent or the Store is closed.
+func retryable(err error) bool {
+	return !errors.Is(err, lock.ErrClosed)
+}
+
+func (l *lease) release(ctx context.Context) error {
+	rctx, cancel := context.WithTimeout(ctx, time.Second) // one attempt; an election takes about one
+	defer cancel()
+	ctx = rctx
 	var deleted bool
 	switch {
 	case l.owner != "" && l.State() == lockdriver.Lost:

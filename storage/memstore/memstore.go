@@ -326,8 +326,12 @@ func (l *lease) StoreRefresh(ctx context.Context, ttl time.Duration) (time.Time,
 	if l.State() != lockdriver.Held || !l.g.heldLocked() {
 		return time.Time{}, fmt.Errorf("memstore: refresh %q: %w", l.g.key, lock.ErrLockLost)
 	}
-	l.g.expires = time.Now().Add(ttl)
-	l.g.timer.Reset(ttl)
+	// An owner's holds share the grant: one hold's refresh never shortens
+	// what another was promised.
+	if exp := time.Now().Add(ttl); l.g.holds == 1 || exp.After(l.g.expires) {
+		l.g.expires = exp
+		l.g.timer.Reset(ttl)
+	}
 	return time.Time{}, nil
 }
 
@@ -351,3 +355,15 @@ var (
 	_ lock.Locker = (*Store)(nil)
 	_ lock.Lease  = (*lease)(nil)
 )
+
+// Deadline implements lock.Lease: the key's expiry, which all of an
+// owner's holds share.
+func (l *lease) Deadline() time.Time {
+	s := l.g.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if l.State() != lockdriver.Held || !l.g.heldLocked() {
+		return time.Time{}
+	}
+	return l.g.expires
+}

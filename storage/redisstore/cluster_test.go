@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/oncekit/oncekit/core/idem"
 	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/core/lock/locktest"
 	"github.com/oncekit/oncekit/internal/testenv"
@@ -71,6 +72,42 @@ func TestClusterWaitersAcrossShards(t *testing.T) {
 	for range keys {
 		if err := <-got; err != nil {
 			t.Errorf("waiter: %v", err)
+		}
+	}
+}
+
+// Keys with braces keep every name of one lock in one slot (no CROSSSLOT):
+// "{}x}" would otherwise make an empty hash tag, and "}x" end it early.
+// Distinct keys stay distinct.
+func TestClusterKeysWithBraces(t *testing.T) {
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: testenv.RedisClusterAddrs(t)})
+	t.Cleanup(func() { c.Close() })
+	s := newStore(t, c)
+	ctx := ctxT(t, 20*time.Second)
+	run := time.Now().Format("150405.000000")
+	keys := []string{"{}x}", "}x", "{x", "a{b}c", "%7D", "%", "{%7D}"}
+	var leases []lock.Lease
+	for _, k := range keys {
+		k += run
+		l, err := s.TryAcquire(lock.WithOwner(ctx, "o"), k, time.Minute) // the owner hash too
+		if err != nil {
+			t.Fatalf("TryAcquire(%q): %v", k, err)
+		}
+		if err := l.Refresh(ctx, time.Minute); err != nil {
+			t.Fatalf("Refresh(%q): %v", k, err)
+		}
+		leases = append(leases, l)
+		c, err := s.Begin(ctx, k, "fp", time.Minute)
+		if err != nil || c.State != idem.Acquired {
+			t.Fatalf("Begin(%q): %v %v", k, c.State, err)
+		}
+		if err := s.Complete(ctx, c, []byte("ok"), time.Minute); err != nil {
+			t.Fatalf("Complete(%q): %v", k, err)
+		}
+	}
+	for _, l := range leases {
+		if err := l.Release(ctx); err != nil {
+			t.Fatalf("Release(%q): %v", l.Key(), err)
 		}
 	}
 }

@@ -49,7 +49,7 @@ type Effect struct {
 // EffectKey names a key in the same Cluster hash slot as the record of
 // the idempotency key storedKey (the key the Guard stores, idem.KeyFrom):
 // name followed by the record's hash tag.
-func EffectKey(storedKey, name string) string { return name + "{" + storedKey + "}" }
+func EffectKey(storedKey, name string) string { return name + "{" + rediskit.Tag(storedKey) + "}" }
 
 // CompleteWith implements idem.EffectStore: the claim's completion and the
 // Effect in one script, one round trip.

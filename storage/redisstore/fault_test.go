@@ -225,7 +225,9 @@ func TestRoundTripsAndKeys(t *testing.T) {
 			t.Errorf("%s made %d round trips, want 1", st.name, n)
 		}
 	}
-	fence, err := c.Get(ctx, "oncekit:lock:{"+key+"}:fence").Uint64()
+	// The braces are escaped in the hash tag, so that every name of the
+	// lock shares one Cluster slot.
+	fence, err := c.Get(ctx, "oncekit:lock:{"+strings.NewReplacer("{", "%7B", "}", "%7D").Replace(key)+"}:fence").Uint64()
 	if err != nil || fence != l.Fence() {
 		t.Errorf("fence counter = %d (%v), want %d", fence, err, l.Fence())
 	}
@@ -246,6 +248,11 @@ func TestNewRejectsBadOptions(t *testing.T) {
 	}
 	if _, err := redisstore.New(nil); err == nil {
 		t.Error("New(nil): no error")
+	}
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1", "b": "127.0.0.1:2"}})
+	defer ring.Close()
+	if _, err := redisstore.New(ring); err == nil || !strings.Contains(err.Error(), "Ring") {
+		t.Errorf("New(*redis.Ring): %v; want a clear refusal", err)
 	}
 }
 
@@ -374,5 +381,36 @@ func TestEveryKeyExpires(t *testing.T) {
 	}
 	if err := <-blocked; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A Begin whose caller gave up while the server was paused leaves no
+// claim behind: when the server answers late, the claim nobody will use is
+// given back at once instead of blocking the key for its lease.
+func TestCancelledBeginLeavesNoClaim(t *testing.T) {
+	p := testenv.StartRedis(t)
+	s := newStore(t, privateClient(t, p))
+	ctx := ctxT(t, 20*time.Second)
+	if _, err := s.Begin(ctx, "warm", "fp", time.Second); err != nil { // loads the scripts
+		t.Fatal(err)
+	}
+	p.Pause()
+	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	_, err := s.Begin(short, "paused", "fp", 30*time.Second)
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Begin on a paused server: %v, want the deadline", err)
+	}
+	p.Resume()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		c, err := s.Begin(ctx, "paused", "fp", time.Second)
+		if err == nil && c.State == idem.Acquired {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Begin after the server resumed: %v %v; the abandoned claim still blocks the key", c.State, err)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

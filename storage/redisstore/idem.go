@@ -2,12 +2,15 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/core/lock/lockdriver"
 	"github.com/oncekit/oncekit/internal/rediskit"
+	"github.com/oncekit/oncekit/internal/redisnotify"
 	"github.com/oncekit/oncekit/internal/token"
 )
 
@@ -26,8 +29,20 @@ func (s *Store) Begin(ctx context.Context, key, fingerprint string, lease time.D
 	}
 	tok := token.New()
 	now := time.Now()
-	r, err := s.Base.Begin(ctx, s.client, key, fingerprint, tok, lease)
+	giveBack := func() { // a claim the caller will never use
+		cctx, cancel := lockdriver.CleanupContext(ctx)
+		defer cancel()
+		_, _ = s.Finish(cctx, s.client, key, tok, rediskit.Abandon, time.Millisecond, nil)
+	}
+	r, err := s.Base.Begin(ctx, s.client, key, fingerprint, tok, lease, func(r rediskit.BeginReply) {
+		if r.Code == rediskit.BeginClaimed {
+			giveBack()
+		}
+	})
 	if err != nil {
+		if ctx.Err() == nil && !isRedisReply(err) {
+			s.BG.Go(giveBack) // the script may have run before the connection failed
+		}
 		return idem.Claim{}, fmt.Errorf("redisstore: begin %q: %w", key, err)
 	}
 	return r.Claim(key, fingerprint, tok, lease, now)
@@ -56,6 +71,9 @@ func (s *Store) finish(ctx context.Context, c idem.Claim, op rediskit.FinishOp, 
 // lease's end), or when ctx ends.
 func (s *Store) WaitChange(ctx context.Context, key string, until time.Time) error {
 	w, err := s.sub.Watch(ctx, s.Records.Channel(key))
+	if errors.Is(err, redisnotify.ErrClosed) {
+		return fmt.Errorf("redisstore: wait for %q: %w", key, lock.ErrClosed)
+	}
 	if err != nil {
 		return err
 	}
@@ -72,6 +90,8 @@ func (s *Store) WaitChange(ctx context.Context, key string, until time.Time) err
 	select {
 	case <-w.Wake():
 	case <-t.C:
+	case <-s.sub.Closed():
+		return fmt.Errorf("redisstore: wait for %q: %w", key, lock.ErrClosed)
 	case <-ctx.Done():
 		return ctx.Err()
 	}

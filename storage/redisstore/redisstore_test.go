@@ -15,6 +15,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	locktest.RunHolder(func() (lock.Locker, error) { // a holder process of the suite
+		return redisstore.New(redis.NewClient(&redis.Options{Addr: testenv.Addrs("REDIS_ADDRS")[0]}))
+	})
 	testenv.QuietRedisDialErrors() // the fault tests stop servers on purpose
 	goleak.VerifyTestMain(m)
 }
@@ -56,8 +59,9 @@ func TestConformance(t *testing.T) {
 					counters.Store(lock.Locker(s), c)
 					return s
 				},
-				RoundTrips: func(l lock.Locker) int64 { c, _ := counters.Load(l); return c.(*counter).N.Load() },
-				Reentrant:  true,
+				RoundTrips:    func(l lock.Locker) int64 { c, _ := counters.Load(l); return c.(*counter).N.Load() },
+				Reentrant:     true,
+				HolderProcess: mode == redisstore.PubSubAuto,
 			})
 		})
 	}

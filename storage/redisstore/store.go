@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/oncekit/oncekit/core/idem"
 	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/core/observe"
@@ -16,9 +18,11 @@ import (
 )
 
 // Client is the part of go-redis the Store uses: redis.Scripter, Subscribe,
-// SSubscribe and Info. redis.UniversalClient (*redis.Client,
-// *redis.ClusterClient, a Sentinel failover client, *redis.Ring) satisfies
-// it.
+// SSubscribe and Info. *redis.Client, a Sentinel failover client and
+// *redis.ClusterClient are supported. *redis.Ring is refused by New: it
+// shards keys by client-side hashing that ignores hash tags, so one
+// lock's keys, its multi-key scripts and its pub/sub would not meet on one
+// server.
 type Client = rediskit.Client
 
 // Store is a lock.Locker and an idem.Store over one Redis deployment. It
@@ -72,6 +76,11 @@ type event struct {
 func New(client Client, opts ...Option) (*Store, error) {
 	if client == nil {
 		return nil, errors.New("redisstore: New: nil client")
+	}
+	if _, ring := client.(*redis.Ring); ring {
+		return nil, errors.New("redisstore: New: *redis.Ring is not supported: it shards by client-side hashing that " +
+			"ignores hash tags, so a lock's keys and its release channel would not meet on one server; " +
+			"use a *redis.Client, a Sentinel failover client or a *redis.ClusterClient")
 	}
 	o := defaultOptions()
 	for _, opt := range opts {

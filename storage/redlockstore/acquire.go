@@ -118,7 +118,8 @@ func (s *Store) sendAcquire(ctx context.Context, v *votes, ttl time.Duration, qu
 		}
 		// An owner's round waits for every answer (or the timeout): the
 		// re-entries it does not use are given back.
-		return owner == "" && (len(ar.taken) >= s.quorum || len(ar.busy)+len(r.failed) > len(s.nodes)-s.quorum)
+		return owner == "" && (len(ar.taken) >= s.quorum || len(ar.busy)+len(r.failed) > len(s.nodes)-s.quorum ||
+			len(ar.taken)+r.hopeful() < s.quorum)
 	})
 	ar.failed = r.failed
 	r.rest(func(a answer[rediskit.AcquireReply]) { // late answers: keep or give back what they took
@@ -343,9 +344,7 @@ func (s *Store) leaveQueues(key string, idx []int, wait time.Duration) {
 		defer cancel()
 		return struct{}{}, s.LeaveQueue(ctx, n.c, key)
 	})
-	if wait > 0 {
-		_ = r.collect(context.Background(), wait, func(answer[struct{}]) bool { return false })
-	}
+	r.settle(wait)
 }
 
 // releaseNodes runs the release script for tok on the nodes in idx and
@@ -354,7 +353,5 @@ func (s *Store) releaseNodes(key, tok string, idx []int, wait time.Duration, qui
 	r := newRound(s, idx, func(ctx context.Context, n *node) (rediskit.ReleaseCode, error) {
 		return s.Release(ctx, n.c, key, tok, quiet)
 	})
-	if wait > 0 {
-		_ = r.collect(context.Background(), wait, func(answer[rediskit.ReleaseCode]) bool { return false })
-	}
+	r.settle(wait)
 }

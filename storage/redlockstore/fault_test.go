@@ -379,3 +379,110 @@ func TestClaimFencesNeverGoBackwards(t *testing.T) {
 	}
 	c.procs[0].Start()
 }
+
+// Close wakes a duplicate waiting for an in-flight claim (WaitChange)
+// instead of waiting with it for the claim's lease.
+func TestCloseWakesWaitChange(t *testing.T) {
+	c := newCluster(t, 3)
+	ctx := ctxT(t, 20*time.Second)
+	holder := newStore(t, c.clients(t))
+	claim, err := holder.Begin(ctx, "waited", "fp", 30*time.Second)
+	if err != nil || claim.State != idem.Acquired {
+		t.Fatalf("Begin: %v %v", claim.State, err)
+	}
+	s, err := redlockstore.New(c.clients(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.WaitChange(ctx, "waited", time.Now().Add(30*time.Second)) }()
+	time.Sleep(200 * time.Millisecond)
+	closed := make(chan error, 1)
+	go func() { closed <- s.Close() }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, lock.ErrClosed) {
+			t.Errorf("WaitChange after Close: %v, want ErrClosed", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("WaitChange still waits 5 s after Close")
+	}
+	<-closed
+}
+
+// With 3 of 5 nodes gone: Acquire gives up after WithQuorumWait (not only
+// at the caller's deadline) with each node's real failure, and Begin on a
+// key whose claim the two live nodes hold says the quorum is missing
+// rather than "in flight".
+func TestQuorumLostReportsNodes(t *testing.T) {
+	c := newCluster(t, 5)
+	s := newStore(t, c.clients(t), redlockstore.WithQuorumWait(300*time.Millisecond))
+	ctx := ctxT(t, 30*time.Second)
+	claim, err := s.Begin(ctx, "begun", "fp", 30*time.Second)
+	if err != nil || claim.State != idem.Acquired {
+		t.Fatalf("Begin: %v %v", claim.State, err)
+	}
+	for _, p := range c.procs[2:] {
+		p.Kill()
+	}
+	start := time.Now()
+	_, err = s.Acquire(ctx, "quorum-lost", time.Second)
+	if !errors.Is(err, redlockstore.ErrNoQuorum) || !errors.Is(err, lock.ErrNotAcquired) || errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Acquire without a quorum: %v; want ErrNoQuorum and ErrNotAcquired before the deadline", err)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("Acquire gave up after %s, with a 300ms quorum wait", d)
+	}
+	if !strings.Contains(err.Error(), "connection refused") {
+		t.Errorf("the error does not say the nodes refused connections: %v", err)
+	}
+	_, err = s.Begin(ctx, "begun", "fp", time.Second)
+	if !errors.Is(err, redlockstore.ErrNoQuorum) {
+		t.Errorf("Begin with 2 of 5 nodes answering: %v, want ErrNoQuorum (not in flight)", err)
+	}
+}
+
+// Two paused nodes of five must not cost contended locking their node
+// timeout on every round once the live majority has answered: clean-up
+// rounds (leaving the waiting queues, giving nodes back) stop waiting at
+// a majority. With a 3 s node timeout, 12 contended acquisitions that each
+// waited for the paused nodes would take over 30 s.
+func TestPausedNodesDoNotStallContention(t *testing.T) {
+	c := newCluster(t, 5)
+	stores := []*redlockstore.Store{
+		newStore(t, c.clients(t), redlockstore.WithNodeTimeout(3*time.Second)),
+		newStore(t, c.clients(t), redlockstore.WithNodeTimeout(3*time.Second)),
+	}
+	ctx := ctxT(t, time.Minute)
+	if l, err := stores[0].Acquire(ctx, "paused-contention", 5*time.Second); err == nil { // load the scripts
+		_ = l.Release(ctx)
+	}
+	c.procs[3].Pause()
+	c.procs[4].Pause()
+	defer c.procs[3].Resume()
+	defer c.procs[4].Resume()
+	start := time.Now()
+	var wg sync.WaitGroup
+	for _, s := range stores {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 6 {
+				l, err := s.Acquire(ctx, "paused-contention", 5*time.Second)
+				if err != nil {
+					t.Errorf("Acquire with 2 of 5 nodes paused: %v", err)
+					return
+				}
+				time.Sleep(5 * time.Millisecond)
+				if err := l.Release(ctx); err != nil {
+					t.Errorf("Release: %v", err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if d := time.Since(start); d > 15*time.Second {
+		t.Errorf("12 contended acquisitions with 2 nodes paused took %s: rounds wait for the paused nodes", d)
+	}
+}

@@ -3,9 +3,11 @@ package redlockstore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/core/lock/lockdriver"
 	"github.com/oncekit/oncekit/internal/rediskit"
 	"github.com/oncekit/oncekit/internal/token"
@@ -53,6 +55,10 @@ func (s *Store) Begin(ctx context.Context, key, fingerprint string, lease time.D
 		}
 		c.State, c.Token, c.Fence, c.Expires = idem.Acquired, tok, fence, now.Add(lease)
 		return c, nil
+	case b.answers < s.quorum:
+		// Too few nodes answered to tell a live claim (or another
+		// fingerprint's record) from a stale copy on a minority.
+		return idem.Claim{}, s.quorumError("begin", key, b.answers, b.failed)
 	case b.counts[rediskit.BeginMismatch] > 0:
 		c.State = idem.Mismatch
 		return c, nil
@@ -73,6 +79,7 @@ type beginRound struct {
 	done    *answer[rediskit.BeginReply] // a node with the completed record
 	corrupt *answer[rediskit.BeginReply]
 	pttl    int64
+	answers int // nodes that answered (without an error)
 	ctxErr  error
 }
 
@@ -88,7 +95,7 @@ func (s *Store) sendBegin(ctx context.Context, key, fingerprint, tok string, lea
 	n := len(s.nodes)
 	b := &beginRound{quorum: s.quorum, claims: map[int]int64{}, counts: map[rediskit.BeginCode]int{}}
 	r := newRound(s, s.all(), func(ctx context.Context, nd *node) (rediskit.BeginReply, error) {
-		return s.Base.Begin(ctx, nd.c, key, fingerprint, tok, lease)
+		return s.Base.Begin(ctx, nd.c, key, fingerprint, tok, lease, nil)
 	})
 	answers := 0
 	b.ctxErr = r.collect(ctx, s.nodeTimeout(lease), func(a answer[rediskit.BeginReply]) bool {
@@ -96,6 +103,7 @@ func (s *Store) sendBegin(ctx context.Context, key, fingerprint, tok string, lea
 		if a.err != nil {
 			return len(r.failed) > n-s.quorum
 		}
+		b.answers++
 		b.counts[a.v.Code]++
 		switch a.v.Code {
 		case rediskit.BeginClaimed:
@@ -139,8 +147,14 @@ func (s *Store) finishClaim(ctx context.Context, c idem.Claim, op rediskit.Finis
 }
 
 // WaitChange implements idem.Waiter: a completion or abandonment message
-// from any node wakes the waiter, as does the lease's end.
+// from any node wakes the waiter, as does the lease's end. Close wakes it
+// with lock.ErrClosed.
 func (s *Store) WaitChange(ctx context.Context, key string, until time.Time) error {
+	select {
+	case <-s.closed:
+		return fmt.Errorf("redlockstore: wait for %q: %w", key, lock.ErrClosed)
+	default:
+	}
 	mw := s.watchChannels(s.Records.Channel(key))
 	defer mw.close()
 	// Look once more: the record may have changed before the subscription.
@@ -152,6 +166,8 @@ func (s *Store) WaitChange(ctx context.Context, key string, until time.Time) err
 	select {
 	case <-mw.wake:
 	case <-t.C:
+	case <-s.closed:
+		return fmt.Errorf("redlockstore: wait for %q: %w", key, lock.ErrClosed)
 	case <-ctx.Done():
 		return ctx.Err()
 	}

@@ -38,7 +38,7 @@ func onEveryNode[T any](ctx context.Context, s *Store, op, key string, fn func(c
 	if got := len(slices.DeleteFunc(slices.Clone(ok), func(b bool) bool { return !b })); got < s.quorum {
 		for _, i := range s.all() {
 			if !r.answered[i] {
-				r.failed[i] = errNodeTimeout
+				r.failed[i] = s.nodes[i].timeoutErr()
 			}
 		}
 		return nil, nil, s.quorumError(op, key, got, r.failed)

@@ -35,6 +35,7 @@ type redlockOptions struct {
 	driftFactor float64
 	driftFloor  time.Duration
 	fenced      bool
+	quorumWait  time.Duration // 0: until ctx ends
 }
 
 func defaultOptions() options {
@@ -81,6 +82,12 @@ func WithDrift(factor float64, floor time.Duration) Option {
 // mutual exclusion; see the package documentation. Default: fenced.
 func WithoutFencing() Option { return func(o *options) { o.fenced = false } }
 
+// WithQuorumWait bounds how long Acquire keeps trying while a majority of
+// the nodes cannot be reached: after d of failed rounds in a row it
+// returns the *QuorumError (matching ErrNoQuorum and lock.ErrNotAcquired),
+// naming each node's failure. Default 0: it tries until ctx ends.
+func WithQuorumWait(d time.Duration) Option { return func(o *options) { o.quorumWait = d } }
+
 // WithPubSub selects the release notification mechanism. Default PubSubAuto.
 func WithPubSub(m PubSubMode) Option { return func(o *options) { o.PubSub = m } }
 
@@ -97,6 +104,9 @@ func WithBackoff(min, max time.Duration) Option {
 
 func (o *options) validate() error {
 	errs := o.Options.Validate()
+	if o.quorumWait < 0 {
+		errs = append(errs, fmt.Errorf("quorum wait %s is negative", o.quorumWait))
+	}
 	if o.nodeTimeout < 0 {
 		errs = append(errs, fmt.Errorf("node timeout %s is negative", o.nodeTimeout))
 	}

@@ -2,6 +2,7 @@ package redlockstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -34,6 +35,7 @@ type waiting struct {
 	candidate int       // extra rounds spent completing a split majority
 	joinNow   bool      // try again at once, as a member of the queues
 	lastErr   error     // the last failed round, for the final error
+	noQuorum  time.Time // since when rounds have failed for want of a quorum
 	woken     time.Time // when the last release notice woke us
 	timer     *time.Timer
 }
@@ -58,6 +60,10 @@ func (w *waiting) run(ctx context.Context) (l *lease, err error) {
 			w.votes.giveUp(nt, false)
 			return nil, lockdriver.NotAcquired(ctx, w.lastErr)
 		}
+		if err := w.checkQuorum(out.err); err != nil {
+			w.votes.giveUp(nt, false)
+			return nil, err
+		}
 		if w.watch == nil && w.join(out) {
 			continue
 		}
@@ -76,6 +82,22 @@ func (w *waiting) run(ctx context.Context) (l *lease, err error) {
 			return nil, err
 		}
 	}
+}
+
+// checkQuorum returns the error to give up with once rounds have failed
+// for want of a quorum for longer than WithQuorumWait.
+func (w *waiting) checkQuorum(err error) error {
+	if !errors.Is(err, ErrNoQuorum) {
+		w.noQuorum = time.Time{}
+		return nil
+	}
+	if w.noQuorum.IsZero() {
+		w.noQuorum = time.Now()
+	}
+	if d := w.s.redlock.quorumWait; d > 0 && time.Since(w.noQuorum) >= d {
+		return errors.Join(lock.ErrNotAcquired, err)
+	}
+	return nil
 }
 
 // join subscribes on every node — to the key's release channel and to

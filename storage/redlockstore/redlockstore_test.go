@@ -16,6 +16,13 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	locktest.RunHolder(func() (lock.Locker, error) { // a holder process of the suite
+		var cs []*redis.Client
+		for _, a := range testenv.Addrs("REDIS_ADDRS")[:5] {
+			cs = append(cs, redis.NewClient(&redis.Options{Addr: a}))
+		}
+		return redlockstore.New(redlockstore.FromClients(cs...))
+	})
 	testenv.QuietRedisDialErrors() // the fault tests stop servers on purpose
 	goleak.VerifyTestMain(m)
 }
@@ -72,6 +79,7 @@ func TestConformance(t *testing.T) {
 				Reentrant:         true,
 				// The local deadline is start + TTL − drift (1 % + 2 ms).
 				ExpiresAfterDeadline: true,
+				HolderProcess:        true,
 			}
 			if mode.name == "unfenced" {
 				cfg.Unfenced = true

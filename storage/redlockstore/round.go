@@ -31,8 +31,10 @@ func newRound[T any](s *Store, idx []int, call func(ctx context.Context, n *node
 	r := &round[T]{s: s, nodes: idx, ch: make(chan answer[T], len(idx)), pending: len(idx),
 		answered: map[int]bool{}, failed: map[int]error{}}
 	for _, i := range idx {
+		s.nodes[i].sending()
 		s.BG.Go(func() {
 			v, err := call(context.Background(), s.nodes[i])
+			s.nodes[i].answered(err)
 			r.ch <- answer[T]{node: i, v: v, err: err}
 		})
 	}
@@ -55,12 +57,14 @@ func (r *round[T]) collect(ctx context.Context, timeout time.Duration, on func(a
 				r.failed[a.node] = a.err
 			}
 			if on(a) {
+				r.failSuspects()
 				return nil
 			}
 		case <-t.C:
 			for _, i := range r.nodes {
 				if !r.answered[i] {
-					r.failed[i] = errNodeTimeout
+					r.failed[i] = r.s.nodes[i].timeoutErr()
+					r.s.nodes[i].suspect()
 				}
 			}
 			return nil
@@ -69,6 +73,41 @@ func (r *round[T]) collect(ctx context.Context, timeout time.Duration, on func(a
 		}
 	}
 	return nil
+}
+
+// failSuspects counts the suspect nodes that have not answered as failed,
+// with their last known failure, when a round stops without them.
+func (r *round[T]) failSuspects() {
+	for _, i := range r.nodes {
+		if n := r.s.nodes[i]; !r.answered[i] && r.failed[i] == nil && n.isSuspect() {
+			r.failed[i] = n.lastFailure()
+		}
+	}
+}
+
+// hopeful is how many nodes have not answered yet and are not suspect (their
+// last request failed or timed out): the answers a round can still count on
+// before its timeout. A round whose outcome those answers cannot change
+// stops waiting; a suspect node that answers after all is handled by rest.
+func (r *round[T]) hopeful() int {
+	n := 0
+	for _, i := range r.nodes {
+		if !r.answered[i] && !r.s.nodes[i].isSuspect() {
+			n++
+		}
+	}
+	return n
+}
+
+// settle waits up to timeout for the answers of clean-up rounds (giving
+// nodes back, leaving queues): until every node it can count on answered.
+// A paused or partitioned node then costs them nothing; its request goes
+// on in the background.
+func (r *round[T]) settle(timeout time.Duration) {
+	if timeout <= 0 || r.hopeful() == 0 {
+		return
+	}
+	_ = r.collect(context.Background(), timeout, func(answer[T]) bool { return r.hopeful() == 0 })
 }
 
 // rest passes the answers collect did not read to late, in the
@@ -112,7 +151,7 @@ func (s *Store) poll(ctx context.Context, idx []int, timeout time.Duration, all 
 		if all {
 			return false
 		}
-		return v.yes >= s.quorum || v.no+len(r.failed) > len(idx)-s.quorum
+		return v.yes >= s.quorum || v.no+len(r.failed) > len(idx)-s.quorum || v.yes+r.hopeful() < s.quorum
 	})
 	v.failed = r.failed
 	return v

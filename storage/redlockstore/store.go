@@ -6,6 +6,7 @@ import (
 	"hash/fnv"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -40,9 +41,83 @@ type Store struct {
 }
 
 type node struct {
-	name string
-	c    Client
-	sub  *redisnotify.Subscriber
+	name    string
+	c       Client
+	sub     *redisnotify.Subscriber
+	lastErr atomic.Pointer[error] // the node's last failure, nil after a success
+
+	pending    atomic.Int32 // requests in flight to the node
+	busySince  atomic.Int64 // when the node last went from idle to busy (Unix ns)
+	lastAnswer atomic.Int64 // when it last answered anything (Unix ns)
+}
+
+// noted records the outcome of a request to n.
+func (n *node) noted(err error) {
+	if err != nil {
+		n.lastErr.Store(&err)
+	} else if n.lastErr.Load() != nil {
+		n.lastErr.Store(nil)
+	}
+}
+
+// lastFailure is n's last failure as a round reports it for a node it did
+// not wait for.
+func (n *node) lastFailure() error {
+	if last := n.lastErr.Load(); last != nil && *last != errNodeTimeout {
+		return fmt.Errorf("not waited for; last error: %w", *last)
+	}
+	return errNodeTimeout
+}
+
+// sending and answered bracket every request to n.
+func (n *node) sending() {
+	if n.pending.Add(1) == 1 {
+		n.busySince.Store(time.Now().UnixNano())
+	}
+}
+
+func (n *node) answered(err error) {
+	n.noted(err)
+	n.lastAnswer.Store(time.Now().UnixNano())
+	n.pending.Add(-1)
+}
+
+// suspectAfter is how long a node with requests in flight may stay silent
+// before rounds stop counting on it: far above a loopback or LAN answer,
+// and above the scheduling hiccups of a loaded machine.
+const suspectAfter = 500 * time.Millisecond
+
+// isSuspect reports whether rounds should not wait for n: its last
+// request failed, or it has had requests in flight and answered nothing
+// for suspectAfter (a paused or partitioned node).
+func (n *node) isSuspect() bool {
+	if n.lastErr.Load() != nil {
+		return true
+	}
+	if n.pending.Load() == 0 {
+		return false
+	}
+	quiet := max(n.busySince.Load(), n.lastAnswer.Load())
+	return time.Since(time.Unix(0, quiet)) > suspectAfter
+}
+
+// suspect marks n as failing after it missed a round's timeout, unless a
+// real failure is already known: later rounds do not wait for it.
+func (n *node) suspect() {
+	if n.lastErr.Load() == nil {
+		err := errNodeTimeout
+		n.lastErr.CompareAndSwap(nil, &err)
+	}
+}
+
+// timeoutErr is the failure of a node that did not answer within a round:
+// errNodeTimeout, with the node's last real failure when it had one (a
+// refused connection answers late, after go-redis' own retries).
+func (n *node) timeoutErr() error {
+	if last := n.lastErr.Load(); last != nil && *last != errNodeTimeout {
+		return fmt.Errorf("%w; last error: %w", errNodeTimeout, *last)
+	}
+	return errNodeTimeout
 }
 
 // New returns a Store over clients, one per node. There must be an odd
@@ -81,6 +156,19 @@ func New(clients []Client, opts ...Option) (*Store, error) {
 		s.nodes = append(s.nodes, &node{name: name, c: c, sub: redisnotify.New(c, o.PubSub)})
 	}
 	return s, nil
+}
+
+// FromClients turns go-redis clients, one per node, into New's argument:
+//
+//	s, err := redlockstore.New(redlockstore.FromClients(c1, c2, c3))
+func FromClients(clients ...*redis.Client) []Client {
+	out := make([]Client, len(clients))
+	for i, c := range clients {
+		if c != nil {
+			out[i] = c
+		}
+	}
+	return out
 }
 
 // Quorum is the number of nodes an operation must reach: N/2 + 1.

@@ -123,6 +123,17 @@ func (l *Lease) State() State {
 	return l.state
 }
 
+// Deadline implements lock.Lease: the local deadline, or the zero time
+// once the lease has ended (or for a lease without a deadline).
+func (l *Lease) Deadline() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.state != Held {
+		return time.Time{}
+	}
+	return l.deadline
+}
+
 // Remaining is the time left until the local deadline, 0 once it passed or
 // the lease ended, and -1 for a lease without a deadline.
 func (l *Lease) Remaining() time.Duration {
@@ -234,7 +245,7 @@ func (l *Lease) Refresh(ctx context.Context, ttl time.Duration) error {
 }
 
 // Release implements lock.Lease. It runs under CleanupContext when ctx has
-// already ended. A Release after a successful one returns nil without a
+// already ended, and within ReleaseTimeout when ctx has no deadline. A Release after a successful one returns nil without a
 // request; so does one after the local deadline ended the lease if the
 // store still held the key and has now freed it. A Release the store
 // answers with lock.ErrLockLost ends the lease as lost; one whose outcome
@@ -243,9 +254,12 @@ func (l *Lease) Release(ctx context.Context) error {
 	if l.State() == Released {
 		return nil
 	}
-	if ctx.Err() != nil {
-		var cancel context.CancelFunc
+	var cancel context.CancelFunc
+	if _, bounded := ctx.Deadline(); ctx.Err() != nil {
 		ctx, cancel = CleanupContext(ctx)
+		defer cancel()
+	} else if !bounded {
+		ctx, cancel = context.WithTimeout(ctx, ReleaseTimeout)
 		defer cancel()
 	}
 	err := l.cfg.Store.StoreRelease(ctx)

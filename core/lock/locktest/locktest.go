@@ -58,6 +58,11 @@ type Config struct {
 	// succeed, and the second to return nil too.
 	ExpiresAfterDeadline bool
 
+	// HolderProcess says the driver's TestMain calls RunHolder, so that the
+	// suite can start a holder process and kill and pause it. In-process
+	// drivers (memstore) leave it false.
+	HolderProcess bool
+
 	// Lag is the extra time the driver may take to notice an expiry (clock
 	// drift allowance, the store's expiry resolution). Default 0.
 	Lag time.Duration
@@ -92,6 +97,7 @@ func Run(t *testing.T, cfg Config) {
 	t.Run("AcquireAllInput", s.acquireAllInput)
 	t.Run("Reentrancy", s.reentrancy)
 	t.Run("Inspect", s.inspect)
+	t.Run("HolderProcessFaults", s.holderProcessFaults)
 }
 
 type suite struct{ cfg Config }
@@ -762,6 +768,28 @@ func (s *suite) reentrancy(t *testing.T) {
 			}
 		}
 		assertHeld(t, s.cfg.NewLocker(t), k)
+	})
+	t.Run("ShortHoldKeepsKey", func(t *testing.T) {
+		// An owner's second hold with a shorter TTL, refreshed, must not
+		// shorten the key's expiry below the first hold's: while the first
+		// lease's Done is open, nobody else may take the key.
+		k := key(t)
+		l := s.cfg.NewLocker(t)
+		ctx := lock.WithOwner(ctxTimeout(t, 10*time.Second), "job-10")
+		long := mustAcquireCtx(t, l, ctx, k, 3*time.Second)
+		short := mustAcquireCtx(t, l, ctx, k, 200*time.Millisecond)
+		if err := short.Refresh(ctxTimeout(t, 5*time.Second), 200*time.Millisecond); err != nil {
+			t.Fatalf("Refresh of the short hold: %v", err)
+		}
+		time.Sleep(600*time.Millisecond + s.cfg.Lag) // the short hold's TTL is long past
+		if isClosed(long.Done()) {
+			t.Fatal("the long hold's Done closed while its TTL runs")
+		}
+		assertHeld(t, s.cfg.NewLocker(t), k)
+		_ = short.Release(context.Background())
+		if err := long.Release(ctxTimeout(t, 5*time.Second)); err != nil {
+			t.Errorf("Release of the long hold: %v", err)
+		}
 	})
 	t.Run("InvalidOwner", func(t *testing.T) {
 		ctx := lock.WithOwner(ctxTimeout(t, 5*time.Second), strings.Repeat("o", lock.MaxOwnerLen+1))

@@ -1,11 +1,18 @@
 -- KEYS[1] lock key, KEYS[2] owner hash (same hash tag)
 -- ARGV[1] token, ARGV[2] ttl in milliseconds
 -- Returns 1 when our lease was extended, 0 when the key was not ours.
+-- An owner with several holds shares one key: a refresh of one hold never
+-- shortens the key's expiry below what another hold was promised.
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return 0
 end
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
-if redis.call('HGET', KEYS[2], 't') == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[2], ARGV[2])
+local ttl = tonumber(ARGV[2])
+local own = redis.call('HMGET', KEYS[2], 't', 'n')
+if own[1] == ARGV[1] then
+  if tonumber(own[2] or '1') > 1 then
+    ttl = math.max(ttl, redis.call('PTTL', KEYS[1]))
+  end
+  redis.call('PEXPIRE', KEYS[2], ttl)
 end
+redis.call('PEXPIRE', KEYS[1], ttl)
 return 1
