@@ -30,6 +30,12 @@ type Base struct {
 	// BG tracks requests that callers stopped waiting for, and their
 	// clean-up; Close waits for it.
 	BG bg.Group
+
+	// ClockSkew shifts this client's clock, for tests that play a client
+	// whose clock is off from the servers'. Zero in production.
+	ClockSkew time.Duration
+
+	clocks clocks // each server's clock offset (ServerDeadline)
 }
 
 // Init sets b up with o, which the driver has validated.
@@ -104,10 +110,7 @@ type AcquireArgs struct {
 // what it took.
 func (b *Base) Acquire(ctx context.Context, c redis.Scripter, a AcquireArgs, late func(AcquireReply)) (AcquireReply, error) {
 	keys := []string{b.Keys.Lock(a.Key), b.Keys.Fence(a.Key), b.Keys.Owner(a.Key)}
-	var deadline int64
-	if !a.Deadline.IsZero() {
-		deadline = a.Deadline.UnixMilli()
-	}
+	deadline := b.ServerDeadline(c, a.Deadline)
 	fenced := 1
 	if a.Unfenced {
 		fenced = 0
@@ -245,6 +248,7 @@ type Client interface {
 	Subscribe(ctx context.Context, channels ...string) *redis.PubSub
 	SSubscribe(ctx context.Context, channels ...string) *redis.PubSub
 	Info(ctx context.Context, section ...string) *redis.StringCmd
+	Time(ctx context.Context) *redis.TimeCmd
 }
 
 // Finisher implements idem.Store's Complete, Abandon and Extend over the

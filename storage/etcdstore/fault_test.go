@@ -92,6 +92,7 @@ func TestLeaderKilled(t *testing.T) {
 		badFences            atomic.Int64
 		wg                   sync.WaitGroup
 		killedAt, firstAfter atomic.Int64
+		freedAt, maxGap      atomic.Int64 // when the last holder let go; the longest wait after the kill (ns)
 	)
 	ctx := ctxT(t, 2*time.Minute)
 	for g := range 6 {
@@ -110,6 +111,11 @@ func TestLeaderKilled(t *testing.T) {
 				if inside.Add(1) != 1 {
 					overlaps.Add(1)
 				}
+				if killedAt.Load() != 0 {
+					if gap := time.Now().UnixNano() - freedAt.Load(); gap > maxGap.Load() {
+						maxGap.Store(gap)
+					}
+				}
 				if f := l.Fence(); f <= last.Load() {
 					badFences.Add(1)
 				} else {
@@ -118,6 +124,7 @@ func TestLeaderKilled(t *testing.T) {
 				v := counter.Load()
 				time.Sleep(time.Millisecond)
 				counter.Store(v + 1)
+				freedAt.Store(time.Now().UnixNano())
 				inside.Add(-1)
 				n := successes.Add(1)
 				if killedAt.Load() != 0 && firstAfter.Load() == 0 {
@@ -146,6 +153,13 @@ func TestLeaderKilled(t *testing.T) {
 	}
 	if overlaps.Load() != 0 || badFences.Load() != 0 {
 		t.Errorf("%d overlaps, %d fences out of order", overlaps.Load(), badFences.Load())
+	}
+	// A Release cut by the election is retried; a released entry never
+	// blocks the queue until its lease runs out.
+	gap := time.Duration(maxGap.Load())
+	t.Logf("longest time without a holder after the kill: %s", gap.Round(time.Millisecond))
+	if gap > 2500*time.Millisecond {
+		t.Errorf("the key stayed free for %s after the leader was killed; want under ~2 s", gap.Round(time.Millisecond))
 	}
 }
 

@@ -2,6 +2,9 @@ package etcdstore_test
 
 import (
 	"context"
+	"encoding/binary"
+	"errors"
+	"time"
 
 	"net/url"
 	"testing"
@@ -44,4 +47,39 @@ func TestIdemConformance(t *testing.T) {
 			}
 		},
 	})
+}
+
+// A claim written by a client whose clock runs an hour behind (its
+// recorded expiry is long past by ours) is still in flight for us: etcd
+// claims end by their claimer's Store or their session lease, by the
+// server's clock, never by comparing another client's clock with ours.
+func TestClaimNotTakenOverByClockSkew(t *testing.T) {
+	eps := testenv.EtcdAddrs(t)
+	admin := newClient(t, eps)
+	claimer, other := newStore(t, newClient(t, eps)), newStore(t, newClient(t, eps))
+	ctx := t.Context()
+	key := "skewed-" + time.Now().Format("150405.000000")
+	c, err := claimer.Begin(ctx, key, "fp", 30*time.Second)
+	if err != nil || c.State != idem.Acquired {
+		t.Fatalf("Begin: %v %v", c.State, err)
+	}
+	// Rewrite the entry's recorded expiry as a client an hour behind would
+	// have written it: version, state, expiry (ms), fingerprint length, fp.
+	entry := "oncekit/idem/" + url.PathEscape(key) + "/" + c.Token
+	g, err := admin.Get(ctx, entry)
+	if err != nil || len(g.Kvs) != 1 {
+		t.Fatalf("Get the claim's entry: %v", err)
+	}
+	v := append([]byte(nil), g.Kvs[0].Value...)
+	binary.BigEndian.PutUint64(v[2:10], uint64(time.Now().Add(-time.Hour).UnixMilli()))
+	if _, err := admin.Put(ctx, entry, string(v), clientv3.WithIgnoreLease()); err != nil {
+		t.Fatal(err)
+	}
+	got, err := other.Begin(ctx, key, "fp", 30*time.Second)
+	if err != nil || got.State != idem.InFlight {
+		t.Fatalf("Begin by another client: %v %v; want in flight (no takeover by comparing clocks)", got.State, err)
+	}
+	if err := claimer.Abandon(ctx, c); err != nil && !errors.Is(err, idem.ErrLockLost) {
+		t.Fatal(err)
+	}
 }

@@ -224,7 +224,7 @@ func (s *Store) attempt(ctx context.Context, key, tok string, ttl time.Duration,
 			undo(r.Token)
 		}
 	}
-	r, err := s.Base.Acquire(ctx, s.client, rediskit.AcquireArgs{
+	r, err := s.base.Acquire(ctx, s.client, rediskit.AcquireArgs{
 		Key: key, Token: tok, TTL: ttl, Deadline: deadline, Owner: owner, Queued: queued,
 	}, late)
 	if err != nil {

@@ -3,6 +3,7 @@ package redisstore_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -412,5 +413,33 @@ func TestCancelledBeginLeavesNoClaim(t *testing.T) {
 			t.Fatalf("Begin after the server resumed: %v %v; the abandoned claim still blocks the key", c.State, err)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// A client whose clock is off from the server's by ±5 s still acquires:
+// deadlines reach the scripts on the server's clock (an offset measured
+// with TIME), never as the client wrote them.
+func TestClientClockSkew(t *testing.T) {
+	for _, skew := range []time.Duration{-5 * time.Second, 5 * time.Second} {
+		t.Run(skew.String(), func(t *testing.T) {
+			s := newStore(t, newClient(t))
+			s.ClockSkew = skew // the client's clock runs skew ahead of the server's
+			key := fmt.Sprintf("skew%s-%d", skew, time.Now().UnixNano())
+			warm, err := s.TryAcquire(ctxT(t, 2*time.Second), key+"-warm", time.Second) // first use: the offset is measured
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = warm.Release(t.Context())
+			time.Sleep(100 * time.Millisecond)
+			for i := range 3 {
+				l, err := s.Acquire(ctxT(t, 2*time.Second), key, time.Second)
+				if err != nil {
+					t.Fatalf("Acquire #%d with the client's clock %s off: %v", i, skew, err)
+				}
+				if err := l.Release(t.Context()); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
 	}
 }

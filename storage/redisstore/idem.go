@@ -34,7 +34,7 @@ func (s *Store) Begin(ctx context.Context, key, fingerprint string, lease time.D
 		defer cancel()
 		_, _ = s.Finish(cctx, s.client, key, tok, rediskit.Abandon, time.Millisecond, nil)
 	}
-	r, err := s.Base.Begin(ctx, s.client, key, fingerprint, tok, lease, func(r rediskit.BeginReply) {
+	r, err := s.base.Begin(ctx, s.client, key, fingerprint, tok, lease, func(r rediskit.BeginReply) {
 		if r.Code == rediskit.BeginClaimed {
 			giveBack()
 		}

@@ -87,10 +87,8 @@ func (h *watchHandle) close() {
 // the first held key and its remaining TTL.
 func (s *Store) attemptAll(ctx context.Context, keys []string, ttl time.Duration) ([]lock.Lease, string, time.Duration, error) {
 	start := time.Now()
-	var deadline int64
-	if d, ok := ctx.Deadline(); ok {
-		deadline = d.UnixMilli()
-	}
+	d, _ := ctx.Deadline()
+	deadline := s.ServerDeadline(s.client, d)
 	names := make([]string, 0, 2*len(keys))
 	args := []any{ttl.Milliseconds(), deadline}
 	toks := make([]string, len(keys))

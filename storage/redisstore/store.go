@@ -25,8 +25,10 @@ import (
 // server.
 type Client = rediskit.Client
 
-// Store is a lock.Locker and an idem.Store over one Redis deployment. It
-// is safe for concurrent use; Close releases its pub/sub connection.
+// Store is a lock.Locker, an idem.Store (Begin, Complete, Abandon,
+// Extend, each one round trip), an idem.EffectStore and an inspector
+// (lock.Inspector, idem.Inspector) over one Redis deployment. It is safe
+// for concurrent use; Close releases its pub/sub connection.
 //
 // Goroutines of one Store that wait for the same key queue up locally, first
 // come first served, and only the first of them competes in Redis. When a
@@ -36,8 +38,8 @@ type Client = rediskit.Client
 // WithMaxLocalHandOffs times in a row before the key is let go so that
 // other processes get their turn.
 type Store struct {
-	rediskit.Base
-	rediskit.Finisher
+	base     // what both Redis drivers share (options, names, script calls)
+	finisher // idem.Store's Complete, Abandon and Extend
 	client      Client
 	maxHandOffs int
 	sub         *redisnotify.Subscriber
@@ -131,6 +133,13 @@ func (s *Store) watch(ctx context.Context, channel string) (*redisnotify.Watcher
 	}
 	return w, nil
 }
+
+// The shared parts, embedded under unexported names: their methods serve
+// the Store, and they stay out of its documented API.
+type (
+	base     = rediskit.Base
+	finisher = rediskit.Finisher
+)
 
 var (
 	_ lock.Locker    = (*Store)(nil)

@@ -100,7 +100,7 @@ func (s *Store) sendAcquire(ctx context.Context, v *votes, ttl time.Duration, qu
 	args := rediskit.AcquireArgs{Key: v.key, Token: v.tok, TTL: ttl, Deadline: deadline,
 		Unfenced: !s.redlock.fenced, Owner: owner, Queued: queued, Place: place}
 	r := newRound(s, s.all(), func(ctx context.Context, n *node) (rediskit.AcquireReply, error) {
-		return s.Base.Acquire(ctx, n.c, args, nil)
+		return s.base.Acquire(ctx, n.c, args, nil)
 	})
 	ar.ctxErr = r.collect(ctx, nt, func(a answer[rediskit.AcquireReply]) bool {
 		switch {

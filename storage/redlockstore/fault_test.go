@@ -486,3 +486,30 @@ func TestPausedNodesDoNotStallContention(t *testing.T) {
 		t.Errorf("12 contended acquisitions with 2 nodes paused took %s: rounds wait for the paused nodes", d)
 	}
 }
+
+// As for redisstore: a client clock ±5 s off from the nodes' does not
+// break acquisition; each node's offset is measured and deadlines are sent
+// on its clock.
+func TestClientClockSkew(t *testing.T) {
+	addrs := testenv.RedisAddrs(t, 5)[:5]
+	for _, skew := range []time.Duration{-5 * time.Second, 5 * time.Second} {
+		t.Run(skew.String(), func(t *testing.T) {
+			s := newStore(t, clients(t, addrs))
+			s.ClockSkew = skew
+			key := fmt.Sprintf("skew%s-%d", skew, time.Now().UnixNano())
+			if warm, err := s.TryAcquire(ctxT(t, 2*time.Second), key+"-warm", time.Second); err == nil {
+				_ = warm.Release(t.Context())
+			}
+			time.Sleep(100 * time.Millisecond)
+			for i := range 3 {
+				l, err := s.Acquire(ctxT(t, 2*time.Second), key, time.Second)
+				if err != nil {
+					t.Fatalf("Acquire #%d with the client's clock %s off: %v", i, skew, err)
+				}
+				if err := l.Release(t.Context()); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+	}
+}

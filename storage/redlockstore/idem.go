@@ -95,7 +95,7 @@ func (s *Store) sendBegin(ctx context.Context, key, fingerprint, tok string, lea
 	n := len(s.nodes)
 	b := &beginRound{quorum: s.quorum, claims: map[int]int64{}, counts: map[rediskit.BeginCode]int{}}
 	r := newRound(s, s.all(), func(ctx context.Context, nd *node) (rediskit.BeginReply, error) {
-		return s.Base.Begin(ctx, nd.c, key, fingerprint, tok, lease, nil)
+		return s.base.Begin(ctx, nd.c, key, fingerprint, tok, lease, nil)
 	})
 	answers := 0
 	b.ctxErr = r.collect(ctx, s.nodeTimeout(lease), func(a answer[rediskit.BeginReply]) bool {

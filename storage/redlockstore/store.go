@@ -25,12 +25,14 @@ import (
 // another, not one Cluster).
 type Client = rediskit.Client
 
-// Store is a lock.Locker and an idem.Store over N independent Redis nodes
-// with majority quorum. It is safe for concurrent use; Close releases its
+// Store is a lock.Locker, an idem.Store (Begin, Complete, Abandon and
+// Extend, each a round to every node that needs a majority) and an
+// inspector (lock.Inspector, idem.Inspector) over N independent Redis
+// nodes with majority quorum. It is safe for concurrent use; Close releases its
 // pub/sub connections.
 type Store struct {
-	rediskit.Base
-	rediskit.Finisher
+	base     // what both Redis drivers share (options, names, script calls)
+	finisher // idem.Store's Complete, Abandon and Extend
 	redlock redlockOptions
 	nodes   []*node
 	quorum  int
@@ -263,6 +265,13 @@ func indexes[V any](m map[int]V) []int {
 	slices.Sort(idx)
 	return idx
 }
+
+// The shared parts, embedded under unexported names: their methods serve
+// the Store, and they stay out of its documented API.
+type (
+	base     = rediskit.Base
+	finisher = rediskit.Finisher
+)
 
 var (
 	_ lock.Locker    = (*Store)(nil)
