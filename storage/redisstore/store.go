@@ -38,8 +38,8 @@ type Client = rediskit.Client
 // WithMaxLocalHandOffs times in a row before the key is let go so that
 // other processes get their turn.
 type Store struct {
-	base     // what both Redis drivers share (options, names, script calls)
-	finisher // idem.Store's Complete, Abandon and Extend
+	base        // what both Redis drivers share (options, names, script calls)
+	finisher    // idem.Store's Complete, Abandon and Extend
 	client      Client
 	maxHandOffs int
 	sub         *redisnotify.Subscriber

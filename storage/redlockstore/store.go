@@ -33,10 +33,10 @@ type Client = rediskit.Client
 type Store struct {
 	base     // what both Redis drivers share (options, names, script calls)
 	finisher // idem.Store's Complete, Abandon and Extend
-	redlock redlockOptions
-	nodes   []*node
-	quorum  int
-	local   keyq.Queue // one competitor per key in this Store
+	redlock  redlockOptions
+	nodes    []*node
+	quorum   int
+	local    keyq.Queue // one competitor per key in this Store
 
 	closed    chan struct{}
 	closeOnce sync.Once
