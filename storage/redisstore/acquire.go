@@ -157,8 +157,17 @@ func (s *Store) compete(ctx context.Context, key string, ls *local, w *waiter) (
 	}
 	defer s.sub.Unwatch(all)
 	defer func() {
-		if l == nil { // leaving without the key: give the place up
-			s.BG.Go(func() { s.leaveQueue(key) })
+		// Leaving without the key: give the place up, unless another
+		// waiter of this Store is queued for the key and will compete next
+		// (the place is the Store's, and it keeps it). The removal is
+		// made before the next local waiter may compete: a removal landing
+		// after that waiter joined the queue would drop it, and it would
+		// wait for the recheck interval instead of a release.
+		s.mu.Lock()
+		others := ls.queue.Len() > 0
+		s.mu.Unlock()
+		if l == nil && !others {
+			s.leaveQueue(key)
 		}
 	}()
 	backoff := s.MinBackoff

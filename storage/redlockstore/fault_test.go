@@ -230,6 +230,12 @@ func TestImmediateEmptyRestartOfBareMajorityBreaksExclusion(t *testing.T) {
 	const nodeTimeout = 100 * time.Millisecond
 	a := newStore(t, c.clients(t), redlockstore.WithNodeTimeout(nodeTimeout))
 	b := newStore(t, c.clients(t))
+	// A first acquisition measures each node's clock, so that a's late
+	// requests carry a deadline (on the node's clock) that they miss.
+	if warm, err := a.Acquire(ctxT(t, 5*time.Second), "bare-warm", time.Second); err == nil {
+		_ = warm.Release(t.Context())
+	}
+	time.Sleep(100 * time.Millisecond)
 	c.procs[3].Pause()
 	c.procs[4].Pause()
 	holder, err := a.Acquire(ctxT(t, 5*time.Second), "bare", 10*time.Second)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/oncekit/oncekit/core/lock"
@@ -174,6 +175,12 @@ func (w *waiting) backOff(ctx context.Context, out outcome) error {
 		if t := out.busy.TTL; t >= 0 && t < wait {
 			wait = t + time.Millisecond
 		}
+		if w.watch.deaf() {
+			// Some node may announce the release where we do not listen:
+			// poll within the backoff instead of sleeping the recheck.
+			wait = min(wait, w.backoff/2+rand.N(w.backoff/2+1))
+			w.backoff = min(2*w.backoff, w.s.MaxBackoff)
+		}
 	}
 	if w.joinNow {
 		// A split vote on the first attempt, which was not queued: this
@@ -215,21 +222,36 @@ func (w *waiting) sleep(ctx context.Context, d time.Duration, wake <-chan struct
 	return nil
 }
 
-// multiWatch is a waiter's subscription to a key's release channel on
+// multiWatch is a waiter's subscription to a key's release channels on
 // every node: a message from any of them wakes it.
 type multiWatch struct {
-	wake chan struct{}
-	stop chan struct{}
+	wake      chan struct{}
+	stop      chan struct{}
+	want      int32        // subscriptions asked for
+	confirmed atomic.Int32 // subscriptions the servers confirmed
 }
 
-// watchChannels subscribes to channels on every node and returns once a
-// majority confirmed (or could not), or after the node timeout for the
-// slow ones. A message on any of them, from any node, wakes the waiter.
+// deaf reports whether some subscription is not confirmed: a release
+// announced there would not reach the waiter, which must then poll rather
+// than sleep the whole recheck interval.
+func (mw *multiWatch) deaf() bool { return mw.confirmed.Load() < mw.want }
+
+// watchChannels subscribes to channels on every node and returns once
+// every subscription is confirmed, or could not be made, or after the node
+// timeout for the slow ones; suspect nodes (paused, unreachable) are not
+// waited for. A waiter joins the key's queues only after this: a release
+// announced on its own channel before it listens would be lost, and cost
+// it the recheck interval. A message on any channel, from any node, wakes
+// the waiter.
 func (s *Store) watchChannels(channels ...string) *multiWatch {
-	mw := &multiWatch{wake: make(chan struct{}, 1), stop: make(chan struct{})}
+	mw := &multiWatch{wake: make(chan struct{}, 1), stop: make(chan struct{}), want: int32(len(s.nodes) * len(channels))}
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan struct{}, len(s.nodes)*len(channels))
+	waitFor := 0
 	for _, n := range s.nodes {
+		if !n.isSuspect() {
+			waitFor += len(channels)
+		}
 		for _, channel := range channels {
 			s.watchOne(ctx, mw, n, channel, ready)
 		}
@@ -240,7 +262,7 @@ func (s *Store) watchChannels(channels ...string) *multiWatch {
 	})
 	t := time.NewTimer(s.nodeTimeout(time.Second))
 	defer t.Stop()
-	for range s.quorum * len(channels) {
+	for range waitFor {
 		select {
 		case <-ready:
 		case <-t.C:
@@ -254,6 +276,9 @@ func (s *Store) watchChannels(channels ...string) *multiWatch {
 func (s *Store) watchOne(ctx context.Context, mw *multiWatch, n *node, channel string, ready chan<- struct{}) {
 	s.BG.Go(func() {
 		w, err := n.sub.Watch(ctx, channel)
+		if err == nil && w.Subscribed() {
+			mw.confirmed.Add(1)
+		}
 		ready <- struct{}{}
 		if err != nil {
 			return
