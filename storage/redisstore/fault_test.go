@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -441,5 +443,48 @@ func TestClientClockSkew(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// AcquireAll waits its turn in the queue of the key in its way: while
+// single-key waiters of other processes keep that key busy, a release
+// wakes it in its turn, so it is not starved until the contention ends
+// (it listened only on the general channel, which a release uses when
+// nobody is queued).
+func TestAcquireAllNotStarvedBySingleKeyWaiters(t *testing.T) {
+	ctx := ctxT(t, 30*time.Second)
+	run := time.Now().Format("150405.000000")
+	hot, other := "starve-hot-"+run, "starve-other-"+run
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	for range 3 { // three processes taking the hot key in turn
+		s := newStore(t, newClient(t))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for !stop.Load() {
+				l, err := s.Acquire(ctx, hot, 5*time.Second)
+				if err != nil {
+					return
+				}
+				time.Sleep(2 * time.Millisecond)
+				_ = l.Release(ctx)
+			}
+		}()
+	}
+	time.Sleep(200 * time.Millisecond) // the hot key is busy and its queue full
+	start := time.Now()
+	got, err := newStore(t, newClient(t)).AcquireAll(ctx, []string{hot, other}, 5*time.Second)
+	took := time.Since(start)
+	stop.Store(true)
+	for _, l := range got {
+		_ = l.Release(ctx)
+	}
+	wg.Wait()
+	if err != nil {
+		t.Fatalf("AcquireAll: %v", err)
+	}
+	if took > 2*time.Second {
+		t.Errorf("AcquireAll waited %s behind single-key waiters that hand the key over every few ms", took.Round(time.Millisecond))
 	}
 }

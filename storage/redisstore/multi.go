@@ -17,8 +17,10 @@ import (
 
 // AcquireAll implements lock.MultiLocker. Outside Redis Cluster every key
 // lives on one server, so the keys are taken in one script, all or nothing,
-// in one round trip; while one of them is held, it waits for that key's
-// release message or remaining TTL and tries again. Under Cluster, and for
+// in one round trip; while one of them is held, it waits in that key's
+// queue of waiting processes, in its turn like a single-key waiter (a
+// release wakes it on a channel of its own), or for the holder's remaining
+// TTL, and tries again. Under Cluster, and for
 // an owner (lock.WithOwner), it reports errors.ErrUnsupported and
 // lock.AcquireAll takes the keys one by one in canonical order.
 func (s *Store) AcquireAll(ctx context.Context, keys []string, ttl time.Duration) ([]lock.Lease, error) {
@@ -28,34 +30,57 @@ func (s *Store) AcquireAll(ctx context.Context, keys []string, ttl time.Duration
 	if err := ctx.Err(); err != nil {
 		return nil, lockdriver.NotAcquired(ctx)
 	}
+	// The call waits in the queue of the key in its way as a member of its
+	// own (not the Store's: its turn is not a single-key waiter's), woken
+	// on its own channel like any waiter, or on the general channel.
+	member := s.Member + "." + token.New()
 	var (
 		watched string
-		w       *watchHandle
+		own, w  *watchHandle
 		backoff = s.MinBackoff
 		timer   = time.NewTimer(time.Hour)
 	)
 	defer timer.Stop()
-	defer func() { w.close() }()
+	defer func() { own.close(); w.close() }()
+	defer func() {
+		if watched != "" { // leaving without the keys: give the place up
+			ctx, cancel := context.WithTimeout(context.Background(), lockdriver.ReleaseTimeout)
+			defer cancel()
+			_ = s.leaveQueueAs(ctx, watched, member)
+		}
+	}()
 	for {
-		leases, blocked, pttl, err := s.attemptAll(ctx, keys, ttl)
+		leases, blocked, pttl, err := s.attemptAll(ctx, keys, ttl, member)
 		if err != nil {
 			return nil, err
 		}
 		if leases != nil {
+			watched = "" // the script left every queue
 			return leases, nil
 		}
 		if blocked != watched {
-			// Subscribe to the key in the way, then try again at once.
+			// Listen on the key in the way (the script queued us there),
+			// leave the queue of the one before, then try again at once.
+			own.close()
 			w.close()
-			sw, err := s.watch(ctx, s.Keys.Channel(blocked))
+			ow, err := s.watch(ctx, s.Keys.MemberChannel(blocked, member))
 			if err != nil {
 				return nil, err
 			}
-			w, watched = &watchHandle{s: s, w: sw}, blocked
+			gw, err := s.watch(ctx, s.Keys.Channel(blocked))
+			if err != nil {
+				s.sub.Unwatch(ow)
+				return nil, err
+			}
+			if watched != "" {
+				_ = s.leaveQueueAs(ctx, watched, member)
+			}
+			own, w, watched = &watchHandle{s: s, w: ow}, &watchHandle{s: s, w: gw}, blocked
 			continue
 		}
-		timer.Reset(s.NextWait(w.w.Subscribed(), pttl, &backoff))
+		timer.Reset(s.NextWait(own.w.Subscribed() && w.w.Subscribed(), pttl, &backoff))
 		select {
+		case <-own.w.Wake():
 		case <-w.w.Wake():
 		case <-timer.C:
 		case <-s.sub.Closed():
@@ -72,6 +97,11 @@ func (s *Store) AcquireAll(ctx context.Context, keys []string, ttl time.Duration
 	}
 }
 
+// leaveQueueAs removes member from key's waiting queue.
+func (s *Store) leaveQueueAs(ctx context.Context, key, member string) error {
+	return rediskit.LeaveQueue.Run(ctx, s.client, []string{s.Keys.Queue(key), s.Keys.QueueExpiry(key)}, member).Err()
+}
+
 type watchHandle struct {
 	s *Store
 	w *redisnotify.Watcher
@@ -85,15 +115,15 @@ func (h *watchHandle) close() {
 
 // attemptAll runs the script once: the leases when every key was taken, or
 // the first held key and its remaining TTL.
-func (s *Store) attemptAll(ctx context.Context, keys []string, ttl time.Duration) ([]lock.Lease, string, time.Duration, error) {
+func (s *Store) attemptAll(ctx context.Context, keys []string, ttl time.Duration, member string) ([]lock.Lease, string, time.Duration, error) {
 	start := time.Now()
 	d, _ := ctx.Deadline()
 	deadline := s.ServerDeadline(s.client, d)
-	names := make([]string, 0, 2*len(keys))
-	args := []any{ttl.Milliseconds(), deadline}
+	names := make([]string, 0, 4*len(keys))
+	args := []any{ttl.Milliseconds(), deadline, member, (3 * s.Recheck).Milliseconds()}
 	toks := make([]string, len(keys))
 	for i, k := range keys {
-		names = append(names, s.Keys.Lock(k), s.Keys.Fence(k))
+		names = append(names, s.Keys.Lock(k), s.Keys.Fence(k), s.Keys.Queue(k), s.Keys.QueueExpiry(k))
 		toks[i] = token.New()
 		args = append(args, toks[i])
 	}
