@@ -115,14 +115,14 @@ func (b *Base) Acquire(ctx context.Context, c redis.Scripter, a AcquireArgs, lat
 	if a.Unfenced {
 		fenced = 0
 	}
-	args := []any{a.Token, a.TTL.Milliseconds(), deadline, fenced, a.Owner}
+	member := ""
 	if a.Queued {
-		keys = append(keys, b.Keys.Queue(a.Key), b.Keys.QueueExpiry(a.Key))
-		args = append(args, b.Member, b.placeLife())
-		if a.Place != 0 {
-			args = append(args, a.Place)
-		}
+		member = b.Member
 	}
+	// The queue is passed on every attempt: a caller outside it must not
+	// take a key reserved for the waiter a release just woke.
+	keys = append(keys, b.Keys.Queue(a.Key), b.Keys.QueueExpiry(a.Key))
+	args := []any{a.Token, a.TTL.Milliseconds(), deadline, fenced, a.Owner, member, b.placeLife(), a.Place, b.wakeGrace()}
 	var onLate func(*redis.Cmd)
 	if late != nil {
 		onLate = func(cmd *redis.Cmd) {

@@ -42,6 +42,22 @@ func StartEtcdCluster(tb testing.TB, n int) []*EtcdMember {
 		}
 		tb.Skip(msg)
 	}
+	// Free ports are picked and then bound by etcd: another test process
+	// may take one in between. A cluster that does not come up is started
+	// again on other ports.
+	var errs []string
+	for range 3 {
+		members, err := startCluster(tb, n)
+		if err == nil {
+			return members
+		}
+		errs = append(errs, err.Error())
+	}
+	tb.Fatalf("etcd cluster of %d did not start:\n%s", n, strings.Join(errs, "\n"))
+	return nil
+}
+
+func startCluster(tb testing.TB, n int) ([]*EtcdMember, error) {
 	type ports struct{ client, peer int }
 	ps := make([]ports, n)
 	var initial []string
@@ -68,9 +84,14 @@ func StartEtcdCluster(tb testing.TB, n int) []*EtcdMember {
 		tb.Cleanup(m.Kill)
 	}
 	for _, m := range members {
-		m.waitHealthy()
+		if err := m.healthy(10 * time.Second); err != nil {
+			for _, m := range members {
+				m.Kill()
+			}
+			return nil, err
+		}
 	}
-	return members
+	return members, nil
 }
 
 func (m *EtcdMember) spawn() {
@@ -87,11 +108,19 @@ func (m *EtcdMember) spawn() {
 	log.Close()
 }
 
-// waitHealthy waits until the member answers /health with true.
+// waitHealthy waits until the member answers /health with true, or fails
+// the test.
 func (m *EtcdMember) waitHealthy() {
 	m.tb.Helper()
+	if err := m.healthy(20 * time.Second); err != nil {
+		m.tb.Fatal(err)
+	}
+}
+
+// healthy waits up to timeout for the member to answer /health with true.
+func (m *EtcdMember) healthy(timeout time.Duration) error {
 	c := http.Client{Timeout: 500 * time.Millisecond}
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(timeout)
 	for {
 		resp, err := c.Get(m.Endpoint + "/health")
 		if err == nil {
@@ -99,15 +128,15 @@ func (m *EtcdMember) waitHealthy() {
 			n, _ := resp.Body.Read(b[:])
 			resp.Body.Close()
 			if strings.Contains(string(b[:n]), `"health":"true"`) {
-				return
+				return nil
 			}
 		}
 		if time.Now().After(deadline) {
 			log, _ := os.ReadFile(filepath.Join(m.dir, "etcd.log"))
-			if len(log) > 4000 {
-				log = log[len(log)-4000:]
+			if len(log) > 2000 {
+				log = log[len(log)-2000:]
 			}
-			m.tb.Fatalf("etcd %s at %s not healthy: %v\n%s", m.Name, m.Endpoint, err, log)
+			return fmt.Errorf("etcd %s at %s not healthy: %v\n%s", m.Name, m.Endpoint, err, log)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

@@ -190,10 +190,12 @@ func (w *waiting) backOff(ctx context.Context, out outcome) error {
 	if err := w.sleep(ctx, wait, wake); err != nil {
 		return err
 	}
-	if wake != nil && w.backoff > w.s.MinBackoff {
-		// Contention since this waiter last held the key: the other
-		// processes woken by the same release compete too. Spread the
-		// attempts over the backoff window, deaf to further messages.
+	if wake != nil && w.backoff > w.s.MinBackoff && !w.watch.personal.Load() {
+		// Woken on the general channel, with contention since this waiter
+		// last held the key: the other processes woken by the same release
+		// compete too. Spread the attempts over the backoff window, deaf to
+		// further messages. (A release on this Store's own channel woke it
+		// alone, and the key is reserved for it: it tries at once.)
 		return w.sleep(ctx, rand.N(w.backoff+1), nil)
 	}
 	return nil
@@ -226,6 +228,7 @@ func (w *waiting) sleep(ctx context.Context, d time.Duration, wake <-chan struct
 // every node: a message from any of them wakes it.
 type multiWatch struct {
 	wake      chan struct{}
+	personal  atomic.Bool // the last wake came on this Store's own channel
 	stop      chan struct{}
 	want      int32        // subscriptions asked for
 	confirmed atomic.Int32 // subscriptions the servers confirmed
@@ -252,8 +255,8 @@ func (s *Store) watchChannels(channels ...string) *multiWatch {
 		if !n.isSuspect() {
 			waitFor += len(channels)
 		}
-		for _, channel := range channels {
-			s.watchOne(ctx, mw, n, channel, ready)
+		for j, channel := range channels {
+			s.watchOne(ctx, mw, n, channel, j > 0, ready)
 		}
 	}
 	s.BG.Go(func() {
@@ -273,7 +276,9 @@ func (s *Store) watchChannels(channels ...string) *multiWatch {
 }
 
 // watchOne forwards channel's messages on n to mw until mw stops.
-func (s *Store) watchOne(ctx context.Context, mw *multiWatch, n *node, channel string, ready chan<- struct{}) {
+// personal marks the Store's own channel, where a release wakes this
+// waiter alone.
+func (s *Store) watchOne(ctx context.Context, mw *multiWatch, n *node, channel string, personal bool, ready chan<- struct{}) {
 	s.BG.Go(func() {
 		w, err := n.sub.Watch(ctx, channel)
 		if err == nil && w.Subscribed() {
@@ -287,6 +292,7 @@ func (s *Store) watchOne(ctx context.Context, mw *multiWatch, n *node, channel s
 		for {
 			select {
 			case <-w.Wake():
+				mw.personal.Store(personal)
 				select {
 				case mw.wake <- struct{}{}:
 				default:

@@ -8,9 +8,13 @@
 -- its place stays without a new attempt, in milliseconds, optional ARGV[8]
 -- its place in the queue (default: the server's time in milliseconds;
 -- Redlock passes when the caller began waiting, so that every node orders
--- the waiters alike). A caller that finds the key held joins the queue
--- (keeping its first place); one that takes the key leaves it. Release
--- wakes the first live member.
+-- the waiters alike; '0': the default), optional ARGV[9] the wake grace in
+-- milliseconds (see release.lua). A caller that finds the key held joins
+-- the queue (keeping its first place); one that takes the key leaves it.
+-- Release wakes the first live member, and the key stays reserved for it
+-- until it tries again or its grace runs out: any other caller finds the
+-- key busy meanwhile (bounded barging), so a process that releases and at
+-- once asks again cannot take the key back from the waiter woken for it.
 -- Returns
 --   {1, fence}             taken (fence: see fence.lua);
 --   {1, current counter}   ARGV[1] already holds the key (Redlock keeps the
@@ -18,7 +22,9 @@
 --                          its expiry is renewed;
 --   {2, fence, token}      re-entered: the owner ARGV[5] holds the key, one
 --                          more hold is counted, the expiry is at least TTL;
---   {0, holder's PTTL}     held by someone else;
+--   {0, holder's PTTL}     held by someone else (or reserved for the
+--                          woken first waiter: PTTL is what is left of
+--                          its grace);
 --   {-1, 0}                the request arrived after the caller's deadline
 --                          (a paused server, a slow network) and took nothing.
 -- The owner hash {o = owner, t = token, n = holds, f = fence} exists only
@@ -37,7 +43,30 @@ if ARGV[3] ~= '0' then
     return {-1, 0}
   end
 end
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+-- reservedFor returns the milliseconds left of a woken first waiter's
+-- grace when the key is reserved for another member than the caller.
+local function reservedFor()
+  local grace = tonumber(ARGV[9] or '0')
+  if not KEYS[5] or grace <= 0 then
+    return 0
+  end
+  local head = redis.call('ZRANGE', KEYS[4], 0, 0)
+  if #head == 0 or head[1] == member then
+    return 0
+  end
+  local exp = tonumber(redis.call('HGET', KEYS[5], head[1]) or '0')
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  if exp > now and exp <= now + grace then
+    return exp - now
+  end
+  return 0
+end
+local reserved = 0
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  reserved = reservedFor()
+end
+if reserved == 0 and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   local f = 0
   if ARGV[4] ~= '0' then f = next_fence(KEYS[2], ARGV[2]) end
   if ARGV[5] ~= '' then
@@ -68,9 +97,14 @@ if member ~= '' then
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   local life = tonumber(ARGV[7])
-  redis.call('ZADD', KEYS[4], 'NX', tonumber(ARGV[8] or now), member)
+  local place = tonumber(ARGV[8] or '0')
+  if place == 0 then place = now end
+  redis.call('ZADD', KEYS[4], 'NX', place, member)
   redis.call('HSET', KEYS[5], member, now + life)
   redis.call('PEXPIRE', KEYS[4], 2 * life)
   redis.call('PEXPIRE', KEYS[5], 2 * life)
+end
+if reserved > 0 then
+  return {0, reserved}
 end
 return {0, redis.call('PTTL', KEYS[1])}
