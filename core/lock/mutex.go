@@ -242,11 +242,21 @@ func (h *Held) watchdog() {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() {
+		// Loss is signalled the moment the lease's Done closes, also while
+		// a refresh is in flight (it is then abandoned): a Refresh stuck on
+		// an unreachable store must not delay Lost by up to TTL/3.
 		select {
 		case <-h.stop:
-			cancel()
+		case <-h.Lease.Done():
+			h.mu.Lock()
+			released := h.released
+			h.mu.Unlock()
+			if !released {
+				h.markLost()
+			}
 		case <-ctx.Done():
 		}
+		cancel()
 	}()
 	interval := h.ttl / 3
 	timer := time.NewTimer(jitter(interval))

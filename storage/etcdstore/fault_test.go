@@ -3,6 +3,8 @@ package etcdstore_test
 import (
 	"context"
 	"errors"
+	"io"
+	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -204,4 +206,99 @@ func TestKeysDoNotNest(t *testing.T) {
 		t.Fatalf("TryAcquire of nest/child while nest is held: %v", err)
 	}
 	b.Release(ctx)
+}
+
+// proxy forwards TCP connections to target until cut, which closes every
+// connection and refuses new ones: a client cut off from the servers.
+type proxy struct {
+	ln     net.Listener
+	mu     sync.Mutex
+	conns  []net.Conn
+	closed bool
+}
+
+func newProxy(t *testing.T, target string) *proxy {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &proxy{ln: ln}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			up, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			p.mu.Lock()
+			if p.closed {
+				p.mu.Unlock()
+				c.Close()
+				up.Close()
+				return
+			}
+			p.conns = append(p.conns, c, up)
+			p.mu.Unlock()
+			go func() { _, _ = io.Copy(up, c); up.Close() }()
+			go func() { _, _ = io.Copy(c, up); c.Close() }()
+		}
+	}()
+	t.Cleanup(p.cut)
+	return p
+}
+
+func (p *proxy) cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.closed = true
+	p.ln.Close()
+	for _, c := range p.conns {
+		c.Close()
+	}
+}
+
+// A holder cut off from etcd learns it lost the key (Done closes) before
+// the server frees it for anyone else: its session's validity counts from
+// when each keep-alive was sent, never from when the answer arrived.
+func TestCutOffHolderKnowsFirst(t *testing.T) {
+	eps := testenv.EtcdAddrs(t)
+	p := newProxy(t, strings.TrimPrefix(eps[0], "http://"))
+	holder := newStore(t, newClient(t, []string{"http://" + p.ln.Addr().String()}))
+	other := newStore(t, newClient(t, eps))
+	m, err := lock.NewMutex(holder, lock.WithTTL(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxT(t, 30*time.Second)
+	key := "cut-off-" + time.Now().Format("150405.000000")
+	h, err := m.Lock(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second) // keep-alives and refreshes flowing
+	leaseDeadline := h.Deadline()
+	cutAt := time.Now()
+	p.cut()
+	lost := make(chan time.Time, 1)
+	go func() { <-h.Lost(); lost <- time.Now() }()
+	l, err := other.Acquire(ctx, key, time.Second)
+	if err != nil {
+		t.Fatalf("Acquire after the holder was cut off: %v", err)
+	}
+	taken := time.Now()
+	defer l.Release(context.Background())
+	select {
+	case at := <-lost:
+		t.Logf("cut at 0; lease deadline %s; lost at %s; taken by another at %s",
+			leaseDeadline.Sub(cutAt), at.Sub(cutAt), taken.Sub(cutAt))
+		if at.After(taken) {
+			t.Errorf("the cut-off holder learned of its loss %s after another client took the key", at.Sub(taken))
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the cut-off holder never learned it lost the key")
+	}
 }

@@ -488,3 +488,24 @@ func TestAcquireAllNotStarvedBySingleKeyWaiters(t *testing.T) {
 		t.Errorf("AcquireAll waited %s behind single-key waiters that hand the key over every few ms", took.Round(time.Millisecond))
 	}
 }
+
+// Release with a live context that has no deadline is bounded like the
+// cancelled case: a paused server does not block it for good.
+func TestReleaseBoundedWithoutDeadline(t *testing.T) {
+	p := testenv.StartRedis(t)
+	s := newStore(t, privateClient(t, p))
+	l, err := s.Acquire(ctxT(t, 5*time.Second), "bounded-release", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Pause()
+	defer p.Resume()
+	start := time.Now()
+	err = l.Release(context.Background())
+	if err == nil {
+		t.Fatal("Release on a paused server succeeded")
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("Release(context.Background()) on a paused server returned after %s", d)
+	}
+}

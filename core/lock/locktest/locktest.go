@@ -92,6 +92,7 @@ func Run(t *testing.T, cfg Config) {
 	t.Run("ReleaseWithCancelledContext", s.releaseCancelled)
 	t.Run("ReleaseTwice", s.releaseTwice)
 	t.Run("ReleaseTwiceAfterDeadline", s.releaseTwiceAfterDeadline)
+	t.Run("Deadline", s.deadline)
 	t.Run("AcquireAllNoDeadlock", s.acquireAllNoDeadlock)
 	t.Run("AcquireAllPartialFailure", s.acquireAllPartialFailure)
 	t.Run("AcquireAllInput", s.acquireAllInput)
@@ -546,6 +547,31 @@ func (s *suite) releaseCancelled(t *testing.T) {
 		t.Fatalf("Release with a cancelled context: %v", err)
 	}
 	assertFree(t, s.cfg.NewLocker(t), k)
+}
+
+// deadline: a lease exposes its validity deadline: within its TTL from
+// now, moved by Refresh, and the zero time once released.
+func (s *suite) deadline(t *testing.T) {
+	const ttl = 5 * time.Second
+	before := time.Now()
+	lease := mustAcquire(t, s.cfg.NewLocker(t), key(t), ttl)
+	d := lease.Deadline()
+	if d.Before(before) || d.After(time.Now().Add(ttl+s.cfg.Lag)) {
+		t.Fatalf("Deadline %s, want within the TTL of the acquisition (%s .. %s)", d, before, time.Now().Add(ttl))
+	}
+	time.Sleep(20 * time.Millisecond)
+	if err := lease.Refresh(ctxTimeout(t, 5*time.Second), 2*ttl); err != nil {
+		t.Fatal(err)
+	}
+	if nd := lease.Deadline(); !nd.After(d) {
+		t.Errorf("Deadline after a Refresh to %s: %s, not later than %s", 2*ttl, nd, d)
+	}
+	if err := lease.Release(ctxTimeout(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if nd := lease.Deadline(); !nd.IsZero() {
+		t.Errorf("Deadline of a released lease = %s, want the zero time", nd)
+	}
 }
 
 // releaseTwiceAfterDeadline: a lease whose local deadline passed (Done
