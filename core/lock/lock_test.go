@@ -193,3 +193,29 @@ func (stalled) Refresh(ctx context.Context, _ time.Duration) error {
 	<-ctx.Done()
 	return ctx.Err()
 }
+
+// WithWaitTimeout bounds the wait for the key, apart from the work's
+// context: a Do whose ctx has no deadline gives up waiting after it.
+func TestMutexWaitTimeout(t *testing.T) {
+	store := memstore.New()
+	held, err := store.Acquire(t.Context(), "busy", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release(t.Context())
+	m, err := lock.NewMutex(store, lock.WithWaitTimeout(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	err = m.Do(context.Background(), "busy", func(context.Context, lock.Lease) error { return nil })
+	if !errors.Is(err, lock.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Do on a held key: %v, want ErrNotAcquired and DeadlineExceeded", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("Do waited %s with a 50ms wait timeout", d)
+	}
+	if _, err := lock.NewMutex(store, lock.WithWaitTimeout(-time.Second)); err == nil {
+		t.Error("a negative wait timeout was accepted")
+	}
+}

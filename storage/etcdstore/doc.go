@@ -33,17 +33,27 @@
 // becomes — is served by etcd's 100 ms catch-up loop, the reason
 // concurrency.Mutex needs about 100 ms per hand-off (see BENCHMARKS.md).
 //
-// # TTLs and the session
+// # TTLs and sessions
 //
-// The Store keeps one session lease alive in the background (WithSessionTTL,
-// default 10 s) and revokes it on Close. A lease's own TTL is enforced by
-// the Store: without a Refresh it ends when its TTL runs out (Done closes)
-// and its entry is deleted, retried until the servers answer. When the
-// process dies or loses the servers, its entries go with the session lease,
-// after at most the session TTL. Done also closes when the session is lost
-// and — once Done has been called — when the entry is deleted by anyone
-// else. If the session is lost while Acquire waits, Acquire starts over in
-// a new session.
+// Keys are bound to session leases, one per TTL class: a lease's TTL
+// rounded up to whole seconds (etcd raises very short ones to its own
+// minimum, about 2 s with default settings). The Store keeps each session
+// alive in the background with keep-alives every third of its TTL, and
+// counts its validity from when each keep-alive was sent, never from when
+// the answer arrived: a Store cut off from the servers ends the session —
+// and every lease on it (Done closes) — before the server can free its
+// keys for anyone else. Close revokes the sessions.
+//
+// A lease's own TTL is enforced by the Store: without a Refresh it ends when
+// its TTL runs out (Done closes) and its entry is deleted, retried until the
+// servers answer. When the process dies or is paused, its entries go with
+// their session lease, within the TTL rounded up as above. Done also closes
+// when the session is lost and — once Done has been called — when the entry
+// is deleted by anyone else. If the session is lost while Acquire waits,
+// Acquire starts over in a new session. A Release cut by a leader election
+// is retried within its context (5 s without a deadline); one that still
+// fails leaves a background delete running, so a released entry never
+// blocks the queue until its lease runs out.
 //
 // A waiter that gives up (its ctx ends) deletes its entry, retrying in the
 // background until it succeeds: an entry left in the queue would block
@@ -70,7 +80,11 @@
 // Store is also an idem.Store. Each claim of a key is an entry of its own
 // under "oncekit/idem/<escaped key>/" (WithRecordPrefix), so a claim taken
 // over after its lease is a new key with a new create revision, which is
-// also its fence. Values carry a version byte and their expiry, checked on
-// every read; completed records are bound to a lease shared by the records
-// that expire in the same minute.
+// also its fence. An in-flight claim is bound to the session of its lease's
+// TTL class and ended by the claiming Store when its lease runs out without
+// an Extend: no client takes a claim over by comparing its clock with the
+// claimer's. Values carry a version byte and an expiry (a hint for other
+// clients); completed records are bound to a lease shared by the records
+// that expire in the same minute. A claim's effect (Effect) joins the
+// transaction that completes its record.
 package etcdstore

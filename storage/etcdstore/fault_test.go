@@ -184,7 +184,6 @@ func TestNewValidates(t *testing.T) {
 	c := newClient(t, []string{"127.0.0.1:1"})
 	for name, opt := range map[string]etcdstore.Option{
 		"empty prefix": etcdstore.WithPrefix(""),
-		"session TTL":  etcdstore.WithSessionTTL(100 * time.Millisecond),
 	} {
 		if _, err := etcdstore.New(c, opt); err == nil {
 			t.Errorf("New with a bad %s: no error", name)

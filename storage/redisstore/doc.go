@@ -35,8 +35,12 @@
 // Stores whose competitor found the key held, and the release script
 // announces the release on the first live member's own channel
 // ("<prefix>{K}:release:<store id>"), so a release wakes one process, not
-// all of them. A member that stops trying (a dead process) expires after
-// three recheck intervals. When nobody is queued, and on servers before
+// all of them. The key then stays reserved for that member until it tries
+// again or a grace of 4 × the max backoff runs out: any other caller finds
+// it busy meanwhile, so a process that releases and at once asks again
+// cannot take it back from the woken waiter (bounded barging; without it,
+// one process could keep a contended key for seconds). A member that
+// stops trying (a dead process) expires after three recheck intervals. When nobody is queued, and on servers before
 // Redis 7 (whose scripts cannot tell their version), the release goes to
 // the general channel "<prefix>{K}:release". Waiters listen on both over
 // the Store's single pub/sub connection (shared by all keys) and try again

@@ -38,8 +38,15 @@
 // began waiting (a sorted set per key, the place given by the client so
 // that every node orders them alike), and a release on a node wakes only
 // the first live member of its queue, on that process's own channel; the
-// key's general channel is used when nobody is queued. A waiter leaves the
-// queues when it gives up, and the nodes it did not take when it wins.
+// key's general channel is used when nobody is queued. As on redisstore,
+// the key then stays reserved on that node for the woken member until it
+// tries again or its grace runs out (bounded barging). A waiter subscribes
+// on every node before it joins the queues, and polls while a
+// subscription is unconfirmed. A waiter leaves the queues when it gives
+// up, and the nodes it did not take when it wins. A node that leaves
+// requests unanswered for half a second (paused, partitioned) or whose
+// last request failed is not waited for by rounds whose outcome it can no
+// longer change, nor by clean-up rounds.
 //
 // # Fencing without trusting clocks
 //

@@ -93,6 +93,7 @@ func Run(t *testing.T, cfg Config) {
 	t.Run("ReleaseTwice", s.releaseTwice)
 	t.Run("ReleaseTwiceAfterDeadline", s.releaseTwiceAfterDeadline)
 	t.Run("Deadline", s.deadline)
+	t.Run("NoStarvationByReacquire", s.noStarvation)
 	t.Run("AcquireAllNoDeadlock", s.acquireAllNoDeadlock)
 	t.Run("AcquireAllPartialFailure", s.acquireAllPartialFailure)
 	t.Run("AcquireAllInput", s.acquireAllInput)
@@ -547,6 +548,51 @@ func (s *suite) releaseCancelled(t *testing.T) {
 		t.Fatalf("Release with a cancelled context: %v", err)
 	}
 	assertFree(t, s.cfg.NewLocker(t), k)
+}
+
+// noStarvation: processes that release a key and at once ask for it
+// again, in tight loops, must not keep it from a process that waits: the
+// waiter gets the key within a fraction of a second, every time (a release
+// wakes the first waiter and the key is kept for it; without that, one
+// re-asking process could take the key back before any woken waiter, for
+// as long as the recheck interval).
+func (s *suite) noStarvation(t *testing.T) {
+	k := key(t)
+	ctx := ctxTimeout(t, 60*time.Second)
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	for range 6 {
+		hog := s.cfg.NewLocker(t)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for !stop.Load() {
+				l, err := hog.Acquire(ctx, k, 5*time.Second)
+				if err != nil {
+					return
+				}
+				_ = l.Release(ctx)
+			}
+		}()
+	}
+	defer func() { stop.Store(true); wg.Wait() }()
+	waiter := s.cfg.NewLocker(t)
+	time.Sleep(100 * time.Millisecond)
+	var worst time.Duration
+	for i := range 10 {
+		start := time.Now()
+		l, err := waiter.Acquire(ctx, k, 5*time.Second)
+		if err != nil {
+			t.Fatalf("waiter #%d: %v", i, err)
+		}
+		worst = max(worst, time.Since(start))
+		_ = l.Release(ctx)
+		time.Sleep(20 * time.Millisecond)
+	}
+	if limit := 700*time.Millisecond + s.cfg.Lag; worst > limit {
+		t.Errorf("a waiter waited up to %s for a key six processes release and take back in loops (limit %s)",
+			worst.Round(time.Millisecond), limit)
+	}
 }
 
 // deadline: a lease exposes its validity deadline: within its TTL from
