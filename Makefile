@@ -3,7 +3,7 @@ SHELL := /bin/bash
 GO    ?= go
 STATICCHECK_VERSION ?= v0.8.2
 
-.PHONY: run test bench services-up services-down lint
+.PHONY: run test bench services-up services-down lint proto
 
 ## run: the flash-sale demo on the embedded (in-process) driver
 run:
@@ -29,3 +29,15 @@ lint:
 	$(GO) vet ./...
 	cd bench && $(GO) vet ./...
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
+
+## proto: regenerate the committed gRPC test code (protoc from Debian's
+## protobuf-compiler, the Go plugins from the module proxy)
+PROTOC_GEN_GO_VERSION ?= v1.36.12
+PROTOC_GEN_GO_GRPC_VERSION ?= v1.6.2
+proto:
+	@command -v protoc >/dev/null || (DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends protobuf-compiler >/dev/null)
+	GOBIN=$(CURDIR)/.bin $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
+	GOBIN=$(CURDIR)/.bin $(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
+	cd grpcmw/internal/testpb && protoc --proto_path=. \
+		--plugin=protoc-gen-go=$(CURDIR)/.bin/protoc-gen-go --plugin=protoc-gen-go-grpc=$(CURDIR)/.bin/protoc-gen-go-grpc \
+		--go_out=paths=source_relative:. --go-grpc_out=paths=source_relative:. test.proto

@@ -4,15 +4,15 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/oncekit/oncekit/core/idem"
 )
 
-// MaxKeyLen is the longest idempotency key accepted, in bytes.
-const MaxKeyLen = 255
+// MaxKeyLen is the longest idempotency key accepted, in bytes: the rule
+// of every oncekit middleware (idem.MaxClientKeyLen).
+const MaxKeyLen = idem.MaxClientKeyLen
 
-var (
-	errKeyEmpty   = errors.New("the key is empty")
-	errKeyTooLong = fmt.Errorf("the key is longer than %d bytes", MaxKeyLen)
-)
+var errKeyTooLong = fmt.Errorf("the key is longer than %d bytes", MaxKeyLen)
 
 // ParseKey reads an Idempotency-Key header value. The IETF draft makes it
 // a structured-field string ("abc"); the bare form (abc) is accepted too
@@ -48,16 +48,8 @@ func ParseKey(v string) (string, error) {
 }
 
 func checkKey(k string) (string, error) {
-	switch {
-	case k == "":
-		return "", errKeyEmpty
-	case len(k) > MaxKeyLen:
-		return "", errKeyTooLong
-	}
-	for i := 0; i < len(k); i++ {
-		if c := k[i]; c < 0x21 || c > 0x7e {
-			return "", fmt.Errorf("byte %d of the key is %q: only visible ASCII is allowed", i, c)
-		}
+	if err := idem.CheckClientKey(k); err != nil {
+		return "", err
 	}
 	return k, nil
 }

@@ -16,4 +16,9 @@ echo "# $(date -u +%Y-%m-%dT%H:%MZ) $(nproc) cores, $(awk '/MemTotal/ {printf "%
 echo "# redis-server $(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p')"
 (cd bench && go test -run '^$' -bench "${BENCH:-.}" -benchtime "${BENCH_TIME:-2s}" -count "${BENCH_COUNT:-3}" ./...) \
 	| tee bench/last-run.txt
-exit "${PIPESTATUS[0]}"
+rc=${PIPESTATUS[0]}
+# The gRPC interceptor's own benchmark lives beside it (it uses the
+# package's test service).
+go test -run '^$' -bench "${BENCH:-.}" -benchtime "${BENCH_TIME:-2s}" -count "${BENCH_COUNT:-3}" ./grpcmw/ \
+	| tee -a bench/last-run.txt
+exit $(( rc || PIPESTATUS[0] ))

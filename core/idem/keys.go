@@ -4,6 +4,8 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
+	"errors"
+	"fmt"
 )
 
 // ScopedKey derives the stored key from a scope (a tenant, a principal, a
@@ -34,4 +36,27 @@ func writePart(h interface{ Write([]byte) (int, error) }, p []byte) {
 	binary.BigEndian.PutUint64(n[:], uint64(len(p)))
 	h.Write(n[:])
 	h.Write(p)
+}
+
+// MaxClientKeyLen is the longest idempotency key a client may send (HTTP's
+// Idempotency-Key, gRPC's idempotency-key metadata, a message ID), in
+// bytes.
+const MaxClientKeyLen = 255
+
+// CheckClientKey validates a key as a client sent it, the rule every
+// middleware applies before scoping it (ScopedKey): 1 to MaxClientKeyLen
+// bytes of visible ASCII (0x21–0x7E).
+func CheckClientKey(k string) error {
+	switch {
+	case k == "":
+		return errors.New("the key is empty")
+	case len(k) > MaxClientKeyLen:
+		return fmt.Errorf("the key is longer than %d bytes", MaxClientKeyLen)
+	}
+	for i := 0; i < len(k); i++ {
+		if c := k[i]; c < 0x21 || c > 0x7e {
+			return fmt.Errorf("byte %d of the key is %q: only visible ASCII is allowed", i, c)
+		}
+	}
+	return nil
 }

@@ -1,0 +1,66 @@
+package grpcmw
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+)
+
+// ClientOption configures UnaryClientInterceptor.
+type ClientOption func(*clientConfig)
+
+type clientConfig struct {
+	metadataKey string
+	selector    func(fullMethod string) bool
+	newKey      func() string
+}
+
+// WithClientMetadataKey sets the metadata key the client interceptor
+// writes. Default "idempotency-key".
+func WithClientMetadataKey(name string) ClientOption {
+	return func(c *clientConfig) { c.metadataKey = name }
+}
+
+// WithClientSelector limits key minting to the methods for which selected
+// reports true. Default: every method.
+func WithClientSelector(selected func(fullMethod string) bool) ClientOption {
+	return func(c *clientConfig) { c.selector = selected }
+}
+
+// WithKeyGenerator replaces the key generator (default: 128 random bits,
+// hex).
+func WithKeyGenerator(newKey func() string) ClientOption {
+	return func(c *clientConfig) { c.newKey = newKey }
+}
+
+// NewKey returns a fresh idempotency key: 128 random bits, in hex.
+func NewKey() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// UnaryClientInterceptor gives every logical call that has no
+// idempotency key one, in its outgoing metadata, before gRPC sends it: the
+// retries gRPC makes itself (a service-config retry policy, transparent
+// retries) resend the same metadata, so every attempt of one logical call
+// carries one key and the server runs it once. A call whose metadata
+// already has a key keeps it: an application that retries a logical call
+// itself must reuse its key (idem keys belong to the logical operation).
+func UnaryClientInterceptor(opts ...ClientOption) grpc.UnaryClientInterceptor {
+	c := &clientConfig{metadataKey: DefaultMetadataKey, newKey: NewKey}
+	for _, o := range opts {
+		o(c)
+	}
+	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, callOpts ...grpc.CallOption) error {
+		if c.selector == nil || c.selector(method) {
+			if md, _ := metadata.FromOutgoingContext(ctx); len(md.Get(c.metadataKey)) == 0 {
+				ctx = metadata.AppendToOutgoingContext(ctx, c.metadataKey, c.newKey())
+			}
+		}
+		return invoker(ctx, method, req, reply, cc, callOpts...)
+	}
+}

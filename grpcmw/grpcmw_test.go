@@ -1,0 +1,380 @@
+package grpcmw_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/grpcmw"
+	"github.com/oncekit/oncekit/grpcmw/internal/testpb"
+	"github.com/oncekit/oncekit/internal/testenv"
+	"github.com/oncekit/oncekit/storage/memstore"
+	"github.com/oncekit/oncekit/storage/redisstore"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// orders is the test service: Place counts its runs and answers with the
+// run number and its claim's fence, unless place says otherwise.
+type orders struct {
+	testpb.UnimplementedOrdersServer
+	runs   atomic.Int64
+	place  func(ctx context.Context, req *testpb.PlaceRequest, run int64) (*testpb.PlaceReply, error)
+	follow func(testpb.Orders_FollowServer) error
+}
+
+func (o *orders) Place(ctx context.Context, req *testpb.PlaceRequest) (*testpb.PlaceReply, error) {
+	n := o.runs.Add(1)
+	if o.place != nil {
+		return o.place(ctx, req, n)
+	}
+	f, _ := idem.FenceFrom(ctx)
+	return &testpb.PlaceReply{OrderId: fmt.Sprintf("order-%d", n), Run: n, Fence: f}, nil
+}
+
+func (o *orders) Follow(s testpb.Orders_FollowServer) error {
+	if o.follow != nil {
+		return o.follow(s)
+	}
+	return nil
+}
+
+var stores = []struct {
+	name string
+	new  func(t *testing.T) idem.Store
+}{
+	{"memory", func(*testing.T) idem.Store { return memstore.New() }},
+	{"redis", func(t *testing.T) idem.Store {
+		c := redis.NewClient(&redis.Options{Addr: testenv.RedisAddrs(t, 1)[0]})
+		t.Cleanup(func() { c.Close() })
+		s, err := redisstore.New(c, redisstore.WithRecordPrefix(fmt.Sprintf("grpcmw-test:%d:", time.Now().UnixNano())))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	}},
+}
+
+func eachStore(t *testing.T, f func(t *testing.T, st idem.Store)) {
+	for _, s := range stores {
+		t.Run(s.name, func(t *testing.T) { f(t, s.new(t)) })
+	}
+}
+
+// serve runs o behind the interceptors on a loopback listener and returns
+// a client.
+func serve(t *testing.T, st idem.Store, o *orders, gopts []idem.Option, opts []grpcmw.Option, dial ...grpc.DialOption) testpb.OrdersClient {
+	t.Helper()
+	g, err := idem.NewGuard(st, gopts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts = append([]grpcmw.Option{grpcmw.Unscoped()}, opts...)
+	unary, err := grpcmw.UnaryServerInterceptor(g, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, err := grpcmw.StreamServerInterceptor(g, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(unary), grpc.ChainStreamInterceptor(stream))
+	testpb.RegisterOrdersServer(srv, o)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(srv.Stop)
+	conn, err := grpc.NewClient(ln.Addr().String(), append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, dial...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return testpb.NewOrdersClient(conn)
+}
+
+func withKey(ctx context.Context, key string) context.Context {
+	return metadata.AppendToOutgoingContext(ctx, grpcmw.DefaultMetadataKey, key)
+}
+
+func ctxT(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// A duplicate runs once and gets an equal reply, marked as replayed.
+func TestDuplicateRunsOnce(t *testing.T) {
+	eachStore(t, func(t *testing.T, st idem.Store) {
+		o := &orders{}
+		c := serve(t, st, o, nil, nil)
+		req := &testpb.PlaceRequest{Sku: "phone", Qty: 1, User: "alice"}
+		var replies []*testpb.PlaceReply
+		for i := range 3 {
+			var hdr metadata.MD
+			r, err := c.Place(withKey(ctxT(t, 5*time.Second), "k-1"), req, grpc.Header(&hdr))
+			if err != nil {
+				t.Fatalf("call %d: %v", i, err)
+			}
+			if replayed := len(hdr.Get(grpcmw.ReplayedMetadataKey)) > 0; replayed != (i > 0) {
+				t.Errorf("call %d: replayed header %v", i, hdr.Get(grpcmw.ReplayedMetadataKey))
+			}
+			replies = append(replies, r)
+		}
+		if !proto.Equal(replies[0], replies[1]) || !proto.Equal(replies[0], replies[2]) || replies[0].Fence == 0 {
+			t.Errorf("replies %v; want three equal replies with a fence", replies)
+		}
+		if n := o.runs.Load(); n != 1 {
+			t.Errorf("handler ran %d times", n)
+		}
+	})
+}
+
+// 100 concurrent duplicates: one run, every caller gets its reply.
+func TestConcurrentDuplicates(t *testing.T) {
+	eachStore(t, func(t *testing.T, st idem.Store) {
+		o := &orders{place: func(ctx context.Context, req *testpb.PlaceRequest, n int64) (*testpb.PlaceReply, error) {
+			time.Sleep(50 * time.Millisecond)
+			return &testpb.PlaceReply{OrderId: "order", Run: n}, nil
+		}}
+		c := serve(t, st, o, nil, []grpcmw.Option{grpcmw.WithWait(10 * time.Second)})
+		var wg sync.WaitGroup
+		var bad atomic.Int64
+		for range 100 {
+			wg.Go(func() {
+				r, err := c.Place(withKey(ctxT(t, 20*time.Second), "k-many"), &testpb.PlaceRequest{Sku: "phone"})
+				if err != nil || r.Run != 1 {
+					bad.Add(1)
+				}
+			})
+		}
+		wg.Wait()
+		if n := o.runs.Load(); n != 1 || bad.Load() != 0 {
+			t.Errorf("%d runs, %d callers without the one reply", n, bad.Load())
+		}
+	})
+}
+
+func TestKeysAndMismatch(t *testing.T) {
+	o := &orders{}
+	c := serve(t, memstore.New(), o, nil, nil)
+	ctx := ctxT(t, 5*time.Second)
+	if _, err := c.Place(ctx, &testpb.PlaceRequest{}); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("no key: %v, want InvalidArgument", err)
+	}
+	if _, err := c.Place(withKey(ctx, "bad key"), &testpb.PlaceRequest{}); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("a key with a space: %v, want InvalidArgument", err)
+	}
+	if _, err := c.Place(withKey(ctx, "k-m"), &testpb.PlaceRequest{Sku: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Place(withKey(ctx, "k-m"), &testpb.PlaceRequest{Sku: "b"}); status.Code(err) != codes.FailedPrecondition {
+		t.Errorf("same key, other request: %v, want FailedPrecondition", err)
+	}
+	// The key from the request (AIP-155), and an optional key.
+	o2 := &orders{}
+	c2 := serve(t, memstore.New(), o2, nil, []grpcmw.Option{grpcmw.WithOptionalKey(), grpcmw.WithKeyExtractor(
+		func(_ context.Context, req any) (string, bool) {
+			r, ok := req.(*testpb.PlaceRequest)
+			return r.GetRequestId(), ok && r.GetRequestId() != ""
+		})})
+	for range 2 {
+		if _, err := c2.Place(ctx, &testpb.PlaceRequest{RequestId: "req-1"}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c2.Place(ctx, &testpb.PlaceRequest{}); err != nil { // no key: passed through
+			t.Fatal(err)
+		}
+	}
+	if n := o2.runs.Load(); n != 3 {
+		t.Errorf("%d runs; want 1 for the request_id and 2 without a key", n)
+	}
+}
+
+// Final errors are stored and replayed with their status details; others
+// let a retry run.
+func TestStoredErrorsReplayedWithDetails(t *testing.T) {
+	eachStore(t, func(t *testing.T, st idem.Store) {
+		o := &orders{place: func(_ context.Context, req *testpb.PlaceRequest, n int64) (*testpb.PlaceReply, error) {
+			if req.Sku == "flaky" {
+				return nil, status.Error(codes.Unavailable, "try again")
+			}
+			s, _ := status.New(codes.InvalidArgument, "qty must be positive").WithDetails(&errdetails.BadRequest{
+				FieldViolations: []*errdetails.BadRequest_FieldViolation{{Field: "qty", Description: "must be positive"}}})
+			return nil, s.Err()
+		}}
+		c := serve(t, st, o, nil, nil)
+		ctx := ctxT(t, 5*time.Second)
+		for i := range 2 {
+			_, err := c.Place(withKey(ctx, "k-bad"), &testpb.PlaceRequest{Qty: -1})
+			s := status.Convert(err)
+			if s.Code() != codes.InvalidArgument || len(s.Details()) != 1 {
+				t.Fatalf("call %d: %v %v; want InvalidArgument with a BadRequest detail", i, s.Code(), s.Details())
+			}
+			if br, ok := s.Details()[0].(*errdetails.BadRequest); !ok || br.FieldViolations[0].Field != "qty" {
+				t.Errorf("call %d: detail %v", i, s.Details()[0])
+			}
+		}
+		if n := o.runs.Load(); n != 1 {
+			t.Errorf("a final error ran %d times, want 1", n)
+		}
+		for range 2 {
+			if _, err := c.Place(withKey(ctx, "k-flaky"), &testpb.PlaceRequest{Sku: "flaky"}); status.Code(err) != codes.Unavailable {
+				t.Fatalf("flaky: %v", err)
+			}
+		}
+		if n := o.runs.Load(); n != 3 {
+			t.Errorf("%d runs; an Unavailable error must let the retry run", n)
+		}
+	})
+}
+
+// A client that times out and retries while its first call still runs
+// never gets a second concurrent run: the claim lives until the handler
+// returns.
+func TestClientTimeoutThenRetry(t *testing.T) {
+	eachStore(t, func(t *testing.T, st idem.Store) {
+		var running, overlaps atomic.Int32
+		o := &orders{place: func(context.Context, *testpb.PlaceRequest, int64) (*testpb.PlaceReply, error) {
+			if running.Add(1) > 1 {
+				overlaps.Add(1)
+			}
+			defer running.Add(-1)
+			time.Sleep(900 * time.Millisecond) // ignores the client's deadline
+			return &testpb.PlaceReply{OrderId: "slow"}, nil
+		}}
+		c := serve(t, st, o, []idem.Option{idem.WithLease(300 * time.Millisecond)}, nil)
+		short, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+		_, err := c.Place(withKey(short, "k-slow"), &testpb.PlaceRequest{})
+		cancel()
+		if status.Code(err) != codes.DeadlineExceeded {
+			t.Fatalf("first call: %v, want its deadline", err)
+		}
+		time.Sleep(500 * time.Millisecond)
+		if _, err := c.Place(withKey(ctxT(t, 5*time.Second), "k-slow"), &testpb.PlaceRequest{}); status.Code(err) != codes.Aborted {
+			t.Errorf("retry while the first call runs: %v, want Aborted", err)
+		}
+		time.Sleep(time.Second)
+		r, err := c.Place(withKey(ctxT(t, 5*time.Second), "k-slow"), &testpb.PlaceRequest{})
+		if err != nil || r.OrderId != "slow" {
+			t.Errorf("retry after the first call: %v %v; want its reply", r, err)
+		}
+		if o.runs.Load() != 1 || overlaps.Load() != 0 {
+			t.Errorf("%d runs, %d overlapping", o.runs.Load(), overlaps.Load())
+		}
+	})
+}
+
+// The client interceptor mints one key per logical call and gRPC's own
+// retries (a service-config retry policy) carry it: the server sees the
+// same key on both attempts, and the failed first attempt, not stored,
+// lets the second run.
+func TestClientKeepsKeyAcrossRetries(t *testing.T) {
+	var (
+		mu   sync.Mutex
+		keys []string
+	)
+	o := &orders{place: func(ctx context.Context, _ *testpb.PlaceRequest, n int64) (*testpb.PlaceReply, error) {
+		k, _ := idem.KeyFrom(ctx)
+		mu.Lock()
+		keys = append(keys, k)
+		mu.Unlock()
+		if n == 1 {
+			return nil, status.Error(codes.Unavailable, "first attempt fails")
+		}
+		return &testpb.PlaceReply{OrderId: "ok", Run: n}, nil
+	}}
+	const retry = `{"methodConfig":[{"name":[{"service":"oncekit.grpcmw.test.Orders"}],
+		"retryPolicy":{"maxAttempts":3,"initialBackoff":"0.01s","maxBackoff":"0.05s","backoffMultiplier":2,
+		"retryableStatusCodes":["UNAVAILABLE"]}}]}`
+	c := serve(t, memstore.New(), o, nil, nil,
+		grpc.WithDefaultServiceConfig(retry), grpc.WithChainUnaryInterceptor(grpcmw.UnaryClientInterceptor()))
+	r, err := c.Place(ctxT(t, 5*time.Second), &testpb.PlaceRequest{Sku: "phone"})
+	if err != nil || r.OrderId != "ok" {
+		t.Fatalf("Place with a retry policy: %v %v", r, err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(keys) != 2 || keys[0] == "" || keys[0] != keys[1] {
+		t.Errorf("stored keys of the attempts %q; want two equal keys", keys)
+	}
+}
+
+// One stream per key at a time; the next runs once the first ends.
+func TestStreamOneAtATime(t *testing.T) {
+	release := make(chan struct{})
+	started := make(chan struct{}, 1)
+	o := &orders{follow: func(s testpb.Orders_FollowServer) error {
+		started <- struct{}{}
+		<-release
+		return s.Send(&testpb.PlaceReply{OrderId: "followed"})
+	}}
+	c := serve(t, memstore.New(), o, nil, nil)
+	ctx := ctxT(t, 10*time.Second)
+	first, err := c.Follow(withKey(ctx, "k-stream"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	second, err := c.Follow(withKey(ctx, "k-stream"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := second.Recv(); status.Code(err) != codes.Aborted {
+		t.Errorf("a second stream with a running stream's key: %v, want Aborted", err)
+	}
+	close(release)
+	if r, err := first.Recv(); err != nil || r.OrderId != "followed" {
+		t.Fatalf("first stream: %v %v", r, err)
+	}
+	if _, err := first.Recv(); err == nil {
+		t.Fatal("first stream did not end")
+	}
+	third, err := c.Follow(withKey(ctx, "k-stream"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	if r, err := third.Recv(); err != nil || r.OrderId != "followed" {
+		t.Errorf("a stream after the first ended: %v %v", r, err)
+	}
+}
+
+func TestNewValidates(t *testing.T) {
+	g, err := idem.NewGuard(memstore.New())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, opts := range map[string][]grpcmw.Option{
+		"no scope":       nil,
+		"two key spaces": {grpcmw.Unscoped(), grpcmw.Unscoped()},
+		"nil scope":      {grpcmw.WithScope(nil)},
+		"empty metadata": {grpcmw.Unscoped(), grpcmw.WithMetadataKey("")},
+		"negative wait":  {grpcmw.Unscoped(), grpcmw.WithWait(-time.Second)},
+	} {
+		if _, err := grpcmw.UnaryServerInterceptor(g, opts...); err == nil {
+			t.Errorf("%s: no error", name)
+		}
+	}
+	if _, err := grpcmw.UnaryServerInterceptor(nil, grpcmw.Unscoped()); err == nil {
+		t.Error("nil Guard: no error")
+	}
+
+}

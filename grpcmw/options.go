@@ -1,0 +1,141 @@
+package grpcmw
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Metadata keys.
+const (
+	// DefaultMetadataKey carries the idempotency key of a call.
+	DefaultMetadataKey = "idempotency-key"
+	// ReplayedMetadataKey is set to "true" in the header metadata of a
+	// replayed response.
+	ReplayedMetadataKey = "idempotent-replayed"
+)
+
+// Option configures the server interceptors.
+type Option func(*config)
+
+type config struct {
+	metadataKey string
+	extract     func(ctx context.Context, req any) (string, bool)
+	scope       func(ctx context.Context) string
+	scoped      int
+	selector    func(fullMethod string) bool
+	final       func(error) bool
+	optional    bool
+	wait        time.Duration
+	waitSet     bool
+	failOpen    bool
+	errs        []error
+}
+
+// WithMetadataKey sets the metadata key that carries the idempotency key.
+// Default "idempotency-key".
+func WithMetadataKey(name string) Option {
+	return func(c *config) {
+		if name == "" {
+			c.errs = append(c.errs, errors.New("empty metadata key"))
+		}
+		c.metadataKey = name
+	}
+}
+
+// WithKeyExtractor takes the key from the request when the metadata has
+// none: an AIP-155 request_id field, say. extract reports false when the
+// request carries no key.
+func WithKeyExtractor(extract func(ctx context.Context, req any) (string, bool)) Option {
+	return func(c *config) { c.extract = extract }
+}
+
+// WithScope derives the scope of a call — the authenticated principal, a
+// tenant — which becomes part of the stored key with the full method name,
+// so that one principal can never replay another's response. Every
+// interceptor must choose: WithScope, or Unscoped.
+func WithScope(scope func(ctx context.Context) string) Option {
+	return func(c *config) {
+		if scope == nil {
+			c.errs = append(c.errs, errors.New("nil scope function"))
+		}
+		c.scope = scope
+		c.scoped++
+	}
+}
+
+// Unscoped puts the keys of every caller of a method in one key space.
+// Only for services without principals, or behind a gateway that scopes
+// keys.
+func Unscoped() Option { return func(c *config) { c.scoped++ } }
+
+// WithSelector limits the interceptor to the methods for which selected
+// reports true (full method names, "/pkg.Service/Method"). Other calls
+// pass through untouched. Default: every method.
+func WithSelector(selected func(fullMethod string) bool) Option {
+	return func(c *config) { c.selector = selected }
+}
+
+// WithFinal decides which handler errors are final: stored and replayed to
+// every duplicate as the same status with its details. Any other error
+// drops the claim so that a retry runs the handler again. Default
+// DefaultFinal.
+func WithFinal(final func(error) bool) Option {
+	return func(c *config) {
+		if final == nil {
+			c.errs = append(c.errs, errors.New("nil final function"))
+		}
+		c.final = final
+	}
+}
+
+// DefaultFinal is final for the codes a retry of the same request cannot
+// change: InvalidArgument, NotFound, AlreadyExists, PermissionDenied,
+// FailedPrecondition, OutOfRange and Unauthenticated.
+func DefaultFinal(err error) bool {
+	switch status.Code(err) {
+	case codes.InvalidArgument, codes.NotFound, codes.AlreadyExists, codes.PermissionDenied,
+		codes.FailedPrecondition, codes.OutOfRange, codes.Unauthenticated:
+		return true
+	}
+	return false
+}
+
+// WithOptionalKey lets calls without a key through, without idempotency,
+// instead of answering InvalidArgument. A malformed key is still refused.
+func WithOptionalKey() Option { return func(c *config) { c.optional = true } }
+
+// WithWait makes a duplicate that arrives while the first call runs wait up
+// to d for its response and replay it, instead of failing with Aborted at
+// once. Default: the Guard's own wait (idem.WithWait), which is 0.
+func WithWait(d time.Duration) Option {
+	return func(c *config) {
+		if d < 0 {
+			c.errs = append(c.errs, fmt.Errorf("negative wait %v", d))
+		}
+		c.wait, c.waitSet = d, true
+	}
+}
+
+// WithFailOpen runs the handler without idempotency when the store cannot
+// be reached, instead of answering Unavailable. Duplicates may then run
+// twice.
+func WithFailOpen() Option { return func(c *config) { c.failOpen = true } }
+
+func newConfig(opts []Option) (*config, error) {
+	c := &config{metadataKey: DefaultMetadataKey, final: DefaultFinal}
+	for _, o := range opts {
+		o(c)
+	}
+	if c.scoped != 1 {
+		c.errs = append(c.errs, errors.New("choose the key space once: WithScope(principal) or Unscoped()"))
+	}
+	if err := errors.Join(c.errs...); err != nil {
+		return nil, fmt.Errorf("grpcmw: %w", err)
+	}
+	return c, nil
+}

@@ -1,0 +1,251 @@
+package grpcmw
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/oncekit/oncekit/core/idem"
+)
+
+// errNotStored is what a run returns for an outcome that must not be
+// stored: the Guard drops the claim, so that a retry runs again.
+type errNotStored struct{ err error }
+
+func (e errNotStored) Error() string { return "not stored: " + e.err.Error() }
+func (e errNotStored) Unwrap() error { return e.err }
+
+type server struct {
+	cfg   *config
+	guard *idem.Guard
+}
+
+// UnaryServerInterceptor makes unary calls idempotent with guard: the
+// first call with a key runs the handler and its reply (or final error)
+// is stored; duplicates get it replayed, with "idempotent-replayed: true"
+// in the header metadata. See the package documentation for the rules.
+func UnaryServerInterceptor(guard *idem.Guard, opts ...Option) (grpc.UnaryServerInterceptor, error) {
+	s, err := newServer(guard, opts)
+	if err != nil {
+		return nil, err
+	}
+	return s.unary, nil
+}
+
+// StreamServerInterceptor runs at most one stream per key at a time: a
+// stream whose key is held by a running stream fails with Aborted (or
+// waits, WithWait). It stores and replays nothing: streams are not
+// replayable, and a stream that ends lets the next one with its key run.
+// Streams without a key pass through unless the key is required.
+func StreamServerInterceptor(guard *idem.Guard, opts ...Option) (grpc.StreamServerInterceptor, error) {
+	s, err := newServer(guard, opts)
+	if err != nil {
+		return nil, err
+	}
+	return s.stream, nil
+}
+
+func newServer(guard *idem.Guard, opts []Option) (*server, error) {
+	if guard == nil {
+		return nil, errors.New("grpcmw: nil Guard")
+	}
+	c, err := newConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	return &server{cfg: c, guard: guard}, nil
+}
+
+// key returns the call's key from its metadata (or the request, through
+// the extractor); ok is false when the call carries none.
+func (s *server) key(ctx context.Context, req any) (key string, ok bool, err error) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	vals := md.Get(s.cfg.metadataKey)
+	switch {
+	case len(vals) > 1:
+		return "", false, status.Errorf(codes.InvalidArgument, "grpcmw: %d %s values; send one", len(vals), s.cfg.metadataKey)
+	case len(vals) == 1:
+		key = vals[0]
+	case s.cfg.extract != nil && req != nil:
+		key, ok = s.cfg.extract(ctx, req)
+		if !ok {
+			return "", false, nil
+		}
+	default:
+		return "", false, nil
+	}
+	if err := idem.CheckClientKey(key); err != nil {
+		return "", false, status.Errorf(codes.InvalidArgument, "grpcmw: %s: %v", s.cfg.metadataKey, err)
+	}
+	return key, true, nil
+}
+
+// stored is the key in the store: the scope, the full method and the key.
+func (s *server) stored(ctx context.Context, fullMethod, key string) string {
+	scope := ""
+	if s.cfg.scope != nil {
+		scope = s.cfg.scope(ctx)
+	}
+	return idem.ScopedKey(scope, fullMethod+"\n"+key)
+}
+
+func (s *server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if s.cfg.selector != nil && !s.cfg.selector(info.FullMethod) {
+		return handler(ctx, req)
+	}
+	key, ok, err := s.key(ctx, req)
+	switch {
+	case err != nil:
+		return nil, err
+	case !ok && s.cfg.optional:
+		return handler(ctx, req)
+	case !ok:
+		return nil, status.Errorf(codes.InvalidArgument, "grpcmw: %s needs an %s", info.FullMethod, s.cfg.metadataKey)
+	}
+	msg, isProto := req.(proto.Message)
+	if !isProto {
+		return nil, status.Errorf(codes.Internal, "grpcmw: %s: request %T is not a protocol buffer", info.FullMethod, req)
+	}
+	body, err := proto.MarshalOptions{Deterministic: true}.Marshal(msg)
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "grpcmw: %s: %v", info.FullMethod, err)
+	}
+	fp := idem.Fingerprint([]byte(info.FullMethod), body)
+	if s.cfg.waitSet {
+		ctx = idem.ContextWithWait(ctx, s.cfg.wait)
+	}
+	var (
+		ran      bool
+		resp     any
+		firstErr error
+	)
+	result, replayed, err := s.guard.Do(ctx, s.stored(ctx, info.FullMethod, key), fp, func(rctx context.Context) ([]byte, error) {
+		ran = true
+		resp, firstErr = handler(rctx, req)
+		return s.outcome(resp, firstErr)
+	})
+	switch {
+	case ran && (err == nil || errors.As(err, new(errNotStored))):
+		return resp, firstErr // the handler answered; stored or not
+	case ran:
+		return nil, s.storeError(ctx, err)
+	case err == nil && replayed:
+		m, final, derr := decodeOutcome(result)
+		if derr != nil {
+			return nil, status.Errorf(codes.Internal, "grpcmw: the stored outcome of this key cannot be read; an operator can delete it (oncectl record delete)")
+		}
+		_ = grpc.SetHeader(ctx, metadata.Pairs(ReplayedMetadataKey, "true"))
+		if final != nil {
+			return nil, final
+		}
+		return m, nil
+	default:
+		if err2 := s.guardError(ctx, err); err2 != nil {
+			return nil, err2
+		}
+		return handler(ctx, req) // fail open
+	}
+}
+
+// outcome turns the handler's answer into the stored bytes, or errNotStored.
+func (s *server) outcome(resp any, err error) ([]byte, error) {
+	if err != nil {
+		if !s.cfg.final(err) {
+			return nil, errNotStored{err}
+		}
+		return encodeStatus(status.Convert(err))
+	}
+	m, ok := resp.(proto.Message)
+	if !ok {
+		return nil, errNotStored{fmt.Errorf("reply %T is not a protocol buffer", resp)}
+	}
+	return encodeReply(m)
+}
+
+// storeError is the status of a run whose outcome could not be stored.
+func (s *server) storeError(ctx context.Context, err error) error {
+	if errors.Is(err, idem.ErrLockLost) {
+		return status.Error(codes.Aborted, "grpcmw: the call's claim was lost while it ran; retry with the same key")
+	}
+	return status.Error(codes.Unavailable, "grpcmw: the outcome could not be stored; retry with the same key")
+}
+
+// guardError maps the Guard's refusals to statuses; nil means fail open.
+func (s *server) guardError(ctx context.Context, err error) error {
+	var ife *idem.InFlightError
+	switch {
+	case errors.As(err, &ife):
+		st := status.New(codes.Aborted, "grpcmw: a call with this key is still running; retry later to get its response")
+		delay := durationpb.New(max(ife.RetryAfter, 0))
+		if d, derr := st.WithDetails(&errdetails.RetryInfo{RetryDelay: delay}); derr == nil {
+			st = d
+		}
+		return st.Err()
+	case errors.Is(err, idem.ErrMismatch):
+		return status.Error(codes.FailedPrecondition, "grpcmw: this key was used for a different request")
+	case errors.Is(err, idem.ErrInvalidKey):
+		return status.Errorf(codes.InvalidArgument, "grpcmw: %v", err)
+	case errors.Is(err, idem.ErrCorruptRecord):
+		return status.Error(codes.Internal, "grpcmw: the stored record of this key cannot be read; an operator can delete it (oncectl record delete)")
+	case ctx.Err() != nil:
+		return status.FromContextError(ctx.Err()).Err()
+	case s.cfg.failOpen:
+		return nil
+	default:
+		return status.Error(codes.Unavailable, "grpcmw: the idempotency store cannot be reached; the call was not run. Retry with the same key")
+	}
+}
+
+func (s *server) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	if s.cfg.selector != nil && !s.cfg.selector(info.FullMethod) {
+		return handler(srv, ss)
+	}
+	ctx := ss.Context()
+	key, ok, err := s.key(ctx, nil)
+	switch {
+	case err != nil:
+		return err
+	case !ok && s.cfg.optional:
+		return handler(srv, ss)
+	case !ok:
+		return status.Errorf(codes.InvalidArgument, "grpcmw: %s needs an %s", info.FullMethod, s.cfg.metadataKey)
+	}
+	if s.cfg.waitSet {
+		ctx = idem.ContextWithWait(ctx, s.cfg.wait)
+	}
+	var handlerErr error
+	ran := false
+	// Lock only: the claim is held while the stream runs and dropped when
+	// it ends (the run never stores), so the next stream with the key runs.
+	_, _, err = s.guard.Do(ctx, s.stored(ctx, info.FullMethod, key), idem.Fingerprint([]byte(info.FullMethod)),
+		func(rctx context.Context) ([]byte, error) {
+			ran = true
+			handlerErr = handler(srv, &wrappedStream{ServerStream: ss, ctx: rctx})
+			return nil, errNotStored{errStreamDone}
+		})
+	if ran {
+		return handlerErr
+	}
+	if err2 := s.guardError(ctx, err); err2 != nil {
+		return err2
+	}
+	return handler(srv, ss)
+}
+
+var errStreamDone = errors.New("stream ended")
+
+// wrappedStream gives the handler the run's context (fence, key).
+type wrappedStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (w *wrappedStream) Context() context.Context { return w.ctx }
