@@ -8,7 +8,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/oncekit/oncekit/core/idem"
-	"github.com/oncekit/oncekit/core/lock/lockdriver"
 )
 
 // Effect is a write that commits atomically with an idempotency record:
@@ -27,9 +26,6 @@ type Effect struct {
 // Effect in one transaction, after a read of the claim's entry (two round
 // trips).
 func (s *Store) CompleteWith(ctx context.Context, c idem.Claim, result []byte, retention time.Duration, effect any) error {
-	if err := lockdriver.ValidateTTL(retention); err != nil {
-		return err
-	}
 	e, ok := effect.(Effect)
 	if p, isPtr := effect.(*Effect); isPtr && p != nil {
 		e, ok = *p, true
@@ -37,18 +33,12 @@ func (s *Store) CompleteWith(ctx context.Context, c idem.Claim, result []byte, r
 	if !ok {
 		return fmt.Errorf("etcdstore: complete %q: %T is not an etcdstore.Effect: %w", c.Key, effect, idem.ErrEffectUnsupported)
 	}
-	if c.Token == "" {
-		return fmt.Errorf("etcdstore: complete %q: %w", c.Key, idem.ErrLockLost)
-	}
 	ctx, cancel := cleanupIfDone(ctx)
 	defer cancel()
-	expires := time.Now().Add(retention)
-	lease, err := s.retentionLease(ctx, expires)
+	entry, val, lease, err := s.completion(ctx, c, result, retention)
 	if err != nil {
-		return fmt.Errorf("etcdstore: complete %q: %w", c.Key, err)
+		return err
 	}
-	entry := s.recordDir(c.Key) + c.Token
-	val := recordVal{state: stateCompleted, expires: expires, fp: c.Fingerprint, result: result}.encode()
 	for range 3 {
 		// Read the claim's entry, then commit on its mod revision: the
 		// transaction applies the effect only to a claim still in flight

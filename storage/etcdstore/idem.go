@@ -196,21 +196,12 @@ func (s *Store) finish(ctx context.Context, c idem.Claim, op string, update func
 // entry still exists with the claim's create revision. Entries are never
 // reused, so that proves no newer claim took the key.
 func (s *Store) Complete(ctx context.Context, c idem.Claim, result []byte, retention time.Duration) error {
-	if err := lockdriver.ValidateTTL(retention); err != nil {
-		return err
-	}
-	if c.Token == "" {
-		return fmt.Errorf("etcdstore: complete %q: %w", c.Key, idem.ErrLockLost)
-	}
 	ctx, cancel := cleanupIfDone(ctx)
 	defer cancel()
-	expires := time.Now().Add(retention)
-	lease, err := s.retentionLease(ctx, expires)
+	entry, val, lease, err := s.completion(ctx, c, result, retention)
 	if err != nil {
-		return fmt.Errorf("etcdstore: complete %q: %w", c.Key, err)
+		return err
 	}
-	entry := s.recordDir(c.Key) + c.Token
-	val := recordVal{state: stateCompleted, expires: expires, fp: c.Fingerprint, result: result}.encode()
 	t, err := s.c.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(entry), "=", int64(c.Fence))).
 		Then(clientv3.OpPut(entry, val, clientv3.WithLease(lease))).
@@ -223,6 +214,24 @@ func (s *Store) Complete(ctx context.Context, c idem.Claim, result []byte, reten
 	}
 	s.stopClaimTimer(entry)
 	return nil
+}
+
+// completion checks a Complete's arguments and returns c's entry, its
+// completed value and the retention lease it is bound to.
+func (s *Store) completion(ctx context.Context, c idem.Claim, result []byte, retention time.Duration) (entry, val string, lease clientv3.LeaseID, err error) {
+	if err := lockdriver.ValidateTTL(retention); err != nil {
+		return "", "", 0, err
+	}
+	if c.Token == "" {
+		return "", "", 0, fmt.Errorf("etcdstore: complete %q: %w", c.Key, idem.ErrLockLost)
+	}
+	expires := time.Now().Add(retention)
+	if lease, err = s.retentionLease(ctx, expires); err != nil {
+		return "", "", 0, fmt.Errorf("etcdstore: complete %q: %w", c.Key, err)
+	}
+	entry = s.recordDir(c.Key) + c.Token
+	val = recordVal{state: stateCompleted, expires: expires, fp: c.Fingerprint, result: result}.encode()
+	return entry, val, lease, nil
 }
 
 // Abandon implements idem.Store.
