@@ -19,6 +19,7 @@ import (
 	"github.com/oncekit/oncekit/grpcmw"
 	"github.com/oncekit/oncekit/grpcmw/internal/testpb"
 	"github.com/oncekit/oncekit/internal/testenv"
+	"github.com/oncekit/oncekit/storage/memstore"
 	"github.com/oncekit/oncekit/storage/redisstore"
 )
 
@@ -42,13 +43,16 @@ func BenchmarkUnaryInterceptor(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer st.Close()
-	g, err := idem.NewGuard(st)
-	if err != nil {
-		b.Fatal(err)
-	}
-	unary, err := grpcmw.UnaryServerInterceptor(g, grpcmw.Unscoped())
-	if err != nil {
-		b.Fatal(err)
+	interceptor := func(st idem.Store) grpc.UnaryServerInterceptor {
+		g, err := idem.NewGuard(st)
+		if err != nil {
+			b.Fatal(err)
+		}
+		unary, err := grpcmw.UnaryServerInterceptor(g, grpcmw.Unscoped())
+		if err != nil {
+			b.Fatal(err)
+		}
+		return unary
 	}
 	start := func(opts ...grpc.ServerOption) testpb.OrdersClient {
 		srv := grpc.NewServer(opts...)
@@ -66,7 +70,11 @@ func BenchmarkUnaryInterceptor(b *testing.B) {
 		b.Cleanup(func() { conn.Close() })
 		return testpb.NewOrdersClient(conn)
 	}
-	bare, guarded := start(), start(grpc.ChainUnaryInterceptor(unary))
+	bare := start()
+	guardedBy := map[string]testpb.OrdersClient{
+		"redis":  start(grpc.ChainUnaryInterceptor(interceptor(st))),
+		"memory": start(grpc.ChainUnaryInterceptor(interceptor(memstore.New()))), // the interceptor's own cost
+	}
 	req := &testpb.PlaceRequest{Sku: "phone-x", Qty: 1, User: "alice"}
 	// run makes n calls from clients goroutines; key(i) names call i's key.
 	// With pings set, each call is followed by a timed Redis PING, so that
@@ -99,39 +107,52 @@ func BenchmarkUnaryInterceptor(b *testing.B) {
 		wg.Wait()
 		return out
 	}
-	for _, clients := range []int{1, 16} {
-		for _, mode := range []string{"new-key", "replay"} {
-			b.Run(fmt.Sprintf("clients=%d/%s", clients, mode), func(b *testing.B) {
-				n := max(b.N, 200)
-				pings := make([]time.Duration, n)
-				calls := func(client testpb.OrdersClient, key func(int) string, p ...[]time.Duration) []time.Duration {
-					return run(client, n, clients, key, p...)
-				}
-				base := fmt.Sprintf("%s-%d-%d", mode, clients, time.Now().UnixNano())
-				if mode == "replay" {
-					run(guarded, 1, 1, func(int) string { return base }) // store it once
-				}
-				b.ResetTimer()
-				t0 := time.Now()
-				mw := calls(guarded, func(i int) string {
-					if mode == "replay" {
-						return base
+	for _, store := range []string{"redis", "memory"} {
+		guarded := guardedBy[store]
+		for _, clients := range []int{1, 16} {
+			for _, mode := range []string{"new-key", "replay"} {
+				b.Run(fmt.Sprintf("%s/clients=%d/%s", store, clients, mode), func(b *testing.B) {
+					n := max(b.N, 200)
+					pings := make([]time.Duration, n)
+					calls := func(client testpb.OrdersClient, key func(int) string, p ...[]time.Duration) []time.Duration {
+						return run(client, n, clients, key, p...)
 					}
-					return fmt.Sprintf("%s-%d", base, i)
-				}, pings)
-				elapsed := time.Since(t0)
-				b.StopTimer()
-				plain := calls(bare, func(int) string { return "" })
-				trips := 2.0
-				if mode == "replay" {
-					trips = 1
-				}
-				b.ReportMetric(float64(n)/elapsed.Seconds(), "calls/s")
-				b.ReportMetric(pct(mw, 0.5)-pct(plain, 0.5), "added-p50-µs")
-				b.ReportMetric(pct(mw, 0.99)-pct(plain, 0.99), "added-p99-µs")
-				b.ReportMetric(pct(pings, 0.5), "rtt-p50-µs")
-				b.ReportMetric(trips*pct(pings, 0.5)+50, "budget-µs")
-			})
+					base := fmt.Sprintf("%s-%d-%d", mode, clients, time.Now().UnixNano())
+					if mode == "replay" {
+						run(guarded, 1, 1, func(int) string { return base }) // store it once
+					}
+					b.ResetTimer()
+					t0 := time.Now()
+					mw := calls(guarded, func(i int) string {
+						if mode == "replay" {
+							return base
+						}
+						return fmt.Sprintf("%s-%d", base, i)
+					}, pingsIf(store == "redis", pings)...)
+					elapsed := time.Since(t0)
+					b.StopTimer()
+					plain := calls(bare, func(int) string { return "" })
+					trips := 2.0
+					if mode == "replay" {
+						trips = 1
+					}
+					b.ReportMetric(float64(n)/elapsed.Seconds(), "calls/s")
+					b.ReportMetric(pct(mw, 0.5)-pct(plain, 0.5), "added-p50-µs")
+					b.ReportMetric(pct(mw, 0.99)-pct(plain, 0.99), "added-p99-µs")
+					if store == "redis" {
+						b.ReportMetric(pct(pings, 0.5), "rtt-p50-µs")
+						b.ReportMetric(trips*pct(pings, 0.5)+50, "budget-µs")
+					}
+				})
+			}
 		}
 	}
+}
+
+// pingsIf passes pings to run only when the store is Redis.
+func pingsIf(on bool, pings []time.Duration) [][]time.Duration {
+	if on {
+		return [][]time.Duration{pings}
+	}
+	return nil
 }
