@@ -38,11 +38,14 @@ var (
 	idemWriteBackLua string
 	//go:embed lua/idem_commit.lua
 	idemCommitLua string
+	//go:embed lua/claim.lua
+	claimLua string
 )
 
 // The scripts; their KEYS and ARGV are documented at the top of each file.
 // Those that announce on pub/sub start with lua/prelude.lua, those that
-// issue or raise fences with lua/fence.lua.
+// issue or raise fences with lua/fence.lua, those that act on an in-flight
+// claim with lua/claim.lua.
 var (
 	Acquire       = redis.NewScript(fenceLua + acquireLua)
 	Release       = redis.NewScript(preludeLua + releaseLua)
@@ -51,8 +54,8 @@ var (
 	WriteBack     = redis.NewScript(fenceLua + writeBackLua)
 	AcquireAll    = redis.NewScript(fenceLua + acquireAllLua)
 	IdemBegin     = redis.NewScript(fenceLua + idemBeginLua)
-	IdemWriteBack = redis.NewScript(fenceLua + idemWriteBackLua)
-	IdemFinish    = redis.NewScript(preludeLua + idemFinishLua)
+	IdemWriteBack = redis.NewScript(fenceLua + claimLua + idemWriteBackLua)
+	IdemFinish    = redis.NewScript(preludeLua + claimLua + idemFinishLua)
 	LeaveQueue    = redis.NewScript(leaveQueueLua)
 	RecordStatus  = redis.NewScript(recordStateLua)
 )
@@ -64,7 +67,7 @@ type EffectScript struct{ script *redis.Script }
 // NewEffectScript wraps lua, the body of a function effect(KEYS, ARGV)
 // that returns nil to go ahead or a reason to refuse.
 func NewEffectScript(lua string) *EffectScript {
-	return &EffectScript{redis.NewScript(preludeLua + "local function effect(KEYS, ARGV)\n" + lua + "\nend\n" + idemCommitLua)}
+	return &EffectScript{redis.NewScript(preludeLua + claimLua + "local function effect(KEYS, ARGV)\n" + lua + "\nend\n" + idemCommitLua)}
 }
 
 // Run runs script and returns its reply, or an error matching ctx.Err() as

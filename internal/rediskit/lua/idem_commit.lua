@@ -9,11 +9,7 @@
 -- ARGV[4] channel, ARGV[5] pub/sub mode, ARGV[6..] the effect's arguments
 -- Returns {1, ''} done, {0, ''} not our claim (nothing run), {2, reason}
 -- refused by the effect (nothing written).
-if redis.call('TYPE', KEYS[1])['ok'] ~= 'hash' then
-  return {0, ''}
-end
-local r = redis.call('HMGET', KEYS[1], 'v', 's', 't')
-if r[1] ~= '1' or r[2] ~= 'i' or r[3] ~= ARGV[1] then
+if not our_claim(KEYS[1], ARGV[1]) then
   return {0, ''}
 end
 local ekeys, eargv = {}, {}

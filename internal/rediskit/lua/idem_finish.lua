@@ -5,11 +5,7 @@
 -- ARGV[3] retention or lease in milliseconds, ARGV[4] result (complete),
 -- ARGV[5] channel, ARGV[6] pub/sub mode ('s', 'c', 'a', 'n')
 -- Returns 1 done, 0 not ours (the lease ran out, or another claim).
-if redis.call('TYPE', KEYS[1])['ok'] ~= 'hash' then
-  return 0
-end
-local r = redis.call('HMGET', KEYS[1], 'v', 's', 't')
-if r[1] ~= '1' or r[2] ~= 'i' or r[3] ~= ARGV[1] then
+if not our_claim(KEYS[1], ARGV[1]) then
   return 0
 end
 if ARGV[2] == 'extend' then

@@ -6,11 +6,7 @@
 -- Returns 1 when the record is our in-flight claim here (its f is set to
 -- T), 0 when not.
 raise_fence(KEYS[2], ARGV[2], ARGV[3])
-if redis.call('TYPE', KEYS[1])['ok'] ~= 'hash' then
-  return 0
-end
-local r = redis.call('HMGET', KEYS[1], 'v', 's', 't')
-if r[1] ~= '1' or r[2] ~= 'i' or r[3] ~= ARGV[1] then
+if not our_claim(KEYS[1], ARGV[1]) then
   return 0
 end
 redis.call('HSET', KEYS[1], 'f', ARGV[2])
