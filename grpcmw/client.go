@@ -2,11 +2,11 @@ package grpcmw
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
+
+	"github.com/oncekit/oncekit/core/idem"
 )
 
 // ClientOption configures UnaryClientInterceptor.
@@ -36,12 +36,9 @@ func WithKeyGenerator(newKey func() string) ClientOption {
 	return func(c *clientConfig) { c.newKey = newKey }
 }
 
-// NewKey returns a fresh idempotency key: 128 random bits, in hex.
-func NewKey() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
+// NewKey returns a fresh idempotency key: 128 random bits, in hex
+// (idem.NewKey).
+func NewKey() string { return idem.NewKey() }
 
 // UnaryClientInterceptor gives every logical call that has no
 // idempotency key one, in its outgoing metadata, before gRPC sends it: the

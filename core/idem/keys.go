@@ -1,6 +1,7 @@
 package idem
 
 import (
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -59,4 +60,13 @@ func CheckClientKey(k string) error {
 		}
 	}
 	return nil
+}
+
+// NewKey returns a fresh idempotency key for a logical operation that has
+// none: 128 random bits in hex (32 bytes). Middleware that mints keys on a
+// client's behalf (grpcmw's client interceptor, kafkamw's Producer) uses it.
+func NewKey() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
+	return hex.EncodeToString(b[:])
 }

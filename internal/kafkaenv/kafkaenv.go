@@ -1,0 +1,75 @@
+// Package kafkaenv gives tests a Kafka-protocol broker: the one named by
+// KAFKA_BROKERS (as `make test` and `make services-up` export it), or one
+// started in the test process (internal/kbroker) when the variable is unset.
+package kafkaenv
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/oncekit/oncekit/internal/kbroker"
+)
+
+// Brokers returns the addresses of a broker for tb: KAFKA_BROKERS, or an
+// in-process broker stopped at tb's cleanup.
+func Brokers(tb testing.TB) []string {
+	tb.Helper()
+	var out []string
+	for a := range strings.SplitSeq(os.Getenv("KAFKA_BROKERS"), ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			out = append(out, a)
+		}
+	}
+	if len(out) > 0 {
+		return out
+	}
+	b, err := kbroker.Start(kbroker.Config{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(b.Close)
+	return []string{b.Addr()}
+}
+
+var topicSeq atomic.Int64
+
+// Topic creates a topic with a name unique to this test run and the given
+// partitions, and returns its name.
+func Topic(tb testing.TB, brokers []string, partitions int) string {
+	tb.Helper()
+	name := fmt.Sprintf("t%d-%d-%d", os.Getpid(), time.Now().UnixNano()%1e9, topicSeq.Add(1))
+	if err := CreateTopic(brokers, name, partitions); err != nil {
+		tb.Fatal(err)
+	}
+	return name
+}
+
+// CreateTopic creates topic with partitions partitions (an existing one is
+// fine).
+func CreateTopic(brokers []string, topic string, partitions int) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	addr, err := net.ResolveTCPAddr("tcp", brokers[0])
+	if err != nil {
+		return err
+	}
+	c := &kafka.Client{Addr: addr, Transport: &kafka.Transport{}}
+	res, err := c.CreateTopics(ctx, &kafka.CreateTopicsRequest{Topics: []kafka.TopicConfig{{
+		Topic: topic, NumPartitions: partitions, ReplicationFactor: 1,
+	}}})
+	if err != nil {
+		return fmt.Errorf("create topic %s: %w", topic, err)
+	}
+	if err := res.Errors[topic]; err != nil && !strings.Contains(err.Error(), "Already Exists") {
+		return fmt.Errorf("create topic %s: %w", topic, err)
+	}
+	return nil
+}

@@ -1,0 +1,69 @@
+// Package kbroker runs a Kafka-protocol broker (franz-go's kfake) on
+// loopback, for tests, the embedded demo and cmd/kfake. It is not a Kafka:
+// one process, no replication; what kafka-go needs from a broker (produce,
+// fetch, consumer groups, offset commits, topic admin) it speaks.
+package kbroker
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+)
+
+// Config says how to run a broker. The zero value is a broker on a free
+// port that creates topics on first use with DefaultPartitions partitions.
+type Config struct {
+	// Port to listen on, on 127.0.0.1 (0: a free one).
+	Port int
+	// Topics to create at start, with their partition counts.
+	Topics map[string]int32
+	// DefaultPartitions of a topic created on first use (default 4).
+	DefaultPartitions int
+	// DataDir keeps topics and offsets across restarts ("" keeps them in
+	// memory only).
+	DataDir string
+	// MinSessionTimeout is the shortest consumer-group session the broker
+	// accepts (default 100 ms, so that tests and demos rebalance fast;
+	// kfake's own default is 6 s).
+	MinSessionTimeout time.Duration
+}
+
+// Broker is a running broker.
+type Broker struct {
+	c *kfake.Cluster
+}
+
+// Start starts a broker.
+func Start(cfg Config) (*Broker, error) {
+	if cfg.DefaultPartitions <= 0 {
+		cfg.DefaultPartitions = 4
+	}
+	if cfg.MinSessionTimeout <= 0 {
+		cfg.MinSessionTimeout = 100 * time.Millisecond
+	}
+	opts := []kfake.Opt{
+		kfake.NumBrokers(1),
+		kfake.Ports(cfg.Port),
+		kfake.AllowAutoTopicCreation(),
+		kfake.DefaultNumPartitions(cfg.DefaultPartitions),
+		kfake.GroupMinSessionTimeout(cfg.MinSessionTimeout),
+	}
+	for topic, n := range cfg.Topics {
+		opts = append(opts, kfake.SeedTopics(n, topic))
+	}
+	if cfg.DataDir != "" {
+		opts = append(opts, kfake.DataDir(cfg.DataDir))
+	}
+	c, err := kfake.NewCluster(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("kbroker: start: %w", err)
+	}
+	return &Broker{c: c}, nil
+}
+
+// Addr is the broker's host:port.
+func (b *Broker) Addr() string { return b.c.ListenAddrs()[0] }
+
+// Close stops the broker (and writes its data when it has a DataDir).
+func (b *Broker) Close() { b.c.Close() }

@@ -1,0 +1,319 @@
+package kafkamw
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/oncekit/oncekit/core/idem"
+)
+
+// Reader is what a Consumer reads from: a *kafka.Reader with a GroupID, so
+// that CommitMessages commits the group's offsets. Its CommitInterval should
+// be 0 (commits are synchronous; the Consumer batches them itself).
+type Reader interface {
+	FetchMessage(ctx context.Context) (kafka.Message, error)
+	CommitMessages(ctx context.Context, msgs ...kafka.Message) error
+}
+
+// Handler handles one message. Its context carries the message's stable
+// idempotency key (idem.KeyFrom) and its claim's fence (idem.FenceFrom), so
+// that its effect can commit with the record (idem.Commit) or be made
+// conditional on the key at its resource. It is cancelled when the Consumer
+// stops abruptly or the claim is lost. An error is retried (WithRetry),
+// unless it is Permanent; then the message is dead-lettered.
+type Handler func(ctx context.Context, msg kafka.Message) error
+
+// Stats counts what a Consumer did since it was made.
+type Stats struct {
+	Fetched      int64 // messages read from the Reader
+	Handled      int64 // messages whose handler succeeded here
+	Duplicates   int64 // messages already handled (or dead-lettered) before: committed without the handler
+	Retries      int64 // handler calls that failed and were tried again
+	DeadLettered int64 // messages published to the dead-letter destination
+	StoreErrors  int64 // claims or completions the store did not answer (retried)
+	Commits      int64 // successful offset commits (each may cover many messages and partitions)
+	CommitErrors int64 // failed offset commits (retried)
+}
+
+// Consumer runs a Handler once per message key over a consumer group: see the
+// package documentation.
+type Consumer struct {
+	r       Reader
+	guard   *idem.Guard
+	handler Handler
+	cfg     config
+
+	slots   chan struct{} // one per message in flight (WithPipeline)
+	workers chan struct{} // one per handler running (WithConcurrency)
+	kick    chan struct{} // a message is done: commit
+
+	mu        sync.Mutex
+	lanes     map[partition]*lane
+	keys      map[string]chan struct{} // key -> closed when the latest message in flight with it is done
+	toCommit  map[partition]*candidate
+	committed map[partition]int64
+	stats     Stats
+	running   bool
+	stopFetch context.CancelCauseFunc
+	stopWork  context.CancelCauseFunc
+	done      chan struct{}
+	fatal     error
+	shutdown  bool
+}
+
+type partition struct {
+	topic string
+	id    int
+}
+
+// lane is one partition's messages in flight, in fetch (offset) order.
+type lane struct {
+	pending []*entry
+	last    int64         // offset of the latest message fetched
+	turn    chan struct{} // closed when the latest message's turn is over
+}
+
+type entry struct {
+	msg  kafka.Message
+	done bool
+}
+
+type candidate struct {
+	msg   kafka.Message
+	fails int
+}
+
+var (
+	resultHandled      = []byte{'h'}
+	resultDeadLettered = []byte{'d'}
+	errShutdown        = errors.New("kafkamw: consumer shut down")
+)
+
+// commitTimeout bounds one offset commit.
+const commitTimeout = 10 * time.Second
+
+// NewConsumer returns a Consumer that reads r, claims each message's key in
+// guard's store, runs handler once per key and commits offsets as messages
+// are done. r must be in a consumer group (a *kafka.Reader with GroupID, or
+// WithGroup).
+func NewConsumer(r Reader, guard *idem.Guard, handler Handler, opts ...Option) (*Consumer, error) {
+	cfg := defaults()
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if r == nil || guard == nil || handler == nil {
+		cfg.errs = append(cfg.errs, errors.New("NewConsumer needs a Reader, a Guard and a Handler"))
+	}
+	if kr, ok := r.(*kafka.Reader); ok && kr != nil {
+		rc := kr.Config()
+		if rc.GroupID == "" {
+			cfg.errs = append(cfg.errs, errors.New("the kafka.Reader has no GroupID: offsets can only be committed in a consumer group"))
+		}
+		if cfg.group == "" {
+			cfg.group = rc.GroupID
+		}
+	}
+	if cfg.scope == nil {
+		if cfg.group == "" {
+			cfg.errs = append(cfg.errs, errors.New("no consumer group to scope keys by: use WithGroup or WithScope"))
+		}
+		group := cfg.group
+		cfg.scope = func(m kafka.Message) string { return "kafka\x00" + group + "\x00" + m.Topic }
+	}
+	if err := cfg.check(); err != nil {
+		return nil, err
+	}
+	return &Consumer{
+		r: r, guard: guard, handler: handler, cfg: cfg,
+		slots:     make(chan struct{}, cfg.pipeline),
+		workers:   make(chan struct{}, cfg.concurrency),
+		kick:      make(chan struct{}, 1),
+		lanes:     make(map[partition]*lane),
+		keys:      make(map[string]chan struct{}),
+		toCommit:  make(map[partition]*candidate),
+		committed: make(map[partition]int64),
+	}, nil
+}
+
+// Stats returns what the Consumer did so far.
+func (c *Consumer) Stats() Stats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.stats
+}
+
+// Run reads and handles messages until ctx ends, Shutdown is called, the
+// Reader fails, or a message can be neither handled nor dead-lettered.
+// Before it returns, the handlers in flight finish (when ctx ended, their
+// contexts are cancelled first) and the offsets of every message done are
+// committed. It returns nil after Shutdown, ctx's error when ctx ended, a
+// *PoisonError for a message that failed every attempt with no dead-letter
+// destination, or the Reader's error. Run may be called once; the caller
+// closes the Reader after it returns.
+func (c *Consumer) Run(ctx context.Context) error {
+	work, stopWork := context.WithCancelCause(ctx)
+	fetch, stopFetch := context.WithCancelCause(work)
+	defer stopWork(nil)
+	defer stopFetch(nil)
+	c.mu.Lock()
+	if c.running {
+		c.mu.Unlock()
+		return errors.New("kafkamw: Run called twice")
+	}
+	if c.shutdown {
+		c.mu.Unlock()
+		return nil
+	}
+	c.running, c.stopFetch, c.stopWork, c.done = true, stopFetch, stopWork, make(chan struct{})
+	c.mu.Unlock()
+	defer close(c.done)
+
+	committerDone := make(chan struct{})
+	stopCommitter := make(chan struct{})
+	go func() {
+		defer close(committerDone)
+		c.commitLoop(stopCommitter)
+	}()
+
+	var wg sync.WaitGroup
+	fetchErr := c.fetchLoop(fetch, work, &wg)
+	wg.Wait()
+	close(stopCommitter)
+	<-committerDone
+
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case c.fatal != nil:
+		return c.fatal
+	case fetchErr != nil:
+		return fetchErr
+	case c.shutdown:
+		return nil
+	}
+	return ctx.Err()
+}
+
+// Shutdown stops fetching and waits for Run to return: the handlers in
+// flight finish with their contexts intact and their offsets are committed.
+// When ctx ends first, the handlers' contexts are cancelled, Shutdown still
+// waits for Run, and returns ctx's error. After Shutdown, Run returns nil at
+// once.
+func (c *Consumer) Shutdown(ctx context.Context) error {
+	c.mu.Lock()
+	c.shutdown = true
+	stopFetch, stopWork, done := c.stopFetch, c.stopWork, c.done
+	c.mu.Unlock()
+	if done == nil {
+		return nil
+	}
+	stopFetch(errShutdown)
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		stopWork(context.Cause(ctx))
+		<-done
+		return ctx.Err()
+	}
+}
+
+// fail stops the Consumer with err (the first one wins).
+func (c *Consumer) fail(err error) {
+	c.mu.Lock()
+	if c.fatal == nil {
+		c.fatal = err
+	}
+	stop := c.stopFetch
+	c.mu.Unlock()
+	stop(err)
+}
+
+func (c *Consumer) fetchLoop(fetch, work context.Context, wg *sync.WaitGroup) error {
+	for {
+		select {
+		case c.slots <- struct{}{}:
+		case <-fetch.Done():
+			return nil
+		}
+		msg, err := c.r.FetchMessage(fetch)
+		if err != nil {
+			<-c.slots
+			if fetch.Err() != nil {
+				return nil
+			}
+			if errors.Is(err, io.EOF) {
+				return fmt.Errorf("kafkamw: the Reader was closed while the Consumer ran: %w", err)
+			}
+			return fmt.Errorf("kafkamw: fetch: %w", err)
+		}
+		c.dispatch(work, msg, wg)
+	}
+}
+
+// dispatch queues msg in its partition's lane and starts its processing:
+// it waits for the message before it with the same key (if one is in
+// flight here), is claimed at once, and runs its handler when every earlier
+// message of its partition has had its turn.
+func (c *Consumer) dispatch(ctx context.Context, msg kafka.Message, wg *sync.WaitGroup) {
+	p := partition{msg.Topic, msg.Partition}
+	key, keyErr := c.keyOf(msg)
+	e := &entry{msg: msg}
+	mine, keyMine := make(chan struct{}), make(chan struct{})
+
+	c.mu.Lock()
+	c.stats.Fetched++
+	l := c.lanes[p]
+	if l == nil || msg.Offset <= l.last {
+		// New, or read again from an earlier offset (the partition was
+		// assigned anew at a rebalance): messages of the old lane still
+		// finish, but only this lane's are committed from now on.
+		closed := make(chan struct{})
+		close(closed)
+		l = &lane{turn: closed}
+		c.lanes[p] = l
+	}
+	l.last = msg.Offset
+	l.pending = append(l.pending, e)
+	prev := l.turn
+	l.turn = mine
+	var keyPrev chan struct{}
+	if keyErr == nil {
+		keyPrev = c.keys[key]
+		c.keys[key] = keyMine
+	}
+	c.mu.Unlock()
+
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		ok := c.process(ctx, msg, key, keyErr, prev, keyPrev)
+		c.mu.Lock()
+		if keyErr == nil && c.keys[key] == keyMine {
+			delete(c.keys, key)
+		}
+		e.done = ok
+		c.mu.Unlock()
+		close(keyMine)
+		// The turn passes on only once every earlier message of the
+		// partition has had its own: handlers run in offset order.
+		select {
+		case <-prev:
+		case <-ctx.Done():
+		}
+		close(mine)
+		<-c.slots
+		if ok {
+			select {
+			case c.kick <- struct{}{}:
+			default:
+			}
+		}
+	}()
+}

@@ -1,0 +1,249 @@
+package kafkamw_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/segmentio/kafka-go"
+
+	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/internal/testenv"
+	"github.com/oncekit/oncekit/kafkamw"
+	"github.com/oncekit/oncekit/storage/memstore"
+	"github.com/oncekit/oncekit/storage/redisstore"
+)
+
+var stores = []struct {
+	name string
+	new  func(t testing.TB) idem.Store
+}{
+	{"memory", func(testing.TB) idem.Store { return memstore.New() }},
+	{"redis", func(t testing.TB) idem.Store { return newRedisStore(t, testenv.RedisAddrs(t, 1)[0]) }},
+}
+
+func newRedisStore(t testing.TB, addr string) *redisstore.Store {
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	t.Cleanup(func() { c.Close() })
+	s, err := redisstore.New(c, redisstore.WithRecordPrefix(fmt.Sprintf("kafkamw-test:%d:", time.Now().UnixNano())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func eachStore(t *testing.T, f func(t *testing.T, st idem.Store)) {
+	for _, s := range stores {
+		t.Run(s.name, func(t *testing.T) { f(t, s.new(t)) })
+	}
+}
+
+func newGuard(t testing.TB, st idem.Store, opts ...idem.Option) *idem.Guard {
+	g, err := idem.NewGuard(st, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+// newReader is a group member with short timeouts, so that rebalances in
+// tests take milliseconds, not kafka-go's default 30 s session.
+func newReader(t testing.TB, brokers []string, topic, group string) *kafka.Reader {
+	r := kafka.NewReader(readerConfig(brokers, topic, group))
+	t.Cleanup(func() { r.Close() })
+	return r
+}
+
+func readerConfig(brokers []string, topic, group string) kafka.ReaderConfig {
+	return kafka.ReaderConfig{
+		Brokers:           brokers,
+		Topic:             topic,
+		GroupID:           group,
+		StartOffset:       kafka.FirstOffset,
+		MinBytes:          1,
+		MaxBytes:          10 << 20,
+		MaxWait:           50 * time.Millisecond,
+		HeartbeatInterval: 100 * time.Millisecond,
+		SessionTimeout:    1 * time.Second,
+		RebalanceTimeout:  1 * time.Second,
+		JoinGroupBackoff:  100 * time.Millisecond,
+		ReadBackoffMin:    10 * time.Millisecond,
+		ReadBackoffMax:    100 * time.Millisecond,
+	}
+}
+
+func newWriter(t testing.TB, brokers []string, topic string) *kafka.Writer {
+	w := &kafka.Writer{
+		Addr:         kafka.TCP(brokers...),
+		Topic:        topic,
+		Balancer:     &kafka.Hash{},
+		BatchTimeout: 2 * time.Millisecond,
+		BatchSize:    1000,
+		RequiredAcks: kafka.RequireAll,
+		Transport:    &kafka.Transport{},
+	}
+	t.Cleanup(func() { w.Close() })
+	return w
+}
+
+// message is logical message i: key and payload derive from i, so a
+// duplicate (the same i) is the same message.
+func message(i int) kafka.Message {
+	id := "m-" + strconv.Itoa(i)
+	return kafka.Message{
+		Key:     []byte(id),
+		Value:   []byte("payload " + id),
+		Headers: []kafka.Header{{Key: kafkamw.DefaultKeyHeader, Value: []byte(id)}},
+	}
+}
+
+func produce(t testing.TB, w *kafka.Writer, msgs []kafka.Message) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for len(msgs) > 0 {
+		n := min(len(msgs), 1000)
+		if err := w.WriteMessages(ctx, msgs[:n]...); err != nil {
+			t.Fatal(err)
+		}
+		msgs = msgs[n:]
+	}
+}
+
+// effects counts the handler's runs per message ID.
+type effects struct {
+	mu  sync.Mutex
+	ran map[string]int
+}
+
+func newEffects() *effects { return &effects{ran: make(map[string]int)} }
+
+func (e *effects) add(id string) {
+	e.mu.Lock()
+	e.ran[id]++
+	e.mu.Unlock()
+}
+
+func (e *effects) distinct() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.ran)
+}
+
+// check fails unless every one of want ran exactly once, and nothing else.
+func (e *effects) check(t *testing.T, want map[string]bool) {
+	t.Helper()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	bad := 0
+	for id := range want {
+		if n := e.ran[id]; n != 1 && bad < 10 {
+			t.Errorf("%s ran %d times, want 1", id, n)
+			bad++
+		}
+	}
+	for id, n := range e.ran {
+		if !want[id] {
+			t.Errorf("%s ran %d times, want 0", id, n)
+		}
+	}
+}
+
+func idOf(m kafka.Message) string { return string(m.Key) }
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// committed returns the group's committed offset of each partition of
+// topic (-1: none).
+func committed(t *testing.T, brokers []string, topic, group string, partitions int) []int64 {
+	t.Helper()
+	addr, err := net.ResolveTCPAddr("tcp", brokers[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &kafka.Client{Addr: addr, Transport: &kafka.Transport{}}
+	ids := make([]int, partitions)
+	for i := range ids {
+		ids[i] = i
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	res, err := c.OffsetFetch(ctx, &kafka.OffsetFetchRequest{GroupID: group, Topics: map[string][]int{topic: ids}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make([]int64, partitions)
+	for _, p := range res.Topics[topic] {
+		if p.Error != nil {
+			t.Fatal(p.Error)
+		}
+		out[p.Partition] = p.CommittedOffset
+	}
+	return out
+}
+
+// ends returns each partition's end offset (the offset of the next message).
+func ends(t *testing.T, brokers []string, topic string, partitions int) []int64 {
+	t.Helper()
+	addr, err := net.ResolveTCPAddr("tcp", brokers[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &kafka.Client{Addr: addr, Transport: &kafka.Transport{}}
+	reqs := make([]kafka.OffsetRequest, partitions)
+	for i := range reqs {
+		reqs[i] = kafka.LastOffsetOf(i)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	res, err := c.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{topic: reqs}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make([]int64, partitions)
+	for _, p := range res.Topics[topic] {
+		if p.Error != nil {
+			t.Fatal(p.Error)
+		}
+		out[p.Partition] = p.LastOffset
+	}
+	return out
+}
+
+// run starts c.Run and returns a function that shuts it down and returns
+// Run's error.
+func run(t *testing.T, c *kafkamw.Consumer) (stop func() error) {
+	errc := make(chan error, 1)
+	go func() { errc <- c.Run(context.Background()) }()
+	var once sync.Once
+	var err error
+	stop = func() error {
+		once.Do(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if serr := c.Shutdown(ctx); serr != nil {
+				t.Errorf("Shutdown: %v", serr)
+			}
+			err = <-errc
+		})
+		return err
+	}
+	t.Cleanup(func() { _ = stop() })
+	return stop
+}

@@ -1,0 +1,397 @@
+package kafkamw_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/internal/kafkaenv"
+	"github.com/oncekit/oncekit/kafkamw"
+	"github.com/oncekit/oncekit/storage/memstore"
+)
+
+// 10,000 messages of which 20 % are duplicates (a producer that sent a
+// logical message again): the handler's effects are the unique messages,
+// each once, and every offset is committed.
+func TestDuplicatesRunOnce(t *testing.T) {
+	eachStore(t, func(t *testing.T, st idem.Store) {
+		brokers := kafkaenv.Brokers(t)
+		const partitions, unique, dups = 4, 8000, 2000
+		topic := kafkaenv.Topic(t, brokers, partitions)
+		msgs := make([]kafka.Message, 0, unique+dups)
+		want := make(map[string]bool, unique)
+		for i := range unique {
+			msgs = append(msgs, message(i))
+			want["m-"+strconv.Itoa(i)] = true
+		}
+		for range dups { // a duplicate lands after its original, anywhere
+			at := unique/2 + rand.N(len(msgs)-unique/2)
+			dup := message(rand.N(unique / 2))
+			msgs = append(msgs[:at], append([]kafka.Message{dup}, msgs[at:]...)...)
+		}
+		produce(t, newWriter(t, brokers, topic), msgs)
+
+		eff := newEffects()
+		group := "g-" + topic
+		c, err := kafkamw.NewConsumer(newReader(t, brokers, topic, group), newGuard(t, st),
+			func(ctx context.Context, m kafka.Message) error {
+				if k, ok := idem.KeyFrom(ctx); !ok || k == "" {
+					return errors.New("no stable key in the handler's context")
+				}
+				eff.add(idOf(m))
+				return nil
+			}, kafkamw.WithConcurrency(4))
+		if err != nil {
+			t.Fatal(err)
+		}
+		stop := run(t, c)
+		waitFor(t, 2*time.Minute, "every message", func() bool { return c.Stats().Fetched >= unique+dups && eff.distinct() >= unique })
+		waitFor(t, 30*time.Second, "every offset committed", func() bool {
+			s := c.Stats()
+			return s.Handled+s.Duplicates == unique+dups
+		})
+		if err := stop(); err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+		eff.check(t, want)
+		s := c.Stats()
+		if s.Handled != unique || s.Duplicates != dups {
+			t.Errorf("stats %+v: want %d handled, %d duplicates", s, unique, dups)
+		}
+		if got, end := committed(t, brokers, topic, group, partitions), ends(t, brokers, topic, partitions); fmt.Sprint(got) != fmt.Sprint(end) {
+			t.Errorf("committed offsets %v, want the ends %v", got, end)
+		}
+	})
+}
+
+// Messages of one partition are handled in offset order, whatever the
+// pipeline depth and concurrency.
+func TestPartitionOrder(t *testing.T) {
+	brokers := kafkaenv.Brokers(t)
+	const partitions, n = 3, 1500
+	topic := kafkaenv.Topic(t, brokers, partitions)
+	msgs := make([]kafka.Message, n)
+	for i := range msgs {
+		msgs[i] = message(i)
+	}
+	produce(t, newWriter(t, brokers, topic), msgs)
+
+	var mu sync.Mutex
+	last := map[int]int64{}
+	var disorder, running, maxRunning atomic.Int64
+	var handled atomic.Int64
+	c, err := kafkamw.NewConsumer(newReader(t, brokers, topic, "g-"+topic), newGuard(t, memstore.New()),
+		func(ctx context.Context, m kafka.Message) error {
+			r := running.Add(1)
+			defer running.Add(-1)
+			for old := maxRunning.Load(); r > old && !maxRunning.CompareAndSwap(old, r); old = maxRunning.Load() {
+			}
+			mu.Lock()
+			if prev, ok := last[m.Partition]; ok && m.Offset <= prev {
+				disorder.Add(1)
+			}
+			last[m.Partition] = m.Offset
+			mu.Unlock()
+			time.Sleep(100 * time.Microsecond)
+			handled.Add(1)
+			return nil
+		}, kafkamw.WithConcurrency(8), kafkamw.WithPipeline(32))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := run(t, c)
+	waitFor(t, time.Minute, "every message", func() bool { return handled.Load() == n })
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if d := disorder.Load(); d != 0 {
+		t.Errorf("%d messages handled before an earlier one of their partition", d)
+	}
+	if m := maxRunning.Load(); m > partitions {
+		t.Errorf("%d handlers ran at once with %d partitions", m, partitions)
+	}
+}
+
+// A message whose handler always fails is dead-lettered after its attempts,
+// with its coordinates and the error in headers, and its partition moves
+// on; a Permanent error is dead-lettered at once.
+func TestPoisonMessageDeadLettered(t *testing.T) {
+	brokers := kafkaenv.Brokers(t)
+	topic := kafkaenv.Topic(t, brokers, 1)
+	dlqTopic := kafkaenv.Topic(t, brokers, 1)
+	msgs := make([]kafka.Message, 50)
+	for i := range msgs {
+		msgs[i] = message(i)
+	}
+	produce(t, newWriter(t, brokers, topic), msgs)
+
+	var calls sync.Map // id -> *atomic.Int64
+	eff := newEffects()
+	c, err := kafkamw.NewConsumer(newReader(t, brokers, topic, "g-"+topic), newGuard(t, memstore.New()),
+		func(ctx context.Context, m kafka.Message) error {
+			n, _ := calls.LoadOrStore(idOf(m), new(atomic.Int64))
+			n.(*atomic.Int64).Add(1)
+			switch idOf(m) {
+			case "m-10":
+				return errors.New("boom")
+			case "m-20":
+				return kafkamw.Permanent(errors.New("cannot parse"))
+			case "m-30":
+				panic("handler bug")
+			}
+			eff.add(idOf(m))
+			return nil
+		},
+		kafkamw.WithRetry(3, time.Millisecond, 10*time.Millisecond),
+		kafkamw.WithDeadLetter(newWriter(t, brokers, dlqTopic), ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := run(t, c)
+	waitFor(t, time.Minute, "the partition to move on", func() bool { return eff.distinct() == 47 })
+	waitFor(t, 10*time.Second, "dead letters", func() bool { return c.Stats().DeadLettered == 3 })
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	for id, want := range map[string]int64{"m-10": 3, "m-20": 1, "m-30": 3, "m-11": 1} {
+		n, _ := calls.Load(id)
+		if got := n.(*atomic.Int64).Load(); got != want {
+			t.Errorf("%s: handler called %d times, want %d", id, got, want)
+		}
+	}
+	if got := committed(t, brokers, topic, "g-"+topic, 1)[0]; got != 50 {
+		t.Errorf("committed offset %d, want 50", got)
+	}
+
+	r := newReader(t, brokers, dlqTopic, "")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for _, want := range []struct{ id, offset, err string }{
+		{"m-10", "10", "boom"}, {"m-20", "20", "cannot parse"}, {"m-30", "30", "kafkamw: handler panicked: handler bug"},
+	} {
+		m, err := r.ReadMessage(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := headers(m)
+		if idOf(m) != want.id || h[kafkamw.HeaderOriginalTopic] != topic || h[kafkamw.HeaderOriginalPartition] != "0" ||
+			h[kafkamw.HeaderOriginalOffset] != want.offset || h[kafkamw.HeaderError] != want.err ||
+			h[kafkamw.DefaultKeyHeader] != want.id || h[kafkamw.HeaderIdempotencyKey] == "" {
+			t.Errorf("dead letter %s: headers %v", idOf(m), h)
+		}
+	}
+}
+
+func headers(m kafka.Message) map[string]string {
+	out := map[string]string{}
+	for _, h := range m.Headers {
+		out[h.Key] = string(h.Value)
+	}
+	return out
+}
+
+// Without a dead-letter destination a poison message stops the Consumer
+// with a *PoisonError, and nothing from it on is committed.
+func TestPoisonWithoutDeadLetterStops(t *testing.T) {
+	brokers := kafkaenv.Brokers(t)
+	topic := kafkaenv.Topic(t, brokers, 1)
+	msgs := make([]kafka.Message, 20)
+	for i := range msgs {
+		msgs[i] = message(i)
+	}
+	produce(t, newWriter(t, brokers, topic), msgs)
+	c, err := kafkamw.NewConsumer(newReader(t, brokers, topic, "g-"+topic), newGuard(t, memstore.New()),
+		func(ctx context.Context, m kafka.Message) error {
+			if idOf(m) == "m-7" {
+				return errors.New("boom")
+			}
+			return nil
+		}, kafkamw.WithRetry(2, time.Millisecond, time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	err = c.Run(ctx)
+	var pe *kafkamw.PoisonError
+	if !errors.As(err, &pe) || pe.Offset != 7 || pe.Partition != 0 || pe.Topic != topic {
+		t.Fatalf("Run: %v, want a *PoisonError for offset 7", err)
+	}
+	if got := committed(t, brokers, topic, "g-"+topic, 1)[0]; got != 7 {
+		t.Errorf("committed offset %d, want 7 (up to the poison message, not past it)", got)
+	}
+}
+
+// Messages that cannot be keyed — an empty or malformed message-id, a key
+// reused with another payload, no key when keys are required — are
+// dead-lettered with the reason, never handled unkeyed.
+func TestBadKeysDeadLettered(t *testing.T) {
+	brokers := kafkaenv.Brokers(t)
+	topic := kafkaenv.Topic(t, brokers, 1)
+	dlqTopic := kafkaenv.Topic(t, brokers, 1)
+	bad := func(id string) kafka.Message {
+		return kafka.Message{Key: []byte("x"), Value: []byte("v"), Headers: []kafka.Header{{Key: kafkamw.DefaultKeyHeader, Value: []byte(id)}}}
+	}
+	reused := message(1)
+	reused.Value = []byte("another payload")
+	produce(t, newWriter(t, brokers, topic), []kafka.Message{
+		message(0), bad(""), bad("has space"), bad(string(make([]byte, 300))), message(1), reused,
+		{Key: []byte("nokey"), Value: []byte("v")}, message(2),
+	})
+	eff := newEffects()
+	c, err := kafkamw.NewConsumer(newReader(t, brokers, topic, "g-"+topic), newGuard(t, memstore.New()),
+		func(ctx context.Context, m kafka.Message) error { eff.add(idOf(m)); return nil },
+		kafkamw.WithRequireKey(), kafkamw.WithDeadLetter(newWriter(t, brokers, dlqTopic), ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := run(t, c)
+	waitFor(t, time.Minute, "all messages", func() bool { s := c.Stats(); return s.Handled == 3 && s.DeadLettered == 5 })
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	eff.check(t, map[string]bool{"m-0": true, "m-1": true, "m-2": true})
+	if got := committed(t, brokers, topic, "g-"+topic, 1)[0]; got != 8 {
+		t.Errorf("committed offset %d, want 8", got)
+	}
+}
+
+// The producer's key survives a write that reached the broker but whose
+// answer was lost: the retry writes the same key again, and the consumer
+// runs the message once.
+func TestProducerKeepsKeyAcrossRetries(t *testing.T) {
+	brokers := kafkaenv.Brokers(t)
+	topic := kafkaenv.Topic(t, brokers, 1)
+	w := &lostAck{w: newWriter(t, brokers, topic)}
+	p, err := kafkamw.NewProducer(w, kafkamw.WithSendRetries(3, time.Millisecond, 10*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := p.Send(ctx, kafka.Message{Key: []byte("order-1"), Value: []byte("created")}); err != nil {
+		t.Fatal(err)
+	}
+	if w.calls != 2 {
+		t.Fatalf("%d writes, want 2 (one lost answer, one retry)", w.calls)
+	}
+	var runs atomic.Int64
+	c, err := kafkamw.NewConsumer(newReader(t, brokers, topic, "g-"+topic), newGuard(t, memstore.New()),
+		func(ctx context.Context, m kafka.Message) error { runs.Add(1); return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := run(t, c)
+	waitFor(t, time.Minute, "both copies", func() bool { s := c.Stats(); return s.Handled+s.Duplicates == 2 })
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if runs.Load() != 1 || c.Stats().Duplicates != 1 {
+		t.Errorf("handler ran %d times (stats %+v), want once", runs.Load(), c.Stats())
+	}
+}
+
+// lostAck writes, then reports a failure for its first call: the message
+// reached the broker, the producer did not hear so.
+type lostAck struct {
+	w     kafkamw.Writer
+	calls int
+}
+
+func (l *lostAck) WriteMessages(ctx context.Context, msgs ...kafka.Message) error {
+	l.calls++
+	if err := l.w.WriteMessages(ctx, msgs...); err != nil {
+		return err
+	}
+	if l.calls == 1 {
+		return errors.New("connection reset before the answer")
+	}
+	return nil
+}
+
+// Shutdown lets the handler in flight finish with its context intact and
+// commits its offset before Run returns.
+func TestGracefulShutdown(t *testing.T) {
+	brokers := kafkaenv.Brokers(t)
+	topic := kafkaenv.Topic(t, brokers, 1)
+	produce(t, newWriter(t, brokers, topic), []kafka.Message{message(0), message(1)})
+	started, release := make(chan struct{}), make(chan struct{})
+	var ctxErr error
+	c, err := kafkamw.NewConsumer(newReader(t, brokers, topic, "g-"+topic), newGuard(t, memstore.New()),
+		func(ctx context.Context, m kafka.Message) error {
+			if idOf(m) == "m-0" {
+				close(started)
+				<-release
+				ctxErr = ctx.Err()
+			}
+			return nil
+		}, kafkamw.WithPipeline(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- c.Run(context.Background()) }()
+	<-started
+	shut := make(chan error, 1)
+	go func() { shut <- c.Shutdown(context.Background()) }()
+	select {
+	case err := <-errc:
+		t.Fatalf("Run returned %v with a handler in flight", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(release)
+	if err := <-shut; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errc; err != nil {
+		t.Fatalf("Run after Shutdown: %v", err)
+	}
+	if ctxErr != nil {
+		t.Errorf("the handler's context ended during a graceful shutdown: %v", ctxErr)
+	}
+	if got := committed(t, brokers, topic, "g-"+topic, 1)[0]; got != 1 {
+		t.Errorf("committed offset %d, want 1 (m-0 done, m-1 never started)", got)
+	}
+}
+
+func TestNewConsumerRejectsBadInput(t *testing.T) {
+	g := newGuard(t, memstore.New())
+	h := func(context.Context, kafka.Message) error { return nil }
+	noGroup := kafka.NewReader(kafka.ReaderConfig{Brokers: []string{"127.0.0.1:1"}, Topic: "t"})
+	defer noGroup.Close()
+	withGroup := kafka.NewReader(kafka.ReaderConfig{Brokers: []string{"127.0.0.1:1"}, Topic: "t", GroupID: "g"})
+	defer withGroup.Close()
+	for name, tc := range map[string]struct {
+		r    kafkamw.Reader
+		g    *idem.Guard
+		h    kafkamw.Handler
+		opts []kafkamw.Option
+	}{
+		"nil reader":           {nil, g, h, nil},
+		"nil guard":            {withGroup, nil, h, nil},
+		"nil handler":          {withGroup, g, nil, nil},
+		"reader with no group": {noGroup, g, h, nil},
+		"empty key header":     {withGroup, g, h, []kafkamw.Option{kafkamw.WithKeyHeader("")}},
+		"zero concurrency":     {withGroup, g, h, []kafkamw.Option{kafkamw.WithConcurrency(0)}},
+		"zero pipeline":        {withGroup, g, h, []kafkamw.Option{kafkamw.WithPipeline(0)}},
+		"zero attempts":        {withGroup, g, h, []kafkamw.Option{kafkamw.WithRetry(0, time.Second, time.Second)}},
+		"backoff over max":     {withGroup, g, h, []kafkamw.Option{kafkamw.WithRetry(3, time.Second, time.Millisecond)}},
+		"nil dead letter":      {withGroup, g, h, []kafkamw.Option{kafkamw.WithDeadLetter(nil, "dlq")}},
+	} {
+		if c, err := kafkamw.NewConsumer(tc.r, tc.g, tc.h, tc.opts...); err == nil || c != nil {
+			t.Errorf("%s: NewConsumer = %v, %v; want an error", name, c, err)
+		}
+	}
+	if _, err := kafkamw.NewProducer(nil); err == nil {
+		t.Error("NewProducer(nil): no error")
+	}
+}

@@ -1,0 +1,266 @@
+package kafkamw
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/oncekit/oncekit/core/idem"
+)
+
+// ErrNoKey is the error of a message with no key when keys are required
+// (WithRequireKey).
+var ErrNoKey = errors.New("kafkamw: message has no idempotency key")
+
+// PoisonError stops a Consumer that has no dead-letter destination: a
+// message failed every attempt or cannot be keyed. Nothing at or after its
+// offset in its partition was committed.
+type PoisonError struct {
+	Topic     string
+	Partition int
+	Offset    int64
+	Err       error
+}
+
+func (e *PoisonError) Error() string {
+	return fmt.Sprintf("kafkamw: %s/%d@%d cannot be handled and there is no dead-letter destination: %v",
+		e.Topic, e.Partition, e.Offset, e.Err)
+}
+
+func (e *PoisonError) Unwrap() error { return e.Err }
+
+// Permanent marks a handler error as one that no retry will fix (a message
+// that does not parse, say): the message is dead-lettered at once.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &permanentError{err}
+}
+
+type permanentError struct{ err error }
+
+func (e *permanentError) Error() string { return e.err.Error() }
+func (e *permanentError) Unwrap() error { return e.err }
+
+// IsPermanent reports whether err was marked Permanent.
+func IsPermanent(err error) bool {
+	var p *permanentError
+	return errors.As(err, &p)
+}
+
+// keyOf returns msg's stored (scoped) key.
+func (c *Consumer) keyOf(msg kafka.Message) (string, error) {
+	raw, found := header(msg, c.cfg.keyHeader)
+	if found && raw == "" {
+		return "", fmt.Errorf("kafkamw: empty %s header: %w", c.cfg.keyHeader, idem.ErrInvalidKey)
+	}
+	if !found && c.cfg.extract != nil {
+		raw, found = c.cfg.extract(msg)
+	}
+	if found {
+		if err := idem.CheckClientKey(raw); err != nil {
+			return "", fmt.Errorf("kafkamw: %s: %w", c.cfg.keyHeader, err)
+		}
+	} else {
+		if c.cfg.requireKey {
+			return "", ErrNoKey
+		}
+		raw = "offset\x00" + msg.Topic + "\x00" + strconv.Itoa(msg.Partition) + "\x00" + strconv.FormatInt(msg.Offset, 10)
+	}
+	return idem.ScopedKey(c.cfg.scope(msg), raw), nil
+}
+
+func header(msg kafka.Message, name string) (string, bool) {
+	for _, h := range msg.Headers {
+		if h.Key == name {
+			return string(h.Value), true
+		}
+	}
+	return "", false
+}
+
+// process takes msg to done: handled here, found handled before, or
+// dead-lettered. It reports false when it stopped first (the Consumer is
+// stopping); then msg is not committed.
+func (c *Consumer) process(ctx context.Context, msg kafka.Message, key string, keyErr error, prev, keyPrev <-chan struct{}) bool {
+	if keyErr != nil {
+		return c.reject(ctx, msg, "", keyErr, prev)
+	}
+	if keyPrev != nil {
+		select {
+		case <-keyPrev:
+		case <-ctx.Done():
+			return false
+		}
+	}
+	fp := idem.Fingerprint([]byte(msg.Topic), msg.Key, msg.Value)
+	attempt, waits := 0, 0
+	for {
+		var herr error
+		res, replayed, err := c.guard.Do(ctx, key, fp, func(ctx context.Context) ([]byte, error) {
+			if err := c.turn(ctx, prev); err != nil {
+				return nil, err
+			}
+			defer func() { <-c.workers }()
+			attempt++
+			if herr = c.call(ctx, msg); herr == nil {
+				return resultHandled, nil
+			}
+			if c.cfg.dlq == nil || (attempt < c.cfg.attempts && !IsPermanent(herr)) {
+				return nil, herr
+			}
+			// Dead-lettered under the claim, then recorded: a redelivery
+			// finds it done and is not dead-lettered again.
+			if err := c.deadLetter(ctx, msg, key, herr); err != nil {
+				return nil, err
+			}
+			return resultDeadLettered, nil
+		})
+		if ctx.Err() != nil {
+			return false
+		}
+		var replayedErr *idem.ReplayedError
+		switch {
+		case err == nil:
+			c.count(res, replayed)
+			return true
+		case errors.As(err, &replayedErr): // a final error stored by the Guard (WithFinalErrors)
+			c.count(nil, true)
+			return true
+		case herr != nil:
+			if attempt >= c.cfg.attempts || IsPermanent(herr) { // and no dead-letter destination
+				c.fail(&PoisonError{Topic: msg.Topic, Partition: msg.Partition, Offset: msg.Offset, Err: herr})
+				return false
+			}
+			c.add(&c.stats.Retries)
+			if !c.sleep(ctx, attempt) {
+				return false
+			}
+		case errors.Is(err, idem.ErrMismatch):
+			return c.reject(ctx, msg, key, err, prev)
+		case errors.Is(err, idem.ErrInFlight):
+			// Another member (the old owner after a rebalance) is
+			// handling it: wait for its outcome.
+			waits++
+			if !c.sleep(ctx, min(waits, 4)) {
+				return false
+			}
+		default:
+			// The store did not answer, or the claim was lost: nothing is
+			// committed until it does; the partition waits.
+			c.add(&c.stats.StoreErrors)
+			waits++
+			if !c.sleep(ctx, waits) {
+				return false
+			}
+		}
+	}
+}
+
+// turn waits until every earlier message of the partition has had its turn
+// and a handler slot is free.
+func (c *Consumer) turn(ctx context.Context, prev <-chan struct{}) error {
+	select {
+	case <-prev:
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+	select {
+	case c.workers <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
+
+// call runs the handler; a panic is its error.
+func (c *Consumer) call(ctx context.Context, msg kafka.Message) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("kafkamw: handler panicked: %v", p)
+		}
+	}()
+	return c.handler(ctx, msg)
+}
+
+// reject dead-letters a message that cannot be claimed (no key, a bad key,
+// a key reused with another payload), in its turn, or stops the Consumer
+// when there is no dead-letter destination.
+func (c *Consumer) reject(ctx context.Context, msg kafka.Message, key string, cause error, prev <-chan struct{}) bool {
+	if c.cfg.dlq == nil {
+		c.fail(&PoisonError{Topic: msg.Topic, Partition: msg.Partition, Offset: msg.Offset, Err: cause})
+		return false
+	}
+	select {
+	case <-prev:
+	case <-ctx.Done():
+		return false
+	}
+	return c.deadLetter(ctx, msg, key, cause) == nil
+}
+
+// deadLetter publishes msg to the dead-letter destination, retrying until
+// it is written or ctx ends.
+func (c *Consumer) deadLetter(ctx context.Context, msg kafka.Message, key string, cause error) error {
+	dl := kafka.Message{
+		Topic: c.cfg.dlqTopic,
+		Key:   msg.Key,
+		Value: msg.Value,
+		Headers: append(append(make([]kafka.Header, 0, len(msg.Headers)+5), msg.Headers...),
+			kafka.Header{Key: HeaderOriginalTopic, Value: []byte(msg.Topic)},
+			kafka.Header{Key: HeaderOriginalPartition, Value: []byte(strconv.Itoa(msg.Partition))},
+			kafka.Header{Key: HeaderOriginalOffset, Value: []byte(strconv.FormatInt(msg.Offset, 10))},
+			kafka.Header{Key: HeaderIdempotencyKey, Value: []byte(key)},
+			kafka.Header{Key: HeaderError, Value: []byte(cause.Error())},
+		),
+	}
+	for n := 1; ; n++ {
+		err := c.cfg.dlq.WriteMessages(ctx, dl)
+		if err == nil {
+			c.add(&c.stats.DeadLettered)
+			return nil
+		}
+		if !c.sleep(ctx, n) {
+			return fmt.Errorf("kafkamw: dead-letter %s/%d@%d: %w", msg.Topic, msg.Partition, msg.Offset, err)
+		}
+	}
+}
+
+func (c *Consumer) count(res []byte, replayed bool) {
+	switch {
+	case replayed:
+		c.add(&c.stats.Duplicates)
+	case len(res) == 1 && res[0] == resultHandled[0]:
+		c.add(&c.stats.Handled)
+	}
+}
+
+func (c *Consumer) add(n *int64) {
+	c.mu.Lock()
+	*n++
+	c.mu.Unlock()
+}
+
+// sleep waits the n-th backoff (exponential, jittered); false when ctx
+// ended first.
+func (c *Consumer) sleep(ctx context.Context, n int) bool {
+	d := c.cfg.backoff
+	for i := 1; i < n && d < c.cfg.maxBackoff; i++ {
+		d *= 2
+	}
+	d = min(d, c.cfg.maxBackoff)
+	t := time.NewTimer(d/2 + rand.N(d/2+1))
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
