@@ -79,6 +79,8 @@ func readerConfig(brokers []string, topic, group string) kafka.ReaderConfig {
 }
 
 func newWriter(t testing.TB, brokers []string, topic string) *kafka.Writer {
+	tr := &kafka.Transport{}
+	t.Cleanup(tr.CloseIdleConnections)
 	w := &kafka.Writer{
 		Addr:         kafka.TCP(brokers...),
 		Topic:        topic,
@@ -86,7 +88,7 @@ func newWriter(t testing.TB, brokers []string, topic string) *kafka.Writer {
 		BatchTimeout: 2 * time.Millisecond,
 		BatchSize:    1000,
 		RequiredAcks: kafka.RequireAll,
-		Transport:    &kafka.Transport{},
+		Transport:    tr,
 	}
 	t.Cleanup(func() { w.Close() })
 	return w
@@ -177,7 +179,9 @@ func committed(t *testing.T, brokers []string, topic, group string, partitions i
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &kafka.Client{Addr: addr, Transport: &kafka.Transport{}}
+	tr := &kafka.Transport{}
+	defer tr.CloseIdleConnections()
+	c := &kafka.Client{Addr: addr, Transport: tr}
 	ids := make([]int, partitions)
 	for i := range ids {
 		ids[i] = i
@@ -205,7 +209,9 @@ func ends(t *testing.T, brokers []string, topic string, partitions int) []int64 
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &kafka.Client{Addr: addr, Transport: &kafka.Transport{}}
+	tr := &kafka.Transport{}
+	defer tr.CloseIdleConnections()
+	c := &kafka.Client{Addr: addr, Transport: tr}
 	reqs := make([]kafka.OffsetRequest, partitions)
 	for i := range reqs {
 		reqs[i] = kafka.LastOffsetOf(i)

@@ -61,7 +61,9 @@ func CreateTopic(brokers []string, topic string, partitions int) error {
 	if err != nil {
 		return err
 	}
-	c := &kafka.Client{Addr: addr, Transport: &kafka.Transport{}}
+	tr := &kafka.Transport{}
+	defer tr.CloseIdleConnections()
+	c := &kafka.Client{Addr: addr, Transport: tr}
 	res, err := c.CreateTopics(ctx, &kafka.CreateTopicsRequest{Topics: []kafka.TopicConfig{{
 		Topic: topic, NumPartitions: partitions, ReplicationFactor: 1,
 	}}})
