@@ -290,10 +290,17 @@ func (c *Consumer) dispatch(ctx context.Context, msg kafka.Message, wg *sync.Wai
 	}
 	c.mu.Unlock()
 
+	// The turn passes on once this message's handler is done with it
+	// (it succeeded, or the message was dead-lettered), not once its
+	// completion is stored: the next handler of the partition runs while
+	// this record is written. A message that needs no handler (a
+	// duplicate) passes it on once every earlier message has had its own.
+	var passOnce sync.Once
+	pass := func() { passOnce.Do(func() { close(mine) }) }
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		ok := c.process(ctx, msg, key, keyErr, prev, keyPrev)
+		ok := c.process(ctx, msg, key, keyErr, prev, keyPrev, pass)
 		c.mu.Lock()
 		if keyErr == nil && c.keys[key] == keyMine {
 			delete(c.keys, key)
@@ -301,13 +308,11 @@ func (c *Consumer) dispatch(ctx context.Context, msg kafka.Message, wg *sync.Wai
 		e.done = ok
 		c.mu.Unlock()
 		close(keyMine)
-		// The turn passes on only once every earlier message of the
-		// partition has had its own: handlers run in offset order.
 		select {
 		case <-prev:
 		case <-ctx.Done():
 		}
-		close(mine)
+		pass()
 		<-c.slots
 		if ok {
 			select {

@@ -45,7 +45,7 @@ func defaults() config {
 	return config{
 		keyHeader:   DefaultKeyHeader,
 		concurrency: 1,
-		pipeline:    16,
+		pipeline:    128,
 		attempts:    5,
 		backoff:     100 * time.Millisecond,
 		maxBackoff:  10 * time.Second,
@@ -111,10 +111,13 @@ func WithGroup(id string) Option { return func(c *config) { c.group = id } }
 func WithConcurrency(n int) Option { return func(c *config) { c.concurrency = n } }
 
 // WithPipeline sets how many fetched messages may be in flight at once
-// (default 16): each is claimed in the store while earlier ones of its
+// (default 128): each is claimed in the store while earlier ones of its
 // partition are still being handled, and completes while later ones are, so
-// the store's round trips are off the critical path. When that many are in
-// flight, fetching waits.
+// the store's round trips are off the critical path (and, over redisstore,
+// many claims share one round trip). When that many are in flight, fetching
+// waits. The price of depth: a consumer killed with that many claims in
+// flight leaves them to run out their lease before the partition's next
+// owner can take them.
 func WithPipeline(depth int) Option { return func(c *config) { c.pipeline = depth } }
 
 // WithRetry sets how often a failing handler is called for one message

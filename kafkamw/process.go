@@ -88,7 +88,7 @@ func header(msg kafka.Message, name string) (string, bool) {
 // process takes msg to done: handled here, found handled before, or
 // dead-lettered. It reports false when it stopped first (the Consumer is
 // stopping); then msg is not committed.
-func (c *Consumer) process(ctx context.Context, msg kafka.Message, key string, keyErr error, prev, keyPrev <-chan struct{}) bool {
+func (c *Consumer) process(ctx context.Context, msg kafka.Message, key string, keyErr error, prev, keyPrev <-chan struct{}, pass func()) bool {
 	if keyErr != nil {
 		return c.reject(ctx, msg, "", keyErr, prev)
 	}
@@ -110,6 +110,7 @@ func (c *Consumer) process(ctx context.Context, msg kafka.Message, key string, k
 			defer func() { <-c.workers }()
 			attempt++
 			if herr = c.call(ctx, msg); herr == nil {
+				pass()
 				return resultHandled, nil
 			}
 			if c.cfg.dlq == nil || (attempt < c.cfg.attempts && !IsPermanent(herr)) {
@@ -120,6 +121,7 @@ func (c *Consumer) process(ctx context.Context, msg kafka.Message, key string, k
 			if err := c.deadLetter(ctx, msg, key, herr); err != nil {
 				return nil, err
 			}
+			pass()
 			return resultDeadLettered, nil
 		})
 		if ctx.Err() != nil {

@@ -10,12 +10,14 @@
 #   ONCEKIT_REDIS_PORTS   space-separated, default "6379 6380 6381 6382 6383"
 #   ONCEKIT_CLUSTER_PORTS three ports for a Redis Cluster, default "7000 7001 7002"
 #   ONCEKIT_ETCD_PORTS    etcd client and peer port, default "2379 2380"
+#   ONCEKIT_KAFKA_PORT    the Kafka-protocol broker (cmd/kfake), default 9092
 #   ONCEKIT_RUN_DIR       pid, log and data files, default /tmp/oncekit-services
 set -euo pipefail
 
 REDIS_PORTS=${ONCEKIT_REDIS_PORTS:-"6379 6380 6381 6382 6383"}
 CLUSTER_PORTS=${ONCEKIT_CLUSTER_PORTS:-"7000 7001 7002"}
 read -r ETCD_PORT ETCD_PEER_PORT <<<"${ONCEKIT_ETCD_PORTS:-2379 2380}"
+KAFKA_PORT=${ONCEKIT_KAFKA_PORT:-9092}
 RUN_DIR=${ONCEKIT_RUN_DIR:-/tmp/oncekit-services}
 READY_TIMEOUT=${ONCEKIT_READY_TIMEOUT:-20}
 
@@ -61,7 +63,7 @@ stop_pidfile() {
 	rm -f "$file"
 	[[ $pid =~ ^[0-9]+$ ]] || return 0
 	alive "$pid" || return 0
-	tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qE '(redis-server|etcd)' || return 0
+	tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qE '(redis-server|etcd|kfake)' || return 0
 	kill -CONT "$pid" 2>/dev/null || true # a paused (SIGSTOP) test server
 	kill -TERM "$pid" 2>/dev/null || true
 	for _ in $(seq 50); do alive "$pid" || { log "stopped $name (pid $pid)"; return 0; }; sleep 0.1; done
@@ -176,6 +178,35 @@ etcd_up() {
 	log "etcd ready on port $ETCD_PORT"
 }
 
+# The Kafka-protocol broker: the project's cmd/kfake (franz-go's kfake),
+# built from this module with the Go toolchain.
+kafka_up() {
+	local dir="$RUN_DIR/kafka" root
+	root=$(cd "$(dirname "$0")/.." && pwd)
+	mkdir -p "$dir"
+	stop_pidfile "$dir/kfake.pid" "stale kfake"
+	if port_busy "$KAFKA_PORT"; then
+		die "port $KAFKA_PORT is in use by a process this script did not start (set ONCEKIT_KAFKA_PORT to another port)"
+	fi
+	command -v go >/dev/null || die "go not found: the Kafka broker is built from cmd/kfake"
+	log "building cmd/kfake"
+	(cd "$root" && go build -o "$dir/kfake" ./cmd/kfake) || die "go build ./cmd/kfake failed"
+	nohup "$dir/kfake" --port "$KAFKA_PORT" >"$dir/kfake.log" 2>&1 </dev/null &
+	local pid=$!
+	echo $pid >"$dir/kfake.pid"
+	local deadline=$((SECONDS + READY_TIMEOUT))
+	until port_busy "$KAFKA_PORT"; do
+		alive "$pid" || die "kfake exited (see $dir/kfake.log)"
+		((SECONDS < deadline)) || die "kfake on port $KAFKA_PORT not ready after ${READY_TIMEOUT}s (see $dir/kfake.log)"
+		sleep 0.1
+	done
+	log "kafka broker (kfake) ready on port $KAFKA_PORT"
+}
+
+kafka_down() {
+	stop_pidfile "$RUN_DIR/kafka/kfake.pid" "kfake"
+}
+
 etcd_down() {
 	stop_pidfile "$RUN_DIR/etcd/etcd.pid" "etcd"
 }
@@ -195,6 +226,7 @@ print_env() {
 	for port in $CLUSTER_PORTS; do addrs+="${addrs:+,}127.0.0.1:$port"; done
 	echo "export REDIS_CLUSTER_ADDRS=$addrs"
 	echo "export ETCD_ENDPOINTS=127.0.0.1:$ETCD_PORT"
+	echo "export KAFKA_BROKERS=127.0.0.1:$KAFKA_PORT"
 	echo "export ONCEKIT_RUN_DIR=$RUN_DIR"
 }
 
@@ -213,11 +245,14 @@ status() {
 	pid=$(cat "$RUN_DIR/etcd/etcd.pid" 2>/dev/null || true)
 	if [[ -n $pid ]] && alive "$pid"; then echo "etcd :$ETCD_PORT running (pid $pid)"
 	else echo "etcd :$ETCD_PORT stopped"; fi
+	pid=$(cat "$RUN_DIR/kafka/kfake.pid" 2>/dev/null || true)
+	if [[ -n $pid ]] && alive "$pid"; then echo "kfake :$KAFKA_PORT running (pid $pid)"
+	else echo "kfake :$KAFKA_PORT stopped"; fi
 }
 
 case ${1:-} in
-up) redis_up; cluster_up; etcd_up ;;
-down) etcd_down; cluster_down; redis_down ;;
+up) redis_up; cluster_up; etcd_up; kafka_up ;;
+down) kafka_down; etcd_down; cluster_down; redis_down ;;
 status) status ;;
 env) print_env ;;
 *) echo "usage: $0 up|down|status|env" >&2; exit 2 ;;

@@ -290,8 +290,7 @@ func (s *Store) TryAcquire(ctx context.Context, key string, ttl time.Duration) (
 		}
 		return nil, held
 	}
-	l := newLease(s, sess, key, mine, tok, resp.Header.Revision, start.Add(ttl))
-	l.owner = owner
+	l := newLease(s, sess, key, mine, tok, owner, resp.Header.Revision, start.Add(ttl))
 	if !sess.add(l) { // the session ended meanwhile, and the entry with it
 		l.End(lockdriver.Lost)
 		s.removeEntry(sess, mine)
@@ -377,8 +376,7 @@ func (s *Store) acquireIn(ctx context.Context, key string, ttl time.Duration) (_
 			return nil, err
 		}
 	}
-	l = newLease(s, sess, key, mine, tok, rev, start.Add(ttl))
-	l.owner = owner
+	l = newLease(s, sess, key, mine, tok, owner, rev, start.Add(ttl))
 	if !sess.add(l) { // the session ended meanwhile, and the entry with it
 		l.End(lockdriver.Lost)
 		s.removeEntry(sess, mine)

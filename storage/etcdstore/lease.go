@@ -19,7 +19,7 @@ import (
 // lockdriver.Lease's; this type adds the requests to etcd and the watch
 // that ends it when someone else deletes the entry.
 type lease struct {
-	*lockdriver.Lease
+	lockdriver.Lease
 	s     *Store
 	sess  *session
 	entry string // the etcd key of this acquisition
@@ -31,9 +31,9 @@ type lease struct {
 }
 
 // newLease returns a held lease; its fence is the entry's create revision.
-func newLease(s *Store, sess *session, key, entry, tok string, rev int64, deadline time.Time) *lease {
-	l := &lease{s: s, sess: sess, entry: entry}
-	l.Lease = lockdriver.NewLease(lockdriver.Config{
+func newLease(s *Store, sess *session, key, entry, tok, owner string, rev int64, deadline time.Time) *lease {
+	l := &lease{s: s, sess: sess, entry: entry, owner: owner}
+	l.Lease.Init(lockdriver.Config{
 		Driver: "etcdstore", Key: key, Token: tok, Fence: uint64(rev),
 		Deadline: deadline,
 		Store:    l,

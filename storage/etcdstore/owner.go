@@ -90,8 +90,7 @@ func (s *Store) reenter(ctx context.Context, sess *session, key, owner string, t
 		if !t.Succeeded {
 			continue // another hold came or went meanwhile: look again
 		}
-		l := newLease(s, sess, key, rec.entry, tokenOf(rec.entry), first[0].CreateRevision, start.Add(ttl))
-		l.owner = owner
+		l := newLease(s, sess, key, rec.entry, tokenOf(rec.entry), owner, first[0].CreateRevision, start.Add(ttl))
 		if !sess.add(l) {
 			l.End(lockdriver.Lost)
 			return nil, false, errSessionLost

@@ -112,7 +112,7 @@ type grant struct {
 // lease is one handle on a grant: what Acquire returns. Its lifecycle is
 // lockdriver.Lease's, without a timer of its own: the grant's ends it.
 type lease struct {
-	*lockdriver.Lease
+	lockdriver.Lease
 	g *grant
 }
 
@@ -243,7 +243,7 @@ func (s *Store) grantLocked(key string, e *entry, ttl time.Duration, owner strin
 
 func (g *grant) handleLocked() *lease {
 	l := &lease{g: g}
-	l.Lease = lockdriver.NewLease(lockdriver.Config{Driver: "memstore", Key: g.key, Token: g.token, Fence: g.fence, Store: l})
+	l.Lease.Init(lockdriver.Config{Driver: "memstore", Key: g.key, Token: g.token, Fence: g.fence, Store: l})
 	g.handles[l] = struct{}{}
 	g.holds++
 	return l

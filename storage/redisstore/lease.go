@@ -12,7 +12,7 @@ import (
 // lease is one acquisition. Its lifecycle is lockdriver.Lease's; this type
 // adds the two requests that touch Redis.
 type lease struct {
-	*lockdriver.Lease
+	lockdriver.Lease
 	s     *Store
 	owner string // the lock.WithOwner identity it was taken with, or ""
 }
@@ -22,7 +22,7 @@ type lease struct {
 // server's own expiry.
 func (s *Store) newLease(key, tok string, fence uint64, start time.Time, ttl time.Duration, owner string) *lease {
 	l := &lease{s: s, owner: owner}
-	l.Lease = lockdriver.NewLease(lockdriver.Config{
+	l.Lease.Init(lockdriver.Config{
 		Driver: "redisstore", Key: key, Token: tok, Fence: fence,
 		Deadline: start.Add(ttl),
 		Store:    l,

@@ -24,7 +24,7 @@ import (
 // an owner (lock.WithOwner), it reports errors.ErrUnsupported and
 // lock.AcquireAll takes the keys one by one in canonical order.
 func (s *Store) AcquireAll(ctx context.Context, keys []string, ttl time.Duration) ([]lock.Lease, error) {
-	if _, cluster := s.client.(*redis.ClusterClient); cluster || lock.Owner(ctx) != "" {
+	if _, cluster := s.raw.(*redis.ClusterClient); cluster || lock.Owner(ctx) != "" {
 		return nil, fmt.Errorf("redisstore: acquire all: keys in several slots or an owner: %w", errors.ErrUnsupported)
 	}
 	if err := ctx.Err(); err != nil {

@@ -38,9 +38,10 @@ type Client = rediskit.Client
 // WithMaxLocalHandOffs times in a row before the key is let go so that
 // other processes get their turn.
 type Store struct {
-	base        // what both Redis drivers share (options, names, script calls)
-	finisher    // idem.Store's Complete, Abandon and Extend
-	client      Client
+	base               // what both Redis drivers share (options, names, script calls)
+	finisher           // idem.Store's Complete, Abandon and Extend
+	client      Client // scripts go through it: auto-pipelined when the client can pipeline
+	raw         Client // the client as given
 	maxHandOffs int
 	sub         *redisnotify.Subscriber
 
@@ -91,8 +92,13 @@ func New(client Client, opts ...Option) (*Store, error) {
 	if err := o.validate(); err != nil {
 		return nil, fmt.Errorf("redisstore: New: %w", err)
 	}
+	scripts := client
+	if p, ok := client.(rediskit.Pipeliner); ok {
+		scripts = rediskit.AutoPipeline(p)
+	}
 	s := &Store{
-		client:      client,
+		client:      scripts,
+		raw:         client,
 		maxHandOffs: o.maxHandOffs,
 		sub:         redisnotify.New(client, o.PubSub),
 		keys:        make(map[string]*local),

@@ -12,7 +12,7 @@ import (
 // lease is one acquisition on a majority of the nodes. Its lifecycle is
 // lockdriver.Lease's; this type adds the rounds that touch the nodes.
 type lease struct {
-	*lockdriver.Lease
+	lockdriver.Lease
 	s     *Store
 	nodes []int // an owner's re-entry: the nodes it counted; nil: all
 }
@@ -25,7 +25,7 @@ func (s *Store) newLease(key, tok string, fence uint64, deadline time.Time, onEn
 	if onEnd != nil {
 		cfg.OnEnd = func(lockdriver.State) { onEnd() }
 	}
-	l.Lease = lockdriver.NewLease(cfg)
+	l.Lease.Init(cfg)
 	return l
 }
 

@@ -95,13 +95,24 @@ type Lease struct {
 
 // NewLease returns a held lease.
 func NewLease(cfg Config) *Lease {
-	l := &Lease{cfg: cfg, done: make(chan struct{}), deadline: cfg.Deadline}
+	l := new(Lease)
+	l.Init(cfg)
+	return l
+}
+
+// Init makes l, a zero Lease embedded in a driver's own lease type, a held
+// lease. A driver embeds Lease by value and calls Init last, once the rest
+// of its lease is set: a deadline that has already passed fires the timer
+// at once, and its OnEnd and OnExpire must then find the driver's lease
+// complete (with a Lease assigned from NewLease after it returns, they
+// could run first and find it nil).
+func (l *Lease) Init(cfg Config) {
+	l.mu.Lock() // the timer may fire before AfterFunc returns
+	defer l.mu.Unlock()
+	l.cfg, l.done, l.deadline = cfg, make(chan struct{}), cfg.Deadline
 	if !cfg.Deadline.IsZero() {
-		l.mu.Lock() // the timer may fire before AfterFunc returns
-		defer l.mu.Unlock()
 		l.timer = time.AfterFunc(time.Until(cfg.Deadline), l.expire)
 	}
-	return l
 }
 
 // Key implements lock.Lease.

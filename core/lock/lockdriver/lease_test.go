@@ -149,3 +149,24 @@ func TestCheckAcquire(t *testing.T) {
 		t.Fatalf("zero TTL: %v", err)
 	}
 }
+
+// A lease whose deadline has passed before Init fires at once; its OnEnd
+// finds the driver's lease complete, because Init runs in place.
+func TestInitPastDeadlineSeesCompleteLease(t *testing.T) {
+	type driverLease struct {
+		lockdriver.Lease
+		name string
+	}
+	got := make(chan string, 1)
+	d := &driverLease{name: "driver"}
+	d.Lease.Init(lockdriver.Config{Driver: "test", Key: "k", Token: "t", Deadline: time.Now().Add(-time.Second), Store: &scripted{},
+		OnEnd: func(lockdriver.State) { got <- d.Key() + "/" + d.name }})
+	if s := <-got; s != "k/driver" {
+		t.Fatalf("OnEnd saw %q", s)
+	}
+	select {
+	case <-d.Done():
+	default:
+		t.Fatal("Done is open after the deadline fired")
+	}
+}
