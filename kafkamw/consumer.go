@@ -11,6 +11,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/observe"
 )
 
 // Reader is what a Consumer reads from: a *kafka.Reader with a GroupID, so
@@ -300,7 +301,11 @@ func (c *Consumer) dispatch(ctx context.Context, msg kafka.Message, wg *sync.Wai
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		ok := c.process(ctx, msg, key, keyErr, prev, keyPrev, pass)
+		octx, call := observe.Begin(ctx, c.guard.Observer(), observe.KafkaMessage, c.guard.DriverName(), "")
+		call.Route(msg.Topic)
+		outcome := c.process(octx, msg, key, keyErr, prev, keyPrev, pass)
+		call.End(outcome, 0, nil)
+		ok := outcome != observe.Canceled && outcome != observe.Error
 		c.mu.Lock()
 		if keyErr == nil && c.keys[key] == keyMine {
 			delete(c.keys, key)

@@ -14,6 +14,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/observe"
 	"github.com/oncekit/oncekit/internal/kafkaenv"
 	"github.com/oncekit/oncekit/kafkamw"
 	"github.com/oncekit/oncekit/storage/memstore"
@@ -285,7 +286,8 @@ func TestProducerKeepsKeyAcrossRetries(t *testing.T) {
 		t.Fatalf("%d writes, want 2 (one lost answer, one retry)", w.calls)
 	}
 	var runs atomic.Int64
-	c, err := kafkamw.NewConsumer(newReader(t, brokers, topic, "g-"+topic), newGuard(t, memstore.New()),
+	rec := &recorder{}
+	c, err := kafkamw.NewConsumer(newReader(t, brokers, topic, "g-"+topic), newGuard(t, memstore.New(), idem.WithObserver(rec)),
 		func(ctx context.Context, m kafka.Message) error { runs.Add(1); return nil })
 	if err != nil {
 		t.Fatal(err)
@@ -298,6 +300,36 @@ func TestProducerKeepsKeyAcrossRetries(t *testing.T) {
 	if runs.Load() != 1 || c.Stats().Duplicates != 1 {
 		t.Errorf("handler ran %d times (stats %+v), want once", runs.Load(), c.Stats())
 	}
+	// Each message is reported to the Guard's observer, by topic.
+	if got := rec.outcomes(observe.KafkaMessage, topic); fmt.Sprint(got) != "[executed duplicate]" {
+		t.Errorf("kafka.message outcomes %v, want [executed duplicate]", got)
+	}
+}
+
+// recorder is an observe.Observer that keeps the events it ends.
+type recorder struct {
+	mu     sync.Mutex
+	events []observe.Event
+}
+
+func (r *recorder) Start(ctx context.Context, _ observe.Event) context.Context { return ctx }
+func (r *recorder) Record(context.Context, observe.Event)                      {}
+func (r *recorder) End(_ context.Context, ev observe.Event) {
+	r.mu.Lock()
+	r.events = append(r.events, ev)
+	r.mu.Unlock()
+}
+
+func (r *recorder) outcomes(op observe.Op, route string) []observe.Outcome {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []observe.Outcome
+	for _, ev := range r.events {
+		if ev.Op == op && ev.Route == route {
+			out = append(out, ev.Outcome)
+		}
+	}
+	return out
 }
 
 // lostAck writes, then reports a failure for its first call: the message

@@ -11,6 +11,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/observe"
 )
 
 // ErrNoKey is the error of a message with no key when keys are required
@@ -85,10 +86,11 @@ func header(msg kafka.Message, name string) (string, bool) {
 	return "", false
 }
 
-// process takes msg to done: handled here, found handled before, or
-// dead-lettered. It reports false when it stopped first (the Consumer is
-// stopping); then msg is not committed.
-func (c *Consumer) process(ctx context.Context, msg kafka.Message, key string, keyErr error, prev, keyPrev <-chan struct{}, pass func()) bool {
+// process takes msg to done: handled here (observe.Executed), found done
+// before (Duplicate), or dead-lettered (DeadLettered). Else it stopped
+// first — the Consumer is stopping (Canceled) or failed (Error) — and msg
+// is not committed.
+func (c *Consumer) process(ctx context.Context, msg kafka.Message, key string, keyErr error, prev, keyPrev <-chan struct{}, pass func()) observe.Outcome {
 	if keyErr != nil {
 		return c.reject(ctx, msg, "", keyErr, prev)
 	}
@@ -96,7 +98,7 @@ func (c *Consumer) process(ctx context.Context, msg kafka.Message, key string, k
 		select {
 		case <-keyPrev:
 		case <-ctx.Done():
-			return false
+			return observe.Canceled
 		}
 	}
 	fp := idem.Fingerprint([]byte(msg.Topic), msg.Key, msg.Value)
@@ -125,24 +127,22 @@ func (c *Consumer) process(ctx context.Context, msg kafka.Message, key string, k
 			return resultDeadLettered, nil
 		})
 		if ctx.Err() != nil {
-			return false
+			return observe.Canceled
 		}
 		var replayedErr *idem.ReplayedError
 		switch {
 		case err == nil:
-			c.count(res, replayed)
-			return true
+			return c.count(res, replayed)
 		case errors.As(err, &replayedErr): // a final error stored by the Guard (WithFinalErrors)
-			c.count(nil, true)
-			return true
+			return c.count(nil, true)
 		case herr != nil:
 			if attempt >= c.cfg.attempts || IsPermanent(herr) { // and no dead-letter destination
 				c.fail(&PoisonError{Topic: msg.Topic, Partition: msg.Partition, Offset: msg.Offset, Err: herr})
-				return false
+				return observe.Error
 			}
 			c.add(&c.stats.Retries)
 			if !c.sleep(ctx, attempt) {
-				return false
+				return observe.Canceled
 			}
 		case errors.Is(err, idem.ErrMismatch):
 			return c.reject(ctx, msg, key, err, prev)
@@ -151,7 +151,7 @@ func (c *Consumer) process(ctx context.Context, msg kafka.Message, key string, k
 			// handling it: wait for its outcome.
 			waits++
 			if !c.sleep(ctx, min(waits, 4)) {
-				return false
+				return observe.Canceled
 			}
 		default:
 			// The store did not answer, or the claim was lost: nothing is
@@ -159,7 +159,7 @@ func (c *Consumer) process(ctx context.Context, msg kafka.Message, key string, k
 			c.add(&c.stats.StoreErrors)
 			waits++
 			if !c.sleep(ctx, waits) {
-				return false
+				return observe.Canceled
 			}
 		}
 	}
@@ -194,17 +194,20 @@ func (c *Consumer) call(ctx context.Context, msg kafka.Message) (err error) {
 // reject dead-letters a message that cannot be claimed (no key, a bad key,
 // a key reused with another payload), in its turn, or stops the Consumer
 // when there is no dead-letter destination.
-func (c *Consumer) reject(ctx context.Context, msg kafka.Message, key string, cause error, prev <-chan struct{}) bool {
+func (c *Consumer) reject(ctx context.Context, msg kafka.Message, key string, cause error, prev <-chan struct{}) observe.Outcome {
 	if c.cfg.dlq == nil {
 		c.fail(&PoisonError{Topic: msg.Topic, Partition: msg.Partition, Offset: msg.Offset, Err: cause})
-		return false
+		return observe.Error
 	}
 	select {
 	case <-prev:
 	case <-ctx.Done():
-		return false
+		return observe.Canceled
 	}
-	return c.deadLetter(ctx, msg, key, cause) == nil
+	if c.deadLetter(ctx, msg, key, cause) != nil {
+		return observe.Canceled
+	}
+	return observe.DeadLettered
 }
 
 // deadLetter publishes msg to the dead-letter destination, retrying until
@@ -234,13 +237,16 @@ func (c *Consumer) deadLetter(ctx context.Context, msg kafka.Message, key string
 	}
 }
 
-func (c *Consumer) count(res []byte, replayed bool) {
+func (c *Consumer) count(res []byte, replayed bool) observe.Outcome {
 	switch {
 	case replayed:
 		c.add(&c.stats.Duplicates)
-	case len(res) == 1 && res[0] == resultHandled[0]:
-		c.add(&c.stats.Handled)
+		return observe.Duplicate
+	case len(res) == 1 && res[0] == resultDeadLettered[0]:
+		return observe.DeadLettered // counted when it was written
 	}
+	c.add(&c.stats.Handled)
+	return observe.Executed
 }
 
 func (c *Consumer) add(n *int64) {

@@ -21,4 +21,9 @@ rc=${PIPESTATUS[0]}
 # package's test service).
 go test -run '^$' -bench "${BENCH:-.}" -benchtime "${BENCH_TIME:-2s}" -count "${BENCH_COUNT:-3}" ./grpcmw/ \
 	| tee -a bench/last-run.txt
+rc=$(( rc || PIPESTATUS[0] ))
+# The Kafka runner against a bare kafka-go loop, on the services' broker: a
+# fixed message count (each run produces its messages first).
+go test -run '^$' -bench "${BENCH:-.}" -benchtime "${KAFKA_BENCH_MESSAGES:-20000}x" -count "${BENCH_COUNT:-3}" ./kafkamw/ \
+	| tee -a bench/last-run.txt
 exit $(( rc || PIPESTATUS[0] ))
