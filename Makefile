@@ -3,11 +3,26 @@ SHELL := /bin/bash
 GO    ?= go
 STATICCHECK_VERSION ?= v0.8.2
 
-.PHONY: run test bench services-up services-down lint proto
+.PHONY: run test bench services-up services-down lint proto demo-redis demo-redlock demo-etcd
 
-## run: the flash-sale demo on the embedded (in-process) driver
+## run: the flash-sale demo: three replicas of the inventory service in one
+## process on the embedded store and an embedded Kafka-protocol broker, and a
+## flash sale against them
 run:
-	$(GO) run ./examples/inventory
+	$(GO) run ./examples/inventory/cmd/inventory --demo
+
+## demo-redis, demo-redlock, demo-etcd: the same demo on the servers of
+## `make services-up`
+REDIS_ADDRS ?= 127.0.0.1:6379,127.0.0.1:6380,127.0.0.1:6381,127.0.0.1:6382,127.0.0.1:6383
+ETCD_ENDPOINTS ?= 127.0.0.1:2379
+KAFKA_BROKERS ?= 127.0.0.1:9092
+demo-redis:
+	$(GO) run ./examples/inventory/cmd/inventory --demo --store redis://$(firstword $(subst $(comma), ,$(REDIS_ADDRS))) --kafka $(KAFKA_BROKERS)
+demo-redlock:
+	$(GO) run ./examples/inventory/cmd/inventory --demo --store redlock://$(REDIS_ADDRS) --kafka $(KAFKA_BROKERS)
+demo-etcd:
+	$(GO) run ./examples/inventory/cmd/inventory --demo --store etcd://$(ETCD_ENDPOINTS) --kafka $(KAFKA_BROKERS)
+comma := ,
 
 ## test: start the servers, run every test with -race, stop the servers
 test:
@@ -30,7 +45,7 @@ lint:
 	cd bench && $(GO) vet ./...
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
 
-## proto: regenerate the committed gRPC test code (protoc from Debian's
+## proto: regenerate the committed gRPC code (grpcmw's test service, the inventory API) (protoc from Debian's
 ## protobuf-compiler, the Go plugins from the module proxy)
 PROTOC_GEN_GO_VERSION ?= v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION ?= v1.6.2
@@ -41,3 +56,6 @@ proto:
 	cd grpcmw/internal/testpb && protoc --proto_path=. \
 		--plugin=protoc-gen-go=$(CURDIR)/.bin/protoc-gen-go --plugin=protoc-gen-go-grpc=$(CURDIR)/.bin/protoc-gen-go-grpc \
 		--go_out=paths=source_relative:. --go-grpc_out=paths=source_relative:. test.proto
+	cd examples/inventory/inventorypb && protoc --proto_path=. \
+		--plugin=protoc-gen-go=$(CURDIR)/.bin/protoc-gen-go --plugin=protoc-gen-go-grpc=$(CURDIR)/.bin/protoc-gen-go-grpc \
+		--go_out=paths=source_relative:. --go-grpc_out=paths=source_relative:. inventory.proto

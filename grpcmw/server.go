@@ -175,6 +175,11 @@ func (s *server) storeError(ctx context.Context, err error) error {
 	if errors.Is(err, idem.ErrLockLost) {
 		return status.Error(codes.Aborted, "grpcmw: the call's claim was lost while it ran; retry with the same key")
 	}
+	if errors.Is(err, idem.ErrEffectRefused) {
+		// The effect's own check failed at commit (idem.Commit): nothing
+		// was written, the record included, so the same key runs again.
+		return status.Errorf(codes.Aborted, "grpcmw: the call's effect was refused, nothing was done; retry with the same key: %v", err)
+	}
 	return status.Error(codes.Unavailable, "grpcmw: the outcome could not be stored; retry with the same key")
 }
 

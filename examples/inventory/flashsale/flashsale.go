@@ -1,0 +1,353 @@
+// Package flashsale is the inventory example's load generator: many buyers
+// racing for little stock across replicas, some of them sending their order
+// twice, and a report of what happened — with the invariants that must hold
+// (nothing oversold, no order run twice, every replay identical, a shipment
+// for every order).
+package flashsale
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/examples/inventory/inventorypb"
+	"github.com/oncekit/oncekit/grpcmw"
+)
+
+// Config is one flash sale.
+type Config struct {
+	// Targets are the replicas' HTTP base URLs (http://host:port).
+	Targets []string
+	// GRPC are the replicas' gRPC addresses; when set, every other buyer
+	// orders over gRPC.
+	GRPC []string
+	// Buyers (default 1,000) race for Stock units (default 100) of SKU
+	// (default a fresh one), one unit each.
+	Buyers int
+	Stock  int64
+	SKU    string
+	// DupRate is the share of buyers who send their order twice at once,
+	// to two replicas, with one key (default 0.3; negative: none).
+	DupRate float64
+	// Shipping waits up to this long for a shipment per order (0: the
+	// service has no Kafka, do not check).
+	Shipping time.Duration
+	// Progress, if not nil, gets a progress bar.
+	Progress io.Writer
+	// Attempts bounds each buyer's tries of one request (default 30).
+	Attempts int
+}
+
+// outcome of one request.
+type outcome int
+
+const (
+	created outcome = iota
+	soldOut
+	retryable
+	failed
+)
+
+type sample struct {
+	start    time.Duration // since the sale began
+	latency  time.Duration
+	outcome  outcome
+	replayed bool
+}
+
+// answer is a buyer's final answer and its bytes (the body, or the
+// deterministic encoding of a gRPC reply), for the replay check.
+type answer struct {
+	outcome outcome
+	orderID string
+	body    string
+}
+
+type run struct {
+	cfg      Config
+	client   *http.Client
+	grpc     []inventorypb.InventoryClient
+	begin    time.Time
+	requests atomic.Int64
+	mu       sync.Mutex
+	samples  []sample
+	answers  map[string][]answer // key -> every final answer it got
+	errs     []string
+}
+
+// Run runs the sale and returns its report; an error means the sale could
+// not run at all (no replica answered), not that an invariant failed
+// (Report.OK).
+func Run(ctx context.Context, cfg Config) (*Report, error) {
+	if len(cfg.Targets) == 0 {
+		return nil, errors.New("flashsale: no targets")
+	}
+	if cfg.Buyers <= 0 {
+		cfg.Buyers = 1000
+	}
+	if cfg.Stock <= 0 {
+		cfg.Stock = 100
+	}
+	if cfg.DupRate == 0 {
+		cfg.DupRate = 0.3
+	}
+	if cfg.Attempts <= 0 {
+		cfg.Attempts = 30
+	}
+	if cfg.SKU == "" {
+		cfg.SKU = fmt.Sprintf("flash-%d", time.Now().UnixNano())
+	}
+	r := &run{cfg: cfg, answers: map[string][]answer{},
+		client: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 256}}}
+	defer r.client.CloseIdleConnections()
+	for _, addr := range cfg.GRPC {
+		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithChainUnaryInterceptor(grpcmw.UnaryClientInterceptor()))
+		if err != nil {
+			return nil, err
+		}
+		defer conn.Close()
+		r.grpc = append(r.grpc, inventorypb.NewInventoryClient(conn))
+	}
+	if err := r.restock(ctx); err != nil {
+		return nil, err
+	}
+
+	r.begin = time.Now()
+	stopProgress := r.progress()
+	var wg sync.WaitGroup
+	var done atomic.Int64
+	sem := make(chan struct{}, 256) // buyers in flight at once
+	for i := range cfg.Buyers {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem; done.Add(1) }()
+			r.buyer(ctx, i)
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(r.begin)
+	stopProgress()
+	return r.report(ctx, elapsed)
+}
+
+func (r *run) restock(ctx context.Context) error {
+	body := fmt.Sprintf(`{"stock":%d}`, r.cfg.Stock)
+	var last error
+	for i := range 20 {
+		target := r.cfg.Targets[i%len(r.cfg.Targets)]
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPut, target+"/v1/items/"+r.cfg.SKU, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := r.client.Do(req)
+		if err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			err = fmt.Errorf("PUT item: %s: %s", resp.Status, bytes.TrimSpace(b))
+		}
+		last = err
+		time.Sleep(100 * time.Millisecond)
+	}
+	return fmt.Errorf("flashsale: cannot stock the item: %w", last)
+}
+
+// buyer orders one unit with one key; a duplicating buyer sends the same
+// order to another replica at the same time.
+func (r *run) buyer(ctx context.Context, i int) {
+	key := idem.NewKey()
+	user := fmt.Sprintf("buyer-%d", i)
+	overGRPC := len(r.grpc) > 0 && i%2 == 1
+	send := func(replica int) {
+		var a answer
+		if overGRPC {
+			a = r.orderGRPC(ctx, key, user, replica)
+		} else {
+			a = r.orderHTTP(ctx, key, user, replica)
+		}
+		r.mu.Lock()
+		r.answers[key] = append(r.answers[key], a)
+		r.mu.Unlock()
+	}
+	if r.cfg.DupRate > 0 && rand.Float64() < r.cfg.DupRate {
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() { defer wg.Done(); send(i + 1) }()
+		send(i)
+		wg.Wait()
+		return
+	}
+	send(i)
+}
+
+func (r *run) record(s sample) {
+	r.mu.Lock()
+	r.samples = append(r.samples, s)
+	r.mu.Unlock()
+}
+
+func (r *run) fail(format string, args ...any) answer {
+	r.mu.Lock()
+	if len(r.errs) < 20 {
+		r.errs = append(r.errs, fmt.Sprintf(format, args...))
+	}
+	r.mu.Unlock()
+	return answer{outcome: failed}
+}
+
+// orderHTTP places the order over HTTP, retrying with the same key on
+// another replica after a transient answer, and returns the final answer.
+func (r *run) orderHTTP(ctx context.Context, key, user string, replica int) answer {
+	body := fmt.Sprintf(`{"sku":%q,"qty":1,"user":%q}`, r.cfg.SKU, user)
+	var last string
+	for attempt := range r.cfg.Attempts {
+		target := r.cfg.Targets[(replica+attempt)%len(r.cfg.Targets)]
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, target+"/v1/orders", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Idempotency-Key", key)
+		start := time.Now()
+		r.requests.Add(1)
+		resp, err := r.client.Do(req)
+		if err != nil {
+			r.record(sample{start: start.Sub(r.begin), latency: time.Since(start), outcome: retryable})
+			last = err.Error()
+			backoff(attempt)
+			continue
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		s := sample{start: start.Sub(r.begin), latency: time.Since(start), replayed: resp.Header.Get("Idempotent-Replayed") == "true"}
+		var p struct {
+			Code    string `json:"code"`
+			OrderID string `json:"order_id"`
+		}
+		_ = json.Unmarshal(b, &p)
+		switch {
+		case resp.StatusCode == http.StatusCreated && p.OrderID != "":
+			s.outcome = created
+			r.record(s)
+			return answer{outcome: created, orderID: p.OrderID, body: string(b)}
+		case resp.StatusCode == http.StatusConflict && p.Code == "sold_out":
+			s.outcome = soldOut
+			r.record(s)
+			return answer{outcome: soldOut, body: string(b)}
+		case resp.StatusCode >= 500, resp.StatusCode == http.StatusConflict, resp.StatusCode == http.StatusTooManyRequests:
+			s.outcome = retryable
+			r.record(s)
+			last = fmt.Sprintf("%d %s", resp.StatusCode, p.Code)
+			backoff(attempt)
+		default:
+			s.outcome = failed
+			r.record(s)
+			return r.fail("order %s: %s: %s", key, resp.Status, bytes.TrimSpace(b))
+		}
+	}
+	return r.fail("order %s: no final answer after %d attempts (last: %s)", key, r.cfg.Attempts, last)
+}
+
+// orderGRPC places the order over gRPC, the same way.
+func (r *run) orderGRPC(ctx context.Context, key, user string, replica int) answer {
+	var last string
+	for attempt := range r.cfg.Attempts {
+		c := r.grpc[(replica+attempt)%len(r.grpc)]
+		var header metadata.MD
+		cctx := metadata.AppendToOutgoingContext(ctx, grpcmw.DefaultMetadataKey, key, "x-user", user)
+		start := time.Now()
+		r.requests.Add(1)
+		o, err := c.PlaceOrder(cctx, &inventorypb.PlaceOrderRequest{Sku: r.cfg.SKU, Qty: 1, User: user}, grpc.Header(&header))
+		s := sample{start: start.Sub(r.begin), latency: time.Since(start),
+			replayed: slices.Contains(header.Get(grpcmw.ReplayedMetadataKey), "true")}
+		st := status.Convert(err)
+		switch {
+		case err == nil:
+			s.outcome = created
+			r.record(s)
+			b, _ := proto.MarshalOptions{Deterministic: true}.Marshal(o)
+			return answer{outcome: created, orderID: o.GetOrderId(), body: string(b)}
+		case st.Code() == codes.FailedPrecondition && reason(st) == "sold_out":
+			s.outcome = soldOut
+			r.record(s)
+			return answer{outcome: soldOut, body: st.Message()}
+		case st.Code() == codes.Unavailable, st.Code() == codes.Aborted, st.Code() == codes.DeadlineExceeded:
+			s.outcome = retryable
+			r.record(s)
+			last = st.String()
+			backoff(attempt)
+		default:
+			s.outcome = failed
+			r.record(s)
+			return r.fail("order %s over gRPC: %v", key, st)
+		}
+	}
+	return r.fail("order %s over gRPC: no final answer after %d attempts (last: %s)", key, r.cfg.Attempts, last)
+}
+
+func reason(st *status.Status) string {
+	for _, d := range st.Details() {
+		if info, ok := d.(interface{ GetReason() string }); ok {
+			return info.GetReason()
+		}
+	}
+	return ""
+}
+
+func backoff(attempt int) {
+	d := min(10*time.Millisecond<<min(attempt, 6), 500*time.Millisecond)
+	time.Sleep(d/2 + rand.N(d/2+1))
+}
+
+// progress draws a bar until the returned function is called.
+func (r *run) progress() (stop func()) {
+	if r.cfg.Progress == nil {
+		return func() {}
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	draw := func() {
+		r.mu.Lock()
+		n := len(r.answers)
+		r.mu.Unlock()
+		const width = 40
+		filled := width * n / r.cfg.Buyers
+		fmt.Fprintf(r.cfg.Progress, "\r  [%s%s] %d/%d buyers answered, %d requests",
+			strings.Repeat("=", filled), strings.Repeat(" ", width-filled), n, r.cfg.Buyers, r.requests.Load())
+	}
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				draw()
+				fmt.Fprintln(r.cfg.Progress)
+				return
+			case <-t.C:
+				draw()
+			}
+		}
+	}()
+	return func() { close(done); wg.Wait() }
+}

@@ -1,0 +1,120 @@
+package inventory
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+)
+
+// Item is a SKU's stock and how much of it was sold.
+type Item struct {
+	SKU   string `json:"sku"`
+	Stock int64  `json:"stock"`
+	Sold  int64  `json:"sold"`
+}
+
+// Order is one sale.
+type Order struct {
+	OrderID string `json:"order_id"`
+	SKU     string `json:"sku"`
+	Qty     int64  `json:"qty"`
+	User    string `json:"user"`
+	// Fence is the SKU lock's fence the sale was made under.
+	Fence uint64 `json:"fence"`
+}
+
+// Errors of the inventory.
+var (
+	ErrUnknownSKU   = errors.New("inventory: unknown sku")
+	ErrUnknownOrder = errors.New("inventory: unknown order")
+	ErrSoldOut      = errors.New("inventory: not enough stock")
+	// ErrStaleFence refuses a write under a lock that a later holder has
+	// written under since: the writer's lock ran out while it was paused.
+	ErrStaleFence = errors.New("inventory: stale fence")
+	// ErrInvalid is bad input (the message says which).
+	ErrInvalid = errors.New("inventory: invalid input")
+)
+
+// Limits of the input.
+const (
+	MaxNameLen = 64
+	MaxQty     = 1000
+	MaxStock   = 1_000_000_000
+)
+
+// checkName validates a SKU or a user: 1 to 64 bytes of letters, digits,
+// '-', '_' and '.'.
+func checkName(what, s string) error {
+	if s == "" || len(s) > MaxNameLen {
+		return fmt.Errorf("%w: %s must be 1 to %d bytes", ErrInvalid, what, MaxNameLen)
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_' || c == '.') {
+			return fmt.Errorf("%w: %s may hold only letters, digits, '-', '_' and '.'", ErrInvalid, what)
+		}
+	}
+	return nil
+}
+
+// CheckSKU validates a SKU.
+func CheckSKU(sku string) error { return checkName("sku", sku) }
+
+// CheckOrder validates an order request.
+func CheckOrder(sku string, qty int64, user string) error {
+	if err := checkName("sku", sku); err != nil {
+		return err
+	}
+	if err := checkName("user", user); err != nil {
+		return err
+	}
+	if qty < 1 || qty > MaxQty {
+		return fmt.Errorf("%w: qty must be 1 to %d", ErrInvalid, MaxQty)
+	}
+	return nil
+}
+
+// CheckStock validates a stock level.
+func CheckStock(stock int64) error {
+	if stock < 0 || stock > MaxStock {
+		return fmt.Errorf("%w: stock must be 0 to %d", ErrInvalid, MaxStock)
+	}
+	return nil
+}
+
+// OrderID derives an order's ID from its idempotency record's stable key
+// (idem.KeyFrom): every run for one key — a retry after a replica died
+// mid-sale — names the same order.
+func OrderID(stableKey string) string {
+	h := sha256.Sum256([]byte(stableKey))
+	return "o-" + hex.EncodeToString(h[:10])
+}
+
+// Backend keeps the inventory where every replica sees it: the stock of
+// each SKU, the orders, the outbox of order.created events and the
+// shipments. Sell and Ship either return an effect — a write that the
+// caller commits atomically with the idempotency record (httpmw.Commit,
+// idem.Commit) — or, when the inventory does not live with the records
+// (Redlock), make the write themselves keyed on the order's ID, refusing a
+// second one, and return a nil effect.
+type Backend interface {
+	// PutItem sets sku's stock and its sold count to 0, under the SKU
+	// lock whose fence is fence.
+	PutItem(ctx context.Context, sku string, stock int64, fence uint64) (Item, error)
+	Item(ctx context.Context, sku string) (Item, error)
+	Order(ctx context.Context, id string) (Order, error)
+	// Sell sells o under the SKU lock whose fence is o.Fence: ErrSoldOut,
+	// ErrUnknownSKU, ErrStaleFence, or the sale's effect. The effect checks
+	// again when it commits (a stale fence or too little stock refuses it).
+	Sell(ctx context.Context, o Order) (effect any, err error)
+	// Outbox returns up to n orders whose order.created event is not
+	// published yet; Published removes them.
+	Outbox(ctx context.Context, n int) ([]Order, error)
+	Published(ctx context.Context, ids []string) error
+	// Ship records order id's shipment, or returns the effect that does.
+	Ship(ctx context.Context, id string) (effect any, err error)
+	// Counts returns how many orders and shipments there are.
+	Counts(ctx context.Context) (orders, shipments int64, err error)
+}

@@ -1,0 +1,355 @@
+package inventory
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/lock"
+	"github.com/oncekit/oncekit/httpmw"
+)
+
+// Store is what the service needs of an oncekit driver: every driver is
+// both.
+type Store interface {
+	lock.Locker
+	idem.Store
+}
+
+// Config wires a Service.
+type Config struct {
+	Store   Store
+	Backend Backend
+	// Gatherer serves /metrics (nil: an empty registry).
+	Gatherer prometheus.Gatherer
+	// LockTTL is the SKU lock's TTL, kept alive while held (default 5 s).
+	LockTTL time.Duration
+	// Wait is how long a duplicate of an order in flight waits for its
+	// answer before it gets 409 request_in_flight (default 5 s).
+	Wait time.Duration
+}
+
+// Service is one replica of the inventory: its HTTP and gRPC APIs over a
+// shared Store and Backend. Any number of replicas, in one process or many,
+// serve the same inventory.
+type Service struct {
+	backend  Backend
+	guard    *idem.Guard
+	mutex    *lock.Mutex
+	gatherer prometheus.Gatherer
+	wait     time.Duration
+	kick     chan struct{} // an order was sold: the outbox relay has work
+}
+
+// New returns a replica.
+func New(cfg Config) (*Service, error) {
+	if cfg.Store == nil || cfg.Backend == nil {
+		return nil, errors.New("inventory: New needs a Store and a Backend")
+	}
+	if cfg.LockTTL <= 0 {
+		cfg.LockTTL = 5 * time.Second
+	}
+	if cfg.Wait <= 0 {
+		cfg.Wait = 5 * time.Second
+	}
+	if cfg.Gatherer == nil {
+		cfg.Gatherer = prometheus.NewRegistry()
+	}
+	guard, err := idem.NewGuard(cfg.Store)
+	if err != nil {
+		return nil, err
+	}
+	mutex, err := lock.NewMutex(cfg.Store, lock.WithTTL(cfg.LockTTL), lock.WithWaitTimeout(10*time.Second))
+	if err != nil {
+		return nil, err
+	}
+	return &Service{backend: cfg.Backend, guard: guard, mutex: mutex, gatherer: cfg.Gatherer, wait: cfg.Wait,
+		kick: make(chan struct{}, 1)}, nil
+}
+
+// Guard is the replica's idem.Guard (the Kafka consumer runs on it too).
+func (s *Service) Guard() *idem.Guard { return s.guard }
+
+// Backend is the inventory the replica serves.
+func (s *Service) Backend() Backend { return s.backend }
+
+// placeOrder sells qty of sku to user, once per idempotency key: under the
+// SKU's lock, fenced with its fence, the sale's effect committed with the
+// key's record through commit (httpmw.Commit, idem.Commit). The lock is
+// released by the outer layer (holdLocks) once the record is committed, so
+// that the next sale of the SKU sees this one.
+func (s *Service) placeOrder(ctx context.Context, sku string, qty int64, user string, commit func(any) error) (Order, error) {
+	if err := CheckOrder(sku, qty, user); err != nil {
+		return Order{}, err
+	}
+	key, ok := idem.KeyFrom(ctx)
+	if !ok {
+		return Order{}, errors.New("inventory: an order runs under the idempotency middleware")
+	}
+	h, err := s.mutex.Lock(ctx, "sku:"+sku)
+	if err != nil {
+		return Order{}, fmt.Errorf("inventory: lock sku %s: %w", sku, err)
+	}
+	releaseLater(ctx, h)
+	o := Order{OrderID: OrderID(key), SKU: sku, Qty: qty, User: user, Fence: h.Fence()}
+	effect, err := s.backend.Sell(ctx, o)
+	if err != nil {
+		return Order{}, err
+	}
+	if effect != nil {
+		if err := commit(effect); err != nil {
+			return Order{}, err
+		}
+	}
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+	return o, nil
+}
+
+// putItem sets sku's stock under its lock, fenced.
+func (s *Service) putItem(ctx context.Context, sku string, stock int64) (Item, error) {
+	if err := CheckSKU(sku); err != nil {
+		return Item{}, err
+	}
+	if err := CheckStock(stock); err != nil {
+		return Item{}, err
+	}
+	var it Item
+	err := s.mutex.Do(ctx, "sku:"+sku, func(ctx context.Context, l lock.Lease) error {
+		var err error
+		it, err = s.backend.PutItem(ctx, sku, stock, l.Fence())
+		return err
+	})
+	return it, err
+}
+
+// heldLocks are the locks a request took, released once its response is
+// stored (holdLocks).
+type heldLocks struct {
+	mu   sync.Mutex
+	held []*lock.Held
+}
+
+type heldLocksKey struct{}
+
+// holdLocks runs next with a place for the locks it takes, and releases
+// them after next returns — for an order, after the idempotency layer
+// inside next has committed the sale with its record.
+func holdLocks(ctx context.Context, next func(ctx context.Context)) {
+	hl := &heldLocks{}
+	next(context.WithValue(ctx, heldLocksKey{}, hl))
+	hl.mu.Lock()
+	defer hl.mu.Unlock()
+	for _, h := range hl.held {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		_ = h.Release(rctx) // a lease that could not be released runs out on its own
+		cancel()
+	}
+}
+
+// releaseLater hands h to the request's holdLocks, or releases it at
+// once outside one.
+func releaseLater(ctx context.Context, h *lock.Held) {
+	if hl, ok := ctx.Value(heldLocksKey{}).(*heldLocks); ok {
+		hl.mu.Lock()
+		hl.held = append(hl.held, h)
+		hl.mu.Unlock()
+		return
+	}
+	_ = h.Release(context.WithoutCancel(ctx))
+}
+
+// Handler is the replica's HTTP API on a chi router.
+func (s *Service) Handler() (http.Handler, error) {
+	idempotent, err := httpmw.New(s.guard,
+		// The principal: this demo has no authentication, so an order's
+		// user is its scope, read from the body. A real service returns
+		// the authenticated principal here (from its auth middleware's
+		// context), so that no client can replay another's order.
+		httpmw.WithScope(func(r *http.Request) string {
+			var body struct {
+				User string `json:"user"`
+			}
+			_ = json.NewDecoder(r.Body).Decode(&body)
+			return "user:" + body.User
+		}),
+		httpmw.WithWait(s.wait),
+		httpmw.WithRoute(func(*http.Request) string { return "/v1/orders" }))
+	if err != nil {
+		return nil, err
+	}
+	r := chi.NewRouter()
+	r.Use(func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			holdLocks(r.Context(), func(ctx context.Context) { next.ServeHTTP(w, r.WithContext(ctx)) })
+		})
+	})
+	r.Get("/healthz", s.healthz)
+	r.Handle("/metrics", promhttp.HandlerFor(s.gatherer, promhttp.HandlerOpts{}))
+	r.Put("/v1/items/{sku}", s.httpPutItem)
+	r.Get("/v1/items/{sku}", s.httpGetItem)
+	r.Get("/v1/orders/{id}", s.httpGetOrder)
+	r.Get("/v1/stats", s.httpStats)
+	r.With(idempotent).Post("/v1/orders", s.httpPostOrder)
+	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
+		problem(w, http.StatusNotFound, "not_found", "no such resource")
+	})
+	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
+		problem(w, http.StatusMethodNotAllowed, "method_not_allowed", r.Method+" is not allowed here")
+	})
+	return r, nil
+}
+
+func (s *Service) healthz(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	if _, _, err := s.backend.Counts(ctx); err != nil {
+		problem(w, http.StatusServiceUnavailable, "store_unavailable", err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+func (s *Service) httpPutItem(w http.ResponseWriter, r *http.Request) {
+	var body struct {
+		Stock *int64 `json:"stock"`
+	}
+	if err := decode(w, r, &body); err != nil {
+		return
+	}
+	if body.Stock == nil {
+		problem(w, http.StatusBadRequest, "invalid_request", "the body needs a stock")
+		return
+	}
+	it, err := s.putItem(r.Context(), chi.URLParam(r, "sku"), *body.Stock)
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, it)
+}
+
+func (s *Service) httpGetItem(w http.ResponseWriter, r *http.Request) {
+	sku := chi.URLParam(r, "sku")
+	if err := CheckSKU(sku); err != nil {
+		httpError(w, err)
+		return
+	}
+	it, err := s.backend.Item(r.Context(), sku)
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, it)
+}
+
+func (s *Service) httpGetOrder(w http.ResponseWriter, r *http.Request) {
+	o, err := s.backend.Order(r.Context(), chi.URLParam(r, "id"))
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, o)
+}
+
+// Stats is GET /v1/stats: how many orders were sold and shipped.
+type Stats struct {
+	Orders    int64 `json:"orders"`
+	Shipments int64 `json:"shipments"`
+}
+
+func (s *Service) httpStats(w http.ResponseWriter, r *http.Request) {
+	orders, shipments, err := s.backend.Counts(r.Context())
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, Stats{Orders: orders, Shipments: shipments})
+}
+
+func (s *Service) httpPostOrder(w http.ResponseWriter, r *http.Request) {
+	var body struct {
+		SKU  string `json:"sku"`
+		Qty  int64  `json:"qty"`
+		User string `json:"user"`
+	}
+	if err := decode(w, r, &body); err != nil {
+		return
+	}
+	o, err := s.placeOrder(r.Context(), body.SKU, body.Qty, body.User, func(effect any) error {
+		return httpmw.Commit(w, effect)
+	})
+	if err != nil {
+		if errors.Is(err, ErrSoldOut) {
+			// A business answer: stored and replayed, even to a retry
+			// after a restock (409 is not stored by default).
+			httpmw.Final(w)
+		}
+		httpError(w, err)
+		return
+	}
+	w.Header().Set("Location", "/v1/orders/"+o.OrderID)
+	writeJSON(w, http.StatusCreated, o)
+}
+
+// decode reads a JSON body strictly, or answers 400.
+func decode(w http.ResponseWriter, r *http.Request, v any) error {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		problem(w, http.StatusBadRequest, "invalid_request", "the body is not the expected JSON: "+err.Error())
+		return err
+	}
+	if dec.More() {
+		problem(w, http.StatusBadRequest, "invalid_request", "the body holds more than one JSON value")
+		return errors.New("trailing data")
+	}
+	return nil
+}
+
+// httpError answers err as a problem.
+func httpError(w http.ResponseWriter, err error) {
+	var refused *idem.EffectRefusedError
+	switch {
+	case errors.Is(err, ErrInvalid):
+		problem(w, http.StatusBadRequest, "invalid_request", err.Error())
+	case errors.Is(err, ErrUnknownSKU):
+		problem(w, http.StatusNotFound, "unknown_sku", "no item has this sku")
+	case errors.Is(err, ErrUnknownOrder):
+		problem(w, http.StatusNotFound, "unknown_order", "no order has this id")
+	case errors.Is(err, ErrSoldOut):
+		problem(w, http.StatusConflict, "sold_out", "not enough stock")
+	case errors.Is(err, ErrStaleFence), errors.As(err, &refused):
+		problem(w, http.StatusConflict, "conflict", "the sale lost its lock before it committed; nothing was sold, retry")
+	case errors.Is(err, lock.ErrNotAcquired), errors.Is(err, context.DeadlineExceeded):
+		problem(w, http.StatusServiceUnavailable, "busy", "the item is busy; retry")
+	default:
+		problem(w, http.StatusServiceUnavailable, "store_unavailable", err.Error())
+	}
+}
+
+// problem writes an RFC 9457 problem+json body.
+func problem(w http.ResponseWriter, status int, code, detail string) {
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(httpmw.Problem{
+		Type: "https://oncekit.dev/problems/" + code, Title: http.StatusText(status), Status: status, Detail: detail, Code: code,
+	})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}

@@ -1,0 +1,76 @@
+package inventory
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/kafkamw"
+)
+
+// TopicOrderCreated is where sales are announced.
+const TopicOrderCreated = "order.created"
+
+// RelayOutbox publishes order.created for every sale in the backend's
+// outbox through p, then removes it, until ctx ends. A sale writes its
+// event into the outbox in the same commit as the sale itself, so no sale
+// goes unannounced even when its replica dies right after; the event's
+// message-id is the order's ID, so replicas relaying the same entry, or one
+// relaying it again after a crash, announce it once to a kafkamw consumer.
+func (s *Service) RelayOutbox(ctx context.Context, p *kafkamw.Producer, every time.Duration) error {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		_ = s.relayOnce(ctx, p) // the broker or the store is away: the next tick tries again
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		case <-s.kick:
+		}
+	}
+}
+
+func (s *Service) relayOnce(ctx context.Context, p *kafkamw.Producer) error {
+	for {
+		orders, err := s.backend.Outbox(ctx, 100)
+		if err != nil || len(orders) == 0 {
+			return err
+		}
+		msgs := make([]kafka.Message, len(orders))
+		ids := make([]string, len(orders))
+		for i, o := range orders {
+			body, _ := json.Marshal(o)
+			msgs[i] = kafka.Message{Key: []byte(o.SKU), Value: body,
+				Headers: []kafka.Header{{Key: kafkamw.DefaultKeyHeader, Value: []byte(o.OrderID)}}}
+			ids[i] = o.OrderID
+		}
+		if err := p.Send(ctx, msgs...); err != nil {
+			return err
+		}
+		if err := s.backend.Published(ctx, ids); err != nil {
+			return err
+		}
+	}
+}
+
+// ShippingConsumer returns the consumer that ships each order once: its
+// shipment is recorded with the message's idempotency record (or keyed on
+// the order, with Redlock). Run it on every replica, in one group.
+func (s *Service) ShippingConsumer(r kafkamw.Reader, opts ...kafkamw.Option) (*kafkamw.Consumer, error) {
+	return kafkamw.NewConsumer(r, s.guard, func(ctx context.Context, m kafka.Message) error {
+		var o Order
+		if err := json.Unmarshal(m.Value, &o); err != nil || o.OrderID == "" {
+			return kafkamw.Permanent(errors.Join(errors.New("inventory: order.created is not an order"), err))
+		}
+		effect, err := s.backend.Ship(ctx, o.OrderID)
+		if err != nil || effect == nil {
+			return err
+		}
+		return idem.Commit(ctx, effect)
+	}, opts...)
+}
