@@ -1,0 +1,44 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// The demo `make run` runs: three replicas on the embedded store and
+// broker, a flash sale, a passing report.
+func TestDemo(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	html := filepath.Join(t.TempDir(), "report.html")
+	code := run([]string{"--demo", "--store", "memory://", "--kafka", "embedded", "--buyers", "300", "--stock", "40", "--html", html}, &stdout, &stderr)
+	if code != 0 || !strings.Contains(stdout.String(), "PASS") || !strings.Contains(stdout.String(), "shipments / orders       40 / 40") {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
+	}
+	if b, err := os.ReadFile(html); err != nil || !bytes.Contains(b, []byte("<svg")) {
+		t.Errorf("HTML report: %v", err)
+	}
+}
+
+// A bad store URL or an unreachable server is one clear line and exit 1.
+func TestBadStore(t *testing.T) {
+	for url, want := range map[string]string{
+		"bogus://x":               `store URL scheme "bogus" is not supported`,
+		"redis://127.0.0.1:1":     "store redis://127.0.0.1:1 is unreachable",
+		"redis-cluster://a:1,b:2": "does not run on redis-cluster://",
+		"memory://x":              "memory:// takes no host or path",
+	} {
+		var stdout, stderr bytes.Buffer
+		code := run([]string{"--store", url, "--kafka", ""}, &stdout, &stderr)
+		lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
+		if code != 1 || len(lines) != 1 || !strings.Contains(lines[0], want) {
+			t.Errorf("--store %s: exit %d, stderr %q; want one line with %q", url, code, stderr.String(), want)
+		}
+	}
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"--replicas", "0"}, &stdout, &stderr); code != 2 {
+		t.Errorf("--replicas 0: exit %d", code)
+	}
+}

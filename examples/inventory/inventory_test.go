@@ -1,0 +1,332 @@
+package inventory_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/examples/inventory"
+	"github.com/oncekit/oncekit/examples/inventory/flashsale"
+	"github.com/oncekit/oncekit/examples/inventory/inventorypb"
+	"github.com/oncekit/oncekit/grpcmw"
+	"github.com/oncekit/oncekit/internal/testenv"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// stores are the store URLs the service runs on: every driver.
+func stores(t *testing.T) map[string]string {
+	redis := testenv.RedisAddrs(t, 5)
+	return map[string]string{
+		"memory":  "memory://",
+		"redis":   "redis://" + redis[0],
+		"redlock": "redlock://" + strings.Join(redis, ","),
+		"etcd":    "etcd://" + strings.Join(testenv.EtcdAddrs(t), ","),
+	}
+}
+
+func eachStore(t *testing.T, f func(t *testing.T, url string)) {
+	for _, name := range []string{"memory", "redis", "redlock", "etcd"} {
+		url := stores(t)[name]
+		t.Run(name, func(t *testing.T) { f(t, url) })
+	}
+}
+
+// open returns a fresh service on url (its own key prefix).
+func open(t *testing.T, url string) *inventory.Service {
+	t.Helper()
+	store, backend, closeStore, err := inventory.Open(url, fmt.Sprintf("inv-test:%d:", time.Now().UnixNano()), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(closeStore)
+	svc, err := inventory.New(inventory.Config{Store: store, Backend: backend})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return svc
+}
+
+func serveHTTP(t *testing.T, svc *inventory.Service) string {
+	h, err := svc.Handler()
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+type response struct {
+	status   int
+	body     string
+	replayed bool
+	code     string
+	orderID  string
+}
+
+func do(t *testing.T, method, url, key, body string) response {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if key != "" {
+		req.Header.Set("Idempotency-Key", runID+"-"+key)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	var p struct {
+		Code    string `json:"code"`
+		OrderID string `json:"order_id"`
+	}
+	_ = json.Unmarshal(b, &p)
+	return response{status: resp.StatusCode, body: string(b), replayed: resp.Header.Get("Idempotent-Replayed") == "true",
+		code: p.Code, orderID: p.OrderID}
+}
+
+// runID makes this run's idempotency keys its own: the servers keep
+// records between runs.
+var runID = fmt.Sprintf("%x", time.Now().UnixNano())
+
+func order(sku, user string, qty int) string {
+	return fmt.Sprintf(`{"sku":%q,"qty":%d,"user":%q}`, sku, qty, user)
+}
+
+func TestHTTPAPI(t *testing.T) {
+	eachStore(t, func(t *testing.T, url string) {
+		base := serveHTTP(t, open(t, url))
+		sku := fmt.Sprintf("phone-%d", time.Now().UnixNano()%1e6)
+
+		if r := do(t, "PUT", base+"/v1/items/"+sku, "", `{"stock":1}`); r.status != 200 ||
+			r.body != fmt.Sprintf(`{"sku":%q,"stock":1,"sold":0}`+"\n", sku) {
+			t.Fatalf("PUT item: %d %s", r.status, r.body)
+		}
+		first := do(t, "POST", base+"/v1/orders", "k1", order(sku, "ann", 1))
+		if first.status != 201 || first.orderID == "" || first.replayed || !strings.Contains(first.body, `"fence":`) {
+			t.Fatalf("order: %d %s", first.status, first.body)
+		}
+		if again := do(t, "POST", base+"/v1/orders", "k1", order(sku, "ann", 1)); again.status != 201 || again.body != first.body || !again.replayed {
+			t.Errorf("duplicate: %d %s replayed=%v, want the first response replayed", again.status, again.body, again.replayed)
+		}
+		// The same key from another principal is another order: no replay
+		// across users. Here it finds the item sold out.
+		if other := do(t, "POST", base+"/v1/orders", "k1", order(sku, "bob", 1)); other.replayed || other.code != "sold_out" || other.status != 409 {
+			t.Errorf("same key, other user: %d %s replayed=%v", other.status, other.body, other.replayed)
+		}
+		soldOut := do(t, "POST", base+"/v1/orders", "k2", order(sku, "cat", 1))
+		if soldOut.status != 409 || soldOut.code != "sold_out" {
+			t.Fatalf("sold out: %d %s", soldOut.status, soldOut.body)
+		}
+		do(t, "PUT", base+"/v1/items/"+sku, "", `{"stock":5}`)
+		// A retry of the sold-out order after the restock still says sold
+		// out: the answer was final and is replayed.
+		if retry := do(t, "POST", base+"/v1/orders", "k2", order(sku, "cat", 1)); retry.status != 409 || !retry.replayed || retry.body != soldOut.body {
+			t.Errorf("retry after restock: %d %s replayed=%v, want the sold_out replayed", retry.status, retry.body, retry.replayed)
+		}
+		if fresh := do(t, "POST", base+"/v1/orders", "k3", order(sku, "cat", 2)); fresh.status != 201 {
+			t.Errorf("new key after restock: %d %s", fresh.status, fresh.body)
+		}
+		if r := do(t, "GET", base+"/v1/items/"+sku, "", ""); r.body != fmt.Sprintf(`{"sku":%q,"stock":3,"sold":2}`+"\n", sku) {
+			t.Errorf("GET item: %d %s", r.status, r.body)
+		}
+		var o inventory.Order
+		r := do(t, "GET", base+"/v1/orders/"+first.orderID, "", "")
+		if err := json.Unmarshal([]byte(r.body), &o); err != nil || o.OrderID != first.orderID || o.User != "ann" || o.Qty != 1 || o.Fence == 0 {
+			t.Errorf("GET order: %d %s", r.status, r.body)
+		}
+
+		for name, tc := range map[string]struct {
+			method, path, key, body string
+			status                  int
+			code                    string
+		}{
+			"unknown sku":    {"POST", "/v1/orders", "k4", order("nope", "ann", 1), 404, "unknown_sku"},
+			"bad body":       {"POST", "/v1/orders", "k5", `{"sku":`, 400, "invalid_request"},
+			"unknown field":  {"POST", "/v1/orders", "k6", `{"sku":"a","qty":1,"user":"u","price":1}`, 400, "invalid_request"},
+			"zero qty":       {"POST", "/v1/orders", "k7", order(sku, "ann", 0), 400, "invalid_request"},
+			"bad user":       {"POST", "/v1/orders", "k8", order(sku, "a b", 1), 400, "invalid_request"},
+			"no key":         {"POST", "/v1/orders", "", order(sku, "ann", 1), 400, "idempotency_key_missing"},
+			"negative stock": {"PUT", "/v1/items/" + sku, "", `{"stock":-1}`, 400, "invalid_request"},
+			"no stock":       {"PUT", "/v1/items/" + sku, "", `{}`, 400, "invalid_request"},
+			"bad sku":        {"GET", "/v1/items/a%20b", "", "", 400, "invalid_request"},
+			"unknown order":  {"GET", "/v1/orders/o-nope", "", "", 404, "unknown_order"},
+			"no route":       {"GET", "/v2/x", "", "", 404, "not_found"},
+		} {
+			if r := do(t, tc.method, base+tc.path, tc.key, tc.body); r.status != tc.status || r.code != tc.code {
+				t.Errorf("%s: %d %s, want %d %s", name, r.status, r.body, tc.status, tc.code)
+			}
+		}
+		if r := do(t, "GET", base+"/healthz", "", ""); r.status != 200 {
+			t.Errorf("healthz: %d %s", r.status, r.body)
+		}
+		if r := do(t, "GET", base+"/metrics", "", ""); r.status != 200 {
+			t.Errorf("metrics: %d", r.status)
+		}
+	})
+}
+
+func TestGRPCAPI(t *testing.T) {
+	eachStore(t, func(t *testing.T, url string) {
+		svc := open(t, url)
+		r, err := inventory.Start(svc, "127.0.0.1:0", "127.0.0.1:0", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Stop()
+		conn, err := grpc.NewClient(r.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithChainUnaryInterceptor(grpcmw.UnaryClientInterceptor()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		c := inventorypb.NewInventoryClient(conn)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		sku := fmt.Sprintf("tv-%d", time.Now().UnixNano()%1e6)
+		if _, err := c.PutItem(ctx, &inventorypb.PutItemRequest{Sku: sku, Stock: 1}); err != nil {
+			t.Fatal(err)
+		}
+		call := func(key, user string) (*inventorypb.Order, metadata.MD, error) {
+			var md metadata.MD
+			cctx := metadata.AppendToOutgoingContext(ctx, grpcmw.DefaultMetadataKey, runID+"-"+key, inventory.UserMetadataKey, user)
+			o, err := c.PlaceOrder(cctx, &inventorypb.PlaceOrderRequest{Sku: sku, Qty: 1, User: user}, grpc.Header(&md))
+			return o, md, err
+		}
+		o1, _, err := call("g1", "ann")
+		if err != nil || o1.GetFence() == 0 {
+			t.Fatalf("PlaceOrder: %v %v", o1, err)
+		}
+		o2, md, err := call("g1", "ann")
+		if err != nil || o2.GetOrderId() != o1.GetOrderId() || md.Get(grpcmw.ReplayedMetadataKey)[0] != "true" {
+			t.Errorf("duplicate: %v %v %v", o2, md, err)
+		}
+		_, _, err = call("g2", "bob")
+		if st := status.Convert(err); st.Code() != codes.FailedPrecondition {
+			t.Fatalf("sold out: %v", err)
+		}
+		if _, err := c.PutItem(ctx, &inventorypb.PutItemRequest{Sku: sku, Stock: 3}); err != nil {
+			t.Fatal(err)
+		}
+		_, md, err = call("g2", "bob")
+		if st := status.Convert(err); st.Code() != codes.FailedPrecondition || len(md.Get(grpcmw.ReplayedMetadataKey)) == 0 {
+			t.Errorf("retry after restock: %v (header %v), want the sold_out replayed", err, md)
+		}
+		if _, err := c.GetOrder(ctx, &inventorypb.GetOrderRequest{OrderId: o1.GetOrderId()}); err != nil {
+			t.Error(err)
+		}
+		if _, err := c.GetItem(ctx, &inventorypb.GetItemRequest{Sku: "nope"}); status.Code(err) != codes.NotFound {
+			t.Errorf("unknown sku: %v", err)
+		}
+		if _, err := c.PlaceOrder(ctx, &inventorypb.PlaceOrderRequest{Sku: sku, Qty: 0, User: "ann"}); status.Code(err) != codes.InvalidArgument {
+			t.Errorf("qty 0: %v", err)
+		}
+	})
+}
+
+// A sale whose lock was overtaken — a later holder wrote under a newer
+// fence before this sale committed — is refused at commit, and nothing is
+// sold.
+func TestStaleSaleRefused(t *testing.T) {
+	eachStore(t, func(t *testing.T, url string) {
+		store, backend, closeStore, err := inventory.Open(url, fmt.Sprintf("inv-stale:%d:", time.Now().UnixNano()), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer closeStore()
+		ctx := context.Background()
+		if _, err := backend.PutItem(ctx, "sku", 10, 100); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := backend.Sell(ctx, inventory.Order{OrderID: "o-1", SKU: "sku", Qty: 1, User: "u", Fence: 50}); !errors.Is(err, inventory.ErrStaleFence) {
+			t.Errorf("a sale under an older fence: %v, want ErrStaleFence", err)
+		}
+		g, err := idem.NewGuard(store)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _, err = g.Do(ctx, fmt.Sprintf("stale-%d", time.Now().UnixNano()), "fp", func(ctx context.Context) ([]byte, error) {
+			effect, err := backend.Sell(ctx, inventory.Order{OrderID: "o-2", SKU: "sku", Qty: 1, User: "u", Fence: 200})
+			if err != nil || effect == nil {
+				return nil, err // Redlock sells at once, keyed on the order
+			}
+			// A later holder restocks under a newer fence before this
+			// sale commits.
+			if _, err := backend.PutItem(ctx, "sku", 10, 300); err != nil {
+				return nil, err
+			}
+			return nil, idem.Commit(ctx, effect)
+		})
+		it, _ := backend.Item(ctx, "sku")
+		if strings.HasPrefix(url, "redlock") {
+			// Sold at once, keyed on the order: a second run for the same
+			// order (a retry after a crash, under a newer lock) sells
+			// nothing more.
+			if err != nil || it.Stock != 9 || it.Sold != 1 {
+				t.Errorf("redlock: %v, item %+v", err, it)
+			}
+			if _, err := backend.Sell(ctx, inventory.Order{OrderID: "o-2", SKU: "sku", Qty: 1, User: "u", Fence: 400}); err != nil {
+				t.Error(err)
+			}
+			if it, _ := backend.Item(ctx, "sku"); it.Sold != 1 {
+				t.Errorf("the same order sold again: %+v", it)
+			}
+			return
+		}
+		if !errors.Is(err, idem.ErrEffectRefused) || it.Sold != 0 || it.Stock != 10 {
+			t.Errorf("stale sale: %v, item %+v; want refused and nothing sold", err, it)
+		}
+	})
+}
+
+// A flash sale against two in-process replicas: nothing oversold, no order
+// run twice, every replay identical.
+func TestFlashSale(t *testing.T) {
+	eachStore(t, func(t *testing.T, url string) {
+		svc := open(t, url)
+		var targets, grpcs []string
+		for range 2 {
+			r, err := inventory.Start(svc, "127.0.0.1:0", "127.0.0.1:0", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(r.Stop)
+			targets = append(targets, "http://"+r.HTTPAddr)
+			grpcs = append(grpcs, r.GRPCAddr)
+		}
+		rep, err := flashsale.Run(context.Background(), flashsale.Config{Targets: targets, GRPC: grpcs, Buyers: 120, Stock: 40, DupRate: 0.5})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out strings.Builder
+		rep.Print(&out)
+		if !rep.OK() || rep.Sold != 40 || rep.Replays == 0 {
+			t.Errorf("report:\n%s", out.String())
+		}
+		var html strings.Builder
+		if err := rep.WriteHTML(&html); err != nil || !strings.Contains(html.String(), "<svg") {
+			t.Errorf("HTML report: %v", err)
+		}
+	})
+}
+
