@@ -3,6 +3,8 @@ package inventory
 import (
 	"context"
 	"errors"
+	"log"
+	"os"
 	"net"
 	"net/http"
 	"sync"
@@ -99,11 +101,18 @@ func (r *Replica) startKafka(ctx context.Context, s *Service, k Kafka) error {
 	if err != nil {
 		return err
 	}
-	rd := kafka.NewReader(kafka.ReaderConfig{
+	rc := kafka.ReaderConfig{
 		Brokers: k.Brokers, Topic: k.Topic, GroupID: k.Group, StartOffset: kafka.FirstOffset,
 		MinBytes: 1, MaxBytes: 10 << 20, MaxWait: 50 * time.Millisecond, HeartbeatInterval: 200 * time.Millisecond,
 		SessionTimeout: 2 * time.Second, RebalanceTimeout: 2 * time.Second, JoinGroupBackoff: 200 * time.Millisecond,
-	})
+		ErrorLogger: kafka.LoggerFunc(func(format string, args ...any) {
+			log.Printf("kafka reader: "+format, args...)
+		}),
+	}
+	if os.Getenv("INVENTORY_KAFKA_DEBUG") != "" {
+		rc.Logger = kafka.LoggerFunc(func(format string, args ...any) { log.Printf("kafka: "+format, args...) })
+	}
+	rd := kafka.NewReader(rc)
 	c, err := s.ShippingConsumer(rd, kafkamw.WithConcurrency(4))
 	if err != nil {
 		_ = rd.Close()

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -16,6 +17,7 @@ import (
 	"github.com/oncekit/oncekit/core/idem"
 	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/httpmw"
+	"github.com/oncekit/oncekit/kafkamw"
 )
 
 // Store is what the service needs of an oncekit driver: every driver is
@@ -48,6 +50,9 @@ type Service struct {
 	gatherer prometheus.Gatherer
 	wait     time.Duration
 	kick     chan struct{} // an order was sold: the outbox relay has work
+
+	consumers sync.Map // *kafkamw.Consumer -> struct{}: this process's shipping consumers
+	relayed   atomic.Int64
 }
 
 // New returns a replica.
@@ -263,10 +268,14 @@ func (s *Service) httpGetOrder(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, o)
 }
 
-// Stats is GET /v1/stats: how many orders were sold and shipped.
+// Stats is GET /v1/stats: how many orders were sold and shipped (all
+// replicas), and what this process's outbox relay and shipping consumers
+// did.
 type Stats struct {
-	Orders    int64 `json:"orders"`
-	Shipments int64 `json:"shipments"`
+	Orders    int64         `json:"orders"`
+	Shipments int64         `json:"shipments"`
+	Relayed   int64         `json:"relayed"`
+	Shipping  kafkamw.Stats `json:"shipping"`
 }
 
 func (s *Service) httpStats(w http.ResponseWriter, r *http.Request) {
@@ -275,7 +284,20 @@ func (s *Service) httpStats(w http.ResponseWriter, r *http.Request) {
 		httpError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, Stats{Orders: orders, Shipments: shipments})
+	st := Stats{Orders: orders, Shipments: shipments, Relayed: s.relayed.Load()}
+	s.consumers.Range(func(c, _ any) bool {
+		cs := c.(*kafkamw.Consumer).Stats()
+		st.Shipping.Fetched += cs.Fetched
+		st.Shipping.Handled += cs.Handled
+		st.Shipping.Duplicates += cs.Duplicates
+		st.Shipping.Retries += cs.Retries
+		st.Shipping.DeadLettered += cs.DeadLettered
+		st.Shipping.StoreErrors += cs.StoreErrors
+		st.Shipping.Commits += cs.Commits
+		st.Shipping.CommitErrors += cs.CommitErrors
+		return true
+	})
+	writeJSON(w, http.StatusOK, st)
 }
 
 func (s *Service) httpPostOrder(w http.ResponseWriter, r *http.Request) {

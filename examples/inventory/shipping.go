@@ -55,6 +55,7 @@ func (s *Service) relayOnce(ctx context.Context, p *kafkamw.Producer) error {
 		if err := s.backend.Published(ctx, ids); err != nil {
 			return err
 		}
+		s.relayed.Add(int64(len(ids)))
 	}
 }
 
@@ -62,7 +63,7 @@ func (s *Service) relayOnce(ctx context.Context, p *kafkamw.Producer) error {
 // shipment is recorded with the message's idempotency record (or keyed on
 // the order, with Redlock). Run it on every replica, in one group.
 func (s *Service) ShippingConsumer(r kafkamw.Reader, opts ...kafkamw.Option) (*kafkamw.Consumer, error) {
-	return kafkamw.NewConsumer(r, s.guard, func(ctx context.Context, m kafka.Message) error {
+	c, err := kafkamw.NewConsumer(r, s.guard, func(ctx context.Context, m kafka.Message) error {
 		var o Order
 		if err := json.Unmarshal(m.Value, &o); err != nil || o.OrderID == "" {
 			return kafkamw.Permanent(errors.Join(errors.New("inventory: order.created is not an order"), err))
@@ -73,4 +74,8 @@ func (s *Service) ShippingConsumer(r kafkamw.Reader, opts ...kafkamw.Option) (*k
 		}
 		return idem.Commit(ctx, effect)
 	}, opts...)
+	if err == nil {
+		s.consumers.Store(c, struct{}{}) // its Stats show in /v1/stats
+	}
+	return c, err
 }

@@ -17,15 +17,23 @@ import (
 type RedisProcess struct {
 	tb   testing.TB
 	Addr string
-	port int
-	dir  string
-	cmd  *exec.Cmd
+	port    int
+	dir     string
+	durable bool
+	cmd     *exec.Cmd
 }
 
 // StartRedis starts a private redis-server on a free 127.0.0.1 port and
 // stops it at cleanup. It skips (fails under ONCEKIT_REQUIRE_SERVERS=1)
 // when redis-server is not installed.
-func StartRedis(tb testing.TB) *RedisProcess {
+func StartRedis(tb testing.TB) *RedisProcess { return startRedis(tb, false) }
+
+// StartDurableRedis is StartRedis with an append-only file synced on every
+// write: a restart (Kill, then Start) finds the data it had, as a
+// production server configured for durability would.
+func StartDurableRedis(tb testing.TB) *RedisProcess { return startRedis(tb, true) }
+
+func startRedis(tb testing.TB, durable bool) *RedisProcess {
 	tb.Helper()
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		msg := "redis-server not installed (make services-up installs it)"
@@ -34,7 +42,7 @@ func StartRedis(tb testing.TB) *RedisProcess {
 		}
 		tb.Skip(msg)
 	}
-	p := &RedisProcess{tb: tb, port: freePort(tb), dir: tb.TempDir()}
+	p := &RedisProcess{tb: tb, port: freePort(tb), dir: tb.TempDir(), durable: durable}
 	p.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(p.port))
 	p.Start()
 	tb.Cleanup(p.Kill)
@@ -51,13 +59,16 @@ func freePort(tb testing.TB) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-// Start (re)starts the server on its port, empty, and waits until it
-// accepts connections.
+// Start (re)starts the server on its port — empty, unless it is durable —
+// and waits until it accepts connections.
 func (p *RedisProcess) Start() {
 	p.tb.Helper()
-	p.cmd = exec.Command("redis-server", "--port", strconv.Itoa(p.port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--dir", p.dir,
-		"--logfile", filepath.Join(p.dir, "redis.log"))
+	aof := []string{"--appendonly", "no"}
+	if p.durable {
+		aof = []string{"--appendonly", "yes", "--appendfsync", "always"}
+	}
+	p.cmd = exec.Command("redis-server", append([]string{"--port", strconv.Itoa(p.port), "--bind", "127.0.0.1",
+		"--save", "", "--dir", p.dir, "--logfile", filepath.Join(p.dir, "redis.log")}, aof...)...)
 	if err := p.cmd.Start(); err != nil {
 		p.tb.Fatalf("start redis-server: %v", err)
 	}

@@ -1,0 +1,61 @@
+package integration_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/oncekit/oncekit/examples/inventory/flashsale"
+	"github.com/oncekit/oncekit/internal/testenv"
+)
+
+// Three replica processes on one store and one broker, buyers over HTTP
+// and gRPC, many of them sending their order twice to two replicas at once.
+func TestFlashSaleAcrossProcesses(t *testing.T) {
+	eachStore(t, func(t *testing.T, url string) {
+		d := deploy(t, url, 3)
+		rep := d.sale(600, 150, 0.4)
+		d.check(rep)
+		if rep.Replays == 0 {
+			t.Error("no replays: the duplicates did not meet")
+		}
+	})
+}
+
+// A replica killed with SIGKILL in the middle of a burst of duplicated
+// orders: its clients retry on the other replicas with the same keys, and
+// every key still sells once.
+func TestReplicaKilledMidBurst(t *testing.T) {
+	eachStore(t, func(t *testing.T, url string) {
+		d := deploy(t, url, 3)
+		done := make(chan *flashsale.Report, 1)
+		go func() { done <- d.sale(1500, 400, 0.5) }()
+		at := d.waitOrders(30)
+		d.replicas[1].kill()
+		t.Logf("replica 2 killed after %d orders", at)
+		rep := <-done
+		d.check(rep)
+		if at >= rep.Stock {
+			t.Errorf("the kill came after the sale (%d orders)", at)
+		}
+	})
+}
+
+// The store killed and restarted (with its data: an append-only file
+// synced on every write) in the middle of the sale: the replicas answer
+// 503 meanwhile, the clients retry, and nothing is oversold or lost.
+func TestStoreRestartedMidSale(t *testing.T) {
+	srv := testenv.StartDurableRedis(t)
+	d := deploy(t, "redis://"+srv.Addr, 3)
+	done := make(chan *flashsale.Report, 1)
+	go func() { done <- d.sale(1200, 300, 0.4) }()
+	at := d.waitOrders(30)
+	srv.Kill()
+	time.Sleep(time.Second)
+	srv.Start()
+	t.Logf("store restarted after %d orders", at)
+	rep := <-done
+	d.check(rep)
+	if rep.Retried == 0 {
+		t.Error("no answer said to retry while the store was down")
+	}
+}
