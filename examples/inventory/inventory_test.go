@@ -329,4 +329,3 @@ func TestFlashSale(t *testing.T) {
 		}
 	})
 }
-

@@ -4,9 +4,9 @@ import (
 	"context"
 	"errors"
 	"log"
-	"os"
 	"net"
 	"net/http"
+	"os"
 	"sync"
 	"time"
 

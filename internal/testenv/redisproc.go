@@ -15,8 +15,8 @@ import (
 // RedisProcess is a redis-server a test starts for itself, to stop, pause
 // and restart it: faults are injected into real processes.
 type RedisProcess struct {
-	tb   testing.TB
-	Addr string
+	tb      testing.TB
+	Addr    string
 	port    int
 	dir     string
 	durable bool
