@@ -13,6 +13,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log"
 	"net"
 	"os"
 	"os/signal"
@@ -21,6 +22,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 	"github.com/segmentio/kafka-go"
 
 	"github.com/oncekit/oncekit/examples/inventory"
@@ -30,7 +32,19 @@ import (
 )
 
 func main() {
+	redis.SetLogger(redisLogger{})
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// redisLogger drops go-redis's own reports of failed dials: an unreachable
+// store is reported once, by the service (a one-line error at start, 503s
+// and oncekit_store_errors_total while it runs).
+type redisLogger struct{}
+
+func (redisLogger) Printf(_ context.Context, format string, v ...any) {
+	if msg := fmt.Sprintf(format, v...); !strings.Contains(msg, "failed to dial") {
+		log.Print("redis: ", msg)
+	}
 }
 
 type flags struct {
