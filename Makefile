@@ -3,7 +3,7 @@ SHELL := /bin/bash
 GO    ?= go
 STATICCHECK_VERSION ?= v0.8.2
 
-.PHONY: run test bench services-up services-down lint proto demo-redis demo-redlock demo-etcd
+.PHONY: run test bench fuzz services-up services-down lint proto demo-redis demo-redlock demo-etcd
 
 ## run: the flash-sale demo: three replicas of the inventory service in one
 ## process on the embedded store and an embedded Kafka-protocol broker, and a
@@ -31,6 +31,10 @@ test:
 ## bench: benchmarks of oncekit and its peers on the same servers
 bench:
 	scripts/bench.sh
+
+## fuzz: every fuzz target for FUZZTIME (default 30s) each, on the real servers
+fuzz:
+	scripts/fuzz.sh
 
 services-up:
 	scripts/services.sh up

@@ -1,0 +1,49 @@
+package kafkamw
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/oncekit/oncekit/core/idem"
+)
+
+// FuzzKeyOf: any message-id header is either a clear error or a stored key
+// (never a panic, never the raw header), the same header always gives the
+// same key, and two different valid headers never share one.
+func FuzzKeyOf(f *testing.F) {
+	for _, s := range []string{"order-1", "", " ", "a b", strings.Repeat("k", 255), strings.Repeat("k", 256), "\x00", "é", "\"quoted\""} {
+		f.Add(s, "orders", false)
+	}
+	f.Add("", "orders", true)
+	c := &Consumer{cfg: defaults()}
+	c.cfg.scope = func(m kafka.Message) string { return "g\x00" + m.Topic }
+	f.Fuzz(func(t *testing.T, id, topic string, noHeader bool) {
+		msg := kafka.Message{Topic: topic, Partition: 3, Offset: 42}
+		if !noHeader {
+			msg.Headers = []kafka.Header{{Key: DefaultKeyHeader, Value: []byte(id)}}
+		}
+		key, err := c.keyOf(msg)
+		valid := noHeader || idem.CheckClientKey(id) == nil
+		if (err == nil) != valid {
+			t.Fatalf("header %q (present %v): key %q, error %v", id, !noHeader, key, err)
+		}
+		if err != nil {
+			return
+		}
+		if !strings.HasPrefix(key, "idem:") || len(key) != 69 || (len(id) >= 16 && strings.Contains(key, id)) {
+			t.Fatalf("stored key %q is not a hashed key", key)
+		}
+		if again, _ := c.keyOf(msg); again != key {
+			t.Fatal("the same message gave two keys")
+		}
+		if !noHeader {
+			other := msg
+			other.Headers = []kafka.Header{{Key: DefaultKeyHeader, Value: []byte(id + "x")}}
+			if k2, err := c.keyOf(other); err == nil && k2 == key {
+				t.Fatal("two message-ids share a key")
+			}
+		}
+	})
+}
