@@ -140,6 +140,9 @@ func beginOutcome(c Claim, err error) observe.Outcome {
 // result is not stored.
 func (g *Guard) Do(ctx context.Context, key, fingerprint string,
 	run func(ctx context.Context) ([]byte, error)) (result []byte, replayed bool, err error) {
+	if run == nil {
+		return nil, false, errors.New("idem: Do needs a run function")
+	}
 	octx, call := observe.Begin(ctx, g.observer, observe.IdemBegin, g.driver, key)
 	c, err := g.begin(octx, key, fingerprint)
 	if err != nil || c.State == Acquired {
