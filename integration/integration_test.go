@@ -29,6 +29,10 @@ import (
 var inventoryBin string
 
 func TestMain(m *testing.M) {
+	if os.Getenv(workerEnv) != "" {
+		runWorker()
+		return
+	}
 	dir, err := os.MkdirTemp("", "oncekit-integration-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
