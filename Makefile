@@ -3,7 +3,7 @@ SHELL := /bin/bash
 GO    ?= go
 STATICCHECK_VERSION ?= v0.8.2
 
-.PHONY: run test bench fuzz services-up services-down lint proto demo-redis demo-redlock demo-etcd
+.PHONY: run test bench fuzz soak services-up services-down lint proto demo-redis demo-redlock demo-etcd
 
 ## run: the flash-sale demo: three replicas of the inventory service in one
 ## process on the embedded store and an embedded Kafka-protocol broker, and a
@@ -31,6 +31,13 @@ test:
 ## bench: benchmarks of oncekit and its peers on the same servers
 bench:
 	scripts/bench.sh
+
+## soak: flash sales for SOAK (default 10m) against three replica processes
+## with a fault every 30 s (not part of make test)
+SOAK ?= 10m
+soak:
+	scripts/services.sh up
+	eval "$$(scripts/services.sh env)"; ONCEKIT_REQUIRE_SERVERS=1 ONCEKIT_SOAK=$(SOAK) $(GO) test -count=1 -v -timeout 0 -run '^TestSoak$$' ./integration; rc=$$?; scripts/services.sh down; exit $$rc
 
 ## fuzz: every fuzz target for FUZZTIME (default 30s) each, on the real servers
 fuzz:

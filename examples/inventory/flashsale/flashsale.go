@@ -91,6 +91,7 @@ type run struct {
 	samples  []sample
 	answers  map[string][]answer // key -> every final answer it got
 	errs     []string
+	before   struct{ Orders, Shipments int64 }
 }
 
 // Run runs the sale and returns its report; an error means the sale could
@@ -126,6 +127,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 		defer conn.Close()
 		r.grpc = append(r.grpc, inventorypb.NewInventoryClient(conn))
+	}
+	// Orders and shipments count the whole inventory: the sale's are what
+	// it adds to what was there.
+	if err := r.get(ctx, "/v1/stats", &r.before); err != nil {
+		return nil, err
 	}
 	if err := r.restock(ctx); err != nil {
 		return nil, err

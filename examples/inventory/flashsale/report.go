@@ -30,8 +30,8 @@ type Report struct {
 	Oversold  int64 // must be 0
 	DupExec   int64 // orders executed more than once: must be 0
 	Mismatch  int64 // keys whose answers differ (a replay not identical): must be 0
-	Orders    int64 // order records
-	Shipments int64 // shipment records (-1: not checked)
+	Orders    int64 // order records the sale added
+	Shipments int64 // shipment records the sale added (-1: not checked)
 
 	P50, P99, Max time.Duration
 	Elapsed       time.Duration
@@ -98,16 +98,16 @@ func (run *run) report(ctx context.Context, elapsed time.Duration) (*Report, err
 	if err := run.get(ctx, "/v1/stats", &stats); err != nil {
 		return nil, err
 	}
-	rep.Orders = stats.Orders
+	rep.Orders = stats.Orders - run.before.Orders
 	if run.cfg.Shipping > 0 {
 		deadline := time.Now().Add(run.cfg.Shipping)
-		for stats.Shipments < stats.Orders && time.Now().Before(deadline) {
+		for stats.Shipments-run.before.Shipments < stats.Orders-run.before.Orders && time.Now().Before(deadline) {
 			time.Sleep(100 * time.Millisecond)
 			if err := run.get(ctx, "/v1/stats", &stats); err != nil {
 				return nil, err
 			}
 		}
-		rep.Orders, rep.Shipments = stats.Orders, stats.Shipments
+		rep.Orders, rep.Shipments = stats.Orders-run.before.Orders, stats.Shipments-run.before.Shipments
 	}
 	rep.check()
 	return rep, nil
