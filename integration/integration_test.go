@@ -25,8 +25,9 @@ import (
 	"github.com/oncekit/oncekit/internal/testenv"
 )
 
-// inventoryBin is the inventory service, built once for every test.
-var inventoryBin string
+// inventoryBin is the inventory service and oncectlBin the command-line
+// tool, built once for every test.
+var inventoryBin, oncectlBin string
 
 func TestMain(m *testing.M) {
 	if os.Getenv(workerEnv) != "" {
@@ -38,12 +39,14 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	inventoryBin = filepath.Join(dir, "inventory")
-	build := exec.Command("go", "build", "-o", inventoryBin, "../examples/inventory/cmd/inventory")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "build the inventory service:", err)
-		os.Exit(1)
+	inventoryBin, oncectlBin = filepath.Join(dir, "inventory"), filepath.Join(dir, "oncectl")
+	for bin, pkg := range map[string]string{inventoryBin: "../examples/inventory/cmd/inventory", oncectlBin: "../cmd/oncectl"} {
+		build := exec.Command("go", "build", "-o", bin, pkg)
+		build.Stdout, build.Stderr = os.Stderr, os.Stderr
+		if err := build.Run(); err != nil {
+			fmt.Fprintln(os.Stderr, "build", pkg+":", err)
+			os.Exit(1)
+		}
 	}
 	code := m.Run()
 	os.RemoveAll(dir)

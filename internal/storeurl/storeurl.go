@@ -8,13 +8,20 @@
 //	etcd://host:port,host:port,...             an etcd cluster
 //
 // Query parameters: prefix=P (the lock key prefix), record_prefix=P (the
-// idempotency record prefix).
+// idempotency record prefix), and for TLS: ca=FILE (PEM certificates to
+// trust; it turns TLS on for redis-cluster://, redlock:// and etcd://),
+// cert=FILE and key=FILE (a client certificate). Credentials go in the
+// URL's user part: user:password@ (a Redis ACL user, or password alone
+// for requirepass; an etcd user).
 package storeurl
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net/url"
+	"os"
 	"strings"
 	"time"
 
@@ -38,9 +45,12 @@ const Help = `Store URLs:
   redis-cluster://host:port,host:port,...    a Redis Cluster
   redlock://host:port,host:port,host:port    Redlock over N independent Redis servers
   etcd://host:port,host:port,...             an etcd cluster
+Credentials: user:password@ before the hosts (a Redis ACL user or requirepass, an etcd user).
 Query parameters, for stores configured with other than the defaults:
   prefix=P          the lock key prefix (WithPrefix)
-  record_prefix=P   the idempotency record prefix (WithRecordPrefix)`
+  record_prefix=P   the idempotency record prefix (WithRecordPrefix)
+  ca=FILE           PEM certificates to trust; turns TLS on (rediss:// is TLS already)
+  cert=FILE key=FILE  a client certificate for TLS`
 
 // Store is what every driver is.
 type Store interface {
@@ -94,8 +104,13 @@ func Open(raw string, o Options) (*Opened, error) {
 	}
 	q := u.Query()
 	prefix, recordPrefix := q.Get("prefix"), q.Get("record_prefix")
-	q.Del("prefix")
-	q.Del("record_prefix")
+	tlsConf, err := tlsConfig(q.Get("ca"), q.Get("cert"), q.Get("key"))
+	if err != nil {
+		return nil, fmt.Errorf("store URL: %w", err)
+	}
+	for _, p := range []string{"prefix", "record_prefix", "ca", "cert", "key"} {
+		q.Del(p)
+	}
 	u.RawQuery = q.Encode()
 	hosts := func() ([]string, error) {
 		if u.Host == "" {
@@ -118,6 +133,12 @@ func Open(raw string, o Options) (*Opened, error) {
 		}
 		opt.DialTimeout, opt.ReadTimeout, opt.WriteTimeout = t, t, t
 		opt.MaxRetries, opt.DialerRetries = 1, 1
+		if tlsConf != nil {
+			if opt.TLSConfig != nil {
+				tlsConf.ServerName = opt.TLSConfig.ServerName
+			}
+			opt.TLSConfig = tlsConf
+		}
 		return openRedis(u.Scheme, redis.NewClient(opt), prefix, recordPrefix, o.Observer)
 	case "redis-cluster":
 		addrs, err := hosts()
@@ -125,17 +146,17 @@ func Open(raw string, o Options) (*Opened, error) {
 			return nil, err
 		}
 		return openRedis(u.Scheme, redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, Username: u.User.Username(),
-			Password: password(u), DialTimeout: t, ReadTimeout: t, WriteTimeout: t,
+			Password: password(u), DialTimeout: t, ReadTimeout: t, WriteTimeout: t, TLSConfig: tlsConf,
 			MaxRetries: 1, DialerRetries: 1}), prefix, recordPrefix, o.Observer)
 	case "redlock":
-		return openRedlock(u, prefix, recordPrefix, o)
+		return openRedlock(u, prefix, recordPrefix, tlsConf, o)
 	case "etcd":
 		addrs, err := hosts()
 		if err != nil {
 			return nil, err
 		}
 		c, err := clientv3.New(clientv3.Config{Endpoints: addrs, DialTimeout: t, Logger: zap.NewNop(),
-			Username: u.User.Username(), Password: password(u)})
+			Username: u.User.Username(), Password: password(u), TLS: tlsConf})
 		if err != nil {
 			return nil, fmt.Errorf("etcd: %w", err)
 		}
@@ -158,7 +179,7 @@ func Open(raw string, o Options) (*Opened, error) {
 	return nil, fmt.Errorf("store URL scheme %q is not supported\n%s", u.Scheme, Help)
 }
 
-func openRedlock(u *url.URL, prefix, recordPrefix string, o Options) (*Opened, error) {
+func openRedlock(u *url.URL, prefix, recordPrefix string, tlsConf *tls.Config, o Options) (*Opened, error) {
 	if u.Host == "" {
 		return nil, fmt.Errorf("store URL %q names no host", u.String())
 	}
@@ -173,7 +194,7 @@ func openRedlock(u *url.URL, prefix, recordPrefix string, o Options) (*Opened, e
 	}
 	for i, a := range addrs {
 		clients[i] = redis.NewClient(&redis.Options{Addr: a, Username: u.User.Username(), Password: password(u),
-			DialTimeout: t, ReadTimeout: t, WriteTimeout: t, MaxRetries: 1, DialerRetries: 1})
+			DialTimeout: t, ReadTimeout: t, WriteTimeout: t, MaxRetries: 1, DialerRetries: 1, TLSConfig: tlsConf})
 		nodes[i] = clients[i]
 	}
 	opts := []redlockstore.Option{redlockstore.WithObserver(o.Observer)}
@@ -211,4 +232,34 @@ func openRedis(scheme string, c redis.UniversalClient, prefix, recordPrefix stri
 func password(u *url.URL) string {
 	p, _ := u.User.Password()
 	return p
+}
+
+// tlsConfig builds the TLS configuration of the ca, cert and key
+// parameters (nil when none is set).
+func tlsConfig(ca, cert, key string) (*tls.Config, error) {
+	if ca == "" && cert == "" && key == "" {
+		return nil, nil
+	}
+	c := &tls.Config{MinVersion: tls.VersionTLS12}
+	if ca != "" {
+		pem, err := os.ReadFile(ca)
+		if err != nil {
+			return nil, fmt.Errorf("ca: %w", err)
+		}
+		c.RootCAs = x509.NewCertPool()
+		if !c.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("ca: %s holds no PEM certificate", ca)
+		}
+	}
+	if (cert == "") != (key == "") {
+		return nil, errors.New("cert and key go together")
+	}
+	if cert != "" {
+		pair, err := tls.LoadX509KeyPair(cert, key)
+		if err != nil {
+			return nil, fmt.Errorf("client certificate: %w", err)
+		}
+		c.Certificates = []tls.Certificate{pair}
+	}
+	return c, nil
 }
