@@ -4,16 +4,12 @@
 package kafkaenv
 
 import (
-	"context"
 	"fmt"
-	"net"
 	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/segmentio/kafka-go"
 
 	"github.com/oncekit/oncekit/internal/kbroker"
 )
@@ -46,32 +42,8 @@ var topicSeq atomic.Int64
 func Topic(tb testing.TB, brokers []string, partitions int) string {
 	tb.Helper()
 	name := fmt.Sprintf("t%d-%d-%d", os.Getpid(), time.Now().UnixNano()%1e9, topicSeq.Add(1))
-	if err := CreateTopic(brokers, name, partitions); err != nil {
+	if err := kbroker.CreateTopic(brokers, name, partitions); err != nil {
 		tb.Fatal(err)
 	}
 	return name
-}
-
-// CreateTopic creates topic with partitions partitions (an existing one is
-// fine).
-func CreateTopic(brokers []string, topic string, partitions int) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	addr, err := net.ResolveTCPAddr("tcp", brokers[0])
-	if err != nil {
-		return err
-	}
-	tr := &kafka.Transport{}
-	defer tr.CloseIdleConnections()
-	c := &kafka.Client{Addr: addr, Transport: tr}
-	res, err := c.CreateTopics(ctx, &kafka.CreateTopicsRequest{Topics: []kafka.TopicConfig{{
-		Topic: topic, NumPartitions: partitions, ReplicationFactor: 1,
-	}}})
-	if err != nil {
-		return fmt.Errorf("create topic %s: %w", topic, err)
-	}
-	if err := res.Errors[topic]; err != nil && !strings.Contains(err.Error(), "Already Exists") {
-		return fmt.Errorf("create topic %s: %w", topic, err)
-	}
-	return nil
 }

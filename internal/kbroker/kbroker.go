@@ -1,13 +1,17 @@
 // Package kbroker runs a Kafka-protocol broker (franz-go's kfake) on
-// loopback, for tests, the embedded demo and cmd/kfake. It is not a Kafka:
+// loopback, for tests, the embedded demo and cmd/kfake, and creates topics. It is not a Kafka:
 // one process, no replication; what kafka-go needs from a broker (produce,
 // fetch, consumer groups, offset commits, topic admin) it speaks.
 package kbroker
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"net"
 	"time"
 
+	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kfake"
 )
 
@@ -67,3 +71,27 @@ func (b *Broker) Addr() string { return b.c.ListenAddrs()[0] }
 
 // Close stops the broker (and writes its data when it has a DataDir).
 func (b *Broker) Close() { b.c.Close() }
+
+// CreateTopic creates topic with partitions partitions on the broker at
+// brokers[0], or finds it there already: for a broker that does not create
+// topics on first use (Kafka's own default), and so that a writer's first
+// message does not race the topic's creation.
+func CreateTopic(brokers []string, topic string, partitions int) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	addr, err := net.ResolveTCPAddr("tcp", brokers[0])
+	if err != nil {
+		return err
+	}
+	tr := &kafka.Transport{}
+	defer tr.CloseIdleConnections()
+	res, err := (&kafka.Client{Addr: addr, Transport: tr}).CreateTopics(ctx, &kafka.CreateTopicsRequest{
+		Topics: []kafka.TopicConfig{{Topic: topic, NumPartitions: partitions, ReplicationFactor: 1}}})
+	if err != nil {
+		return fmt.Errorf("create topic %s: %w", topic, err)
+	}
+	if err := res.Errors[topic]; err != nil && !errors.Is(err, kafka.TopicAlreadyExists) {
+		return fmt.Errorf("create topic %s: %w", topic, err)
+	}
+	return nil
+}

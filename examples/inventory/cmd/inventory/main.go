@@ -23,7 +23,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
-	"github.com/segmentio/kafka-go"
 
 	"github.com/oncekit/oncekit/examples/inventory"
 	"github.com/oncekit/oncekit/examples/inventory/flashsale"
@@ -132,7 +131,7 @@ func serve(f flags, stdout, stderr io.Writer) error {
 			defer b.Close()
 			brokers = []string{b.Addr()}
 		}
-		if err := createTopic(brokers, f.topic); err != nil {
+		if err := kbroker.CreateTopic(brokers, f.topic, 4); err != nil {
 			return fmt.Errorf("kafka %s: %w", strings.Join(brokers, ","), err)
 		}
 		k = &inventory.Kafka{Brokers: brokers, Topic: f.topic, Group: f.group}
@@ -200,27 +199,6 @@ func demo(f flags, replicas []*inventory.Replica, kafka bool, stdout, stderr io.
 	}
 	if !rep.OK() {
 		return errors.New("the flash sale broke an invariant")
-	}
-	return nil
-}
-
-// createTopic makes sure the order.created topic exists (four partitions).
-func createTopic(brokers []string, topic string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	addr, err := net.ResolveTCPAddr("tcp", brokers[0])
-	if err != nil {
-		return err
-	}
-	tr := &kafka.Transport{}
-	defer tr.CloseIdleConnections()
-	res, err := (&kafka.Client{Addr: addr, Transport: tr}).CreateTopics(ctx, &kafka.CreateTopicsRequest{
-		Topics: []kafka.TopicConfig{{Topic: topic, NumPartitions: 4, ReplicationFactor: 1}}})
-	if err != nil {
-		return fmt.Errorf("unreachable: %w", err)
-	}
-	if err := res.Errors[topic]; err != nil && !strings.Contains(err.Error(), "Already Exists") {
-		return err
 	}
 	return nil
 }
