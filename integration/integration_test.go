@@ -54,7 +54,7 @@ func TestMain(m *testing.M) {
 }
 
 // stores are the store URLs of the servers `make services-up` runs.
-func stores(t *testing.T) map[string]string {
+func stores(t testing.TB) map[string]string {
 	redis := testenv.RedisAddrs(t, 5)
 	return map[string]string{
 		"redis":   "redis://" + redis[0],
@@ -72,9 +72,10 @@ func eachStore(t *testing.T, f func(t *testing.T, url string)) {
 
 // deployment is a run's namespace in the shared servers and its replicas.
 type deployment struct {
-	t                        *testing.T
+	t                        testing.TB
 	store, brokers           string
 	prefix, topic, group     string
+	flags                    []string // the replicas' extra flags
 	replicas                 []*replica
 	httpTargets, grpcTargets []string
 }
@@ -87,9 +88,9 @@ type replica struct {
 	exited     chan struct{}
 }
 
-func deploy(t *testing.T, store string, n int) *deployment {
+func deploy(t testing.TB, store string, n int, flags ...string) *deployment {
 	run := fmt.Sprintf("it-%d", time.Now().UnixNano())
-	d := &deployment{t: t, store: store, brokers: strings.Join(kafkaenv.Brokers(t), ","),
+	d := &deployment{t: t, store: store, flags: flags, brokers: strings.Join(kafkaenv.Brokers(t), ","),
 		prefix: "inventory:" + run + ":", topic: "order.created." + run, group: "shipping." + run}
 	for range n {
 		r := d.start()
@@ -136,8 +137,8 @@ var listening = regexp.MustCompile(`^replica 1: http://(\S+)\s+grpc (\S+)$`)
 // start runs a replica process and waits until it listens.
 func (d *deployment) start() *replica {
 	t := d.t
-	cmd := exec.Command(inventoryBin, "--store", d.store, "--kafka", d.brokers, "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0",
-		"--prefix", d.prefix, "--topic", d.topic, "--group", d.group)
+	cmd := exec.Command(inventoryBin, append([]string{"--store", d.store, "--kafka", d.brokers, "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0",
+		"--prefix", d.prefix, "--topic", d.topic, "--group", d.group}, d.flags...)...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -184,7 +185,7 @@ func (r *replica) output() string {
 }
 
 // stop ends a replica gracefully (SIGTERM), or kills it after 20 s.
-func (r *replica) stop(t *testing.T) {
+func (r *replica) stop(t testing.TB) {
 	select {
 	case <-r.exited:
 		return

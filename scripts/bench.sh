@@ -26,4 +26,8 @@ rc=$(( rc || PIPESTATUS[0] ))
 # fixed message count (each run produces its messages first).
 go test -run '^$' -bench "${BENCH:-.}" -benchtime "${KAFKA_BENCH_MESSAGES:-20000}x" -count "${BENCH_COUNT:-3}" ./kafkamw/ \
 	| tee -a bench/last-run.txt
+rc=$(( rc || PIPESTATUS[0] ))
+# The flash sale across three replica processes, locked and lock-free.
+go test -run '^$' -bench "${BENCH:-.}" -benchtime "${FLASH_BUYERS:-2000}x" -count "${BENCH_COUNT:-3}" ./integration/ \
+	| tee -a bench/last-run.txt
 exit $(( rc || PIPESTATUS[0] ))

@@ -22,5 +22,5 @@ go test -race -count=1 ./... || rc=1
 # The benchmark module (peer libraries live there, out of the main go.mod):
 # each benchmark runs once so it cannot rot.
 (cd bench && go test -count=1 -run '^$' -bench . -benchtime 1x ./...) || rc=1
-go test -count=1 -run '^$' -bench . -benchtime 1x ./grpcmw/ ./kafkamw/ || rc=1
+go test -count=1 -run '^$' -bench . -benchtime 1x ./grpcmw/ ./kafkamw/ ./integration/ || rc=1
 exit $rc

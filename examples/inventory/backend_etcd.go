@@ -96,21 +96,25 @@ func (e *Etcd) Order(ctx context.Context, id string) (Order, error) {
 	return o, nil
 }
 
-func (e *Etcd) Sell(ctx context.Context, o Order) (any, error) {
+// LockFree is false: a sale commits only if the item did not change since
+// it was read, so unlocked sales of one SKU would refuse each other.
+func (e *Etcd) LockFree() bool { return false }
+
+func (e *Etcd) Sell(ctx context.Context, o Order, lockFence uint64) (any, error) {
 	it, rev, err := e.get(ctx, o.SKU)
 	switch {
 	case err != nil:
 		return nil, err
 	case rev == 0:
 		return nil, ErrUnknownSKU
-	case it.Fence >= o.Fence:
+	case it.Fence >= lockFence:
 		return nil, ErrStaleFence
 	case it.Stock < o.Qty:
 		return nil, ErrSoldOut
 	}
 	it.Stock -= o.Qty
 	it.Sold += o.Qty
-	it.Fence = o.Fence
+	it.Fence = lockFence
 	item, _ := json.Marshal(it)
 	order, _ := json.Marshal(o)
 	// The item as read is the condition: a write since (a later holder's)

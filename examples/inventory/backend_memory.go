@@ -59,12 +59,12 @@ func (m *Memory) Order(_ context.Context, id string) (Order, error) {
 }
 
 // check is the sale's condition, under m.mu.
-func (m *Memory) check(o Order) error {
+func (m *Memory) check(o Order, lockFence uint64) error {
 	it := m.items[o.SKU]
 	switch {
 	case it == nil:
 		return ErrUnknownSKU
-	case it.fence >= o.Fence:
+	case lockFence != 0 && it.fence >= lockFence:
 		return ErrStaleFence
 	case it.Stock < o.Qty:
 		return ErrSoldOut
@@ -72,9 +72,12 @@ func (m *Memory) check(o Order) error {
 	return nil
 }
 
-func (m *Memory) Sell(_ context.Context, o Order) (any, error) {
+// LockFree is true: the effect checks and takes the stock under one lock.
+func (m *Memory) LockFree() bool { return true }
+
+func (m *Memory) Sell(_ context.Context, o Order, lockFence uint64) (any, error) {
 	m.mu.Lock()
-	err := m.check(o)
+	err := m.check(o, lockFence)
 	m.mu.Unlock()
 	if err != nil {
 		return nil, err
@@ -82,13 +85,13 @@ func (m *Memory) Sell(_ context.Context, o Order) (any, error) {
 	return memstore.Effect(func() error {
 		m.mu.Lock()
 		defer m.mu.Unlock()
-		if err := m.check(o); err != nil {
+		if err := m.check(o, lockFence); err != nil {
 			return err
 		}
 		it := m.items[o.SKU]
 		it.Stock -= o.Qty
 		it.Sold += o.Qty
-		it.fence = o.Fence
+		it.fence = max(it.fence, lockFence)
 		m.orders[o.OrderID] = o
 		m.outbox[o.OrderID] = o
 		return nil

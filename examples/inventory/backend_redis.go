@@ -95,15 +95,17 @@ func (r *Redis) Order(ctx context.Context, id string) (Order, error) {
 }
 
 // sellLua checks and sells: KEYS item, order, orders, outbox; ARGV qty,
-// fence, the order's JSON, its ID. It refuses with a reason (nil: sold).
+// the SKU lock's fence (0: no lock), the order's JSON, its ID. It refuses
+// with a reason (nil: sold).
 const sellLua = `
 local st = redis.call('HMGET', KEYS[1], 'stock', 'fence')
 if not st[1] then return 'unknown_sku' end
-if st[2] and tonumber(st[2]) >= tonumber(ARGV[2]) then return 'stale_fence' end
+local fenced = ARGV[2] ~= '0'
+if fenced and st[2] and tonumber(st[2]) >= tonumber(ARGV[2]) then return 'stale_fence' end
 if tonumber(st[1]) < tonumber(ARGV[1]) then return 'sold_out' end
 redis.call('HINCRBY', KEYS[1], 'stock', -tonumber(ARGV[1]))
 redis.call('HINCRBY', KEYS[1], 'sold', tonumber(ARGV[1]))
-redis.call('HSET', KEYS[1], 'fence', ARGV[2])
+if fenced then redis.call('HSET', KEYS[1], 'fence', ARGV[2]) end
 redis.call('SET', KEYS[2], ARGV[3])
 redis.call('INCR', KEYS[3])
 redis.call('HSET', KEYS[4], ARGV[4], ARGV[3])
@@ -121,13 +123,16 @@ end
 if redis.call('EXISTS', KEYS[2]) == 1 then return 'ok' end
 return effect(KEYS, ARGV) or 'ok'`)
 
-func (r *Redis) Sell(ctx context.Context, o Order) (any, error) {
+// LockFree is true: the sale script checks and takes the stock atomically.
+func (r *Redis) LockFree() bool { return true }
+
+func (r *Redis) Sell(ctx context.Context, o Order, lockFence uint64) (any, error) {
 	body, err := json.Marshal(o)
 	if err != nil {
 		return nil, err
 	}
 	keys := []string{r.item(o.SKU), r.order(o.OrderID), r.orders(), r.outbox()}
-	args := []any{o.Qty, o.Fence, body, o.OrderID}
+	args := []any{o.Qty, lockFence, body, o.OrderID}
 	if r.keyed {
 		res, err := sellKeyed.Run(ctx, r.c, keys, args...).Text()
 		if err != nil {
@@ -145,7 +150,7 @@ func (r *Redis) Sell(ctx context.Context, o Order) (any, error) {
 	switch {
 	case v[0] == nil:
 		return nil, ErrUnknownSKU
-	case v[1] != nil && atoi(v[1]) >= int64(o.Fence):
+	case lockFence != 0 && v[1] != nil && atoi(v[1]) >= int64(lockFence):
 		return nil, ErrStaleFence
 	case atoi(v[0]) < o.Qty:
 		return nil, ErrSoldOut

@@ -258,7 +258,7 @@ func TestStaleSaleRefused(t *testing.T) {
 		if _, err := backend.PutItem(ctx, "sku", 10, 100); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := backend.Sell(ctx, inventory.Order{OrderID: "o-1", SKU: "sku", Qty: 1, User: "u", Fence: 50}); !errors.Is(err, inventory.ErrStaleFence) {
+		if _, err := backend.Sell(ctx, inventory.Order{OrderID: "o-1", SKU: "sku", Qty: 1, User: "u", Fence: 50}, 50); !errors.Is(err, inventory.ErrStaleFence) {
 			t.Errorf("a sale under an older fence: %v, want ErrStaleFence", err)
 		}
 		g, err := idem.NewGuard(store)
@@ -266,7 +266,7 @@ func TestStaleSaleRefused(t *testing.T) {
 			t.Fatal(err)
 		}
 		_, _, err = g.Do(ctx, fmt.Sprintf("stale-%d", time.Now().UnixNano()), "fp", func(ctx context.Context) ([]byte, error) {
-			effect, err := backend.Sell(ctx, inventory.Order{OrderID: "o-2", SKU: "sku", Qty: 1, User: "u", Fence: 200})
+			effect, err := backend.Sell(ctx, inventory.Order{OrderID: "o-2", SKU: "sku", Qty: 1, User: "u", Fence: 200}, 200)
 			if err != nil || effect == nil {
 				return nil, err // Redlock sells at once, keyed on the order
 			}
@@ -285,7 +285,7 @@ func TestStaleSaleRefused(t *testing.T) {
 			if err != nil || it.Stock != 9 || it.Sold != 1 {
 				t.Errorf("redlock: %v, item %+v", err, it)
 			}
-			if _, err := backend.Sell(ctx, inventory.Order{OrderID: "o-2", SKU: "sku", Qty: 1, User: "u", Fence: 400}); err != nil {
+			if _, err := backend.Sell(ctx, inventory.Order{OrderID: "o-2", SKU: "sku", Qty: 1, User: "u", Fence: 400}, 400); err != nil {
 				t.Error(err)
 			}
 			if it, _ := backend.Item(ctx, "sku"); it.Sold != 1 {
@@ -300,10 +300,33 @@ func TestStaleSaleRefused(t *testing.T) {
 }
 
 // A flash sale against two in-process replicas: nothing oversold, no order
-// run twice, every replay identical.
+// run twice, every replay identical — with the SKU lock, and without it
+// where the backend's sale is one atomic step.
 func TestFlashSale(t *testing.T) {
 	eachStore(t, func(t *testing.T, url string) {
-		svc := open(t, url)
+		flashSale(t, open(t, url))
+	})
+	for _, name := range []string{"memory", "redis", "redlock"} {
+		t.Run(name+"/lock-free", func(t *testing.T) { flashSale(t, openLockFree(t, stores(t)[name])) })
+	}
+}
+
+func openLockFree(t *testing.T, url string) *inventory.Service {
+	t.Helper()
+	store, backend, closeStore, err := inventory.Open(url, fmt.Sprintf("inv-test:%d:", time.Now().UnixNano()), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(closeStore)
+	svc, err := inventory.New(inventory.Config{Store: store, Backend: backend, LockFree: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return svc
+}
+
+func flashSale(t *testing.T, svc *inventory.Service) {
+	{
 		var targets, grpcs []string
 		for range 2 {
 			r, err := inventory.Start(svc, "127.0.0.1:0", "127.0.0.1:0", nil)
@@ -327,5 +350,17 @@ func TestFlashSale(t *testing.T) {
 		if err := rep.WriteHTML(&html); err != nil || !strings.Contains(html.String(), "<svg") {
 			t.Errorf("HTML report: %v", err)
 		}
-	})
+	}
+}
+
+// The etcd inventory needs the SKU lock: New refuses LockFree for it.
+func TestLockFreeNeedsAnAtomicSale(t *testing.T) {
+	store, backend, closeStore, err := inventory.Open(stores(t)["etcd"], "inv-test:", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeStore()
+	if _, err := inventory.New(inventory.Config{Store: store, Backend: backend, LockFree: true}); err == nil {
+		t.Error("New took LockFree for the etcd inventory")
+	}
 }

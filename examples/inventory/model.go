@@ -105,10 +105,15 @@ type Backend interface {
 	PutItem(ctx context.Context, sku string, stock int64, fence uint64) (Item, error)
 	Item(ctx context.Context, sku string) (Item, error)
 	Order(ctx context.Context, id string) (Order, error)
-	// Sell sells o under the SKU lock whose fence is o.Fence: ErrSoldOut,
+	// Sell sells o under the SKU lock whose fence is lockFence: ErrSoldOut,
 	// ErrUnknownSKU, ErrStaleFence, or the sale's effect. The effect checks
 	// again when it commits (a stale fence or too little stock refuses it).
-	Sell(ctx context.Context, o Order) (effect any, err error)
+	// lockFence 0 sells without the lock (LockFree).
+	Sell(ctx context.Context, o Order, lockFence uint64) (effect any, err error)
+	// LockFree reports whether a sale's effect alone keeps the stock right
+	// — it checks and takes the stock in one atomic step — so that sales
+	// need no SKU lock (Config.LockFree).
+	LockFree() bool
 	// Outbox returns up to n orders whose order.created event is not
 	// published yet; Published removes them.
 	Outbox(ctx context.Context, n int) ([]Order, error)

@@ -38,6 +38,12 @@ type Config struct {
 	// Wait is how long a duplicate of an order in flight waits for its
 	// answer before it gets 409 request_in_flight (default 5 s).
 	Wait time.Duration
+	// LockFree sells without the SKU lock when the Backend's sale is one
+	// atomic step (Backend.LockFree: Redis, Redlock's keyed script, memory):
+	// the sale script checks and takes the stock itself, so concurrent
+	// sales of one SKU need no queue. An order's fence is then its
+	// idempotency claim's. New fails for a Backend that needs the lock.
+	LockFree bool
 }
 
 // Service is one replica of the inventory: its HTTP and gRPC APIs over a
@@ -49,6 +55,7 @@ type Service struct {
 	mutex    *lock.Mutex
 	gatherer prometheus.Gatherer
 	wait     time.Duration
+	lockFree bool
 	kick     chan struct{} // an order was sold: the outbox relay has work
 
 	consumers sync.Map // *kafkamw.Consumer -> struct{}: this process's shipping consumers
@@ -69,6 +76,9 @@ func New(cfg Config) (*Service, error) {
 	if cfg.Gatherer == nil {
 		cfg.Gatherer = prometheus.NewRegistry()
 	}
+	if cfg.LockFree && !cfg.Backend.LockFree() {
+		return nil, fmt.Errorf("inventory: %T sells only under the SKU lock", cfg.Backend)
+	}
 	guard, err := idem.NewGuard(cfg.Store)
 	if err != nil {
 		return nil, err
@@ -78,7 +88,7 @@ func New(cfg Config) (*Service, error) {
 		return nil, err
 	}
 	return &Service{backend: cfg.Backend, guard: guard, mutex: mutex, gatherer: cfg.Gatherer, wait: cfg.Wait,
-		kick: make(chan struct{}, 1)}, nil
+		lockFree: cfg.LockFree, kick: make(chan struct{}, 1)}, nil
 }
 
 // Guard is the replica's idem.Guard (the Kafka consumer runs on it too).
@@ -100,13 +110,19 @@ func (s *Service) placeOrder(ctx context.Context, sku string, qty int64, user st
 	if !ok {
 		return Order{}, errors.New("inventory: an order runs under the idempotency middleware")
 	}
-	h, err := s.mutex.Lock(ctx, "sku:"+sku)
-	if err != nil {
-		return Order{}, fmt.Errorf("inventory: lock sku %s: %w", sku, err)
+	o := Order{OrderID: OrderID(key), SKU: sku, Qty: qty, User: user}
+	var lockFence uint64
+	if s.lockFree {
+		o.Fence, _ = idem.FenceFrom(ctx)
+	} else {
+		h, err := s.mutex.Lock(ctx, "sku:"+sku)
+		if err != nil {
+			return Order{}, fmt.Errorf("inventory: lock sku %s: %w", sku, err)
+		}
+		releaseLater(ctx, h)
+		o.Fence, lockFence = h.Fence(), h.Fence()
 	}
-	releaseLater(ctx, h)
-	o := Order{OrderID: OrderID(key), SKU: sku, Qty: qty, User: user, Fence: h.Fence()}
-	effect, err := s.backend.Sell(ctx, o)
+	effect, err := s.backend.Sell(ctx, o, lockFence)
 	if err != nil {
 		return Order{}, err
 	}

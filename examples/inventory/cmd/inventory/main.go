@@ -49,7 +49,7 @@ func (redisLogger) Printf(_ context.Context, format string, v ...any) {
 type flags struct {
 	store, kafka, httpAddr, grpcAddr, prefix, topic, group string
 	replicas                                               int
-	demo                                                   bool
+	demo, lockFree                                         bool
 	buyers                                                 int
 	stock                                                  int64
 	dupRate                                                float64
@@ -68,6 +68,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&f.prefix, "prefix", "inventory:", "prefix of the inventory's keys in the store")
 	fs.StringVar(&f.topic, "topic", inventory.TopicOrderCreated, "topic of order.created")
 	fs.StringVar(&f.group, "group", "shipping", "consumer group of the shipping consumers")
+	fs.BoolVar(&f.lockFree, "lock-free", false, "sell without the SKU lock where the sale is one atomic script (memory, redis, redlock)")
 	fs.BoolVar(&f.demo, "demo", false, "run three replicas on free ports and a flash sale against them, print the report, exit")
 	fs.IntVar(&f.buyers, "buyers", 1000, "demo: buyers")
 	fs.Int64Var(&f.stock, "stock", 100, "demo: units for sale")
@@ -137,7 +138,7 @@ func serve(f flags, stdout, stderr io.Writer) error {
 		k = &inventory.Kafka{Brokers: brokers, Topic: f.topic, Group: f.group}
 	}
 
-	svc, err := inventory.New(inventory.Config{Store: store, Backend: backend, Gatherer: reg})
+	svc, err := inventory.New(inventory.Config{Store: store, Backend: backend, Gatherer: reg, LockFree: f.lockFree})
 	if err != nil {
 		return err
 	}
