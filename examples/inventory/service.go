@@ -38,6 +38,10 @@ type Config struct {
 	// Wait is how long a duplicate of an order in flight waits for its
 	// answer before it gets 409 request_in_flight (default 5 s).
 	Wait time.Duration
+	// SKULocker takes the per-SKU lock (default: Store). A Locker whose
+	// leases carry no fence (Fence 0: a peer library's, for comparison)
+	// makes sales unfenced.
+	SKULocker lock.Locker
 	// LockFree sells without the SKU lock when the Backend's sale is one
 	// atomic step (Backend.LockFree: Redis, Redlock's keyed script, memory):
 	// the sale script checks and takes the stock itself, so concurrent
@@ -83,7 +87,11 @@ func New(cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	mutex, err := lock.NewMutex(cfg.Store, lock.WithTTL(cfg.LockTTL), lock.WithWaitTimeout(10*time.Second))
+	locker := cfg.SKULocker
+	if locker == nil {
+		locker = cfg.Store
+	}
+	mutex, err := lock.NewMutex(locker, lock.WithTTL(cfg.LockTTL), lock.WithWaitTimeout(10*time.Second))
 	if err != nil {
 		return nil, err
 	}

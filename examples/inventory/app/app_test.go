@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"bytes"
@@ -13,7 +13,7 @@ import (
 func TestDemo(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	html := filepath.Join(t.TempDir(), "report.html")
-	code := run([]string{"--demo", "--store", "memory://", "--kafka", "embedded", "--buyers", "300", "--stock", "40", "--html", html}, &stdout, &stderr)
+	code := run([]string{"--demo", "--store", "memory://", "--kafka", "embedded", "--buyers", "300", "--stock", "40", "--html", html}, &stdout, &stderr, Options{})
 	if code != 0 || !strings.Contains(stdout.String(), "PASS") || !strings.Contains(stdout.String(), "shipments / orders       40 / 40") {
 		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
 	}
@@ -31,14 +31,14 @@ func TestBadStore(t *testing.T) {
 		"memory://x":              "memory:// takes no host or path",
 	} {
 		var stdout, stderr bytes.Buffer
-		code := run([]string{"--store", url, "--kafka", ""}, &stdout, &stderr)
+		code := run([]string{"--store", url, "--kafka", ""}, &stdout, &stderr, Options{})
 		lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
 		if code != 1 || len(lines) != 1 || !strings.Contains(lines[0], want) {
 			t.Errorf("--store %s: exit %d, stderr %q; want one line with %q", url, code, stderr.String(), want)
 		}
 	}
 	var stdout, stderr bytes.Buffer
-	if code := run([]string{"--replicas", "0"}, &stdout, &stderr); code != 2 {
+	if code := run([]string{"--replicas", "0"}, &stdout, &stderr, Options{}); code != 2 {
 		t.Errorf("--replicas 0: exit %d", code)
 	}
 }
