@@ -143,8 +143,8 @@ func TestDriversRejectBadInput(t *testing.T) {
 				if _, _, err := g.Do(ctx, "", "fp", func(context.Context) ([]byte, error) { return nil, nil }); !errors.Is(err, idem.ErrInvalidKey) {
 					t.Errorf("Do with an empty key: %v", err)
 				}
-				if _, _, err := g.Do(ctx, "k", "fp", nil); err == nil {
-					t.Error("Do with a nil run: no error")
+				if _, _, err := g.Do(ctx, fmt.Sprintf("nil-run-%d", time.Now().UnixNano()), "fp", nil); err == nil {
+					t.Error("Do with a nil run on a free key: no error")
 				}
 				if _, err := o.Store.Begin(ctx, "k", "fp", 0); err == nil {
 					t.Error("Begin with a zero lease: no error")

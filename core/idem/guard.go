@@ -137,18 +137,22 @@ func beginOutcome(c Claim, err error) observe.Outcome {
 // the claim is abandoned so that a retry runs again, unless the error is
 // final (WithFinalErrors). A run that panics abandons the claim and the
 // panic goes on. When the claim was lost, Do returns ErrLockLost and the
-// result is not stored.
+// result is not stored. A nil run only looks the key up: a duplicate gets
+// its replay as usual, and a free key an error (the claim is given back).
 func (g *Guard) Do(ctx context.Context, key, fingerprint string,
 	run func(ctx context.Context) ([]byte, error)) (result []byte, replayed bool, err error) {
-	if run == nil {
-		return nil, false, errors.New("idem: Do needs a run function")
-	}
 	octx, call := observe.Begin(ctx, g.observer, observe.IdemBegin, g.driver, key)
 	c, err := g.begin(octx, key, fingerprint)
 	if err != nil || c.State == Acquired {
 		call.End(beginOutcome(c, err), c.Fence, err)
 		if err != nil {
 			return nil, false, err
+		}
+		if run == nil { // nothing to run: give the claim back rather than panic
+			cctx, cancel := lockdriver.CleanupContext(ctx)
+			defer cancel()
+			_ = g.abandon(cctx, c)
+			return nil, false, errors.New("idem: Do claimed the key but has no run function")
 		}
 		return g.run(ctx, c, run)
 	}
