@@ -37,7 +37,7 @@ bench:
 SOAK ?= 10m
 soak:
 	scripts/services.sh up
-	eval "$$(scripts/services.sh env)"; ONCEKIT_REQUIRE_SERVERS=1 ONCEKIT_SOAK=$(SOAK) $(GO) test -count=1 -v -timeout 0 -run '^TestSoak$$' ./integration; rc=$$?; scripts/services.sh down; exit $$rc
+	eval "$$(scripts/services.sh env)"; ONCEKIT_REQUIRE_SERVERS=1 ONCEKIT_SOAK=$(SOAK) $(GO) test -tags soak -count=1 -v -timeout 0 -run '^TestSoak$$' ./integration; rc=$$?; scripts/services.sh down; exit $$rc
 
 ## fuzz: every fuzz target for FUZZTIME (default 30s) each, on the real servers
 fuzz:
