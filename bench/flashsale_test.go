@@ -114,10 +114,9 @@ func BenchmarkFlashSalePeers(b *testing.B) {
 			if !rep.OK() {
 				b.Fatalf("the sale broke an invariant: %v", rep.Failures)
 			}
-			b.ReportMetric(float64(rep.Confirmed)/rep.Elapsed.Seconds(), "orders/s")
-			b.ReportMetric(float64(rep.Requests)/rep.Elapsed.Seconds(), "requests/s")
-			b.ReportMetric(float64(rep.P50.Microseconds())/1000, "p50-ms")
-			b.ReportMetric(float64(rep.P99.Microseconds())/1000, "p99-ms")
+			for unit, v := range rep.Metrics() {
+				b.ReportMetric(v, unit)
+			}
 		})
 	}
 }

@@ -35,9 +35,7 @@ import (
 // authentication and TLS, with certificates this test makes. Without the
 // credentials or the CA, nothing gets through.
 func TestCredentialsAndTLS(t *testing.T) {
-	if _, err := exec.LookPath("redis-server"); err != nil && !testenv.Required() {
-		t.Skip("redis-server not installed")
-	}
+	testenv.NeedCommand(t, "redis-server")
 	testenv.QuietRedisDialErrors() // the refused attempts below are on purpose
 	certs := makeCerts(t)
 	t.Run("redis", func(t *testing.T) {
@@ -69,9 +67,7 @@ func TestCredentialsAndTLS(t *testing.T) {
 		}
 	})
 	t.Run("etcd", func(t *testing.T) {
-		if _, err := exec.LookPath("etcd"); err != nil && !testenv.Required() {
-			t.Skip("etcd not installed")
-		}
+		testenv.NeedCommand(t, "etcd")
 		addr := startTLSEtcd(t, certs)
 		good := fmt.Sprintf("etcd://root:rootpw@%s?ca=%s", addr, url.QueryEscape(certs.ca))
 		useStore(t, good)

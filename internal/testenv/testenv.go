@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 )
@@ -52,4 +53,18 @@ func Addrs(env string) []string {
 		}
 	}
 	return out
+}
+
+// NeedCommand skips tb (fails it under ONCEKIT_REQUIRE_SERVERS=1) unless
+// the named program is installed.
+func NeedCommand(tb testing.TB, name string) {
+	tb.Helper()
+	if _, err := exec.LookPath(name); err == nil {
+		return
+	}
+	msg := name + " is not installed (make services-up installs it)"
+	if Required() {
+		tb.Fatal(msg)
+	}
+	tb.Skip(msg)
 }

@@ -43,6 +43,17 @@ type Report struct {
 	samples []sample
 }
 
+// Metrics are the sale's figures for a benchmark's ReportMetric: orders/s,
+// requests/s, p50-ms and p99-ms.
+func (r *Report) Metrics() map[string]float64 {
+	return map[string]float64{
+		"orders/s":   float64(r.Confirmed) / r.Elapsed.Seconds(),
+		"requests/s": float64(r.Requests) / r.Elapsed.Seconds(),
+		"p50-ms":     float64(r.P50.Microseconds()) / 1000,
+		"p99-ms":     float64(r.P99.Microseconds()) / 1000,
+	}
+}
+
 // OK reports whether every invariant held.
 func (r *Report) OK() bool { return len(r.Failures) == 0 }
 
