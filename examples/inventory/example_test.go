@@ -41,7 +41,7 @@ func Example() {
 			log.Fatal(err)
 		}
 		resp.Body.Close()
-		fmt.Println(method, path, resp.StatusCode, resp.Header.Get("Idempotent-Replayed"))
+		fmt.Println(strings.TrimSpace(fmt.Sprintln(method, path, resp.StatusCode, resp.Header.Get("Idempotent-Replayed"))))
 	}
 	send("PUT", "/v1/items/phone", "", `{"stock":1}`)
 	send("POST", "/v1/orders", "order-1", `{"sku":"phone","qty":1,"user":"ann"}`)
