@@ -142,10 +142,7 @@ func TestKilledConsumer(t *testing.T) {
 	}
 	cmd := start()
 	waitFor(t, 2*time.Minute, "every message", func() bool { return done() == unique })
-	waitFor(t, 30*time.Second, "every offset committed", func() bool {
-		got, end := committed(t, brokers, topic, "g-"+topic, partitions), ends(t, brokers, topic, partitions)
-		return fmt.Sprint(got) == fmt.Sprint(end)
-	})
+	waitFor(t, 30*time.Second, "every offset committed", func() bool { return allCommitted(t, brokers, topic, "g-"+topic, partitions) })
 	_ = cmd.Process.Signal(syscall.SIGTERM)
 	if err := cmd.Wait(); err != nil {
 		t.Errorf("last child: %v", err)
@@ -216,10 +213,7 @@ func TestRebalance(t *testing.T) {
 	}
 	readerA.Close() // leaves the group: the second consumer takes every partition
 	waitFor(t, 2*time.Minute, "every message", func() bool { return eff.distinct() == unique })
-	waitFor(t, 30*time.Second, "every offset committed", func() bool {
-		got, end := committed(t, brokers, topic, group, partitions), ends(t, brokers, topic, partitions)
-		return fmt.Sprint(got) == fmt.Sprint(end)
-	})
+	waitFor(t, 30*time.Second, "every offset committed", func() bool { return allCommitted(t, brokers, topic, group, partitions) })
 	if err := stopB(); err != nil {
 		t.Fatalf("second consumer: %v", err)
 	}
@@ -282,10 +276,7 @@ func TestStoreAway(t *testing.T) {
 		n, _ := check.HLen(context.Background(), effects).Result()
 		return n == unique
 	})
-	waitFor(t, 30*time.Second, "every offset committed", func() bool {
-		got, end := committed(t, brokers, topic, "g-"+topic, 2), ends(t, brokers, topic, 2)
-		return fmt.Sprint(got) == fmt.Sprint(end)
-	})
+	waitFor(t, 30*time.Second, "every offset committed", func() bool { return allCommitted(t, brokers, topic, "g-"+topic, 2) })
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -171,17 +172,23 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 	}
 }
 
-// committed returns the group's committed offset of each partition of
-// topic (-1: none).
-func committed(t *testing.T, brokers []string, topic, group string, partitions int) []int64 {
+// admin is a client of the broker at brokers[0]; close it after use.
+func admin(t *testing.T, brokers []string) (c *kafka.Client, close func()) {
 	t.Helper()
 	addr, err := net.ResolveTCPAddr("tcp", brokers[0])
 	if err != nil {
 		t.Fatal(err)
 	}
 	tr := &kafka.Transport{}
-	defer tr.CloseIdleConnections()
-	c := &kafka.Client{Addr: addr, Transport: tr}
+	return &kafka.Client{Addr: addr, Transport: tr}, tr.CloseIdleConnections
+}
+
+// committed returns the group's committed offset of each partition of
+// topic (-1: none).
+func committed(t *testing.T, brokers []string, topic, group string, partitions int) []int64 {
+	t.Helper()
+	c, done := admin(t, brokers)
+	defer done()
 	ids := make([]int, partitions)
 	for i := range ids {
 		ids[i] = i
@@ -205,13 +212,8 @@ func committed(t *testing.T, brokers []string, topic, group string, partitions i
 // ends returns each partition's end offset (the offset of the next message).
 func ends(t *testing.T, brokers []string, topic string, partitions int) []int64 {
 	t.Helper()
-	addr, err := net.ResolveTCPAddr("tcp", brokers[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr := &kafka.Transport{}
-	defer tr.CloseIdleConnections()
-	c := &kafka.Client{Addr: addr, Transport: tr}
+	c, done := admin(t, brokers)
+	defer done()
 	reqs := make([]kafka.OffsetRequest, partitions)
 	for i := range reqs {
 		reqs[i] = kafka.LastOffsetOf(i)
@@ -230,6 +232,13 @@ func ends(t *testing.T, brokers []string, topic string, partitions int) []int64 
 		out[p.Partition] = p.LastOffset
 	}
 	return out
+}
+
+// allCommitted reports whether the group has committed every partition of
+// topic up to its end.
+func allCommitted(t *testing.T, brokers []string, topic, group string, partitions int) bool {
+	t.Helper()
+	return slices.Equal(committed(t, brokers, topic, group, partitions), ends(t, brokers, topic, partitions))
 }
 
 // run starts c.Run and returns a function that shuts it down and returns
