@@ -1,15 +1,35 @@
 package bg
 
-import "sync"
+import (
+	"sync"
+	"time"
+)
+
+// maxIdle bounds the workers kept waiting; more exit when they finish.
+const maxIdle = 256
+
+// idleFor is how long a worker waits for more work before it exits (a
+// variable for the tests).
+var idleFor = 10 * time.Second
 
 // Group is a sync.WaitGroup that may be added to while Close waits: work
 // started after Wait began runs on the caller's goroutine instead. The zero
 // value is ready to use.
+//
+// Work runs on pooled goroutines. A driver's background work is one
+// request through a Redis or etcd client, whose call path is deep: a fresh
+// goroutine grows its stack by copying two or three times on every request,
+// which on a busy server costs more CPU than the request's own system
+// calls. A worker that stays keeps its grown stack (until a GC shrinks it).
 type Group struct {
 	mu      sync.Mutex
-	wg      sync.WaitGroup
+	wg      sync.WaitGroup // the work
+	workers sync.WaitGroup // the goroutines that run it
 	waiting bool
+	idle    []*worker // the most recently parked last
 }
+
+type worker struct{ work chan func() }
 
 // Go runs f in the background, or at once when the group is being waited
 // for (the Store is closing).
@@ -21,18 +41,81 @@ func (g *Group) Go(f func()) {
 		return
 	}
 	g.wg.Add(1)
-	g.mu.Unlock()
-	go func() {
+	job := func() {
 		defer g.wg.Done()
 		f()
-	}()
+	}
+	if n := len(g.idle); n > 0 {
+		w := g.idle[n-1]
+		g.idle[n-1] = nil
+		g.idle = g.idle[:n-1]
+		g.mu.Unlock()
+		w.work <- job // buffered: never blocks
+		return
+	}
+	g.workers.Add(1)
+	g.mu.Unlock()
+	w := &worker{work: make(chan func(), 1)}
+	go g.serve(w, job)
 }
 
-// Wait waits for the background work; work started from now on runs
-// inline.
+// serve runs job, then whatever work w is handed, until w has waited idleFor
+// for more or the group is being waited for.
+func (g *Group) serve(w *worker, job func()) {
+	defer g.workers.Done()
+	t := time.NewTimer(idleFor)
+	defer t.Stop()
+	for {
+		job()
+		g.mu.Lock()
+		if g.waiting || len(g.idle) >= maxIdle {
+			g.mu.Unlock()
+			return
+		}
+		g.idle = append(g.idle, w)
+		g.mu.Unlock()
+		t.Reset(idleFor)
+		var ok bool
+		select {
+		case job, ok = <-w.work:
+		case <-t.C:
+			if g.retire(w) {
+				return
+			}
+			job, ok = <-w.work // Go took w off the list as the timer fired
+		}
+		if !ok {
+			return
+		}
+	}
+}
+
+// retire takes w off the idle list; false when Go has just taken it.
+func (g *Group) retire(w *worker) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for i, x := range g.idle {
+		if x == w {
+			g.idle = append(g.idle[:i], g.idle[i+1:]...)
+			return true
+		}
+	}
+	return false
+}
+
+// Wait waits for the background work and then for its goroutines to exit;
+// work started from now on runs inline.
 func (g *Group) Wait() {
 	g.mu.Lock()
 	g.waiting = true
 	g.mu.Unlock()
 	g.wg.Wait()
+	g.mu.Lock()
+	idle := g.idle
+	g.idle = nil
+	g.mu.Unlock()
+	for _, w := range idle {
+		close(w.work)
+	}
+	g.workers.Wait()
 }

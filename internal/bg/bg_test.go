@@ -1,0 +1,120 @@
+package bg
+
+import (
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestWaitWaitsForWorkAndWorkers(t *testing.T) {
+	var g Group
+	var done atomic.Int64
+	release := make(chan struct{})
+	for range 8 {
+		g.Go(func() {
+			<-release
+			done.Add(1)
+		})
+	}
+	waited := make(chan struct{})
+	go func() {
+		g.Wait()
+		close(waited)
+	}()
+	select {
+	case <-waited:
+		t.Fatal("Wait returned while work was running")
+	case <-time.After(20 * time.Millisecond):
+	}
+	close(release)
+	<-waited
+	if n := done.Load(); n != 8 {
+		t.Fatalf("%d of 8 jobs done when Wait returned", n)
+	}
+	// goleak (TestMain) checks that no worker outlives Wait.
+}
+
+func TestWorkersAreReused(t *testing.T) {
+	var g Group
+	defer g.Wait()
+	for range 100 {
+		ch := make(chan struct{})
+		g.Go(func() { close(ch) })
+		<-ch
+		// Give the worker the moment it needs to park before the next Go.
+		for deadline := time.Now().Add(time.Second); ; {
+			g.mu.Lock()
+			n := len(g.idle)
+			g.mu.Unlock()
+			if n == 1 || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(10 * time.Microsecond)
+		}
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if len(g.idle) != 1 {
+		t.Fatalf("%d idle workers after 100 sequential jobs, want 1", len(g.idle))
+	}
+}
+
+func TestConcurrentGoAndWait(t *testing.T) {
+	var g Group
+	var ran atomic.Int64
+	var callers sync.WaitGroup
+	for range 16 {
+		callers.Go(func() {
+			for range 200 {
+				g.Go(func() { ran.Add(1) })
+			}
+		})
+	}
+	time.Sleep(time.Millisecond)
+	g.Wait() // some jobs run inline from here on
+	callers.Wait()
+	g.Wait()
+	if n := ran.Load(); n != 16*200 {
+		t.Fatalf("ran %d jobs, want %d", n, 16*200)
+	}
+}
+
+func TestIdleWorkersRetire(t *testing.T) {
+	old := idleFor
+	idleFor = 5 * time.Millisecond
+	defer func() { idleFor = old }()
+	var g Group
+	ch := make(chan struct{})
+	g.Go(func() { close(ch) })
+	<-ch
+	exited := make(chan struct{})
+	go func() {
+		g.workers.Wait() // without Wait: the worker leaves on its own
+		close(exited)
+	}()
+	select {
+	case <-exited:
+	case <-time.After(5 * time.Second):
+		t.Fatal("an idle worker did not exit")
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if len(g.idle) != 0 {
+		t.Fatalf("%d workers still listed idle", len(g.idle))
+	}
+}
+
+func TestGoAfterWaitRunsInline(t *testing.T) {
+	var g Group
+	g.Wait()
+	ran := false
+	g.Go(func() { ran = true })
+	if !ran {
+		t.Fatal("Go after Wait did not run its work before returning")
+	}
+}
