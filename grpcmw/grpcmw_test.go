@@ -96,17 +96,24 @@ func serve(t *testing.T, st idem.Store, o *orders, gopts []idem.Option, opts []g
 	}
 	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(unary), grpc.ChainStreamInterceptor(stream))
 	testpb.RegisterOrdersServer(srv, o)
+	return listen(t, srv, dial...)
+}
+
+// listen serves srv on a loopback listener until the test ends and returns
+// a client of it.
+func listen(tb testing.TB, srv *grpc.Server, dial ...grpc.DialOption) testpb.OrdersClient {
+	tb.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(srv.Stop)
+	tb.Cleanup(srv.Stop)
 	conn, err := grpc.NewClient(ln.Addr().String(), append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, dial...)...)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	t.Cleanup(func() { conn.Close() })
+	tb.Cleanup(func() { conn.Close() })
 	return testpb.NewOrdersClient(conn)
 }
 
