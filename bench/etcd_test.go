@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -24,17 +23,38 @@ func etcdClient(b *testing.B) *clientv3.Client {
 	return c
 }
 
-// etcdImpl makes the lockers of one benchmark: n of them, each standing for
-// a process (oncekit: a Store; etcd: a concurrency.Session).
+// etcdImpl makes the lockers of one benchmark, one per client given, each
+// standing for a process (oncekit: a Store; etcd: a concurrency.Session).
+// Lockers given the same client share its connection, as Stores in one
+// process would.
 type etcdImpl struct {
 	name string
-	make func(b *testing.B, c *clientv3.Client, n int) []locker
+	make func(b *testing.B, clients []*clientv3.Client) []locker
+}
+
+// sameClient is n times one new client.
+func sameClient(b *testing.B, n int) []*clientv3.Client {
+	c := etcdClient(b)
+	cs := make([]*clientv3.Client, n)
+	for i := range cs {
+		cs[i] = c
+	}
+	return cs
+}
+
+// ownClients is n new clients.
+func ownClients(b *testing.B, n int) []*clientv3.Client {
+	cs := make([]*clientv3.Client, n)
+	for i := range cs {
+		cs[i] = etcdClient(b)
+	}
+	return cs
 }
 
 var etcdImpls = []etcdImpl{
-	{"oncekit", func(b *testing.B, c *clientv3.Client, n int) []locker {
-		ls := make([]locker, n)
-		for i := range ls {
+	{"oncekit", func(b *testing.B, clients []*clientv3.Client) []locker {
+		ls := make([]locker, len(clients))
+		for i, c := range clients {
 			s, err := etcdstore.New(c)
 			if err != nil {
 				b.Fatal(err)
@@ -50,9 +70,9 @@ var etcdImpls = []etcdImpl{
 		}
 		return ls
 	}},
-	{"etcd-concurrency", func(b *testing.B, c *clientv3.Client, n int) []locker {
-		ls := make([]locker, n)
-		for i := range ls {
+	{"etcd-concurrency", func(b *testing.B, clients []*clientv3.Client) []locker {
+		ls := make([]locker, len(clients))
+		for i, c := range clients {
 			sess, err := concurrency.NewSession(c, concurrency.WithTTL(10))
 			if err != nil {
 				b.Fatal(err)
@@ -73,7 +93,7 @@ var etcdImpls = []etcdImpl{
 func BenchmarkEtcdUncontended(b *testing.B) {
 	for _, im := range etcdImpls {
 		b.Run(im.name, func(b *testing.B) {
-			lock := im.make(b, etcdClient(b), 1)[0]
+			lock := im.make(b, sameClient(b, 1))[0]
 			key := benchKey(im.name)
 			warm(b, lock, key)
 			b.ResetTimer()
@@ -97,7 +117,7 @@ func BenchmarkEtcdUncontended(b *testing.B) {
 func BenchmarkEtcdHandOff(b *testing.B) {
 	for _, im := range etcdImpls {
 		b.Run(im.name, func(b *testing.B) {
-			ls := im.make(b, etcdClient(b), 2)
+			ls := im.make(b, ownClients(b, 2))
 			key := benchKey(im.name)
 			ctx := context.Background()
 			release, err := ls[0](ctx, key)
@@ -139,16 +159,25 @@ func BenchmarkEtcdHandOff(b *testing.B) {
 	}
 }
 
-// BenchmarkEtcdContended16: 16 goroutines on one key; procs lockers
-// (sessions) among them.
+// BenchmarkEtcdContended16: 16 goroutines on one key, with one locker
+// (session) among them, or 16 lockers sharing one client, or 16 lockers
+// with a client each — as 16 processes would have.
 func BenchmarkEtcdContended16(b *testing.B) {
-	for _, procs := range []int{1, 16} {
+	setups := []struct {
+		name    string
+		clients func(b *testing.B) []*clientv3.Client
+	}{
+		{"procs=1", func(b *testing.B) []*clientv3.Client { return sameClient(b, 1) }},
+		{"procs=16-one-client", func(b *testing.B) []*clientv3.Client { return sameClient(b, 16) }},
+		{"procs=16-own-clients", func(b *testing.B) []*clientv3.Client { return ownClients(b, 16) }},
+	}
+	for _, setup := range setups {
 		for _, im := range etcdImpls {
-			if im.name == "etcd-concurrency" && procs == 1 {
+			if im.name == "etcd-concurrency" && setup.name == "procs=1" {
 				continue // a concurrency.Mutex session cannot be shared by waiters on one key
 			}
-			b.Run(fmt.Sprintf("procs=%d/%s", procs, im.name), func(b *testing.B) {
-				ls := im.make(b, etcdClient(b), procs)
+			b.Run(setup.name+"/"+im.name, func(b *testing.B) {
+				ls := im.make(b, setup.clients(b))
 				contended(b, ls, &commandCounter{}, 16, benchKey(im.name))
 			})
 		}

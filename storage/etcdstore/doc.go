@@ -46,8 +46,17 @@
 //
 // A lease's own TTL is enforced by the Store: without a Refresh it ends when
 // its TTL runs out (Done closes) and its entry is deleted, retried until the
-// servers answer. When the process dies or is paused, its entries go with
-// their session lease, within the TTL rounded up as above. Done also closes
+// servers answer. When the process dies or is paused, its entries go within
+// the session's TTL (the TTL rounded up as above) of its last heartbeat:
+// every session writes a heartbeat key, "<prefix>\x00session/<lease>",
+// after each keep-alive, and counts its validity only from keep-alives
+// whose heartbeat was stored. A waiter that has seen no new heartbeat from
+// its predecessor's session for that TTL (plus 2 % and 10 ms for clock
+// rates) deletes the predecessor's entry, in a transaction conditional on
+// the heartbeat being unchanged. Left to etcd, the key would go when the
+// leader's lessor, which looks every 500 ms, revokes the lease: up to half
+// a second later. Only elapsed times on each side are compared, never two
+// clocks. Done also closes
 // when the session is lost and — once Done has been called — when the entry
 // is deleted by anyone else. If the session is lost while Acquire waits,
 // Acquire starts over in a new session. A Release cut by a leader election
@@ -63,7 +72,8 @@
 //
 // Every acquisition and release is a raft write (a disk sync on the
 // leader), so a key changes hands at most a few hundred to a thousand times
-// a second. The recorded expiry that other clients' TryAcquire reports for
+// a second. Each session also writes its heartbeat every third of its TTL,
+// and a Store with waiters keeps one watch on the heartbeats. The recorded expiry that other clients' TryAcquire reports for
 // a holder that waited in the queue counts from when it joined the queue,
 // until its first Refresh.
 //

@@ -42,6 +42,7 @@ type Store struct {
 
 	qmu    sync.Mutex
 	queues map[string]*queueWatch // by lock directory, while waiters use it
+	beats  *beatWatch             // the sessions' heartbeats, while waiters use them
 
 	rmu       sync.Mutex
 	retention map[time.Time]clientv3.LeaseID // idem records' retention leases, by minute
@@ -108,6 +109,7 @@ func (s *Store) Close() error {
 		sess.end()
 	}
 	s.closeQueues()
+	s.closeBeats()
 	s.stopClaimTimers()
 	s.bg.Wait()
 	return errors.Join(errs...)
@@ -142,8 +144,19 @@ func (s *Store) session(ctx context.Context, ttl time.Duration) (*session, error
 	if err != nil {
 		return nil, fmt.Errorf("etcdstore: grant session lease: %w", err)
 	}
+	granted := time.Duration(g.TTL) * time.Second
+	// The heartbeat goes first: no entry is bound to the session before
+	// waiters can tell when it was last alive (see heartbeat.go).
+	if err := s.beat(ctx, g.ID, granted); err != nil {
+		s.bg.Go(func() {
+			rctx, cancel := context.WithTimeout(context.Background(), lockdriver.ReleaseTimeout)
+			defer cancel()
+			_, _ = s.c.Revoke(rctx, g.ID)
+		})
+		return nil, fmt.Errorf("etcdstore: write session heartbeat: %w", err)
+	}
 	kctx, cancel := context.WithCancel(context.Background())
-	sess := &session{id: g.ID, ttl: time.Duration(g.TTL) * time.Second, done: make(chan struct{}), cancel: cancel,
+	sess := &session{id: g.ID, ttl: granted, done: make(chan struct{}), cancel: cancel,
 		leases: map[*lease]struct{}{}}
 	sess.valid = sent.Add(sess.ttl)
 	s.bg.Go(func() { s.keepAlive(kctx, sess) })
@@ -155,8 +168,10 @@ func (s *Store) session(ctx context.Context, ttl time.Duration) (*session, error
 // is lost. The session's validity counts from when each keep-alive was
 // sent, never from when its answer arrived: the server's expiry is at
 // least that late, so the session — and every lease bound to it — ends
-// here before anyone else can be granted its keys. Unanswered keep-alives
-// are retried until the validity runs out.
+// here before anyone else can be granted its keys. A keep-alive counts
+// only once the heartbeat written after it is stored too: waiters free a
+// session's keys a TTL after its last heartbeat (see heartbeat.go).
+// Unanswered keep-alives are retried until the validity runs out.
 func (s *Store) keepAlive(ctx context.Context, sess *session) {
 	defer sess.end()
 	t := time.NewTimer(sess.ttl / 3)
@@ -174,6 +189,9 @@ func (s *Store) keepAlive(ctx context.Context, sess *session) {
 		}
 		kctx, cancel := context.WithDeadline(ctx, valid)
 		resp, err := s.c.KeepAliveOnce(kctx, sess.id)
+		if err == nil && resp.TTL > 0 {
+			err = s.beat(kctx, sess.id, time.Duration(resp.TTL)*time.Second)
+		}
 		cancel()
 		switch {
 		case ctx.Err() != nil:
@@ -391,11 +409,15 @@ func isLeaseNotFound(err error) bool {
 
 // waitTurn returns once no entry older than ours is left in the queue. It
 // waits for one entry at a time, the one just before ours, through the
-// Store's shared watch on the queue (see queueWatch). woken is when the
-// deletion that made ours first was seen (zero when it was first at once).
+// Store's shared watch on the queue (see queueWatch), and deletes that
+// entry itself once its session's heartbeat is a TTL old (see
+// heartbeat.go). woken is when the deletion that made ours first was seen
+// (zero when it was first at once).
 func (s *Store) waitTurn(ctx context.Context, sess *session, pfx string, rev int64) (woken time.Time, err error) {
 	q := s.queueWatchFor(pfx)
 	defer q.put()
+	beats := s.beatWatchFor()
+	defer beats.put()
 	select {
 	case <-q.ready:
 	case <-ctx.Done():
@@ -425,16 +447,56 @@ func (s *Store) waitTurn(ctx context.Context, sess *session, pfx string, rev int
 			q.unregister(pred, gone)
 			continue
 		}
+		if woken, err = s.waitGone(ctx, sess, beats, pfx, pred, gone); err != nil {
+			q.unregister(pred, gone)
+			return time.Time{}, err
+		}
+		q.unregister(pred, gone)
+	}
+}
+
+// waitGone waits until pred is deleted (gone closes) or, once its
+// session's heartbeat is a TTL old, deletes it; it returns when either was
+// seen.
+func (s *Store) waitGone(ctx context.Context, sess *session, beats *beatWatch, pfx, pred string, gone <-chan struct{}) (time.Time, error) {
+	var b beatSeen
+	id, beating := entryLease(pfx, pred)
+	if beating {
+		var err error
+		if b, beating, err = s.lastBeat(ctx, beats, id); err != nil {
+			return time.Time{}, err
+		}
+	}
+	// Without a heartbeat (the session is gone, or its Store predates
+	// them), pred goes with its session lease; stale then never fires.
+	stale := time.NewTimer(time.Until(b.deadline()))
+	if !beating {
+		stale.Stop()
+	}
+	defer stale.Stop()
+	for {
 		select {
 		case <-gone:
-			woken = time.Now()
+			return time.Now(), nil
 		case <-sess.done:
-			q.unregister(pred, gone)
 			return time.Time{}, errSessionLost
 		case <-ctx.Done():
-			q.unregister(pred, gone)
 			return time.Time{}, ctx.Err()
+		case <-stale.C:
 		}
+		if nb, ok := beats.latest(id); ok && nb.rev > b.rev {
+			b = nb // it beat again
+		} else {
+			nb, reaped, err := s.reapIfDead(ctx, id, pred, b)
+			if err != nil {
+				return time.Time{}, err
+			}
+			if reaped {
+				return time.Now(), nil
+			}
+			b = nb
+		}
+		stale.Reset(time.Until(b.deadline()))
 	}
 }
 

@@ -301,3 +301,62 @@ func TestCutOffHolderKnowsFirst(t *testing.T) {
 		t.Fatal("the cut-off holder never learned it lost the key")
 	}
 }
+
+// A holder whose heartbeats stop loses its key to a waiter a TTL after its
+// last heartbeat, even while its session lease lives on in etcd (here kept
+// alive by another client; in life, a leader's lessor that is slow to
+// expire it): the waiter deletes the entry, and only after the holder has
+// learned it lost the key.
+func TestStaleHeartbeatFreesKey(t *testing.T) {
+	eps := testenv.EtcdAddrs(t)
+	p := newProxy(t, strings.TrimPrefix(eps[0], "http://"))
+	holder := newStore(t, newClient(t, []string{"http://" + p.ln.Addr().String()}))
+	admin := newClient(t, eps)
+	waiter := newStore(t, newClient(t, eps))
+	ctx := ctxT(t, 30*time.Second)
+	key := "stale-heartbeat-" + time.Now().Format("150405.000000")
+	h, err := holder.Acquire(ctx, key, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries, err := admin.Get(ctx, "oncekit/lock/"+key+"/", clientv3.WithPrefix())
+	if err != nil || len(entries.Kvs) != 1 {
+		t.Fatalf("the holder's entry: %v, %v", entries, err)
+	}
+	session := clientv3.LeaseID(entries.Kvs[0].Lease)
+	alive, err := admin.KeepAlive(ctx, session) // the server never expires it
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for range alive {
+		}
+	}()
+
+	lost := make(chan time.Time, 1)
+	go func() { <-h.Done(); lost <- time.Now() }()
+	cutAt := time.Now()
+	p.cut() // the holder's keep-alives and heartbeats stop
+	l, err := waiter.Acquire(ctx, key, time.Second)
+	if err != nil {
+		t.Fatalf("Acquire behind a holder whose heartbeats stopped: %v", err)
+	}
+	taken := time.Now()
+	defer l.Release(context.Background())
+	ttl, err := admin.TimeToLive(ctx, session)
+	if err != nil || ttl.TTL <= 0 {
+		t.Fatalf("the holder's session lease should still be alive in etcd: %v, %v", ttl, err)
+	}
+	if l.Fence() <= h.Fence() {
+		t.Errorf("fence %d after the dead holder's %d", l.Fence(), h.Fence())
+	}
+	select {
+	case at := <-lost:
+		t.Logf("cut at 0; holder lost at %s; key taken at %s (session TTL %d s)", at.Sub(cutAt), taken.Sub(cutAt), ttl.GrantedTTL)
+		if at.After(taken) {
+			t.Errorf("the holder learned of its loss %s after the waiter took the key", at.Sub(taken))
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the holder never learned it lost the key")
+	}
+}
