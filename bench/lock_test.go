@@ -96,7 +96,8 @@ func redsyncImpl(extra []redsync.Option) func(b *testing.B, c *redis.Client) loc
 
 func client(b *testing.B, addr string) (*redis.Client, *commandCounter) {
 	cc := &commandCounter{}
-	c := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 64})
+	// ContextTimeoutEnabled, as the README recommends, for every library.
+	c := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 64, ContextTimeoutEnabled: true})
 	c.AddHook(cc)
 	b.Cleanup(func() { c.Close() })
 	return c, cc

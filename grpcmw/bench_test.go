@@ -37,7 +37,7 @@ func pct(samples []time.Duration, p float64) float64 {
 // (PINGs) itself, minus the bare server — what those round trips cost from
 // inside a gRPC handler on this machine, whoever makes them.
 func BenchmarkUnaryInterceptor(b *testing.B) {
-	c := redis.NewClient(&redis.Options{Addr: testenv.RedisAddrs(b, 1)[0]})
+	c := redis.NewClient(&redis.Options{Addr: testenv.RedisAddrs(b, 1)[0], ContextTimeoutEnabled: true})
 	defer c.Close()
 	st, err := redisstore.New(c, redisstore.WithRecordPrefix(fmt.Sprintf("grpcmw-bench:%d:", time.Now().UnixNano())))
 	if err != nil {

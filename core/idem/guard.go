@@ -292,7 +292,7 @@ func (g *Guard) complete(ctx context.Context, c Claim, enc []byte, valid time.Ti
 		if valid.After(deadline) {
 			deadline = valid
 		}
-		cctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
+		cctx, cancel := lockdriver.BoundedContext(ctx, deadline)
 		cctx, call := observe.Begin(cctx, g.observer, observe.IdemComplete, g.driver, c.Key)
 		var err error
 		if effect != nil {

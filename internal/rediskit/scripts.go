@@ -3,9 +3,11 @@ package rediskit
 import (
 	"context"
 	_ "embed"
+	"errors"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/oncekit/oncekit/core/lock/lockdriver"
 	"github.com/oncekit/oncekit/internal/bg"
 )
 
@@ -75,10 +77,24 @@ func NewEffectScript(lua string) *EffectScript {
 // honours a context's deadline on the socket with ContextTimeoutEnabled).
 // When it returns early, the request goes on in the background, tracked by
 // wg, and late — if not nil — receives its reply, to undo what it did.
+//
+// The request runs on the caller's goroutine when ctx never ends, and when
+// only its deadline can end it (lockdriver.DeadlineOnly: the clean-up and
+// completion contexts) and the client enforces deadlines itself
+// (ContextTimeoutEnabled). Otherwise it runs on a background goroutine:
+// the hop costs tens of microseconds on a busy machine, the price of
+// returning at once when a caller's context is cancelled mid-request.
 func Run(ctx context.Context, wg *bg.Group, c redis.Scripter, script *redis.Script,
 	keys []string, late func(*redis.Cmd), args ...any) *redis.Cmd {
 	if ctx.Done() == nil {
 		return script.Run(ctx, c, keys, args...)
+	}
+	if late == nil && lockdriver.DeadlineOnly(ctx) && EnforcesDeadlines(c) {
+		cmd := script.Run(ctx, c, keys, args...)
+		if err := cmd.Err(); err != nil && ctx.Err() != nil && !IsReply(err) {
+			cmd.SetErr(errors.Join(ctx.Err(), err)) // the client's timeout was ctx's deadline
+		}
+		return cmd
 	}
 	if err := ctx.Err(); err != nil {
 		cmd := redis.NewCmd(ctx)
@@ -101,4 +117,27 @@ func Run(ctx context.Context, wg *bg.Group, c redis.Scripter, script *redis.Scri
 		cmd.SetErr(ctx.Err())
 		return cmd
 	}
+}
+
+// EnforcesDeadlines reports whether c (or the client an AutoPipeline wraps)
+// cuts a request short at its context's deadline by itself: a go-redis
+// client with ContextTimeoutEnabled.
+func EnforcesDeadlines(c redis.Scripter) bool {
+	switch c := c.(type) {
+	case *autoPipeline:
+		return EnforcesDeadlines(c.Pipeliner)
+	case interface{ Options() *redis.Options }:
+		return c.Options().ContextTimeoutEnabled
+	case interface{ Options() *redis.ClusterOptions }:
+		return c.Options().ContextTimeoutEnabled
+	}
+	return false
+}
+
+// IsReply reports whether err is an error reply from the server (redis.Nil
+// included): the request arrived and was answered, so there is nothing to
+// undo — not a failure to get an answer.
+func IsReply(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re) && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
 }

@@ -118,6 +118,7 @@ func Open(raw string, o Options) (*Opened, error) {
 		}
 		opt.DialTimeout, opt.ReadTimeout, opt.WriteTimeout = t, t, t
 		opt.MaxRetries, opt.DialerRetries = 1, 1
+		opt.ContextTimeoutEnabled = true // see rediskit.Run: bounded calls run on the caller's goroutine
 		if tlsConf != nil {
 			if opt.TLSConfig != nil {
 				tlsConf.ServerName = opt.TLSConfig.ServerName
@@ -132,7 +133,7 @@ func Open(raw string, o Options) (*Opened, error) {
 		}
 		return openRedis(u.Scheme, redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, Username: u.User.Username(),
 			Password: password(u), DialTimeout: t, ReadTimeout: t, WriteTimeout: t, TLSConfig: tlsConf,
-			MaxRetries: 1, DialerRetries: 1}), prefix, recordPrefix, o.Observer)
+			MaxRetries: 1, DialerRetries: 1, ContextTimeoutEnabled: true}), prefix, recordPrefix, o.Observer)
 	case "redlock":
 		return openRedlock(u, prefix, recordPrefix, tlsConf, o)
 	case "etcd":
@@ -179,7 +180,8 @@ func openRedlock(u *url.URL, prefix, recordPrefix string, tlsConf *tls.Config, o
 	}
 	for i, a := range addrs {
 		clients[i] = redis.NewClient(&redis.Options{Addr: a, Username: u.User.Username(), Password: password(u),
-			DialTimeout: t, ReadTimeout: t, WriteTimeout: t, MaxRetries: 1, DialerRetries: 1, TLSConfig: tlsConf})
+			DialTimeout: t, ReadTimeout: t, WriteTimeout: t, MaxRetries: 1, DialerRetries: 1, TLSConfig: tlsConf,
+			ContextTimeoutEnabled: true})
 		nodes[i] = clients[i]
 	}
 	opts := []redlockstore.Option{redlockstore.WithObserver(o.Observer)}

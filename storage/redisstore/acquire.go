@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/core/lock/lockdriver"
 	"github.com/oncekit/oncekit/core/observe"
@@ -240,7 +238,7 @@ func (s *Store) attempt(ctx context.Context, key, tok string, ttl time.Duration,
 		if ctx.Err() != nil {
 			return nil, nil, lockdriver.NotAcquired(ctx)
 		}
-		if !isRedisReply(err) && owner == "" {
+		if !rediskit.IsReply(err) && owner == "" {
 			// The script may have run before the connection failed. (An
 			// owner's uncertain re-entry cannot be told from its other
 			// holds; its expiry bounds it.)
@@ -262,11 +260,4 @@ func (s *Store) attempt(ctx context.Context, key, tok string, ttl time.Duration,
 	default: // rediskit.AcquireLate
 		return nil, nil, errors.Join(lock.ErrNotAcquired, context.DeadlineExceeded)
 	}
-}
-
-// isRedisReply reports whether err is an error reply from the server: the
-// request arrived and failed as a whole, so there is nothing to undo.
-func isRedisReply(err error) bool {
-	var re redis.Error
-	return errors.As(err, &re) && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
 }

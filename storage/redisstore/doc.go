@@ -2,7 +2,7 @@
 // single server, a Sentinel-managed primary, or a Cluster, through any
 // go-redis v9 UniversalClient.
 //
-//	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+//	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
 //	store, err := redisstore.New(client)
 //	...
 //	defer store.Close()
@@ -25,6 +25,16 @@
 // fence, or the holder's PTTL when taken), Refresh (compare token,
 // PEXPIRE), and Release (compare token, DEL, SPUBLISH on Redis 7 and later,
 // PUBLISH before).
+//
+// # Contexts
+//
+// Every call returns when its context ends, even while the server is
+// paused: a request under a context the caller can cancel runs on a pooled
+// background goroutine, left to finish (and undone if it took something)
+// when the caller leaves. Requests under contexts that only a deadline can
+// end (Release's clean-up context, an idempotency Guard's completion) run
+// on the caller's goroutine when the client enforces deadlines itself —
+// ContextTimeoutEnabled: true, recommended — which saves the hop.
 //
 // # Waiting
 //

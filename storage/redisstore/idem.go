@@ -40,7 +40,7 @@ func (s *Store) Begin(ctx context.Context, key, fingerprint string, lease time.D
 		}
 	})
 	if err != nil {
-		if ctx.Err() == nil && !isRedisReply(err) {
+		if ctx.Err() == nil && !rediskit.IsReply(err) {
 			s.BG.Go(giveBack) // the script may have run before the connection failed
 		}
 		return idem.Claim{}, fmt.Errorf("redisstore: begin %q: %w", key, err)

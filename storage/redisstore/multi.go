@@ -144,7 +144,7 @@ func (s *Store) attemptAll(ctx context.Context, keys []string, ttl time.Duration
 		if ctx.Err() != nil {
 			return nil, "", 0, lockdriver.NotAcquired(ctx)
 		}
-		if !isRedisReply(err) {
+		if !rediskit.IsReply(err) {
 			s.BG.Go(undo)
 		}
 		return nil, "", 0, fmt.Errorf("redisstore: acquire all: %w", err)

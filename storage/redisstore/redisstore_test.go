@@ -25,11 +25,14 @@ func TestMain(m *testing.M) {
 // counter counts a client's requests (connection set-up excluded).
 type counter = testenv.RedisCounter
 
-// newClient returns a client of the first test server, closed at cleanup.
+// newClient returns a client of the first test server, closed at cleanup,
+// configured as the README recommends (ContextTimeoutEnabled, so bounded
+// calls run on the caller's goroutine); the fault tests' privateClient
+// keeps go-redis' defaults, so both ways are tested.
 func newClient(t testing.TB, hooks ...redis.Hook) *redis.Client {
 	t.Helper()
 	addr := testenv.RedisAddrs(t, 1)[0]
-	c := redis.NewClient(&redis.Options{Addr: addr})
+	c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
 	for _, h := range hooks {
 		c.AddHook(h)
 	}

@@ -30,12 +30,14 @@ func TestMain(m *testing.M) {
 // counter counts a client's requests (connection set-up excluded).
 type counter = testenv.RedisCounter
 
-// clients returns one new client per address, closed at cleanup.
+// clients returns one new client per address, closed at cleanup,
+// configured as the README recommends (ContextTimeoutEnabled); the fault
+// tests' clients keep go-redis' defaults, so both ways are tested.
 func clients(t testing.TB, addrs []string, hooks ...redis.Hook) []redlockstore.Client {
 	t.Helper()
 	cs := make([]redlockstore.Client, len(addrs))
 	for i, a := range addrs {
-		c := redis.NewClient(&redis.Options{Addr: a})
+		c := redis.NewClient(&redis.Options{Addr: a, ContextTimeoutEnabled: true})
 		for _, h := range hooks {
 			c.AddHook(h)
 		}

@@ -34,7 +34,7 @@ func peerLocker(storeURL string) (lock.Locker, func(), error) {
 	if err != nil || u.Scheme != "redis" {
 		return nil, nil, fmt.Errorf("inventory-peer: the store must be redis://host:port, not %q", storeURL)
 	}
-	c := redis.NewClient(&redis.Options{Addr: u.Host})
+	c := redis.NewClient(&redis.Options{Addr: u.Host, ContextTimeoutEnabled: true}) // as oncekit's replicas
 	switch peer := os.Getenv("INVENTORY_PEER_LOCK"); peer {
 	case "redislock":
 		rl := redislock.New(c)

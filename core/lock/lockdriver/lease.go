@@ -269,6 +269,9 @@ func (l *Lease) Release(ctx context.Context) error {
 	if _, bounded := ctx.Deadline(); ctx.Err() != nil {
 		ctx, cancel = CleanupContext(ctx)
 		defer cancel()
+	} else if !bounded && ctx.Done() == nil {
+		ctx, cancel = BoundedContext(ctx, time.Now().Add(ReleaseTimeout))
+		defer cancel()
 	} else if !bounded {
 		ctx, cancel = context.WithTimeout(ctx, ReleaseTimeout)
 		defer cancel()

@@ -78,9 +78,41 @@ const ReleaseTimeout = 5 * time.Second
 
 // CleanupContext returns a context for clean-up work (Release, undoing a
 // half-finished Acquire) that keeps ctx's values but not its cancellation,
-// bounded by ReleaseTimeout.
+// bounded by ReleaseTimeout (a BoundedContext).
 func CleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), ReleaseTimeout)
+	return BoundedContext(ctx, time.Now().Add(ReleaseTimeout))
+}
+
+// boundedKey marks a BoundedContext; the value is its Done channel.
+type boundedKey struct{}
+
+type boundedMark struct{ done <-chan struct{} }
+
+// BoundedContext returns a context that keeps ctx's values but not its
+// cancellation and ends at deadline — and at no other time before its
+// cancel function is called, which its maker does only once the work it
+// bounds is over. DeadlineOnly recognises it (and the contexts that only
+// add values to it), so that a driver whose client enforces context
+// deadlines on its own (go-redis with ContextTimeoutEnabled) can run a
+// request under it on the caller's goroutine, instead of on a background
+// one that lets the caller return the moment the context is cancelled.
+func BoundedContext(ctx context.Context, deadline time.Time) (context.Context, context.CancelFunc) {
+	m := &boundedMark{}
+	c, cancel := context.WithDeadline(context.WithValue(context.WithoutCancel(ctx), boundedKey{}, m), deadline)
+	m.done = c.Done()
+	return c, cancel
+}
+
+// DeadlineOnly reports whether ctx can end only at its deadline: it never
+// ends (no Done channel), or it is a BoundedContext or only adds values to
+// one. A context derived from one with a cancel of its own is not.
+func DeadlineOnly(ctx context.Context) bool {
+	done := ctx.Done()
+	if done == nil {
+		return true
+	}
+	m, _ := ctx.Value(boundedKey{}).(*boundedMark)
+	return m != nil && m.done == done
 }
 
 // TokenPrefixLen is how much of a holder's token is shown to operators
