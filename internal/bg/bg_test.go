@@ -47,21 +47,20 @@ func TestWorkersAreReused(t *testing.T) {
 		g.Go(func() { close(ch) })
 		<-ch
 		// Give the worker the moment it needs to park before the next Go.
-		for deadline := time.Now().Add(time.Second); ; {
-			g.mu.Lock()
-			n := len(g.idle)
-			g.mu.Unlock()
-			if n == 1 || time.Now().After(deadline) {
-				break
-			}
+		for deadline := time.Now().Add(time.Second); idle(&g) != 1 && time.Now().Before(deadline); {
 			time.Sleep(10 * time.Microsecond)
 		}
 	}
+	if n := idle(&g); n != 1 {
+		t.Fatalf("%d idle workers after 100 sequential jobs, want 1", n)
+	}
+}
+
+// idle is how many of g's workers wait for work.
+func idle(g *Group) int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if len(g.idle) != 1 {
-		t.Fatalf("%d idle workers after 100 sequential jobs, want 1", len(g.idle))
-	}
+	return len(g.idle)
 }
 
 func TestConcurrentGoAndWait(t *testing.T) {
@@ -102,10 +101,8 @@ func TestIdleWorkersRetire(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("an idle worker did not exit")
 	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if len(g.idle) != 0 {
-		t.Fatalf("%d workers still listed idle", len(g.idle))
+	if n := idle(&g); n != 0 {
+		t.Fatalf("%d workers still listed idle", n)
 	}
 }
 

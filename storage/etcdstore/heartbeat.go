@@ -93,10 +93,9 @@ func (b beatSeen) deadline() time.Time { return b.seen.Add(b.ttl + staleMargin(b
 type beatWatch struct {
 	s      *Store
 	cancel context.CancelFunc
-	linger *time.Timer
+	users  users
 
 	mu    sync.Mutex
-	refs  int
 	live  bool // the watch is created and unbroken: beats is current
 	beats map[clientv3.LeaseID]beatSeen
 }
@@ -113,25 +112,15 @@ func (s *Store) beatWatchFor() *beatWatch {
 		s.beats = w
 		s.bg.Go(func() { w.run(ctx) })
 	}
-	if w.linger != nil {
-		w.linger.Stop()
-		w.linger = nil
-	}
-	w.refs++
+	w.users.add()
 	return w
 }
 
 func (w *beatWatch) put() {
 	w.s.qmu.Lock()
 	defer w.s.qmu.Unlock()
-	w.refs--
-	if w.refs > 0 {
-		return
-	}
-	w.linger = time.AfterFunc(queueLinger, func() {
-		w.s.qmu.Lock()
-		defer w.s.qmu.Unlock()
-		if w.refs == 0 && w.s.beats == w {
+	w.users.done(&w.s.qmu, func() {
+		if w.s.beats == w {
 			w.s.beats = nil
 			w.cancel()
 		}
@@ -143,9 +132,7 @@ func (s *Store) closeBeats() {
 	s.qmu.Lock()
 	defer s.qmu.Unlock()
 	if w := s.beats; w != nil {
-		if w.linger != nil {
-			w.linger.Stop()
-		}
+		w.users.stop()
 		w.cancel()
 		s.beats = nil
 	}

@@ -24,10 +24,9 @@ type queueWatch struct {
 	cancel context.CancelFunc
 	ready  chan struct{} // closed once the watch is created
 
-	linger *time.Timer // closes the watch a while after its last waiter left
+	users  users // closes the watch a while after its last waiter left
 
 	mu      sync.Mutex
-	refs    int
 	waiters map[string][]chan struct{} // entry key -> waiters for its deletion
 	broken  bool                       // the watch ended: waiters must check again
 }
@@ -47,30 +46,59 @@ func (s *Store) queueWatchFor(pfx string) *queueWatch {
 		s.queues[pfx] = q
 		s.bg.Go(func() { q.run(ctx) })
 	}
-	if q.linger != nil {
-		q.linger.Stop()
-		q.linger = nil
-	}
-	q.refs++
+	q.users.add()
 	return q
 }
 
-// queueLinger is how long a queue watch stays open after its last waiter
-// left: a key that is contended now is likely contended again soon, and a
-// fresh watch may start out unsynced.
+// queueLinger is how long a watch stays open after its last waiter left: a
+// key that is contended now is likely contended again soon, and a fresh
+// watch may start out unsynced.
 const queueLinger = 2 * time.Second
+
+// users counts the waiters of a shared watch, under Store.qmu; when the
+// last one leaves, the watch is dropped queueLinger later unless another
+// came meanwhile.
+type users struct {
+	n      int
+	linger *time.Timer
+}
+
+func (u *users) add() {
+	if u.linger != nil {
+		u.linger.Stop()
+		u.linger = nil
+	}
+	u.n++
+}
+
+// done counts one user out; drop runs under mu once the watch lingered
+// unused. The caller holds mu.
+func (u *users) done(mu *sync.Mutex, drop func()) {
+	u.n--
+	if u.n > 0 {
+		return
+	}
+	u.linger = time.AfterFunc(queueLinger, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if u.n == 0 {
+			drop()
+		}
+	})
+}
+
+// stop ends the linger (Close); the caller holds Store.qmu.
+func (u *users) stop() {
+	if u.linger != nil {
+		u.linger.Stop()
+	}
+}
 
 func (q *queueWatch) put() {
 	q.s.qmu.Lock()
 	defer q.s.qmu.Unlock()
-	q.refs--
-	if q.refs > 0 {
-		return
-	}
-	q.linger = time.AfterFunc(queueLinger, func() {
-		q.s.qmu.Lock()
-		defer q.s.qmu.Unlock()
-		if q.refs == 0 && q.s.queues[q.pfx] == q {
+	q.users.done(&q.s.qmu, func() {
+		if q.s.queues[q.pfx] == q {
 			delete(q.s.queues, q.pfx)
 			q.cancel()
 		}
@@ -82,9 +110,7 @@ func (s *Store) closeQueues() {
 	s.qmu.Lock()
 	defer s.qmu.Unlock()
 	for pfx, q := range s.queues {
-		if q.linger != nil {
-			q.linger.Stop()
-		}
+		q.users.stop()
 		q.cancel()
 		delete(s.queues, pfx)
 	}
