@@ -24,7 +24,7 @@ type queueWatch struct {
 	cancel context.CancelFunc
 	ready  chan struct{} // closed once the watch is created
 
-	users  users // closes the watch a while after its last waiter left
+	users users // closes the watch a while after its last waiter left
 
 	mu      sync.Mutex
 	waiters map[string][]chan struct{} // entry key -> waiters for its deletion
