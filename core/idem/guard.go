@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"sync"
 	"time"
 
 	"github.com/oncekit/oncekit/core/lock/lockdriver"
@@ -67,6 +66,7 @@ type Guard struct {
 	observer  observe.Observer
 	observed  bool
 	driver    string
+	keeper    keeper // extends the claims of busy runs
 }
 
 // NewGuard returns a Guard over store.
@@ -222,7 +222,7 @@ func (g *Guard) run(ctx context.Context, c Claim, run func(context.Context) ([]b
 	// The claim lives until run returns, whatever happens to the caller's
 	// context: a client that hangs up must not free the key while its
 	// handler still runs.
-	wd := g.watchdog(context.WithoutCancel(rctx), c, cancel)
+	wd := g.keep(context.WithoutCancel(rctx), c, cancel)
 	cleanup, cancelCleanup := lockdriver.CleanupContext(ctx)
 	defer cancelCleanup()
 
@@ -348,71 +348,6 @@ func finishOutcome(ok observe.Outcome, err error) observe.Outcome {
 		return observe.Lost
 	}
 	return observe.Error
-}
-
-// watchdog keeps a claim alive while its run is busy.
-type watchdog struct {
-	stop func() time.Time
-}
-
-// watchdog extends the claim every lease/3 until stop is called; when it
-// cannot and the lease has run out, or the store says the claim is lost,
-// it cancels the run with ErrLockLost. ctx must not end before stop (the
-// caller detaches it from the caller's cancellation). It runs on timers
-// (time.AfterFunc), so a run shorter than lease/3 — the common case —
-// costs no goroutine. stop waits for an extension in progress and returns
-// the end of the claim's lease as last extended.
-func (g *Guard) watchdog(ctx context.Context, c Claim, cancel context.CancelCauseFunc) watchdog {
-	interval := g.lease / 3
-	var (
-		mu      sync.Mutex
-		stopped bool
-		busy    sync.WaitGroup
-		valid   = time.Now().Add(g.lease)
-		t       *time.Timer
-	)
-	extend := func() {
-		mu.Lock()
-		if stopped {
-			mu.Unlock()
-			return
-		}
-		busy.Add(1)
-		mu.Unlock()
-		defer busy.Done()
-		start := time.Now()
-		ectx, ecancel := context.WithTimeout(ctx, interval)
-		err := g.store.Extend(ectx, c, g.lease)
-		ecancel()
-		next := interval
-		mu.Lock()
-		defer mu.Unlock()
-		switch {
-		case err == nil:
-			valid = start.Add(g.lease)
-		case errors.Is(err, ErrLockLost) || !time.Now().Before(valid):
-			cancel(ErrLockLost)
-			return
-		default:
-			next = max(g.lease/10, time.Millisecond)
-		}
-		if !stopped {
-			t.Reset(next)
-		}
-	}
-	mu.Lock()
-	t = time.AfterFunc(interval, extend)
-	mu.Unlock()
-	return watchdog{stop: func() time.Time {
-		mu.Lock()
-		stopped = true
-		t.Stop()
-		mu.Unlock()
-		busy.Wait()
-		mu.Lock()
-		defer mu.Unlock()
-		return valid
-	}}
 }
 
 // Outcomes are stored as a version byte, a kind byte and the payload: the

@@ -183,3 +183,50 @@ func TestCompleteRetriedWhileClaimAlive(t *testing.T) {
 		t.Fatalf("Do with a store down for good: %v; want an error saying the result was not stored", err)
 	}
 }
+
+// One Guard keeps many overlapping runs alive at once, each for several
+// leases, on its one timer: every run keeps its claim (a duplicate during
+// the run finds it in flight) and every result is stored.
+func TestManyLongRunsKeptAlive(t *testing.T) {
+	st := memstore.New()
+	const lease = 90 * time.Millisecond
+	g, err := idem.NewGuard(st, idem.WithLease(lease))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const runs = 24
+	errs := make(chan error, runs)
+	for i := range runs {
+		go func() {
+			time.Sleep(time.Duration(i) * lease / 7) // staggered: extensions fall due at different times
+			key := fmt.Sprintf("long-%d", i)
+			_, _, err := g.Do(ctx, key, "fp", func(ctx context.Context) ([]byte, error) {
+				for range 4 { // four leases long
+					select {
+					case <-ctx.Done():
+						return nil, context.Cause(ctx)
+					case <-time.After(lease):
+					}
+					if c, err := st.Begin(ctx, key, "fp", lease); err != nil || c.State != idem.InFlight {
+						return nil, fmt.Errorf("mid-run, a duplicate found state %v (%v), want in flight", c.State, err)
+					}
+				}
+				return []byte(key), nil
+			})
+			errs <- err
+		}()
+	}
+	for range runs {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+	for i := range runs {
+		key := fmt.Sprintf("long-%d", i)
+		if res, replayed, err := g.Do(ctx, key, "fp", nil); err != nil || !replayed || string(res) != key {
+			t.Errorf("%s after its run: %q replayed=%v err=%v, want its result replayed", key, res, replayed, err)
+		}
+	}
+}
