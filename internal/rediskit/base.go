@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -34,6 +36,12 @@ type Base struct {
 	// ClockSkew shifts this client's clock, for tests that play a client
 	// whose clock is off from the servers'. Zero in production.
 	ClockSkew time.Duration
+
+	// Grants makes a release hand the key to the first waiting process
+	// that asked for it (see release.lua) rather than only wake it. Set by
+	// a driver whose release alone decides who holds the key (one Redis
+	// deployment; not Redlock, where a majority of nodes must agree).
+	Grants bool
 
 	clocks clocks // each server's clock offset (ServerDeadline)
 }
@@ -103,6 +111,9 @@ type AcquireArgs struct {
 	// the key is held, at Place (µs; 0: the server's clock decides).
 	Queued bool
 	Place  int64
+	// Grantable, with Queued, records Token and TTL with the place, so that
+	// a release may grant the key to it (Base.Grants; not with an Owner).
+	Grantable bool
 }
 
 // Acquire runs the acquire script. When ctx ends first, it returns ctx's
@@ -122,7 +133,11 @@ func (b *Base) Acquire(ctx context.Context, c redis.Scripter, a AcquireArgs, lat
 	// The queue is passed on every attempt: a caller outside it must not
 	// take a key reserved for the waiter a release just woke.
 	keys = append(keys, b.Keys.Queue(a.Key), b.Keys.QueueExpiry(a.Key))
-	args := []any{a.Token, a.TTL.Milliseconds(), deadline, fenced, a.Owner, member, b.placeLife(), a.Place, b.wakeGrace()}
+	grantable := "0"
+	if a.Grantable {
+		grantable = "1"
+	}
+	args := []any{a.Token, a.TTL.Milliseconds(), deadline, fenced, a.Owner, member, b.placeLife(), a.Place, b.wakeGrace(), grantable}
 	var onLate func(*redis.Cmd)
 	if late != nil {
 		onLate = func(cmd *redis.Cmd) {
@@ -138,8 +153,45 @@ func (b *Base) Acquire(ctx context.Context, c redis.Scripter, a AcquireArgs, lat
 // of an owner's holds) and wakes the first waiting process, or announces
 // nothing when quiet.
 func (b *Base) Release(ctx context.Context, c redis.Scripter, key, tok string, quiet bool) (ReleaseCode, error) {
-	keys := []string{b.Keys.Lock(key), b.Keys.Owner(key), b.Keys.Queue(key), b.Keys.QueueExpiry(key)}
-	return ParseRelease(b.run(ctx, c, Release, keys, nil, tok, b.Keys.Channel(key), b.mode(quiet), b.wakeGrace()))
+	return b.release(ctx, c, b.Keys.Lock(key), tok, quiet)
+}
+
+// release is Release by the lock's Redis name: every other name of the key
+// is the lock's with a suffix (see Keys).
+func (b *Base) release(ctx context.Context, c redis.Scripter, lock, tok string, quiet bool) (ReleaseCode, error) {
+	keys := []string{lock, lock + ":owner", lock + ":q", lock + ":qx", lock + ":fence"}
+	grants := "0"
+	if b.Grants && !quiet {
+		grants = "1"
+	}
+	return ParseRelease(b.run(ctx, c, Release, keys, nil, tok, lock+":release", b.mode(quiet), b.wakeGrace(), grants))
+}
+
+// ReleaseOrphanGrant gives back a key that a release granted to this Store
+// on its member channel after the waiter it was meant for had left: the key
+// is held for a token nobody will use. It passes the key on as any release
+// does. Messages that are not such a grant are ignored.
+func (b *Base) ReleaseOrphanGrant(ctx context.Context, c redis.Scripter, channel, payload string) {
+	lock, ok := strings.CutSuffix(channel, ":release:"+b.Member)
+	tok, _, okTok := ParseGrant(payload)
+	if !ok || !okTok || !strings.HasPrefix(lock, b.Keys.Prefix) {
+		return
+	}
+	_, _ = b.release(ctx, c, lock, tok, false)
+}
+
+// ParseGrant reads a grant message, "g|<token>|<fence>" (release.lua).
+func ParseGrant(msg string) (tok string, fence uint64, ok bool) {
+	rest, ok := strings.CutPrefix(msg, redisnotify.GrantPrefix)
+	if !ok {
+		return "", 0, false
+	}
+	tok, f, ok := strings.Cut(rest, "|")
+	if !ok || tok == "" {
+		return "", 0, false
+	}
+	fence, err := strconv.ParseUint(f, 10, 64)
+	return tok, fence, err == nil
 }
 
 // Refresh runs the refresh script: it reports whether tok still held key

@@ -3,6 +3,7 @@ package rediskit_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -69,5 +70,43 @@ func TestRunEndsWithContextOnPausedServer(t *testing.T) {
 				t.Errorf("error %v, want one matching the context's (%v)", err, ctx.Err())
 			}
 		})
+	}
+}
+
+// A grant that reached this Store after its waiter left is given back;
+// one on another member's channel, or a message that is not a grant, is
+// not acted on.
+func TestReleaseOrphanGrant(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: testenv.RedisAddrs(t, 1)[0]})
+	defer c.Close()
+	var b rediskit.Base
+	prefix := fmt.Sprintf("orphan-test:%d:", time.Now().UnixNano())
+	b.Init(rediskit.Options{Prefix: prefix, RecordPrefix: prefix + "idem:", Recheck: time.Second,
+		MinBackoff: time.Millisecond, MaxBackoff: 10 * time.Millisecond})
+	defer b.BG.Wait()
+	ctx := context.Background()
+	take := func(key, tok string) {
+		t.Helper()
+		r, err := b.Acquire(ctx, c, rediskit.AcquireArgs{Key: key, Token: tok, TTL: time.Minute}, nil)
+		if err != nil || r.Code != rediskit.AcquireTaken {
+			t.Fatalf("acquire %s: %+v %v", key, r, err)
+		}
+	}
+	held := func(key string) bool {
+		n, err := c.Exists(ctx, b.Keys.Lock(key)).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n == 1
+	}
+	take("a", "tok-a")
+	b.ReleaseOrphanGrant(ctx, c, b.Keys.MemberChannel("a", "someone-else"), "g|tok-a|1")
+	b.ReleaseOrphanGrant(ctx, c, b.Keys.MemberChannel("a", b.Member), "tok-a") // a plain wake, not a grant
+	if !held("a") {
+		t.Fatal("a message that was not this Store's grant released the key")
+	}
+	b.ReleaseOrphanGrant(ctx, c, b.Keys.MemberChannel("a", b.Member), "g|tok-a|1")
+	if held("a") {
+		t.Error("an orphan grant was not given back")
 	}
 }

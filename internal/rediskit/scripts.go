@@ -50,7 +50,7 @@ var (
 // claim with lua/claim.lua.
 var (
 	Acquire       = redis.NewScript(fenceLua + acquireLua)
-	Release       = redis.NewScript(preludeLua + releaseLua)
+	Release       = redis.NewScript(preludeLua + fenceLua + releaseLua)
 	Refresh       = redis.NewScript(refreshLua)
 	Transfer      = redis.NewScript(fenceLua + transferLua)
 	WriteBack     = redis.NewScript(fenceLua + writeBackLua)

@@ -84,6 +84,7 @@ type Subscriber struct {
 	chans    map[string]*channel
 	closed   chan struct{}
 	isClosed bool
+	onOrphan func(channel, payload string)
 }
 
 // psConn is one pub/sub connection and the goroutine reading it.
@@ -128,11 +129,29 @@ type Watcher struct {
 	name string
 	ch   *channel // nil when not subscribed (pub/sub off or failed)
 	wake chan struct{}
+
+	mu     sync.Mutex
+	grants []string // grant messages not yet taken
 }
 
 // Wake receives a value when a release message arrives on the channel, or
 // when messages may have been lost (a reconnect).
 func (w *Watcher) Wake() <-chan struct{} { return w.wake }
+
+// GrantPrefix starts a message that grants the key to a waiter (see
+// rediskit's release.lua): "g|<token>|<fence>".
+const GrantPrefix = "g|"
+
+// Grants returns the grant messages received since the last call: every
+// one is kept until taken, since the key a grant names is held for its
+// receiver.
+func (w *Watcher) Grants() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	g := w.grants
+	w.grants = nil
+	return g
+}
 
 // Subscribed reports whether the server confirmed the subscription; until
 // it does, a waiter must poll.
@@ -364,7 +383,7 @@ func (s *Subscriber) loop(ctx context.Context, ps *redis.PubSub, done chan struc
 				s.confirm(m.Channel)
 			}
 		case *redis.Message:
-			s.wakeChannel(m.Channel)
+			s.wakeChannel(m.Channel, m.Payload)
 		}
 	}
 }
@@ -383,14 +402,36 @@ func (s *Subscriber) confirm(name string) {
 	}
 }
 
-func (s *Subscriber) wakeChannel(name string) {
+func (s *Subscriber) wakeChannel(name, payload string) {
+	grant := strings.HasPrefix(payload, GrantPrefix)
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if ch := s.chans[name]; ch != nil {
+	ch := s.chans[name]
+	orphan := grant && (ch == nil || len(ch.watchers) == 0)
+	if ch != nil {
 		for w := range ch.watchers {
+			if grant {
+				w.mu.Lock()
+				w.grants = append(w.grants, payload)
+				w.mu.Unlock()
+			}
 			notify(w)
 		}
 	}
+	onOrphan := s.onOrphan
+	s.mu.Unlock()
+	if orphan && onOrphan != nil {
+		onOrphan(name, payload)
+	}
+}
+
+// OnOrphanGrant sets f to receive the grants that arrive on a channel
+// nobody watches any more (its waiter left while the grant was on its
+// way): the key is held for a token nobody will use, and f must give it
+// back. f runs on the connection's reading goroutine: it must not block.
+func (s *Subscriber) OnOrphanGrant(f func(channel, payload string)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.onOrphan = f
 }
 
 func (s *Subscriber) wakeAll() {

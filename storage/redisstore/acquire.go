@@ -10,6 +10,7 @@ import (
 	"github.com/oncekit/oncekit/core/lock/lockdriver"
 	"github.com/oncekit/oncekit/core/observe"
 	"github.com/oncekit/oncekit/internal/rediskit"
+	"github.com/oncekit/oncekit/internal/redisnotify"
 	"github.com/oncekit/oncekit/internal/token"
 )
 
@@ -148,7 +149,24 @@ func (s *Store) compete(ctx context.Context, key string, ls *local, w *waiter) (
 	if err != nil {
 		return nil, err
 	}
-	defer s.sub.Unwatch(own)
+	defer func() {
+		if l == nil {
+			// Leaving without the key: a release may have granted it to w
+			// (or may yet, until w's place goes): give it back now, and
+			// mark the token so that a grant still on its way is given
+			// back when it arrives.
+			s.abandon(w.token)
+			s.BG.Go(func() { s.releaseToken(key, w.token) })
+		}
+		s.sub.Unwatch(own)
+		// Grants that came while this waiter was leaving, other than the
+		// one it returns: the key is held for them, so pass it on.
+		for _, g := range own.Grants() {
+			if tok, _, ok := rediskit.ParseGrant(g); ok && (l == nil || tok != l.Token()) && s.isAbandoned(tok) {
+				s.BG.Go(func() { s.releaseToken(key, tok) })
+			}
+		}
+	}()
 	all, err := s.watch(ctx, s.Keys.Channel(key))
 	if err != nil {
 		return nil, err
@@ -172,8 +190,10 @@ func (s *Store) compete(ctx context.Context, key string, ls *local, w *waiter) (
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	var woken time.Time // when the last release notice arrived
+	var sent time.Time  // when the last attempt was sent
 	for {
 		// Subscribed first, then tried: a release between the two is seen.
+		sent = time.Now()
 		l, busy, err = s.attempt(ctx, key, w.token, w.ttl, w.owner, true)
 		if err != nil || busy == nil {
 			if l != nil && !woken.IsZero() {
@@ -189,6 +209,13 @@ func (s *Store) compete(ctx context.Context, key string, ls *local, w *waiter) (
 		select {
 		case <-own.Wake():
 			woken = time.Now()
+			if l = s.granted(key, own, w, sent); l != nil {
+				observe.Record(ctx, s.Options.Observer, observe.Event{
+					Op: observe.LockHandOff, Driver: driverName, Key: key, Outcome: observe.Notified,
+					Fence: l.Fence(), Duration: time.Since(woken),
+				})
+				return l, nil
+			}
 		case <-all.Wake():
 			woken = time.Now()
 		case <-timer.C:
@@ -198,6 +225,26 @@ func (s *Store) compete(ctx context.Context, key string, ls *local, w *waiter) (
 			return nil, lockdriver.NotAcquired(ctx)
 		}
 	}
+}
+
+// abandon marks tok as a waiter's that left without the key, for as long as
+// a grant to it may still come (its place in the queue lives placeLife at
+// most after its last attempt).
+func (s *Store) abandon(tok string) {
+	s.abandoned.Store(tok, struct{}{})
+	time.AfterFunc(3*s.Recheck+time.Minute, func() { s.abandoned.Delete(tok) })
+}
+
+func (s *Store) isAbandoned(tok string) bool {
+	_, ok := s.abandoned.Load(tok)
+	return ok
+}
+
+// releaseToken releases key held by tok, if it still is.
+func (s *Store) releaseToken(key, tok string) {
+	ctx, cancel := context.WithTimeout(context.Background(), lockdriver.ReleaseTimeout)
+	defer cancel()
+	_, _ = s.Release(ctx, s.client, key, tok, false)
 }
 
 // leaveQueue removes this Store from key's waiting queue.
@@ -232,7 +279,7 @@ func (s *Store) attempt(ctx context.Context, key, tok string, ttl time.Duration,
 		}
 	}
 	r, err := s.base.Acquire(ctx, s.client, rediskit.AcquireArgs{
-		Key: key, Token: tok, TTL: ttl, Deadline: deadline, Owner: owner, Queued: queued,
+		Key: key, Token: tok, TTL: ttl, Deadline: deadline, Owner: owner, Queued: queued, Grantable: queued && s.Grants,
 	}, late)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -260,4 +307,19 @@ func (s *Store) attempt(ctx context.Context, key, tok string, ttl time.Duration,
 	default: // rediskit.AcquireLate
 		return nil, nil, errors.Join(lock.ErrNotAcquired, context.DeadlineExceeded)
 	}
+}
+
+// granted returns the lease a release granted w while it waited, if one
+// did (see rediskit's release.lua): the key is w's token's already, with
+// the fence the release issued. Its validity counts from when w's last
+// attempt was sent: that attempt found the key held, so the grant came
+// after it.
+func (s *Store) granted(key string, own *redisnotify.Watcher, w *waiter, sent time.Time) *lease {
+	for _, g := range own.Grants() {
+		tok, fence, ok := rediskit.ParseGrant(g)
+		if ok && tok == w.token {
+			return s.newLease(key, tok, fence, sent, w.ttl, w.owner)
+		}
+	}
+	return nil
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/oncekit/oncekit/core/idem"
 	"github.com/oncekit/oncekit/core/lock"
+	"github.com/oncekit/oncekit/core/lock/lockdriver"
 	"github.com/oncekit/oncekit/core/observe"
 	"github.com/oncekit/oncekit/internal/rediskit"
 	"github.com/oncekit/oncekit/internal/redisnotify"
@@ -47,6 +48,12 @@ type Store struct {
 
 	mu   sync.Mutex
 	keys map[string]*local
+
+	// abandoned holds the tokens of waiters that left without the key while
+	// a release could still grant it to them (a while after they left);
+	// only those are given back when a grant arrives for nobody (a token
+	// that won the key by its own attempt must not be).
+	abandoned sync.Map // token -> struct{}
 }
 
 // local is what one Store knows of a key: its own lease on it and its own
@@ -104,6 +111,17 @@ func New(client Client, opts ...Option) (*Store, error) {
 		keys:        make(map[string]*local),
 	}
 	s.Init(o.Options)
+	s.Grants = true // one deployment: its release alone decides who holds a key
+	s.sub.OnOrphanGrant(func(channel, payload string) {
+		if tok, _, ok := rediskit.ParseGrant(payload); !ok || !s.isAbandoned(tok) {
+			return
+		}
+		s.BG.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), lockdriver.ReleaseTimeout)
+			defer cancel()
+			s.ReleaseOrphanGrant(ctx, s.client, channel, payload)
+		})
+	})
 	s.FinishClaim = s.finish
 	return s, nil
 }

@@ -9,8 +9,11 @@
 -- its place in the queue (default: the server's time in milliseconds;
 -- Redlock passes when the caller began waiting, so that every node orders
 -- the waiters alike; '0': the default), optional ARGV[9] the wake grace in
--- milliseconds (see release.lua). A caller that finds the key held joins
--- the queue (keeping its first place); one that takes the key leaves it.
+-- milliseconds (see release.lua), optional ARGV[10] '1' when the caller
+-- accepts the key granted by a release while it waits (see release.lua):
+-- its token and TTL are then recorded with its place ("<member>|g" in
+-- KEYS[5]). A caller that finds the key held joins the queue (keeping its
+-- first place); one that takes the key leaves it.
 -- Release wakes the first live member, and the key stays reserved for it
 -- until it tries again or its grace runs out: any other caller finds the
 -- key busy meanwhile (bounded barging), so a process that releases and at
@@ -34,7 +37,7 @@ local member = ARGV[6] or ''
 local function leave()
   if member ~= '' then
     redis.call('ZREM', KEYS[4], member)
-    redis.call('HDEL', KEYS[5], member)
+    redis.call('HDEL', KEYS[5], member, member .. '|g')
   end
 end
 if ARGV[3] ~= '0' then
@@ -101,6 +104,11 @@ if member ~= '' then
   if place == 0 then place = now end
   redis.call('ZADD', KEYS[4], 'NX', place, member)
   redis.call('HSET', KEYS[5], member, now + life)
+  if ARGV[10] == '1' and ARGV[5] == '' then
+    redis.call('HSET', KEYS[5], member .. '|g', ARGV[1] .. '|' .. ARGV[2])
+  else
+    redis.call('HDEL', KEYS[5], member .. '|g')
+  end
   redis.call('PEXPIRE', KEYS[4], 2 * life)
   redis.call('PEXPIRE', KEYS[5], 2 * life)
 end

@@ -4,5 +4,5 @@
 -- ARGV[1] the process's queue member
 -- Returns 1.
 redis.call('ZREM', KEYS[1], ARGV[1])
-redis.call('HDEL', KEYS[2], ARGV[1])
+redis.call('HDEL', KEYS[2], ARGV[1], ARGV[1] .. '|g')
 return 1

@@ -13,6 +13,14 @@
 -- which renews the place). A process that died while queued is then
 -- woken once and skipped by later releases, not for its place's whole
 -- life.
+-- optional KEYS[5] the key's fence counter and ARGV[5] '1': grant the key
+-- to the first live member if it asked for grants (acquire.lua recorded
+-- its token and TTL): the key is set to its token with a new fence, it
+-- leaves the queue, and "g|<token>|<fence>" is announced on its channel,
+-- so that it holds the key without another round trip. A member is live
+-- when its place has not expired and someone receives on its channel (a
+-- process that died has no subscription left): a grant nobody receives is
+-- not made, and the member is dropped.
 -- Returns 1 when the key was let go, 2 when one of an owner's holds was
 -- given back and others remain (the key stays held), 0 when the key was not
 -- ours.
@@ -35,18 +43,34 @@ if pub then
       local t = redis.call('TIME')
       local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
       while #head > 0 do
-        local exp = tonumber(redis.call('HGET', KEYS[4], head[1]))
-        if exp and exp > now then
-          redis.call(pub, ARGV[2] .. ':' .. head[1], ARGV[1])
+        local m = head[1]
+        local exp = tonumber(redis.call('HGET', KEYS[4], m))
+        local g = nil
+        if KEYS[5] and ARGV[5] == '1' then
+          g = redis.call('HGET', KEYS[4], m .. '|g')
+        end
+        if exp and exp > now and g then
+          local sep = string.find(g, '|', 1, true)
+          local tok, ttl = string.sub(g, 1, sep - 1), string.sub(g, sep + 1)
+          local f = next_fence(KEYS[5], ttl)
+          if redis.call(pub, ARGV[2] .. ':' .. m, 'g|' .. tok .. '|' .. string.format('%d', f)) > 0 then
+            redis.call('SET', KEYS[1], tok, 'PX', ttl)
+            redis.call('ZREM', KEYS[3], m)
+            redis.call('HDEL', KEYS[4], m, m .. '|g')
+            return 1
+          end
+          exp = nil -- nobody receives for it: a dead member
+        elseif exp and exp > now then
+          redis.call(pub, ARGV[2] .. ':' .. m, ARGV[1])
           local grace = tonumber(ARGV[4] or '0')
           if grace > 0 and exp > now + grace then
-            redis.call('HSET', KEYS[4], head[1], now + grace)
+            redis.call('HSET', KEYS[4], m, now + grace)
           end
           woken = true
           break
         end
-        redis.call('ZREM', KEYS[3], head[1])
-        redis.call('HDEL', KEYS[4], head[1])
+        redis.call('ZREM', KEYS[3], m)
+        redis.call('HDEL', KEYS[4], m, m .. '|g')
         head = redis.call('ZRANGE', KEYS[3], 0, 0)
       end
     end
