@@ -45,7 +45,17 @@
 // Stores whose competitor found the key held, and the release script
 // announces the release on the first live member's own channel
 // ("<prefix>{K}:release:<store id>"), so a release wakes one process, not
-// all of them. The key then stays reserved for that member until it tries
+// all of them. Usually it does more: a waiting member records its token and
+// TTL with its place, and the release grants it the key — sets the key to
+// that token with a new fence and announces "g|<token>|<fence>" — so the
+// waiter holds the key the moment the message arrives, without another
+// round trip; its lease's validity counts from its last attempt, which
+// found the key held and so came before the grant. A member is granted the
+// key only if the announcement reaches someone (a dead process's
+// subscription went with its connections; it is dropped instead). A waiter
+// that gives up gives back a grant to its token, one already made or one
+// still on its way. An owner's waiter (lock.WithOwner) is woken instead,
+// and tries: the key then stays reserved for that member until it tries
 // again or a grace of 4 × the max backoff runs out: any other caller finds
 // it busy meanwhile, so a process that releases and at once asks again
 // cannot take it back from the woken waiter (bounded barging; without it,
