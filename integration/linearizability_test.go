@@ -134,28 +134,62 @@ func (h *history) client(id int, targets []string, ops int, done *atomic.Int64) 
 			} else {
 				keys = append(keys, key)
 			}
-			if out := h.order(target, id, key); out.unknown {
-				// The client did not hear: it retries, with the same key,
-				// on another replica.
-				h.order(targets[(rand.N(len(targets)))], id, key)
-			}
+			h.order(target, targets, id, key)
 		}
 		done.Add(1)
 	}
 }
 
-func (h *history) order(target string, client int, key string) output {
+// order places one logical order with key, as a client of an idempotent
+// API does: when it hears no answer (a replica died) or hears that the
+// key's first attempt is still running, it retries with the same key on
+// any replica, a few times. The attempts are one operation, from the first
+// call to the last answer: the key runs at most once, somewhere in that
+// span, and the last answer reports it. Only when no attempt is answered
+// is the outcome unknown.
+func (h *history) order(target string, targets []string, client int, key string) output {
 	h.orders.Add(1)
 	in := input{kind: opOrder, key: key}
 	call := time.Now().UnixNano()
+	var out output
+	started := false
+	for try := range 5 {
+		if try > 0 {
+			time.Sleep(time.Duration(try) * 20 * time.Millisecond)
+			target = targets[rand.N(len(targets))]
+		}
+		var reached bool
+		out, reached = h.attempt(target, client, key)
+		if !reached && !started {
+			call = time.Now().UnixNano() // nothing reached a replica yet: the order starts later
+			continue
+		}
+		started = true
+		if !out.unknown && !out.inFlight {
+			break
+		}
+	}
+	if !started {
+		return out // no attempt reached a replica: not an operation at all
+	}
+	if out.inFlight {
+		out = output{unknown: true} // its first attempt may still run
+	}
+	h.add(client, in, call, out)
+	return out
+}
+
+// attempt sends one attempt of an order; reached is false when the request
+// never reached a replica (its connection was refused).
+func (h *history) attempt(target string, client int, key string) (out output, reached bool) {
 	body := fmt.Sprintf(`{"sku":%q,"qty":1,"user":"client-%d"}`, h.sku, client)
 	req, _ := http.NewRequest(http.MethodPost, target+"/v1/orders", strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Idempotency-Key", h.sku+"-"+key)
-	out := output{unknown: true}
+	out = output{unknown: true}
 	resp, err := httpClient.Do(req)
 	if refused(err) {
-		return out // never reached a replica: not an operation at all
+		return out, false
 	}
 	if err == nil {
 		b, _ := io.ReadAll(resp.Body)
@@ -174,8 +208,7 @@ func (h *history) order(target string, client int, key string) output {
 			out = output{inFlight: true}
 		}
 	}
-	h.add(client, in, call, out)
-	return out
+	return out, true
 }
 
 // refused reports a request that never reached a server (its connection
