@@ -159,13 +159,7 @@ func (s *Store) compete(ctx context.Context, key string, ls *local, w *waiter) (
 			s.BG.Go(func() { s.releaseToken(key, w.token) })
 		}
 		s.sub.Unwatch(own)
-		// Grants that came while this waiter was leaving, other than the
-		// one it returns: the key is held for them, so pass it on.
-		for _, g := range own.Grants() {
-			if tok, _, ok := rediskit.ParseGrant(g); ok && (l == nil || tok != l.Token()) && s.isAbandoned(tok) {
-				s.BG.Go(func() { s.releaseToken(key, tok) })
-			}
-		}
+		s.giveBackAbandoned(key, own.Grants()) // those that came while it was leaving
 	}()
 	all, err := s.watch(ctx, s.Keys.Channel(key))
 	if err != nil {
@@ -315,11 +309,26 @@ func (s *Store) attempt(ctx context.Context, key, tok string, ttl time.Duration,
 // attempt was sent: that attempt found the key held, so the grant came
 // after it.
 func (s *Store) granted(key string, own *redisnotify.Watcher, w *waiter, sent time.Time) *lease {
+	var l *lease
+	var others []string
 	for _, g := range own.Grants() {
-		tok, fence, ok := rediskit.ParseGrant(g)
-		if ok && tok == w.token {
-			return s.newLease(key, tok, fence, sent, w.ttl, w.owner)
+		if tok, fence, ok := rediskit.ParseGrant(g); ok && tok == w.token && l == nil {
+			l = s.newLease(key, tok, fence, sent, w.ttl, w.owner)
+		} else {
+			others = append(others, g)
 		}
 	}
-	return nil
+	s.giveBackAbandoned(key, others)
+	return l
+}
+
+// giveBackAbandoned releases key for each grant to a token of a waiter of
+// this Store that left without the key: the key is held for it, and nobody
+// will use it.
+func (s *Store) giveBackAbandoned(key string, grants []string) {
+	for _, g := range grants {
+		if tok, _, ok := rediskit.ParseGrant(g); ok && s.isAbandoned(tok) {
+			s.BG.Go(func() { s.releaseToken(key, tok) })
+		}
+	}
 }
