@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -101,11 +102,15 @@ func (r *Replica) startKafka(ctx context.Context, s *Service, k Kafka) error {
 	if err != nil {
 		return err
 	}
+	var closing atomic.Bool // set when the replica stops
 	rc := kafka.ReaderConfig{
 		Brokers: k.Brokers, Topic: k.Topic, GroupID: k.Group, StartOffset: kafka.FirstOffset,
 		MinBytes: 1, MaxBytes: 10 << 20, MaxWait: 50 * time.Millisecond, HeartbeatInterval: 200 * time.Millisecond,
 		SessionTimeout: 2 * time.Second, RebalanceTimeout: 2 * time.Second, JoinGroupBackoff: 200 * time.Millisecond,
 		ErrorLogger: kafka.LoggerFunc(func(format string, args ...any) {
+			if closing.Load() {
+				return // a reader being closed reports the dials it cancelled: nothing is wrong
+			}
 			log.Printf("kafka reader: "+format, args...)
 		}),
 	}
@@ -122,6 +127,7 @@ func (r *Replica) startKafka(ctx context.Context, s *Service, k Kafka) error {
 	go func() { defer r.wg.Done(); _ = s.RelayOutbox(ctx, p, 100*time.Millisecond) }()
 	go func() { defer r.wg.Done(); _ = c.Run(ctx) }()
 	r.stop = append(r.stop, func() {
+		closing.Store(true)
 		sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer scancel()
 		_ = c.Shutdown(sctx)
