@@ -59,7 +59,7 @@ if pub then
             redis.call('HDEL', KEYS[4], m, m .. '|g')
             return 1
           end
-          exp = nil -- nobody receives for it: a dead member
+          -- Nobody receives for it: a dead member, dropped below.
         elseif exp and exp > now then
           redis.call(pub, ARGV[2] .. ':' .. m, ARGV[1])
           local grace = tonumber(ARGV[4] or '0')
