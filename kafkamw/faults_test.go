@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
-	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -98,15 +97,7 @@ func TestKilledConsumer(t *testing.T) {
 	addr := testenv.RedisAddrs(t, 1)[0]
 	const partitions, unique, dups, kills = 4, 2500, 500, 4
 	topic := kafkaenv.Topic(t, brokers, partitions)
-	msgs := make([]kafka.Message, 0, unique+dups)
-	want := make(map[string]bool, unique)
-	for i := range unique {
-		msgs = append(msgs, message(i))
-		want["m-"+strconv.Itoa(i)] = true
-	}
-	for range dups {
-		msgs = append(msgs, message(rand.N(unique)))
-	}
+	msgs, want := messages(unique, dups)
 	produce(t, newWriter(t, brokers, topic), msgs)
 
 	prefix := fmt.Sprintf("kafkamw-kill:%d:", time.Now().UnixNano())
@@ -174,15 +165,7 @@ func TestRebalance(t *testing.T) {
 	brokers := kafkaenv.Brokers(t)
 	const partitions, unique, dups = 4, 4000, 400
 	topic := kafkaenv.Topic(t, brokers, partitions)
-	msgs := make([]kafka.Message, 0, unique+dups)
-	want := make(map[string]bool, unique)
-	for i := range unique {
-		msgs = append(msgs, message(i))
-		want["m-"+strconv.Itoa(i)] = true
-	}
-	for range dups {
-		msgs = append(msgs, message(rand.N(unique)))
-	}
+	msgs, want := messages(unique, dups)
 	produce(t, newWriter(t, brokers, topic), msgs)
 
 	st := newRedisStore(t, testenv.RedisAddrs(t, 1)[0])
@@ -230,12 +213,7 @@ func TestStoreAway(t *testing.T) {
 	srv := testenv.StartRedis(t)
 	const unique = 600
 	topic := kafkaenv.Topic(t, brokers, 2)
-	msgs := make([]kafka.Message, unique)
-	want := make(map[string]bool, unique)
-	for i := range msgs {
-		msgs[i] = message(i)
-		want["m-"+strconv.Itoa(i)] = true
-	}
+	msgs, want := messages(unique, 0)
 	produce(t, newWriter(t, brokers, topic), msgs)
 
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr, ReadTimeout: 200 * time.Millisecond, WriteTimeout: 200 * time.Millisecond})

@@ -3,6 +3,7 @@ package kafkamw_test
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"slices"
 	"strconv"
@@ -104,6 +105,21 @@ func message(i int) kafka.Message {
 		Value:   []byte("payload " + id),
 		Headers: []kafka.Header{{Key: kafkamw.DefaultKeyHeader, Value: []byte(id)}},
 	}
+}
+
+// messages returns logical messages 0 to unique-1, then dups duplicates of
+// random ones among them, and the ids whose effect must happen once each.
+func messages(unique, dups int) ([]kafka.Message, map[string]bool) {
+	msgs := make([]kafka.Message, 0, unique+dups)
+	want := make(map[string]bool, unique)
+	for i := range unique {
+		msgs = append(msgs, message(i))
+		want["m-"+strconv.Itoa(i)] = true
+	}
+	for range dups {
+		msgs = append(msgs, message(rand.N(unique)))
+	}
+	return msgs, want
 }
 
 func produce(t testing.TB, w *kafka.Writer, msgs []kafka.Message) {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -28,12 +27,7 @@ func TestDuplicatesRunOnce(t *testing.T) {
 		brokers := kafkaenv.Brokers(t)
 		const partitions, unique, dups = 4, 8000, 2000
 		topic := kafkaenv.Topic(t, brokers, partitions)
-		msgs := make([]kafka.Message, 0, unique+dups)
-		want := make(map[string]bool, unique)
-		for i := range unique {
-			msgs = append(msgs, message(i))
-			want["m-"+strconv.Itoa(i)] = true
-		}
+		msgs, want := messages(unique, 0)
 		for range dups { // a duplicate lands after its original, anywhere
 			at := unique/2 + rand.N(len(msgs)-unique/2)
 			dup := message(rand.N(unique / 2))
