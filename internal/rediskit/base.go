@@ -43,6 +43,13 @@ type Base struct {
 	// deployment; not Redlock, where a majority of nodes must agree).
 	Grants bool
 
+	// Reserve is how many fences past each one Redis issues to this
+	// Store's acquisitions, grants and transfers are kept for the Store to
+	// issue itself to the next leases of the same hold (see fence.lua):
+	// redisstore's local hand-offs, which then need no round trip. Zero for
+	// Redlock.
+	Reserve int
+
 	clocks clocks // each server's clock offset (ServerDeadline)
 }
 
@@ -137,7 +144,7 @@ func (b *Base) Acquire(ctx context.Context, c redis.Scripter, a AcquireArgs, lat
 	if a.Grantable {
 		grantable = "1"
 	}
-	args := []any{a.Token, a.TTL.Milliseconds(), deadline, fenced, a.Owner, member, b.placeLife(), a.Place, b.wakeGrace(), grantable}
+	args := []any{a.Token, a.TTL.Milliseconds(), deadline, fenced, a.Owner, member, b.placeLife(), a.Place, b.wakeGrace(), grantable, b.Reserve}
 	var onLate func(*redis.Cmd)
 	if late != nil {
 		onLate = func(cmd *redis.Cmd) {
@@ -204,7 +211,7 @@ func (b *Base) Refresh(ctx context.Context, c redis.Scripter, key, tok string, t
 // to (owner toOwner) for ttl without being let go.
 func (b *Base) Transfer(ctx context.Context, c redis.Scripter, key, from, to string, ttl time.Duration, toOwner string) (TransferCode, int64, error) {
 	return ParseTransfer(Transfer.Run(ctx, c, []string{b.Keys.Lock(key), b.Keys.Fence(key), b.Keys.Owner(key)},
-		from, to, ttl.Milliseconds(), toOwner))
+		from, to, ttl.Milliseconds(), toOwner, b.Reserve))
 }
 
 // WriteBack runs Redlock's fencing round on one node: it raises the fence

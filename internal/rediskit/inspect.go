@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -86,6 +87,7 @@ func InspectLock(ctx context.Context, c redis.Scripter, k Keys, key string) (Loc
 	if st.Owner != "" {
 		fence = ofence
 	}
+	fence, _, _ = strings.Cut(fence, ":") // the fence issued, not the ones reserved after it
 	f, err := strconv.ParseUint(fence, 10, 64)
 	if err != nil {
 		return LockState{}, fmt.Errorf("fence counter %q: %w", fence, err)

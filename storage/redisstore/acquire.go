@@ -21,6 +21,9 @@ func (s *Store) TryAcquire(ctx context.Context, key string, ttl time.Duration) (
 	if err != nil {
 		return nil, err
 	}
+	if l, err := s.takeKept(ctx, key, ttl, owner); l != nil || err != nil {
+		return l, err
+	}
 	s.mu.Lock()
 	if ls := s.keys[key]; ls != nil && ls.holder != nil && (owner == "" || ls.holder.owner != owner) {
 		ttl := ls.holder.Remaining()
@@ -44,9 +47,36 @@ func (s *Store) TryAcquire(ctx context.Context, key string, ttl time.Duration) (
 func (s *Store) adopt(l *lease) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if ls := s.localLocked(l.Key()); ls.holder == nil {
+	ls := s.localLocked(l.Key())
+	s.markHotLocked(l.Key(), ls)
+	if ls.holder == nil {
 		ls.holder = l
 	}
+}
+
+// takeKept serves an Acquire of key from the hold this Store kept after a
+// Release (WithLinger), when it has one: a lease with no round trip, or,
+// when the hold cannot serve the call (an owner's, or the hold's budget is
+// spent), nothing once the hold is let go.
+func (s *Store) takeKept(ctx context.Context, key string, ttl time.Duration, owner string) (lock.Lease, error) {
+	s.mu.Lock()
+	ls := s.keys[key]
+	if ls == nil || ls.kept == nil {
+		s.mu.Unlock()
+		return nil, nil
+	}
+	l, letGo := s.takeKeptLocked(key, ls, ttl, owner)
+	s.dropIdleLocked(key, ls)
+	s.mu.Unlock()
+	if l != nil {
+		return l, nil
+	}
+	cctx, cancel := lockdriver.CleanupContext(ctx)
+	defer cancel()
+	if _, err := s.Release(cctx, s.client, key, letGo, false); err != nil {
+		return nil, errors.Join(lock.ErrNotAcquired, fmt.Errorf("redisstore: acquire %q: let go of the kept hold: %w", key, err))
+	}
+	return nil, nil
 }
 
 // Acquire implements lock.Locker. An uncontended call is one round trip.
@@ -73,9 +103,13 @@ func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (loc
 			return l, nil
 		}
 	}
+	if l, err := s.takeKept(ctx, key, ttl, owner); l != nil || err != nil {
+		return l, err
+	}
 	w := &waiter{ttl: ttl, owner: owner, token: token.New(), ev: make(chan event, 1)}
 	s.mu.Lock()
 	ls := s.localLocked(key)
+	s.markHotLocked(key, ls)
 	if ls.holder == nil && !ls.handingOff && ls.competitors == 0 && ls.queue.Len() == 0 {
 		ls.competitors++
 		s.mu.Unlock()

@@ -230,9 +230,11 @@ func TestRoundTripsAndKeys(t *testing.T) {
 	}
 	// The braces are escaped in the hash tag, so that every name of the
 	// lock shares one Cluster slot.
-	fence, err := c.Get(ctx, "oncekit:lock:{"+strings.NewReplacer("{", "%7B", "}", "%7D").Replace(key)+"}:fence").Uint64()
-	if err != nil || fence != l.Fence() {
-		t.Errorf("fence counter = %d (%v), want %d", fence, err, l.Fence())
+	// The counter is "<fence>:<reserved>": the fence issued, and how many
+	// after it the Store keeps for its local hand-offs.
+	counter, err := c.Get(ctx, "oncekit:lock:{"+strings.NewReplacer("{", "%7B", "}", "%7D").Replace(key)+"}:fence").Result()
+	if want := fmt.Sprintf("%d:16", l.Fence()); err != nil || counter != want {
+		t.Errorf("fence counter = %q (%v), want %q", counter, err, want)
 	}
 }
 

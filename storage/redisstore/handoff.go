@@ -13,7 +13,13 @@ import (
 
 // This file is the Store's local queue: goroutines of one Store waiting
 // for one key, and the hand-off of the key from a lease of the Store
-// straight to the next of them.
+// straight to the next of them, or to the Store's own next Acquire of the
+// key (the key kept for a moment after a Release).
+//
+// A hand-off without a round trip keeps the Store's hold in Redis (its
+// token) and gives the next lease the next fence the hold reserved when
+// Redis issued its own (rediskit's fence.lua): fences still rise with
+// every lease, and every fence Redis issues later is above them.
 
 func (s *Store) localLocked(key string) *local {
 	ls := s.keys[key]
@@ -25,7 +31,7 @@ func (s *Store) localLocked(key string) *local {
 }
 
 func (s *Store) dropIdleLocked(key string, ls *local) {
-	if ls.holder == nil && !ls.handingOff && ls.competitors == 0 && ls.queue.Len() == 0 && s.keys[key] == ls {
+	if ls.holder == nil && ls.kept == nil && !ls.handingOff && ls.competitors == 0 && ls.queue.Len() == 0 && s.keys[key] == ls {
 		delete(s.keys, key)
 	}
 }
@@ -33,7 +39,7 @@ func (s *Store) dropIdleLocked(key string, ls *local) {
 // promoteLocked lets the first queued waiter compete in Redis when nobody
 // of this Store holds or competes for the key.
 func (s *Store) promoteLocked(key string, ls *local) {
-	if ls.holder != nil || ls.handingOff || ls.competitors > 0 {
+	if ls.holder != nil || ls.kept != nil || ls.handingOff || ls.competitors > 0 {
 		return
 	}
 	front := ls.queue.Front()
@@ -67,18 +73,37 @@ func (s *Store) handedOff(ctx context.Context, e event) {
 	})
 }
 
-// handOff passes l's key to the next local waiter in one round trip, when
-// there is one and the hand-off budget allows. It reports whether it took
-// care of l's release, and the error for Release to return.
+// handOff passes l's key to the next local waiter, or keeps it for this
+// Store's next Acquire, when there is one and the hand-off budget allows:
+// without a round trip while the hold allows (reuseLocked), else in one
+// (Transfer). It reports whether it took care of l's release, and the
+// error for Release to return.
 func (s *Store) handOff(ctx context.Context, l *lease) (bool, error) {
 	key := l.Key()
 	s.mu.Lock()
 	ls := s.keys[key]
-	if ls == nil || ls.holder != l || ls.handingOff || ls.queue.Len() == 0 || ls.handOffs >= s.maxHandOffs {
+	if ls == nil || ls.holder != l || ls.handingOff || ls.handOffs >= s.maxHandOffs {
 		s.mu.Unlock()
 		return false, nil
 	}
-	w := ls.queue.Remove(ls.queue.Front()).(*waiter)
+	if ls.queue.Len() == 0 {
+		kept := s.keepLocked(key, ls, l)
+		s.mu.Unlock()
+		return kept, nil
+	}
+	w := ls.queue.Front().Value.(*waiter)
+	if l.owner == "" && w.owner == "" {
+		if next := s.reuseLocked(ls, key, l, l.Deadline(), w.ttl); next != nil {
+			ls.queue.Remove(w.elem)
+			w.elem = nil
+			ls.holder = next
+			l.EndQuietly(lockdriver.Released)
+			w.ev <- event{lease: next, freed: time.Now()}
+			s.mu.Unlock()
+			return true, nil
+		}
+	}
+	ls.queue.Remove(w.elem)
 	w.elem = nil
 	ls.handingOff = true
 	s.mu.Unlock()
@@ -123,5 +148,135 @@ func (s *Store) handOff(ctx context.Context, l *lease) (bool, error) {
 		ls.competitors++
 		w.ev <- event{} // the waiter competes in Redis
 		return true, fmt.Errorf("redisstore: release %q: %w", key, lock.ErrLockLost)
+	}
+}
+
+// reuseLocked returns the next lease of the hold l (ended or ending) had,
+// for a waiter of this Store asking for ttl, with no round trip: the same
+// token, the hold's next reserved fence, the hold's deadline. It counts a
+// hand-off. It returns nil when the hold cannot serve: its reservation or
+// the Store's hand-off budget is spent, or less than 7/8 of ttl is left of
+// it (a hand-off in one round trip renews it).
+func (s *Store) reuseLocked(ls *local, key string, l *lease, deadline time.Time, ttl time.Duration) *lease {
+	if l.used >= uint64(s.Reserve) || ls.handOffs >= s.maxHandOffs || time.Until(deadline) < ttl-ttl/8 {
+		return nil
+	}
+	ls.handOffs++
+	return s.makeLease(key, l.Token(), l.base, l.used+1, deadline, "")
+}
+
+// kept is a hold of this Store on a key whose lease was released, kept for
+// the Store's next Acquire of the key for the linger.
+type kept struct {
+	lease    *lease    // the released lease: its token and fences
+	deadline time.Time // the hold's local deadline
+	timer    *time.Timer
+}
+
+// keepLocked keeps l's hold for this Store's next Acquire of key, instead
+// of letting the key go, when the key is hot here (taken again right after
+// the Store last let it go) and l's hold may serve another lease. It
+// reports whether it did: l has then ended as released.
+func (s *Store) keepLocked(key string, ls *local, l *lease) bool {
+	if s.linger <= 0 || !ls.hot || l.owner != "" || l.used >= uint64(s.Reserve) || s.closing {
+		return false
+	}
+	deadline := l.Deadline()
+	if !time.Now().Before(deadline) {
+		return false
+	}
+	k := &kept{lease: l, deadline: deadline}
+	ls.kept, ls.holder = k, nil
+	l.EndQuietly(lockdriver.Released)
+	k.timer = time.AfterFunc(s.linger, func() { s.letGo(key, k) })
+	return true
+}
+
+// letGo releases the kept hold k in Redis, unless an Acquire took it.
+func (s *Store) letGo(key string, k *kept) {
+	s.mu.Lock()
+	ls := s.keys[key]
+	if ls == nil || ls.kept != k {
+		s.mu.Unlock()
+		return
+	}
+	ls.kept, ls.handOffs = nil, 0
+	s.letGoneLocked(key)
+	s.dropIdleLocked(key, ls)
+	s.mu.Unlock()
+	s.BG.Go(func() { s.releaseToken(key, k.lease.Token()) })
+}
+
+// takeKeptLocked serves an Acquire of key for ttl (by owner, or "") from
+// the Store's kept hold, if it has one: the lease, without a round trip, or, when the hold
+// cannot serve it, the token of the hold for the caller to release before
+// it competes.
+func (s *Store) takeKeptLocked(key string, ls *local, ttl time.Duration, owner string) (*lease, string) {
+	k := ls.kept
+	if k == nil {
+		return nil, ""
+	}
+	ls.kept = nil
+	k.timer.Stop()
+	if owner == "" {
+		if l := s.reuseLocked(ls, key, k.lease, k.deadline, ttl); l != nil {
+			ls.holder = l
+			return l, ""
+		}
+	}
+	ls.handOffs = 0
+	s.letGoneLocked(key)
+	return nil, k.lease.Token()
+}
+
+// hotFor is how soon after this Store let a key go in Redis an Acquire of
+// the same key makes the key hot here: its releases are then kept for the
+// linger (keepLocked).
+const hotFor = 10 * time.Millisecond
+
+// markHotLocked marks key hot when this Store let it go less than hotFor
+// ago.
+func (s *Store) markHotLocked(key string, ls *local) {
+	if at, ok := s.lastLetGo[key]; ok && time.Since(at) < hotFor {
+		ls.hot = true
+	}
+}
+
+// letGone notes that this Store has just let key go in Redis.
+func (s *Store) letGone(key string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.letGoneLocked(key)
+}
+
+func (s *Store) letGoneLocked(key string) {
+	now := time.Now()
+	if len(s.lastLetGo) >= s.lastLetGoCap {
+		for k, at := range s.lastLetGo {
+			if now.Sub(at) >= hotFor {
+				delete(s.lastLetGo, k)
+			}
+		}
+		s.lastLetGoCap = max(1024, 2*len(s.lastLetGo))
+	}
+	s.lastLetGo[key] = now
+}
+
+// releaseKept lets every kept hold go, for Close.
+func (s *Store) releaseKept() {
+	s.mu.Lock()
+	s.closing = true
+	var holds []*kept
+	for key, ls := range s.keys {
+		if k := ls.kept; k != nil {
+			ls.kept = nil
+			k.timer.Stop()
+			holds = append(holds, k)
+			s.dropIdleLocked(key, ls)
+		}
+	}
+	s.mu.Unlock()
+	for _, k := range holds {
+		s.BG.Go(func() { s.releaseToken(k.lease.Key(), k.lease.Token()) })
 	}
 }

@@ -32,6 +32,7 @@ type Option func(*options)
 type options struct {
 	rediskit.Options
 	maxHandOffs int
+	linger      time.Duration
 }
 
 func defaultOptions() options {
@@ -45,6 +46,7 @@ func defaultOptions() options {
 			MaxBackoff:   250 * time.Millisecond,
 		},
 		maxHandOffs: 16,
+		linger:      100 * time.Microsecond,
 	}
 }
 
@@ -81,16 +83,42 @@ func WithBackoff(min, max time.Duration) Option {
 func WithObserver(obs observe.Observer) Option { return func(o *options) { o.Observer = obs } }
 
 // WithMaxLocalHandOffs bounds how many times in a row a key is handed from
-// one lease of this Store straight to the next waiter of this Store (one
-// round trip, no release in between) before it is let go so that other
-// processes can take it. 0 turns hand-offs off: every Release lets the key
-// go. Default 16.
+// one lease of this Store straight to the next waiter of this Store, or
+// kept for the Store's own next Acquire (WithLinger), before it is let go
+// so that other processes can take it. A hand-off needs no round trip
+// while the hold has more than 7/8 of the next lease's TTL left, and one
+// otherwise; either way the next lease gets a higher fence. 0 turns
+// hand-offs off: every Release lets the key go. Default 16.
+//
+// Each fence Redis issues to this Store reserves this many after it for
+// the hand-offs: lock.Inspector reports the counter past them. Stores that
+// share keys may use different values.
 func WithMaxLocalHandOffs(n int) Option { return func(o *options) { o.maxHandOffs = n } }
+
+// WithLinger sets how long a Release keeps a hot key for this Store's next
+// Acquire of it before letting it go in Redis. A key is hot here when the
+// Store asked for it again within 10 ms of letting it go: a loop,
+// or a stream of requests for one item. Its next Acquire then takes the key
+// with no round trip (a new lease with a higher fence, counted against
+// WithMaxLocalHandOffs), which is what lets a process that takes one key
+// over and over go at memory speed while other processes still get their
+// turn after every WithMaxLocalHandOffs hand-offs.
+//
+// The price, for hot keys only: the key stays held for up to the linger
+// after Release returns (longer if the Go runtime's timers are late, up to
+// about a millisecond in an idle process), so another process's TryAcquire
+// may find it busy, and a process that exits in that moment without Close
+// leaves it held until its TTL ends. Close lets kept keys go. 0 turns it
+// off. Default 100 µs.
+func WithLinger(d time.Duration) Option { return func(o *options) { o.linger = d } }
 
 func (o *options) validate() error {
 	errs := o.Options.Validate()
 	if o.maxHandOffs < 0 {
 		errs = append(errs, fmt.Errorf("max local hand-offs %d is negative", o.maxHandOffs))
+	}
+	if o.linger < 0 {
+		errs = append(errs, fmt.Errorf("linger %v is negative", o.linger))
 	}
 	return errors.Join(errs...)
 }

@@ -44,10 +44,14 @@ type Store struct {
 	client      Client // scripts go through it: auto-pipelined when the client can pipeline
 	raw         Client // the client as given
 	maxHandOffs int
+	linger      time.Duration
 	sub         *redisnotify.Subscriber
 
-	mu   sync.Mutex
-	keys map[string]*local
+	mu           sync.Mutex
+	keys         map[string]*local
+	lastLetGo    map[string]time.Time // when this Store last let a key go in Redis (markHotLocked)
+	lastLetGoCap int                  // lastLetGo's size at which it is next swept
+	closing      bool                 // Close has begun: no hold is kept any more
 
 	// abandoned holds the tokens of waiters that left without the key while
 	// a release could still grant it to them (a while after they left);
@@ -60,6 +64,8 @@ type Store struct {
 // waiters for it.
 type local struct {
 	holder      *lease    // this Store's live lease on the key, or nil
+	kept        *kept     // this Store's hold on the key, kept after a Release, or nil
+	hot         bool      // the Store took the key again right after letting it go
 	handingOff  bool      // a hand-off to a queued waiter is in flight
 	competitors int       // waiters trying Redis
 	queue       list.List // *waiter, first come first served
@@ -106,12 +112,16 @@ func New(client Client, opts ...Option) (*Store, error) {
 	s := &Store{
 		client:      scripts,
 		raw:         client,
-		maxHandOffs: o.maxHandOffs,
-		sub:         redisnotify.New(client, o.PubSub),
-		keys:        make(map[string]*local),
+		maxHandOffs:  o.maxHandOffs,
+		linger:       o.linger,
+		sub:          redisnotify.New(client, o.PubSub),
+		keys:         make(map[string]*local),
+		lastLetGo:    make(map[string]time.Time),
+		lastLetGoCap: 1024,
 	}
 	s.Init(o.Options)
 	s.Grants = true // one deployment: its release alone decides who holds a key
+	s.Reserve = o.maxHandOffs
 	s.sub.OnOrphanGrant(func(channel, payload string) {
 		if tok, _, ok := rediskit.ParseGrant(payload); !ok || !s.isAbandoned(tok) {
 			return
@@ -126,12 +136,14 @@ func New(client Client, opts ...Option) (*Store, error) {
 	return s, nil
 }
 
-// Close stops the Store's pub/sub connection and wakes its waiters, which
-// then fail with lock.ErrClosed, and waits for requests that callers
+// Close lets go of the keys the Store kept after their Release (see
+// WithLinger), stops the Store's pub/sub connection and wakes its waiters,
+// which then fail with lock.ErrClosed, and waits for requests that callers
 // stopped waiting for (a cancelled Acquire) to finish their clean-up.
 // Leases taken earlier stay valid and can still be refreshed and released.
 // Close does not close the client.
 func (s *Store) Close() error {
+	s.releaseKept()
 	err := s.sub.Close()
 	s.BG.Wait()
 	return err

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -86,6 +87,8 @@ func (s *suite) holderProcessFaults(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			var stderr strings.Builder // for the failure message
+			cmd.Stderr = &lockedWriter{w: &stderr}
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)
 			}
@@ -108,7 +111,8 @@ func (s *suite) holderProcessFaults(t *testing.T) {
 			select {
 			case line := <-lines:
 				if line != "held" {
-					t.Fatalf("holder process: %q", line)
+					_ = cmd.Wait()
+					t.Fatalf("holder process: %q (%v), stderr:\n%s", line, cmd.ProcessState, cmd.Stderr)
 				}
 			case <-time.After(20 * time.Second):
 				t.Fatal("the holder process did not take the key")
@@ -131,4 +135,23 @@ func (s *suite) holderProcessFaults(t *testing.T) {
 			_ = l.Release(context.Background())
 		})
 	}
+}
+
+// lockedWriter serialises writes to w: the process's stderr is copied from
+// a goroutine of exec.Cmd and read by the test.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  *strings.Builder
+}
+
+func (lw *lockedWriter) Write(p []byte) (int, error) {
+	lw.mu.Lock()
+	defer lw.mu.Unlock()
+	return lw.w.Write(p)
+}
+
+func (lw *lockedWriter) String() string {
+	lw.mu.Lock()
+	defer lw.mu.Unlock()
+	return lw.w.String()
 }

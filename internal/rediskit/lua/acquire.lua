@@ -12,7 +12,9 @@
 -- milliseconds (see release.lua), optional ARGV[10] '1' when the caller
 -- accepts the key granted by a release while it waits (see release.lua):
 -- its token and TTL are then recorded with its place ("<member>|g" in
--- KEYS[5]). A caller that finds the key held joins the queue (keeping its
+-- KEYS[5]), optional ARGV[11] how many fences past the one issued the
+-- caller reserves for its local hand-offs (see fence.lua; default 0), also
+-- recorded for a grant. A caller that finds the key held joins the queue (keeping its
 -- first place); one that takes the key leaves it.
 -- Release wakes the first live member, and the key stays reserved for it
 -- until it tries again or its grace runs out: any other caller finds the
@@ -65,13 +67,14 @@ local function reservedFor()
   end
   return 0
 end
+local reserve = ARGV[11] or '0'
 local reserved = 0
 if redis.call('EXISTS', KEYS[1]) == 0 then
   reserved = reservedFor()
 end
 if reserved == 0 and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   local f = 0
-  if ARGV[4] ~= '0' then f = next_fence(KEYS[2], ARGV[2]) end
+  if ARGV[4] ~= '0' then f = next_fence(KEYS[2], ARGV[2], reserve) end
   if ARGV[5] ~= '' then
     redis.call('HSET', KEYS[3], 'o', ARGV[5], 't', ARGV[1], 'n', 1, 'f', string.format('%d', f))
     redis.call('PEXPIRE', KEYS[3], ARGV[2])
@@ -82,7 +85,11 @@ end
 local cur = redis.call('GET', KEYS[1])
 if cur == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return {1, tonumber(redis.call('GET', KEYS[2]) or '0')}
+  if reserve ~= '0' then -- a fresh fence, with its own reservation
+    leave()
+    return {1, next_fence(KEYS[2], ARGV[2], reserve)}
+  end
+  return {1, fence_floor(KEYS[2])}
 end
 if ARGV[5] ~= '' then
   local own = redis.call('HMGET', KEYS[3], 'o', 't', 'f')
@@ -105,7 +112,7 @@ if member ~= '' then
   redis.call('ZADD', KEYS[4], 'NX', place, member)
   redis.call('HSET', KEYS[5], member, now + life)
   if ARGV[10] == '1' and ARGV[5] == '' then
-    redis.call('HSET', KEYS[5], member .. '|g', ARGV[1] .. '|' .. ARGV[2])
+    redis.call('HSET', KEYS[5], member .. '|g', ARGV[1] .. '|' .. ARGV[2] .. '|' .. reserve)
   else
     redis.call('HDEL', KEYS[5], member .. '|g')
   end

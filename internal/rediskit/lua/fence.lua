@@ -5,23 +5,51 @@
 -- failover to a replica that lacked it, the counter's own expiry — as long
 -- as the server's clock does not step back past the last fence issued.
 -- The counter lives life milliseconds after its last use (fence_life).
+-- reserve (optional, default 0) keeps the fences f + 1 .. f + reserve for
+-- the caller, who may issue them itself, in order, to the next leases of
+-- the same hold (redisstore's local hand-offs): the counter is then stored
+-- as "f:reserve", and every later fence is above f + reserve. (A counter
+-- that runs ahead of the clock weakens the clock floor as a clock stepping
+-- back would; reservations are a few fences per acquisition, far fewer
+-- than the microseconds between acquisitions.)
 if redis.replicate_commands then redis.replicate_commands() end
 local function fence_life(ttl)
   return math.max(tonumber(ttl), 60000)
 end
-local function next_fence(key, life)
+-- counter_parts reads a counter: the last fence issued and how many past
+-- it were reserved.
+local function counter_parts(v)
+  if not v then
+    return 0, 0
+  end
+  local f, r = string.match(v, '^(%d+):(%d+)$')
+  if f then
+    return tonumber(f), tonumber(r)
+  end
+  return tonumber(v) or 0, 0
+end
+-- fence_floor is the highest fence a counter has issued or reserved.
+local function fence_floor(key)
+  local f, r = counter_parts(redis.call('GET', key))
+  return f + r
+end
+local function next_fence(key, life, reserve)
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  local f = math.max(tonumber(redis.call('GET', key) or '0') + 1, now)
-  redis.call('SET', key, string.format('%d', f), 'PX', fence_life(life))
+  local f = math.max(fence_floor(key) + 1, now)
+  local v = string.format('%d', f)
+  reserve = tonumber(reserve) or 0
+  if reserve > 0 then
+    v = v .. ':' .. string.format('%d', reserve)
+  end
+  redis.call('SET', key, v, 'PX', fence_life(life))
   return f
 end
 -- raise_fence sets a counter to at least f (Redlock's write-back).
 local function raise_fence(key, f, life)
-  if tonumber(redis.call('GET', key) or '0') < tonumber(f) then
+  if fence_floor(key) < tonumber(f) then
     redis.call('SET', key, f, 'PX', fence_life(life))
   else
     redis.call('PEXPIRE', key, fence_life(life))
   end
 end
-

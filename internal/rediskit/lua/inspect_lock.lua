@@ -1,7 +1,8 @@
 -- Reports a lock's state, for operators. Read-only.
 -- KEYS[1] lock key, KEYS[2] fence counter, KEYS[3] owner hash,
 -- KEYS[4] waiting queue (one hash tag)
--- Returns {token or '', pttl, fence counter or '0', owner or '', holds,
+-- Returns {token or '', pttl, fence counter or '0' (see fence.lua: "f" or
+-- "f:reserved"), owner or '', holds,
 -- owner's fence or '0', queue length}. The owner fields count only while
 -- the owner hash's token is the key's.
 local tok = redis.call('GET', KEYS[1])

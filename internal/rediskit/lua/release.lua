@@ -15,7 +15,8 @@
 -- life.
 -- optional KEYS[5] the key's fence counter and ARGV[5] '1': grant the key
 -- to the first live member if it asked for grants (acquire.lua recorded
--- its token and TTL): the key is set to its token with a new fence, it
+-- its token, TTL and fence reservation): the key is set to its token with
+-- a new fence, it
 -- leaves the queue, and "g|<token>|<fence>" is announced on its channel,
 -- so that it holds the key without another round trip. A member is live
 -- when its place has not expired and someone receives on its channel (a
@@ -50,9 +51,8 @@ if pub then
           g = redis.call('HGET', KEYS[4], m .. '|g')
         end
         if exp and exp > now and g then
-          local sep = string.find(g, '|', 1, true)
-          local tok, ttl = string.sub(g, 1, sep - 1), string.sub(g, sep + 1)
-          local f = next_fence(KEYS[5], ttl)
+          local tok, ttl, reserve = string.match(g, '^([^|]+)|(%d+)|?(%d*)$')
+          local f = next_fence(KEYS[5], ttl, reserve)
           if redis.call(pub, ARGV[2] .. ':' .. m, 'g|' .. tok .. '|' .. string.format('%d', f)) > 0 then
             redis.call('SET', KEYS[1], tok, 'PX', ttl)
             redis.call('ZREM', KEYS[3], m)

@@ -1,0 +1,195 @@
+package redisstore_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/oncekit/oncekit/core/lock"
+	"github.com/oncekit/oncekit/storage/redisstore"
+)
+
+// holdsToken reports the token key holds in Redis, "" when it is free.
+func holdsToken(t *testing.T, c *redis.Client, key string) string {
+	t.Helper()
+	tok, err := c.Get(context.Background(), "oncekit:lock:{"+key+"}").Result()
+	if err != nil && err != redis.Nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+// acquireRelease takes key from s and releases it, returning the lease.
+func acquireRelease(t *testing.T, ctx context.Context, s *redisstore.Store, key string, ttl time.Duration) lock.Lease {
+	t.Helper()
+	l, err := s.Acquire(ctx, key, ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// A Store that takes a key again right after letting it go keeps its next
+// Release's hold: its next Acquire takes the key with no request, the same
+// hold and a higher fence, up to WithMaxLocalHandOffs times. Then the key
+// is let go, and the process waiting for it gets it with a fence above
+// all of them.
+func TestHotKeyKeptForNextAcquire(t *testing.T) {
+	admin := newClient(t)
+	var rt counter
+	a := newStore(t, newClient(t, &rt), redisstore.WithLinger(time.Hour), redisstore.WithMaxLocalHandOffs(4))
+	b := newStore(t, newClient(t))
+	ctx := ctxT(t, 20*time.Second)
+	key := "kept-" + time.Now().Format("150405.000000")
+
+	first := acquireRelease(t, ctx, a, key, 10*time.Second)
+	if tok := holdsToken(t, admin, key); tok != "" {
+		t.Fatalf("a cold key's Release left it held by %q", tok)
+	}
+	last := acquireRelease(t, ctx, a, key, 10*time.Second) // taken again at once: hot
+	if last.Fence() <= first.Fence() {
+		t.Fatalf("fence %d after %d", last.Fence(), first.Fence())
+	}
+	if tok := holdsToken(t, admin, key); tok != last.Token() {
+		t.Fatalf("the hot key's Release: key holds %q, want it kept for the Store (%q)", tok, last.Token())
+	}
+
+	got := make(chan lock.Lease, 1)
+	go func() {
+		l, err := b.Acquire(ctx, key, 10*time.Second)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l
+	}()
+	waitQueued(t, admin, key, 1)
+
+	before := rt.N.Load()
+	for i := range 4 {
+		l := acquireRelease(t, ctx, a, key, 10*time.Second)
+		if l.Token() != last.Token() || l.Fence() != last.Fence()+1 {
+			t.Errorf("hand-off %d: token %q fence %d after token %q fence %d; want the same hold, the next fence",
+				i, l.Token(), l.Fence(), last.Token(), last.Fence())
+		}
+		last = l
+	}
+	if n := rt.N.Load() - before; n != 1 {
+		t.Errorf("4 kept hand-offs and the release after them made %d requests, want 1 (the release)", n)
+	}
+	l := <-got
+	if l == nil {
+		return
+	}
+	defer l.Release(context.Background())
+	if l.Fence() <= last.Fence() {
+		t.Errorf("the waiting process got fence %d after the Store's local fence %d", l.Fence(), last.Fence())
+	}
+}
+
+// A kept hold serves an Acquire only while more than 7/8 of the asked TTL
+// is left of it; otherwise it is let go and the key taken anew.
+func TestKeptHoldTooShortIsLetGo(t *testing.T) {
+	a := newStore(t, newClient(t), redisstore.WithLinger(time.Hour))
+	ctx := ctxT(t, 20*time.Second)
+	key := "kept-short-" + time.Now().Format("150405.000000")
+	const ttl = 400 * time.Millisecond
+
+	acquireRelease(t, ctx, a, key, ttl)
+	kept := acquireRelease(t, ctx, a, key, ttl)
+	time.Sleep(ttl / 4)
+	l, err := a.Acquire(ctx, key, ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	if l.Token() == kept.Token() {
+		t.Errorf("a hold with %s of its %s left served a new lease", ttl*3/4, ttl)
+	}
+	if l.Fence() <= kept.Fence() {
+		t.Errorf("fence %d after %d", l.Fence(), kept.Fence())
+	}
+	if rem := time.Until(l.Deadline()); rem < ttl*7/8 {
+		t.Errorf("new lease valid for %s, want about %s", rem, ttl)
+	}
+}
+
+// Close lets go of the keys a Store kept: another process takes them at
+// once.
+func TestCloseLetsKeptKeysGo(t *testing.T) {
+	admin := newClient(t)
+	a, err := redisstore.New(newClient(t), redisstore.WithLinger(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := newStore(t, newClient(t))
+	ctx := ctxT(t, 20*time.Second)
+	key := "kept-close-" + time.Now().Format("150405.000000")
+
+	acquireRelease(t, ctx, a, key, 10*time.Second)
+	kept := acquireRelease(t, ctx, a, key, 10*time.Second)
+	if tok := holdsToken(t, admin, key); tok != kept.Token() {
+		t.Fatalf("key holds %q, want it kept (%q)", tok, kept.Token())
+	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	l, err := b.TryAcquire(ctx, key, 10*time.Second)
+	if err != nil {
+		t.Fatalf("after the keeping Store closed: %v", err)
+	}
+	defer l.Release(ctx)
+	if l.Fence() <= kept.Fence() {
+		t.Errorf("fence %d after %d", l.Fence(), kept.Fence())
+	}
+}
+
+// A Release while another goroutine of the Store waits hands the key over
+// with no request: the same hold, the next fence.
+func TestLocalHandOffWithoutRoundTrip(t *testing.T) {
+	var rt counter
+	a := newStore(t, newClient(t, &rt))
+	ctx := ctxT(t, 20*time.Second)
+	key := "local-" + time.Now().Format("150405.000000")
+
+	held, err := a.Acquire(ctx, key, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan lock.Lease, 1)
+	go func() {
+		l, err := a.Acquire(ctx, key, 10*time.Second)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l
+	}()
+	time.Sleep(50 * time.Millisecond) // queued in the Store
+	before := rt.N.Load()
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l := <-got
+	if l == nil {
+		return
+	}
+	if n := rt.N.Load() - before; n != 0 {
+		t.Errorf("the local hand-off made %d requests, want none", n)
+	}
+	if l.Token() != held.Token() || l.Fence() != held.Fence()+1 {
+		t.Errorf("handed token %q fence %d after token %q fence %d; want the same hold, the next fence",
+			l.Token(), l.Fence(), held.Token(), held.Fence())
+	}
+	select {
+	case <-held.Done():
+	default:
+		t.Error("the released lease's Done is open")
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
