@@ -109,8 +109,18 @@ func benchKey(name string) string {
 	return fmt.Sprintf("bench:%s:%d:%d", name, time.Now().UnixNano(), keySeq.Add(1))
 }
 
-// BenchmarkUncontended: one goroutine, acquire + release on a free key.
-func BenchmarkUncontended(b *testing.B) {
+// BenchmarkUncontended: one goroutine, acquire + release on a free key,
+// the same key every cycle. oncekit keeps a key its process takes over and
+// over (redisstore.WithLinger): see BenchmarkUncontendedNewKey for the
+// cost of a key taken once.
+func BenchmarkUncontended(b *testing.B) { uncontended(b, false) }
+
+// BenchmarkUncontendedNewKey: one goroutine, acquire + release of a new key
+// every cycle, so that every cycle is a round trip each way in every
+// library.
+func BenchmarkUncontendedNewKey(b *testing.B) { uncontended(b, true) }
+
+func uncontended(b *testing.B, newKey bool) {
 	addr := testenv.RedisAddrs(b, 1)[0]
 	for _, im := range singleNode {
 		b.Run(im.name, func(b *testing.B) {
@@ -119,10 +129,20 @@ func BenchmarkUncontended(b *testing.B) {
 			ctx := context.Background()
 			key := benchKey(im.name)
 			warm(b, lock, key)
+			keys := []string{key}
+			if newKey {
+				keys = make([]string, 1<<16)
+				for i := range keys {
+					keys[i] = fmt.Sprintf("%s:%d", key, i)
+				}
+			}
 			cmds0 := cc.n.Load()
 			b.ResetTimer()
 			start := time.Now()
+			i := 0
 			for b.Loop() {
+				key := keys[i%len(keys)]
+				i++
 				release, err := lock(ctx, key)
 				if err != nil {
 					b.Fatal(err)

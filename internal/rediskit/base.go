@@ -43,11 +43,10 @@ type Base struct {
 	// deployment; not Redlock, where a majority of nodes must agree).
 	Grants bool
 
-	// Reserve is how many fences past each one Redis issues to this
-	// Store's acquisitions, grants and transfers are kept for the Store to
-	// issue itself to the next leases of the same hold (see fence.lua):
-	// redisstore's local hand-offs, which then need no round trip. Zero for
-	// Redlock.
+	// Reserve is how many fences past each one issued to this Store's
+	// acquisitions, grants, transfers and (Redlock) write-backs are kept
+	// for the Store to issue itself to the next leases of the same hold
+	// (see fence.lua): local hand-offs, which then need no round trip.
 	Reserve int
 
 	clocks clocks // each server's clock offset (ServerDeadline)
@@ -218,7 +217,7 @@ func (b *Base) Transfer(ctx context.Context, c redis.Scripter, key, from, to str
 // counter to at least fence and reports whether tok still holds key there.
 func (b *Base) WriteBack(ctx context.Context, c redis.Scripter, key, tok string, fence int64, ttl time.Duration) (bool, error) {
 	return ParseFlag(WriteBack.Run(ctx, c, []string{b.Keys.Lock(key), b.Keys.Fence(key), b.Keys.Owner(key)},
-		tok, fence, ttl.Milliseconds()))
+		tok, fence, ttl.Milliseconds(), b.Reserve))
 }
 
 // RecordWriteBack is WriteBack for an idempotency claim: it raises the

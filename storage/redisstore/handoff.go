@@ -201,7 +201,7 @@ func (s *Store) letGo(key string, k *kept) {
 		return
 	}
 	ls.kept, ls.handOffs = nil, 0
-	s.letGoneLocked(key)
+	s.recent.LetGo(key)
 	s.dropIdleLocked(key, ls)
 	s.mu.Unlock()
 	s.BG.Go(func() { s.releaseToken(key, k.lease.Token()) })
@@ -225,41 +225,16 @@ func (s *Store) takeKeptLocked(key string, ls *local, ttl time.Duration, owner s
 		}
 	}
 	ls.handOffs = 0
-	s.letGoneLocked(key)
+	s.recent.LetGo(key)
 	return nil, k.lease.Token()
 }
 
-// hotFor is how soon after this Store let a key go in Redis an Acquire of
-// the same key makes the key hot here: its releases are then kept for the
-// linger (keepLocked).
-const hotFor = 10 * time.Millisecond
-
-// markHotLocked marks key hot when this Store let it go less than hotFor
-// ago.
+// markHotLocked marks key hot when this Store let it go less than
+// rediskit.HotFor ago: its releases are then kept (keepLocked).
 func (s *Store) markHotLocked(key string, ls *local) {
-	if at, ok := s.lastLetGo[key]; ok && time.Since(at) < hotFor {
+	if s.recent.Hot(key) {
 		ls.hot = true
 	}
-}
-
-// letGone notes that this Store has just let key go in Redis.
-func (s *Store) letGone(key string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.letGoneLocked(key)
-}
-
-func (s *Store) letGoneLocked(key string) {
-	now := time.Now()
-	if len(s.lastLetGo) >= s.lastLetGoCap {
-		for k, at := range s.lastLetGo {
-			if now.Sub(at) >= hotFor {
-				delete(s.lastLetGo, k)
-			}
-		}
-		s.lastLetGoCap = max(1024, 2*len(s.lastLetGo))
-	}
-	s.lastLetGo[key] = now
 }
 
 // releaseKept lets every kept hold go, for Close.

@@ -65,7 +65,7 @@ func (l *lease) StoreRelease(ctx context.Context) error {
 	}
 	code, err := l.s.Release(ctx, l.s.client, l.Key(), l.Token(), false)
 	if err == nil {
-		l.s.letGone(l.Key())
+		l.s.recent.LetGo(l.Key())
 	}
 	switch {
 	case err != nil:

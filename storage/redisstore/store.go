@@ -47,11 +47,10 @@ type Store struct {
 	linger      time.Duration
 	sub         *redisnotify.Subscriber
 
-	mu           sync.Mutex
-	keys         map[string]*local
-	lastLetGo    map[string]time.Time // when this Store last let a key go in Redis (markHotLocked)
-	lastLetGoCap int                  // lastLetGo's size at which it is next swept
-	closing      bool                 // Close has begun: no hold is kept any more
+	mu      sync.Mutex
+	keys    map[string]*local
+	closing bool            // Close has begun: no hold is kept any more
+	recent  rediskit.Recent // when this Store last let each key go in Redis (markHotLocked)
 
 	// abandoned holds the tokens of waiters that left without the key while
 	// a release could still grant it to them (a while after they left);
@@ -112,12 +111,10 @@ func New(client Client, opts ...Option) (*Store, error) {
 	s := &Store{
 		client:      scripts,
 		raw:         client,
-		maxHandOffs:  o.maxHandOffs,
-		linger:       o.linger,
-		sub:          redisnotify.New(client, o.PubSub),
-		keys:         make(map[string]*local),
-		lastLetGo:    make(map[string]time.Time),
-		lastLetGoCap: 1024,
+		maxHandOffs: o.maxHandOffs,
+		linger:      o.linger,
+		sub:         redisnotify.New(client, o.PubSub),
+		keys:        make(map[string]*local),
 	}
 	s.Init(o.Options)
 	s.Grants = true // one deployment: its release alone decides who holds a key

@@ -268,6 +268,12 @@ func (s *Store) TryAcquire(ctx context.Context, key string, ttl time.Duration) (
 	if err := s.check(ctx, key, ttl); err != nil {
 		return nil, err
 	}
+	hot := lock.Owner(ctx) == "" && s.recent.Hot(key)
+	if lock.Owner(ctx) == "" {
+		if l := s.takeKept(key, ttl); l != nil {
+			return l, nil
+		}
+	}
 	v := s.newVotes(key)
 	out := s.attempt(ctx, v, ttl, nil, false, 0)
 	if out.lease == nil {
@@ -275,6 +281,7 @@ func (s *Store) TryAcquire(ctx context.Context, key string, ttl time.Duration) (
 	}
 	switch {
 	case out.lease != nil:
+		out.lease.hot = hot
 		return out.lease, nil
 	case out.err != nil:
 		return nil, out.err
@@ -308,7 +315,12 @@ func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (loc
 	if err := s.check(ctx, key, ttl); err != nil {
 		return nil, err
 	}
-	if lock.Owner(ctx) != "" {
+	hot := lock.Owner(ctx) == "" && s.recent.Hot(key)
+	if lock.Owner(ctx) == "" {
+		if l := s.takeKept(key, ttl); l != nil {
+			return l, nil
+		}
+	} else {
 		// An owner first tries the key directly: it may hold it already,
 		// here or in another process, and must not queue behind itself.
 		v := s.newVotes(key)
@@ -328,6 +340,7 @@ func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (loc
 		unlock()
 		return nil, err
 	}
+	l.hot = hot
 	return l, nil
 }
 

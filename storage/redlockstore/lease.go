@@ -15,12 +15,19 @@ type lease struct {
 	lockdriver.Lease
 	s     *Store
 	nodes []int // an owner's re-entry: the nodes it counted; nil: all
+
+	// The hold's fences (fenced mode): base is the fence the acquisition's
+	// write-back settled, which reserved the next WithMaxLocalHandOffs;
+	// used of them went to this lease and the kept-hold leases before it.
+	// The lease's fence is base + used (0 unfenced).
+	base, used uint64
+	hot        bool // taken by a non-owner right after this Store let the key go: kept on Release
 }
 
 // newLease returns a held lease valid until deadline: the start of its
 // round + TTL − drift.
 func (s *Store) newLease(key, tok string, fence uint64, deadline time.Time, onEnd func(), nodes []int) *lease {
-	l := &lease{s: s, nodes: nodes}
+	l := &lease{s: s, nodes: nodes, base: fence}
 	cfg := lockdriver.Config{Driver: "redlockstore", Key: key, Token: tok, Fence: fence, Deadline: deadline, Store: l}
 	if onEnd != nil {
 		cfg.OnEnd = func(lockdriver.State) { onEnd() }
@@ -56,17 +63,25 @@ func (l *lease) StoreRefresh(ctx context.Context, ttl time.Duration) (time.Time,
 	return deadline, nil
 }
 
-// StoreRelease implements lockdriver.Store: it deletes the lease on every
+// StoreRelease implements lockdriver.Store: it keeps a hot key's hold for
+// the Store's next Acquire (WithLinger), or deletes the lease on every
 // node and announces it on each, and returns once the outcome is decided:
 // nil when a majority let it go, lock.ErrLockLost when a majority no
 // longer held it, a *QuorumError when too many nodes were unreachable (the
 // keys left on them expire with their TTL; Release may be retried).
 func (l *lease) StoreRelease(ctx context.Context) error {
 	s := l.s
+	if s.keep(l) {
+		return nil
+	}
 	v := s.poll(ctx, l.targets(), s.nodeTimeout(max(l.Remaining(), time.Millisecond)), false,
 		func(ctx context.Context, n *node) (bool, error) {
 			code, err := s.Release(ctx, n.c, l.Key(), l.Token(), false)
 			return code.Ours(), err
 		})
-	return s.verdict("release", l.Key(), v, lock.ErrLockLost)
+	err := s.verdict("release", l.Key(), v, lock.ErrLockLost)
+	if err == nil {
+		s.recent.LetGo(l.Key())
+	}
+	return err
 }

@@ -36,6 +36,8 @@ type redlockOptions struct {
 	driftFloor  time.Duration
 	fenced      bool
 	quorumWait  time.Duration // 0: until ctx ends
+	linger      time.Duration
+	maxHandOffs int
 }
 
 func defaultOptions() options {
@@ -48,7 +50,8 @@ func defaultOptions() options {
 			MinBackoff:   2 * time.Millisecond,
 			MaxBackoff:   100 * time.Millisecond,
 		},
-		redlockOptions: redlockOptions{driftFactor: 0.01, driftFloor: 2 * time.Millisecond, fenced: true},
+		redlockOptions: redlockOptions{driftFactor: 0.01, driftFloor: 2 * time.Millisecond, fenced: true,
+			linger: 100 * time.Microsecond, maxHandOffs: 16},
 	}
 }
 
@@ -102,8 +105,36 @@ func WithBackoff(min, max time.Duration) Option {
 	return func(o *options) { o.MinBackoff, o.MaxBackoff = min, max }
 }
 
+// WithLinger sets how long a Release keeps a hot key's hold for this
+// Store's next Acquire of it before releasing it on the nodes. A key is hot
+// here when the Store asked for it again within 10 ms of letting it go (a
+// loop, or a stream of requests for one item); its next Acquire then takes
+// the key with no round: the same hold, with the next fence the hold
+// reserved (fenced mode) and the hold's validity, which must be at least
+// 7/8 of the asked TTL. After WithMaxLocalHandOffs such leases in a row the
+// key is released, so that other processes get their turn.
+//
+// The price, for hot keys only: the key stays held for up to the linger
+// after Release returns (longer if the Go runtime's timers are late, up to
+// about a millisecond in an idle process), so another process's TryAcquire
+// may find it busy, and a process that exits in that moment without Close
+// leaves it held until its TTL ends. Close releases kept holds. 0 turns it
+// off. Default 100 µs.
+func WithLinger(d time.Duration) Option { return func(o *options) { o.linger = d } }
+
+// WithMaxLocalHandOffs bounds how many leases in a row a kept hold serves
+// (WithLinger) before the key is released. Each fence the Store settles
+// reserves this many after it (fenced mode). Default 16.
+func WithMaxLocalHandOffs(n int) Option { return func(o *options) { o.maxHandOffs = n } }
+
 func (o *options) validate() error {
 	errs := o.Options.Validate()
+	if o.linger < 0 {
+		errs = append(errs, fmt.Errorf("linger %s is negative", o.linger))
+	}
+	if o.maxHandOffs < 0 {
+		errs = append(errs, fmt.Errorf("max local hand-offs %d is negative", o.maxHandOffs))
+	}
 	if o.quorumWait < 0 {
 		errs = append(errs, fmt.Errorf("quorum wait %s is negative", o.quorumWait))
 	}

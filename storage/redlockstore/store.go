@@ -38,6 +38,13 @@ type Store struct {
 	quorum   int
 	local    keyq.Queue // one competitor per key in this Store
 
+	linger      time.Duration
+	maxHandOffs int
+	recent      rediskit.Recent // when this Store last let each key go (lease.hot)
+	keptMu      sync.Mutex
+	kept        map[string]*kept // holds kept after their Release (kept.go)
+	closing     bool             // Close has begun: no hold is kept any more
+
 	closed    chan struct{}
 	closeOnce sync.Once
 }
@@ -136,11 +143,17 @@ func New(clients []Client, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("redlockstore: New: %w", err)
 	}
 	s := &Store{
-		redlock: o.redlockOptions,
-		quorum:  len(clients)/2 + 1,
-		closed:  make(chan struct{}),
+		redlock:     o.redlockOptions,
+		quorum:      len(clients)/2 + 1,
+		closed:      make(chan struct{}),
+		linger:      o.linger,
+		maxHandOffs: o.maxHandOffs,
+		kept:        map[string]*kept{},
 	}
 	s.Init(o.Options)
+	if o.fenced {
+		s.Reserve = o.maxHandOffs // the fences of kept holds' leases (kept.go)
+	}
 	s.FinishClaim = s.finishClaim
 	seen := map[string]bool{}
 	for i, c := range clients {
@@ -176,10 +189,12 @@ func FromClients(clients ...*redis.Client) []Client {
 // Quorum is the number of nodes an operation must reach: N/2 + 1.
 func (s *Store) Quorum() int { return s.quorum }
 
-// Close closes the pub/sub connections, wakes waiters (they fail with
-// lock.ErrClosed), and waits for requests still in flight to finish their
-// clean-up. It does not close the clients.
+// Close releases the holds the Store kept after their Release (see
+// WithLinger), closes the pub/sub connections, wakes waiters (they fail
+// with lock.ErrClosed), and waits for requests still in flight to finish
+// their clean-up. It does not close the clients.
 func (s *Store) Close() error {
+	s.releaseKept()
 	var errs []error
 	s.closeOnce.Do(func() {
 		close(s.closed)

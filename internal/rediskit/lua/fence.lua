@@ -45,10 +45,16 @@ local function next_fence(key, life, reserve)
   redis.call('SET', key, v, 'PX', fence_life(life))
   return f
 end
--- raise_fence sets a counter to at least f (Redlock's write-back).
-local function raise_fence(key, f, life)
-  if fence_floor(key) < tonumber(f) then
-    redis.call('SET', key, f, 'PX', fence_life(life))
+-- raise_fence sets a counter to at least f, with reserve (optional) more
+-- kept after it as next_fence does (Redlock's write-back).
+local function raise_fence(key, f, life, reserve)
+  reserve = tonumber(reserve) or 0
+  if fence_floor(key) < tonumber(f) + reserve then
+    local v = f
+    if reserve > 0 then
+      v = f .. ':' .. string.format('%d', reserve)
+    end
+    redis.call('SET', key, v, 'PX', fence_life(life))
   else
     redis.call('PEXPIRE', key, fence_life(life))
   end

@@ -1,0 +1,84 @@
+package redlockstore_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/oncekit/oncekit/core/lock"
+	"github.com/oncekit/oncekit/internal/testenv"
+	"github.com/oncekit/oncekit/storage/redlockstore"
+)
+
+// A Store that takes a key again right after letting it go keeps its next
+// Release's hold: its next Acquire takes the key with no round, the same
+// token and the next fence (fenced) or 0 (unfenced), up to
+// WithMaxLocalHandOffs times. Then the key is released, and another
+// process waiting for it gets it, with a fence above all of them.
+func TestHotKeyKeptForNextAcquire(t *testing.T) {
+	addrs := testenv.RedisAddrs(t, 5)[:5]
+	for _, mode := range []struct {
+		name string
+		opts []redlockstore.Option
+	}{{"fenced", nil}, {"unfenced", []redlockstore.Option{redlockstore.WithoutFencing()}}} {
+		t.Run(mode.name, func(t *testing.T) {
+			var rt counter
+			a := newStore(t, clients(t, addrs, &rt), append(mode.opts, redlockstore.WithLinger(time.Hour), redlockstore.WithMaxLocalHandOffs(4))...)
+			b := newStore(t, clients(t, addrs), mode.opts...)
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			key := "kept-" + mode.name + time.Now().Format("150405.000000")
+			cycle := func() lock.Lease {
+				t.Helper()
+				l, err := a.Acquire(ctx, key, 10*time.Second)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := l.Release(ctx); err != nil {
+					t.Fatal(err)
+				}
+				return l
+			}
+			cycle()         // cold: released on the nodes
+			last := cycle() // taken again at once: hot, kept
+			if l, err := b.TryAcquire(ctx, key, time.Second); err == nil {
+				l.Release(ctx)
+				t.Fatal("a hot key's Release let it go; want it kept for the Store")
+			}
+
+			got := make(chan lock.Lease, 1)
+			go func() {
+				l, err := b.Acquire(ctx, key, 10*time.Second)
+				if err != nil {
+					t.Error(err)
+				}
+				got <- l
+			}()
+			time.Sleep(100 * time.Millisecond) // b queued on the nodes
+			before := rt.N.Load()
+			for i := range 4 {
+				l := cycle()
+				want := last.Fence() + 1
+				if mode.name == "unfenced" {
+					want = 0
+				}
+				if l.Token() != last.Token() || l.Fence() != want {
+					t.Errorf("kept lease %d: token %q fence %d after token %q fence %d; want the same hold, fence %d",
+						i, l.Token(), l.Fence(), last.Token(), last.Fence(), want)
+				}
+				last = l
+			}
+			if n := rt.N.Load() - before; n != 5 {
+				t.Errorf("4 kept leases and the release after them made %d requests, want 5 (the release, one per node)", n)
+			}
+			l := <-got
+			if l == nil {
+				return
+			}
+			defer l.Release(context.Background())
+			if mode.name == "fenced" && l.Fence() <= last.Fence() {
+				t.Errorf("the waiting process got fence %d after the Store's local fence %d", l.Fence(), last.Fence())
+			}
+		})
+	}
+}
