@@ -233,7 +233,7 @@ func TestRoundTripsAndKeys(t *testing.T) {
 	// The counter is "<fence>:<reserved>": the fence issued, and how many
 	// after it the Store keeps for its local hand-offs.
 	counter, err := c.Get(ctx, "oncekit:lock:{"+strings.NewReplacer("{", "%7B", "}", "%7D").Replace(key)+"}:fence").Result()
-	if want := fmt.Sprintf("%d:16", l.Fence()); err != nil || counter != want {
+	if want := fmt.Sprintf("%d:128", l.Fence()); err != nil || counter != want {
 		t.Errorf("fence counter = %q (%v), want %q", counter, err, want)
 	}
 }

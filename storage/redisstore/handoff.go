@@ -82,7 +82,7 @@ func (s *Store) handOff(ctx context.Context, l *lease) (bool, error) {
 	key := l.Key()
 	s.mu.Lock()
 	ls := s.keys[key]
-	if ls == nil || ls.holder != l || ls.handingOff || ls.handOffs >= s.maxHandOffs {
+	if ls == nil || ls.holder != l || ls.handingOff || ls.handOffs >= s.maxHandOffs || time.Since(l.hold.took) >= s.maxHold {
 		s.mu.Unlock()
 		return false, nil
 	}
@@ -123,7 +123,8 @@ func (s *Store) handOff(ctx context.Context, l *lease) (bool, error) {
 	}
 	switch code {
 	case rediskit.TransferDone:
-		next := s.newLease(key, w.token, uint64(fence), start, w.ttl, w.owner)
+		next := s.makeLease(key, w.token, hold{fence: uint64(fence), reserved: uint64(s.Reserve), took: l.hold.took},
+			0, start.Add(w.ttl), w.owner)
 		ls.holder = next
 		ls.handOffs++
 		l.EndQuietly(lockdriver.Released)
@@ -154,15 +155,22 @@ func (s *Store) handOff(ctx context.Context, l *lease) (bool, error) {
 // reuseLocked returns the next lease of the hold l (ended or ending) had,
 // for a waiter of this Store asking for ttl, with no round trip: the same
 // token, the hold's next reserved fence, the hold's deadline. It counts a
-// hand-off. It returns nil when the hold cannot serve: its reservation or
-// the Store's hand-off budget is spent, or less than 7/8 of ttl is left of
-// it (a hand-off in one round trip renews it).
+// hand-off. It returns nil when the hold cannot serve: its reserved fences,
+// the Store's hand-off budget or its time (WithMaxLocalHold) are spent,
+// or less than 7/8 of ttl is left of it (a hand-off in one round trip
+// renews it).
 func (s *Store) reuseLocked(ls *local, key string, l *lease, deadline time.Time, ttl time.Duration) *lease {
-	if l.used >= uint64(s.Reserve) || ls.handOffs >= s.maxHandOffs || time.Until(deadline) < ttl-ttl/8 {
+	if !s.mayReuse(ls, l) || time.Until(deadline) < ttl-ttl/8 {
 		return nil
 	}
 	ls.handOffs++
-	return s.makeLease(key, l.Token(), l.base, l.used+1, deadline, "")
+	return s.makeLease(key, l.Token(), l.hold, l.used+1, deadline, "")
+}
+
+// mayReuse reports whether l's hold may serve another lease without a round
+// trip.
+func (s *Store) mayReuse(ls *local, l *lease) bool {
+	return l.owner == "" && l.used < l.hold.reserved && ls.handOffs < s.maxHandOffs && time.Since(l.hold.took) < s.maxHold
 }
 
 // kept is a hold of this Store on a key whose lease was released, kept for
@@ -178,7 +186,7 @@ type kept struct {
 // the Store last let it go) and l's hold may serve another lease. It
 // reports whether it did: l has then ended as released.
 func (s *Store) keepLocked(key string, ls *local, l *lease) bool {
-	if s.linger <= 0 || !ls.hot || l.owner != "" || l.used >= uint64(s.Reserve) || s.closing {
+	if s.linger <= 0 || !ls.hot || !s.mayReuse(ls, l) || s.closing {
 		return false
 	}
 	deadline := l.Deadline()

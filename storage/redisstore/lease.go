@@ -15,26 +15,30 @@ type lease struct {
 	lockdriver.Lease
 	s     *Store
 	owner string // the lock.WithOwner identity it was taken with, or ""
+	hold  hold   // the Store's tenure of the key in Redis the lease is part of
+	used  uint64 // the hold's reserved fences used up to this lease: its fence is hold.fence + used
+}
 
-	// The hold's fences: base is the last one Redis issued for the token,
-	// which reserved the next Reserve (see rediskit's fence.lua); used of
-	// them went to this lease and the ones of the same hold before it
-	// (local hand-offs). The lease's fence is base + used.
-	base, used uint64
+// hold is one tenure of a token of this Store on a key in Redis, which
+// local hand-offs without a round trip pass from lease to lease.
+type hold struct {
+	fence    uint64    // the last fence Redis issued for the token
+	reserved uint64    // how many fences after it Redis reserved (rediskit's fence.lua)
+	took     time.Time // when the Store took the key from Redis: before the request that did was sent
 }
 
 // newLease returns a held lease whose local deadline is start + ttl:
 // counted from before the request was sent, it never passes after the
-// server's own expiry.
+// server's own expiry. Its fence reserved the Store's Reserve after it.
 func (s *Store) newLease(key, tok string, fence uint64, start time.Time, ttl time.Duration, owner string) *lease {
-	return s.makeLease(key, tok, fence, 0, start.Add(ttl), owner)
+	return s.makeLease(key, tok, hold{fence: fence, reserved: uint64(s.Reserve), took: start}, 0, start.Add(ttl), owner)
 }
 
-// makeLease returns a held lease on the hold tok with fence base + used.
-func (s *Store) makeLease(key, tok string, base, used uint64, deadline time.Time, owner string) *lease {
-	l := &lease{s: s, owner: owner, base: base, used: used}
+// makeLease returns a held lease on h with fence h.fence + used.
+func (s *Store) makeLease(key, tok string, h hold, used uint64, deadline time.Time, owner string) *lease {
+	l := &lease{s: s, owner: owner, hold: h, used: used}
 	l.Lease.Init(lockdriver.Config{
-		Driver: "redisstore", Key: key, Token: tok, Fence: base + used,
+		Driver: "redisstore", Key: key, Token: tok, Fence: h.fence + used,
 		Deadline: deadline,
 		Store:    l,
 		OnEnd:    func(lockdriver.State) { s.leaseEnded(l) },

@@ -42,7 +42,7 @@ func acquireRelease(t *testing.T, ctx context.Context, s *redisstore.Store, key 
 func TestHotKeyKeptForNextAcquire(t *testing.T) {
 	admin := newClient(t)
 	var rt counter
-	a := newStore(t, newClient(t, &rt), redisstore.WithLinger(time.Hour), redisstore.WithMaxLocalHandOffs(4))
+	a := newStore(t, newClient(t, &rt), redisstore.WithLinger(time.Hour), redisstore.WithMaxLocalHold(time.Hour), redisstore.WithMaxLocalHandOffs(4))
 	b := newStore(t, newClient(t))
 	ctx := ctxT(t, 20*time.Second)
 	key := "kept-" + time.Now().Format("150405.000000")
@@ -94,7 +94,7 @@ func TestHotKeyKeptForNextAcquire(t *testing.T) {
 // A kept hold serves an Acquire only while more than 7/8 of the asked TTL
 // is left of it; otherwise it is let go and the key taken anew.
 func TestKeptHoldTooShortIsLetGo(t *testing.T) {
-	a := newStore(t, newClient(t), redisstore.WithLinger(time.Hour))
+	a := newStore(t, newClient(t), redisstore.WithLinger(time.Hour), redisstore.WithMaxLocalHold(time.Hour))
 	ctx := ctxT(t, 20*time.Second)
 	key := "kept-short-" + time.Now().Format("150405.000000")
 	const ttl = 400 * time.Millisecond
@@ -122,7 +122,7 @@ func TestKeptHoldTooShortIsLetGo(t *testing.T) {
 // once.
 func TestCloseLetsKeptKeysGo(t *testing.T) {
 	admin := newClient(t)
-	a, err := redisstore.New(newClient(t), redisstore.WithLinger(time.Hour))
+	a, err := redisstore.New(newClient(t), redisstore.WithLinger(time.Hour), redisstore.WithMaxLocalHold(time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,7 +152,7 @@ func TestCloseLetsKeptKeysGo(t *testing.T) {
 // with no request: the same hold, the next fence.
 func TestLocalHandOffWithoutRoundTrip(t *testing.T) {
 	var rt counter
-	a := newStore(t, newClient(t, &rt))
+	a := newStore(t, newClient(t, &rt), redisstore.WithMaxLocalHold(time.Hour))
 	ctx := ctxT(t, 20*time.Second)
 	key := "local-" + time.Now().Format("150405.000000")
 
@@ -191,5 +191,38 @@ func TestLocalHandOffWithoutRoundTrip(t *testing.T) {
 	}
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A Store hands a key on among its own leases only for WithMaxLocalHold
+// after it took the key from Redis; then a Release lets it go, and the
+// next Acquire takes it anew.
+func TestMaxLocalHoldLetsKeyGo(t *testing.T) {
+	admin := newClient(t)
+	const maxHold = 100 * time.Millisecond
+	a := newStore(t, newClient(t), redisstore.WithLinger(time.Hour), redisstore.WithMaxLocalHold(maxHold))
+	ctx := ctxT(t, 20*time.Second)
+	key := "max-hold-" + time.Now().Format("150405.000000")
+
+	acquireRelease(t, ctx, a, key, 10*time.Second)
+	l, err := a.Acquire(ctx, key, 10*time.Second) // hot: its Release is kept
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(maxHold)
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if tok := holdsToken(t, admin, key); tok != "" {
+		t.Errorf("a Release past WithMaxLocalHold left the key held by %q", tok)
+	}
+	next, err := a.Acquire(ctx, key, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer next.Release(ctx)
+	if next.Token() == l.Token() || next.Fence() <= l.Fence() {
+		t.Errorf("token %q fence %d after token %q fence %d; want a new hold with a higher fence",
+			next.Token(), next.Fence(), l.Token(), l.Fence())
 	}
 }

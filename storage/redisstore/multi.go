@@ -161,7 +161,9 @@ func (s *Store) attemptAll(ctx context.Context, keys []string, ttl time.Duration
 	case len(v) == 1+len(keys) && v[0] == 1:
 		leases := make([]lock.Lease, len(keys))
 		for i, k := range keys {
-			l := s.newLease(k, toks[i], uint64(v[1+i]), start, ttl, "")
+			// The multi-key script reserves no fences: no local hand-off
+			// without a round trip.
+			l := s.makeLease(k, toks[i], hold{fence: uint64(v[1+i]), took: start}, 0, start.Add(ttl), "")
 			s.adopt(l)
 			leases[i] = l
 		}

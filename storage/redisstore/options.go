@@ -32,6 +32,7 @@ type Option func(*options)
 type options struct {
 	rediskit.Options
 	maxHandOffs int
+	maxHold     time.Duration
 	linger      time.Duration
 }
 
@@ -45,7 +46,8 @@ func defaultOptions() options {
 			MinBackoff:   5 * time.Millisecond,
 			MaxBackoff:   250 * time.Millisecond,
 		},
-		maxHandOffs: 16,
+		maxHandOffs: 128,
+		maxHold:     2 * time.Millisecond,
 		linger:      100 * time.Microsecond,
 	}
 }
@@ -85,24 +87,33 @@ func WithObserver(obs observe.Observer) Option { return func(o *options) { o.Obs
 // WithMaxLocalHandOffs bounds how many times in a row a key is handed from
 // one lease of this Store straight to the next waiter of this Store, or
 // kept for the Store's own next Acquire (WithLinger), before it is let go
-// so that other processes can take it. A hand-off needs no round trip
-// while the hold has more than 7/8 of the next lease's TTL left, and one
-// otherwise; either way the next lease gets a higher fence. 0 turns
-// hand-offs off: every Release lets the key go. Default 16.
+// so that other processes can take it; WithMaxLocalHold bounds how long.
+// A hand-off needs no round trip while the hold has more than 7/8 of the
+// next lease's TTL left, and one otherwise; either way the next lease gets
+// a higher fence. 0 turns hand-offs off: every Release lets the key go.
+// Default 128.
 //
 // Each fence Redis issues to this Store reserves this many after it for
-// the hand-offs: lock.Inspector reports the counter past them. Stores that
-// share keys may use different values.
+// the hand-offs: lock.Inspector reports the fence issued, and Redis stores
+// the counter as "<fence>:<reserved>". Stores that share keys may use
+// different values.
 func WithMaxLocalHandOffs(n int) Option { return func(o *options) { o.maxHandOffs = n } }
+
+// WithMaxLocalHold bounds how long after this Store took a key from Redis
+// it may go on handing the key from lease to lease of its own
+// (WithMaxLocalHandOffs) instead of letting it go. No hand-off starts
+// after it, so a waiting process waits for the holding process's turn at
+// most this long plus one critical section. Default 2 ms.
+func WithMaxLocalHold(d time.Duration) Option { return func(o *options) { o.maxHold = d } }
 
 // WithLinger sets how long a Release keeps a hot key for this Store's next
 // Acquire of it before letting it go in Redis. A key is hot here when the
 // Store asked for it again within 10 ms of letting it go: a loop,
 // or a stream of requests for one item. Its next Acquire then takes the key
-// with no round trip (a new lease with a higher fence, counted against
-// WithMaxLocalHandOffs), which is what lets a process that takes one key
-// over and over go at memory speed while other processes still get their
-// turn after every WithMaxLocalHandOffs hand-offs.
+// with no round trip (a new lease with a higher fence, within
+// WithMaxLocalHandOffs and WithMaxLocalHold), which is what lets a process
+// that takes one key over and over go at memory speed while other
+// processes still get their turn.
 //
 // The price, for hot keys only: the key stays held for up to the linger
 // after Release returns (longer if the Go runtime's timers are late, up to
@@ -116,6 +127,9 @@ func (o *options) validate() error {
 	errs := o.Options.Validate()
 	if o.maxHandOffs < 0 {
 		errs = append(errs, fmt.Errorf("max local hand-offs %d is negative", o.maxHandOffs))
+	}
+	if o.maxHold < 0 {
+		errs = append(errs, fmt.Errorf("max local hold %v is negative", o.maxHold))
 	}
 	if o.linger < 0 {
 		errs = append(errs, fmt.Errorf("linger %v is negative", o.linger))

@@ -3,6 +3,7 @@ package redisstore_test
 import (
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
@@ -79,7 +80,8 @@ func TestHandOffReported(t *testing.T) {
 	})
 	t.Run("local", func(t *testing.T) {
 		ev := testenv.NewEvents()
-		s := newStore(t, newClient(t), redisstore.WithObserver(ev))
+		// The holder holds longer than the default WithMaxLocalHold.
+		s := newStore(t, newClient(t), redisstore.WithObserver(ev), redisstore.WithMaxLocalHold(time.Hour))
 		testenv.CheckHandOff(t, s, s, ev, observe.Local)
 	})
 }

@@ -44,6 +44,7 @@ type Store struct {
 	client      Client // scripts go through it: auto-pipelined when the client can pipeline
 	raw         Client // the client as given
 	maxHandOffs int
+	maxHold     time.Duration
 	linger      time.Duration
 	sub         *redisnotify.Subscriber
 
@@ -112,6 +113,7 @@ func New(client Client, opts ...Option) (*Store, error) {
 		client:      scripts,
 		raw:         client,
 		maxHandOffs: o.maxHandOffs,
+		maxHold:     o.maxHold,
 		linger:      o.linger,
 		sub:         redisnotify.New(client, o.PubSub),
 		keys:        make(map[string]*local),

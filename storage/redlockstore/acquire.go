@@ -191,6 +191,7 @@ func (s *Store) grant(ctx context.Context, v *votes, ar *acquireRound, ttl time.
 		}
 	}
 	l := s.newLease(v.key, v.tok, fence, ar.start.Add(ttl-drift), onEnd, nil)
+	l.took = ar.start
 	v.mu.Lock()
 	v.lease = l
 	v.mu.Unlock()

@@ -23,7 +23,7 @@ type kept struct {
 // releasing it on the nodes, when the key is hot here and the hold may
 // serve another lease. It reports whether it did.
 func (s *Store) keep(l *lease) bool {
-	if s.linger <= 0 || !l.hot || l.nodes != nil || l.used >= uint64(s.maxHandOffs) {
+	if s.linger <= 0 || !l.hot || !s.mayReuse(l) {
 		return false
 	}
 	deadline := l.Deadline()
@@ -39,6 +39,12 @@ func (s *Store) keep(l *lease) bool {
 	s.kept[l.Key()] = k
 	k.timer = time.AfterFunc(s.linger, func() { s.letGo(k) })
 	return true
+}
+
+// mayReuse reports whether l's hold may serve another lease: not an
+// owner's re-entry, and within WithMaxLocalHandOffs and WithMaxLocalHold.
+func (s *Store) mayReuse(l *lease) bool {
+	return l.nodes == nil && l.used < uint64(s.maxHandOffs) && time.Since(l.took) < s.maxHold
 }
 
 // letGo releases the kept hold k on the nodes, unless an Acquire took it.
@@ -58,7 +64,7 @@ func (s *Store) letGo(k *kept) {
 // takeKept serves an Acquire of key for ttl (not an owner's) from the hold
 // this Store kept, if it has one: a lease with no round, or nil once the
 // hold, unable to serve (less than 7/8 of ttl left of it, or its hand-off
-// budget spent), is released.
+// budget or time spent), is released.
 func (s *Store) takeKept(key string, ttl time.Duration) lock.Lease {
 	s.keptMu.Lock()
 	k := s.kept[key]
@@ -70,13 +76,13 @@ func (s *Store) takeKept(key string, ttl time.Duration) lock.Lease {
 	k.timer.Stop()
 	s.keptMu.Unlock()
 	prev := k.lease
-	if prev.used < uint64(s.maxHandOffs) && time.Until(k.deadline) >= ttl-ttl/8 {
+	if s.mayReuse(prev) && time.Until(k.deadline) >= ttl-ttl/8 {
 		var fence uint64
 		if s.redlock.fenced {
 			fence = prev.base + prev.used + 1
 		}
 		l := s.newLease(key, prev.Token(), fence, k.deadline, nil, nil)
-		l.base, l.used, l.hot = prev.base, prev.used+1, true
+		l.base, l.used, l.took, l.hot = prev.base, prev.used+1, prev.took, true
 		return l
 	}
 	s.recent.LetGo(key)

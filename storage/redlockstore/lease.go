@@ -21,7 +21,8 @@ type lease struct {
 	// used of them went to this lease and the kept-hold leases before it.
 	// The lease's fence is base + used (0 unfenced).
 	base, used uint64
-	hot        bool // taken by a non-owner right after this Store let the key go: kept on Release
+	took       time.Time // when the Store took the key from the nodes (the round's start)
+	hot        bool      // taken by a non-owner right after this Store let the key go: kept on Release
 }
 
 // newLease returns a held lease valid until deadline: the start of its

@@ -38,6 +38,7 @@ type redlockOptions struct {
 	quorumWait  time.Duration // 0: until ctx ends
 	linger      time.Duration
 	maxHandOffs int
+	maxHold     time.Duration
 }
 
 func defaultOptions() options {
@@ -51,7 +52,7 @@ func defaultOptions() options {
 			MaxBackoff:   100 * time.Millisecond,
 		},
 		redlockOptions: redlockOptions{driftFactor: 0.01, driftFloor: 2 * time.Millisecond, fenced: true,
-			linger: 100 * time.Microsecond, maxHandOffs: 16},
+			linger: 100 * time.Microsecond, maxHandOffs: 128, maxHold: 2 * time.Millisecond},
 	}
 }
 
@@ -111,8 +112,9 @@ func WithBackoff(min, max time.Duration) Option {
 // loop, or a stream of requests for one item); its next Acquire then takes
 // the key with no round: the same hold, with the next fence the hold
 // reserved (fenced mode) and the hold's validity, which must be at least
-// 7/8 of the asked TTL. After WithMaxLocalHandOffs such leases in a row the
-// key is released, so that other processes get their turn.
+// 7/8 of the asked TTL. After WithMaxLocalHandOffs such leases in a row,
+// or WithMaxLocalHold after the Store took the key from the nodes, the key
+// is released, so that other processes get their turn.
 //
 // The price, for hot keys only: the key stays held for up to the linger
 // after Release returns (longer if the Go runtime's timers are late, up to
@@ -124,8 +126,14 @@ func WithLinger(d time.Duration) Option { return func(o *options) { o.linger = d
 
 // WithMaxLocalHandOffs bounds how many leases in a row a kept hold serves
 // (WithLinger) before the key is released. Each fence the Store settles
-// reserves this many after it (fenced mode). Default 16.
+// reserves this many after it (fenced mode). Default 128.
 func WithMaxLocalHandOffs(n int) Option { return func(o *options) { o.maxHandOffs = n } }
+
+// WithMaxLocalHold bounds how long after this Store took a key from the
+// nodes a kept hold may serve its leases (WithLinger). No kept lease starts
+// after it, so a waiting process waits for the holding process's turn at
+// most this long plus one critical section. Default 2 ms.
+func WithMaxLocalHold(d time.Duration) Option { return func(o *options) { o.maxHold = d } }
 
 func (o *options) validate() error {
 	errs := o.Options.Validate()
@@ -134,6 +142,9 @@ func (o *options) validate() error {
 	}
 	if o.maxHandOffs < 0 {
 		errs = append(errs, fmt.Errorf("max local hand-offs %d is negative", o.maxHandOffs))
+	}
+	if o.maxHold < 0 {
+		errs = append(errs, fmt.Errorf("max local hold %s is negative", o.maxHold))
 	}
 	if o.quorumWait < 0 {
 		errs = append(errs, fmt.Errorf("quorum wait %s is negative", o.quorumWait))

@@ -40,6 +40,7 @@ type Store struct {
 
 	linger      time.Duration
 	maxHandOffs int
+	maxHold     time.Duration
 	recent      rediskit.Recent // when this Store last let each key go (lease.hot)
 	keptMu      sync.Mutex
 	kept        map[string]*kept // holds kept after their Release (kept.go)
@@ -148,6 +149,7 @@ func New(clients []Client, opts ...Option) (*Store, error) {
 		closed:      make(chan struct{}),
 		linger:      o.linger,
 		maxHandOffs: o.maxHandOffs,
+		maxHold:     o.maxHold,
 		kept:        map[string]*kept{},
 	}
 	s.Init(o.Options)
