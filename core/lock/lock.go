@@ -37,8 +37,11 @@ type Lease interface {
 	// Key is the key this lease holds.
 	Key() string
 
-	// Token is random per acquisition: only its holder can refresh or
-	// release the lease.
+	// Token is random per hold of the key in the store: only its holder
+	// can refresh or release the lease. Leases that continue one hold share
+	// its token: an owner's re-entries (WithOwner), and the leases a Redis
+	// driver hands from one to the next inside its process without a round
+	// trip (local hand-offs); each of those has a fence of its own.
 	Token() string
 
 	// Fence is strictly greater than the fence of every earlier lease on the
