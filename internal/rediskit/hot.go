@@ -45,3 +45,24 @@ func (r *Recent) Hot(key string) bool {
 	r.mu.Unlock()
 	return ok && time.Since(at) < HotFor
 }
+
+// ReservedFences is how many fences past each one it is issued a Store
+// keeps for its local hand-offs without a round trip (see fence.lua), when
+// it hands keys on at all.
+const ReservedFences = 128
+
+// HandOffs bounds how long a Store hands a key from lease to lease of its
+// own (its waiters, or its next Acquire of a kept key) before it lets the
+// key go so that other processes get their turn: Max hand-offs in a row,
+// or as many as start within Hold after the Store took the key, whichever
+// is more. Max 0 turns hand-offs off.
+type HandOffs struct {
+	Max  int
+	Hold time.Duration
+}
+
+// Left reports whether another hand-off may follow n of them on a hold the
+// Store took at took.
+func (h HandOffs) Left(n int, took time.Time) bool {
+	return h.Max > 0 && (n < h.Max || time.Since(took) < h.Hold)
+}

@@ -82,7 +82,7 @@ func (s *Store) handOff(ctx context.Context, l *lease) (bool, error) {
 	key := l.Key()
 	s.mu.Lock()
 	ls := s.keys[key]
-	if ls == nil || ls.holder != l || ls.handingOff || ls.handOffs >= s.maxHandOffs || time.Since(l.hold.took) >= s.maxHold {
+	if ls == nil || ls.holder != l || ls.handingOff || !s.handOffs.Left(ls.handOffs, l.hold.took) {
 		s.mu.Unlock()
 		return false, nil
 	}
@@ -155,10 +155,10 @@ func (s *Store) handOff(ctx context.Context, l *lease) (bool, error) {
 // reuseLocked returns the next lease of the hold l (ended or ending) had,
 // for a waiter of this Store asking for ttl, with no round trip: the same
 // token, the hold's next reserved fence, the hold's deadline. It counts a
-// hand-off. It returns nil when the hold cannot serve: its reserved fences,
-// the Store's hand-off budget or its time (WithMaxLocalHold) are spent,
-// or less than 7/8 of ttl is left of it (a hand-off in one round trip
-// renews it).
+// hand-off. It returns nil when the hold cannot serve: its reserved fences
+// or the Store's hand-off budget (WithMaxLocalHandOffs, WithMaxLocalHold)
+// are spent, or less than 7/8 of ttl is left of it (a hand-off in one
+// round trip renews it).
 func (s *Store) reuseLocked(ls *local, key string, l *lease, deadline time.Time, ttl time.Duration) *lease {
 	if !s.mayReuse(ls, l) || time.Until(deadline) < ttl-ttl/8 {
 		return nil
@@ -170,7 +170,7 @@ func (s *Store) reuseLocked(ls *local, key string, l *lease, deadline time.Time,
 // mayReuse reports whether l's hold may serve another lease without a round
 // trip.
 func (s *Store) mayReuse(ls *local, l *lease) bool {
-	return l.owner == "" && l.used < l.hold.reserved && ls.handOffs < s.maxHandOffs && time.Since(l.hold.took) < s.maxHold
+	return l.owner == "" && l.used < l.hold.reserved && s.handOffs.Left(ls.handOffs, l.hold.took)
 }
 
 // kept is a hold of this Store on a key whose lease was released, kept for

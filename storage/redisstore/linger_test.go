@@ -42,7 +42,7 @@ func acquireRelease(t *testing.T, ctx context.Context, s *redisstore.Store, key 
 func TestHotKeyKeptForNextAcquire(t *testing.T) {
 	admin := newClient(t)
 	var rt counter
-	a := newStore(t, newClient(t, &rt), redisstore.WithLinger(time.Hour), redisstore.WithMaxLocalHold(time.Hour), redisstore.WithMaxLocalHandOffs(4))
+	a := newStore(t, newClient(t, &rt), redisstore.WithLinger(time.Hour), redisstore.WithMaxLocalHold(0), redisstore.WithMaxLocalHandOffs(4))
 	b := newStore(t, newClient(t))
 	ctx := ctxT(t, 20*time.Second)
 	key := "kept-" + time.Now().Format("150405.000000")
@@ -194,27 +194,32 @@ func TestLocalHandOffWithoutRoundTrip(t *testing.T) {
 	}
 }
 
-// A Store hands a key on among its own leases only for WithMaxLocalHold
-// after it took the key from Redis; then a Release lets it go, and the
-// next Acquire takes it anew.
+// Past WithMaxLocalHandOffs, a Store goes on handing a key on among its own
+// leases only within WithMaxLocalHold after it took the key from Redis;
+// then a Release lets it go, and the next Acquire takes it anew.
 func TestMaxLocalHoldLetsKeyGo(t *testing.T) {
 	admin := newClient(t)
 	const maxHold = 100 * time.Millisecond
-	a := newStore(t, newClient(t), redisstore.WithLinger(time.Hour), redisstore.WithMaxLocalHold(maxHold))
+	a := newStore(t, newClient(t), redisstore.WithLinger(time.Hour),
+		redisstore.WithMaxLocalHandOffs(1), redisstore.WithMaxLocalHold(maxHold))
 	ctx := ctxT(t, 20*time.Second)
 	key := "max-hold-" + time.Now().Format("150405.000000")
 
 	acquireRelease(t, ctx, a, key, 10*time.Second)
-	l, err := a.Acquire(ctx, key, 10*time.Second) // hot: its Release is kept
+	taken := acquireRelease(t, ctx, a, key, 10*time.Second) // hot: kept (the first hand-off)
+	l, err := a.Acquire(ctx, key, 10*time.Second)          // the second, within maxHold
 	if err != nil {
 		t.Fatal(err)
+	}
+	if l.Token() != taken.Token() {
+		t.Fatalf("a hand-off past WithMaxLocalHandOffs but within WithMaxLocalHold took a new hold")
 	}
 	time.Sleep(maxHold)
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if tok := holdsToken(t, admin, key); tok != "" {
-		t.Errorf("a Release past WithMaxLocalHold left the key held by %q", tok)
+		t.Errorf("a Release past both bounds left the key held by %q", tok)
 	}
 	next, err := a.Acquire(ctx, key, 10*time.Second)
 	if err != nil {

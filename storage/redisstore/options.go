@@ -46,8 +46,8 @@ func defaultOptions() options {
 			MinBackoff:   5 * time.Millisecond,
 			MaxBackoff:   250 * time.Millisecond,
 		},
-		maxHandOffs: 128,
-		maxHold:     2 * time.Millisecond,
+		maxHandOffs: 16,
+		maxHold:     time.Millisecond,
 		linger:      100 * time.Microsecond,
 	}
 }
@@ -84,26 +84,22 @@ func WithBackoff(min, max time.Duration) Option {
 // package observe). Default: none.
 func WithObserver(obs observe.Observer) Option { return func(o *options) { o.Observer = obs } }
 
-// WithMaxLocalHandOffs bounds how many times in a row a key is handed from
-// one lease of this Store straight to the next waiter of this Store, or
-// kept for the Store's own next Acquire (WithLinger), before it is let go
-// so that other processes can take it; WithMaxLocalHold bounds how long.
-// A hand-off needs no round trip while the hold has more than 7/8 of the
-// next lease's TTL left, and one otherwise; either way the next lease gets
-// a higher fence. 0 turns hand-offs off: every Release lets the key go.
-// Default 128.
+// WithMaxLocalHandOffs and WithMaxLocalHold bound how long a key is handed
+// from one lease of this Store straight to the next waiter of this Store,
+// or kept for the Store's own next Acquire (WithLinger), before it is let
+// go so that other processes can take it: n hand-offs in a row, or as many
+// as start within d after the Store took the key from Redis, whichever is
+// more. A hand-off needs no round trip while the hold has more than 7/8 of
+// the next lease's TTL left and fewer than 128 hand-offs behind it, and one
+// otherwise; either way the next lease gets a higher fence. n = 0 turns
+// hand-offs off: every Release lets the key go. Defaults 16 and 1 ms.
 //
-// Each fence Redis issues to this Store reserves this many after it for
-// the hand-offs: lock.Inspector reports the fence issued, and Redis stores
-// the counter as "<fence>:<reserved>". Stores that share keys may use
-// different values.
+// Each fence Redis issues to a Store that hands keys on reserves the next
+// 128 for it: lock.Inspector reports the fence issued, and Redis stores
+// the counter as "<fence>:128".
 func WithMaxLocalHandOffs(n int) Option { return func(o *options) { o.maxHandOffs = n } }
 
-// WithMaxLocalHold bounds how long after this Store took a key from Redis
-// it may go on handing the key from lease to lease of its own
-// (WithMaxLocalHandOffs) instead of letting it go. No hand-off starts
-// after it, so a waiting process waits for the holding process's turn at
-// most this long plus one critical section. Default 2 ms.
+// WithMaxLocalHold: see WithMaxLocalHandOffs.
 func WithMaxLocalHold(d time.Duration) Option { return func(o *options) { o.maxHold = d } }
 
 // WithLinger sets how long a Release keeps a hot key for this Store's next

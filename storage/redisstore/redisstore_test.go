@@ -3,7 +3,6 @@ package redisstore_test
 import (
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
@@ -80,8 +79,7 @@ func TestHandOffReported(t *testing.T) {
 	})
 	t.Run("local", func(t *testing.T) {
 		ev := testenv.NewEvents()
-		// The holder holds longer than the default WithMaxLocalHold.
-		s := newStore(t, newClient(t), redisstore.WithObserver(ev), redisstore.WithMaxLocalHold(time.Hour))
+		s := newStore(t, newClient(t), redisstore.WithObserver(ev))
 		testenv.CheckHandOff(t, s, s, ev, observe.Local)
 	})
 }

@@ -39,14 +39,13 @@ type Client = rediskit.Client
 // WithMaxLocalHandOffs times in a row before the key is let go so that
 // other processes get their turn.
 type Store struct {
-	base               // what both Redis drivers share (options, names, script calls)
-	finisher           // idem.Store's Complete, Abandon and Extend
-	client      Client // scripts go through it: auto-pipelined when the client can pipeline
-	raw         Client // the client as given
-	maxHandOffs int
-	maxHold     time.Duration
-	linger      time.Duration
-	sub         *redisnotify.Subscriber
+	base            // what both Redis drivers share (options, names, script calls)
+	finisher        // idem.Store's Complete, Abandon and Extend
+	client   Client // scripts go through it: auto-pipelined when the client can pipeline
+	raw      Client // the client as given
+	handOffs rediskit.HandOffs
+	linger   time.Duration
+	sub      *redisnotify.Subscriber
 
 	mu      sync.Mutex
 	keys    map[string]*local
@@ -110,17 +109,18 @@ func New(client Client, opts ...Option) (*Store, error) {
 		scripts = rediskit.AutoPipeline(p)
 	}
 	s := &Store{
-		client:      scripts,
-		raw:         client,
-		maxHandOffs: o.maxHandOffs,
-		maxHold:     o.maxHold,
-		linger:      o.linger,
-		sub:         redisnotify.New(client, o.PubSub),
-		keys:        make(map[string]*local),
+		client:   scripts,
+		raw:      client,
+		handOffs: rediskit.HandOffs{Max: o.maxHandOffs, Hold: o.maxHold},
+		linger:   o.linger,
+		sub:      redisnotify.New(client, o.PubSub),
+		keys:     make(map[string]*local),
 	}
 	s.Init(o.Options)
 	s.Grants = true // one deployment: its release alone decides who holds a key
-	s.Reserve = o.maxHandOffs
+	if o.maxHandOffs > 0 {
+		s.Reserve = rediskit.ReservedFences
+	}
 	s.sub.OnOrphanGrant(func(channel, payload string) {
 		if tok, _, ok := rediskit.ParseGrant(payload); !ok || !s.isAbandoned(tok) {
 			return

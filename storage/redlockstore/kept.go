@@ -42,9 +42,10 @@ func (s *Store) keep(l *lease) bool {
 }
 
 // mayReuse reports whether l's hold may serve another lease: not an
-// owner's re-entry, and within WithMaxLocalHandOffs and WithMaxLocalHold.
+// owner's re-entry, with a reserved fence left (fenced mode), and within
+// WithMaxLocalHandOffs and WithMaxLocalHold.
 func (s *Store) mayReuse(l *lease) bool {
-	return l.nodes == nil && l.used < uint64(s.maxHandOffs) && time.Since(l.took) < s.maxHold
+	return l.nodes == nil && (!s.redlock.fenced || l.used < uint64(s.Reserve)) && s.handOffs.Left(int(l.used), l.took)
 }
 
 // letGo releases the kept hold k on the nodes, unless an Acquire took it.

@@ -23,7 +23,7 @@ func TestHotKeyKeptForNextAcquire(t *testing.T) {
 	}{{"fenced", nil}, {"unfenced", []redlockstore.Option{redlockstore.WithoutFencing()}}} {
 		t.Run(mode.name, func(t *testing.T) {
 			var rt counter
-			a := newStore(t, clients(t, addrs, &rt), append(mode.opts, redlockstore.WithLinger(time.Hour), redlockstore.WithMaxLocalHold(time.Hour), redlockstore.WithMaxLocalHandOffs(4))...)
+			a := newStore(t, clients(t, addrs, &rt), append(mode.opts, redlockstore.WithLinger(time.Hour), redlockstore.WithMaxLocalHold(0), redlockstore.WithMaxLocalHandOffs(4))...)
 			b := newStore(t, clients(t, addrs), mode.opts...)
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()

@@ -52,7 +52,7 @@ func defaultOptions() options {
 			MaxBackoff:   100 * time.Millisecond,
 		},
 		redlockOptions: redlockOptions{driftFactor: 0.01, driftFloor: 2 * time.Millisecond, fenced: true,
-			linger: 100 * time.Microsecond, maxHandOffs: 128, maxHold: 2 * time.Millisecond},
+			linger: 100 * time.Microsecond, maxHandOffs: 16, maxHold: time.Millisecond},
 	}
 }
 
@@ -112,9 +112,8 @@ func WithBackoff(min, max time.Duration) Option {
 // loop, or a stream of requests for one item); its next Acquire then takes
 // the key with no round: the same hold, with the next fence the hold
 // reserved (fenced mode) and the hold's validity, which must be at least
-// 7/8 of the asked TTL. After WithMaxLocalHandOffs such leases in a row,
-// or WithMaxLocalHold after the Store took the key from the nodes, the key
-// is released, so that other processes get their turn.
+// 7/8 of the asked TTL. Within WithMaxLocalHandOffs and WithMaxLocalHold
+// the key is then released, so that other processes get their turn.
 //
 // The price, for hot keys only: the key stays held for up to the linger
 // after Release returns (longer if the Go runtime's timers are late, up to
@@ -124,15 +123,16 @@ func WithBackoff(min, max time.Duration) Option {
 // off. Default 100 µs.
 func WithLinger(d time.Duration) Option { return func(o *options) { o.linger = d } }
 
-// WithMaxLocalHandOffs bounds how many leases in a row a kept hold serves
-// (WithLinger) before the key is released. Each fence the Store settles
-// reserves this many after it (fenced mode). Default 128.
+// WithMaxLocalHandOffs and WithMaxLocalHold bound how long a kept hold
+// (WithLinger) serves this Store's leases before the key is released so
+// that other processes get their turn: n leases in a row, or as many as
+// start within d after the Store took the key from the nodes, whichever is
+// more (and at most 128 per fence settled, fenced mode). n = 0 turns kept
+// holds off. Each fence the Store settles reserves the next 128 (fenced
+// mode). Defaults 16 and 1 ms.
 func WithMaxLocalHandOffs(n int) Option { return func(o *options) { o.maxHandOffs = n } }
 
-// WithMaxLocalHold bounds how long after this Store took a key from the
-// nodes a kept hold may serve its leases (WithLinger). No kept lease starts
-// after it, so a waiting process waits for the holding process's turn at
-// most this long plus one critical section. Default 2 ms.
+// WithMaxLocalHold: see WithMaxLocalHandOffs.
 func WithMaxLocalHold(d time.Duration) Option { return func(o *options) { o.maxHold = d } }
 
 func (o *options) validate() error {

@@ -38,13 +38,12 @@ type Store struct {
 	quorum   int
 	local    keyq.Queue // one competitor per key in this Store
 
-	linger      time.Duration
-	maxHandOffs int
-	maxHold     time.Duration
-	recent      rediskit.Recent // when this Store last let each key go (lease.hot)
-	keptMu      sync.Mutex
-	kept        map[string]*kept // holds kept after their Release (kept.go)
-	closing     bool             // Close has begun: no hold is kept any more
+	linger   time.Duration
+	handOffs rediskit.HandOffs
+	recent   rediskit.Recent // when this Store last let each key go (lease.hot)
+	keptMu   sync.Mutex
+	kept     map[string]*kept // holds kept after their Release (kept.go)
+	closing  bool             // Close has begun: no hold is kept any more
 
 	closed    chan struct{}
 	closeOnce sync.Once
@@ -144,17 +143,16 @@ func New(clients []Client, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("redlockstore: New: %w", err)
 	}
 	s := &Store{
-		redlock:     o.redlockOptions,
-		quorum:      len(clients)/2 + 1,
-		closed:      make(chan struct{}),
-		linger:      o.linger,
-		maxHandOffs: o.maxHandOffs,
-		maxHold:     o.maxHold,
-		kept:        map[string]*kept{},
+		redlock:  o.redlockOptions,
+		quorum:   len(clients)/2 + 1,
+		closed:   make(chan struct{}),
+		linger:   o.linger,
+		handOffs: rediskit.HandOffs{Max: o.maxHandOffs, Hold: o.maxHold},
+		kept:     map[string]*kept{},
 	}
 	s.Init(o.Options)
-	if o.fenced {
-		s.Reserve = o.maxHandOffs // the fences of kept holds' leases (kept.go)
+	if o.fenced && o.maxHandOffs > 0 {
+		s.Reserve = rediskit.ReservedFences // the fences of kept holds' leases (kept.go)
 	}
 	s.FinishClaim = s.finishClaim
 	seen := map[string]bool{}
