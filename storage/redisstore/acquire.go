@@ -347,10 +347,7 @@ func (s *Store) granted(key string, own *redisnotify.Watcher, w *waiter, sent ti
 	var others []string
 	for _, g := range own.Grants() {
 		if tok, fence, ok := rediskit.ParseGrant(g); ok && tok == w.token && l == nil {
-			// Its validity counts from the attempt; its hold's time for
-			// local hand-offs (WithMaxLocalHold) from now, its turn.
-			h := hold{fence: fence, reserved: uint64(s.Reserve), took: time.Now()}
-			l = s.makeLease(key, tok, h, 0, sent.Add(w.ttl), w.owner)
+			l = s.newLease(key, tok, fence, sent, w.ttl, w.owner) // valid from the attempt
 		} else {
 			others = append(others, g)
 		}

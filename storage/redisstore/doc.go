@@ -60,17 +60,43 @@
 // it busy meanwhile, so a process that releases and at once asks again
 // cannot take it back from the woken waiter (bounded barging; without it,
 // one process could keep a contended key for seconds). A member that
-// stops trying (a dead process) expires after three recheck intervals. When nobody is queued, and on servers before
-// Redis 7 (whose scripts cannot tell their version), the release goes to
+// stops trying (a dead process) expires after three recheck intervals.
+// When nobody is queued, and on servers before Redis 7 (whose scripts
+// cannot tell their version), the release goes to
 // the general channel "<prefix>{K}:release". Waiters listen on both over
 // the Store's single pub/sub connection (shared by all keys) and try again
 // when a release message arrives, when the holder's remaining TTL runs
 // out, or at the latest after WithRecheckInterval (default 1 s), in case a
-// message was lost while the pub/sub connection reconnected. When a lease of the Store is released
-// while another goroutine of the same Store waits, the key is handed off
-// in one round trip (new token, new fence) without being let go, up to
-// WithMaxLocalHandOffs times in a row (default 16) before other processes
-// get their chance.
+// message was lost while the pub/sub connection reconnected.
+//
+// # Local hand-offs and hot keys
+//
+// When a lease of the Store is released while another goroutine of the
+// same Store waits, the key is handed to it without being let go, and
+// usually without a round trip: the next lease continues the Store's hold
+// (same token in Redis, same expiry) with the next fence of the ones Redis
+// reserved for the hold. Every fence Redis issues to a Store reserves the
+// next 128 (the counter is stored as "<fence>:128", and every later fence
+// from Redis is above them), so fences still rise with every lease. A hold
+// with less than 7/8 of the next lease's TTL left, or with its reserved
+// fences spent, is handed on in one round trip instead (new token, new
+// fence, new expiry).
+//
+// A key this Store asks for again within 10 ms of letting it go is hot
+// here (a loop, a stream of orders for one item): its Release keeps the
+// hold for WithLinger (default 100 µs), and the Store's next Acquire of the
+// key in that moment takes it the same way, with no round trip. A process
+// that takes one key over and over thus runs at memory speed.
+//
+// Either way the Store lets the key go, granting it to the first waiting
+// process, after WithMaxLocalHandOffs hand-offs in a row (default 16) or
+// as many as start within WithMaxLocalHold of taking the key (default 1
+// ms), whichever is more: bounded barging, so waiting processes get their
+// turn. The price of keeping hot keys: the key stays held for up to the
+// linger after Release returns (the Go runtime's timers can make that
+// about a millisecond in an idle process), so another process's TryAcquire
+// may find it busy then, and a process that exits in that moment without
+// Close leaves it held until its TTL ends. Close lets kept keys go.
 //
 // # Cancellation and faults
 //

@@ -24,14 +24,14 @@ type lease struct {
 type hold struct {
 	fence    uint64    // the last fence Redis issued for the token
 	reserved uint64    // how many fences after it Redis reserved (rediskit's fence.lua)
-	took     time.Time // when the Store took the key from Redis: before the request that did was sent
+	took     time.Time // when the Store learnt it took the key from Redis (WithMaxLocalHold counts from it)
 }
 
 // newLease returns a held lease whose local deadline is start + ttl:
 // counted from before the request was sent, it never passes after the
 // server's own expiry. Its fence reserved the Store's Reserve after it.
 func (s *Store) newLease(key, tok string, fence uint64, start time.Time, ttl time.Duration, owner string) *lease {
-	return s.makeLease(key, tok, hold{fence: fence, reserved: uint64(s.Reserve), took: start}, 0, start.Add(ttl), owner)
+	return s.makeLease(key, tok, hold{fence: fence, reserved: uint64(s.Reserve), took: time.Now()}, 0, start.Add(ttl), owner)
 }
 
 // makeLease returns a held lease on h with fence h.fence + used.

@@ -191,7 +191,7 @@ func (s *Store) grant(ctx context.Context, v *votes, ar *acquireRound, ttl time.
 		}
 	}
 	l := s.newLease(v.key, v.tok, fence, ar.start.Add(ttl-drift), onEnd, nil)
-	l.took = ar.start
+	l.took = time.Now() // WithMaxLocalHold counts from here
 	v.mu.Lock()
 	v.lease = l
 	v.mu.Unlock()

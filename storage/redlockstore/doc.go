@@ -77,6 +77,22 @@
 // clocks have not stepped back past it. WithoutFencing skips the counters
 // and round two (Fence() is then 0) for callers that only need exclusion.
 //
+// # Hot keys
+//
+// A key this Store asks for again within 10 ms of releasing it is hot here
+// (a loop, a stream of orders for one item): its Release keeps the hold on
+// the nodes for WithLinger (default 100 µs), and the Store's next Acquire
+// of the key in that moment takes it with no round: the same token on the
+// same nodes, the hold's validity, and the next of 128 fences the hold's
+// round two reserved (it raises the counters to "T:128", and every later T
+// is above T + 128 by the argument above). Within WithMaxLocalHandOffs
+// leases in a row (default 16) or as many as start within WithMaxLocalHold
+// of taking the key (default 1 ms), whichever is more, the key is then
+// released so that waiting processes get their turn. The price: the key
+// stays held for up to the linger after Release returns, and a process
+// that exits in that moment without Close leaves it held until its TTL
+// ends. Close releases kept holds.
+//
 // # Limits: node restarts
 //
 // Exclusion rests on the holder's key surviving on a majority. A node that

@@ -21,7 +21,7 @@ type lease struct {
 	// used of them went to this lease and the kept-hold leases before it.
 	// The lease's fence is base + used (0 unfenced).
 	base, used uint64
-	took       time.Time // when the Store took the key from the nodes (the round's start)
+	took       time.Time // when the Store learnt it took the key from the nodes
 	hot        bool      // taken by a non-owner right after this Store let the key go: kept on Release
 }
 
