@@ -86,17 +86,33 @@ func fiveClients(b *testing.B, cc *commandCounter) []*goredislib.Client {
 }
 
 // BenchmarkRedlockUncontended: one goroutine, acquire + release on five
-// independent servers.
-func BenchmarkRedlockUncontended(b *testing.B) {
+// independent servers, the same key every cycle (oncekit keeps a key its
+// process takes over and over: redlockstore.WithLinger).
+func BenchmarkRedlockUncontended(b *testing.B) { redlockUncontended(b, false) }
+
+// BenchmarkRedlockUncontendedNewKey: the same with a new key every cycle.
+func BenchmarkRedlockUncontendedNewKey(b *testing.B) { redlockUncontended(b, true) }
+
+func redlockUncontended(b *testing.B, newKey bool) {
 	for _, im := range fiveNodes {
 		b.Run(im.name, func(b *testing.B) {
 			cc := &commandCounter{}
 			lock := im.make(b, fiveClients(b, cc))
 			key := benchKey(im.name)
 			warm(b, lock, key)
+			keys := []string{key}
+			if newKey {
+				keys = make([]string, 1<<16)
+				for i := range keys {
+					keys[i] = fmt.Sprintf("%s:%d", key, i)
+				}
+			}
 			cmds0 := cc.n.Load()
 			b.ResetTimer()
+			i := 0
 			for b.Loop() {
+				key := keys[i%len(keys)]
+				i++
 				release, err := lock(context.Background(), key)
 				if err != nil {
 					b.Fatal(err)
