@@ -41,6 +41,20 @@ func (e *Events) Of(op observe.Op) []observe.Event {
 	return out
 }
 
+// AcquireLater starts l.Acquire(ctx, key, ttl) on a goroutine of its own
+// and returns where its lease arrives: nil after an error, which fails t.
+func AcquireLater(ctx context.Context, t testing.TB, l lock.Locker, key string, ttl time.Duration) <-chan lock.Lease {
+	got := make(chan lock.Lease, 1)
+	go func() {
+		lease, err := l.Acquire(ctx, key, ttl)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- lease
+	}()
+	return got
+}
+
 // CheckHandOff has waiter wait for a key holder holds, releases it, and
 // checks that waiter's driver reported one hand-off on events with path
 // want, the waiter's fence and a plausible latency.
@@ -53,14 +67,7 @@ func CheckHandOff(t *testing.T, holder, waiter lock.Locker, events *Events, want
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := make(chan lock.Lease, 1)
-	go func() {
-		l, err := waiter.Acquire(ctx, key, 10*time.Second)
-		if err != nil {
-			t.Error(err)
-		}
-		got <- l
-	}()
+	got := AcquireLater(ctx, t, waiter, key, 10*time.Second)
 	time.Sleep(100 * time.Millisecond) // the waiter is queued and subscribed
 	if err := held.Release(ctx); err != nil {
 		t.Fatal(err)

@@ -42,14 +42,7 @@ func TestReleaseGrantsToWaitingProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := make(chan lock.Lease, 1)
-	go func() {
-		l, err := waiter.Acquire(ctx, key, 10*time.Second)
-		if err != nil {
-			t.Error(err)
-		}
-		got <- l
-	}()
+	got := testenv.AcquireLater(ctx, t, waiter, key, 10*time.Second)
 	waitQueued(t, admin, key, 1)
 	before := rt.N.Load()
 	if err := held.Release(ctx); err != nil {

@@ -8,6 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/oncekit/oncekit/core/lock"
+	"github.com/oncekit/oncekit/internal/testenv"
 	"github.com/oncekit/oncekit/storage/redisstore"
 )
 
@@ -59,14 +60,7 @@ func TestHotKeyKeptForNextAcquire(t *testing.T) {
 		t.Fatalf("the hot key's Release: key holds %q, want it kept for the Store (%q)", tok, last.Token())
 	}
 
-	got := make(chan lock.Lease, 1)
-	go func() {
-		l, err := b.Acquire(ctx, key, 10*time.Second)
-		if err != nil {
-			t.Error(err)
-		}
-		got <- l
-	}()
+	got := testenv.AcquireLater(ctx, t, b, key, 10*time.Second)
 	waitQueued(t, admin, key, 1)
 
 	before := rt.N.Load()
@@ -160,14 +154,7 @@ func TestLocalHandOffWithoutRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := make(chan lock.Lease, 1)
-	go func() {
-		l, err := a.Acquire(ctx, key, 10*time.Second)
-		if err != nil {
-			t.Error(err)
-		}
-		got <- l
-	}()
+	got := testenv.AcquireLater(ctx, t, a, key, 10*time.Second)
 	time.Sleep(50 * time.Millisecond) // queued in the Store
 	before := rt.N.Load()
 	if err := held.Release(ctx); err != nil {
@@ -207,7 +194,7 @@ func TestMaxLocalHoldLetsKeyGo(t *testing.T) {
 
 	acquireRelease(t, ctx, a, key, 10*time.Second)
 	taken := acquireRelease(t, ctx, a, key, 10*time.Second) // hot: kept (the first hand-off)
-	l, err := a.Acquire(ctx, key, 10*time.Second)          // the second, within maxHold
+	l, err := a.Acquire(ctx, key, 10*time.Second)           // the second, within maxHold
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -46,14 +46,7 @@ func TestHotKeyKeptForNextAcquire(t *testing.T) {
 				t.Fatal("a hot key's Release let it go; want it kept for the Store")
 			}
 
-			got := make(chan lock.Lease, 1)
-			go func() {
-				l, err := b.Acquire(ctx, key, 10*time.Second)
-				if err != nil {
-					t.Error(err)
-				}
-				got <- l
-			}()
+			got := testenv.AcquireLater(ctx, t, b, key, 10*time.Second)
 			time.Sleep(100 * time.Millisecond) // b queued on the nodes
 			before := rt.N.Load()
 			for i := range 4 {
