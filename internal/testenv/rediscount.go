@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"sync/atomic"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -43,4 +44,26 @@ func (c *RedisCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis
 		}
 		return next(ctx, cmds)
 	}
+}
+
+// SlowScript is a go-redis hook that holds back every call of one script
+// (by its SHA) by Delay, to land its reply after something else happened.
+type SlowScript struct {
+	SHA   string
+	Delay time.Duration
+}
+
+func (h SlowScript) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h SlowScript) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if args := cmd.Args(); len(args) > 1 && cmd.Name() == "evalsha" && args[1] == h.SHA {
+			time.Sleep(h.Delay)
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h SlowScript) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
 }

@@ -97,6 +97,7 @@ func (s *Store) handOff(ctx context.Context, l *lease) (bool, error) {
 			ls.queue.Remove(w.elem)
 			w.elem = nil
 			ls.holder = next
+			l.passed.Store(true)
 			l.EndQuietly(lockdriver.Released)
 			w.ev <- event{lease: next, freed: time.Now()}
 			s.mu.Unlock()
@@ -195,6 +196,7 @@ func (s *Store) keepLocked(key string, ls *local, l *lease) bool {
 	}
 	k := &kept{lease: l, deadline: deadline}
 	ls.kept, ls.holder = k, nil
+	l.passed.Store(true)
 	l.EndQuietly(lockdriver.Released)
 	k.timer = time.AfterFunc(s.linger, func() { s.letGo(key, k) })
 	return true

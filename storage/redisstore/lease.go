@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/oncekit/oncekit/core/lock"
@@ -17,6 +18,12 @@ type lease struct {
 	owner string // the lock.WithOwner identity it was taken with, or ""
 	hold  hold   // the Store's tenure of the key in Redis the lease is part of
 	used  uint64 // the hold's reserved fences used up to this lease: its fence is hold.fence + used
+
+	// passed is set when the lease handed its hold on to a next lease, or
+	// to the Store to keep (handoff.go): the token in Redis is no longer
+	// this lease's to refresh or release. (A Refresh in flight when the
+	// lease was released would otherwise release its successor's hold.)
+	passed atomic.Bool
 }
 
 // hold is one tenure of a token of this Store on a key in Redis, which
@@ -48,6 +55,9 @@ func (s *Store) makeLease(key, tok string, h hold, used uint64, deadline time.Ti
 
 // StoreRefresh implements lockdriver.Store: one round trip.
 func (l *lease) StoreRefresh(ctx context.Context, ttl time.Duration) (time.Time, error) {
+	if l.passed.Load() {
+		return time.Time{}, fmt.Errorf("redisstore: refresh %q: %w", l.Key(), lock.ErrLockLost)
+	}
 	start := time.Now()
 	ok, err := l.s.Refresh(ctx, l.s.client, l.Key(), l.Token(), ttl)
 	switch {
@@ -64,6 +74,9 @@ func (l *lease) StoreRefresh(ctx context.Context, ttl time.Duration) (time.Time,
 // Store's next Acquire (none), or deletes it and grants it to the first
 // waiting process or wakes it (one).
 func (l *lease) StoreRelease(ctx context.Context) error {
+	if l.passed.Load() {
+		return nil // released already: its hold went on
+	}
 	if done, err := l.s.handOff(ctx, l); done {
 		return err
 	}

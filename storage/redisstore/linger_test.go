@@ -2,12 +2,14 @@ package redisstore_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/oncekit/oncekit/core/lock"
+	"github.com/oncekit/oncekit/internal/rediskit"
 	"github.com/oncekit/oncekit/internal/testenv"
 	"github.com/oncekit/oncekit/storage/redisstore"
 )
@@ -216,5 +218,42 @@ func TestMaxLocalHoldLetsKeyGo(t *testing.T) {
 	if next.Token() == l.Token() || next.Fence() <= l.Fence() {
 		t.Errorf("token %q fence %d after token %q fence %d; want a new hold with a higher fence",
 			next.Token(), next.Fence(), l.Token(), l.Fence())
+	}
+}
+
+// A Refresh still in flight when its lease is released (and its hold kept
+// for the Store's next Acquire) must not release the hold when its reply
+// comes: the hold is the next lease's now.
+func TestLateRefreshSparesKeptHold(t *testing.T) {
+	admin := newClient(t)
+	a := newStore(t, newClient(t, testenv.SlowScript{SHA: rediskit.Refresh.Hash(), Delay: 300 * time.Millisecond}),
+		redisstore.WithLinger(time.Hour), redisstore.WithMaxLocalHold(time.Hour))
+	ctx := ctxT(t, 20*time.Second)
+	key := "late-refresh-" + time.Now().Format("150405.000000")
+
+	acquireRelease(t, ctx, a, key, 10*time.Second)
+	l, err := a.Acquire(ctx, key, 10*time.Second) // hot
+	if err != nil {
+		t.Fatal(err)
+	}
+	refreshed := make(chan error, 1)
+	go func() { refreshed <- l.Refresh(ctx, 10*time.Second) }()
+	time.Sleep(100 * time.Millisecond) // the refresh is on its way
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-refreshed; !errors.Is(err, lock.ErrLockLost) {
+		t.Errorf("Refresh across the Release: %v, want ErrLockLost", err)
+	}
+	next, err := a.Acquire(ctx, key, 10*time.Second) // the kept hold
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer next.Release(ctx)
+	if next.Token() != l.Token() {
+		t.Fatalf("the kept hold did not serve the next Acquire")
+	}
+	if tok := holdsToken(t, admin, key); tok != next.Token() {
+		t.Errorf("the late Refresh's clean-up let the next lease's hold go: the key holds %q", tok)
 	}
 }

@@ -37,6 +37,7 @@ func (s *Store) keep(l *lease) bool {
 	}
 	k := &kept{lease: l, deadline: deadline}
 	s.kept[l.Key()] = k
+	l.passed.Store(true)
 	k.timer = time.AfterFunc(s.linger, func() { s.letGo(k) })
 	return true
 }

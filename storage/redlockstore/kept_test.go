@@ -2,10 +2,12 @@ package redlockstore_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
 	"github.com/oncekit/oncekit/core/lock"
+	"github.com/oncekit/oncekit/internal/rediskit"
 	"github.com/oncekit/oncekit/internal/testenv"
 	"github.com/oncekit/oncekit/storage/redlockstore"
 )
@@ -73,5 +75,53 @@ func TestHotKeyKeptForNextAcquire(t *testing.T) {
 				t.Errorf("the waiting process got fence %d after the Store's local fence %d", l.Fence(), last.Fence())
 			}
 		})
+	}
+}
+
+// A Refresh still in flight when its lease is released (and its hold kept
+// for the Store's next Acquire) must not release the hold when its replies
+// come: the hold is the next lease's now.
+func TestLateRefreshSparesKeptHold(t *testing.T) {
+	addrs := testenv.RedisAddrs(t, 5)[:5]
+	slow := testenv.SlowScript{SHA: rediskit.Refresh.Hash(), Delay: 300 * time.Millisecond}
+	a := newStore(t, clients(t, addrs, slow), redlockstore.WithLinger(time.Hour), redlockstore.WithMaxLocalHold(time.Hour))
+	b := newStore(t, clients(t, addrs))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	key := "late-refresh-" + time.Now().Format("150405.000000")
+	for range 2 { // the second is hot: kept
+		l, err := a.Acquire(ctx, key, 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l, err := a.Acquire(ctx, key, 10*time.Second) // from the kept hold
+	if err != nil {
+		t.Fatal(err)
+	}
+	refreshed := make(chan error, 1)
+	go func() { refreshed <- l.Refresh(ctx, 10*time.Second) }()
+	time.Sleep(100 * time.Millisecond) // the refresh is on its way
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-refreshed; !errors.Is(err, lock.ErrLockLost) {
+		t.Errorf("Refresh across the Release: %v, want ErrLockLost", err)
+	}
+	time.Sleep(50 * time.Millisecond) // the refresh's clean-up, if any, has run
+	if got, err := b.TryAcquire(ctx, key, time.Second); err == nil {
+		got.Release(ctx)
+		t.Fatal("the late Refresh's clean-up released the kept hold")
+	}
+	next, err := a.Acquire(ctx, key, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer next.Release(ctx)
+	if next.Token() != l.Token() {
+		t.Errorf("the kept hold did not serve the next Acquire")
 	}
 }

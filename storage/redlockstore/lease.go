@@ -3,6 +3,7 @@ package redlockstore
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/oncekit/oncekit/core/lock"
@@ -23,6 +24,12 @@ type lease struct {
 	base, used uint64
 	took       time.Time // when the Store learnt it took the key from the nodes
 	hot        bool      // taken by a non-owner right after this Store let the key go: kept on Release
+
+	// passed is set when the Store kept the lease's hold (kept.go): the
+	// token on the nodes is no longer this lease's to refresh or release.
+	// (A Refresh in flight when the lease was released would otherwise
+	// release the hold its successor takes.)
+	passed atomic.Bool
 }
 
 // newLease returns a held lease valid until deadline: the start of its
@@ -50,6 +57,9 @@ func (l *lease) targets() []int {
 // validity is TTL − drift from the start of the round.
 func (l *lease) StoreRefresh(ctx context.Context, ttl time.Duration) (time.Time, error) {
 	s := l.s
+	if l.passed.Load() {
+		return time.Time{}, fmt.Errorf("redlockstore: refresh %q: %w", l.Key(), lock.ErrLockLost)
+	}
 	start := time.Now()
 	v := s.poll(ctx, l.targets(), s.nodeTimeout(ttl), false, func(ctx context.Context, n *node) (bool, error) {
 		return s.Refresh(ctx, n.c, l.Key(), l.Token(), ttl)
@@ -72,8 +82,8 @@ func (l *lease) StoreRefresh(ctx context.Context, ttl time.Duration) (time.Time,
 // keys left on them expire with their TTL; Release may be retried).
 func (l *lease) StoreRelease(ctx context.Context) error {
 	s := l.s
-	if s.keep(l) {
-		return nil
+	if l.passed.Load() || s.keep(l) {
+		return nil // kept now, or released already: its hold went on
 	}
 	v := s.poll(ctx, l.targets(), s.nodeTimeout(max(l.Remaining(), time.Millisecond)), false,
 		func(ctx context.Context, n *node) (bool, error) {
