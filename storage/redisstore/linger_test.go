@@ -3,6 +3,7 @@ package redisstore_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"testing"
 	"time"
 
@@ -255,5 +256,33 @@ func TestLateRefreshSparesKeptHold(t *testing.T) {
 	}
 	if tok := holdsToken(t, admin, key); tok != next.Token() {
 		t.Errorf("the late Refresh's clean-up let the next lease's hold go: the key holds %q", tok)
+	}
+}
+
+// WithMaxLocalHandOffs(0) reserves no fences: the counter stays a plain
+// number, which Stores older than the reservations read (the upgrade path
+// the README gives).
+func TestNoHandOffsPlainCounter(t *testing.T) {
+	admin := newClient(t)
+	a := newStore(t, newClient(t), redisstore.WithMaxLocalHandOffs(0))
+	ctx := ctxT(t, 20*time.Second)
+	key := "plain-" + time.Now().Format("150405.000000")
+	first := acquireRelease(t, ctx, a, key, 10*time.Second)
+	l, err := a.Acquire(ctx, key, 10*time.Second) // hot, but nothing is kept
+	if err != nil {
+		t.Fatal(err)
+	}
+	counter, err := admin.Get(ctx, "oncekit:lock:{"+key+"}:fence").Result()
+	if want := strconv.FormatUint(l.Fence(), 10); err != nil || counter != want {
+		t.Errorf("fence counter %q (%v), want %q", counter, err, want)
+	}
+	if l.Token() == first.Token() || l.Fence() <= first.Fence() {
+		t.Errorf("token %q fence %d after token %q fence %d", l.Token(), l.Fence(), first.Token(), first.Fence())
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if tok := holdsToken(t, admin, key); tok != "" {
+		t.Errorf("Release kept the key (%q) with hand-offs off", tok)
 	}
 }

@@ -63,8 +63,10 @@ func TestHotKeyKeptForNextAcquire(t *testing.T) {
 				}
 				last = l
 			}
-			if n := rt.N.Load() - before; n != 5 {
-				t.Errorf("4 kept leases and the release after them made %d requests, want 5 (the release, one per node)", n)
+			// The last Release is a round to every node; it returns once a
+			// majority answered, the rest may still be on their way.
+			if n := rt.N.Load() - before; n < 3 || n > 5 {
+				t.Errorf("4 kept leases and the release after them made %d requests, want 3 to 5 (the release round)", n)
 			}
 			l := <-got
 			if l == nil {
