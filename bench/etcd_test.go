@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -90,14 +91,32 @@ var etcdImpls = []etcdImpl{
 	}},
 }
 
-func BenchmarkEtcdUncontended(b *testing.B) {
+// BenchmarkEtcdUncontended: one goroutine, acquire + release, the same key
+// every cycle (oncekit keeps a key its process takes over and over:
+// etcdstore.WithLinger).
+func BenchmarkEtcdUncontended(b *testing.B) { etcdUncontended(b, false) }
+
+// BenchmarkEtcdUncontendedNewKey: the same with a new key every cycle.
+func BenchmarkEtcdUncontendedNewKey(b *testing.B) { etcdUncontended(b, true) }
+
+func etcdUncontended(b *testing.B, newKey bool) {
 	for _, im := range etcdImpls {
 		b.Run(im.name, func(b *testing.B) {
 			lock := im.make(b, sameClient(b, 1))[0]
 			key := benchKey(im.name)
 			warm(b, lock, key)
+			keys := []string{key}
+			if newKey {
+				keys = make([]string, 1<<16)
+				for i := range keys {
+					keys[i] = fmt.Sprintf("%s:%d", key, i)
+				}
+			}
 			b.ResetTimer()
+			i := 0
 			for b.Loop() {
+				key := keys[i%len(keys)]
+				i++
 				release, err := lock(context.Background(), key)
 				if err != nil {
 					b.Fatal(err)

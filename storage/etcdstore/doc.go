@@ -12,16 +12,34 @@
 // Every lock is a directory "<prefix><escaped key>/" (prefix default
 // "oncekit/lock/"; the key is path-escaped so "a" and "a/b" never share
 // one). Each acquisition writes an entry of its own, "<dir><session
-// lease>-<token>", bound to the Store's session lease; entries are never
-// reused, so a Release retried after a timeout can never delete a newer
-// holder's entry. The holder is the entry with the lowest create revision,
-// and that revision is the lease's fence.
+// lease>-<token>", bound to the Store's session lease; no other
+// acquisition ever reuses an entry, so a Release retried after a timeout
+// can never delete a newer holder's entry. The holder is the entry with
+// the lowest create revision; the lease's fence is that revision × 128
+// (plus, for the leases a kept entry serves, one per lease before it; see
+// Hot keys).
 //
 // TryAcquire is one transaction (take the key if the directory is empty,
 // else read the holder's entry for its remaining TTL). Acquire is one
 // transaction when uncontended (write the entry, read the first). Refresh
 // is one transaction (compare the entry's create revision, record the new
 // expiry); Release is one delete.
+//
+// # Hot keys
+//
+// A key this Store asks for again within 10 ms of releasing it is hot here
+// (a loop, a stream of orders for one item): its Release keeps the entry
+// for WithLinger (default 100 µs), and the Store's next Acquire of the key
+// in that moment takes it with no request — the same entry, its validity
+// (at least 7/8 of the asked TTL must be left) and the next fence
+// (revision × 128 + 1, + 2, …: every later entry's revision is higher, so
+// its fences are above them). Within WithMaxLocalHandOffs leases in a row
+// (default 16) or as many as start within WithMaxLocalHold of taking the
+// key (default 1 ms), whichever is more, the entry is then deleted so that
+// the next waiting process gets its turn. A lease that passed its entry on
+// never refreshes or deletes it again. The price: the key stays held for
+// up to the linger after Release returns, and a process that exits in that
+// moment without Close leaves it held until its session's TTL ends.
 //
 // # Waiting
 //

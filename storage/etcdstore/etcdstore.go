@@ -17,6 +17,7 @@ import (
 	"github.com/oncekit/oncekit/core/lock/lockdriver"
 	"github.com/oncekit/oncekit/core/observe"
 	"github.com/oncekit/oncekit/internal/bg"
+	"github.com/oncekit/oncekit/internal/keep"
 	"github.com/oncekit/oncekit/internal/token"
 )
 
@@ -50,6 +51,12 @@ type Store struct {
 	cmu    sync.Mutex
 	claims map[string]*claimTimer // this Store's in-flight idem claims, by entry
 
+	recent   keep.Recent   // when this Store last let each key go (lease.hot)
+	handOffs keep.HandOffs // how long a kept entry serves (kept.go)
+	kmu      sync.Mutex
+	kept     map[string]*kept // entries kept after their Release, by key
+	keeping  bool             // false once Close began
+
 	bg bg.Group
 }
 
@@ -79,7 +86,9 @@ func New(c Client, opts ...Option) (*Store, error) {
 	if err := o.validate(); err != nil {
 		return nil, fmt.Errorf("etcdstore: New: %w", err)
 	}
-	return &Store{c: c, opts: o, sessions: map[int64]*session{}}, nil
+	return &Store{c: c, opts: o, sessions: map[int64]*session{},
+		handOffs: keep.HandOffs{Max: o.maxHandOffs, Hold: o.maxHold},
+		kept:     map[string]*kept{}, keeping: true}, nil
 }
 
 const driverName = "etcd"
@@ -91,9 +100,11 @@ func (s *Store) DriverName() string { return driverName }
 func (s *Store) Observer() observe.Observer { return s.opts.observer }
 
 // Close revokes the session leases, which deletes every key of the Store
-// at once, ends its leases (Done closes), and waits for background work.
+// at once (kept entries too, see WithLinger), ends its leases (Done
+// closes), and waits for background work.
 // It does not close the client.
 func (s *Store) Close() error {
+	s.stopKeeping() // the revokes below delete the kept entries
 	s.mu.Lock()
 	s.closed = true
 	sessions := s.sessions
@@ -269,6 +280,10 @@ func (s *Store) TryAcquire(ctx context.Context, key string, ttl time.Duration) (
 	if err := s.check(ctx, key, ttl); err != nil {
 		return nil, err
 	}
+	hot := lock.Owner(ctx) == "" && s.recent.Hot(key)
+	if l := s.takeKept(ctx, key, ttl); l != nil {
+		return l, nil
+	}
 	sess, err := s.session(ctx, ttl)
 	if err != nil {
 		return nil, s.wrap("acquire", key, ctx, err)
@@ -308,7 +323,8 @@ func (s *Store) TryAcquire(ctx context.Context, key string, ttl time.Duration) (
 		}
 		return nil, held
 	}
-	l := newLease(s, sess, key, mine, tok, owner, resp.Header.Revision, start.Add(ttl))
+	l := newLease(s, sess, key, mine, tok, owner, resp.Header.Revision, 0, start.Add(ttl))
+	l.hot = hot
 	if !sess.add(l) { // the session ended meanwhile, and the entry with it
 		l.End(lockdriver.Lost)
 		s.removeEntry(sess, mine)
@@ -327,8 +343,12 @@ func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (loc
 	if err := s.check(ctx, key, ttl); err != nil {
 		return nil, err
 	}
+	hot := lock.Owner(ctx) == "" && s.recent.Hot(key)
+	if l := s.takeKept(ctx, key, ttl); l != nil {
+		return l, nil
+	}
 	for {
-		l, err := s.acquireIn(ctx, key, ttl)
+		l, err := s.acquireIn(ctx, key, ttl, hot)
 		if errors.Is(err, errSessionLost) && ctx.Err() == nil {
 			continue
 		}
@@ -339,7 +359,7 @@ func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (loc
 	}
 }
 
-func (s *Store) acquireIn(ctx context.Context, key string, ttl time.Duration) (_ lock.Lease, err error) {
+func (s *Store) acquireIn(ctx context.Context, key string, ttl time.Duration, hot bool) (_ lock.Lease, err error) {
 	sess, err := s.session(ctx, ttl)
 	if err != nil {
 		return nil, err
@@ -394,7 +414,8 @@ func (s *Store) acquireIn(ctx context.Context, key string, ttl time.Duration) (_
 			return nil, err
 		}
 	}
-	l = newLease(s, sess, key, mine, tok, owner, rev, start.Add(ttl))
+	l = newLease(s, sess, key, mine, tok, owner, rev, 0, start.Add(ttl))
+	l.hot = hot
 	if !sess.add(l) { // the session ended meanwhile, and the entry with it
 		l.End(lockdriver.Lost)
 		s.removeEntry(sess, mine)

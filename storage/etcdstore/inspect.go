@@ -43,7 +43,8 @@ func (s *Store) inspectLock(ctx context.Context, key string) (lock.LockInfo, str
 	holder := kvs[0]
 	entry := string(holder.Key)
 	info.Held, info.Holds, info.Waiters = true, 1, len(kvs)-1
-	info.Token, info.Fence = lockdriver.TokenPrefix(tokenOf(entry)), uint64(holder.CreateRevision)
+	// The entry's first fence; the leases a kept entry serves have the next.
+	info.Token, info.Fence = lockdriver.TokenPrefix(tokenOf(entry)), uint64(holder.CreateRevision)*s.fencesPerEntry()
 	if o := resp.Responses[1].GetResponseRange().Kvs; len(o) > 0 {
 		if rec, ok := decodeOwner(o[0].Value); ok && rec.entry == entry {
 			info.Owner, info.Holds = rec.owner, rec.holds
@@ -70,7 +71,7 @@ func (s *Store) ForceRelease(ctx context.Context, key string) (lock.LockInfo, er
 		return info, err
 	}
 	resp, err := s.c.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(entry), "=", int64(info.Fence))).
+		If(clientv3.Compare(clientv3.CreateRevision(entry), "=", int64(info.Fence/s.fencesPerEntry()))).
 		Then(clientv3.OpDelete(entry)).
 		Commit()
 	if err != nil {

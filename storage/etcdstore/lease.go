@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/core/lock/lockdriver"
+	"github.com/oncekit/oncekit/internal/keep"
 )
 
 // lease is one held entry. Its key lives as long as the session lease and
@@ -20,21 +22,44 @@ import (
 // that ends it when someone else deletes the entry.
 type lease struct {
 	lockdriver.Lease
-	s     *Store
-	sess  *session
-	entry string // the etcd key of this acquisition
-	owner string // set for an owner's hold (lock.WithOwner)
+	s        *Store
+	sess     *session
+	entry    string // the etcd key of this acquisition (shared by the leases of a kept entry)
+	owner    string // set for an owner's hold (lock.WithOwner)
+	revision int64  // the entry's create revision
+	used     int64  // the leases of the entry before this one (kept.go): the fence is revision × fencesPerEntry() + used
+	took     time.Time
+	hot      bool // taken by a non-owner right after this Store let the key go: kept on Release
+
+	// passed is set when the Store kept the lease's entry (kept.go): the
+	// entry is no longer this lease's to refresh or delete. (A Refresh in
+	// flight when the lease was released would otherwise delete the entry
+	// its successor takes.)
+	passed atomic.Bool
 
 	mu       sync.Mutex
 	watching bool
 	stopW    context.CancelFunc
 }
 
-// newLease returns a held lease; its fence is the entry's create revision.
-func newLease(s *Store, sess *session, key, entry, tok, owner string, rev int64, deadline time.Time) *lease {
-	l := &lease{s: s, sess: sess, entry: entry, owner: owner}
+// fencesPerEntry scales fences: an entry's leases (the first, and those a
+// kept entry serves, kept.go) take revision × fencesPerEntry + 0, 1, …, so
+// every lease of a later entry, whose create revision is higher, has a
+// higher fence. A Store that keeps no entries (WithMaxLocalHandOffs(0))
+// uses 1: fences are then the bare revisions, as before keeping existed.
+func (s *Store) fencesPerEntry() uint64 {
+	if s.opts.maxHandOffs == 0 {
+		return 1
+	}
+	return keep.ReservedFences
+}
+
+// newLease returns a held lease, the used+1-th of its entry: its fence is
+// the entry's create revision × fencesPerEntry + used.
+func newLease(s *Store, sess *session, key, entry, tok, owner string, rev, used int64, deadline time.Time) *lease {
+	l := &lease{s: s, sess: sess, entry: entry, owner: owner, revision: rev, used: used, took: time.Now()}
 	l.Lease.Init(lockdriver.Config{
-		Driver: "etcdstore", Key: key, Token: tok, Fence: uint64(rev),
+		Driver: "etcdstore", Key: key, Token: tok, Fence: uint64(rev)*s.fencesPerEntry() + uint64(used),
 		Deadline: deadline,
 		Store:    l,
 		OnEnd:    func(lockdriver.State) { l.ended() },
@@ -46,7 +71,7 @@ func newLease(s *Store, sess *session, key, entry, tok, owner string, rev int64,
 	return l
 }
 
-func (l *lease) rev() int64 { return int64(l.Fence()) }
+func (l *lease) rev() int64 { return l.revision }
 
 // Done is closed on Release, when the TTL runs out without a Refresh, when
 // the session lease is lost, and — watched from the first call to Done —
@@ -118,6 +143,9 @@ func (l *lease) deleteUntilDone() {
 // that the entry is still ours and records the new expiry in it; the entry
 // itself lives as long as the session, which the Store keeps alive.
 func (l *lease) StoreRefresh(ctx context.Context, ttl time.Duration) (time.Time, error) {
+	if l.passed.Load() {
+		return time.Time{}, fmt.Errorf("etcdstore: refresh %q: %w", l.Key(), lock.ErrLockLost)
+	}
 	start := time.Now()
 	resp, err := l.s.c.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(l.entry), "=", l.rev())).
@@ -132,11 +160,17 @@ func (l *lease) StoreRefresh(ctx context.Context, ttl time.Duration) (time.Time,
 	return start.Add(ttl), nil
 }
 
-// StoreRelease implements lockdriver.Store: it deletes the entry in one
-// request. Entries are never reused (each acquisition writes a key of its
-// own), so a plain delete removes only this lease's entry, and a retried
-// Release can never delete a newer holder's.
+// StoreRelease implements lockdriver.Store: it keeps a hot key's entry for
+// the Store's next Acquire (WithLinger), or deletes it in one request.
+// Entries are never reused by another acquisition (each writes a key of
+// its own; only this Store's own next leases continue a kept one, and a
+// lease that passed its entry on never deletes it), so a plain delete
+// removes only this lease's entry, and a retried Release can never delete
+// a newer holder's.
 func (l *lease) StoreRelease(ctx context.Context) error {
+	if l.passed.Load() || l.s.keepEntry(l) {
+		return nil // kept now, or released already: its entry went on
+	}
 	// A request cut by a leader election or a lost connection is retried
 	// within ctx's budget: a released entry left in the queue would block
 	// everyone behind it.
@@ -145,6 +179,9 @@ func (l *lease) StoreRelease(ctx context.Context) error {
 		err := l.release(ctx)
 		if uncertain && errors.Is(err, lock.ErrLockLost) {
 			return nil // gone: most likely by the attempt whose answer was lost
+		}
+		if err == nil {
+			l.s.recent.LetGo(l.Key())
 		}
 		if err == nil || errors.Is(err, lock.ErrLockLost) || !retryable(err) {
 			return err

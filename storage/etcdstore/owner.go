@@ -90,7 +90,7 @@ func (s *Store) reenter(ctx context.Context, sess *session, key, owner string, t
 		if !t.Succeeded {
 			continue // another hold came or went meanwhile: look again
 		}
-		l := newLease(s, sess, key, rec.entry, tokenOf(rec.entry), owner, first[0].CreateRevision, start.Add(ttl))
+		l := newLease(s, sess, key, rec.entry, tokenOf(rec.entry), owner, first[0].CreateRevision, 0, start.Add(ttl))
 		if !sess.add(l) {
 			l.End(lockdriver.Lost)
 			return nil, false, errSessionLost

@@ -240,7 +240,7 @@ func (s *Store) takeKeptLocked(key string, ls *local, ttl time.Duration, owner s
 }
 
 // markHotLocked marks key hot when this Store let it go less than
-// rediskit.HotFor ago: its releases are then kept (keepLocked).
+// keep.HotFor ago: its releases are then kept (keepLocked).
 func (s *Store) markHotLocked(key string, ls *local) {
 	if s.recent.Hot(key) {
 		ls.hot = true

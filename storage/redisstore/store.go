@@ -14,6 +14,7 @@ import (
 	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/core/lock/lockdriver"
 	"github.com/oncekit/oncekit/core/observe"
+	"github.com/oncekit/oncekit/internal/keep"
 	"github.com/oncekit/oncekit/internal/rediskit"
 	"github.com/oncekit/oncekit/internal/redisnotify"
 )
@@ -43,14 +44,14 @@ type Store struct {
 	finisher        // idem.Store's Complete, Abandon and Extend
 	client   Client // scripts go through it: auto-pipelined when the client can pipeline
 	raw      Client // the client as given
-	handOffs rediskit.HandOffs
+	handOffs keep.HandOffs
 	linger   time.Duration
 	sub      *redisnotify.Subscriber
 
 	mu      sync.Mutex
 	keys    map[string]*local
-	closing bool            // Close has begun: no hold is kept any more
-	recent  rediskit.Recent // when this Store last let each key go in Redis (markHotLocked)
+	closing bool        // Close has begun: no hold is kept any more
+	recent  keep.Recent // when this Store last let each key go in Redis (markHotLocked)
 
 	// abandoned holds the tokens of waiters that left without the key while
 	// a release could still grant it to them (a while after they left);
@@ -111,7 +112,7 @@ func New(client Client, opts ...Option) (*Store, error) {
 	s := &Store{
 		client:   scripts,
 		raw:      client,
-		handOffs: rediskit.HandOffs{Max: o.maxHandOffs, Hold: o.maxHold},
+		handOffs: keep.HandOffs{Max: o.maxHandOffs, Hold: o.maxHold},
 		linger:   o.linger,
 		sub:      redisnotify.New(client, o.PubSub),
 		keys:     make(map[string]*local),
@@ -119,7 +120,7 @@ func New(client Client, opts ...Option) (*Store, error) {
 	s.Init(o.Options)
 	s.Grants = true // one deployment: its release alone decides who holds a key
 	if o.maxHandOffs > 0 {
-		s.Reserve = rediskit.ReservedFences
+		s.Reserve = keep.ReservedFences
 	}
 	s.sub.OnOrphanGrant(func(channel, payload string) {
 		if tok, _, ok := rediskit.ParseGrant(payload); !ok || !s.isAbandoned(tok) {

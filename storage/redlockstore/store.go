@@ -14,6 +14,7 @@ import (
 	"github.com/oncekit/oncekit/core/idem"
 	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/core/observe"
+	"github.com/oncekit/oncekit/internal/keep"
 	"github.com/oncekit/oncekit/internal/keyq"
 	"github.com/oncekit/oncekit/internal/rediskit"
 	"github.com/oncekit/oncekit/internal/redisnotify"
@@ -39,8 +40,8 @@ type Store struct {
 	local    keyq.Queue // one competitor per key in this Store
 
 	linger   time.Duration
-	handOffs rediskit.HandOffs
-	recent   rediskit.Recent // when this Store last let each key go (lease.hot)
+	handOffs keep.HandOffs
+	recent   keep.Recent // when this Store last let each key go (lease.hot)
 	keptMu   sync.Mutex
 	kept     map[string]*kept // holds kept after their Release (kept.go)
 	closing  bool             // Close has begun: no hold is kept any more
@@ -147,12 +148,12 @@ func New(clients []Client, opts ...Option) (*Store, error) {
 		quorum:   len(clients)/2 + 1,
 		closed:   make(chan struct{}),
 		linger:   o.linger,
-		handOffs: rediskit.HandOffs{Max: o.maxHandOffs, Hold: o.maxHold},
+		handOffs: keep.HandOffs{Max: o.maxHandOffs, Hold: o.maxHold},
 		kept:     map[string]*kept{},
 	}
 	s.Init(o.Options)
 	if o.fenced && o.maxHandOffs > 0 {
-		s.Reserve = rediskit.ReservedFences // the fences of kept holds' leases (kept.go)
+		s.Reserve = keep.ReservedFences // the fences of kept holds' leases (kept.go)
 	}
 	s.FinishClaim = s.finishClaim
 	seen := map[string]bool{}

@@ -1,4 +1,4 @@
-package rediskit
+package keep
 
 import (
 	"sync"
@@ -47,8 +47,9 @@ func (r *Recent) Hot(key string) bool {
 }
 
 // ReservedFences is how many fences past each one it is issued a Store
-// keeps for its local hand-offs without a round trip (see fence.lua), when
-// it hands keys on at all.
+// keeps for its local hand-offs without a round trip (rediskit's
+// fence.lua; etcdstore's fences are ReservedFences × the entry's create
+// revision), when it hands keys on at all.
 const ReservedFences = 128
 
 // HandOffs bounds how long a Store hands a key from lease to lease of its

@@ -1,0 +1,6 @@
+// Package keep is what the lock drivers share to hand a key from lease to
+// lease inside one process without asking the server: which keys are hot
+// (Recent), how long a hold may be handed on before other processes get
+// their turn (HandOffs), and how many fences a hold reserves for it
+// (ReservedFences).
+package keep
