@@ -1,7 +1,9 @@
 package keep
 
 import (
+	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -11,39 +13,64 @@ import (
 // Acquire for a moment (the drivers' WithLinger).
 const HotFor = 10 * time.Millisecond
 
-// Recent remembers when a Store last let each key go, for HotFor. The zero
-// value is ready to use; it is safe for concurrent use.
+// CoolFor is how long a key is not kept again after a kept hold went
+// unused for its whole linger: the Store's next Acquire comes too late to
+// gain from keeping (two processes taking turns, say), and keeping would
+// only hold the other back.
+const CoolFor = 100 * time.Millisecond
+
+// Recent remembers when a Store last let each key go, for HotFor, and which
+// keys are cooling down (CoolFor). The zero value is ready to use; it is
+// safe for concurrent use.
 type Recent struct {
 	mu      sync.Mutex
-	at      map[string]time.Time
+	at      map[string]recent
 	sweepAt int // the size at which old entries are next swept out
+}
+
+type recent struct {
+	letGo, coolUntil time.Time
 }
 
 // LetGo notes that the Store has just let key go.
 func (r *Recent) LetGo(key string) {
+	r.note(key, func(e *recent, now time.Time) { e.letGo = now })
+}
+
+// Wasted notes that the Store let key go after keeping it for nothing: it
+// is not hot for CoolFor.
+func (r *Recent) Wasted(key string) {
+	r.note(key, func(e *recent, now time.Time) { e.letGo, e.coolUntil = now, now.Add(CoolFor) })
+}
+
+func (r *Recent) note(key string, set func(*recent, time.Time)) {
 	now := time.Now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.at == nil {
-		r.at, r.sweepAt = make(map[string]time.Time), 1024
+		r.at, r.sweepAt = make(map[string]recent), 1024
 	}
 	if len(r.at) >= r.sweepAt {
-		for k, at := range r.at {
-			if now.Sub(at) >= HotFor {
+		for k, e := range r.at {
+			if now.Sub(e.letGo) >= HotFor && now.After(e.coolUntil) {
 				delete(r.at, k)
 			}
 		}
 		r.sweepAt = max(1024, 2*len(r.at))
 	}
-	r.at[key] = now
+	e := r.at[key]
+	set(&e, now)
+	r.at[key] = e
 }
 
-// Hot reports whether the Store let key go less than HotFor ago.
+// Hot reports whether the Store let key go less than HotFor ago, and the
+// key is not cooling down.
 func (r *Recent) Hot(key string) bool {
 	r.mu.Lock()
-	at, ok := r.at[key]
+	e, ok := r.at[key]
 	r.mu.Unlock()
-	return ok && time.Since(at) < HotFor
+	now := time.Now()
+	return ok && now.Sub(e.letGo) < HotFor && now.After(e.coolUntil)
 }
 
 // ReservedFences is how many fences past each one it is issued a Store
@@ -66,4 +93,52 @@ type HandOffs struct {
 // Store took at took.
 func (h HandOffs) Left(n int, took time.Time) bool {
 	return h.Max > 0 && (n < h.Max || time.Since(took) < h.Hold)
+}
+
+// Timer calls a function after a short while unless stopped first: a
+// kept hold's linger.
+type Timer struct {
+	stopped atomic.Bool
+	t       *time.Timer // for waits longer than spinFor
+}
+
+// spinFor is the longest wait After spends on a yielding goroutine rather
+// than on a runtime timer: a timer shorter than a millisecond fires up to
+// a millisecond late when the process is idle (the scheduler sleeps in
+// whole milliseconds), and a key kept that long keeps other processes
+// waiting.
+const spinFor = time.Millisecond
+
+// After calls f after d on a goroutine of its own, unless Stop is called
+// first. (f must still check that what it acts on is current: Stop may
+// come too late.)
+func After(d time.Duration, f func()) *Timer {
+	t := &Timer{}
+	if d > spinFor {
+		t.t = time.AfterFunc(d, func() {
+			if !t.stopped.Load() {
+				f()
+			}
+		})
+		return t
+	}
+	go func() {
+		for end := time.Now().Add(d); time.Now().Before(end); runtime.Gosched() {
+			if t.stopped.Load() {
+				return
+			}
+		}
+		if !t.stopped.Load() {
+			f()
+		}
+	}()
+	return t
+}
+
+// Stop keeps f from being called, unless it already was.
+func (t *Timer) Stop() {
+	t.stopped.Store(true)
+	if t.t != nil {
+		t.t.Stop()
+	}
 }

@@ -28,7 +28,8 @@
 // # Hot keys
 //
 // A key this Store asks for again within 10 ms of releasing it is hot here
-// (a loop, a stream of orders for one item): its Release keeps the entry
+// (a loop, a stream of orders for one item), unless a kept entry of it went
+// unused in the last 100 ms (two processes taking turns): its Release keeps the entry
 // for WithLinger (default 100 µs), and the Store's next Acquire of the key
 // in that moment takes it with no request — the same entry, its validity
 // (at least 7/8 of the asked TTL must be left) and the next fence

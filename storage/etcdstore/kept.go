@@ -6,6 +6,7 @@ import (
 
 	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/core/lock/lockdriver"
+	"github.com/oncekit/oncekit/internal/keep"
 )
 
 // This file keeps a hot key's entry after a Release, for the Store's own
@@ -17,7 +18,7 @@ import (
 type kept struct {
 	lease    *lease    // the released lease: its entry, session and fences
 	deadline time.Time // the entry's validity
-	timer    *time.Timer
+	timer    *keep.Timer
 }
 
 // mayReuse reports whether l's entry may serve another lease: not an
@@ -51,7 +52,7 @@ func (s *Store) keepEntry(l *lease) bool {
 	k := &kept{lease: l, deadline: deadline}
 	s.kept[l.Key()] = k
 	l.passed.Store(true)
-	k.timer = time.AfterFunc(s.opts.linger, func() { s.letGo(k) })
+	k.timer = keep.After(s.opts.linger, func() { s.letGo(k) })
 	return true
 }
 
@@ -65,7 +66,7 @@ func (s *Store) letGo(k *kept) {
 	}
 	delete(s.kept, key)
 	s.kmu.Unlock()
-	s.recent.LetGo(key)
+	s.recent.Wasted(key)
 	s.bg.Go(k.lease.deleteUntilDone)
 }
 

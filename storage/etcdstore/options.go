@@ -28,7 +28,9 @@ func defaultOptions() options {
 // WithLinger sets how long a Release keeps a hot key's entry for this
 // Store's next Acquire of it before deleting it. A key is hot here when
 // the Store asked for it again within 10 ms of letting it go (a loop, or a
-// stream of requests for one item); its next Acquire then takes the key
+// stream of requests for one item), and no kept entry of it went unused in
+// the last 100 ms (two processes taking turns); its next Acquire then
+// takes the key
 // with no request: the same entry, the entry's validity (at least 7/8 of
 // the asked TTL left), and the next fence (fences are 128 × the entry's
 // create revision, plus one per lease of the entry). Within
@@ -37,9 +39,8 @@ func defaultOptions() options {
 // deleted so that the next waiting process gets its turn.
 //
 // The price, for hot keys only: the key stays held for up to the linger
-// after Release returns (longer if the Go runtime's timers are late, up to
-// about a millisecond in an idle process), and a process that exits in
-// that moment without Close leaves it held until its session's TTL ends.
+// after Release returns, and a process that exits in that moment without
+// Close leaves it held until its session's TTL ends.
 // 0 turns it off. Default 100 µs.
 func WithLinger(d time.Duration) Option { return func(o *options) { o.linger = d } }
 

@@ -83,7 +83,8 @@
 // fence, new expiry).
 //
 // A key this Store asks for again within 10 ms of letting it go is hot
-// here (a loop, a stream of orders for one item): its Release keeps the
+// here (a loop, a stream of orders for one item), unless a kept hold of it
+// went unused in the last 100 ms (two processes taking turns): its Release keeps the
 // hold for WithLinger (default 100 µs), and the Store's next Acquire of the
 // key in that moment takes it the same way, with no round trip. A process
 // that takes one key over and over thus runs at memory speed.
@@ -93,8 +94,7 @@
 // as many as start within WithMaxLocalHold of taking the key (default 1
 // ms), whichever is more: bounded barging, so waiting processes get their
 // turn. The price of keeping hot keys: the key stays held for up to the
-// linger after Release returns (the Go runtime's timers can make that
-// about a millisecond in an idle process), so another process's TryAcquire
+// linger after Release returns, so another process's TryAcquire
 // may find it busy then, and a process that exits in that moment without
 // Close leaves it held until its TTL ends. Close lets kept keys go.
 //

@@ -8,6 +8,7 @@ import (
 	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/core/lock/lockdriver"
 	"github.com/oncekit/oncekit/core/observe"
+	"github.com/oncekit/oncekit/internal/keep"
 	"github.com/oncekit/oncekit/internal/rediskit"
 )
 
@@ -179,7 +180,7 @@ func (s *Store) mayReuse(ls *local, l *lease) bool {
 type kept struct {
 	lease    *lease    // the released lease: its token and fences
 	deadline time.Time // the hold's local deadline
-	timer    *time.Timer
+	timer    *keep.Timer
 }
 
 // keepLocked keeps l's hold for this Store's next Acquire of key, instead
@@ -198,7 +199,7 @@ func (s *Store) keepLocked(key string, ls *local, l *lease) bool {
 	ls.kept, ls.holder = k, nil
 	l.passed.Store(true)
 	l.EndQuietly(lockdriver.Released)
-	k.timer = time.AfterFunc(s.linger, func() { s.letGo(key, k) })
+	k.timer = keep.After(s.linger, func() { s.letGo(key, k) })
 	return true
 }
 
@@ -211,7 +212,7 @@ func (s *Store) letGo(key string, k *kept) {
 		return
 	}
 	ls.kept, ls.handOffs = nil, 0
-	s.recent.LetGo(key)
+	s.recent.Wasted(key)
 	s.dropIdleLocked(key, ls)
 	s.mu.Unlock()
 	s.BG.Go(func() { s.releaseToken(key, k.lease.Token()) })
@@ -242,9 +243,7 @@ func (s *Store) takeKeptLocked(key string, ls *local, ttl time.Duration, owner s
 // markHotLocked marks key hot when this Store let it go less than
 // keep.HotFor ago: its releases are then kept (keepLocked).
 func (s *Store) markHotLocked(key string, ls *local) {
-	if s.recent.Hot(key) {
-		ls.hot = true
-	}
+	ls.hot = s.recent.Hot(key)
 }
 
 // releaseKept lets every kept hold go, for Close.

@@ -286,3 +286,28 @@ func TestNoHandOffsPlainCounter(t *testing.T) {
 		t.Errorf("Release kept the key (%q) with hand-offs off", tok)
 	}
 }
+
+// A kept hold that nobody takes for its whole linger cools the key: the
+// Store's next Release of it lets it go at once (two processes taking
+// turns are not slowed by holds kept for nothing).
+func TestUnusedKeptHoldCoolsKey(t *testing.T) {
+	admin := newClient(t)
+	const linger = 20 * time.Millisecond
+	a := newStore(t, newClient(t), redisstore.WithLinger(linger))
+	ctx := ctxT(t, 20*time.Second)
+	key := "cool-" + time.Now().Format("150405.000000")
+
+	acquireRelease(t, ctx, a, key, 10*time.Second)
+	kept := acquireRelease(t, ctx, a, key, 10*time.Second) // hot: kept
+	if tok := holdsToken(t, admin, key); tok != kept.Token() {
+		t.Fatalf("key holds %q, want it kept (%q)", tok, kept.Token())
+	}
+	time.Sleep(3 * linger) // unused: let go, and the key cools
+	if tok := holdsToken(t, admin, key); tok != "" {
+		t.Fatalf("the linger ran out and the key still holds %q", tok)
+	}
+	acquireRelease(t, ctx, a, key, 10*time.Second) // asked again soon, but cooling
+	if tok := holdsToken(t, admin, key); tok != "" {
+		t.Errorf("a cooling key's Release kept it (%q)", tok)
+	}
+}

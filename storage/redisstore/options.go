@@ -104,18 +104,18 @@ func WithMaxLocalHold(d time.Duration) Option { return func(o *options) { o.maxH
 
 // WithLinger sets how long a Release keeps a hot key for this Store's next
 // Acquire of it before letting it go in Redis. A key is hot here when the
-// Store asked for it again within 10 ms of letting it go: a loop,
-// or a stream of requests for one item. Its next Acquire then takes the key
-// with no round trip (a new lease with a higher fence, within
-// WithMaxLocalHandOffs and WithMaxLocalHold), which is what lets a process
-// that takes one key over and over go at memory speed while other
+// Store asked for it again within 10 ms of letting it go (a loop, or a
+// stream of requests for one item), and no kept hold of it went unused in
+// the last 100 ms (two processes taking turns). Its next Acquire then
+// takes the key with no round trip (a new lease with a higher fence,
+// within WithMaxLocalHandOffs and WithMaxLocalHold), which is what lets a
+// process that takes one key over and over go at memory speed while other
 // processes still get their turn.
 //
 // The price, for hot keys only: the key stays held for up to the linger
-// after Release returns (longer if the Go runtime's timers are late, up to
-// about a millisecond in an idle process), so another process's TryAcquire
-// may find it busy, and a process that exits in that moment without Close
-// leaves it held until its TTL ends. Close lets kept keys go. 0 turns it
+// after Release returns, so another process's TryAcquire may find it busy,
+// and a process that exits in that moment without Close leaves it held
+// until its TTL ends. Close lets kept keys go. 0 turns it
 // off. Default 100 µs.
 func WithLinger(d time.Duration) Option { return func(o *options) { o.linger = d } }
 

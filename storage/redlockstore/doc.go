@@ -80,7 +80,8 @@
 // # Hot keys
 //
 // A key this Store asks for again within 10 ms of releasing it is hot here
-// (a loop, a stream of orders for one item): its Release keeps the hold on
+// (a loop, a stream of orders for one item), unless a kept hold of it went
+// unused in the last 100 ms (two processes taking turns): its Release keeps the hold on
 // the nodes for WithLinger (default 100 µs), and the Store's next Acquire
 // of the key in that moment takes it with no round: the same token on the
 // same nodes, the hold's validity, and the next of 128 fences the hold's

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/oncekit/oncekit/core/lock"
+	"github.com/oncekit/oncekit/internal/keep"
 )
 
 // This file keeps a hot key's hold after a Release, for the Store's own
@@ -16,7 +17,7 @@ import (
 type kept struct {
 	lease    *lease    // the released lease: its token and fences
 	deadline time.Time // the hold's validity
-	timer    *time.Timer
+	timer    *keep.Timer
 }
 
 // keep keeps l's hold for this Store's next Acquire of its key instead of
@@ -38,7 +39,7 @@ func (s *Store) keep(l *lease) bool {
 	k := &kept{lease: l, deadline: deadline}
 	s.kept[l.Key()] = k
 	l.passed.Store(true)
-	k.timer = time.AfterFunc(s.linger, func() { s.letGo(k) })
+	k.timer = keep.After(s.linger, func() { s.letGo(k) })
 	return true
 }
 
@@ -59,7 +60,7 @@ func (s *Store) letGo(k *kept) {
 	}
 	delete(s.kept, key)
 	s.keptMu.Unlock()
-	s.recent.LetGo(key)
+	s.recent.Wasted(key)
 	s.releaseNodes(key, k.lease.Token(), s.all(), 0, false)
 }
 

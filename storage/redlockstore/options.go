@@ -109,17 +109,18 @@ func WithBackoff(min, max time.Duration) Option {
 // WithLinger sets how long a Release keeps a hot key's hold for this
 // Store's next Acquire of it before releasing it on the nodes. A key is hot
 // here when the Store asked for it again within 10 ms of letting it go (a
-// loop, or a stream of requests for one item); its next Acquire then takes
+// loop, or a stream of requests for one item), and no kept hold of it went
+// unused in the last 100 ms (two processes taking turns); its next Acquire
+// then takes
 // the key with no round: the same hold, with the next fence the hold
 // reserved (fenced mode) and the hold's validity, which must be at least
 // 7/8 of the asked TTL. Within WithMaxLocalHandOffs and WithMaxLocalHold
 // the key is then released, so that other processes get their turn.
 //
 // The price, for hot keys only: the key stays held for up to the linger
-// after Release returns (longer if the Go runtime's timers are late, up to
-// about a millisecond in an idle process), so another process's TryAcquire
-// may find it busy, and a process that exits in that moment without Close
-// leaves it held until its TTL ends. Close releases kept holds. 0 turns it
+// after Release returns, so another process's TryAcquire may find it busy,
+// and a process that exits in that moment without Close leaves it held
+// until its TTL ends. Close releases kept holds. 0 turns it
 // off. Default 100 µs.
 func WithLinger(d time.Duration) Option { return func(o *options) { o.linger = d } }
 
