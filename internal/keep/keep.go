@@ -1,9 +1,7 @@
 package keep
 
 import (
-	"runtime"
 	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -93,52 +91,4 @@ type HandOffs struct {
 // Store took at took.
 func (h HandOffs) Left(n int, took time.Time) bool {
 	return h.Max > 0 && (n < h.Max || time.Since(took) < h.Hold)
-}
-
-// Timer calls a function after a short while unless stopped first: a
-// kept hold's linger.
-type Timer struct {
-	stopped atomic.Bool
-	t       *time.Timer // for waits longer than spinFor
-}
-
-// spinFor is the longest wait After spends on a yielding goroutine rather
-// than on a runtime timer: a timer shorter than a millisecond fires up to
-// a millisecond late when the process is idle (the scheduler sleeps in
-// whole milliseconds), and a key kept that long keeps other processes
-// waiting.
-const spinFor = time.Millisecond
-
-// After calls f after d on a goroutine of its own, unless Stop is called
-// first. (f must still check that what it acts on is current: Stop may
-// come too late.)
-func After(d time.Duration, f func()) *Timer {
-	t := &Timer{}
-	if d > spinFor {
-		t.t = time.AfterFunc(d, func() {
-			if !t.stopped.Load() {
-				f()
-			}
-		})
-		return t
-	}
-	go func() {
-		for end := time.Now().Add(d); time.Now().Before(end); runtime.Gosched() {
-			if t.stopped.Load() {
-				return
-			}
-		}
-		if !t.stopped.Load() {
-			f()
-		}
-	}()
-	return t
-}
-
-// Stop keeps f from being called, unless it already was.
-func (t *Timer) Stop() {
-	t.stopped.Store(true)
-	if t.t != nil {
-		t.t.Stop()
-	}
 }

@@ -6,7 +6,6 @@ import (
 
 	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/core/lock/lockdriver"
-	"github.com/oncekit/oncekit/internal/keep"
 )
 
 // This file keeps a hot key's entry after a Release, for the Store's own
@@ -18,7 +17,7 @@ import (
 type kept struct {
 	lease    *lease    // the released lease: its entry, session and fences
 	deadline time.Time // the entry's validity
-	timer    *keep.Timer
+	timer    *time.Timer
 }
 
 // mayReuse reports whether l's entry may serve another lease: not an
@@ -52,7 +51,7 @@ func (s *Store) keepEntry(l *lease) bool {
 	k := &kept{lease: l, deadline: deadline}
 	s.kept[l.Key()] = k
 	l.passed.Store(true)
-	k.timer = keep.After(s.opts.linger, func() { s.letGo(k) })
+	k.timer = time.AfterFunc(s.opts.linger, func() { s.letGo(k) })
 	return true
 }
 

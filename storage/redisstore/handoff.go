@@ -8,7 +8,6 @@ import (
 	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/core/lock/lockdriver"
 	"github.com/oncekit/oncekit/core/observe"
-	"github.com/oncekit/oncekit/internal/keep"
 	"github.com/oncekit/oncekit/internal/rediskit"
 )
 
@@ -180,7 +179,7 @@ func (s *Store) mayReuse(ls *local, l *lease) bool {
 type kept struct {
 	lease    *lease    // the released lease: its token and fences
 	deadline time.Time // the hold's local deadline
-	timer    *keep.Timer
+	timer    *time.Timer
 }
 
 // keepLocked keeps l's hold for this Store's next Acquire of key, instead
@@ -199,7 +198,7 @@ func (s *Store) keepLocked(key string, ls *local, l *lease) bool {
 	ls.kept, ls.holder = k, nil
 	l.passed.Store(true)
 	l.EndQuietly(lockdriver.Released)
-	k.timer = keep.After(s.linger, func() { s.letGo(key, k) })
+	k.timer = time.AfterFunc(s.linger, func() { s.letGo(key, k) })
 	return true
 }
 

@@ -4,7 +4,6 @@ import (
 	"time"
 
 	"github.com/oncekit/oncekit/core/lock"
-	"github.com/oncekit/oncekit/internal/keep"
 )
 
 // This file keeps a hot key's hold after a Release, for the Store's own
@@ -17,7 +16,7 @@ import (
 type kept struct {
 	lease    *lease    // the released lease: its token and fences
 	deadline time.Time // the hold's validity
-	timer    *keep.Timer
+	timer    *time.Timer
 }
 
 // keep keeps l's hold for this Store's next Acquire of its key instead of
@@ -39,7 +38,7 @@ func (s *Store) keep(l *lease) bool {
 	k := &kept{lease: l, deadline: deadline}
 	s.kept[l.Key()] = k
 	l.passed.Store(true)
-	k.timer = keep.After(s.linger, func() { s.letGo(k) })
+	k.timer = time.AfterFunc(s.linger, func() { s.letGo(k) })
 	return true
 }
 
