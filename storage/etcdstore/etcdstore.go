@@ -51,11 +51,9 @@ type Store struct {
 	cmu    sync.Mutex
 	claims map[string]*claimTimer // this Store's in-flight idem claims, by entry
 
-	recent   keep.Recent   // when this Store last let each key go (lease.hot)
-	handOffs keep.HandOffs // how long a kept entry serves (kept.go)
-	kmu      sync.Mutex
-	kept     map[string]*kept // entries kept after their Release, by key
-	keeping  bool             // false once Close began
+	recent   keep.Recent        // when this Store last let each key go (lease.hot)
+	handOffs keep.HandOffs      // how long a kept entry serves (kept.go)
+	kept     keep.Holds[*lease] // entries kept after their Release (kept.go)
 
 	bg bg.Group
 }
@@ -87,8 +85,7 @@ func New(c Client, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("etcdstore: New: %w", err)
 	}
 	return &Store{c: c, opts: o, sessions: map[int64]*session{},
-		handOffs: keep.HandOffs{Max: o.maxHandOffs, Hold: o.maxHold},
-		kept:     map[string]*kept{}, keeping: true}, nil
+		handOffs: keep.HandOffs{Max: o.maxHandOffs, Hold: o.maxHold}}, nil
 }
 
 const driverName = "etcd"
@@ -104,7 +101,7 @@ func (s *Store) Observer() observe.Observer { return s.opts.observer }
 // closes), and waits for background work.
 // It does not close the client.
 func (s *Store) Close() error {
-	s.stopKeeping() // the revokes below delete the kept entries
+	s.kept.Close() // the revokes below delete the kept entries
 	s.mu.Lock()
 	s.closed = true
 	sessions := s.sessions

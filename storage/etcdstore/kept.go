@@ -13,13 +13,6 @@ import (
 // request — the same entry in the same session, the entry's validity, and
 // the entry's next fence (revision × fencesPerEntry() + the leases before).
 
-// kept is an entry of this Store whose lease was released.
-type kept struct {
-	lease    *lease    // the released lease: its entry, session and fences
-	deadline time.Time // the entry's validity
-	timer    *time.Timer
-}
-
 // mayReuse reports whether l's entry may serve another lease: not an
 // owner's, with a fence left, within WithMaxLocalHandOffs and
 // WithMaxLocalHold, and its session still alive.
@@ -40,33 +33,17 @@ func (s *Store) keepEntry(l *lease) bool {
 		return false
 	}
 	deadline := l.Deadline()
-	if !time.Now().Before(deadline) {
+	if !time.Now().Before(deadline) || !s.kept.Put(l.Key(), l, deadline, s.opts.linger, s.letGo) {
 		return false
 	}
-	s.kmu.Lock()
-	defer s.kmu.Unlock()
-	if !s.keeping || s.kept[l.Key()] != nil {
-		return false
-	}
-	k := &kept{lease: l, deadline: deadline}
-	s.kept[l.Key()] = k
 	l.passed.Store(true)
-	k.timer = time.AfterFunc(s.opts.linger, func() { s.letGo(k) })
 	return true
 }
 
-// letGo deletes the kept entry k, unless an Acquire took it.
-func (s *Store) letGo(k *kept) {
-	key := k.lease.Key()
-	s.kmu.Lock()
-	if s.kept[key] != k {
-		s.kmu.Unlock()
-		return
-	}
-	delete(s.kept, key)
-	s.kmu.Unlock()
-	s.recent.Wasted(key)
-	s.bg.Go(k.lease.deleteUntilDone)
+// letGo deletes a kept entry nobody took.
+func (s *Store) letGo(l *lease) {
+	s.recent.Wasted(l.Key())
+	s.bg.Go(l.deleteUntilDone)
 }
 
 // takeKept serves an Acquire of key for ttl (not an owner's) from the
@@ -77,18 +54,12 @@ func (s *Store) takeKept(ctx context.Context, key string, ttl time.Duration) loc
 	if lock.Owner(ctx) != "" {
 		return nil
 	}
-	s.kmu.Lock()
-	k := s.kept[key]
-	if k == nil {
-		s.kmu.Unlock()
+	prev, deadline, ok := s.kept.Take(key)
+	if !ok {
 		return nil
 	}
-	delete(s.kept, key)
-	k.timer.Stop()
-	s.kmu.Unlock()
-	prev := k.lease
-	if s.mayReuse(prev) && time.Until(k.deadline) >= ttl-ttl/8 {
-		l := newLease(s, prev.sess, key, prev.entry, prev.Token(), "", prev.revision, prev.used+1, k.deadline)
+	if s.mayReuse(prev) && time.Until(deadline) >= ttl-ttl/8 {
+		l := newLease(s, prev.sess, key, prev.entry, prev.Token(), "", prev.revision, prev.used+1, deadline)
 		l.took, l.hot = prev.took, true
 		if prev.sess.add(l) {
 			return l
@@ -102,16 +73,4 @@ func (s *Store) takeKept(ctx context.Context, key string, ttl time.Duration) loc
 		s.bg.Go(prev.deleteUntilDone)
 	}
 	return nil
-}
-
-// stopKeeping ends keeping entries, for Close (whose revokes delete the
-// kept ones).
-func (s *Store) stopKeeping() {
-	s.kmu.Lock()
-	defer s.kmu.Unlock()
-	s.keeping = false
-	for key, k := range s.kept {
-		k.timer.Stop()
-		delete(s.kept, key)
-	}
 }

@@ -41,10 +41,8 @@ type Store struct {
 
 	linger   time.Duration
 	handOffs keep.HandOffs
-	recent   keep.Recent // when this Store last let each key go (lease.hot)
-	keptMu   sync.Mutex
-	kept     map[string]*kept // holds kept after their Release (kept.go)
-	closing  bool             // Close has begun: no hold is kept any more
+	recent   keep.Recent        // when this Store last let each key go (lease.hot)
+	kept     keep.Holds[*lease] // holds kept after their Release (kept.go)
 
 	closed    chan struct{}
 	closeOnce sync.Once
@@ -149,7 +147,6 @@ func New(clients []Client, opts ...Option) (*Store, error) {
 		closed:   make(chan struct{}),
 		linger:   o.linger,
 		handOffs: keep.HandOffs{Max: o.maxHandOffs, Hold: o.maxHold},
-		kept:     map[string]*kept{},
 	}
 	s.Init(o.Options)
 	if o.fenced && o.maxHandOffs > 0 {
