@@ -218,9 +218,9 @@ func (s *Store) letGo(key string, k *kept) {
 }
 
 // takeKeptLocked serves an Acquire of key for ttl (by owner, or "") from
-// the Store's kept hold, if it has one: the lease, without a round trip, or, when the hold
-// cannot serve it, the token of the hold for the caller to release before
-// it competes.
+// the Store's kept hold, if it has one: the lease, without a round trip,
+// or, when the hold cannot serve it, the token of the hold for the caller
+// to release before it competes.
 func (s *Store) takeKeptLocked(key string, ls *local, ttl time.Duration, owner string) (*lease, string) {
 	k := ls.kept
 	if k == nil {
@@ -240,7 +240,8 @@ func (s *Store) takeKeptLocked(key string, ls *local, ttl time.Duration, owner s
 }
 
 // markHotLocked marks key hot when this Store let it go less than
-// keep.HotFor ago: its releases are then kept (keepLocked).
+// keep.HotFor ago and it is not cooling down (keep.CoolFor): its releases
+// are then kept (keepLocked).
 func (s *Store) markHotLocked(key string, ls *local) {
 	ls.hot = s.recent.Hot(key)
 }
