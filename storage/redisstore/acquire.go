@@ -90,6 +90,9 @@ func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (loc
 	if err != nil {
 		return nil, err
 	}
+	if l, err := s.takeKept(ctx, key, ttl, owner); l != nil || err != nil {
+		return l, err // (an owner's call lets a kept hold go first)
+	}
 	if owner != "" {
 		// An owner first tries the key directly: it may hold it already,
 		// here or in another process, and must not queue behind waiters for
@@ -102,9 +105,6 @@ func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (loc
 			s.adopt(l)
 			return l, nil
 		}
-	}
-	if l, err := s.takeKept(ctx, key, ttl, owner); l != nil || err != nil {
-		return l, err
 	}
 	w := &waiter{ttl: ttl, owner: owner, token: token.New(), ev: make(chan event, 1)}
 	s.mu.Lock()
