@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -53,6 +54,22 @@ func AcquireLater(ctx context.Context, t testing.TB, l lock.Locker, key string, 
 		got <- lease
 	}()
 	return got
+}
+
+// RefreshAcrossRelease sends a Refresh of l, releases l while that Refresh
+// is on its way (its client must hold it back: SlowScript, or an etcd
+// interceptor), and checks that the Refresh then reports lock.ErrLockLost.
+func RefreshAcrossRelease(ctx context.Context, t testing.TB, l lock.Lease) {
+	t.Helper()
+	refreshed := make(chan error, 1)
+	go func() { refreshed <- l.Refresh(ctx, 10*time.Second) }()
+	time.Sleep(100 * time.Millisecond) // the refresh is on its way
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-refreshed; !errors.Is(err, lock.ErrLockLost) {
+		t.Errorf("Refresh across the Release: %v, want ErrLockLost", err)
+	}
 }
 
 // CheckHandOff has waiter wait for a key holder holds, releases it, and

@@ -2,7 +2,6 @@ package redisstore_test
 
 import (
 	"context"
-	"errors"
 	"strconv"
 	"testing"
 	"time"
@@ -237,15 +236,7 @@ func TestLateRefreshSparesKeptHold(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	refreshed := make(chan error, 1)
-	go func() { refreshed <- l.Refresh(ctx, 10*time.Second) }()
-	time.Sleep(100 * time.Millisecond) // the refresh is on its way
-	if err := l.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-refreshed; !errors.Is(err, lock.ErrLockLost) {
-		t.Errorf("Refresh across the Release: %v, want ErrLockLost", err)
-	}
+	testenv.RefreshAcrossRelease(ctx, t, l)
 	next, err := a.Acquire(ctx, key, 10*time.Second) // the kept hold
 	if err != nil {
 		t.Fatal(err)

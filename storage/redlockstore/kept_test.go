@@ -2,7 +2,6 @@ package redlockstore_test
 
 import (
 	"context"
-	"errors"
 	"testing"
 	"time"
 
@@ -104,15 +103,7 @@ func TestLateRefreshSparesKeptHold(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	refreshed := make(chan error, 1)
-	go func() { refreshed <- l.Refresh(ctx, 10*time.Second) }()
-	time.Sleep(100 * time.Millisecond) // the refresh is on its way
-	if err := l.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-refreshed; !errors.Is(err, lock.ErrLockLost) {
-		t.Errorf("Refresh across the Release: %v, want ErrLockLost", err)
-	}
+	testenv.RefreshAcrossRelease(ctx, t, l)
 	time.Sleep(50 * time.Millisecond) // the refresh's clean-up, if any, has run
 	if got, err := b.TryAcquire(ctx, key, time.Second); err == nil {
 		got.Release(ctx)
