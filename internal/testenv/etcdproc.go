@@ -153,6 +153,24 @@ func (m *EtcdMember) Kill() {
 	m.cmd = nil
 }
 
+// Pause stops the member with SIGSTOP: its connections stay open and
+// nothing sent on them is answered until Resume. Kill and cleanup resume
+// it first.
+func (m *EtcdMember) Pause() {
+	m.tb.Helper()
+	if err := m.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		m.tb.Fatalf("pause etcd %s: %v", m.Name, err)
+	}
+}
+
+// Resume continues a paused member.
+func (m *EtcdMember) Resume() {
+	m.tb.Helper()
+	if err := m.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		m.tb.Fatalf("resume etcd %s: %v", m.Name, err)
+	}
+}
+
 // Restart starts a killed member again with its data directory: it
 // rejoins its cluster. It does not wait for the cluster to be healthy.
 func (m *EtcdMember) Restart() {

@@ -3,7 +3,9 @@ package etcdstore_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"strings"
 	"sync"
@@ -358,5 +360,67 @@ func TestStaleHeartbeatFreesKey(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("the holder never learned it lost the key")
+	}
+}
+
+// A kept entry's delete sent to a member that cannot answer (paused here;
+// in production, a member cut off in the middle of an election) is tried
+// again on another member after one short attempt: the next process gets
+// the key within about a second, not after the whole release budget.
+func TestLetGoRetriesPastStalledMember(t *testing.T) {
+	ms := testenv.StartEtcdCluster(t, 3)
+	leader := findLeader(t, newClient(t, endpoints(ms)), ms)
+	var stalled *testenv.EtcdMember
+	for _, m := range ms {
+		if m != leader {
+			stalled = m
+			break
+		}
+	}
+	// a's client takes turns between the leader and the member paused
+	// below; b only talks to the leader.
+	ca := newClient(t, endpoints([]*testenv.EtcdMember{leader, stalled}))
+	a := newStore(t, ca, etcdstore.WithLinger(50*time.Millisecond))
+	b := newStore(t, newClient(t, endpoints([]*testenv.EtcdMember{leader})))
+	const attempt = time.Second // the drivers' single-attempt timeout
+	stalls := 0
+	for i := 0; i < 40 && stalls < 3; i++ {
+		key := fmt.Sprintf("stalled-%d", i)
+		for range 2 { // taken again at once: hot, and its last Release kept
+			l, err := a.Acquire(ctxT(t, 10*time.Second), key, 10*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := l.Release(ctxT(t, 10*time.Second)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// A cycle makes a fixed number of requests; one more, at random,
+		// sends the delete to either member.
+		if rand.IntN(2) == 0 {
+			if _, err := ca.Get(ctxT(t, 10*time.Second), "turn"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		stalled.Pause()
+		start := time.Now()
+		l, err := b.Acquire(ctxT(t, 20*time.Second), key, 10*time.Second)
+		waited := time.Since(start)
+		stalled.Resume()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(ctxT(t, 10*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		if waited > 3*attempt {
+			t.Fatalf("cycle %d: the kept entry blocked the key for %s with one member paused; want about one attempt (%s)", i, waited.Round(time.Millisecond), attempt)
+		}
+		if waited >= attempt*9/10 {
+			stalls++ // the delete went to the paused member first
+		}
+	}
+	if stalls == 0 {
+		t.Fatal("no delete in 40 cycles went to the paused member: the test proved nothing")
 	}
 }

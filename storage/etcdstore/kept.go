@@ -67,7 +67,7 @@ func (s *Store) takeKept(ctx context.Context, key string, ttl time.Duration) loc
 		l.EndQuietly(lockdriver.Lost) // the session ended meanwhile, and the entry with it
 	}
 	s.recent.LetGo(key)
-	cctx, cancel := lockdriver.CleanupContext(ctx)
+	cctx, cancel := lockdriver.BoundedContext(ctx, time.Now().Add(attemptTimeout))
 	defer cancel()
 	if _, err := s.c.Delete(cctx, prev.entry); err != nil {
 		s.bg.Go(prev.deleteUntilDone)

@@ -116,11 +116,17 @@ func (l *lease) watchEntry(ctx context.Context) {
 	}
 }
 
+// attemptTimeout bounds one attempt to give an entry back. A request that
+// reaches a member in the middle of an election can hang until its
+// deadline, though the next attempt, to the new leader or another member,
+// would succeed at once; an election here takes about a second.
+const attemptTimeout = time.Second
+
 // deleteUntilDone deletes the entry (this lease's own key), retrying until
 // it succeeds or the session ends.
 func (l *lease) deleteUntilDone() {
 	for wait := 50 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
-		ctx, cancel := context.WithTimeout(context.Background(), lockdriver.ReleaseTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), attemptTimeout)
 		var err error
 		if l.owner != "" {
 			_, err = l.s.giveBack(ctx, l)
@@ -205,7 +211,7 @@ func retryable(err error) bool {
 }
 
 func (l *lease) release(ctx context.Context) error {
-	rctx, cancel := context.WithTimeout(ctx, time.Second) // one attempt; an election takes about one
+	rctx, cancel := context.WithTimeout(ctx, attemptTimeout)
 	defer cancel()
 	ctx = rctx
 	var deleted bool
