@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -142,11 +143,25 @@ func assertFree(t *testing.T, l lock.Locker, key string) {
 	t.Helper()
 	lease, err := l.TryAcquire(ctxTimeout(t, 5*time.Second), key, 10*time.Second)
 	if err != nil {
-		t.Fatalf("TryAcquire(%q) on a key that should be free: %v", key, err)
+		t.Fatalf("TryAcquire(%q) on a key that should be free: %v%s", key, err, inspect(t, l, key))
 	}
 	if err := lease.Release(ctxTimeout(t, 5*time.Second)); err != nil {
 		t.Fatalf("Release: %v", err)
 	}
+}
+
+// inspect describes key's state as l's driver reports it, for a failure
+// message.
+func inspect(t *testing.T, l lock.Locker, key string) string {
+	in, ok := l.(lock.Inspector)
+	if !ok {
+		return ""
+	}
+	info, err := in.InspectLock(ctxTimeout(t, 5*time.Second), key)
+	if err != nil {
+		return fmt.Sprintf(" (InspectLock: %v)", err)
+	}
+	return fmt.Sprintf(" (InspectLock at %s: %+v)", time.Now().Format("15:04:05.000000"), info)
 }
 
 func waitClosed(t *testing.T, ch <-chan struct{}, within time.Duration, what string) {
@@ -480,13 +495,24 @@ func (s *suite) mutexDo(t *testing.T) {
 	}
 	other := s.cfg.NewLocker(t)
 	want := errors.New("fn failed")
+	var (
+		held     string    // the lease's token, to tell its hold from others
+		returned time.Time // when Do returned, against InspectLock's time
+	)
+	defer func() {
+		if t.Failed() {
+			t.Logf("the Mutex's lease had token %s; Do returned at %s", held, returned.Format("15:04:05.000000"))
+		}
+	}()
 	err = m.Do(ctxTimeout(t, 5*time.Second), k, func(ctx context.Context, l lock.Lease) error {
+		held = lockdriver.TokenPrefix(l.Token())
 		if l.Key() != k || (l.Fence() == 0) != s.cfg.Unfenced {
 			t.Errorf("lease in Do: key %q fence %d", l.Key(), l.Fence())
 		}
 		assertHeld(t, other, k)
 		return want
 	})
+	returned = time.Now()
 	if !errors.Is(err, want) || errors.Is(err, lock.ErrLockLost) {
 		t.Errorf("Do = %v, want fn's error alone", err)
 	}
