@@ -15,8 +15,9 @@ import (
 )
 
 // Idempotency records (idem.Store). A key K is stored as a hash
-// "<record prefix>{K}" — {v = 1, s = in flight | completed, fp, t = token,
-// f = fence, r = result} — whose PTTL is the lease or the retention, beside
+// "<record prefix>{K}" — {v = 1, s = in flight | completed, fp, t = token
+// (empty once completed), f = fence, r = result} — whose PTTL is the lease
+// or the retention, beside
 // its fence counter "<record prefix>{K}:fence" and a channel
 // "<record prefix>{K}:done" on which completion and abandonment are
 // announced. Anything else under the record's name is reported as

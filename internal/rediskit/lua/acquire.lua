@@ -42,11 +42,8 @@ local function leave()
     redis.call('HDEL', KEYS[5], member, member .. '|g')
   end
 end
-if ARGV[3] ~= '0' then
-  local t = redis.call('TIME')
-  if tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) > tonumber(ARGV[3]) then
-    return {-1, 0}
-  end
+if ARGV[3] ~= '0' and clock_ms() > tonumber(ARGV[3]) then
+  return {-1, 0}
 end
 -- reservedFor returns the milliseconds left of a woken first waiter's
 -- grace when the key is reserved for another member than the caller.
@@ -60,8 +57,7 @@ local function reservedFor()
     return 0
   end
   local exp = tonumber(redis.call('HGET', KEYS[5], head[1]) or '0')
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local now = clock_ms()
   if exp > now and exp <= now + grace then
     return exp - now
   end
@@ -104,8 +100,7 @@ if ARGV[5] ~= '' then
   end
 end
 if member ~= '' then
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local now = clock_ms()
   local life = tonumber(ARGV[7])
   local place = tonumber(ARGV[8] or '0')
   if place == 0 then place = now end

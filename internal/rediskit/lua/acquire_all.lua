@@ -10,8 +10,7 @@
 -- one that takes every key leaves all their queues.
 -- Returns {1, fence 1, fence 2, ...} when all were taken, {0, i, PTTL} when
 -- key i (1-based) is held, {-1} when the request arrived after the deadline.
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = clock_ms()
 if ARGV[2] ~= '0' and now > tonumber(ARGV[2]) then
   return {-1}
 end

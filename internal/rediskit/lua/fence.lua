@@ -13,6 +13,19 @@
 -- back would; reservations are a few fences per acquisition, far fewer
 -- than the microseconds between acquisitions.)
 if redis.replicate_commands then redis.replicate_commands() end
+-- clock_us is the server's clock in microseconds, read once per script:
+-- every call inside a script costs the server a few microseconds.
+local clock_read = nil
+local function clock_us()
+  if not clock_read then
+    local t = redis.call('TIME')
+    clock_read = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  end
+  return clock_read
+end
+local function clock_ms()
+  return math.floor(clock_us() / 1000)
+end
 local function fence_life(ttl)
   return math.max(tonumber(ttl), 60000)
 end
@@ -34,11 +47,9 @@ local function fence_floor(key)
   return f + r
 end
 local function next_fence(key, life, reserve)
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  local f = math.max(fence_floor(key) + 1, now)
-  local v = string.format('%d', f)
+  local f = math.max(fence_floor(key) + 1, clock_us())
   reserve = tonumber(reserve) or 0
+  local v = string.format('%d', f)
   if reserve > 0 then
     v = v .. ':' .. string.format('%d', reserve)
   end

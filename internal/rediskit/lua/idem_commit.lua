@@ -19,8 +19,7 @@ local refused = effect(ekeys, eargv)
 if refused then
   return {2, tostring(refused)}
 end
-redis.call('HSET', KEYS[1], 's', 'c', 'r', ARGV[3])
-redis.call('HDEL', KEYS[1], 't')
+redis.call('HSET', KEYS[1], 's', 'c', 'r', ARGV[3], 't', '') -- no token once completed
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 local pub = publisher(ARGV[5])
 if pub then

@@ -13,8 +13,7 @@ if ARGV[2] == 'extend' then
   return 1
 end
 if ARGV[2] == 'complete' then
-  redis.call('HSET', KEYS[1], 's', 'c', 'r', ARGV[4])
-  redis.call('HDEL', KEYS[1], 't')
+  redis.call('HSET', KEYS[1], 's', 'c', 'r', ARGV[4], 't', '') -- no token once completed
   redis.call('PEXPIRE', KEYS[1], ARGV[3])
 else
   redis.call('DEL', KEYS[1])

@@ -41,8 +41,7 @@ if pub then
   if KEYS[4] and redis.REDIS_VERSION_NUM then -- 7.0+: effects replication, TIME is allowed
     local head = redis.call('ZRANGE', KEYS[3], 0, 0)
     if #head > 0 then
-      local t = redis.call('TIME')
-      local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+      local now = clock_ms()
       while #head > 0 do
         local m = head[1]
         local exp = tonumber(redis.call('HGET', KEYS[4], m))
