@@ -194,6 +194,37 @@ func (stalled) Refresh(ctx context.Context, _ time.Duration) error {
 	return ctx.Err()
 }
 
+// A Do whose fn fails and whose release fails too reports both: the key
+// may stay held until its TTL ends.
+func TestMutexDoReportsFailedRelease(t *testing.T) {
+	m, err := lock.NewMutex(failRelease{memstore.New()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fnErr := errors.New("fn failed")
+	err = m.Do(t.Context(), "k", func(context.Context, lock.Lease) error { return fnErr })
+	if !errors.Is(err, fnErr) || !errors.Is(err, errUnreachable) || errors.Is(err, lock.ErrLockLost) {
+		t.Errorf("Do = %v, want fn's error and the release's", err)
+	}
+}
+
+var errUnreachable = errors.New("store unreachable")
+
+// failRelease's leases cannot be released.
+type failRelease struct{ lock.Locker }
+
+func (s failRelease) Acquire(ctx context.Context, key string, ttl time.Duration) (lock.Lease, error) {
+	l, err := s.Locker.Acquire(ctx, key, ttl)
+	if err != nil {
+		return nil, err
+	}
+	return unreleasable{l}, nil
+}
+
+type unreleasable struct{ lock.Lease }
+
+func (unreleasable) Release(context.Context) error { return errUnreachable }
+
 // WithWaitTimeout bounds the wait for the key, apart from the work's
 // context: a Do whose ctx has no deadline gives up waiting after it.
 func TestMutexWaitTimeout(t *testing.T) {

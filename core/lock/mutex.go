@@ -119,7 +119,8 @@ func (m *Mutex) lock(ctx context.Context, key string,
 // The ctx passed to fn is cancelled, with ErrLockLost as its cause, as soon
 // as the lease is lost; fn should stop writing then, and can tell loss from
 // its caller's cancellation with context.Cause(ctx) == ErrLockLost (see
-// the example). Do returns fn's error;
+// the example). Do returns fn's error, joined with Release's when the
+// release failed too (the key may then stay held until its TTL ends);
 // if the lease was lost while fn ran, the result also matches ErrLockLost,
 // even when fn itself succeeded, because its work may have overlapped
 // another holder's.
@@ -147,6 +148,9 @@ func (m *Mutex) Do(ctx context.Context, key string, fn func(ctx context.Context,
 	switch {
 	case fnErr != nil && lost && !errors.Is(fnErr, ErrLockLost):
 		return errors.Join(fnErr, ErrLockLost)
+	case fnErr != nil && relErr != nil && !lost:
+		// The key may stay held until its TTL ends: the caller should know.
+		return errors.Join(fnErr, relErr)
 	case fnErr != nil:
 		return fnErr
 	case lost:
