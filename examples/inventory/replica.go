@@ -103,18 +103,28 @@ func (r *Replica) startKafka(ctx context.Context, s *Service, k Kafka) error {
 		return err
 	}
 	var closing atomic.Bool // set when the replica stops
+	debug := os.Getenv("INVENTORY_KAFKA_DEBUG") != ""
+	// MaxWait bounds a fetch that finds nothing new; one that finds a
+	// message returns at once (MinBytes 1). kafka-go asks the broker to
+	// wait 3/4 of it and reads until MaxWait: at 50 ms, a broker answering
+	// a loaded replica 13 ms late made the reader report an i/o timeout and
+	// reconnect. A reader's Close waits for its fetch, so a stopping
+	// replica pays up to MaxWait.
 	rc := kafka.ReaderConfig{
 		Brokers: k.Brokers, Topic: k.Topic, GroupID: k.Group, StartOffset: kafka.FirstOffset,
-		MinBytes: 1, MaxBytes: 10 << 20, MaxWait: 50 * time.Millisecond, HeartbeatInterval: 200 * time.Millisecond,
+		MinBytes: 1, MaxBytes: 10 << 20, MaxWait: 250 * time.Millisecond, HeartbeatInterval: 200 * time.Millisecond,
 		SessionTimeout: 2 * time.Second, RebalanceTimeout: 2 * time.Second, JoinGroupBackoff: 200 * time.Millisecond,
 		ErrorLogger: kafka.LoggerFunc(func(format string, args ...any) {
-			if closing.Load() {
+			switch {
+			case closing.Load():
 				return // a reader being closed reports the dials it cancelled: nothing is wrong
+			case !debug && rebalancing(args):
+				return // replicas joining the group at once: kafka-go joins again
 			}
 			log.Printf("kafka reader: "+format, args...)
 		}),
 	}
-	if os.Getenv("INVENTORY_KAFKA_DEBUG") != "" {
+	if debug {
 		rc.Logger = kafka.LoggerFunc(func(format string, args ...any) { log.Printf("kafka: "+format, args...) })
 	}
 	rd := kafka.NewReader(rc)
@@ -152,4 +162,16 @@ func (r *Replica) Stop() {
 		f()
 	}
 	r.stop, r.after = nil, nil
+}
+
+// rebalancing reports whether a kafka-go log line's arguments carry the
+// group coordinator's "rebalance in progress", which the reader handles
+// by joining again.
+func rebalancing(args []any) bool {
+	for _, a := range args {
+		if err, ok := a.(error); ok && errors.Is(err, kafka.RebalanceInProgress) {
+			return true
+		}
+	}
+	return false
 }
