@@ -187,7 +187,7 @@ func (h *history) attempt(target string, client int, key string) (out output, re
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Idempotency-Key", h.sku+"-"+key)
 	out = output{unknown: true}
-	resp, err := httpClient.Do(req)
+	resp, err := send(req)
 	if refused(err) {
 		return out, false
 	}
@@ -211,8 +211,21 @@ func (h *history) attempt(target string, client int, key string) (out output, re
 	return out, true
 }
 
+// send sends req once. net/http's Transport sends a request again on a
+// new connection when the connection it reused breaks before an answer,
+// if the request is replayable: a GET, or a POST with an Idempotency-Key.
+// When a replica was killed mid-request, that second try was refused, and
+// the order looked as if it had never reached a replica, while the first
+// try had run it there (a sale outside the operation's interval, which
+// made the history Illegal). A body that cannot be rewound turns the retry
+// off: the client's own retries, with the same key, are the ones recorded.
+func send(req *http.Request) (*http.Response, error) {
+	req.GetBody = nil
+	return httpClient.Do(req)
+}
+
 // refused reports a request that never reached a server (its connection
-// was refused): it cannot have had an effect.
+// was refused, and send made no earlier try): it cannot have had an effect.
 func refused(err error) bool { return errors.Is(err, syscall.ECONNREFUSED) }
 
 func (h *history) read(target string, client int) {
@@ -236,7 +249,7 @@ func (h *history) restock(target string, client int, stock int64) output {
 	req, _ := http.NewRequest(http.MethodPut, target+"/v1/items/"+h.sku, strings.NewReader(fmt.Sprintf(`{"stock":%d}`, stock)))
 	req.Header.Set("Content-Type", "application/json")
 	out := output{unknown: true}
-	resp, err := httpClient.Do(req)
+	resp, err := send(req)
 	if refused(err) {
 		return out
 	}
