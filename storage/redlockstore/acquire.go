@@ -64,13 +64,14 @@ func (v *votes) giveUp(wait time.Duration, quiet bool) {
 
 // outcome of one acquisition attempt.
 type outcome struct {
-	lease  *lease
-	busy   *lock.BusyError // the key is held: wait for it
-	split  bool            // we took some nodes, not a majority
-	leader bool            // ... including the key's leader node
-	rival  bool            // another token holds the leader node
-	err    error           // a *QuorumError, a ctx error, or a failed fencing round
-	taken  []int           // the nodes the round took (a lease's majority)
+	lease    *lease
+	busy     *lock.BusyError // the key is held: wait for it
+	split    bool            // we took some nodes, not a majority
+	leader   bool            // ... including the key's leader node
+	rival    bool            // another token holds the leader node (or it is kept for a woken waiter)
+	rivalTTL time.Duration   // ... for this long (its PTTL; -1: no expiry)
+	err      error           // a *QuorumError, a ctx error, or a failed fencing round
+	taken    []int           // the nodes the round took (a lease's majority)
 }
 
 // acquireRound is what one acquisition round's nodes answered.
@@ -151,13 +152,13 @@ func (s *Store) attempt(ctx context.Context, v *votes, ttl time.Duration, onEnd 
 	if len(ar.taken) < s.quorum {
 		leader := s.leaderNode(v.key)
 		_, isLeader := ar.taken[leader]
-		_, rival := ar.busy[leader]
+		pttl, rival := ar.busy[leader]
 		busy := &lock.BusyError{Key: v.key, TTL: s.holdWait(ar.busy)}
 		switch {
 		case len(ar.failed) > 0 && len(ar.taken)+len(ar.failed) >= s.quorum:
 			return outcome{split: len(ar.taken) > 0, leader: isLeader, err: s.quorumError("acquire", v.key, len(ar.taken), ar.failed)}
 		case len(ar.taken) > 0:
-			return outcome{split: true, leader: isLeader, rival: rival, busy: busy}
+			return outcome{split: true, leader: isLeader, rival: rival, rivalTTL: ttlOf(pttl), busy: busy}
 		default:
 			return outcome{busy: busy}
 		}

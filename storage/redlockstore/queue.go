@@ -167,8 +167,13 @@ func (w *waiting) backOff(ctx context.Context, out outcome) error {
 		wake = nil
 	case out.split:
 		// Someone else holds the leader node and will win: wait for it,
-		// and spread the next attempts of the woken.
+		// and spread the next attempts of the woken. Not past the end of
+		// its hold there: when it is only kept for a woken waiter that
+		// never comes (it died), nothing announces that the grace ran out.
 		wait = w.s.Recheck
+		if t := out.rivalTTL; t >= 0 && t < wait {
+			wait = t + time.Millisecond
+		}
 		w.backoff = min(2*w.backoff, w.s.MaxBackoff)
 	default:
 		wait = w.s.Recheck

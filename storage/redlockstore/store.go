@@ -270,6 +270,15 @@ func (s *Store) holdWait(busy map[int]int64) time.Duration {
 	return time.Duration(ttls[need-1]) * time.Millisecond
 }
 
+// ttlOf is a node's PTTL reply as a duration; -1 when the key there has
+// no expiry.
+func ttlOf(pttl int64) time.Duration {
+	if pttl < 0 {
+		return -1
+	}
+	return time.Duration(pttl) * time.Millisecond
+}
+
 func indexes[V any](m map[int]V) []int {
 	idx := make([]int, 0, len(m))
 	for i := range m {

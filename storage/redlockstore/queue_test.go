@@ -1,0 +1,71 @@
+package redlockstore_test
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/oncekit/oncekit/internal/testenv"
+	"github.com/oncekit/oncekit/storage/redlockstore"
+)
+
+// A key reserved, on the key's leader node and two more, for a waiter a
+// release woke and which never comes (it died right after): a process that
+// finds the other two nodes free holds them for a split vote, sees the
+// rival on the leader node, and waits. The reservation ends after the wake
+// grace, and nothing announces that: the waiter must try again then, not
+// sleep out the recheck interval.
+func TestSplitWaitEndsWithRivalReservation(t *testing.T) {
+	addrs := testenv.RedisAddrs(t, 5)[:5]
+	cs := clients(t, addrs)
+	// Wake grace: 4 × the maximum backoff, 400 ms. A recheck far longer
+	// than the grace shows which of the two the waiter waited for.
+	s := newStore(t, cs, redlockstore.WithRecheckInterval(10*time.Second))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	// A key whose leader node (FNV-1a of the key, modulo the node count,
+	// as redlockstore picks it) is among nodes 0–2.
+	var key string
+	for i := 0; ; i++ {
+		key = fmt.Sprintf("reserved-%d-%d", time.Now().UnixNano(), i)
+		h := fnv.New32a()
+		h.Write([]byte(key))
+		if h.Sum32()%5 < 3 {
+			break
+		}
+	}
+	q, qx := "oncekit:redlock:{"+key+"}:q", "oncekit:redlock:{"+key+"}:qx"
+	for _, c := range cs[:3] {
+		c := c.(*redis.Client)
+		now, err := c.Time(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The woken member, first in the queue, whose place ends within the
+		// grace: the key is kept for it until then.
+		if err := c.ZAdd(ctx, q, redis.Z{Score: 0, Member: "gone"}).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.HSet(ctx, qx, "gone", now.Add(300*time.Millisecond).UnixMilli()).Err(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Del(context.Background(), q, qx) })
+	}
+
+	start := time.Now()
+	l, err := s.Acquire(ctx, key, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waited := time.Since(start)
+	defer l.Release(context.Background())
+	if waited > 2*time.Second {
+		t.Fatalf("the waiter got the key after %s; want soon after the reservation ended (300 ms), not the recheck interval",
+			waited.Round(time.Millisecond))
+	}
+}
