@@ -59,6 +59,11 @@ func TestReleaseAfterDeadlineThenAgain(t *testing.T) {
 	if n := st.releases.Load(); n != 1 {
 		t.Errorf("%d release requests, want 1", n)
 	}
+	// OnEnd runs after Done closes, on the deadline timer's goroutine:
+	// wait for it, then check that the Releases did not run it again.
+	for wait := time.Now().Add(5 * time.Second); ended.Load() == 0 && time.Now().Before(wait); {
+		time.Sleep(time.Millisecond)
+	}
 	if n := ended.Load(); n != 1 {
 		t.Errorf("OnEnd ran %d times, want 1", n)
 	}
