@@ -40,6 +40,7 @@ type Store struct {
 	mu       sync.Mutex
 	sessions map[int64]*session // by TTL class, in seconds
 	closed   bool
+	stop     chan struct{} // closed by Close: background retries end
 
 	qmu    sync.Mutex
 	queues map[string]*queueWatch // by lock directory, while waiters use it
@@ -84,7 +85,7 @@ func New(c Client, opts ...Option) (*Store, error) {
 	if err := o.validate(); err != nil {
 		return nil, fmt.Errorf("etcdstore: New: %w", err)
 	}
-	return &Store{c: c, opts: o, sessions: map[int64]*session{},
+	return &Store{c: c, opts: o, sessions: map[int64]*session{}, stop: make(chan struct{}),
 		handOffs: keep.HandOffs{Max: o.maxHandOffs, Hold: o.maxHold}}, nil
 }
 
@@ -103,6 +104,9 @@ func (s *Store) Observer() observe.Observer { return s.opts.observer }
 func (s *Store) Close() error {
 	s.kept.Close() // the revokes below delete the kept entries
 	s.mu.Lock()
+	if !s.closed {
+		close(s.stop)
+	}
 	s.closed = true
 	sessions := s.sessions
 	s.sessions = map[int64]*session{}

@@ -281,14 +281,32 @@ func (s *Store) startClaimTimer(entry string, rev int64, expires time.Time) {
 		}
 		delete(s.claims, entry)
 		s.cmu.Unlock()
-		s.bg.Go(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), lockdriver.ReleaseTimeout)
-			defer cancel()
-			_, _ = s.c.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(entry), "=", rev)).
-				Then(clientv3.OpDelete(entry)).Commit()
-		})
+		s.bg.Go(func() { s.expireClaim(entry, rev) })
 	})
 	s.claims[entry] = ct
+}
+
+// expireClaim deletes an in-flight claim's entry whose lease ran out,
+// unless it changed since rev. A failed attempt (a leader election, a lost
+// connection) is tried again until the delete is decided or the Store
+// closes: the entry lives as long as its session, which this Store keeps
+// alive, so a claim left behind would answer every retry of its key "in
+// flight" for as long as the process lives.
+func (s *Store) expireClaim(entry string, rev int64) {
+	for wait := 50 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
+		ctx, cancel := context.WithTimeout(context.Background(), attemptTimeout)
+		_, err := s.c.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(entry), "=", rev)).
+			Then(clientv3.OpDelete(entry)).Commit()
+		cancel()
+		if err == nil {
+			return // deleted, or changed since (completed, abandoned, extended)
+		}
+		select {
+		case <-time.After(wait):
+		case <-s.stop:
+			return // Close revokes the sessions, and the entry with them
+		}
+	}
 }
 
 func (s *Store) stopClaimTimer(entry string) {

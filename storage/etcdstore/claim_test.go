@@ -1,0 +1,70 @@
+package etcdstore_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/internal/testenv"
+)
+
+// A claim whose lease runs out without an Extend is deleted by its Store
+// even when the first attempt fails (here the request is failed as a
+// leader election fails it): left in flight, it would answer every retry
+// of its key "in flight" for as long as the claimer's process lives, its
+// session being kept alive.
+func TestExpiredClaimDeletedAfterFailedAttempt(t *testing.T) {
+	eps := testenv.EtcdAddrs(t)
+	var failed atomic.Int32
+	// Fails the first conditional delete (the claim's expiry) once.
+	failFirst := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn,
+		invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		if tr, ok := req.(*etcdserverpb.TxnRequest); ok && len(tr.Compare) == 1 &&
+			tr.Compare[0].Target == etcdserverpb.Compare_MOD && len(tr.Success) == 1 &&
+			tr.Success[0].GetRequestDeleteRange() != nil && failed.CompareAndSwap(0, 1) {
+			return status.Error(codes.Unavailable, "etcdserver: leader changed")
+		}
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
+	c, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second,
+		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(failFirst)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	s := newStore(t, c)
+	other := newStore(t, newClient(t, eps))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	key := "expired-claim-" + time.Now().Format("150405.000000")
+
+	claim, err := s.Begin(ctx, key, "fp", time.Second)
+	if err != nil || claim.State != idem.Acquired {
+		t.Fatalf("Begin: %+v %v", claim, err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		next, err := other.Begin(ctx, key, "fp", time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if next.State == idem.Acquired {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("9 s after the claim's 1 s lease ran out, Begin still finds it %v", next.State)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if failed.Load() != 1 {
+		t.Fatal("no delete was failed: the test proved nothing")
+	}
+}
