@@ -575,7 +575,7 @@ var errSessionLost = errors.New("session lease lost")
 // are unique per acquisition, so deleting by key is safe.
 func (s *Store) removeEntry(sess *session, key string) {
 	try := func() bool {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), attemptTimeout)
 		defer cancel()
 		_, err := s.c.Delete(ctx, key)
 		return err == nil
