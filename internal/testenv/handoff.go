@@ -42,6 +42,21 @@ func (e *Events) Of(op observe.Op) []observe.Event {
 	return out
 }
 
+// AcquireRelease takes key from l and releases it, returning the lease:
+// a Store that does this twice in a row has the key hot, and keeps its
+// second Release's hold (the drivers' WithLinger).
+func AcquireRelease(ctx context.Context, t testing.TB, l lock.Locker, key string, ttl time.Duration) lock.Lease {
+	t.Helper()
+	lease, err := l.Acquire(ctx, key, ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lease.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return lease
+}
+
 // AcquireLater starts l.Acquire(ctx, key, ttl) on a goroutine of its own
 // and returns where its lease arrives: nil after an error, which fails t.
 func AcquireLater(ctx context.Context, t testing.TB, l lock.Locker, key string, ttl time.Duration) <-chan lock.Lease {

@@ -387,13 +387,7 @@ func TestLetGoRetriesPastStalledMember(t *testing.T) {
 	for i := 0; i < 40 && stalls < 3; i++ {
 		key := fmt.Sprintf("stalled-%d", i)
 		for range 2 { // taken again at once: hot, and its last Release kept
-			l, err := a.Acquire(ctxT(t, 10*time.Second), key, 10*time.Second)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := l.Release(ctxT(t, 10*time.Second)); err != nil {
-				t.Fatal(err)
-			}
+			testenv.AcquireRelease(ctxT(t, 10*time.Second), t, a, key, 10*time.Second)
 		}
 		// A cycle makes a fixed number of requests; one more, at random,
 		// sends the delete to either member.

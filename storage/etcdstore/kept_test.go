@@ -29,17 +29,7 @@ func TestHotKeyKeptForNextAcquire(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	key := "kept-" + time.Now().Format("150405.000000")
-	cycle := func() lock.Lease {
-		t.Helper()
-		l, err := a.Acquire(ctx, key, 10*time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := l.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
-		return l
-	}
+	cycle := func() lock.Lease { return testenv.AcquireRelease(ctx, t, a, key, 10*time.Second) }
 	first := cycle()
 	last := cycle() // taken again at once: hot, kept
 	if last.Fence() <= first.Fence() {
@@ -106,13 +96,7 @@ func TestLateRefreshSparesKeptEntry(t *testing.T) {
 	defer cancel()
 	key := "late-refresh-" + time.Now().Format("150405.000000")
 	for range 2 { // the second is hot: kept
-		l, err := a.Acquire(ctx, key, 10*time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := l.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
+		testenv.AcquireRelease(ctx, t, a, key, 10*time.Second)
 	}
 	l, err := a.Acquire(ctx, key, 10*time.Second) // from the kept entry
 	if err != nil {

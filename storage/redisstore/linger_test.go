@@ -8,7 +8,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/internal/rediskit"
 	"github.com/oncekit/oncekit/internal/testenv"
 	"github.com/oncekit/oncekit/storage/redisstore"
@@ -24,19 +23,6 @@ func holdsToken(t *testing.T, c *redis.Client, key string) string {
 	return tok
 }
 
-// acquireRelease takes key from s and releases it, returning the lease.
-func acquireRelease(t *testing.T, ctx context.Context, s *redisstore.Store, key string, ttl time.Duration) lock.Lease {
-	t.Helper()
-	l, err := s.Acquire(ctx, key, ttl)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	return l
-}
-
 // A Store that takes a key again right after letting it go keeps its next
 // Release's hold: its next Acquire takes the key with no request, the same
 // hold and a higher fence, up to WithMaxLocalHandOffs times. Then the key
@@ -50,11 +36,11 @@ func TestHotKeyKeptForNextAcquire(t *testing.T) {
 	ctx := ctxT(t, 20*time.Second)
 	key := "kept-" + time.Now().Format("150405.000000")
 
-	first := acquireRelease(t, ctx, a, key, 10*time.Second)
+	first := testenv.AcquireRelease(ctx, t, a, key, 10*time.Second)
 	if tok := holdsToken(t, admin, key); tok != "" {
 		t.Fatalf("a cold key's Release left it held by %q", tok)
 	}
-	last := acquireRelease(t, ctx, a, key, 10*time.Second) // taken again at once: hot
+	last := testenv.AcquireRelease(ctx, t, a, key, 10*time.Second) // taken again at once: hot
 	if last.Fence() <= first.Fence() {
 		t.Fatalf("fence %d after %d", last.Fence(), first.Fence())
 	}
@@ -67,7 +53,7 @@ func TestHotKeyKeptForNextAcquire(t *testing.T) {
 
 	before := rt.N.Load()
 	for i := range 4 {
-		l := acquireRelease(t, ctx, a, key, 10*time.Second)
+		l := testenv.AcquireRelease(ctx, t, a, key, 10*time.Second)
 		if l.Token() != last.Token() || l.Fence() != last.Fence()+1 {
 			t.Errorf("hand-off %d: token %q fence %d after token %q fence %d; want the same hold, the next fence",
 				i, l.Token(), l.Fence(), last.Token(), last.Fence())
@@ -95,8 +81,8 @@ func TestKeptHoldTooShortIsLetGo(t *testing.T) {
 	key := "kept-short-" + time.Now().Format("150405.000000")
 	const ttl = 400 * time.Millisecond
 
-	acquireRelease(t, ctx, a, key, ttl)
-	kept := acquireRelease(t, ctx, a, key, ttl)
+	testenv.AcquireRelease(ctx, t, a, key, ttl)
+	kept := testenv.AcquireRelease(ctx, t, a, key, ttl)
 	time.Sleep(ttl / 4)
 	l, err := a.Acquire(ctx, key, ttl)
 	if err != nil {
@@ -126,8 +112,8 @@ func TestCloseLetsKeptKeysGo(t *testing.T) {
 	ctx := ctxT(t, 20*time.Second)
 	key := "kept-close-" + time.Now().Format("150405.000000")
 
-	acquireRelease(t, ctx, a, key, 10*time.Second)
-	kept := acquireRelease(t, ctx, a, key, 10*time.Second)
+	testenv.AcquireRelease(ctx, t, a, key, 10*time.Second)
+	kept := testenv.AcquireRelease(ctx, t, a, key, 10*time.Second)
 	if tok := holdsToken(t, admin, key); tok != kept.Token() {
 		t.Fatalf("key holds %q, want it kept (%q)", tok, kept.Token())
 	}
@@ -194,9 +180,9 @@ func TestMaxLocalHoldLetsKeyGo(t *testing.T) {
 	ctx := ctxT(t, 20*time.Second)
 	key := "max-hold-" + time.Now().Format("150405.000000")
 
-	acquireRelease(t, ctx, a, key, 10*time.Second)
-	taken := acquireRelease(t, ctx, a, key, 10*time.Second) // hot: kept (the first hand-off)
-	l, err := a.Acquire(ctx, key, 10*time.Second)           // the second, within maxHold
+	testenv.AcquireRelease(ctx, t, a, key, 10*time.Second)
+	taken := testenv.AcquireRelease(ctx, t, a, key, 10*time.Second) // hot: kept (the first hand-off)
+	l, err := a.Acquire(ctx, key, 10*time.Second)                   // the second, within maxHold
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -231,7 +217,7 @@ func TestLateRefreshSparesKeptHold(t *testing.T) {
 	ctx := ctxT(t, 20*time.Second)
 	key := "late-refresh-" + time.Now().Format("150405.000000")
 
-	acquireRelease(t, ctx, a, key, 10*time.Second)
+	testenv.AcquireRelease(ctx, t, a, key, 10*time.Second)
 	l, err := a.Acquire(ctx, key, 10*time.Second) // hot
 	if err != nil {
 		t.Fatal(err)
@@ -258,7 +244,7 @@ func TestNoHandOffsPlainCounter(t *testing.T) {
 	a := newStore(t, newClient(t), redisstore.WithMaxLocalHandOffs(0))
 	ctx := ctxT(t, 20*time.Second)
 	key := "plain-" + time.Now().Format("150405.000000")
-	first := acquireRelease(t, ctx, a, key, 10*time.Second)
+	first := testenv.AcquireRelease(ctx, t, a, key, 10*time.Second)
 	l, err := a.Acquire(ctx, key, 10*time.Second) // hot, but nothing is kept
 	if err != nil {
 		t.Fatal(err)
@@ -288,8 +274,8 @@ func TestUnusedKeptHoldCoolsKey(t *testing.T) {
 	ctx := ctxT(t, 20*time.Second)
 	key := "cool-" + time.Now().Format("150405.000000")
 
-	acquireRelease(t, ctx, a, key, 10*time.Second)
-	kept := acquireRelease(t, ctx, a, key, 10*time.Second) // hot: kept
+	testenv.AcquireRelease(ctx, t, a, key, 10*time.Second)
+	kept := testenv.AcquireRelease(ctx, t, a, key, 10*time.Second) // hot: kept
 	if tok := holdsToken(t, admin, key); tok != kept.Token() {
 		t.Fatalf("key holds %q, want it kept (%q)", tok, kept.Token())
 	}
@@ -297,7 +283,7 @@ func TestUnusedKeptHoldCoolsKey(t *testing.T) {
 	if tok := holdsToken(t, admin, key); tok != "" {
 		t.Fatalf("the linger ran out and the key still holds %q", tok)
 	}
-	acquireRelease(t, ctx, a, key, 10*time.Second) // asked again soon, but cooling
+	testenv.AcquireRelease(ctx, t, a, key, 10*time.Second) // asked again soon, but cooling
 	if tok := holdsToken(t, admin, key); tok != "" {
 		t.Errorf("a cooling key's Release kept it (%q)", tok)
 	}

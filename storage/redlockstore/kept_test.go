@@ -91,13 +91,7 @@ func TestLateRefreshSparesKeptHold(t *testing.T) {
 	defer cancel()
 	key := "late-refresh-" + time.Now().Format("150405.000000")
 	for range 2 { // the second is hot: kept
-		l, err := a.Acquire(ctx, key, 10*time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := l.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
+		testenv.AcquireRelease(ctx, t, a, key, 10*time.Second)
 	}
 	l, err := a.Acquire(ctx, key, 10*time.Second) // from the kept hold
 	if err != nil {
