@@ -293,20 +293,13 @@ func (s *Store) startClaimTimer(entry string, rev int64, expires time.Time) {
 // alive, so a claim left behind would answer every retry of its key "in
 // flight" for as long as the process lives.
 func (s *Store) expireClaim(entry string, rev int64) {
-	for wait := 50 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
-		ctx, cancel := context.WithTimeout(context.Background(), attemptTimeout)
+	// Done when deleted, or changed since (completed, abandoned, extended);
+	// Close revokes the sessions, and the entry with them.
+	retryUntil(s.stop, func(ctx context.Context) error {
 		_, err := s.c.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(entry), "=", rev)).
 			Then(clientv3.OpDelete(entry)).Commit()
-		cancel()
-		if err == nil {
-			return // deleted, or changed since (completed, abandoned, extended)
-		}
-		select {
-		case <-time.After(wait):
-		case <-s.stop:
-			return // Close revokes the sessions, and the entry with them
-		}
-	}
+		return err
+	})
 }
 
 func (s *Store) stopClaimTimer(entry string) {

@@ -122,27 +122,35 @@ func (l *lease) watchEntry(ctx context.Context) {
 // would succeed at once; an election here takes about a second.
 const attemptTimeout = time.Second
 
-// deleteUntilDone deletes the entry (this lease's own key), retrying until
-// it succeeds or the session ends.
-func (l *lease) deleteUntilDone() {
+// retryUntil runs attempt, each try bounded by attemptTimeout, until it
+// succeeds or stop closes, backing off from 50 ms to 2 s between tries.
+func retryUntil(stop <-chan struct{}, attempt func(ctx context.Context) error) {
 	for wait := 50 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
 		ctx, cancel := context.WithTimeout(context.Background(), attemptTimeout)
-		var err error
-		if l.owner != "" {
-			_, err = l.s.giveBack(ctx, l)
-		} else {
-			_, err = l.s.c.Delete(ctx, l.entry)
-		}
+		err := attempt(ctx)
 		cancel()
 		if err == nil {
 			return
 		}
 		select {
 		case <-time.After(wait):
-		case <-l.sess.done:
+		case <-stop:
 			return
 		}
 	}
+}
+
+// deleteUntilDone deletes the entry (this lease's own key), retrying until
+// it succeeds or the session ends.
+func (l *lease) deleteUntilDone() {
+	retryUntil(l.sess.done, func(ctx context.Context) error {
+		if l.owner != "" {
+			_, err := l.s.giveBack(ctx, l)
+			return err
+		}
+		_, err := l.s.c.Delete(ctx, l.entry)
+		return err
+	})
 }
 
 // StoreRefresh implements lockdriver.Store: it checks in one transaction
