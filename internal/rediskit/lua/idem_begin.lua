@@ -2,8 +2,8 @@
 -- KEYS[1] record (hash), KEYS[2] fence counter (same hash tag)
 -- ARGV[1] fingerprint, ARGV[2] token, ARGV[3] lease in milliseconds
 -- The record is a hash {v = 1, s = 'i' (in flight) | 'c' (completed),
--- fp, t = token (in flight; empty once completed), f = fence, r = result (completed)} whose PTTL is
--- the lease or the retention.
+-- fp, t = token (in flight; empty once completed), f = fence,
+-- r = result (completed)} whose PTTL is the lease or the retention.
 -- Returns {1, fence} claimed; {2, pttl} in flight; {3, pttl, result}
 -- completed; {4, pttl} another fingerprint; {-2, reason} not our record.
 local kind = redis.call('TYPE', KEYS[1])['ok']
