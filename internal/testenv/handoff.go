@@ -57,6 +57,41 @@ func AcquireRelease(ctx context.Context, t testing.TB, l lock.Locker, key string
 	return lease
 }
 
+// KeptCycles runs n more AcquireRelease cycles of key on l after last, a
+// lease whose hold l kept, and checks that each was served by that hold:
+// the same token and the next fence (0 when the driver is unfenced). It
+// returns the last lease.
+func KeptCycles(ctx context.Context, t testing.TB, l lock.Locker, key string, last lock.Lease, n int, fenced bool) lock.Lease {
+	t.Helper()
+	for i := range n {
+		lease := AcquireRelease(ctx, t, l, key, 10*time.Second)
+		want := last.Fence() + 1
+		if !fenced {
+			want = 0
+		}
+		if lease.Token() != last.Token() || lease.Fence() != want {
+			t.Errorf("kept lease %d: token %q fence %d after token %q fence %d; want the same hold, fence %d",
+				i, lease.Token(), lease.Fence(), last.Token(), last.Fence(), want)
+		}
+		last = lease
+	}
+	return last
+}
+
+// FromKept makes key hot on l (two AcquireRelease cycles: the second
+// Release keeps the hold) and returns the lease l's next Acquire takes
+// from the kept hold.
+func FromKept(ctx context.Context, t testing.TB, l lock.Locker, key string, ttl time.Duration) lock.Lease {
+	t.Helper()
+	AcquireRelease(ctx, t, l, key, ttl)
+	AcquireRelease(ctx, t, l, key, ttl)
+	lease, err := l.Acquire(ctx, key, ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lease
+}
+
 // AcquireLater starts l.Acquire(ctx, key, ttl) on a goroutine of its own
 // and returns where its lease arrives: nil after an error, which fails t.
 func AcquireLater(ctx context.Context, t testing.TB, l lock.Locker, key string, ttl time.Duration) <-chan lock.Lease {

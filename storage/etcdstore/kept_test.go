@@ -43,14 +43,7 @@ func TestHotKeyKeptForNextAcquire(t *testing.T) {
 	got := testenv.AcquireLater(ctx, t, b, key, 10*time.Second)
 	time.Sleep(300 * time.Millisecond) // b queued
 	before := rt.n.Load()
-	for i := range 4 {
-		l := cycle()
-		if l.Token() != last.Token() || l.Fence() != last.Fence()+1 {
-			t.Errorf("kept lease %d: token %q fence %d after token %q fence %d; want the same entry, the next fence",
-				i, l.Token(), l.Fence(), last.Token(), last.Fence())
-		}
-		last = l
-	}
+	last = testenv.KeptCycles(ctx, t, a, key, last, 4, true)
 	if n := rt.n.Load() - before; n != 1 {
 		t.Errorf("4 kept leases and the release after them made %d requests, want 1 (the delete)", n)
 	}
@@ -95,13 +88,7 @@ func TestLateRefreshSparesKeptEntry(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	key := "late-refresh-" + time.Now().Format("150405.000000")
-	for range 2 { // the second is hot: kept
-		testenv.AcquireRelease(ctx, t, a, key, 10*time.Second)
-	}
-	l, err := a.Acquire(ctx, key, 10*time.Second) // from the kept entry
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := testenv.FromKept(ctx, t, a, key, 10*time.Second)
 	testenv.RefreshAcrossRelease(ctx, t, l)
 	time.Sleep(100 * time.Millisecond) // the refresh's clean-up, if any, has run
 	if got, err := b.TryAcquire(ctx, key, 10*time.Second); err == nil {

@@ -52,14 +52,7 @@ func TestHotKeyKeptForNextAcquire(t *testing.T) {
 	waitQueued(t, admin, key, 1)
 
 	before := rt.N.Load()
-	for i := range 4 {
-		l := testenv.AcquireRelease(ctx, t, a, key, 10*time.Second)
-		if l.Token() != last.Token() || l.Fence() != last.Fence()+1 {
-			t.Errorf("hand-off %d: token %q fence %d after token %q fence %d; want the same hold, the next fence",
-				i, l.Token(), l.Fence(), last.Token(), last.Fence())
-		}
-		last = l
-	}
+	last = testenv.KeptCycles(ctx, t, a, key, last, 4, true)
 	if n := rt.N.Load() - before; n != 1 {
 		t.Errorf("4 kept hand-offs and the release after them made %d requests, want 1 (the release)", n)
 	}

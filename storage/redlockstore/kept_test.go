@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/internal/rediskit"
 	"github.com/oncekit/oncekit/internal/testenv"
 	"github.com/oncekit/oncekit/storage/redlockstore"
@@ -29,19 +28,8 @@ func TestHotKeyKeptForNextAcquire(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
 			key := "kept-" + mode.name + time.Now().Format("150405.000000")
-			cycle := func() lock.Lease {
-				t.Helper()
-				l, err := a.Acquire(ctx, key, 10*time.Second)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := l.Release(ctx); err != nil {
-					t.Fatal(err)
-				}
-				return l
-			}
-			cycle()         // cold: released on the nodes
-			last := cycle() // taken again at once: hot, kept
+			testenv.AcquireRelease(ctx, t, a, key, 10*time.Second)         // cold: released on the nodes
+			last := testenv.AcquireRelease(ctx, t, a, key, 10*time.Second) // taken again at once: hot, kept
 			if l, err := b.TryAcquire(ctx, key, time.Second); err == nil {
 				l.Release(ctx)
 				t.Fatal("a hot key's Release let it go; want it kept for the Store")
@@ -50,18 +38,7 @@ func TestHotKeyKeptForNextAcquire(t *testing.T) {
 			got := testenv.AcquireLater(ctx, t, b, key, 10*time.Second)
 			time.Sleep(100 * time.Millisecond) // b queued on the nodes
 			before := rt.N.Load()
-			for i := range 4 {
-				l := cycle()
-				want := last.Fence() + 1
-				if mode.name == "unfenced" {
-					want = 0
-				}
-				if l.Token() != last.Token() || l.Fence() != want {
-					t.Errorf("kept lease %d: token %q fence %d after token %q fence %d; want the same hold, fence %d",
-						i, l.Token(), l.Fence(), last.Token(), last.Fence(), want)
-				}
-				last = l
-			}
+			last = testenv.KeptCycles(ctx, t, a, key, last, 4, mode.name == "fenced")
 			// The last Release is a round to every node; it returns once a
 			// majority answered, the rest may still be on their way.
 			if n := rt.N.Load() - before; n < 3 || n > 5 {
@@ -90,13 +67,7 @@ func TestLateRefreshSparesKeptHold(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	key := "late-refresh-" + time.Now().Format("150405.000000")
-	for range 2 { // the second is hot: kept
-		testenv.AcquireRelease(ctx, t, a, key, 10*time.Second)
-	}
-	l, err := a.Acquire(ctx, key, 10*time.Second) // from the kept hold
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := testenv.FromKept(ctx, t, a, key, 10*time.Second)
 	testenv.RefreshAcrossRelease(ctx, t, l)
 	time.Sleep(50 * time.Millisecond) // the refresh's clean-up, if any, has run
 	if got, err := b.TryAcquire(ctx, key, time.Second); err == nil {
