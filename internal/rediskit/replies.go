@@ -13,7 +13,8 @@ const (
 	// AcquireLate: the request reached the server after the caller's
 	// deadline and took nothing.
 	AcquireLate AcquireCode = -1
-	// AcquireBusy: another token holds the key; N is its PTTL in ms.
+	// AcquireBusy: another token holds the key; N is its PTTL in ms and
+	// Floor the highest fence the key's counter had issued or reserved.
 	AcquireBusy AcquireCode = 0
 	// AcquireTaken: the key is ours; N is the fence.
 	AcquireTaken AcquireCode = 1
@@ -27,6 +28,7 @@ type AcquireReply struct {
 	Code  AcquireCode
 	N     int64
 	Token string
+	Floor uint64 // AcquireBusy: every fence issued before the reply is at most Floor
 }
 
 // ParseAcquire reads the acquire script's reply.
@@ -46,6 +48,11 @@ func ParseAcquire(cmd *redis.Cmd) (AcquireReply, error) {
 	}
 	if ok {
 		r.N, ok = v[1].(int64)
+	}
+	if ok && r.Code == AcquireBusy && len(v) == 3 {
+		var floor int64
+		floor, ok = v[2].(int64)
+		r.Floor = uint64(max(floor, 0))
 	}
 	if ok && r.Code == AcquireReentered {
 		ok = len(v) == 3

@@ -31,7 +31,7 @@ func (s *Store) TryAcquire(ctx context.Context, key string, ttl time.Duration) (
 		return nil, &lock.BusyError{Key: key, TTL: ttl}
 	}
 	s.mu.Unlock()
-	l, busy, err := s.attempt(ctx, key, token.New(), ttl, owner, false)
+	l, busy, err := s.attempt(ctx, key, token.New(), ttl, owner, false, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -97,7 +97,7 @@ func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (loc
 		// An owner first tries the key directly: it may hold it already,
 		// here or in another process, and must not queue behind waiters for
 		// its own lock.
-		l, busy, err := s.attempt(ctx, key, token.New(), ttl, owner, false)
+		l, busy, err := s.attempt(ctx, key, token.New(), ttl, owner, false, nil)
 		if err != nil {
 			return nil, err
 		}
@@ -172,7 +172,7 @@ func (s *Store) compete(ctx context.Context, key string, ls *local, w *waiter) (
 		s.dropIdleLocked(key, ls)
 		s.mu.Unlock()
 	}()
-	l, busy, err := s.attempt(ctx, key, w.token, w.ttl, w.owner, false)
+	l, busy, err := s.attempt(ctx, key, w.token, w.ttl, w.owner, false, &w.seen)
 	if err != nil || busy == nil {
 		return l, err
 	}
@@ -222,7 +222,7 @@ func (s *Store) compete(ctx context.Context, key string, ls *local, w *waiter) (
 	for {
 		// Subscribed first, then tried: a release between the two is seen.
 		sent = time.Now()
-		l, busy, err = s.attempt(ctx, key, w.token, w.ttl, w.owner, true)
+		l, busy, err = s.attempt(ctx, key, w.token, w.ttl, w.owner, true, &w.seen)
 		if err != nil || busy == nil {
 			if l != nil && !woken.IsZero() {
 				observe.Record(ctx, s.Options.Observer, observe.Event{
@@ -289,8 +289,10 @@ func (s *Store) leaveQueue(key string) {
 // connection) it gives back whatever the attempt may have taken, and the
 // script itself refuses to take the key once ctx's deadline has passed by
 // the server's clock, for a request that reaches the server late (a paused
-// server, a slow network) when the clean-up cannot.
-func (s *Store) attempt(ctx context.Context, key, tok string, ttl time.Duration, owner string, queued bool) (*lease, *lock.BusyError, error) {
+// server, a slow network) when the clean-up cannot. When the key is busy
+// and seen is not nil, *seen is raised to the highest fence the key's
+// counter had issued when the attempt ran (see granted).
+func (s *Store) attempt(ctx context.Context, key, tok string, ttl time.Duration, owner string, queued bool, seen *uint64) (*lease, *lock.BusyError, error) {
 	start := time.Now()
 	deadline, _ := ctx.Deadline()
 	undo := func(tok string) {
@@ -327,6 +329,9 @@ func (s *Store) attempt(ctx context.Context, key, tok string, ttl time.Duration,
 	case rediskit.AcquireReentered:
 		return s.newLease(key, r.Token, uint64(r.N), start, ttl, owner), nil, nil
 	case rediskit.AcquireBusy:
+		if seen != nil {
+			*seen = max(*seen, r.Floor)
+		}
 		ttl := time.Duration(r.N) * time.Millisecond
 		if r.N < 0 {
 			ttl = -1
@@ -339,16 +344,30 @@ func (s *Store) attempt(ctx context.Context, key, tok string, ttl time.Duration,
 
 // granted returns the lease a release granted w while it waited, if one
 // did (see rediskit's release.lua): the key is w's token's already, with
-// the fence the release issued. Its validity counts from when w's last
-// attempt was sent: that attempt found the key held, so the grant came
-// after it.
+// the fence the release issued.
+//
+// A grant is used only when it is known to have been made after every
+// attempt of w that found the key held: its fence is above the highest
+// fence those attempts saw (w.seen), and fences are issued in the server's
+// order. A grant read late — w's process stalled, or its pub/sub
+// connection was slow — may be older than w's latest attempt: the key it
+// granted may have expired since and another holder taken it, which that
+// attempt saw. Such a grant is dropped (the key is not w's any more, and w
+// is still queued). A grant newer than the attempt dates from after it, so
+// its validity counts from when that attempt was sent; one whose validity
+// has already run out is dropped too, and w tries again.
 func (s *Store) granted(key string, own *redisnotify.Watcher, w *waiter, sent time.Time) *lease {
 	var l *lease
 	var others []string
 	for _, g := range own.Grants() {
-		if tok, fence, ok := rediskit.ParseGrant(g); ok && tok == w.token && l == nil {
-			l = s.newLease(key, tok, fence, sent, w.ttl, w.owner) // valid from the attempt
-		} else {
+		tok, fence, ok := rediskit.ParseGrant(g)
+		switch {
+		case ok && tok == w.token && l == nil:
+			if fence > w.seen && time.Now().Before(sent.Add(w.ttl)) {
+				l = s.newLease(key, tok, fence, sent, w.ttl, w.owner) // valid from the attempt
+			}
+		case ok && tok == w.token: // a second grant to w: the first was taken
+		default:
 			others = append(others, g)
 		}
 	}

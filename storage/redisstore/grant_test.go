@@ -1,9 +1,13 @@
 package redisstore_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"net"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -154,5 +158,142 @@ func TestWaiterLeavingGivesGrantBack(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("the key stayed held for the token of a waiter that left")
 		}
+	}
+}
+
+// grantGate holds back, once armed, every read of a connection that carries
+// a grant ("g|<token>|<fence>" on a waiter's own channel) until opened: the
+// waiting process reads its grant late, as one stalled by GC or a slow
+// pub/sub connection would.
+type grantGate struct {
+	armed  atomic.Bool
+	opened chan struct{}
+}
+
+func (g *grantGate) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	return &gatedConn{Conn: c, g: g}, nil
+}
+
+type gatedConn struct {
+	net.Conn
+	g *grantGate
+}
+
+func (c *gatedConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if c.g.armed.Load() && bytes.Contains(p[:n], []byte("g|")) {
+		<-c.g.opened
+	}
+	return n, err
+}
+
+// scriptCalls counts a client's completed script calls.
+type scriptCalls struct{ n atomic.Int64 }
+
+func (h *scriptCalls) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *scriptCalls) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if n := cmd.Name(); n == "evalsha" || n == "eval" {
+			h.n.Add(1)
+		}
+		return err
+	}
+}
+func (h *scriptCalls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// A grant read after the waiter's next attempt found another holder is
+// older than that attempt: the key it granted expired unused and the other
+// holder took it. The waiter must not build a lease on it (two holders at
+// once); it goes on waiting and gets the key when the other holder lets it
+// go, with a higher fence.
+//
+// Interleaving: W (TTL 150 ms) waits for H's key; H releases, the release
+// grants W; W's read of the grant stalls; W's key expires and X takes it;
+// W's recheck attempt finds X holding; then W reads the grant.
+func TestLateGrantIsDropped(t *testing.T) {
+	admin := newClient(t)
+	gate := &grantGate{opened: make(chan struct{})}
+	var opened sync.Once
+	open := func() { opened.Do(func() { close(gate.opened) }) }
+	t.Cleanup(open)
+	calls := &scriptCalls{}
+	wc := redis.NewClient(&redis.Options{Addr: testenv.RedisAddrs(t, 1)[0], Dialer: gate.dial})
+	wc.AddHook(calls)
+	t.Cleanup(func() { _ = wc.Close() })
+	holder := newStore(t, newClient(t))
+	other := newStore(t, newClient(t))
+	waiter := newStore(t, wc, redisstore.WithRecheckInterval(600*time.Millisecond))
+	ctx := ctxT(t, 20*time.Second)
+	key := "grant-late-" + time.Now().Format("150405.000000")
+	const wttl = 150 * time.Millisecond
+
+	held, err := holder.Acquire(ctx, key, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		l   lock.Lease
+		err error
+		at  time.Time
+	}
+	got := make(chan result, 1)
+	gate.armed.Store(true)
+	go func() {
+		l, err := waiter.Acquire(ctx, key, wttl)
+		got <- result{l, err, time.Now()}
+	}()
+	waitQueued(t, admin, key, 1)
+	if err := held.Release(ctx); err != nil { // grants the key to W, whose read stalls
+		t.Fatal(err)
+	}
+	var x lock.Lease
+	for x == nil { // X polls until W's granted key expires
+		if x, err = other.TryAcquire(ctx, key, 10*time.Second); err != nil && !errors.Is(err, lock.ErrNotAcquired) {
+			t.Fatal(err)
+		}
+		if ctx.Err() != nil {
+			t.Fatal("X never took the key")
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	// W's next attempt (its recheck) finds X holding; then W reads the grant.
+	before := calls.n.Load()
+	for calls.n.Load() == before {
+		if ctx.Err() != nil {
+			t.Fatal("W never tried again")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	open()
+	select {
+	case r := <-got:
+		if r.l != nil {
+			defer r.l.Release(context.Background())
+		}
+		t.Fatalf("W acquired (lease %v, err %v) while X (fence %d) holds the key: a late grant made two holders", r.l != nil, r.err, x.Fence())
+	case <-time.After(300 * time.Millisecond):
+	}
+	released := time.Now()
+	if err := x.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := <-got
+	if r.err != nil {
+		t.Fatalf("W after X's release: %v", r.err)
+	}
+	defer r.l.Release(context.Background())
+	if r.at.Before(released) {
+		t.Errorf("W's lease began %s before X released", released.Sub(r.at))
+	}
+	if r.l.Fence() <= x.Fence() {
+		t.Errorf("W's fence %d is not above X's %d", r.l.Fence(), x.Fence())
 	}
 }

@@ -79,6 +79,7 @@ type waiter struct {
 	token string
 	ev    chan event    // buffered(1): at most one event is outstanding
 	elem  *list.Element // non-nil while queued
+	seen  uint64        // the highest fence floor its busy attempts saw (see granted)
 }
 
 // event tells a queued waiter that it got the key (lease) or that it is its

@@ -27,9 +27,14 @@
 --                          its expiry is renewed;
 --   {2, fence, token}      re-entered: the owner ARGV[5] holds the key, one
 --                          more hold is counted, the expiry is at least TTL;
---   {0, holder's PTTL}     held by someone else (or reserved for the
+--   {0, holder's PTTL, floor}
+--                          held by someone else (or reserved for the
 --                          woken first waiter: PTTL is what is left of
---                          its grace);
+--                          its grace); floor is the highest fence issued
+--                          or reserved so far (fence.lua): a grant that a
+--                          release sends later carries a fence above it,
+--                          so the caller can tell a grant made after this
+--                          attempt from one made before it (redisstore);
 --   {-1, 0}                the request arrived after the caller's deadline
 --                          (a paused server, a slow network) and took nothing.
 -- The owner hash {o = owner, t = token, n = holds, f = fence} exists only
@@ -114,7 +119,8 @@ if member ~= '' then
   redis.call('PEXPIRE', KEYS[4], 2 * life)
   redis.call('PEXPIRE', KEYS[5], 2 * life)
 end
+local floor = fence_floor(KEYS[2])
 if reserved > 0 then
-  return {0, reserved}
+  return {0, reserved, floor}
 end
-return {0, redis.call('PTTL', KEYS[1])}
+return {0, redis.call('PTTL', KEYS[1]), floor}
