@@ -19,6 +19,11 @@ if [[ -n "$unformatted" ]]; then echo "gofmt needed:"; echo "$unformatted"; rc=1
 go vet ./... || rc=1
 (cd bench && go vet ./...) || rc=1
 go test -race -count=1 ./... || rc=1
+# The first command a Go developer types: `go test ./...` with no server
+# configured. Every server-backed test must skip with its reason, and
+# everything else pass.
+env -u REDIS_ADDRS -u REDIS_CLUSTER_ADDRS -u ETCD_ENDPOINTS -u KAFKA_BROKERS -u ONCEKIT_REQUIRE_SERVERS \
+	go test -count=1 ./... || rc=1
 # The benchmark module (peer libraries live there, out of the main go.mod):
 # each benchmark runs once so it cannot rot.
 (cd bench && go test -count=1 -run '^$' -bench . -benchtime 1x ./...) || rc=1

@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"strings"
@@ -53,6 +54,17 @@ func Addrs(env string) []string {
 		}
 	}
 	return out
+}
+
+// HolderAddrs returns the first n addresses listed in env, or an error
+// naming env when it lists fewer: for a holder process of locktest, which
+// inherits its parent's environment and has no testing.TB to skip.
+func HolderAddrs(env string, n int) ([]string, error) {
+	a := Addrs(env)
+	if len(a) < n {
+		return nil, fmt.Errorf("%s lists %d addresses, the holder process needs %d", env, len(a), n)
+	}
+	return a[:n], nil
 }
 
 // NeedCommand skips tb (fails it under ONCEKIT_REQUIRE_SERVERS=1) unless

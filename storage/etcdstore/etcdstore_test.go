@@ -24,7 +24,11 @@ import (
 
 func TestMain(m *testing.M) {
 	locktest.RunHolder(func() (lock.Locker, error) { // a holder process of the suite
-		c, err := clientv3.New(clientv3.Config{Endpoints: testenv.Addrs("ETCD_ENDPOINTS"), DialTimeout: 5 * time.Second})
+		addrs, err := testenv.HolderAddrs("ETCD_ENDPOINTS", 1)
+		if err != nil {
+			return nil, err
+		}
+		c, err := clientv3.New(clientv3.Config{Endpoints: addrs, DialTimeout: 5 * time.Second})
 		if err != nil {
 			return nil, err
 		}

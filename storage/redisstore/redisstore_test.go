@@ -16,7 +16,11 @@ import (
 
 func TestMain(m *testing.M) {
 	locktest.RunHolder(func() (lock.Locker, error) { // a holder process of the suite
-		return redisstore.New(redis.NewClient(&redis.Options{Addr: testenv.Addrs("REDIS_ADDRS")[0]}))
+		addrs, err := testenv.HolderAddrs("REDIS_ADDRS", 1)
+		if err != nil {
+			return nil, err
+		}
+		return redisstore.New(redis.NewClient(&redis.Options{Addr: addrs[0]}))
 	})
 	testenv.QuietRedisDialErrors() // the fault tests stop servers on purpose
 	goleak.VerifyTestMain(m)

@@ -17,8 +17,12 @@ import (
 
 func TestMain(m *testing.M) {
 	locktest.RunHolder(func() (lock.Locker, error) { // a holder process of the suite
+		addrs, err := testenv.HolderAddrs("REDIS_ADDRS", 5)
+		if err != nil {
+			return nil, err
+		}
 		var cs []*redis.Client
-		for _, a := range testenv.Addrs("REDIS_ADDRS")[:5] {
+		for _, a := range addrs {
 			cs = append(cs, redis.NewClient(&redis.Options{Addr: a}))
 		}
 		return redlockstore.New(redlockstore.FromClients(cs...))
