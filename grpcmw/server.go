@@ -133,8 +133,14 @@ func (s *server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 		return s.outcome(resp, firstErr)
 	})
 	switch {
-	case ran && (err == nil || errors.As(err, new(errNotStored))):
-		return resp, firstErr // the handler answered; stored or not
+	case ran && err == nil:
+		return resp, firstErr // the handler answered and its outcome is stored
+	case ran && errors.As(err, new(errNotStored)) && firstErr != nil:
+		return resp, firstErr // a non-final error: not stored, and it says nothing was done
+	case ran && errors.As(err, new(errNotStored)):
+		// A reply that cannot be stored was not committed, nor the effect
+		// the handler may have committed with it: never a success.
+		return nil, status.Errorf(codes.Internal, "grpcmw: %s: %v; nothing was done", info.FullMethod, err)
 	case ran:
 		return nil, s.storeError(ctx, err)
 	case err == nil && replayed:
@@ -179,6 +185,10 @@ func (s *server) storeError(ctx context.Context, err error) error {
 		// The effect's own check failed at commit (idem.Commit): nothing
 		// was written, the record included, so the same key runs again.
 		return status.Errorf(codes.Aborted, "grpcmw: the call's effect was refused, nothing was done; retry with the same key: %v", err)
+	}
+	if errors.Is(err, idem.ErrEffectFailed) || errors.Is(err, idem.ErrResultTooLarge) {
+		// An answer, not a fault: the same call would meet it again.
+		return status.Errorf(codes.Internal, "grpcmw: the call's outcome was not committed, nothing was done: %v", err)
 	}
 	return status.Error(codes.Unavailable, "grpcmw: the outcome could not be stored; retry with the same key")
 }

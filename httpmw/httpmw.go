@@ -401,14 +401,26 @@ func (m *middleware) handle(ctx context.Context, w http.ResponseWriter, r *http.
 
 // settleHeld answers a request whose handler committed an effect (Commit):
 // its held response once the effect and the record committed together, or
-// an error saying nothing was done.
+// an error saying nothing was done. A response that could not be stored
+// (over WithMaxResponse, not final, a stream) was not committed, and so
+// neither was its effect: a success is then never passed on, since the
+// client would take it for done; an error response is, as it says nothing
+// was done either.
 func (m *middleware) settleHeld(w http.ResponseWriter, rec *recorder, err error) (observe.Outcome, error) {
 	var refused *idem.EffectRefusedError
 	var notStored errNotStored
 	switch {
-	case err == nil || errors.As(err, &notStored):
-		rec.release() // committed; or a response not meant to be stored, with the effect dropped
+	case err == nil:
+		rec.release() // the effect and the record committed together
+		return observe.Executed, nil
+	case errors.As(err, &notStored) && rec.status >= 400:
+		rec.release() // an error answer, and nothing was done: true as it stands
 		return observe.Executed, err
+	case errors.As(err, &notStored), errors.Is(err, idem.ErrResultTooLarge), errors.Is(err, idem.ErrEffectFailed):
+		clear(w.Header())
+		writeProblem(w, http.StatusInternalServerError, CodeEffectNotCommitted,
+			"The request's response could not be stored ("+notCommittedReason(err)+"), so its effect was not applied; nothing was done.", 0)
+		return observe.Error, err
 	case errors.As(err, &refused):
 		clear(w.Header())
 		writeProblem(w, http.StatusConflict, CodeEffectRefused,
@@ -422,14 +434,32 @@ func (m *middleware) settleHeld(w http.ResponseWriter, rec *recorder, err error)
 	}
 }
 
+// notCommittedReason says why a held response and its effect were not
+// committed, for the client's problem detail.
+func notCommittedReason(err error) string {
+	var notStored errNotStored
+	switch {
+	case errors.As(err, &notStored):
+		return notStored.why
+	case errors.Is(err, idem.ErrResultTooLarge):
+		return "the response is over the store's limit"
+	}
+	return "the store refused the effect"
+}
+
 // Commit makes the handler's effect commit atomically with the stored
 // response: effect (of the store driver's type: redisstore.Effect,
 // etcdstore.Effect, memstore.Effect) is applied in the same script or
 // transaction that stores the response, and the response is held back
 // until that commit. If it commits, the client gets the response; if the
 // effect refuses (its own check failed), the client gets 409
-// effect_refused; if the store fails, 503; in both cases nothing was done
-// and a retry runs the handler again. Call it before writing the response.
+// effect_refused; if the store fails, 503 store_unavailable; if the
+// response cannot be stored (over WithMaxResponse, not final under
+// WithFinal, flushed as a stream) or the effect fails in the store, 500
+// effect_not_committed, unless the handler's own response was an error
+// (status 400 or above), which is then passed on. In every case but the
+// first nothing was done and a retry runs the handler again. Call it before
+// writing the response.
 // A replica that dies mid-request leaves neither the effect nor the
 // record, so the retry applies the effect once.
 func Commit(w http.ResponseWriter, effect any) error {

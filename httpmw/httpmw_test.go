@@ -808,3 +808,98 @@ func TestClientTimeoutThenRetry(t *testing.T) {
 		}
 	})
 }
+
+// stockEffect returns an effect of st's driver that takes one from a stock
+// of 10, and a function reading the stock.
+func stockEffect(t *testing.T, st idem.Store) (any, func() int) {
+	t.Helper()
+	switch st.(type) {
+	case *memstore.Store:
+		var mu sync.Mutex
+		stock := 10
+		return memstore.Effect(func() error {
+				mu.Lock()
+				defer mu.Unlock()
+				stock--
+				return nil
+			}), func() int {
+				mu.Lock()
+				defer mu.Unlock()
+				return stock
+			}
+	case *redisstore.Store:
+		c := redis.NewClient(&redis.Options{Addr: testenv.RedisAddrs(t, 1)[0]})
+		t.Cleanup(func() { _ = c.Close() })
+		key := fmt.Sprintf("httpmw-test:stock:%d", time.Now().UnixNano())
+		if err := c.Set(t.Context(), key, 10, time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+		return redisstore.Effect{Script: takeOne, Keys: []string{key}}, func() int {
+			n, err := c.Get(context.Background(), key).Int()
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+	}
+	t.Fatalf("no stock effect for %T", st)
+	return nil, nil
+}
+
+var takeOne = redisstore.NewEffectScript(`redis.call('DECR', KEYS[1])`)
+
+// A handler that commits an effect and then answers with a success that
+// cannot be stored (over WithMaxResponse, or not final under WithFinal)
+// has neither its response nor its effect committed: the client must not
+// get that success, which it would take for done. It gets 500
+// effect_not_committed, the stock is untouched, and a retry with the same
+// key runs again. An error answer is passed on as it is (nothing was done,
+// and it says so).
+func TestCommitWithUnstoredResponse(t *testing.T) {
+	cases := []struct {
+		name     string
+		opts     []httpmw.Option
+		status   int
+		body     string
+		wantCode int
+	}{
+		{"over the limit", []httpmw.Option{httpmw.WithMaxResponse(16)}, http.StatusCreated, strings.Repeat("x", 64), http.StatusInternalServerError},
+		{"not final", []httpmw.Option{httpmw.WithFinal(func(_ *http.Request, status int, _ http.Header) bool { return status != http.StatusAccepted })},
+			http.StatusAccepted, "queued", http.StatusInternalServerError},
+		{"error answer", nil, http.StatusServiceUnavailable, "busy", http.StatusServiceUnavailable},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			eachStore(t, func(t *testing.T, st idem.Store) {
+				effect, stock := stockEffect(t, st)
+				var runs atomic.Int64
+				h := newMW(t, st, nil, tc.opts...)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					runs.Add(1)
+					if err := httpmw.Commit(w, effect); err != nil {
+						t.Error(err)
+					}
+					w.WriteHeader(tc.status)
+					io.WriteString(w, tc.body)
+				}))
+				for i := range 2 {
+					req := httptest.NewRequest("POST", "/orders", strings.NewReader("{}"))
+					req.Header.Set("Idempotency-Key", "k-unstored")
+					w := httptest.NewRecorder()
+					h.ServeHTTP(w, req)
+					if w.Code != tc.wantCode {
+						t.Errorf("try %d: status %d %q, want %d", i, w.Code, w.Body, tc.wantCode)
+					}
+					if tc.wantCode == http.StatusInternalServerError && problemCode(t, w) != httpmw.CodeEffectNotCommitted {
+						t.Errorf("try %d: problem %q, want %s", i, w.Body, httpmw.CodeEffectNotCommitted)
+					}
+				}
+				if n := stock(); n != 10 {
+					t.Errorf("stock %d after two answers that were not committed, want 10", n)
+				}
+				if n := runs.Load(); n != 2 {
+					t.Errorf("handler ran %d times, want 2 (nothing was stored, so the retry runs)", n)
+				}
+			})
+		})
+	}
+}

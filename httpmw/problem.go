@@ -17,7 +17,12 @@ const (
 	CodeBodyUnreadable = "request_body_unreadable"
 	CodeRecordCorrupt  = "stored_response_corrupt"
 	CodeEffectRefused  = "effect_refused"
-	problemContentType = "application/problem+json"
+	// CodeEffectNotCommitted: the handler committed an effect (Commit) but
+	// its response could not be stored with it (over WithMaxResponse, not
+	// final, a stream), or the store failed the effect: neither was
+	// applied. Status 500.
+	CodeEffectNotCommitted = "effect_not_committed"
+	problemContentType     = "application/problem+json"
 )
 
 // Problem is the RFC 9457 body of every error response the middleware

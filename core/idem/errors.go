@@ -94,3 +94,30 @@ func (e *EffectRefusedError) Error() string {
 
 // Is reports whether target is ErrEffectRefused.
 func (e *EffectRefusedError) Is(target error) bool { return target == ErrEffectRefused }
+
+// ErrEffectFailed reports an effect that the store ran and that failed
+// with an answer rather than a fault: a Redis script's error reply
+// (WRONGTYPE, redis.error_reply), an etcd transaction the server rejected.
+// Asking again would get the same answer, so the Guard does not retry it:
+// it abandons the claim and returns the error, an *EffectFailedError. The
+// record was not completed; writes the effect made before it failed may
+// remain where the store cannot roll them back (Redis scripts), which is
+// why an effect must check before it writes.
+var ErrEffectFailed = errors.New("idem: effect failed")
+
+// EffectFailedError carries the store's answer to a failed effect. It
+// matches ErrEffectFailed and unwraps to the store's error.
+type EffectFailedError struct {
+	Key string
+	Err error
+}
+
+func (e *EffectFailedError) Error() string {
+	return fmt.Sprintf("idem: %q: effect failed: %v", e.Key, e.Err)
+}
+
+// Is reports whether target is ErrEffectFailed.
+func (e *EffectFailedError) Is(target error) bool { return target == ErrEffectFailed }
+
+// Unwrap returns the store's error.
+func (e *EffectFailedError) Unwrap() error { return e.Err }

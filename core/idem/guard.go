@@ -263,7 +263,7 @@ func (g *Guard) run(ctx context.Context, c Claim, run func(context.Context) ([]b
 		return nil, false, fmt.Errorf("%w: %d bytes, limit %d", ErrResultTooLarge, len(enc)-2, g.maxResult)
 	}
 	if err := g.complete(ctx, c, enc, valid, effect); err != nil {
-		if errors.Is(err, ErrEffectRefused) || errors.Is(err, ErrEffectUnsupported) {
+		if errors.Is(err, ErrEffectRefused) || errors.Is(err, ErrEffectUnsupported) || errors.Is(err, ErrEffectFailed) {
 			_ = g.abandon(cleanup, c)
 		}
 		return nil, false, err
@@ -275,8 +275,9 @@ func (g *Guard) run(ctx context.Context, c Claim, run func(context.Context) ([]b
 }
 
 // complete stores the outcome, with the run's effect if it committed one.
-// A Complete that fails for a reason other than a lost claim (a store that
-// is briefly unreachable) is retried with jittered backoff while the claim
+// A Complete that fails for a reason other than an answer (a lost claim, a
+// corrupt record, an effect refused or failed) — a store that is briefly
+// unreachable — is retried with jittered backoff while the claim
 // is still valid (valid: the end of its lease as last extended): the work
 // is done, and a claim left in flight would run it again once its lease
 // ran out. A retry that finds the claim gone checks whether the earlier
@@ -306,8 +307,8 @@ func (g *Guard) complete(ctx context.Context, c Claim, enc []byte, valid time.Ti
 		}
 		cancel()
 		if err == nil || errors.Is(err, ErrLockLost) || errors.Is(err, ErrCorruptRecord) ||
-			errors.Is(err, ErrEffectRefused) || errors.Is(err, ErrEffectUnsupported) {
-			return err
+			errors.Is(err, ErrEffectRefused) || errors.Is(err, ErrEffectUnsupported) || errors.Is(err, ErrEffectFailed) {
+			return err // an answer, not a fault: asking again gets the same
 		}
 		wait := backoff/2 + rand.N(backoff/2+1)
 		if !time.Now().Add(wait).Before(valid) {

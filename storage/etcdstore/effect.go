@@ -2,10 +2,13 @@ package etcdstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
 
 	"github.com/oncekit/oncekit/core/idem"
 )
@@ -65,6 +68,12 @@ func (s *Store) CompleteWith(ctx context.Context, c idem.Claim, result []byte, r
 			Then(append([]clientv3.Op{clientv3.OpPut(entry, val, clientv3.WithLease(lease))}, e.Then...)...).
 			Else(clientv3.OpGet(entry, clientv3.WithKeysOnly())).
 			Commit()
+		if rejected(err) {
+			// The server rejected the transaction itself (a key given
+			// twice, too many operations, too large): an answer that
+			// asking again would repeat. Nothing was written.
+			return &idem.EffectFailedError{Key: c.Key, Err: fmt.Errorf("etcdstore: %w", err)}
+		}
 		if err != nil {
 			return fmt.Errorf("etcdstore: complete %q: %w", c.Key, err)
 		}
@@ -83,6 +92,14 @@ func (s *Store) CompleteWith(ctx context.Context, c idem.Claim, result []byte, r
 		// Extend): read it again.
 	}
 	return fmt.Errorf("etcdstore: complete %q: the claim's entry keeps changing", c.Key)
+}
+
+// rejected reports an error by which the server refused a request as
+// malformed (a key given twice in one transaction, too many operations, a
+// request too large), not a fault that a retry could get past.
+func rejected(err error) bool {
+	var ee rpctypes.EtcdError
+	return errors.As(err, &ee) && ee.Code() == codes.InvalidArgument
 }
 
 var _ idem.EffectStore = (*Store)(nil)

@@ -83,3 +83,32 @@ func TestClaimNotTakenOverByClockSkew(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// An effect whose transaction the server rejects (a key put twice in one
+// Txn) fails at once with ErrEffectFailed: it is an answer that a retry
+// would repeat, so the Guard neither retries it to the end of the claim's
+// lease nor completes the record; the claim is abandoned.
+func TestEffectRejectedNotRetried(t *testing.T) {
+	eps := testenv.EtcdAddrs(t)
+	s := newStore(t, newClient(t, eps))
+	g, err := idem.NewGuard(s, idem.WithLease(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	k := idem.ScopedKey("effect-rejected", time.Now().Format(time.RFC3339Nano))
+	dup := "effect-rejected/" + url.PathEscape(k)
+	effect := etcdstore.Effect{Then: []clientv3.Op{clientv3.OpPut(dup, "a"), clientv3.OpPut(dup, "b")}}
+	start := time.Now()
+	_, _, err = g.Do(ctx, k, "fp", func(ctx context.Context) ([]byte, error) {
+		return []byte("ok"), idem.Commit(ctx, effect)
+	})
+	if !errors.Is(err, idem.ErrEffectFailed) {
+		t.Fatalf("Do with a rejected effect: %v (after %s), want ErrEffectFailed", err, time.Since(start))
+	}
+	c, err := s.Begin(ctx, k, "fp", time.Second)
+	if err != nil || c.State != idem.Acquired {
+		t.Fatalf("after a rejected effect the key is %v (%v), want it free (abandoned)", c.State, err)
+	}
+	_ = s.Abandon(ctx, c)
+}

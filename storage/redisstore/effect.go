@@ -19,7 +19,10 @@ type EffectScript struct{ s *rediskit.EffectScript }
 // (nil) to go ahead, or a reason (a string) to refuse, in which case
 // neither the effect nor the record is written. It must check before it
 // writes: Redis does not roll a script back, so a write made before a
-// refusal or an error stays.
+// refusal or an error stays. A script that fails with an error (a
+// redis.error_reply, a command on a key of the wrong type) is not
+// retried: the Guard abandons the claim and returns an
+// *idem.EffectFailedError.
 //
 //	var sell = redisstore.NewEffectScript(`
 //	  local stock = tonumber(redis.call('GET', KEYS[1]) or '0')
@@ -68,6 +71,8 @@ func (s *Store) CompleteWith(ctx context.Context, c idem.Claim, result []byte, r
 	defer cancel()
 	r, err := s.Commit(ctx, s.client, e.Script.s, c.Key, c.Token, retention, result, e.Keys, e.Args)
 	switch {
+	case rediskit.IsReply(err): // an error reply: the script ran and failed, an answer
+		return &idem.EffectFailedError{Key: c.Key, Err: fmt.Errorf("redisstore: %w", err)}
 	case err != nil:
 		return fmt.Errorf("redisstore: complete %q: %w", c.Key, err)
 	case !r.Ours:

@@ -75,3 +75,54 @@ func TestIdemRoundTrips(t *testing.T) {
 		}
 	}
 }
+
+// incrThenFail writes, then fails with an error reply: Redis keeps the
+// write (a script is not rolled back).
+var incrThenFail = redisstore.NewEffectScript(`
+  redis.call('INCR', KEYS[1])
+  redis.call('PEXPIRE', KEYS[1], 60000)
+  return redis.error_reply('ERR boom')
+`)
+
+// incrThenWrongType writes, then runs a command on a key of the wrong
+// type: the script fails with WRONGTYPE.
+var incrThenWrongType = redisstore.NewEffectScript(`
+  redis.call('INCR', KEYS[1])
+  redis.call('PEXPIRE', KEYS[1], 60000)
+  redis.call('HGET', KEYS[1], 'f')
+`)
+
+// An effect whose script answers with an error reply is not run again: the
+// reply is the store's answer, not a fault. Do reports it, the claim is
+// abandoned, and the effect's write happened once.
+func TestEffectErrorReplyNotRetried(t *testing.T) {
+	for name, script := range map[string]*redisstore.EffectScript{"error_reply": incrThenFail, "wrongtype": incrThenWrongType} {
+		t.Run(name, func(t *testing.T) { testEffectErrorReply(t, script) })
+	}
+}
+
+func testEffectErrorReply(t *testing.T, script *redisstore.EffectScript) {
+	admin := newClient(t)
+	s := newStore(t, newClient(t))
+	g, err := idem.NewGuard(s, idem.WithLease(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	k := idem.ScopedKey("effect-error", time.Now().Format(time.RFC3339Nano))
+	counter := redisstore.EffectKey(k, "effect-error:")
+	_, _, err = g.Do(ctx, k, "fp", func(ctx context.Context) ([]byte, error) {
+		return []byte("ok"), idem.Commit(ctx, redisstore.Effect{Script: script, Keys: []string{counter}})
+	})
+	if !errors.Is(err, idem.ErrEffectFailed) {
+		t.Fatalf("Do with an effect that fails: %v, want ErrEffectFailed", err)
+	}
+	if n, err := admin.Get(ctx, counter).Int(); err != nil || n != 1 {
+		t.Errorf("the effect ran %d times (%v), want once", n, err)
+	}
+	c, err := s.Begin(ctx, k, "fp", time.Second)
+	if err != nil || c.State != idem.Acquired {
+		t.Fatalf("after a failed effect the key is %v (%v), want it free (abandoned)", c.State, err)
+	}
+	_ = s.Abandon(ctx, c)
+}

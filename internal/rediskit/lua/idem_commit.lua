@@ -8,7 +8,8 @@
 -- ARGV[1] token, ARGV[2] retention in milliseconds, ARGV[3] result,
 -- ARGV[4] channel, ARGV[5] pub/sub mode, ARGV[6..] the effect's arguments
 -- Returns {1, ''} done, {0, ''} not our claim (nothing run), {2, reason}
--- refused by the effect (nothing written).
+-- refused by the effect (nothing written); an error reply when the effect
+-- raised an error or returned redis.error_reply (the record not written).
 if not our_claim(KEYS[1], ARGV[1]) then
   return {0, ''}
 end
@@ -16,6 +17,9 @@ local ekeys, eargv = {}, {}
 for i = 2, #KEYS do ekeys[#ekeys + 1] = KEYS[i] end
 for i = 6, #ARGV do eargv[#eargv + 1] = ARGV[i] end
 local refused = effect(ekeys, eargv)
+if type(refused) == 'table' and refused.err then
+  return refused -- the effect's redis.error_reply: an error reply, not a refusal
+end
 if refused then
   return {2, tostring(refused)}
 end
