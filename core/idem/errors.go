@@ -30,8 +30,9 @@ var ErrInvalidKey = lock.ErrInvalidKey
 // error is a *CorruptRecordError naming the key.
 var ErrCorruptRecord = errors.New("idem: corrupt record")
 
-// ErrResultTooLarge reports a result over the Guard's size limit; the claim
-// is abandoned and nothing is stored.
+// ErrResultTooLarge reports a result over the Guard's size limit, or over
+// the store's own (a driver's Complete may return it): the claim is
+// abandoned and nothing is stored, an effect included.
 var ErrResultTooLarge = errors.New("idem: result too large")
 
 // InFlightError is returned for a duplicate of a request still running. It

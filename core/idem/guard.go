@@ -263,8 +263,8 @@ func (g *Guard) run(ctx context.Context, c Claim, run func(context.Context) ([]b
 		return nil, false, fmt.Errorf("%w: %d bytes, limit %d", ErrResultTooLarge, len(enc)-2, g.maxResult)
 	}
 	if err := g.complete(ctx, c, enc, valid, effect); err != nil {
-		if errors.Is(err, ErrEffectRefused) || errors.Is(err, ErrEffectUnsupported) || errors.Is(err, ErrEffectFailed) {
-			_ = g.abandon(cleanup, c)
+		if refusedCompletion(err) {
+			_ = g.abandon(cleanup, c) // still ours, and nothing was written
 		}
 		return nil, false, err
 	}
@@ -306,8 +306,7 @@ func (g *Guard) complete(ctx context.Context, c Claim, enc []byte, valid time.Ti
 			err = nil
 		}
 		cancel()
-		if err == nil || errors.Is(err, ErrLockLost) || errors.Is(err, ErrCorruptRecord) ||
-			errors.Is(err, ErrEffectRefused) || errors.Is(err, ErrEffectUnsupported) || errors.Is(err, ErrEffectFailed) {
+		if err == nil || errors.Is(err, ErrLockLost) || errors.Is(err, ErrCorruptRecord) || refusedCompletion(err) {
 			return err // an answer, not a fault: asking again gets the same
 		}
 		wait := backoff/2 + rand.N(backoff/2+1)
@@ -317,6 +316,14 @@ func (g *Guard) complete(ctx context.Context, c Claim, enc []byte, valid time.Ti
 		time.Sleep(wait)
 		backoff = min(2*backoff, g.lease/4)
 	}
+}
+
+// refusedCompletion reports a completion the store answered with a refusal
+// that leaves the claim ours and the record not written: the effect
+// refused, unsupported or failed, the result over the store's own limit.
+func refusedCompletion(err error) bool {
+	return errors.Is(err, ErrEffectRefused) || errors.Is(err, ErrEffectUnsupported) ||
+		errors.Is(err, ErrEffectFailed) || errors.Is(err, ErrResultTooLarge)
 }
 
 // storedAlready reports whether key's record is completed with enc: an

@@ -37,6 +37,9 @@ func (s *Store) CompleteWith(ctx context.Context, c idem.Claim, result []byte, r
 	if err != nil {
 		return err
 	}
+	if err := s.fits(c, result); err != nil {
+		return err // before the effect: nothing applied
+	}
 	if err := e(); err != nil {
 		return &idem.EffectRefusedError{Key: c.Key, Reason: err.Error()}
 	}

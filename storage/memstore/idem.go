@@ -143,17 +143,29 @@ func (s *Store) Complete(ctx context.Context, c idem.Claim, result []byte, reten
 	if err != nil {
 		return err
 	}
+	if err := s.fits(c, result); err != nil {
+		return err
+	}
 	s.completeLocked(r, slices.Clone(result), retention)
 	return nil
 }
 
-// completeLocked stores r's result, within the Store's bounds.
+// fits refuses a result larger than WithMaxBytes: stored, it would be
+// evicted at once, and a retry would run again the work it completes.
+// The claim stays in flight, for its holder to abandon.
+func (s *Store) fits(c idem.Claim, result []byte) error {
+	if int64(len(result)) > s.maxBytes {
+		return fmt.Errorf("memstore: complete %q: %w: %d bytes, WithMaxBytes %d", c.Key, idem.ErrResultTooLarge, len(result), s.maxBytes)
+	}
+	return nil
+}
+
+// completeLocked stores r's result, within the Store's bounds (fits).
 func (s *Store) completeLocked(r *record, result []byte, retention time.Duration) {
 	s.evictLocked(0, int64(len(result)))
 	r.done, r.result, r.expires = true, result, time.Now().Add(retention)
 	r.elem = s.completed.PushBack(r)
 	s.resultBytes += int64(len(result))
-	s.evictLocked(0, 0) // a result larger than the bound is not kept
 	r.signal()
 }
 

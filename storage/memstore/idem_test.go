@@ -1,6 +1,7 @@
 package memstore_test
 
 import (
+	"context"
 	"errors"
 	"sync"
 	"testing"
@@ -83,5 +84,33 @@ func TestRecordsBounded(t *testing.T) {
 		if state(c.Key) != idem.InFlight {
 			t.Fatalf("in-flight claim %s was evicted", c.Key)
 		}
+	}
+}
+
+// A result larger than WithMaxBytes is refused before the effect applies:
+// stored, it would be evicted at once and a retry would apply the effect
+// again. The Guard reports ErrResultTooLarge and abandons the claim.
+func TestResultOverMaxBytesRefusedBeforeEffect(t *testing.T) {
+	ctx := t.Context()
+	s := memstore.New(memstore.WithMaxBytes(8))
+	g, err := idem.NewGuard(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	applied := 0
+	for try := range 2 {
+		_, _, err := g.Do(ctx, "big", "fp", func(ctx context.Context) ([]byte, error) {
+			return []byte("a result of more than eight bytes"), idem.Commit(ctx, memstore.Effect(func() error { applied++; return nil }))
+		})
+		if !errors.Is(err, idem.ErrResultTooLarge) {
+			t.Fatalf("try %d: %v, want ErrResultTooLarge", try, err)
+		}
+	}
+	if applied != 0 {
+		t.Errorf("the effect applied %d times for a result the store cannot keep, want 0", applied)
+	}
+	c, err := s.Begin(ctx, "big", "fp", time.Minute)
+	if err != nil || c.State != idem.Acquired {
+		t.Fatalf("after a refused result the key is %v (%v), want it free", c.State, err)
 	}
 }

@@ -51,8 +51,10 @@ func WithObserver(o observe.Observer) Option { return func(s *Store) { s.observe
 func WithMaxRecords(n int) Option { return func(s *Store) { s.maxRecords = n } }
 
 // WithMaxBytes bounds the bytes of stored results; the records completed
-// longest ago are evicted to stay within it. Default DefaultMaxBytes
-// (256 MiB).
+// longest ago are evicted to stay within it. One result larger than the
+// bound is refused with idem.ErrResultTooLarge before anything (an effect
+// included) is applied, rather than stored and evicted at once. Default
+// DefaultMaxBytes (256 MiB).
 func WithMaxBytes(n int64) Option { return func(s *Store) { s.maxBytes = n } }
 
 // DriverName implements observe.Source: "memory".
