@@ -132,8 +132,13 @@ func beginOutcome(c Claim, err error) observe.Outcome {
 // ErrMismatch.
 //
 // run's context carries the claim's fence (FenceFrom) and is cancelled,
-// with ErrLockLost as its cause, if the claim is lost while it runs (its
-// lease could not be extended). When run fails,
+// with ErrLockLost as its cause, if the claim is lost while it runs: the
+// store says so, or its lease could not be extended in time. The Guard's
+// own timer ends the context a little before the claim's validity — the
+// lease counted from before the request that granted or last extended it,
+// or the store's Claim.Expires when earlier — so a run cut off from its
+// store stops before another process can claim the key, however long its
+// extension hangs. When run fails,
 // the claim is abandoned so that a retry runs again, unless the error is
 // final (WithFinalErrors). A run that panics abandons the claim and the
 // panic goes on. When the claim was lost, Do returns ErrLockLost and the
@@ -142,7 +147,7 @@ func beginOutcome(c Claim, err error) observe.Outcome {
 func (g *Guard) Do(ctx context.Context, key, fingerprint string,
 	run func(ctx context.Context) ([]byte, error)) (result []byte, replayed bool, err error) {
 	octx, call := observe.Begin(ctx, g.observer, observe.IdemBegin, g.driver, key)
-	c, err := g.begin(octx, key, fingerprint)
+	c, sent, err := g.begin(octx, key, fingerprint)
 	if err != nil || c.State == Acquired {
 		call.End(beginOutcome(c, err), c.Fence, err)
 		if err != nil {
@@ -154,7 +159,7 @@ func (g *Guard) Do(ctx context.Context, key, fingerprint string,
 			_ = g.abandon(cctx, c)
 			return nil, false, errors.New("idem: Do claimed the key but has no run function")
 		}
-		return g.run(ctx, c, run)
+		return g.run(ctx, c, g.validity(c, sent), run)
 	}
 	res, err := decodeOutcome(key, c.Result)
 	if errors.Is(err, ErrCorruptRecord) {
@@ -165,27 +170,40 @@ func (g *Guard) Do(ctx context.Context, key, fingerprint string,
 	return res, true, err // err: a stored final error, as a *ReplayedError
 }
 
+// validity is when claim c, acquired by a Begin sent at sent, may be
+// claimed by someone else at the earliest: the lease counted from before
+// the request, or the store's own Expires when that is earlier.
+func (g *Guard) validity(c Claim, sent time.Time) time.Time {
+	valid := sent.Add(g.lease)
+	if !c.Expires.IsZero() && c.Expires.Before(valid) {
+		valid = c.Expires
+	}
+	return valid
+}
+
 // begin claims key, waiting for an in-flight run WithWait. It returns an
-// Acquired or a Completed claim, or an error.
-func (g *Guard) begin(ctx context.Context, key, fingerprint string) (Claim, error) {
+// Acquired or a Completed claim and when the Begin that answered was sent,
+// or an error.
+func (g *Guard) begin(ctx context.Context, key, fingerprint string) (Claim, time.Time, error) {
 	if err := lockdriver.ValidateKey(key); err != nil {
-		return Claim{}, err
+		return Claim{}, time.Time{}, err
 	}
 	deadline := time.Now().Add(waitOf(ctx, g.wait))
 	backoff := 5 * time.Millisecond
 	for {
+		sent := time.Now()
 		c, err := g.store.Begin(ctx, key, fingerprint, g.lease)
 		if err != nil {
-			return Claim{}, err
+			return Claim{}, sent, err
 		}
 		switch c.State {
 		case Acquired, Completed:
-			return c, nil
+			return c, sent, nil
 		case Mismatch:
-			return Claim{}, fmt.Errorf("%w: %q", ErrMismatch, key)
+			return Claim{}, sent, fmt.Errorf("%w: %q", ErrMismatch, key)
 		case InFlight:
 			if !time.Now().Before(deadline) {
-				return Claim{}, &InFlightError{Key: key, RetryAfter: max(0, time.Until(c.Expires))}
+				return Claim{}, sent, &InFlightError{Key: key, RetryAfter: max(0, time.Until(c.Expires))}
 			}
 			wctx, cancel := context.WithDeadline(ctx, deadline)
 			if w, ok := g.store.(Waiter); ok {
@@ -202,19 +220,19 @@ func (g *Guard) begin(ctx context.Context, key, fingerprint string) (Claim, erro
 			}
 			cancel()
 			if ctx.Err() != nil {
-				return Claim{}, ctx.Err()
+				return Claim{}, sent, ctx.Err()
 			}
 			if err != nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
-				return Claim{}, err // the store is closing
+				return Claim{}, sent, err // the store is closing
 			}
 			// The wait's deadline passed or the key changed: look again.
 		default:
-			return Claim{}, fmt.Errorf("idem: %q: store answered state %d", key, c.State)
+			return Claim{}, sent, fmt.Errorf("idem: %q: store answered state %d", key, c.State)
 		}
 	}
 }
 
-func (g *Guard) run(ctx context.Context, c Claim, run func(context.Context) ([]byte, error)) (result []byte, replayed bool, err error) {
+func (g *Guard) run(ctx context.Context, c Claim, valid time.Time, run func(context.Context) ([]byte, error)) (result []byte, replayed bool, err error) {
 	slot := &effectSlot{}
 	rctx := context.WithValue(context.WithValue(ctx, fenceKey{}, c.Fence), stableKey{}, c.Key)
 	rctx, cancel := context.WithCancelCause(context.WithValue(rctx, effectKey{}, slot))
@@ -222,7 +240,7 @@ func (g *Guard) run(ctx context.Context, c Claim, run func(context.Context) ([]b
 	// The claim lives until run returns, whatever happens to the caller's
 	// context: a client that hangs up must not free the key while its
 	// handler still runs.
-	wd := g.keep(context.WithoutCancel(rctx), c, cancel)
+	wd := g.keep(context.WithoutCancel(rctx), c, valid, cancel)
 	cleanup, cancelCleanup := lockdriver.CleanupContext(ctx)
 	defer cancelCleanup()
 
@@ -242,7 +260,7 @@ func (g *Guard) run(ctx context.Context, c Claim, run func(context.Context) ([]b
 	}()
 	res, runErr := run(rctx)
 	returned = true
-	valid := wd.stop()
+	valid = wd.stop()
 	effect := slot.take()
 
 	if errors.Is(context.Cause(rctx), ErrLockLost) {

@@ -8,16 +8,20 @@ import (
 )
 
 // keeper extends the leases of a Guard's claims while their runs are busy,
-// every lease/3, on one timer for all of them. When it cannot and a lease
-// has run out, or the store says a claim is lost, it cancels that run with
-// ErrLockLost.
+// every lease/3, on one timer for all of them, and ends a run by a local
+// timer when its claim's validity runs out without an extension: the run's
+// context is cancelled with ErrLockLost no later than the moment the store
+// could let another caller claim the key, counted from before the request
+// that granted or last extended the claim. An extension that hangs (a cut
+// connection, a paused server) therefore cannot keep a run going past its
+// claim: the timer fires whatever the extension is doing.
 //
 // Why one timer: arming a timer wakes an idle thread of the Go scheduler
 // (its net poller must learn the new deadline), a system call on every
 // request when each run armed its own. The shared timer is armed for the
-// earliest extension due and left armed when runs end, so a run that
-// starts and ends before it fires — the common case — touches no timer at
-// all: its extension is due later than the one already armed.
+// earliest moment due and left armed when runs end, so a run that starts
+// and ends before it fires — the common case — touches no timer at all:
+// its extension is due later than the one already armed.
 type keeper struct {
 	mu    sync.Mutex
 	runs  map[*kept]struct{}
@@ -32,15 +36,33 @@ type kept struct {
 	c      Claim
 	cancel context.CancelCauseFunc
 	due    time.Time // its next extension
-	valid  time.Time // the end of its lease as last extended
+	valid  time.Time // when the claim may be someone else's, as last granted or extended
 	busy   bool      // an extension is in flight
 	wg     sync.WaitGroup
 }
 
-// keep starts keeping claim c alive; ctx must not end before stop.
-func (g *Guard) keep(ctx context.Context, c Claim, cancel context.CancelCauseFunc) *kept {
-	now := time.Now()
-	k := &kept{g: g, ctx: ctx, c: c, cancel: cancel, due: now.Add(g.lease / 3), valid: now.Add(g.lease)}
+// expiryMargin is how long before its validity a run is ended: timers
+// fire a little late, and the run's cancellation takes a moment to reach
+// the work it cancels.
+func expiryMargin(lease time.Duration) time.Duration {
+	return min(max(lease/64, time.Millisecond), 50*time.Millisecond)
+}
+
+// endAt is when k's run is ended unless its claim is extended before.
+func (k *kept) endAt() time.Time { return k.valid.Add(-expiryMargin(k.g.lease)) }
+
+// earliest returns the earlier of a and b.
+func earliest(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+// keep starts keeping claim c, valid until valid, alive; ctx must not end
+// before stop.
+func (g *Guard) keep(ctx context.Context, c Claim, valid time.Time, cancel context.CancelCauseFunc) *kept {
+	k := &kept{g: g, ctx: ctx, c: c, cancel: cancel, due: time.Now().Add(g.lease / 3), valid: valid}
 	kp := &g.keeper
 	kp.mu.Lock()
 	defer kp.mu.Unlock()
@@ -48,12 +70,12 @@ func (g *Guard) keep(ctx context.Context, c Claim, cancel context.CancelCauseFun
 		kp.runs = map[*kept]struct{}{}
 	}
 	kp.runs[k] = struct{}{}
-	kp.armLocked(k.due)
+	kp.armLocked(earliest(k.due, k.endAt()))
 	return k
 }
 
 // stop stops keeping k alive, waits for an extension in flight and returns
-// the end of the claim's lease as last extended.
+// the end of the claim's validity as last extended.
 func (k *kept) stop() time.Time {
 	kp := &k.g.keeper
 	kp.mu.Lock()
@@ -78,27 +100,37 @@ func (kp *keeper) armLocked(at time.Time) {
 	}
 }
 
-// fire starts the extensions due (and those due within a little of now,
-// so that runs which began together share one wake-up) and arms the timer
-// for the next one.
+// fire ends the runs whose claims have run out, starts the extensions due
+// (and those due within a little of now, so that runs which began together
+// share one wake-up) and arms the timer for the next of either.
 func (kp *keeper) fire() {
 	kp.mu.Lock()
 	defer kp.mu.Unlock()
 	kp.at = time.Time{}
+	now := time.Now()
 	var next time.Time
+	soonest := func(t time.Time) {
+		if next.IsZero() || t.Before(next) {
+			next = t
+		}
+	}
 	for k := range kp.runs {
+		if !now.Before(k.endAt()) {
+			k.cancel(ErrLockLost) // an extension may be in flight: too late
+			delete(kp.runs, k)
+			continue
+		}
+		soonest(k.endAt())
 		if k.busy {
 			continue
 		}
-		if !k.due.After(time.Now().Add(k.g.lease / 30)) {
+		if !k.due.After(now.Add(k.g.lease / 30)) {
 			k.busy = true
 			k.wg.Add(1)
 			go kp.extend(k)
 			continue
 		}
-		if next.IsZero() || k.due.Before(next) {
-			next = k.due
-		}
+		soonest(k.due)
 	}
 	if !next.IsZero() {
 		kp.armLocked(next)
@@ -109,25 +141,30 @@ func (kp *keeper) extend(k *kept) {
 	defer k.wg.Done()
 	g := k.g
 	interval := g.lease / 3
+	kp.mu.Lock()
+	end := k.endAt()
+	kp.mu.Unlock()
 	start := time.Now()
-	ectx, ecancel := context.WithTimeout(k.ctx, interval)
+	// An answer after the run has ended is of no use: wait no longer.
+	ectx, ecancel := context.WithDeadline(k.ctx, earliest(start.Add(interval), end))
 	err := g.store.Extend(ectx, k.c, g.lease)
 	ecancel()
 	kp.mu.Lock()
 	defer kp.mu.Unlock()
 	k.busy = false
+	if _, live := kp.runs[k]; !live {
+		return // stopped, or ended by the timer meanwhile
+	}
 	switch {
 	case err == nil:
 		k.valid = start.Add(g.lease)
 		k.due = time.Now().Add(interval)
-	case errors.Is(err, ErrLockLost) || !time.Now().Before(k.valid):
+	case errors.Is(err, ErrLockLost) || !time.Now().Before(k.endAt()):
 		k.cancel(ErrLockLost)
 		delete(kp.runs, k)
 		return
 	default: // unreachable for now: try again soon, while the lease lasts
 		k.due = time.Now().Add(max(g.lease/10, time.Millisecond))
 	}
-	if _, live := kp.runs[k]; live {
-		kp.armLocked(k.due)
-	}
+	kp.armLocked(earliest(k.due, k.endAt()))
 }

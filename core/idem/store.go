@@ -49,7 +49,12 @@ type Claim struct {
 	// Result is the stored bytes of a Completed claim.
 	Result []byte
 	// Expires is when an in-flight claim's lease, or a completed record's
-	// retention, runs out.
+	// retention, runs out. For an Acquired claim it must be no later than
+	// the store could let another caller claim the key, by this process's
+	// clock (a driver whose claim also depends on a session says the
+	// earlier of the two). The Guard ends its run's context by then, or by
+	// the lease counted from before the Begin request was sent, whichever
+	// comes first.
 	Expires time.Time
 }
 
@@ -67,7 +72,10 @@ type Store interface {
 	// Abandon deletes c's in-flight record so that a retry can run (else
 	// ErrLockLost).
 	Abandon(ctx context.Context, c Claim) error
-	// Extend lengthens c's lease to lease from now (else ErrLockLost).
+	// Extend lengthens c's lease to lease from now (else ErrLockLost). On
+	// success the key cannot be claimed by another caller before lease
+	// has passed from when the call began: the Guard counts its run's
+	// validity from then.
 	Extend(ctx context.Context, c Claim, lease time.Duration) error
 }
 

@@ -418,3 +418,13 @@ func TestLetGoRetriesPastStalledMember(t *testing.T) {
 		t.Fatal("no delete in 40 cycles went to the paused member: the test proved nothing")
 	}
 }
+
+// A run whose Store loses its connection mid-run (held by a partition, not
+// closed) ends before another process can claim its key: the Guard's own
+// timer ends it at the claim's validity, which is also bounded by the
+// session lease its entry is bound to.
+func TestRunEndsWhenConnectionCut(t *testing.T) {
+	eps := testenv.EtcdAddrs(t)
+	p := testenv.StartProxy(t, eps[0])
+	testenv.CheckRunEndsWhenCut(t, newStore(t, newClient(t, []string{p.Addr})), newStore(t, newClient(t, eps)), p)
+}

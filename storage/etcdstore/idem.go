@@ -107,7 +107,7 @@ func (s *Store) Begin(ctx context.Context, key, fingerprint string, lease time.D
 		rev := resp.Header.Revision
 		s.startClaimTimer(entry, rev, now.Add(lease))
 		return idem.Claim{Key: key, State: idem.Acquired, Fingerprint: fingerprint, Token: tok,
-			Fence: uint64(rev), Expires: now.Add(lease)}, nil
+			Fence: uint64(rev), Expires: claimValidity(now.Add(lease), sess)}, nil
 	}
 	kvs := resp.Responses[0].GetResponseRange().Kvs
 	if len(kvs) != 1 {
@@ -137,7 +137,7 @@ func (s *Store) Begin(ctx context.Context, key, fingerprint string, lease time.D
 			rev := t.Header.Revision
 			s.startClaimTimer(entry, rev, now.Add(lease))
 			return idem.Claim{Key: key, State: idem.Acquired, Fingerprint: fingerprint, Token: tok,
-				Fence: uint64(rev), Expires: now.Add(lease)}, nil
+				Fence: uint64(rev), Expires: claimValidity(now.Add(lease), sess)}, nil
 		}
 		return s.Begin(ctx, key, fingerprint, lease) // lost the race: look again
 	}
@@ -155,7 +155,7 @@ func (s *Store) Begin(ctx context.Context, key, fingerprint string, lease time.D
 
 // finish runs op on c's entry only while c still holds it: the entry exists
 // with c's create revision and its lease has not run out.
-func (s *Store) finish(ctx context.Context, c idem.Claim, op string, update func(recordVal) (clientv3.Op, error), done func(rev int64)) error {
+func (s *Store) finish(ctx context.Context, c idem.Claim, op string, update func(cur recordVal, sessionLease clientv3.LeaseID) (clientv3.Op, error), done func(rev int64)) error {
 	if c.Token == "" {
 		return fmt.Errorf("etcdstore: %s %q: %w", op, c.Key, idem.ErrLockLost)
 	}
@@ -174,7 +174,7 @@ func (s *Store) finish(ctx context.Context, c idem.Claim, op string, update func
 	if cur.state != stateInFlight || !time.Now().Before(cur.expires) {
 		return fmt.Errorf("etcdstore: %s %q: %w", op, c.Key, idem.ErrLockLost)
 	}
-	o, err := update(cur)
+	o, err := update(cur, clientv3.LeaseID(g.Kvs[0].Lease))
 	if err != nil {
 		return fmt.Errorf("etcdstore: %s %q: %w", op, c.Key, err)
 	}
@@ -238,18 +238,40 @@ func (s *Store) completion(ctx context.Context, c idem.Claim, result []byte, ret
 func (s *Store) Abandon(ctx context.Context, c idem.Claim) error {
 	ctx, cancel := cleanupIfDone(ctx)
 	defer cancel()
-	return s.finish(ctx, c, "abandon", func(recordVal) (clientv3.Op, error) {
+	return s.finish(ctx, c, "abandon", func(recordVal, clientv3.LeaseID) (clientv3.Op, error) {
 		return clientv3.OpDelete(s.recordDir(c.Key) + c.Token), nil
 	}, func(int64) { s.stopClaimTimer(s.recordDir(c.Key) + c.Token) })
 }
 
-// Extend implements idem.Store.
+// claimValidity is the earlier of a claim's lease and the validity of the
+// session its entry is bound to: when the session's lease runs out on the
+// server, the entry goes with it, whatever the claim's own lease says.
+func claimValidity(lease time.Time, sess *session) time.Time {
+	if v := sess.validUntil(); v.Before(lease) {
+		return v
+	}
+	return lease
+}
+
+// Extend implements idem.Store: the claim's entry and the session lease it
+// is bound to are both renewed (two round trips after the read).
 func (s *Store) Extend(ctx context.Context, c idem.Claim, lease time.Duration) error {
 	if err := lockdriver.ValidateTTL(lease); err != nil {
 		return err
 	}
 	expires := time.Now().Add(lease)
-	return s.finish(ctx, c, "extend", func(cur recordVal) (clientv3.Op, error) {
+	return s.finish(ctx, c, "extend", func(cur recordVal, sessionLease clientv3.LeaseID) (clientv3.Op, error) {
+		// The entry lives as long as the session lease it is bound to:
+		// renew that too, so that the claim is good for lease from the
+		// start of this call on both counts (the session's TTL class is at
+		// least lease). The session's own keep-alive may be failing.
+		if r, err := s.c.KeepAliveOnce(ctx, sessionLease); isLeaseNotFound(err) {
+			return clientv3.Op{}, fmt.Errorf("the claim's session lease expired: %w", idem.ErrLockLost)
+		} else if err != nil {
+			return clientv3.Op{}, fmt.Errorf("renew the claim's session lease: %w", err)
+		} else if time.Duration(r.TTL)*time.Second < lease {
+			return clientv3.Op{}, fmt.Errorf("the claim's session lease was renewed for %ds, less than the lease %s", r.TTL, lease)
+		}
 		cur.expires = expires
 		return clientv3.OpPut(s.recordDir(c.Key)+c.Token, cur.encode(), clientv3.WithIgnoreLease()), nil
 	}, func(rev int64) { s.startClaimTimer(s.recordDir(c.Key)+c.Token, rev, expires) })

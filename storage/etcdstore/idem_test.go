@@ -112,3 +112,30 @@ func TestEffectRejectedNotRetried(t *testing.T) {
 	}
 	_ = s.Abandon(ctx, c)
 }
+
+// A claim's validity is bounded by the session lease its entry is bound
+// to: a claim taken on a session renewed a while ago expires with that
+// session if its keep-alives stop, before its own lease would run out.
+// Begin says so in Claim.Expires, which the Guard ends its run by.
+func TestClaimValidityBoundedBySession(t *testing.T) {
+	s := newStore(t, newClient(t, testenv.EtcdAddrs(t)))
+	ctx := t.Context()
+	const lease = 2 * time.Second
+	k := idem.ScopedKey("session-bound", time.Now().Format(time.RFC3339Nano))
+	sent := time.Now()
+	c1, err := s.Begin(ctx, k+"/1", "fp", lease) // creates the session of the 2 s class
+	if err != nil || c1.State != idem.Acquired {
+		t.Fatalf("Begin: %v %v", c1.State, err)
+	}
+	defer s.Abandon(context.Background(), c1)
+	time.Sleep(400 * time.Millisecond) // before the session's first keep-alive (TTL/3)
+	c2, err := s.Begin(ctx, k+"/2", "fp", lease)
+	if err != nil || c2.State != idem.Acquired {
+		t.Fatalf("Begin: %v %v", c2.State, err)
+	}
+	defer s.Abandon(context.Background(), c2)
+	if limit := sent.Add(lease + 100*time.Millisecond); c2.Expires.After(limit) {
+		t.Errorf("claim valid until %s after the session was granted; the session lease it is bound to ends by %s",
+			c2.Expires.Sub(sent).Round(time.Millisecond), lease)
+	}
+}

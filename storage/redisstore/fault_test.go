@@ -511,3 +511,13 @@ func TestReleaseBoundedWithoutDeadline(t *testing.T) {
 		t.Errorf("Release(context.Background()) on a paused server returned after %s", d)
 	}
 }
+
+// A run whose Store loses its connection mid-run (held by a partition, not
+// closed) ends before another process can claim its key: the Guard's own
+// timer ends it at the claim's validity, whatever its hanging extension.
+func TestRunEndsWhenConnectionCut(t *testing.T) {
+	p := testenv.StartProxy(t, testenv.RedisAddrs(t, 1)[0])
+	cut := redis.NewClient(&redis.Options{Addr: p.Addr, ContextTimeoutEnabled: true, MaxRetries: -1})
+	t.Cleanup(func() { _ = cut.Close() })
+	testenv.CheckRunEndsWhenCut(t, newStore(t, cut), newStore(t, newClient(t)), p)
+}

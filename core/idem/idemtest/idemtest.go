@@ -54,6 +54,7 @@ func Run(t *testing.T, cfg Config) {
 	t.Run("FinalErrorsReplayed", s.finalErrors)
 	t.Run("ResultTooLarge", s.tooLarge)
 	t.Run("ClaimLostMidRun", s.lostMidRun)
+	t.Run("RunEndsBeforeAnotherBegins", s.runEndsBeforeAnother)
 	t.Run("PanicAbandons", s.panics)
 	t.Run("GoexitAbandons", s.goexit)
 	t.Run("CallerCancelKeepsClaim", s.callerCancel)
@@ -375,10 +376,90 @@ func (s *suite) lostMidRun(t *testing.T) {
 	if !errors.Is(err, idem.ErrLockLost) || !errors.Is(cause, idem.ErrLockLost) {
 		t.Fatalf("Do with a lost claim: %v (run's cause %v), want ErrLockLost", err, cause)
 	}
-	res, replayed, err := guard(t, s.cfg.NewStore(t)).Do(ctx, k, "fp", func(context.Context) ([]byte, error) { return []byte("again"), nil })
+	// The run ends a little before its claim expires in the store: wait
+	// for the key to come free.
+	res, replayed, err := guard(t, s.cfg.NewStore(t), idem.WithWait(5*time.Second)).Do(ctx, k, "fp", func(context.Context) ([]byte, error) { return []byte("again"), nil })
 	if err != nil || replayed || string(res) != "again" {
 		t.Errorf("after a lost claim: %q replayed=%v err=%v; want a fresh run (nothing stored)", res, replayed, err)
 	}
+}
+
+// runEndsBeforeAnother: a run whose store stops answering its extensions
+// (they hang, as over a cut connection) has its context ended by the
+// Guard's own timer before the claim can run out in the store, so before
+// another process's Begin can succeed: never two runs at once. The first
+// extension goes through, so the validity it grants is the one counted.
+func (s *suite) runEndsBeforeAnother(t *testing.T) {
+	k := key(t)
+	const lease = 1200 * time.Millisecond
+	cut := &hangingExtend{Store: s.cfg.NewStore(t), after: 1}
+	g := guard(t, cut, idem.WithLease(lease))
+	ctx := ctxT(t, 20*time.Second)
+	started := make(chan struct{})
+	ended := make(chan time.Time, 1)
+	runErr := make(chan error, 1)
+	go func() {
+		_, _, err := g.Do(ctx, k, "fp", func(rctx context.Context) ([]byte, error) {
+			close(started)
+			select {
+			case <-rctx.Done():
+				ended <- time.Now()
+			case <-ctx.Done():
+			}
+			return []byte("late"), nil
+		})
+		runErr <- err
+	}()
+	<-started
+	other := s.cfg.NewStore(t)
+	var began time.Time
+	for began.IsZero() {
+		c, err := other.Begin(ctx, k, "fp", lease)
+		if err != nil {
+			t.Fatalf("another process's Begin: %v", err)
+		}
+		if c.State == idem.Acquired {
+			began = time.Now()
+			defer other.Abandon(context.Background(), c)
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	var end time.Time
+	select {
+	case end = <-ended:
+	default:
+		t.Fatalf("another process claimed the key while the first run was still going (its extensions hang): two runs at once")
+	}
+	if !end.Before(began) {
+		t.Errorf("the first run ended %s after another process claimed the key", end.Sub(began))
+	}
+	if err := <-runErr; !errors.Is(err, idem.ErrLockLost) {
+		t.Errorf("Do whose claim ran out: %v, want ErrLockLost", err)
+	}
+	if n := cut.extended.Load(); n < 1 {
+		t.Errorf("%d extensions went through before the cut, want 1", n)
+	}
+}
+
+// hangingExtend lets the first after extensions through, then hangs every
+// later one until its context ends.
+type hangingExtend struct {
+	idem.Store
+	after    int64
+	extended atomic.Int64
+}
+
+func (h *hangingExtend) Extend(ctx context.Context, c idem.Claim, lease time.Duration) error {
+	if h.extended.Load() < h.after {
+		if err := h.Store.Extend(ctx, c, lease); err != nil {
+			return err
+		}
+		h.extended.Add(1)
+		return nil
+	}
+	<-ctx.Done()
+	return ctx.Err()
 }
 
 type noExtend struct{ idem.Store }
