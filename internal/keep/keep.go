@@ -71,10 +71,11 @@ func (r *Recent) Hot(key string) bool {
 	return ok && now.Sub(e.letGo) < HotFor && now.After(e.coolUntil)
 }
 
-// ReservedFences is how many fences past each one it is issued a Store
-// keeps for its local hand-offs without a round trip (rediskit's
-// fence.lua; etcdstore's fences are ReservedFences × the entry's create
-// revision), when it hands keys on at all.
+// ReservedFences is how many lease fences one fence issued by the server
+// stands for, when a Store hands keys on at all: a hold issued value v
+// serves leases with fences ReservedFences × v + 0, 1, … without a round
+// trip (rediskit.Base.LeaseFence; etcdstore scales the entry's create
+// revision the same way).
 const ReservedFences = 128
 
 // HandOffs bounds how long a Store hands a key from lease to lease of its

@@ -43,13 +43,35 @@ type Base struct {
 	// deployment; not Redlock, where a majority of nodes must agree).
 	Grants bool
 
-	// Reserve is how many fences past each one issued to this Store's
-	// acquisitions, grants, transfers and (Redlock) write-backs are kept
-	// for the Store to issue itself to the next leases of the same hold
-	// (see fence.lua): local hand-offs, which then need no round trip.
-	Reserve int
+	// HoldFences is how many lease fences one fence issued by Redis (a
+	// counter value, see fence.lua) stands for: a hold that Redis issued
+	// counter value c serves leases with fences c × HoldFences + 0, 1, …,
+	// HoldFences − 1 (local hand-offs, which need no round trip), and
+	// every later hold's counter value is above c, so its fences are above
+	// all of those. The counter itself moves by one per take, far slower
+	// than the server's clock in microseconds, which it is floored by: the
+	// clock floor keeps fences going forward after the counter is lost,
+	// whatever the rate of takes. 0 or 1: one lease per hold (no hand-offs).
+	HoldFences uint64
 
 	clocks clocks // each server's clock offset (ServerDeadline)
+}
+
+// LeaseFence is the fence of the used-th lease (from 0) of a hold that
+// Redis issued counter value counter.
+func (b *Base) LeaseFence(counter, used uint64) uint64 {
+	return counter*max(b.HoldFences, 1) + used
+}
+
+// LeasesPerHold is how many leases one hold may serve (HoldFences).
+func (b *Base) LeasesPerHold() uint64 { return max(b.HoldFences, 1) }
+
+// InspectLock is InspectLock with the fence in lease fences: the first
+// fence of the latest hold.
+func (b *Base) InspectLock(ctx context.Context, c redis.Scripter, key string) (LockState, error) {
+	st, err := InspectLock(ctx, c, b.Keys, key)
+	st.Fence = b.LeaseFence(st.Fence, 0)
+	return st, err
 }
 
 // Init sets b up with o, which the driver has validated.
@@ -143,7 +165,7 @@ func (b *Base) Acquire(ctx context.Context, c redis.Scripter, a AcquireArgs, lat
 	if a.Grantable {
 		grantable = "1"
 	}
-	args := []any{a.Token, a.TTL.Milliseconds(), deadline, fenced, a.Owner, member, b.placeLife(), a.Place, b.wakeGrace(), grantable, b.Reserve}
+	args := []any{a.Token, a.TTL.Milliseconds(), deadline, fenced, a.Owner, member, b.placeLife(), a.Place, b.wakeGrace(), grantable, 0}
 	var onLate func(*redis.Cmd)
 	if late != nil {
 		onLate = func(cmd *redis.Cmd) {
@@ -210,14 +232,14 @@ func (b *Base) Refresh(ctx context.Context, c redis.Scripter, key, tok string, t
 // to (owner toOwner) for ttl without being let go.
 func (b *Base) Transfer(ctx context.Context, c redis.Scripter, key, from, to string, ttl time.Duration, toOwner string) (TransferCode, int64, error) {
 	return ParseTransfer(Transfer.Run(ctx, c, []string{b.Keys.Lock(key), b.Keys.Fence(key), b.Keys.Owner(key)},
-		from, to, ttl.Milliseconds(), toOwner, b.Reserve))
+		from, to, ttl.Milliseconds(), toOwner))
 }
 
 // WriteBack runs Redlock's fencing round on one node: it raises the fence
 // counter to at least fence and reports whether tok still holds key there.
 func (b *Base) WriteBack(ctx context.Context, c redis.Scripter, key, tok string, fence int64, ttl time.Duration) (bool, error) {
 	return ParseFlag(WriteBack.Run(ctx, c, []string{b.Keys.Lock(key), b.Keys.Fence(key), b.Keys.Owner(key)},
-		tok, fence, ttl.Milliseconds(), b.Reserve))
+		tok, fence, ttl.Milliseconds()))
 }
 
 // RecordWriteBack is WriteBack for an idempotency claim: it raises the

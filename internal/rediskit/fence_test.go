@@ -69,3 +69,69 @@ return {string.format('%d', f), string.format('%d', clock_us()), redis.call('GET
 		t.Errorf("unreadable counter: fence %d, want the clock %d", f, clock)
 	}
 }
+
+// takeMany takes key n times, pipelined (an acquisition and its release
+// each), reserving reserve fences past each as processes of earlier
+// versions did, and returns the highest counter value issued.
+func takeMany(t *testing.T, c *redis.Client, b *Base, key string, n, reserve int) uint64 {
+	t.Helper()
+	ctx := context.Background()
+	for _, s := range []*redis.Script{Acquire, Release} {
+		if err := s.Load(ctx, c).Err(); err != nil { // a pipeline does not fall back to EVAL
+			t.Fatal(err)
+		}
+	}
+	var top uint64
+	const batch = 1000
+	for done := 0; done < n; done += batch {
+		p := c.Pipeline()
+		cmds := make([]*redis.Cmd, 0, batch)
+		for i := range batch {
+			tok := fmt.Sprintf("t%d", done+i)
+			cmds = append(cmds, Acquire.Run(ctx, p, []string{b.Keys.Lock(key), b.Keys.Fence(key), b.Keys.Owner(key)},
+				tok, 60_000, 0, 1, "", "", 0, 0, 0, 0, reserve))
+			Release.Run(ctx, p, []string{b.Keys.Lock(key), b.Keys.Owner(key)}, tok, b.Keys.Channel(key), "n")
+		}
+		if _, err := p.Exec(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for _, cmd := range cmds {
+			r, err := ParseAcquire(cmd)
+			if err != nil || r.Code != AcquireTaken {
+				t.Fatalf("take: %+v %v", r, err)
+			}
+			top = max(top, uint64(r.N))
+		}
+	}
+	return top
+}
+
+// Fences never go backwards, whatever the rate of takes: 100,000 takes of
+// one key as fast as one server runs them, then the server loses its data
+// (FLUSHALL, as an empty restart or a lossy failover does, or the
+// counter's own expiry): the next lease's fence is above every lease fence
+// of every hold before, hand-offs included. The counter moves by one per
+// take, slower than the server's clock in microseconds, so the clock floor
+// it falls back to is above it.
+func TestFencesOutrunNoClock(t *testing.T) {
+	p := testenv.StartRedis(t)
+	c := redis.NewClient(&redis.Options{Addr: p.Addr})
+	defer c.Close()
+	ctx := context.Background()
+	b := &Base{HoldFences: 128}
+	b.Init(Options{Prefix: "oncekit:lock:"})
+	key := "hot"
+	top := takeMany(t, c, b, key, 100_000, 0)
+	highest := b.LeaseFence(top, b.LeasesPerHold()-1) // its last local hand-off
+	if err := c.FlushAll(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	r, err := ParseAcquire(Acquire.Run(ctx, c, []string{b.Keys.Lock(key), b.Keys.Fence(key), b.Keys.Owner(key)},
+		"after", 60_000, 0, 1, "", "", 0, 0, 0, 0, 0))
+	if err != nil || r.Code != AcquireTaken {
+		t.Fatalf("take after FLUSHALL: %+v %v", r, err)
+	}
+	if f := b.LeaseFence(uint64(r.N), 0); f <= highest {
+		t.Errorf("after 100,000 takes and a lost counter, fence %d is not above %d, issued before", f, highest)
+	}
+}

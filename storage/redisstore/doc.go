@@ -74,13 +74,15 @@
 // When a lease of the Store is released while another goroutine of the
 // same Store waits, the key is handed to it without being let go, and
 // usually without a round trip: the next lease continues the Store's hold
-// (same token in Redis, same expiry) with the next fence of the ones Redis
-// reserved for the hold. Every fence Redis issues to a Store reserves the
-// next 128 (the counter is stored as "<fence>:128", and every later fence
-// from Redis is above them), so fences still rise with every lease. A hold
-// with less than 7/8 of the next lease's TTL left, or with its reserved
-// fences spent, is handed on in one round trip instead (new token, new
-// fence, new expiry).
+// (same token in Redis, same expiry) with the hold's next fence. A Store
+// that hands keys on scales the value c that Redis's fence counter issues
+// for a hold: the hold's leases take the fences 128c, 128c + 1, …,
+// 128c + 127, and every later hold's c is higher, so fences still rise with
+// every lease while the counter in Redis moves by one per take and stays
+// below the server's clock in microseconds (its floor after a loss). A hold
+// with less than 7/8 of the next lease's TTL left, or with its 128 fences
+// spent, is handed on in one round trip instead (new token, new fence, new
+// expiry).
 //
 // A key this Store asks for again within 10 ms of letting it go is hot
 // here (a loop, a stream of orders for one item), unless a kept hold of it

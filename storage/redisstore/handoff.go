@@ -124,7 +124,7 @@ func (s *Store) handOff(ctx context.Context, l *lease) (bool, error) {
 	}
 	switch code {
 	case rediskit.TransferDone:
-		next := s.makeLease(key, w.token, hold{fence: uint64(fence), reserved: uint64(s.Reserve), took: l.hold.took},
+		next := s.makeLease(key, w.token, hold{fence: uint64(fence), took: l.hold.took},
 			0, start.Add(w.ttl), w.owner)
 		ls.holder = next
 		ls.handOffs++
@@ -171,7 +171,7 @@ func (s *Store) reuseLocked(ls *local, key string, l *lease, deadline time.Time,
 // mayReuse reports whether l's hold may serve another lease without a round
 // trip.
 func (s *Store) mayReuse(ls *local, l *lease) bool {
-	return l.owner == "" && l.used < l.hold.reserved && s.handOffs.Left(ls.handOffs, l.hold.took)
+	return l.owner == "" && l.used+1 < s.LeasesPerHold() && s.handOffs.Left(ls.handOffs, l.hold.took)
 }
 
 // kept is a hold of this Store on a key whose lease was released, kept for

@@ -17,7 +17,7 @@ func (s *Store) InspectLock(ctx context.Context, key string) (lock.LockInfo, err
 	if err := lockdriver.ValidateKey(key); err != nil {
 		return lock.LockInfo{}, err
 	}
-	st, err := rediskit.InspectLock(ctx, s.client, s.Keys, key)
+	st, err := s.base.InspectLock(ctx, s.client, key)
 	if err != nil {
 		return lock.LockInfo{}, fmt.Errorf("redisstore: inspect %q: %w", key, err)
 	}

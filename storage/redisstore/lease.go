@@ -17,7 +17,7 @@ type lease struct {
 	s     *Store
 	owner string // the lock.WithOwner identity it was taken with, or ""
 	hold  hold   // the Store's tenure of the key in Redis the lease is part of
-	used  uint64 // the hold's reserved fences used up to this lease: its fence is hold.fence + used
+	used  uint64 // which of the hold's leases this is, from 0: its fence is LeaseFence(hold.fence, used)
 
 	// passed is set when the lease handed its hold on to a next lease, or
 	// to the Store to keep (handoff.go): the token in Redis is no longer
@@ -29,23 +29,22 @@ type lease struct {
 // hold is one tenure of a token of this Store on a key in Redis, which
 // local hand-offs without a round trip pass from lease to lease.
 type hold struct {
-	fence    uint64    // the last fence Redis issued for the token
-	reserved uint64    // how many fences after it Redis reserved (rediskit's fence.lua)
-	took     time.Time // when the Store learnt it took the key from Redis (WithMaxLocalHold counts from it)
+	fence uint64    // the counter value Redis issued for the token (rediskit's fence.lua)
+	took  time.Time // when the Store learnt it took the key from Redis (WithMaxLocalHold counts from it)
 }
 
 // newLease returns a held lease whose local deadline is start + ttl:
 // counted from before the request was sent, it never passes after the
-// server's own expiry. Its fence reserved the Store's Reserve after it.
+// server's own expiry. fence is the counter value Redis issued.
 func (s *Store) newLease(key, tok string, fence uint64, start time.Time, ttl time.Duration, owner string) *lease {
-	return s.makeLease(key, tok, hold{fence: fence, reserved: uint64(s.Reserve), took: time.Now()}, 0, start.Add(ttl), owner)
+	return s.makeLease(key, tok, hold{fence: fence, took: time.Now()}, 0, start.Add(ttl), owner)
 }
 
 // makeLease returns a held lease on h with fence h.fence + used.
 func (s *Store) makeLease(key, tok string, h hold, used uint64, deadline time.Time, owner string) *lease {
 	l := &lease{s: s, owner: owner, hold: h, used: used}
 	l.Lease.Init(lockdriver.Config{
-		Driver: "redisstore", Key: key, Token: tok, Fence: h.fence + used,
+		Driver: "redisstore", Key: key, Token: tok, Fence: s.LeaseFence(h.fence, used),
 		Deadline: deadline,
 		Store:    l,
 		OnEnd:    func(lockdriver.State) { s.leaseEnded(l) },

@@ -121,7 +121,7 @@ func New(client Client, opts ...Option) (*Store, error) {
 	s.Init(o.Options)
 	s.Grants = true // one deployment: its release alone decides who holds a key
 	if o.maxHandOffs > 0 {
-		s.Reserve = keep.ReservedFences
+		s.HoldFences = keep.ReservedFences
 	}
 	s.sub.OnOrphanGrant(func(channel, payload string) {
 		if tok, _, ok := rediskit.ParseGrant(payload); !ok || !s.isAbandoned(tok) {

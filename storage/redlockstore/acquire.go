@@ -191,7 +191,7 @@ func (s *Store) grant(ctx context.Context, v *votes, ar *acquireRound, ttl time.
 			return late("two rounds")
 		}
 	}
-	l := s.newLease(v.key, v.tok, fence, ar.start.Add(ttl-drift), onEnd, nil)
+	l := s.newLease(v.key, v.tok, fence, 0, ar.start.Add(ttl-drift), onEnd, nil)
 	l.took = time.Now() // WithMaxLocalHold counts from here
 	v.mu.Lock()
 	v.lease = l
@@ -233,7 +233,7 @@ func (s *Store) reenter(v *votes, ar *acquireRound, ttl time.Duration, onEnd fun
 		fence = max(fence, ar.reentered[i])
 	}
 	v.giveUp(nt, true) // nodes the round took afresh: the owner holds the key
-	return s.newLease(v.key, winner, uint64(fence), ar.start.Add(ttl-s.drift(ttl)), onEnd, byTok[winner])
+	return s.newLease(v.key, winner, uint64(fence), 0, ar.start.Add(ttl-s.drift(ttl)), onEnd, byTok[winner])
 }
 
 // writeBack is the second round of a fenced acquisition (of a lock or an

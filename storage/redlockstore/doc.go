@@ -84,9 +84,9 @@
 // unused in the last 100 ms (two processes taking turns): its Release keeps the hold on
 // the nodes for WithLinger (default 100 µs), and the Store's next Acquire
 // of the key in that moment takes it with no round: the same token on the
-// same nodes, the hold's validity, and the next of 128 fences the hold's
-// round two reserved (it raises the counters to "T:128", and every later T
-// is above T + 128 by the argument above). Within WithMaxLocalHandOffs
+// same nodes, the hold's validity, and the next of the hold's 128 fences
+// (128T, 128T + 1, …, 128T + 127 for the T its round two settled; every
+// later T is above it by the argument above). Within WithMaxLocalHandOffs
 // leases in a row (default 16) or as many as start within WithMaxLocalHold
 // of taking the key (default 1 ms), whichever is more, the key is then
 // released so that waiting processes get their turn. The price: the key

@@ -78,7 +78,7 @@ func (s *Store) inspectLock(ctx context.Context, key string) (lock.LockInfo, str
 		return lock.LockInfo{}, "", err
 	}
 	states, ok, err := onEveryNode(ctx, s, "inspect", key, func(ctx context.Context, n *node) (rediskit.LockState, error) {
-		return rediskit.InspectLock(ctx, n.c, s.Keys, key)
+		return s.base.InspectLock(ctx, n.c, key)
 	})
 	if err != nil {
 		return lock.LockInfo{}, "", err

@@ -31,7 +31,7 @@ func (s *Store) keep(l *lease) bool {
 // owner's re-entry, with a reserved fence left (fenced mode), and within
 // WithMaxLocalHandOffs and WithMaxLocalHold.
 func (s *Store) mayReuse(l *lease) bool {
-	return l.nodes == nil && (!s.redlock.fenced || l.used < uint64(s.Reserve)) && s.handOffs.Left(int(l.used), l.took)
+	return l.nodes == nil && (!s.redlock.fenced || l.used+1 < s.LeasesPerHold()) && s.handOffs.Left(int(l.used), l.took)
 }
 
 // letGo releases a kept hold nobody took on the nodes.
@@ -50,12 +50,8 @@ func (s *Store) takeKept(key string, ttl time.Duration) lock.Lease {
 		return nil
 	}
 	if s.mayReuse(prev) && time.Until(deadline) >= ttl-ttl/8 {
-		var fence uint64
-		if s.redlock.fenced {
-			fence = prev.base + prev.used + 1
-		}
-		l := s.newLease(key, prev.Token(), fence, deadline, nil, nil)
-		l.base, l.used, l.took, l.hot = prev.base, prev.used+1, prev.took, true
+		l := s.newLease(key, prev.Token(), prev.base, prev.used+1, deadline, nil, nil)
+		l.took, l.hot = prev.took, true
 		return l
 	}
 	s.recent.LetGo(key)

@@ -17,10 +17,10 @@ type lease struct {
 	s     *Store
 	nodes []int // an owner's re-entry: the nodes it counted; nil: all
 
-	// The hold's fences (fenced mode): base is the fence the acquisition's
-	// write-back settled, which reserved the next WithMaxLocalHandOffs;
-	// used of them went to this lease and the kept-hold leases before it.
-	// The lease's fence is base + used (0 unfenced).
+	// The hold's fences (fenced mode): base is the counter value T the
+	// acquisition's write-back settled; the hold's leases take the lease
+	// fences T × HoldFences + 0, 1, … (rediskit.Base.LeaseFence), used
+	// being this lease's (0 unfenced).
 	base, used uint64
 	took       time.Time // when the Store learnt it took the key from the nodes
 	hot        bool      // taken by a non-owner right after this Store let the key go: kept on Release
@@ -32,10 +32,15 @@ type lease struct {
 	passed atomic.Bool
 }
 
-// newLease returns a held lease valid until deadline: the start of its
-// round + TTL − drift.
-func (s *Store) newLease(key, tok string, fence uint64, deadline time.Time, onEnd func(), nodes []int) *lease {
-	l := &lease{s: s, nodes: nodes, base: fence}
+// newLease returns a held lease valid until deadline (the start of its
+// round + TTL − drift), the used-th of a hold whose write-back settled the
+// counter value base (0 unfenced).
+func (s *Store) newLease(key, tok string, base, used uint64, deadline time.Time, onEnd func(), nodes []int) *lease {
+	l := &lease{s: s, nodes: nodes, base: base, used: used}
+	var fence uint64
+	if s.redlock.fenced {
+		fence = s.LeaseFence(base, used)
+	}
 	cfg := lockdriver.Config{Driver: "redlockstore", Key: key, Token: tok, Fence: fence, Deadline: deadline, Store: l}
 	if onEnd != nil {
 		cfg.OnEnd = func(lockdriver.State) { onEnd() }

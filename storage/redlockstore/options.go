@@ -112,8 +112,8 @@ func WithBackoff(min, max time.Duration) Option {
 // loop, or a stream of requests for one item), and no kept hold of it went
 // unused in the last 100 ms (two processes taking turns); its next Acquire
 // then takes
-// the key with no round: the same hold, with the next fence the hold
-// reserved (fenced mode) and the hold's validity, which must be at least
+// the key with no round: the same hold, with the hold's next fence
+// (fenced mode) and the hold's validity, which must be at least
 // 7/8 of the asked TTL. Within WithMaxLocalHandOffs and WithMaxLocalHold
 // the key is then released, so that other processes get their turn.
 //
@@ -129,8 +129,9 @@ func WithLinger(d time.Duration) Option { return func(o *options) { o.linger = d
 // that other processes get their turn: n leases in a row, or as many as
 // start within d after the Store took the key from the nodes, whichever is
 // more (and at most 128 per fence settled, fenced mode). n = 0 turns kept
-// holds off. Each fence the Store settles reserves the next 128 (fenced
-// mode). Defaults 16 and 1 ms.
+// holds off. A Store with kept holds scales the fence T each acquisition
+// settles: its leases take 128T + 0, 1, … (fenced mode). Defaults 16 and
+// 1 ms.
 func WithMaxLocalHandOffs(n int) Option { return func(o *options) { o.maxHandOffs = n } }
 
 // WithMaxLocalHold: see WithMaxLocalHandOffs.

@@ -150,7 +150,7 @@ func New(clients []Client, opts ...Option) (*Store, error) {
 	}
 	s.Init(o.Options)
 	if o.fenced && o.maxHandOffs > 0 {
-		s.Reserve = keep.ReservedFences // the fences of kept holds' leases (kept.go)
+		s.HoldFences = keep.ReservedFences // the fences of kept holds' leases (kept.go)
 	}
 	s.FinishClaim = s.finishClaim
 	seen := map[string]bool{}

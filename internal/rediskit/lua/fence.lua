@@ -5,13 +5,19 @@
 -- failover to a replica that lacked it, the counter's own expiry — as long
 -- as the server's clock does not step back past the last fence issued.
 -- The counter lives life milliseconds after its last use (fence_life).
--- reserve (optional, default 0) keeps the fences f + 1 .. f + reserve for
--- the caller, who may issue them itself, in order, to the next leases of
--- the same hold (redisstore's local hand-offs): the counter is then stored
--- as "f:reserve", and every later fence is above f + reserve. (A counter
--- that runs ahead of the clock weakens the clock floor as a clock stepping
--- back would; reservations are a few fences per acquisition, far fewer
--- than the microseconds between acquisitions.)
+-- The counter moves by one per take (an acquisition, a grant, a transfer,
+-- a claim): a server runs far fewer scripts per second on one key than
+-- its clock counts microseconds, so the counter stays near the clock, and
+-- a counter that is lost falls back to a clock floor above every fence it
+-- issued. Drivers that hand a hold on locally scale these values
+-- themselves (rediskit.Base.LeaseFence): the fences of local hand-offs
+-- never pass through the counter.
+-- reserve (optional, default 0) is what processes of earlier versions
+-- passed: it kept the fences f + 1 .. f + reserve for the caller, stored as
+-- "f:reserve", and every later fence is above f + reserve. No caller of
+-- this version reserves (reservations, 129 fences per take, outran the
+-- clock above a few thousand takes a second); counters of that form are
+-- still read.
 if redis.replicate_commands then redis.replicate_commands() end
 -- clock_us is the server's clock in microseconds, read once per script:
 -- every call inside a script costs the server a few microseconds.
