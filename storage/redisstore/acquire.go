@@ -43,13 +43,14 @@ func (s *Store) TryAcquire(ctx context.Context, key string, ttl time.Duration) (
 }
 
 // adopt records a lease taken in Redis as this Store's holder of its key,
-// unless one is recorded already (an owner's re-entry).
+// unless one is recorded already (an owner's re-entry) or the lease has
+// ended already (see ended).
 func (s *Store) adopt(l *lease) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	ls := s.localLocked(l.Key())
 	s.markHotLocked(l.Key(), ls)
-	if ls.holder == nil {
+	if ls.holder == nil && !l.ended() {
 		ls.holder = l
 	}
 }
@@ -164,7 +165,7 @@ func (s *Store) compete(ctx context.Context, key string, ls *local, w *waiter) (
 	defer func() {
 		s.mu.Lock()
 		ls.competitors--
-		if l != nil {
+		if l != nil && !l.ended() {
 			ls.holder = l
 		} else {
 			s.promoteLocked(key, ls)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -520,4 +521,71 @@ func TestRunEndsWhenConnectionCut(t *testing.T) {
 	cut := redis.NewClient(&redis.Options{Addr: p.Addr, ContextTimeoutEnabled: true, MaxRetries: -1})
 	t.Cleanup(func() { _ = cut.Close() })
 	testenv.CheckRunEndsWhenCut(t, newStore(t, cut), newStore(t, newClient(t)), p)
+}
+
+// slowReply holds back the reply of every script call by delay, plus up
+// to jitter, while on: the lease a reply grants ends about when its
+// caller sees it.
+type slowReply struct {
+	on            atomic.Bool
+	delay, jitter time.Duration
+}
+
+func (h *slowReply) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *slowReply) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if n := cmd.Name(); h.on.Load() && (n == "evalsha" || n == "eval") {
+			time.Sleep(h.delay + rand.N(h.jitter+1))
+		}
+		return err
+	}
+}
+func (h *slowReply) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// A lease whose deadline passes before its Store records it as the key's
+// holder (2 ms TTL, replies 1.5–2.5 ms late) must not stay recorded once the key
+// expired in Redis: otherwise every later TryAcquire of the key in this
+// process is busy and every Acquire waits for ever.
+func TestExpiredLeaseNotLeftAsHolder(t *testing.T) {
+	for name, opts := range map[string][]redisstore.Option{
+		"default":      nil,
+		"no hand-offs": {redisstore.WithMaxLocalHandOffs(0)},
+	} {
+		t.Run(name, func(t *testing.T) { testExpiredLeaseNotLeftAsHolder(t, opts) })
+	}
+}
+
+func testExpiredLeaseNotLeftAsHolder(t *testing.T, opts []redisstore.Option) {
+	slow := &slowReply{delay: 1500 * time.Microsecond, jitter: time.Millisecond}
+	s := newStore(t, newClient(t, slow), opts...)
+	m, err := lock.NewMutex(s, lock.WithTTL(2*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxT(t, 20*time.Second)
+	key := "stale-holder-" + time.Now().Format("150405.000000")
+	slow.on.Store(true)
+	for range 200 {
+		_ = m.Do(ctx, key, func(context.Context, lock.Lease) error { return nil })
+		if l, err := s.TryAcquire(ctx, key, 2*time.Millisecond); err == nil {
+			_ = l.Release(ctx)
+		}
+	}
+	slow.on.Store(false)
+	time.Sleep(10 * time.Millisecond) // every hold of the loop has expired in Redis
+	l, err := s.TryAcquire(ctx, key, time.Second)
+	if err != nil {
+		t.Fatalf("TryAcquire of a key free in Redis: %v (a stale local holder)", err)
+	}
+	_ = l.Release(ctx)
+	actx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	l, err = s.Acquire(actx, key, time.Second)
+	if err != nil {
+		t.Fatalf("Acquire of a key free in Redis: %v (a stale local holder)", err)
+	}
+	_ = l.Release(ctx)
 }

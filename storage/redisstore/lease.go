@@ -52,6 +52,22 @@ func (s *Store) makeLease(key, tok string, h hold, used uint64, deadline time.Ti
 	return l
 }
 
+// ended reports whether l has ended (released, lost, or its deadline
+// passed). A lease whose deadline passed before its Store recorded it as
+// the key's holder (a slow reply, a descheduled goroutine) must not be
+// recorded: its end, which clears the record, has run already, and the
+// stale record would make the key busy in this process for ever. Checked
+// under the Store's lock: an end after the check clears the record it
+// finds.
+func (l *lease) ended() bool {
+	select {
+	case <-l.Done():
+		return true
+	default:
+		return false
+	}
+}
+
 // StoreRefresh implements lockdriver.Store: one round trip.
 func (l *lease) StoreRefresh(ctx context.Context, ttl time.Duration) (time.Time, error) {
 	if l.passed.Load() {
@@ -87,6 +103,7 @@ func (l *lease) StoreRelease(ctx context.Context) error {
 	case err != nil:
 		return fmt.Errorf("redisstore: release %q: %w", l.Key(), err)
 	case !code.Ours():
+		l.s.leaseEnded(l) // no longer ours: not this Store's holder either
 		return fmt.Errorf("redisstore: release %q: %w", l.Key(), lock.ErrLockLost)
 	}
 	l.s.leaseEnded(l) // also when the local deadline had already ended it
