@@ -271,6 +271,20 @@ func (c *Consumer) dispatch(ctx context.Context, msg kafka.Message, wg *sync.Wai
 	c.mu.Lock()
 	c.stats.Fetched++
 	l := c.lanes[p]
+	if l != nil && msg.Offset > l.last+1 {
+		// Read on past a gap: the partition was assigned anew and resumed
+		// where the group's offset had moved on (another member committed
+		// it meanwhile), or compaction removed records. Either way every
+		// offset below is done: never commit one below it, which would move
+		// the group's offset backwards. (The lane is kept: its messages
+		// still go first, in order.)
+		if done, ok := c.committed[p]; !ok || done < msg.Offset-1 {
+			c.committed[p] = msg.Offset - 1
+		}
+		if cand := c.toCommit[p]; cand != nil && cand.msg.Offset < msg.Offset {
+			delete(c.toCommit, p)
+		}
+	}
 	if l == nil || msg.Offset <= l.last {
 		// New, or read again from an earlier offset (the partition was
 		// assigned anew at a rebalance): messages of the old lane still

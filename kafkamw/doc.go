@@ -19,7 +19,10 @@
 // (WithRequireKey refuses the fallback). It is stored scoped by the consumer
 // group and topic (WithScope), hashed. A message whose key is already
 // completed — a redelivery, or a producer's retry — is committed without
-// calling the handler (Stats.Duplicates).
+// calling the handler (Stats.Duplicates). Two messages with one key are
+// the same message when their topic, Kafka record key and value are the
+// same (the fingerprint; headers are left out): one with the same key but
+// another record key or value is a key reused, and is rejected.
 //
 // # Offsets
 //
@@ -43,14 +46,21 @@
 //     dead-letter destination, such a message stops Run with a *PoisonError.
 //   - A message that cannot be claimed — an empty or malformed key, a key
 //     reused with another payload (idem.ErrMismatch) — is dead-lettered the
-//     same way, never handled unkeyed.
+//     same way, never handled unkeyed. The rejection is recorded under the
+//     message's topic, partition and offset, so a redelivery of that message
+//     is not dead-lettered again.
+//   - A handler error is the handler's, whatever it wraps: an error that
+//     wraps an *idem.ReplayedError (from a Guard the handler calls itself)
+//     is retried like any other, not taken for a duplicate.
 //   - The store unreachable: the message is retried with backoff, without
 //     counting attempts; nothing after it is committed, and once WithPipeline
 //     messages wait, fetching waits too. When the store answers, it goes on.
 //   - A rebalance: messages of a partition taken away that were still in
 //     flight are not committed (their lane is dropped when the partition is
 //     read again); the new owner reads them again, finds their claim in
-//     flight or done, waits for it, and commits.
+//     flight or done, waits for it, and commits. A partition that comes back
+//     at a higher offset (another member committed meanwhile) never has an
+//     offset below that committed: the group's offset does not move back.
 //
 // # What "once" covers
 //

@@ -101,7 +101,7 @@ func (c *Consumer) process(ctx context.Context, msg kafka.Message, key string, k
 			return observe.Canceled
 		}
 	}
-	fp := idem.Fingerprint([]byte(msg.Topic), msg.Key, msg.Value)
+	fp := fingerprint(msg)
 	attempt, waits := 0, 0
 	for {
 		var herr error
@@ -129,11 +129,10 @@ func (c *Consumer) process(ctx context.Context, msg kafka.Message, key string, k
 		if ctx.Err() != nil {
 			return observe.Canceled
 		}
-		var replayedErr *idem.ReplayedError
 		switch {
 		case err == nil:
 			return c.count(res, replayed)
-		case errors.As(err, &replayedErr): // a final error stored by the Guard (WithFinalErrors)
+		case replayed: // a final error stored by the Guard (WithFinalErrors); never the handler's own
 			return c.count(nil, true)
 		case herr != nil:
 			if attempt >= c.cfg.attempts || IsPermanent(herr) { // and no dead-letter destination
@@ -193,21 +192,49 @@ func (c *Consumer) call(ctx context.Context, msg kafka.Message) (err error) {
 
 // reject dead-letters a message that cannot be claimed (no key, a bad key,
 // a key reused with another payload), in its turn, or stops the Consumer
-// when there is no dead-letter destination.
+// when there is no dead-letter destination. The rejection is recorded
+// under the message's coordinates (it has no key of its own to record it
+// under): a redelivery of the same message finds it and is committed as a
+// duplicate, not dead-lettered again.
 func (c *Consumer) reject(ctx context.Context, msg kafka.Message, key string, cause error, prev <-chan struct{}) observe.Outcome {
 	if c.cfg.dlq == nil {
 		c.fail(&PoisonError{Topic: msg.Topic, Partition: msg.Partition, Offset: msg.Offset, Err: cause})
 		return observe.Error
 	}
-	select {
-	case <-prev:
-	case <-ctx.Done():
-		return observe.Canceled
+	rkey := idem.ScopedKey(c.cfg.scope(msg), "rejected\x00"+msg.Topic+"\x00"+strconv.Itoa(msg.Partition)+"\x00"+strconv.FormatInt(msg.Offset, 10))
+	for waits := 1; ; waits++ {
+		res, replayed, err := c.guard.Do(ctx, rkey, fingerprint(msg), func(ctx context.Context) ([]byte, error) {
+			select {
+			case <-prev:
+			case <-ctx.Done():
+				return nil, context.Cause(ctx)
+			}
+			if err := c.deadLetter(ctx, msg, key, cause); err != nil {
+				return nil, err
+			}
+			return resultDeadLettered, nil
+		})
+		switch {
+		case ctx.Err() != nil:
+			return observe.Canceled
+		case err == nil:
+			return c.count(res, replayed)
+		case !errors.Is(err, idem.ErrInFlight):
+			c.add(&c.stats.StoreErrors)
+		}
+		// In flight elsewhere (the old owner after a rebalance), or the
+		// store did not answer: the partition waits.
+		if !c.sleep(ctx, min(waits, 4)) {
+			return observe.Canceled
+		}
 	}
-	if c.deadLetter(ctx, msg, key, cause) != nil {
-		return observe.Canceled
-	}
-	return observe.DeadLettered
+}
+
+// fingerprint is what makes two messages with one key the same message:
+// the topic, the Kafka record key and the value (not the headers, which
+// brokers and tools may add to).
+func fingerprint(msg kafka.Message) string {
+	return idem.Fingerprint([]byte(msg.Topic), msg.Key, msg.Value)
 }
 
 // deadLetter publishes msg to the dead-letter destination, retrying until
