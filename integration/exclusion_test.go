@@ -110,6 +110,29 @@ func TestExclusionUnderFaults(t *testing.T) {
 	})
 }
 
+// On a cluster with etcd's default timing the server raises every lease to
+// 2 s; a dead holder's 1 s key must still come free a TTL after its last
+// heartbeat, as on Redis, not when the server's lease runs out.
+func TestEtcdDeadHolderWithinTTL(t *testing.T) {
+	const ttl = time.Second
+	members := testenv.StartEtcdClusterDefaultTiming(t, 3)
+	var eps []string
+	for _, m := range members {
+		eps = append(eps, strings.TrimPrefix(m.Endpoint, "http://"))
+	}
+	x := newExclusion(t, "etcd://"+strings.Join(eps, ","), ttl)
+	killed := x.repeat(3, "holder killed (SIGKILL)", x.killHolder)
+	paused := x.repeat(2, "holder paused past its TTL", x.pauseHolder)
+	x.finish()
+	// The TTL, the waiters' margin for clock rates (30 ms at 1 s), and the
+	// time to notice, delete and hand over.
+	const limit = ttl + 300*time.Millisecond
+	if killed > limit || paused > limit {
+		t.Errorf("a dead holder's key stayed held for %s (killed) and %s (paused); TTL %s, limit %s",
+			killed.Round(time.Millisecond), paused.Round(time.Millisecond), ttl, limit)
+	}
+}
+
 func etcdLeader(t *testing.T, members []*testenv.EtcdMember) *testenv.EtcdMember {
 	for _, m := range members {
 		c, err := clientv3.New(clientv3.Config{Endpoints: []string{m.Endpoint}, DialTimeout: 2 * time.Second})
@@ -340,8 +363,9 @@ func (x *exclusion) killHolder() (time.Time, time.Time) {
 
 // repeat injects a fault n times, each once the workers have made progress,
 // and records how long the key went without an accepted write after the
-// fault began and after it cleared.
-func (x *exclusion) repeat(n int, name string, fault func() (began, cleared time.Time)) {
+// fault began and after it cleared. It returns the longest after the fault
+// began.
+func (x *exclusion) repeat(n int, name string, fault func() (began, cleared time.Time)) time.Duration {
 	var worstBegan, worstCleared time.Duration
 	x.reg.mu.Lock()
 	acc0, rej0 := x.reg.accepted, x.reg.rejected
@@ -359,6 +383,7 @@ func (x *exclusion) repeat(n int, name string, fault func() (began, cleared time
 		worstBegan.Round(time.Millisecond), worstCleared.Round(time.Millisecond))
 	x.reg.mu.Unlock()
 	x.rows = append(x.rows, row)
+	return worstBegan
 }
 
 func (x *exclusion) finish() {

@@ -64,7 +64,7 @@ type Store struct {
 // or is cut off loses them within that TTL, by the server's clock.
 type session struct {
 	id     clientv3.LeaseID
-	ttl    time.Duration // as granted
+	ttl    time.Duration // its class's TTL, or the granted TTL when shorter (see session)
 	done   chan struct{} // closed when the lease is lost, revoked or the Store closes
 	cancel context.CancelFunc
 
@@ -156,7 +156,15 @@ func (s *Store) session(ctx context.Context, ttl time.Duration) (*session, error
 	if err != nil {
 		return nil, fmt.Errorf("etcdstore: grant session lease: %w", err)
 	}
-	granted := time.Duration(g.TTL) * time.Second
+	// The server may grant more than the class asked for: it raises every
+	// lease to its minimum TTL, 1.5 election timeouts rounded up to whole
+	// seconds (2 s under etcd's default 1 s election timeout). The session
+	// counts only the class's TTL — its validity, its keep-alives and the
+	// TTL its heartbeat announces — so that waiters free a dead holder's
+	// keys a TTL after its last heartbeat, as the caller asked, not when
+	// the server's longer lease runs out. (The server's lease only has to
+	// outlive the session's own count, which it does.)
+	granted := min(time.Duration(g.TTL)*time.Second, time.Duration(class)*time.Second)
 	// The heartbeat goes first: no entry is bound to the session before
 	// waiters can tell when it was last alive (see heartbeat.go).
 	if err := s.beat(ctx, g.ID, granted); err != nil {
@@ -201,16 +209,18 @@ func (s *Store) keepAlive(ctx context.Context, sess *session) {
 		}
 		kctx, cancel := context.WithDeadline(ctx, valid)
 		resp, err := s.c.KeepAliveOnce(kctx, sess.id)
+		renewed := time.Duration(0)
 		if err == nil && resp.TTL > 0 {
-			err = s.beat(kctx, sess.id, time.Duration(resp.TTL)*time.Second)
+			renewed = min(time.Duration(resp.TTL)*time.Second, sess.ttl) // see session
+			err = s.beat(kctx, sess.id, renewed)
 		}
 		cancel()
 		switch {
 		case ctx.Err() != nil:
 			return
 		case err == nil && resp.TTL > 0:
-			sess.setValid(sent.Add(time.Duration(resp.TTL) * time.Second))
-			t.Reset(max(time.Duration(resp.TTL)*time.Second/3-time.Since(sent), time.Millisecond))
+			sess.setValid(sent.Add(renewed))
+			t.Reset(max(renewed/3-time.Since(sent), time.Millisecond))
 		case err == nil || isLeaseNotFound(err):
 			return // expired on the server
 		default: // unreachable, or an election: try again soon

@@ -428,3 +428,30 @@ func TestRunEndsWhenConnectionCut(t *testing.T) {
 	p := testenv.StartProxy(t, eps[0])
 	testenv.CheckRunEndsWhenCut(t, newStore(t, newClient(t, []string{p.Addr})), newStore(t, newClient(t, eps)), p)
 }
+
+// A lease's Deadline is capped by its session's validity: a lease
+// refreshed for longer than the session's TTL, on a session whose
+// keep-alives stopped reaching the server, is valid only as long as the
+// session.
+func TestDeadlineCappedBySession(t *testing.T) {
+	eps := testenv.EtcdAddrs(t)
+	p := testenv.StartProxy(t, eps[0])
+	s := newStore(t, newClient(t, []string{p.Addr}))
+	ctx := t.Context()
+	key := "deadline-session-" + time.Now().Format("150405.000000")
+	l, err := s.Acquire(ctx, key, time.Second) // a session of the 1 s class
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(context.Background())
+	if err := l.Refresh(ctx, 30*time.Second); err != nil { // longer than the session's TTL
+		t.Fatal(err)
+	}
+	cut := time.Now()
+	p.Stall()
+	defer p.Resume()
+	if d := l.Deadline(); !d.IsZero() && d.Sub(cut) > 2*time.Second {
+		t.Errorf("with the session's keep-alives cut, Deadline is %s away; the session it lives on ends within its TTL",
+			d.Sub(cut).Round(time.Millisecond))
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -72,6 +73,18 @@ func newLease(s *Store, sess *session, key, entry, tok, owner string, rev, used 
 }
 
 func (l *lease) rev() int64 { return l.revision }
+
+// Deadline implements lock.Lease: the lease's own deadline, or the
+// session's validity when that ends first — the entry goes with the
+// session, and waiters free it a TTL after the session's last heartbeat
+// (heartbeat.go), whatever the lease's last Refresh said.
+func (l *lease) Deadline() time.Time {
+	d := l.Lease.Deadline()
+	if v := l.sess.validUntil(); !d.IsZero() && v.Before(d) {
+		return v
+	}
+	return d
+}
 
 // Done is closed on Release, when the TTL runs out without a Refresh, when
 // the session lease is lost, and — watched from the first call to Done —
@@ -161,15 +174,34 @@ func (l *lease) StoreRefresh(ctx context.Context, ttl time.Duration) (time.Time,
 		return time.Time{}, fmt.Errorf("etcdstore: refresh %q: %w", l.Key(), lock.ErrLockLost)
 	}
 	start := time.Now()
+	// The entry lives on its session (Deadline): renew the session too, in
+	// parallel, so that a Refresh moves the lease's validity on both counts.
+	// The keep-alive keeps the server's lease; the heartbeat, written in the
+	// same transaction as the entry, tells waiters the session was alive
+	// after start (heartbeat.go).
+	renewed := make(chan time.Duration, 1)
+	go func() {
+		r, err := l.s.c.KeepAliveOnce(ctx, l.sess.id)
+		if err != nil || r.TTL <= 0 {
+			renewed <- 0
+			return
+		}
+		renewed <- min(time.Duration(r.TTL)*time.Second, l.sess.ttl)
+	}()
 	resp, err := l.s.c.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(l.entry), "=", l.rev())).
-		Then(clientv3.OpPut(l.entry, expiry(start, ttl), clientv3.WithIgnoreLease())).
+		Then(clientv3.OpPut(l.entry, expiry(start, ttl), clientv3.WithIgnoreLease()),
+			clientv3.OpPut(l.s.heartbeatKey(l.sess.id), strconv.FormatInt(l.sess.ttl.Milliseconds(), 10), clientv3.WithLease(l.sess.id))).
 		Commit()
+	session := <-renewed
 	switch {
 	case err != nil:
 		return time.Time{}, fmt.Errorf("etcdstore: refresh %q: %w", l.Key(), err)
 	case !resp.Succeeded:
 		return time.Time{}, fmt.Errorf("etcdstore: refresh %q: %w", l.Key(), lock.ErrLockLost)
+	}
+	if session > 0 {
+		l.sess.setValid(start.Add(session))
 	}
 	return start.Add(ttl), nil
 }
