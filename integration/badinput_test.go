@@ -18,7 +18,7 @@ import (
 	"github.com/oncekit/oncekit/examples/inventory"
 	"github.com/oncekit/oncekit/grpcmw"
 	"github.com/oncekit/oncekit/httpmw"
-	"github.com/oncekit/oncekit/internal/storeurl"
+	"github.com/oncekit/oncekit/storage"
 	"github.com/oncekit/oncekit/kafkamw"
 	"github.com/oncekit/oncekit/storage/etcdstore"
 	"github.com/oncekit/oncekit/storage/memstore"
@@ -77,11 +77,11 @@ func TestConstructorsRejectBadInput(t *testing.T) {
 		},
 		"kafkamw.NewConsumer(nil handler)": func() error { _, err := kafkamw.NewConsumer(r, g, nil); return err },
 		"kafkamw.NewProducer(nil)":         func() error { _, err := kafkamw.NewProducer(nil); return err },
-		"storeurl.Open(\"\")":              func() error { _, err := storeurl.Open("", storeurl.Options{}); return err },
-		"storeurl.Open(ftp://)":            func() error { _, err := storeurl.Open("ftp://x", storeurl.Options{}); return err },
-		"storeurl.Open(no scheme)":         func() error { _, err := storeurl.Open("127.0.0.1:6379", storeurl.Options{}); return err },
-		"storeurl.Open(redlock no hosts)":  func() error { _, err := storeurl.Open("redlock://", storeurl.Options{}); return err },
-		"storeurl.Open(bad redis db)":      func() error { _, err := storeurl.Open("redis://127.0.0.1:6379/notadb", storeurl.Options{}); return err },
+		"storage.Open(\"\")":              func() error { _, err := storage.Open(context.Background(), ""); return err },
+		"storage.Open(ftp://)":            func() error { _, err := storage.Open(context.Background(), "ftp://x"); return err },
+		"storage.Open(no scheme)":         func() error { _, err := storage.Open(context.Background(), "127.0.0.1:6379"); return err },
+		"storage.Open(redlock no hosts)":  func() error { _, err := storage.Open(context.Background(), "redlock://"); return err },
+		"storage.Open(bad redis db)":      func() error { _, err := storage.Open(context.Background(), "redis://127.0.0.1:6379/notadb"); return err },
 		"inventory.New(nil)":               func() error { _, err := inventory.New(inventory.Config{}); return err },
 	}
 	for name, f := range cases {
@@ -98,7 +98,7 @@ func TestConstructorsRejectBadInput(t *testing.T) {
 func TestDriversRejectBadInput(t *testing.T) {
 	for name, url := range map[string]string{"memory": "memory://", "redis": stores(t)["redis"], "redlock": stores(t)["redlock"], "etcd": stores(t)["etcd"]} {
 		t.Run(name, func(t *testing.T) {
-			o, err := storeurl.Open(url, storeurl.Options{})
+			o, err := storage.Open(context.Background(), url)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -118,24 +118,24 @@ func TestDriversRejectBadInput(t *testing.T) {
 				{"k", time.Microsecond, lock.ErrInvalidTTL},
 			} {
 				noPanic(t, "Acquire", func() {
-					if _, err := o.Store.TryAcquire(ctx, tc.key, tc.ttl); !errors.Is(err, tc.want) {
+					if _, err := o.TryAcquire(ctx, tc.key, tc.ttl); !errors.Is(err, tc.want) {
 						t.Errorf("TryAcquire(%.10q, %v): %v, want %v", tc.key, tc.ttl, err, tc.want)
 					}
-					if _, err := o.Store.Acquire(ctx, tc.key, tc.ttl); !errors.Is(err, tc.want) {
+					if _, err := o.Acquire(ctx, tc.key, tc.ttl); !errors.Is(err, tc.want) {
 						t.Errorf("Acquire(%.10q, %v): %v, want %v", tc.key, tc.ttl, err, tc.want)
 					}
 				})
 			}
 			// Binary keys are keys: any bytes, within the length limit.
 			noPanic(t, "binary key", func() {
-				l, err := o.Store.TryAcquire(ctx, fmt.Sprintf("bin-\x00\xff{}\n-%d", time.Now().UnixNano()), time.Second)
+				l, err := o.TryAcquire(ctx, fmt.Sprintf("bin-\x00\xff{}\n-%d", time.Now().UnixNano()), time.Second)
 				if err != nil {
 					t.Errorf("binary key: %v", err)
 					return
 				}
 				_ = l.Release(ctx)
 			})
-			g, err := idem.NewGuard(o.Store)
+			g, err := idem.NewGuard(o)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -146,7 +146,7 @@ func TestDriversRejectBadInput(t *testing.T) {
 				if _, _, err := g.Do(ctx, fmt.Sprintf("nil-run-%d", time.Now().UnixNano()), "fp", nil); err == nil {
 					t.Error("Do with a nil run on a free key: no error")
 				}
-				if _, err := o.Store.Begin(ctx, "k", "fp", 0); err == nil {
+				if _, err := o.Begin(ctx, "k", "fp", 0); err == nil {
 					t.Error("Begin with a zero lease: no error")
 				}
 			})

@@ -21,7 +21,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/oncekit/oncekit/core/lock"
-	"github.com/oncekit/oncekit/internal/storeurl"
+	"github.com/oncekit/oncekit/storage"
 	"github.com/oncekit/oncekit/internal/testenv"
 )
 
@@ -163,12 +163,12 @@ func runWorker() {
 	testenv.QuietRedisDialErrors()
 	name := os.Getenv(workerEnv)
 	ttl, _ := time.ParseDuration(os.Getenv(workerTTLEnv))
-	o, err := storeurl.Open(os.Getenv(workerStoreEnv), storeurl.Options{Timeout: ttl})
+	o, err := storage.Open(context.Background(), os.Getenv(workerStoreEnv), storage.WithTimeout(ttl))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "worker:", err)
 		os.Exit(3)
 	}
-	m, err := lock.NewMutex(o.Store, lock.WithTTL(ttl))
+	m, err := lock.NewMutex(o, lock.WithTTL(ttl))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "worker:", err)
 		os.Exit(3)

@@ -25,7 +25,7 @@ import (
 	"github.com/oncekit/oncekit/grpcmw"
 	"github.com/oncekit/oncekit/httpmw"
 	"github.com/oncekit/oncekit/internal/kafkaenv"
-	"github.com/oncekit/oncekit/internal/storeurl"
+	"github.com/oncekit/oncekit/storage"
 	"github.com/oncekit/oncekit/kafkamw"
 	"github.com/oncekit/oncekit/storage/memstore"
 )
@@ -37,7 +37,7 @@ import (
 func TestSecretsNotStored(t *testing.T) {
 	for _, name := range []string{"redis", "etcd"} {
 		t.Run(name, func(t *testing.T) {
-			o, err := storeurl.Open(stores(t)[name], storeurl.Options{})
+			o, err := storage.Open(context.Background(), stores(t)[name])
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -49,7 +49,7 @@ func TestSecretsNotStored(t *testing.T) {
 				defer logMu.Unlock()
 				return logs.Write(p)
 			}), &slog.HandlerOptions{Level: slog.LevelDebug}))
-			g, err := idem.NewGuard(o.Store, idem.WithObserver(observe.Logger(logger)))
+			g, err := idem.NewGuard(o, idem.WithObserver(observe.Logger(logger)))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -109,22 +109,23 @@ func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 
 // dump returns every key and value the store's server holds under
 // oncekit's prefixes, as "key=value" strings.
-func dump(t *testing.T, o *storeurl.Opened) []string {
+func dump(t *testing.T, o storage.Store) []string {
 	ctx := context.Background()
 	var out []string
 	switch {
-	case o.Redis != nil:
-		iter := o.Redis.Scan(ctx, 0, "oncekit:*", 1000).Iterator()
+	case storage.RedisClient(o) != nil:
+		rc := storage.RedisClient(o)
+		iter := rc.Scan(ctx, 0, "oncekit:*", 1000).Iterator()
 		for iter.Next(ctx) {
 			k := iter.Val()
-			typ, _ := o.Redis.Type(ctx, k).Result()
+			typ, _ := rc.Type(ctx, k).Result()
 			var v string
 			switch typ {
 			case "hash":
-				m, _ := o.Redis.HGetAll(ctx, k).Result()
+				m, _ := rc.HGetAll(ctx, k).Result()
 				v = fmt.Sprint(m)
 			case "string":
-				v, _ = o.Redis.Get(ctx, k).Result()
+				v, _ = rc.Get(ctx, k).Result()
 			default:
 				v = typ
 			}
@@ -133,8 +134,8 @@ func dump(t *testing.T, o *storeurl.Opened) []string {
 		if err := iter.Err(); err != nil {
 			t.Fatal(err)
 		}
-	case o.Etcd != nil:
-		resp, err := o.Etcd.Get(ctx, "oncekit/", clientv3.WithPrefix())
+	case storage.EtcdClient(o) != nil:
+		resp, err := storage.EtcdClient(o).Get(ctx, "oncekit/", clientv3.WithPrefix())
 		if err != nil {
 			t.Fatal(err)
 		}

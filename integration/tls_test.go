@@ -26,7 +26,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/oncekit/oncekit/core/idem"
-	"github.com/oncekit/oncekit/internal/storeurl"
+	"github.com/oncekit/oncekit/storage"
 	"github.com/oncekit/oncekit/internal/testenv"
 )
 
@@ -87,21 +87,21 @@ func TestCredentialsAndTLS(t *testing.T) {
 // useStore takes a lock and runs a key once through the store at url.
 func useStore(t *testing.T, url string) {
 	t.Helper()
-	o, err := storeurl.Open(url, storeurl.Options{Timeout: 5 * time.Second})
+	o, err := storage.Open(context.Background(), url, storage.WithTimeout(5 * time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer o.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	l, err := o.Store.TryAcquire(ctx, "tls-lock", 5*time.Second)
+	l, err := o.TryAcquire(ctx, "tls-lock", 5*time.Second)
 	if err != nil {
 		t.Fatalf("TryAcquire: %v", err)
 	}
 	if err := l.Release(ctx); err != nil {
 		t.Fatalf("Release: %v", err)
 	}
-	g, err := idem.NewGuard(o.Store)
+	g, err := idem.NewGuard(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,14 +116,14 @@ func useStore(t *testing.T, url string) {
 
 // tryStore reports whether the store at url answers a claim.
 func tryStore(url string) error {
-	o, err := storeurl.Open(url, storeurl.Options{Timeout: 2 * time.Second})
+	o, err := storage.Open(context.Background(), url, storage.WithTimeout(2 * time.Second))
 	if err != nil {
 		return err
 	}
 	defer o.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	_, err = o.Store.TryAcquire(ctx, fmt.Sprintf("tls-probe-%d", time.Now().UnixNano()), time.Second)
+	_, err = o.TryAcquire(ctx, fmt.Sprintf("tls-probe-%d", time.Now().UnixNano()), time.Second)
 	return err
 }
 

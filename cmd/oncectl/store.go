@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"net/url"
 	"strings"
@@ -8,7 +9,7 @@ import (
 
 	"github.com/oncekit/oncekit/core/idem"
 	"github.com/oncekit/oncekit/core/lock"
-	"github.com/oncekit/oncekit/internal/storeurl"
+	"github.com/oncekit/oncekit/storage"
 )
 
 // store is what oncectl needs of a driver.
@@ -23,7 +24,7 @@ type opened struct {
 	close func()
 }
 
-const storeHelp = storeurl.Help + `
+const storeHelp = storage.Help + `
 memory:// stores live inside one process; oncectl cannot reach them.`
 
 // openStore connects to the store named by raw (see storeHelp).
@@ -35,12 +36,12 @@ func openStore(raw string, timeout time.Duration) (*opened, error) {
 		return nil, errors.New("memory:// stores live inside one process; oncectl cannot reach them " +
 			"(use lock.Inspector and idem.Inspector in that process)")
 	}
-	o, err := storeurl.Open(raw, storeurl.Options{Timeout: timeout})
+	s, err := storage.Open(context.Background(), raw, storage.WithTimeout(timeout))
 	if err != nil {
 		if !strings.Contains(err.Error(), "Store URLs:") {
 			return nil, err
 		}
-		return nil, errors.New(strings.Replace(err.Error(), storeurl.Help, storeHelp, 1))
+		return nil, errors.New(strings.Replace(err.Error(), storage.Help, storeHelp, 1))
 	}
-	return &opened{o.Store, o.Close}, nil
+	return &opened{s, func() { _ = s.Close() }}, nil
 }

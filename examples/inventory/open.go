@@ -1,14 +1,15 @@
 package inventory
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/oncekit/oncekit/core/observe"
-	"github.com/oncekit/oncekit/internal/storeurl"
+	"github.com/oncekit/oncekit/storage"
 )
 
 // StoreHelp describes the store URLs Open takes.
-const StoreHelp = storeurl.Help
+const StoreHelp = storage.Help
 
 // Open opens the oncekit driver a store URL names (the forms of oncectl:
 // memory://, redis://, redlock://h1,h2,h3, etcd://...) and the inventory
@@ -16,22 +17,22 @@ const StoreHelp = storeurl.Help
 // records' servers; with Redlock on the first node. obs, if not nil,
 // observes the driver. close closes both.
 func Open(url, prefix string, obs observe.Observer) (store Store, backend Backend, close func(), err error) {
-	o, err := storeurl.Open(url, storeurl.Options{Observer: obs})
+	st, err := storage.Open(context.Background(), url, storage.WithObserver(obs))
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	switch o.Scheme {
+	switch scheme := storage.Scheme(st); scheme {
 	case "memory":
 		backend = NewMemory()
-	case "redis", "rediss":
-		backend = NewRedis(o.Redis, prefix)
+	case "redis", "redis-sentinel":
+		backend = NewRedis(storage.RedisClient(st), prefix)
 	case "redlock":
-		backend = NewRedisKeyed(o.Redlock[0], prefix)
+		backend = NewRedisKeyed(storage.RedlockClients(st)[0], prefix)
 	case "etcd":
-		backend = NewEtcd(o.Etcd, prefix)
+		backend = NewEtcd(storage.EtcdClient(st), prefix)
 	default:
-		o.Close()
-		return nil, nil, nil, fmt.Errorf("inventory: the example does not run on %s:// (its stock keys and records would not share a slot)", o.Scheme)
+		_ = st.Close()
+		return nil, nil, nil, fmt.Errorf("inventory: the example does not run on %s:// (its stock keys and records would not share a slot)", scheme)
 	}
-	return o.Store, backend, o.Close, nil
+	return st, backend, func() { _ = st.Close() }, nil
 }

@@ -16,9 +16,9 @@ import (
 	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/core/lock/lockdriver"
 	"github.com/oncekit/oncekit/core/observe"
-	"github.com/oncekit/oncekit/internal/bg"
-	"github.com/oncekit/oncekit/internal/keep"
-	"github.com/oncekit/oncekit/internal/token"
+	"github.com/oncekit/oncekit/storage/internal/bg"
+	"github.com/oncekit/oncekit/storage/internal/keep"
+	"github.com/oncekit/oncekit/storage/internal/token"
 )
 
 // Client is the part of the etcd client the Store uses; *clientv3.Client

@@ -11,7 +11,7 @@ import (
 
 	"github.com/oncekit/oncekit/core/idem"
 	"github.com/oncekit/oncekit/core/lock/lockdriver"
-	"github.com/oncekit/oncekit/internal/token"
+	"github.com/oncekit/oncekit/storage/internal/token"
 )
 
 // Idempotency records (idem.Store). Each claim of a key K is an entry of

@@ -13,7 +13,7 @@ import (
 
 	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/core/lock/lockdriver"
-	"github.com/oncekit/oncekit/internal/keep"
+	"github.com/oncekit/oncekit/storage/internal/keep"
 )
 
 // lease is one held entry. Its key lives as long as the session lease and

@@ -11,7 +11,7 @@ import (
 	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/core/lock/lockdriver"
 	"github.com/oncekit/oncekit/core/observe"
-	"github.com/oncekit/oncekit/internal/token"
+	"github.com/oncekit/oncekit/storage/internal/token"
 )
 
 // Store is the in-process driver. The zero value is not usable; call New.
@@ -56,6 +56,11 @@ func WithMaxRecords(n int) Option { return func(s *Store) { s.maxRecords = n } }
 // included) is applied, rather than stored and evicted at once. Default
 // DefaultMaxBytes (256 MiB).
 func WithMaxBytes(n int64) Option { return func(s *Store) { s.maxBytes = n } }
+
+// Close implements io.Closer, so that every driver closes alike (see
+// package storage). A memory Store holds nothing to release: it stays
+// usable after Close.
+func (s *Store) Close() error { return nil }
 
 // DriverName implements observe.Source: "memory".
 func (s *Store) DriverName() string { return "memory" }

@@ -9,9 +9,9 @@ import (
 	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/core/lock/lockdriver"
 	"github.com/oncekit/oncekit/core/observe"
-	"github.com/oncekit/oncekit/internal/rediskit"
-	"github.com/oncekit/oncekit/internal/redisnotify"
-	"github.com/oncekit/oncekit/internal/token"
+	"github.com/oncekit/oncekit/storage/internal/rediskit"
+	"github.com/oncekit/oncekit/storage/internal/redisnotify"
+	"github.com/oncekit/oncekit/storage/internal/token"
 )
 
 // TryAcquire implements lock.Locker: one round trip, or none when a lease
@@ -74,7 +74,7 @@ func (s *Store) takeKept(ctx context.Context, key string, ttl time.Duration, own
 	}
 	cctx, cancel := lockdriver.CleanupContext(ctx)
 	defer cancel()
-	if _, err := s.Release(cctx, s.client, key, letGo, false); err != nil {
+	if _, err := s.base.Release(cctx, s.client, key, letGo, false); err != nil {
 		return nil, errors.Join(lock.ErrNotAcquired, fmt.Errorf("redisstore: acquire %q: let go of the kept hold: %w", key, err))
 	}
 	return nil, nil
@@ -180,7 +180,7 @@ func (s *Store) compete(ctx context.Context, key string, ls *local, w *waiter) (
 	// Wait in the key's queue of processes: a release wakes only the first
 	// of them, on its own channel; the general channel carries releases
 	// when nobody is queued (and on servers before Redis 7).
-	own, err := s.watch(ctx, s.OwnChannel(key))
+	own, err := s.watch(ctx, s.base.OwnChannel(key))
 	if err != nil {
 		return nil, err
 	}
@@ -191,12 +191,12 @@ func (s *Store) compete(ctx context.Context, key string, ls *local, w *waiter) (
 			// mark the token so that a grant still on its way is given
 			// back when it arrives.
 			s.abandon(w.token)
-			s.BG.Go(func() { s.releaseToken(key, w.token) })
+			s.base.BG.Go(func() { s.releaseToken(key, w.token) })
 		}
 		s.sub.Unwatch(own)
 		s.giveBackAbandoned(key, own.Grants()) // those that came while it was leaving
 	}()
-	all, err := s.watch(ctx, s.Keys.Channel(key))
+	all, err := s.watch(ctx, s.base.Keys.Channel(key))
 	if err != nil {
 		return nil, err
 	}
@@ -215,7 +215,7 @@ func (s *Store) compete(ctx context.Context, key string, ls *local, w *waiter) (
 			s.leaveQueue(key)
 		}
 	}()
-	backoff := s.MinBackoff
+	backoff := s.base.MinBackoff
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	var woken time.Time // when the last release notice arrived
@@ -226,7 +226,7 @@ func (s *Store) compete(ctx context.Context, key string, ls *local, w *waiter) (
 		l, busy, err = s.attempt(ctx, key, w.token, w.ttl, w.owner, true, &w.seen)
 		if err != nil || busy == nil {
 			if l != nil && !woken.IsZero() {
-				observe.Record(ctx, s.Options.Observer, observe.Event{
+				observe.Record(ctx, s.base.Options.Observer, observe.Event{
 					Op: observe.LockHandOff, Driver: driverName, Key: key, Outcome: observe.Notified,
 					Fence: l.Fence(), Duration: time.Since(woken),
 				})
@@ -234,12 +234,12 @@ func (s *Store) compete(ctx context.Context, key string, ls *local, w *waiter) (
 			return l, err
 		}
 		woken = time.Time{}
-		timer.Reset(s.NextWait(own.Subscribed() && all.Subscribed(), busy.TTL, &backoff))
+		timer.Reset(s.base.NextWait(own.Subscribed() && all.Subscribed(), busy.TTL, &backoff))
 		select {
 		case <-own.Wake():
 			woken = time.Now()
 			if l = s.granted(key, own, w, sent); l != nil {
-				observe.Record(ctx, s.Options.Observer, observe.Event{
+				observe.Record(ctx, s.base.Options.Observer, observe.Event{
 					Op: observe.LockHandOff, Driver: driverName, Key: key, Outcome: observe.Notified,
 					Fence: l.Fence(), Duration: time.Since(woken),
 				})
@@ -261,7 +261,7 @@ func (s *Store) compete(ctx context.Context, key string, ls *local, w *waiter) (
 // most after its last attempt).
 func (s *Store) abandon(tok string) {
 	s.abandoned.Store(tok, struct{}{})
-	time.AfterFunc(3*s.Recheck+time.Minute, func() { s.abandoned.Delete(tok) })
+	time.AfterFunc(3*s.base.Recheck+time.Minute, func() { s.abandoned.Delete(tok) })
 }
 
 func (s *Store) isAbandoned(tok string) bool {
@@ -273,14 +273,14 @@ func (s *Store) isAbandoned(tok string) bool {
 func (s *Store) releaseToken(key, tok string) {
 	ctx, cancel := context.WithTimeout(context.Background(), lockdriver.ReleaseTimeout)
 	defer cancel()
-	_, _ = s.Release(ctx, s.client, key, tok, false)
+	_, _ = s.base.Release(ctx, s.client, key, tok, false)
 }
 
 // leaveQueue removes this Store from key's waiting queue.
 func (s *Store) leaveQueue(key string) {
 	ctx, cancel := context.WithTimeout(context.Background(), lockdriver.ReleaseTimeout)
 	defer cancel()
-	_ = s.LeaveQueue(ctx, s.client, key)
+	_ = s.base.LeaveQueue(ctx, s.client, key)
 }
 
 // attempt runs the acquire script once, as a member of the key's waiting
@@ -299,7 +299,7 @@ func (s *Store) attempt(ctx context.Context, key, tok string, ttl time.Duration,
 	undo := func(tok string) {
 		cctx, cancel := lockdriver.CleanupContext(ctx)
 		defer cancel()
-		_, _ = s.Release(cctx, s.client, key, tok, false)
+		_, _ = s.base.Release(cctx, s.client, key, tok, false)
 	}
 	late := func(r rediskit.AcquireReply) { // the reply to a call ctx gave up on
 		switch r.Code {
@@ -310,7 +310,7 @@ func (s *Store) attempt(ctx context.Context, key, tok string, ttl time.Duration,
 		}
 	}
 	r, err := s.base.Acquire(ctx, s.client, rediskit.AcquireArgs{
-		Key: key, Token: tok, TTL: ttl, Deadline: deadline, Owner: owner, Queued: queued, Grantable: queued && s.Grants,
+		Key: key, Token: tok, TTL: ttl, Deadline: deadline, Owner: owner, Queued: queued, Grantable: queued && s.base.Grants,
 	}, late)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -320,7 +320,7 @@ func (s *Store) attempt(ctx context.Context, key, tok string, ttl time.Duration,
 			// The script may have run before the connection failed. (An
 			// owner's uncertain re-entry cannot be told from its other
 			// holds; its expiry bounds it.)
-			s.BG.Go(func() { undo(tok) })
+			s.base.BG.Go(func() { undo(tok) })
 		}
 		return nil, nil, fmt.Errorf("redisstore: acquire %q: %w", key, err)
 	}
@@ -382,7 +382,7 @@ func (s *Store) granted(key string, own *redisnotify.Watcher, w *waiter, sent ti
 func (s *Store) giveBackAbandoned(key string, grants []string) {
 	for _, g := range grants {
 		if tok, _, ok := rediskit.ParseGrant(g); ok && s.isAbandoned(tok) {
-			s.BG.Go(func() { s.releaseToken(key, tok) })
+			s.base.BG.Go(func() { s.releaseToken(key, tok) })
 		}
 	}
 }

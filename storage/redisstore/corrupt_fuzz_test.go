@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/oncekit/oncekit/core/idem"
-	"github.com/oncekit/oncekit/internal/rediskit"
+	"github.com/oncekit/oncekit/storage/internal/rediskit"
 )
 
 var fuzzKeys atomic.Int64

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/oncekit/oncekit/core/idem"
-	"github.com/oncekit/oncekit/internal/rediskit"
+	"github.com/oncekit/oncekit/storage/internal/rediskit"
 )
 
 // EffectScript is Lua that commits with an idempotency record (Effect).
@@ -69,7 +69,7 @@ func (s *Store) CompleteWith(ctx context.Context, c idem.Claim, result []byte, r
 		return err
 	}
 	defer cancel()
-	r, err := s.Commit(ctx, s.client, e.Script.s, c.Key, c.Token, retention, result, e.Keys, e.Args)
+	r, err := s.base.Commit(ctx, s.client, e.Script.s, c.Key, c.Token, retention, result, e.Keys, e.Args)
 	switch {
 	case rediskit.IsReply(err): // an error reply: the script ran and failed, an answer
 		return &idem.EffectFailedError{Key: c.Key, Err: fmt.Errorf("redisstore: %w", err)}

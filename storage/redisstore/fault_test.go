@@ -428,7 +428,7 @@ func TestClientClockSkew(t *testing.T) {
 	for _, skew := range []time.Duration{-5 * time.Second, 5 * time.Second} {
 		t.Run(skew.String(), func(t *testing.T) {
 			s := newStore(t, newClient(t))
-			s.ClockSkew = skew // the client's clock runs skew ahead of the server's
+			redisstore.SetClockSkew(s, skew) // the client's clock runs skew ahead of the server's
 			key := fmt.Sprintf("skew%s-%d", skew, time.Now().UnixNano())
 			warm, err := s.TryAcquire(ctxT(t, 2*time.Second), key+"-warm", time.Second) // first use: the offset is measured
 			if err != nil {

@@ -8,7 +8,7 @@ import (
 	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/core/lock/lockdriver"
 	"github.com/oncekit/oncekit/core/observe"
-	"github.com/oncekit/oncekit/internal/rediskit"
+	"github.com/oncekit/oncekit/storage/internal/rediskit"
 )
 
 // This file is the Store's local queue: goroutines of one Store waiting
@@ -67,7 +67,7 @@ func (s *Store) leaseEnded(l *lease) {
 
 // handedOff reports a local hand-off received by a waiter.
 func (s *Store) handedOff(ctx context.Context, e event) {
-	observe.Record(ctx, s.Options.Observer, observe.Event{
+	observe.Record(ctx, s.base.Options.Observer, observe.Event{
 		Op: observe.LockHandOff, Driver: driverName, Key: e.lease.Key(), Outcome: observe.Local,
 		Fence: e.lease.Fence(), Duration: time.Since(e.freed),
 	})
@@ -110,7 +110,7 @@ func (s *Store) handOff(ctx context.Context, l *lease) (bool, error) {
 	s.mu.Unlock()
 
 	start := time.Now()
-	code, fence, err := s.Transfer(ctx, s.client, key, l.Token(), w.token, w.ttl, w.owner)
+	code, fence, err := s.base.Transfer(ctx, s.client, key, l.Token(), w.token, w.ttl, w.owner)
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -171,7 +171,7 @@ func (s *Store) reuseLocked(ls *local, key string, l *lease, deadline time.Time,
 // mayReuse reports whether l's hold may serve another lease without a round
 // trip.
 func (s *Store) mayReuse(ls *local, l *lease) bool {
-	return l.owner == "" && l.used+1 < s.LeasesPerHold() && s.handOffs.Left(ls.handOffs, l.hold.took)
+	return l.owner == "" && l.used+1 < s.base.LeasesPerHold() && s.handOffs.Left(ls.handOffs, l.hold.took)
 }
 
 // kept is a hold of this Store on a key whose lease was released, kept for
@@ -214,7 +214,7 @@ func (s *Store) letGo(key string, k *kept) {
 	s.recent.Wasted(key)
 	s.dropIdleLocked(key, ls)
 	s.mu.Unlock()
-	s.BG.Go(func() { s.releaseToken(key, k.lease.Token()) })
+	s.base.BG.Go(func() { s.releaseToken(key, k.lease.Token()) })
 }
 
 // takeKeptLocked serves an Acquire of key for ttl (by owner, or "") from
@@ -261,6 +261,6 @@ func (s *Store) releaseKept() {
 	}
 	s.mu.Unlock()
 	for _, k := range holds {
-		s.BG.Go(func() { s.releaseToken(k.lease.Key(), k.lease.Token()) })
+		s.base.BG.Go(func() { s.releaseToken(k.lease.Key(), k.lease.Token()) })
 	}
 }

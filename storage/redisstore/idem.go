@@ -9,9 +9,9 @@ import (
 	"github.com/oncekit/oncekit/core/idem"
 	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/core/lock/lockdriver"
-	"github.com/oncekit/oncekit/internal/rediskit"
-	"github.com/oncekit/oncekit/internal/redisnotify"
-	"github.com/oncekit/oncekit/internal/token"
+	"github.com/oncekit/oncekit/storage/internal/rediskit"
+	"github.com/oncekit/oncekit/storage/internal/redisnotify"
+	"github.com/oncekit/oncekit/storage/internal/token"
 )
 
 // Idempotency records (idem.Store). A key K is stored as a hash
@@ -33,7 +33,7 @@ func (s *Store) Begin(ctx context.Context, key, fingerprint string, lease time.D
 	giveBack := func() { // a claim the caller will never use
 		cctx, cancel := lockdriver.CleanupContext(ctx)
 		defer cancel()
-		_, _ = s.Finish(cctx, s.client, key, tok, rediskit.Abandon, time.Millisecond, nil)
+		_, _ = s.base.Finish(cctx, s.client, key, tok, rediskit.Abandon, time.Millisecond, nil)
 	}
 	r, err := s.base.Begin(ctx, s.client, key, fingerprint, tok, lease, func(r rediskit.BeginReply) {
 		if r.Code == rediskit.BeginClaimed {
@@ -42,7 +42,7 @@ func (s *Store) Begin(ctx context.Context, key, fingerprint string, lease time.D
 	})
 	if err != nil {
 		if ctx.Err() == nil && !rediskit.IsReply(err) {
-			s.BG.Go(giveBack) // the script may have run before the connection failed
+			s.base.BG.Go(giveBack) // the script may have run before the connection failed
 		}
 		return idem.Claim{}, fmt.Errorf("redisstore: begin %q: %w", key, err)
 	}
@@ -56,7 +56,7 @@ func (s *Store) finish(ctx context.Context, c idem.Claim, op rediskit.FinishOp, 
 		return err
 	}
 	defer cancel()
-	ok, err := s.Finish(ctx, s.client, c.Key, c.Token, op, d, result)
+	ok, err := s.base.Finish(ctx, s.client, c.Key, c.Token, op, d, result)
 	switch {
 	case err != nil:
 		return fmt.Errorf("redisstore: %s %q: %w", op, c.Key, err)
@@ -71,7 +71,7 @@ func (s *Store) finish(ctx context.Context, c idem.Claim, op rediskit.FinishOp, 
 // and returns on the completion or abandonment message, at until (the
 // lease's end), or when ctx ends.
 func (s *Store) WaitChange(ctx context.Context, key string, until time.Time) error {
-	w, err := s.sub.Watch(ctx, s.Records.Channel(key))
+	w, err := s.sub.Watch(ctx, s.base.Records.Channel(key))
 	if errors.Is(err, redisnotify.ErrClosed) {
 		return fmt.Errorf("redisstore: wait for %q: %w", key, lock.ErrClosed)
 	}
@@ -79,7 +79,7 @@ func (s *Store) WaitChange(ctx context.Context, key string, until time.Time) err
 		return err
 	}
 	defer s.sub.Unwatch(w)
-	if st, err := s.RecordStatus(ctx, s.client, key); err != nil || st != "i" {
+	if st, err := s.base.RecordStatus(ctx, s.client, key); err != nil || st != "i" {
 		return nil // gone, completed, or unreadable: the caller looks again
 	}
 	wait := time.Until(until) + time.Millisecond
@@ -97,4 +97,20 @@ func (s *Store) WaitChange(ctx context.Context, key string, until time.Time) err
 		return ctx.Err()
 	}
 	return nil
+}
+
+// Complete implements idem.Store: the result is stored if c still holds
+// the key (else idem.ErrLockLost), in one round trip.
+func (s *Store) Complete(ctx context.Context, c idem.Claim, result []byte, retention time.Duration) error {
+	return s.fin.Complete(ctx, c, result, retention)
+}
+
+// Abandon implements idem.Store: c's in-flight record is deleted so that a
+// retry can run (else idem.ErrLockLost), in one round trip.
+func (s *Store) Abandon(ctx context.Context, c idem.Claim) error { return s.fin.Abandon(ctx, c) }
+
+// Extend implements idem.Store: c's lease is lengthened to lease from now
+// (else idem.ErrLockLost), in one round trip.
+func (s *Store) Extend(ctx context.Context, c idem.Claim, lease time.Duration) error {
+	return s.fin.Extend(ctx, c, lease)
 }

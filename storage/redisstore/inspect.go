@@ -8,7 +8,7 @@ import (
 	"github.com/oncekit/oncekit/core/idem"
 	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/core/lock/lockdriver"
-	"github.com/oncekit/oncekit/internal/rediskit"
+	"github.com/oncekit/oncekit/storage/internal/rediskit"
 )
 
 // InspectLock implements lock.Inspector: one round trip. Waiters counts the
@@ -31,7 +31,7 @@ func (s *Store) ForceRelease(ctx context.Context, key string) (lock.LockInfo, er
 	if err != nil || !info.Held {
 		return info, err
 	}
-	tok, err := rediskit.ForceRelease(ctx, s.client, s.Keys, key, s.PubSub.ScriptArg())
+	tok, err := rediskit.ForceRelease(ctx, s.client, s.base.Keys, key, s.base.PubSub.ScriptArg())
 	if err != nil {
 		return info, fmt.Errorf("redisstore: force release %q: %w", key, err)
 	}
@@ -47,7 +47,7 @@ func (s *Store) InspectRecord(ctx context.Context, key string) (idem.RecordInfo,
 	if err := lockdriver.ValidateKey(key); err != nil {
 		return idem.RecordInfo{}, err
 	}
-	st, err := rediskit.InspectRecord(ctx, s.client, s.Records, key)
+	st, err := rediskit.InspectRecord(ctx, s.client, s.base.Records, key)
 	if err != nil {
 		return idem.RecordInfo{}, fmt.Errorf("redisstore: inspect record %q: %w", key, err)
 	}
@@ -60,7 +60,7 @@ func (s *Store) DeleteRecord(ctx context.Context, key string) (bool, error) {
 	if err := lockdriver.ValidateKey(key); err != nil {
 		return false, err
 	}
-	ok, err := rediskit.DeleteRecord(ctx, s.client, s.Records, key, s.PubSub.ScriptArg())
+	ok, err := rediskit.DeleteRecord(ctx, s.client, s.base.Records, key, s.base.PubSub.ScriptArg())
 	if err != nil {
 		return false, fmt.Errorf("redisstore: delete record %q: %w", key, err)
 	}

@@ -44,7 +44,7 @@ func (s *Store) newLease(key, tok string, fence uint64, start time.Time, ttl tim
 func (s *Store) makeLease(key, tok string, h hold, used uint64, deadline time.Time, owner string) *lease {
 	l := &lease{s: s, owner: owner, hold: h, used: used}
 	l.Lease.Init(lockdriver.Config{
-		Driver: "redisstore", Key: key, Token: tok, Fence: s.LeaseFence(h.fence, used),
+		Driver: "redisstore", Key: key, Token: tok, Fence: s.base.LeaseFence(h.fence, used),
 		Deadline: deadline,
 		Store:    l,
 		OnEnd:    func(lockdriver.State) { s.leaseEnded(l) },
@@ -74,7 +74,7 @@ func (l *lease) StoreRefresh(ctx context.Context, ttl time.Duration) (time.Time,
 		return time.Time{}, fmt.Errorf("redisstore: refresh %q: %w", l.Key(), lock.ErrLockLost)
 	}
 	start := time.Now()
-	ok, err := l.s.Refresh(ctx, l.s.client, l.Key(), l.Token(), ttl)
+	ok, err := l.s.base.Refresh(ctx, l.s.client, l.Key(), l.Token(), ttl)
 	switch {
 	case err != nil:
 		return time.Time{}, fmt.Errorf("redisstore: refresh %q: %w", l.Key(), err)
@@ -95,7 +95,7 @@ func (l *lease) StoreRelease(ctx context.Context) error {
 	if done, err := l.s.handOff(ctx, l); done {
 		return err
 	}
-	code, err := l.s.Release(ctx, l.s.client, l.Key(), l.Token(), false)
+	code, err := l.s.base.Release(ctx, l.s.client, l.Key(), l.Token(), false)
 	if err == nil {
 		l.s.recent.LetGo(l.Key())
 	}

@@ -10,9 +10,9 @@ import (
 
 	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/core/lock/lockdriver"
-	"github.com/oncekit/oncekit/internal/rediskit"
-	"github.com/oncekit/oncekit/internal/redisnotify"
-	"github.com/oncekit/oncekit/internal/token"
+	"github.com/oncekit/oncekit/storage/internal/rediskit"
+	"github.com/oncekit/oncekit/storage/internal/redisnotify"
+	"github.com/oncekit/oncekit/storage/internal/token"
 )
 
 // AcquireAll implements lock.MultiLocker. Outside Redis Cluster every key
@@ -33,11 +33,11 @@ func (s *Store) AcquireAll(ctx context.Context, keys []string, ttl time.Duration
 	// The call waits in the queue of the key in its way as a member of its
 	// own (not the Store's: its turn is not a single-key waiter's), woken
 	// on its own channel like any waiter, or on the general channel.
-	member := s.Member + "." + token.New()
+	member := s.base.Member + "." + token.New()
 	var (
 		watched string
 		own, w  *watchHandle
-		backoff = s.MinBackoff
+		backoff = s.base.MinBackoff
 		timer   = time.NewTimer(time.Hour)
 	)
 	defer timer.Stop()
@@ -63,11 +63,11 @@ func (s *Store) AcquireAll(ctx context.Context, keys []string, ttl time.Duration
 			// leave the queue of the one before, then try again at once.
 			own.close()
 			w.close()
-			ow, err := s.watch(ctx, s.Keys.MemberChannel(blocked, member))
+			ow, err := s.watch(ctx, s.base.Keys.MemberChannel(blocked, member))
 			if err != nil {
 				return nil, err
 			}
-			gw, err := s.watch(ctx, s.Keys.Channel(blocked))
+			gw, err := s.watch(ctx, s.base.Keys.Channel(blocked))
 			if err != nil {
 				s.sub.Unwatch(ow)
 				return nil, err
@@ -78,7 +78,7 @@ func (s *Store) AcquireAll(ctx context.Context, keys []string, ttl time.Duration
 			own, w, watched = &watchHandle{s: s, w: ow}, &watchHandle{s: s, w: gw}, blocked
 			continue
 		}
-		timer.Reset(s.NextWait(own.w.Subscribed() && w.w.Subscribed(), pttl, &backoff))
+		timer.Reset(s.base.NextWait(own.w.Subscribed() && w.w.Subscribed(), pttl, &backoff))
 		select {
 		case <-own.w.Wake():
 		case <-w.w.Wake():
@@ -99,7 +99,7 @@ func (s *Store) AcquireAll(ctx context.Context, keys []string, ttl time.Duration
 
 // leaveQueueAs removes member from key's waiting queue.
 func (s *Store) leaveQueueAs(ctx context.Context, key, member string) error {
-	return rediskit.LeaveQueue.Run(ctx, s.client, []string{s.Keys.Queue(key), s.Keys.QueueExpiry(key)}, member).Err()
+	return rediskit.LeaveQueue.Run(ctx, s.client, []string{s.base.Keys.Queue(key), s.base.Keys.QueueExpiry(key)}, member).Err()
 }
 
 type watchHandle struct {
@@ -118,12 +118,12 @@ func (h *watchHandle) close() {
 func (s *Store) attemptAll(ctx context.Context, keys []string, ttl time.Duration, member string) ([]lock.Lease, string, time.Duration, error) {
 	start := time.Now()
 	d, _ := ctx.Deadline()
-	deadline := s.ServerDeadline(s.client, d)
+	deadline := s.base.ServerDeadline(s.client, d)
 	names := make([]string, 0, 4*len(keys))
-	args := []any{ttl.Milliseconds(), deadline, member, (3 * s.Recheck).Milliseconds()}
+	args := []any{ttl.Milliseconds(), deadline, member, (3 * s.base.Recheck).Milliseconds()}
 	toks := make([]string, len(keys))
 	for i, k := range keys {
-		names = append(names, s.Keys.Lock(k), s.Keys.Fence(k), s.Keys.Queue(k), s.Keys.QueueExpiry(k))
+		names = append(names, s.base.Keys.Lock(k), s.base.Keys.Fence(k), s.base.Keys.Queue(k), s.base.Keys.QueueExpiry(k))
 		toks[i] = token.New()
 		args = append(args, toks[i])
 	}
@@ -131,7 +131,7 @@ func (s *Store) attemptAll(ctx context.Context, keys []string, ttl time.Duration
 		cctx, cancel := lockdriver.CleanupContext(ctx)
 		defer cancel()
 		for i, k := range keys {
-			_, _ = s.Release(cctx, s.client, k, toks[i], false)
+			_, _ = s.base.Release(cctx, s.client, k, toks[i], false)
 		}
 	}
 	late := func(cmd *redis.Cmd) {
@@ -139,13 +139,13 @@ func (s *Store) attemptAll(ctx context.Context, keys []string, ttl time.Duration
 			undo()
 		}
 	}
-	v, err := rediskit.Run(ctx, &s.BG, s.client, rediskit.AcquireAll, names, late, args...).Int64Slice()
+	v, err := rediskit.Run(ctx, &s.base.BG, s.client, rediskit.AcquireAll, names, late, args...).Int64Slice()
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, "", 0, lockdriver.NotAcquired(ctx)
 		}
 		if !rediskit.IsReply(err) {
-			s.BG.Go(undo)
+			s.base.BG.Go(undo)
 		}
 		return nil, "", 0, fmt.Errorf("redisstore: acquire all: %w", err)
 	}

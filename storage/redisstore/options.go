@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/oncekit/oncekit/core/observe"
-	"github.com/oncekit/oncekit/internal/rediskit"
-	"github.com/oncekit/oncekit/internal/redisnotify"
+	"github.com/oncekit/oncekit/storage/internal/rediskit"
+	"github.com/oncekit/oncekit/storage/internal/redisnotify"
 )
 
 // PubSubMode selects how a release wakes the waiters of other clients.

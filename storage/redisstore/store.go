@@ -14,9 +14,9 @@ import (
 	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/core/lock/lockdriver"
 	"github.com/oncekit/oncekit/core/observe"
-	"github.com/oncekit/oncekit/internal/keep"
-	"github.com/oncekit/oncekit/internal/rediskit"
-	"github.com/oncekit/oncekit/internal/redisnotify"
+	"github.com/oncekit/oncekit/storage/internal/keep"
+	"github.com/oncekit/oncekit/storage/internal/rediskit"
+	"github.com/oncekit/oncekit/storage/internal/redisnotify"
 )
 
 // Client is the part of go-redis the Store uses: redis.Scripter, Subscribe,
@@ -40,10 +40,10 @@ type Client = rediskit.Client
 // WithMaxLocalHandOffs times in a row before the key is let go so that
 // other processes get their turn.
 type Store struct {
-	base            // what both Redis drivers share (options, names, script calls)
-	finisher        // idem.Store's Complete, Abandon and Extend
-	client   Client // scripts go through it: auto-pipelined when the client can pipeline
-	raw      Client // the client as given
+	base     rediskit.Base     // what both Redis drivers share (options, names, script calls)
+	fin      rediskit.Finisher // idem.Store's Complete, Abandon and Extend
+	client   Client            // scripts go through it: auto-pipelined when the client can pipeline
+	raw      Client            // the client as given
 	handOffs keep.HandOffs
 	linger   time.Duration
 	sub      *redisnotify.Subscriber
@@ -118,22 +118,22 @@ func New(client Client, opts ...Option) (*Store, error) {
 		sub:      redisnotify.New(client, o.PubSub),
 		keys:     make(map[string]*local),
 	}
-	s.Init(o.Options)
-	s.Grants = true // one deployment: its release alone decides who holds a key
+	s.base.Init(o.Options)
+	s.base.Grants = true // one deployment: its release alone decides who holds a key
 	if o.maxHandOffs > 0 {
-		s.HoldFences = keep.ReservedFences
+		s.base.HoldFences = keep.ReservedFences
 	}
 	s.sub.OnOrphanGrant(func(channel, payload string) {
 		if tok, _, ok := rediskit.ParseGrant(payload); !ok || !s.isAbandoned(tok) {
 			return
 		}
-		s.BG.Go(func() {
+		s.base.BG.Go(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), lockdriver.ReleaseTimeout)
 			defer cancel()
-			s.ReleaseOrphanGrant(ctx, s.client, channel, payload)
+			s.base.ReleaseOrphanGrant(ctx, s.client, channel, payload)
 		})
 	})
-	s.FinishClaim = s.finish
+	s.fin.FinishClaim = s.finish
 	return s, nil
 }
 
@@ -146,7 +146,7 @@ func New(client Client, opts ...Option) (*Store, error) {
 func (s *Store) Close() error {
 	s.releaseKept()
 	err := s.sub.Close()
-	s.BG.Wait()
+	s.base.BG.Wait()
 	return err
 }
 
@@ -156,7 +156,7 @@ const driverName = "redis"
 func (s *Store) DriverName() string { return driverName }
 
 // Observer implements observe.Source: the WithObserver option.
-func (s *Store) Observer() observe.Observer { return s.Options.Observer }
+func (s *Store) Observer() observe.Observer { return s.base.Options.Observer }
 
 // watch subscribes to a channel, with the subscriber's errors as lock
 // errors.
@@ -170,13 +170,6 @@ func (s *Store) watch(ctx context.Context, channel string) (*redisnotify.Watcher
 	}
 	return w, nil
 }
-
-// The shared parts, embedded under unexported names: their methods serve
-// the Store, and they stay out of its documented API.
-type (
-	base     = rediskit.Base
-	finisher = rediskit.Finisher
-)
 
 var (
 	_ lock.Locker    = (*Store)(nil)

@@ -9,8 +9,8 @@ import (
 
 	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/core/lock/lockdriver"
-	"github.com/oncekit/oncekit/internal/rediskit"
-	"github.com/oncekit/oncekit/internal/token"
+	"github.com/oncekit/oncekit/storage/internal/rediskit"
+	"github.com/oncekit/oncekit/storage/internal/token"
 )
 
 // votes is one token's hold on the nodes, across the attempts that use it.
@@ -182,7 +182,7 @@ func (s *Store) grant(ctx context.Context, v *votes, ar *acquireRound, ttl time.
 	if s.redlock.fenced {
 		var err error
 		fence, err = s.writeBack(ctx, "acquire", v.key, ar.taken, s.nodeTimeout(ttl), func(ctx context.Context, n *node, t int64) (bool, error) {
-			return s.WriteBack(ctx, n.c, v.key, v.tok, t, ttl)
+			return s.base.WriteBack(ctx, n.c, v.key, v.tok, t, ttl)
 		})
 		if err != nil {
 			return outcome{split: !errors.Is(err, ErrNoQuorum) && ctx.Err() == nil, err: err}
@@ -336,7 +336,7 @@ func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (loc
 	}
 	var once sync.Once
 	unlock := func() { once.Do(func() { s.local.Unlock(key) }) }
-	w := &waiting{s: s, key: key, ttl: ttl, onEnd: unlock, backoff: s.MinBackoff, votes: s.newVotes(key)}
+	w := &waiting{s: s, key: key, ttl: ttl, onEnd: unlock, backoff: s.base.MinBackoff, votes: s.newVotes(key)}
 	l, err := w.run(ctx)
 	if err != nil {
 		unlock()
@@ -357,7 +357,7 @@ func (s *Store) leaveQueues(key string, idx []int, wait time.Duration) {
 	r := newRound(s, idx, func(ctx context.Context, n *node) (struct{}, error) {
 		ctx, cancel := context.WithTimeout(ctx, lockdriver.ReleaseTimeout)
 		defer cancel()
-		return struct{}{}, s.LeaveQueue(ctx, n.c, key)
+		return struct{}{}, s.base.LeaveQueue(ctx, n.c, key)
 	})
 	r.settle(wait)
 }
@@ -366,7 +366,7 @@ func (s *Store) leaveQueues(key string, idx []int, wait time.Duration) {
 // waits up to wait for their answers (0: does not wait).
 func (s *Store) releaseNodes(key, tok string, idx []int, wait time.Duration, quiet bool) {
 	r := newRound(s, idx, func(ctx context.Context, n *node) (rediskit.ReleaseCode, error) {
-		return s.Release(ctx, n.c, key, tok, quiet)
+		return s.base.Release(ctx, n.c, key, tok, quiet)
 	})
 	r.settle(wait)
 }

@@ -514,7 +514,7 @@ func TestClientClockSkew(t *testing.T) {
 	for _, skew := range []time.Duration{-5 * time.Second, 5 * time.Second} {
 		t.Run(skew.String(), func(t *testing.T) {
 			s := newStore(t, clients(t, addrs))
-			s.ClockSkew = skew
+			redlockstore.SetClockSkew(s, skew)
 			key := fmt.Sprintf("skew%s-%d", skew, time.Now().UnixNano())
 			if warm, err := s.TryAcquire(ctxT(t, 2*time.Second), key+"-warm", time.Second); err == nil {
 				_ = warm.Release(t.Context())

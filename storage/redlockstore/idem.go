@@ -9,8 +9,8 @@ import (
 	"github.com/oncekit/oncekit/core/idem"
 	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/core/lock/lockdriver"
-	"github.com/oncekit/oncekit/internal/rediskit"
-	"github.com/oncekit/oncekit/internal/token"
+	"github.com/oncekit/oncekit/storage/internal/rediskit"
+	"github.com/oncekit/oncekit/storage/internal/token"
 )
 
 // Idempotency records (idem.Store) on N independent nodes. Each node keeps
@@ -47,7 +47,7 @@ func (s *Store) Begin(ctx context.Context, key, fingerprint string, lease time.D
 		// The fencing round, as for locks: without it a later claim could
 		// get a lower fence than an earlier one from another majority.
 		fence, err := s.writeBack(ctx, "begin", key, b.claims, s.nodeTimeout(lease), func(ctx context.Context, n *node, t int64) (bool, error) {
-			return s.RecordWriteBack(ctx, n.c, key, tok, t, lease)
+			return s.base.RecordWriteBack(ctx, n.c, key, tok, t, lease)
 		})
 		if err != nil {
 			s.finishNodes(context.WithoutCancel(ctx), key, tok, rediskit.Abandon, time.Millisecond, nil, s.all())
@@ -132,7 +132,7 @@ func (s *Store) sendBegin(ctx context.Context, key, fingerprint, tok string, lea
 // node (or the timeout), so that a completion reaches as many as it can.
 func (s *Store) finishNodes(ctx context.Context, key, tok string, op rediskit.FinishOp, d time.Duration, result []byte, idx []int) vote {
 	return s.poll(ctx, idx, s.nodeTimeout(max(d, time.Second)), true, func(ctx context.Context, n *node) (bool, error) {
-		return s.Finish(ctx, n.c, key, tok, op, d, result)
+		return s.base.Finish(ctx, n.c, key, tok, op, d, result)
 	})
 }
 
@@ -155,7 +155,7 @@ func (s *Store) WaitChange(ctx context.Context, key string, until time.Time) err
 		return fmt.Errorf("redlockstore: wait for %q: %w", key, lock.ErrClosed)
 	default:
 	}
-	mw := s.watchChannels(s.Records.Channel(key))
+	mw := s.watchChannels(s.base.Records.Channel(key))
 	defer mw.close()
 	// Look once more: the record may have changed before the subscription.
 	if st, err := s.peek(ctx, key); err != nil || st != "i" {
@@ -178,11 +178,27 @@ func (s *Store) WaitChange(ctx context.Context, key string, until time.Time) err
 func (s *Store) peek(ctx context.Context, key string) (string, error) {
 	var errs []error
 	for _, nd := range s.nodes {
-		st, err := s.RecordStatus(ctx, nd.c, key)
+		st, err := s.base.RecordStatus(ctx, nd.c, key)
 		if err == nil && st != "" {
 			return st, nil
 		}
 		errs = append(errs, err)
 	}
 	return "", errors.Join(errs...)
+}
+
+// Complete implements idem.Store: the result is stored if c still holds
+// the key on a majority of the nodes (else idem.ErrLockLost).
+func (s *Store) Complete(ctx context.Context, c idem.Claim, result []byte, retention time.Duration) error {
+	return s.fin.Complete(ctx, c, result, retention)
+}
+
+// Abandon implements idem.Store: c's in-flight record is deleted on the
+// nodes so that a retry can run (else idem.ErrLockLost).
+func (s *Store) Abandon(ctx context.Context, c idem.Claim) error { return s.fin.Abandon(ctx, c) }
+
+// Extend implements idem.Store: c's lease is lengthened to lease from now
+// on a majority of the nodes (else idem.ErrLockLost).
+func (s *Store) Extend(ctx context.Context, c idem.Claim, lease time.Duration) error {
+	return s.fin.Extend(ctx, c, lease)
 }

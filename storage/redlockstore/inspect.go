@@ -11,7 +11,7 @@ import (
 	"github.com/oncekit/oncekit/core/idem"
 	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/core/lock/lockdriver"
-	"github.com/oncekit/oncekit/internal/rediskit"
+	"github.com/oncekit/oncekit/storage/internal/rediskit"
 )
 
 // inspectTimeout bounds how long an operator's request waits for one node:
@@ -139,7 +139,7 @@ func (s *Store) ForceRelease(ctx context.Context, key string) (lock.LockInfo, er
 		return info, err
 	}
 	toks, _, err := onEveryNode(ctx, s, "force release", key, func(ctx context.Context, n *node) (string, error) {
-		return rediskit.ForceRelease(ctx, n.c, s.Keys, key, s.PubSub.ScriptArg())
+		return rediskit.ForceRelease(ctx, n.c, s.base.Keys, key, s.base.PubSub.ScriptArg())
 	})
 	if err != nil {
 		return info, err
@@ -158,7 +158,7 @@ func (s *Store) InspectRecord(ctx context.Context, key string) (idem.RecordInfo,
 		return idem.RecordInfo{}, err
 	}
 	states, ok, err := onEveryNode(ctx, s, "inspect record", key, func(ctx context.Context, n *node) (rediskit.RecordState, error) {
-		return rediskit.InspectRecord(ctx, n.c, s.Records, key)
+		return rediskit.InspectRecord(ctx, n.c, s.base.Records, key)
 	})
 	if err != nil {
 		return idem.RecordInfo{}, err
@@ -221,7 +221,7 @@ func (s *Store) DeleteRecord(ctx context.Context, key string) (bool, error) {
 		return false, err
 	}
 	deleted, _, err := onEveryNode(ctx, s, "delete record", key, func(ctx context.Context, n *node) (bool, error) {
-		return rediskit.DeleteRecord(ctx, n.c, s.Records, key, s.PubSub.ScriptArg())
+		return rediskit.DeleteRecord(ctx, n.c, s.base.Records, key, s.base.PubSub.ScriptArg())
 	})
 	if err != nil {
 		return false, err

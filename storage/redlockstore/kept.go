@@ -31,7 +31,7 @@ func (s *Store) keep(l *lease) bool {
 // owner's re-entry, with a reserved fence left (fenced mode), and within
 // WithMaxLocalHandOffs and WithMaxLocalHold.
 func (s *Store) mayReuse(l *lease) bool {
-	return l.nodes == nil && (!s.redlock.fenced || l.used+1 < s.LeasesPerHold()) && s.handOffs.Left(int(l.used), l.took)
+	return l.nodes == nil && (!s.redlock.fenced || l.used+1 < s.base.LeasesPerHold()) && s.handOffs.Left(int(l.used), l.took)
 }
 
 // letGo releases a kept hold nobody took on the nodes.

@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/oncekit/oncekit/internal/rediskit"
 	"github.com/oncekit/oncekit/internal/testenv"
+	"github.com/oncekit/oncekit/storage/internal/rediskit"
 	"github.com/oncekit/oncekit/storage/redlockstore"
 )
 

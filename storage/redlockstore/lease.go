@@ -39,7 +39,7 @@ func (s *Store) newLease(key, tok string, base, used uint64, deadline time.Time,
 	l := &lease{s: s, nodes: nodes, base: base, used: used}
 	var fence uint64
 	if s.redlock.fenced {
-		fence = s.LeaseFence(base, used)
+		fence = s.base.LeaseFence(base, used)
 	}
 	cfg := lockdriver.Config{Driver: "redlockstore", Key: key, Token: tok, Fence: fence, Deadline: deadline, Store: l}
 	if onEnd != nil {
@@ -67,7 +67,7 @@ func (l *lease) StoreRefresh(ctx context.Context, ttl time.Duration) (time.Time,
 	}
 	start := time.Now()
 	v := s.poll(ctx, l.targets(), s.nodeTimeout(ttl), false, func(ctx context.Context, n *node) (bool, error) {
-		return s.Refresh(ctx, n.c, l.Key(), l.Token(), ttl)
+		return s.base.Refresh(ctx, n.c, l.Key(), l.Token(), ttl)
 	})
 	if err := s.verdict("refresh", l.Key(), v, lock.ErrLockLost); err != nil {
 		return time.Time{}, err
@@ -92,7 +92,7 @@ func (l *lease) StoreRelease(ctx context.Context) error {
 	}
 	v := s.poll(ctx, l.targets(), s.nodeTimeout(max(l.Remaining(), time.Millisecond)), false,
 		func(ctx context.Context, n *node) (bool, error) {
-			code, err := s.Release(ctx, n.c, l.Key(), l.Token(), false)
+			code, err := s.base.Release(ctx, n.c, l.Key(), l.Token(), false)
 			return code.Ours(), err
 		})
 	err := s.verdict("release", l.Key(), v, lock.ErrLockLost)

@@ -107,7 +107,7 @@ func (w *waiting) checkQuorum(err error) error {
 // first attempt and the subscription is not missed, and from now on a
 // release wakes only the first waiting process.
 func (w *waiting) join(out outcome) bool {
-	w.watch = w.s.watchChannels(w.s.Keys.Channel(w.key), w.s.OwnChannel(w.key))
+	w.watch = w.s.watchChannels(w.s.base.Keys.Channel(w.key), w.s.base.OwnChannel(w.key))
 	w.queued, w.place = true, time.Now().UnixMicro()
 	if out.err == nil && !out.split {
 		return true
@@ -120,7 +120,7 @@ func (w *waiting) join(out outcome) bool {
 func (w *waiting) won(ctx context.Context, out outcome) {
 	w.taken = out.taken
 	if !w.woken.IsZero() {
-		observe.Record(ctx, w.s.Options.Observer, observe.Event{
+		observe.Record(ctx, w.s.base.Options.Observer, observe.Event{
 			Op: observe.LockHandOff, Driver: driverName, Key: w.key, Outcome: observe.Notified,
 			Fence: out.lease.Fence(), Duration: time.Since(w.woken),
 		})
@@ -163,20 +163,20 @@ func (w *waiting) backOff(ctx context.Context, out outcome) error {
 		// full jitter, deaf to releases, so that competitors woken by
 		// the same message do not collide again.
 		wait = rand.N(w.backoff + 1)
-		w.backoff = min(2*w.backoff, w.s.MaxBackoff)
+		w.backoff = min(2*w.backoff, w.s.base.MaxBackoff)
 		wake = nil
 	case out.split:
 		// Someone else holds the leader node and will win: wait for it,
 		// and spread the next attempts of the woken. Not past the end of
 		// its hold there: when it is only kept for a woken waiter that
 		// never comes (it died), nothing announces that the grace ran out.
-		wait = w.s.Recheck
+		wait = w.s.base.Recheck
 		if t := out.rivalTTL; t >= 0 && t < wait {
 			wait = t + time.Millisecond
 		}
-		w.backoff = min(2*w.backoff, w.s.MaxBackoff)
+		w.backoff = min(2*w.backoff, w.s.base.MaxBackoff)
 	default:
-		wait = w.s.Recheck
+		wait = w.s.base.Recheck
 		if t := out.busy.TTL; t >= 0 && t < wait {
 			wait = t + time.Millisecond
 		}
@@ -184,7 +184,7 @@ func (w *waiting) backOff(ctx context.Context, out outcome) error {
 			// Some node may announce the release where we do not listen:
 			// poll within the backoff instead of sleeping the recheck.
 			wait = min(wait, w.backoff/2+rand.N(w.backoff/2+1))
-			w.backoff = min(2*w.backoff, w.s.MaxBackoff)
+			w.backoff = min(2*w.backoff, w.s.base.MaxBackoff)
 		}
 	}
 	if w.joinNow {
@@ -195,7 +195,7 @@ func (w *waiting) backOff(ctx context.Context, out outcome) error {
 	if err := w.sleep(ctx, wait, wake); err != nil {
 		return err
 	}
-	if wake != nil && w.backoff > w.s.MinBackoff && !w.watch.personal.Load() {
+	if wake != nil && w.backoff > w.s.base.MinBackoff && !w.watch.personal.Load() {
 		// Woken on the general channel, with contention since this waiter
 		// last held the key: the other processes woken by the same release
 		// compete too. Spread the attempts over the backoff window, deaf to
@@ -264,7 +264,7 @@ func (s *Store) watchChannels(channels ...string) *multiWatch {
 			s.watchOne(ctx, mw, n, channel, j > 0, ready)
 		}
 	}
-	s.BG.Go(func() {
+	s.base.BG.Go(func() {
 		<-mw.stop
 		cancel()
 	})
@@ -284,7 +284,7 @@ func (s *Store) watchChannels(channels ...string) *multiWatch {
 // personal marks the Store's own channel, where a release wakes this
 // waiter alone.
 func (s *Store) watchOne(ctx context.Context, mw *multiWatch, n *node, channel string, personal bool, ready chan<- struct{}) {
-	s.BG.Go(func() {
+	s.base.BG.Go(func() {
 		w, err := n.sub.Watch(ctx, channel)
 		if err == nil && w.Subscribed() {
 			mw.confirmed.Add(1)

@@ -32,7 +32,7 @@ func newRound[T any](s *Store, idx []int, call func(ctx context.Context, n *node
 		answered: map[int]bool{}, failed: map[int]error{}}
 	for _, i := range idx {
 		s.nodes[i].sending()
-		s.BG.Go(func() {
+		s.base.BG.Go(func() {
 			v, err := call(context.Background(), s.nodes[i])
 			s.nodes[i].answered(err)
 			r.ch <- answer[T]{node: i, v: v, err: err}
@@ -118,7 +118,7 @@ func (r *round[T]) rest(late func(answer[T])) {
 	}
 	n := r.pending
 	r.pending = 0
-	r.s.BG.Go(func() {
+	r.s.base.BG.Go(func() {
 		for range n {
 			late(<-r.ch)
 		}

@@ -14,10 +14,10 @@ import (
 	"github.com/oncekit/oncekit/core/idem"
 	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/core/observe"
-	"github.com/oncekit/oncekit/internal/keep"
-	"github.com/oncekit/oncekit/internal/keyq"
-	"github.com/oncekit/oncekit/internal/rediskit"
-	"github.com/oncekit/oncekit/internal/redisnotify"
+	"github.com/oncekit/oncekit/storage/internal/keep"
+	"github.com/oncekit/oncekit/storage/internal/keyq"
+	"github.com/oncekit/oncekit/storage/internal/rediskit"
+	"github.com/oncekit/oncekit/storage/internal/redisnotify"
 )
 
 // Client is the part of go-redis each node's client must offer:
@@ -32,12 +32,12 @@ type Client = rediskit.Client
 // nodes with majority quorum. It is safe for concurrent use; Close releases its
 // pub/sub connections.
 type Store struct {
-	base     // what both Redis drivers share (options, names, script calls)
-	finisher // idem.Store's Complete, Abandon and Extend
-	redlock  redlockOptions
-	nodes    []*node
-	quorum   int
-	local    keyq.Queue // one competitor per key in this Store
+	base    rediskit.Base     // what both Redis drivers share (options, names, script calls)
+	fin     rediskit.Finisher // idem.Store's Complete, Abandon and Extend
+	redlock redlockOptions
+	nodes   []*node
+	quorum  int
+	local   keyq.Queue // one competitor per key in this Store
 
 	linger   time.Duration
 	handOffs keep.HandOffs
@@ -148,11 +148,11 @@ func New(clients []Client, opts ...Option) (*Store, error) {
 		linger:   o.linger,
 		handOffs: keep.HandOffs{Max: o.maxHandOffs, Hold: o.maxHold},
 	}
-	s.Init(o.Options)
+	s.base.Init(o.Options)
 	if o.fenced && o.maxHandOffs > 0 {
-		s.HoldFences = keep.ReservedFences // the fences of kept holds' leases (kept.go)
+		s.base.HoldFences = keep.ReservedFences // the fences of kept holds' leases (kept.go)
 	}
-	s.FinishClaim = s.finishClaim
+	s.fin.FinishClaim = s.finishClaim
 	seen := map[string]bool{}
 	for i, c := range clients {
 		if c == nil {
@@ -200,7 +200,7 @@ func (s *Store) Close() error {
 			errs = append(errs, n.sub.Close())
 		}
 	})
-	s.BG.Wait()
+	s.base.BG.Wait()
 	return errors.Join(errs...)
 }
 
@@ -210,7 +210,7 @@ const driverName = "redlock"
 func (s *Store) DriverName() string { return driverName }
 
 // Observer implements observe.Source: the WithObserver option.
-func (s *Store) Observer() observe.Observer { return s.Options.Observer }
+func (s *Store) Observer() observe.Observer { return s.base.Options.Observer }
 
 // nodeTimeout is how long a round for a lease of ttl waits for a node.
 func (s *Store) nodeTimeout(ttl time.Duration) time.Duration {
@@ -287,13 +287,6 @@ func indexes[V any](m map[int]V) []int {
 	slices.Sort(idx)
 	return idx
 }
-
-// The shared parts, embedded under unexported names: their methods serve
-// the Store, and they stay out of its documented API.
-type (
-	base     = rediskit.Base
-	finisher = rediskit.Finisher
-)
 
 var (
 	_ lock.Locker    = (*Store)(nil)

@@ -10,8 +10,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/oncekit/oncekit/internal/rediskit"
 	"github.com/oncekit/oncekit/internal/testenv"
+	"github.com/oncekit/oncekit/storage/internal/rediskit"
 )
 
 var echo = redis.NewScript(`return {KEYS[1], ARGV[1], redis.call('INCR', KEYS[1])}`)

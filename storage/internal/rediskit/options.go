@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/oncekit/oncekit/core/observe"
-	"github.com/oncekit/oncekit/internal/redisnotify"
+	"github.com/oncekit/oncekit/storage/internal/redisnotify"
 )
 
 // Options are the settings both Redis drivers take; each driver documents

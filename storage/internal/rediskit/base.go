@@ -12,9 +12,9 @@ import (
 
 	"github.com/oncekit/oncekit/core/idem"
 	"github.com/oncekit/oncekit/core/lock/lockdriver"
-	"github.com/oncekit/oncekit/internal/bg"
-	"github.com/oncekit/oncekit/internal/redisnotify"
-	"github.com/oncekit/oncekit/internal/token"
+	"github.com/oncekit/oncekit/storage/internal/bg"
+	"github.com/oncekit/oncekit/storage/internal/redisnotify"
+	"github.com/oncekit/oncekit/storage/internal/token"
 )
 
 // Base is what one redisstore or redlockstore Store shares with the other

@@ -10,9 +10,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/oncekit/oncekit/core/lock/lockdriver"
-	"github.com/oncekit/oncekit/internal/bg"
-	"github.com/oncekit/oncekit/internal/rediskit"
 	"github.com/oncekit/oncekit/internal/testenv"
+	"github.com/oncekit/oncekit/storage/internal/bg"
+	"github.com/oncekit/oncekit/storage/internal/rediskit"
 )
 
 // Run returns when its context ends, whatever the client's own timeouts

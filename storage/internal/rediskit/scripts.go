@@ -8,7 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/oncekit/oncekit/core/lock/lockdriver"
-	"github.com/oncekit/oncekit/internal/bg"
+	"github.com/oncekit/oncekit/storage/internal/bg"
 )
 
 var (

@@ -1,0 +1,35 @@
+// Package storage opens any oncekit driver from a URL, one form for every
+// store: what configuration files, flags and environment variables hold.
+//
+//	st, err := storage.Open(ctx, os.Getenv("ONCEKIT_STORE")) // e.g. "redis://127.0.0.1:6379"
+//	if err != nil { ... }
+//	defer st.Close()
+//	guard, err := idem.NewGuard(st)       // st is an idem.Store
+//	mutex, err := lock.NewMutex(st)       // and a lock.Locker
+//
+// The forms:
+//
+//	memory://                                      the in-process driver (this process only)
+//	redis://[user:password@]host:port[/db]         one Redis server (rediss:// for TLS)
+//	redis-cluster://[user:password@]host:port,...  a Redis Cluster (rediss-cluster:// for TLS)
+//	redis-sentinel://[user:password@]host:port,...[/db]?master_name=NAME
+//	                                               a primary managed by Redis Sentinel (the hosts are the sentinels)
+//	redlock://[user:password@]host:port,host:port,host:port
+//	                                               Redlock over N independent Redis servers
+//	etcd://[user:password@]host:port,...           an etcd cluster
+//
+// The Redis forms are go-redis' own (redis.ParseURL, ParseClusterURL,
+// ParseFailoverURL), written with the hosts comma-separated: every option
+// go-redis takes as a query parameter works (dial_timeout=2s,
+// pool_size=50, …), and an unknown one is an error. oncekit's own
+// parameters, on every form: prefix=P (the lock key prefix), record_prefix=P
+// (the idempotency record prefix), and for TLS ca=FILE (PEM certificates to
+// trust; it turns TLS on), cert=FILE and key=FILE (a client certificate).
+//
+// The Store returned is the driver itself (a *redisstore.Store,
+// *redlockstore.Store, *etcdstore.Store or *memstore.Store, with the
+// capabilities each has, such as idem.EffectStore), whose Close also closes
+// the clients Open made. RedisClient, RedlockClients and EtcdClient return
+// those clients, for an application that keeps its own data beside the
+// driver's.
+package storage

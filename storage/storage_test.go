@@ -1,0 +1,139 @@
+package storage_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/lock"
+	"github.com/oncekit/oncekit/internal/testenv"
+	"github.com/oncekit/oncekit/storage"
+)
+
+// Every form opens the driver it names, which takes a lock and runs a
+// Guard; Close closes the clients Open made.
+func TestOpenEachForm(t *testing.T) {
+	redis := testenv.RedisAddrs(t, 5)
+	forms := map[string]string{
+		"memory":        "memory://",
+		"redis":         "redis://" + redis[0] + "/0?prefix=storage-test:lock:&pool_size=4",
+		"redis-cluster": "redis-cluster://" + strings.Join(testenv.RedisClusterAddrs(t), ","),
+		"redlock":       "redlock://" + strings.Join(redis[:3], ",") + "?dial_timeout=2s",
+		"etcd":          "etcd://" + strings.Join(testenv.EtcdAddrs(t), ","),
+	}
+	for scheme, url := range forms {
+		t.Run(scheme, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+			defer cancel()
+			st, err := storage.Open(ctx, url, storage.WithTimeout(5*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer st.Close()
+			if got := storage.Scheme(st); got != scheme {
+				t.Errorf("Scheme = %q, want %q", got, scheme)
+			}
+			switch scheme {
+			case "redis", "redis-cluster":
+				if storage.RedisClient(st) == nil {
+					t.Error("RedisClient is nil")
+				}
+			case "redlock":
+				if n := len(storage.RedlockClients(st)); n != 3 {
+					t.Errorf("%d Redlock clients, want 3", n)
+				}
+			case "etcd":
+				if storage.EtcdClient(st) == nil {
+					t.Error("EtcdClient is nil")
+				}
+			}
+			key := "storage-test-" + time.Now().Format(time.RFC3339Nano)
+			l, err := st.TryAcquire(ctx, key, 5*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := l.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			g, err := idem.NewGuard(st)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range 2 {
+				res, replayed, err := g.Do(ctx, idem.ScopedKey("storage-test", key), "fp", func(context.Context) ([]byte, error) { return []byte("once"), nil })
+				if err != nil || string(res) != "once" || replayed != (i == 1) {
+					t.Errorf("Do %d: %q replayed=%v err=%v", i, res, replayed, err)
+				}
+			}
+		})
+	}
+}
+
+// The capabilities of the driver survive Open: a Redis store is an
+// idem.EffectStore and an idem.Waiter, as redisstore.Store is.
+func TestOpenKeepsCapabilities(t *testing.T) {
+	st, err := storage.Open(t.Context(), "redis://"+testenv.RedisAddrs(t, 1)[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if _, ok := st.(idem.EffectStore); !ok {
+		t.Error("a Redis store from Open is not an idem.EffectStore")
+	}
+	if _, ok := st.(idem.Waiter); !ok {
+		t.Error("a Redis store from Open is not an idem.Waiter")
+	}
+	if _, ok := st.(lock.MultiLocker); !ok {
+		t.Error("a Redis store from Open is not a lock.MultiLocker")
+	}
+}
+
+// Bad URLs get a clear error and open nothing.
+func TestOpenRejectsBadURLs(t *testing.T) {
+	for url, want := range map[string]string{
+		"":                                   "no store URL",
+		"127.0.0.1:6379":                     "no scheme",
+		"ftp://x":                            "not supported",
+		"redlock://":                         "names no host",
+		"redlock://a:1,,b:2":                 "empty host",
+		"redis://127.0.0.1:6379/notadb":      "invalid database",
+		"redis://127.0.0.1:6379?no_such=1":   "unexpected option",
+		"redis-sentinel://127.0.0.1:26379":   "master_name",
+		"redis-cluster://":                   "names no host",
+		"etcd://127.0.0.1:2379?pool_size=4":  "no parameter",
+		"memory://host":                      "takes no host",
+		"redis://127.0.0.1:6379?cert=x.pem":  "cert and key go together",
+		"redis://127.0.0.1:6379?ca=/no/such": "ca:",
+	} {
+		st, err := storage.Open(context.Background(), url)
+		if err == nil {
+			_ = st.Close()
+			t.Errorf("Open(%q) = nil error, want one saying %q", url, want)
+			continue
+		}
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("Open(%q) = %v, want it to say %q", url, err, want)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := storage.Open(ctx, "memory://"); !errors.Is(err, context.Canceled) {
+		t.Errorf("Open with a cancelled context: %v", err)
+	}
+}
+
+// A Sentinel URL opens a failover client over the sentinels (no request
+// is made until first use).
+func TestOpenSentinelForm(t *testing.T) {
+	st, err := storage.Open(context.Background(), "redis-sentinel://127.0.0.1:26379,127.0.0.1:26380/0?master_name=m")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if storage.Scheme(st) != "redis-sentinel" || storage.RedisClient(st) == nil {
+		t.Errorf("Scheme %q, client %v", storage.Scheme(st), storage.RedisClient(st))
+	}
+}
