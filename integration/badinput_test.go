@@ -18,8 +18,8 @@ import (
 	"github.com/oncekit/oncekit/examples/inventory"
 	"github.com/oncekit/oncekit/grpcmw"
 	"github.com/oncekit/oncekit/httpmw"
-	"github.com/oncekit/oncekit/storage"
 	"github.com/oncekit/oncekit/kafkamw"
+	"github.com/oncekit/oncekit/storage"
 	"github.com/oncekit/oncekit/storage/etcdstore"
 	"github.com/oncekit/oncekit/storage/memstore"
 	"github.com/oncekit/oncekit/storage/redisstore"
@@ -77,12 +77,15 @@ func TestConstructorsRejectBadInput(t *testing.T) {
 		},
 		"kafkamw.NewConsumer(nil handler)": func() error { _, err := kafkamw.NewConsumer(r, g, nil); return err },
 		"kafkamw.NewProducer(nil)":         func() error { _, err := kafkamw.NewProducer(nil); return err },
-		"storage.Open(\"\")":              func() error { _, err := storage.Open(context.Background(), ""); return err },
-		"storage.Open(ftp://)":            func() error { _, err := storage.Open(context.Background(), "ftp://x"); return err },
-		"storage.Open(no scheme)":         func() error { _, err := storage.Open(context.Background(), "127.0.0.1:6379"); return err },
-		"storage.Open(redlock no hosts)":  func() error { _, err := storage.Open(context.Background(), "redlock://"); return err },
-		"storage.Open(bad redis db)":      func() error { _, err := storage.Open(context.Background(), "redis://127.0.0.1:6379/notadb"); return err },
-		"inventory.New(nil)":               func() error { _, err := inventory.New(inventory.Config{}); return err },
+		"storage.Open(\"\")":               func() error { _, err := storage.Open(context.Background(), ""); return err },
+		"storage.Open(ftp://)":             func() error { _, err := storage.Open(context.Background(), "ftp://x"); return err },
+		"storage.Open(no scheme)":          func() error { _, err := storage.Open(context.Background(), "127.0.0.1:6379"); return err },
+		"storage.Open(redlock no hosts)":   func() error { _, err := storage.Open(context.Background(), "redlock://"); return err },
+		"storage.Open(bad redis db)": func() error {
+			_, err := storage.Open(context.Background(), "redis://127.0.0.1:6379/notadb")
+			return err
+		},
+		"inventory.New(nil)": func() error { _, err := inventory.New(inventory.Config{}); return err },
 	}
 	for name, f := range cases {
 		noPanic(t, name, func() {

@@ -21,8 +21,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/oncekit/oncekit/core/lock"
-	"github.com/oncekit/oncekit/storage"
 	"github.com/oncekit/oncekit/internal/testenv"
+	"github.com/oncekit/oncekit/storage"
 )
 
 // Exclusion under faults, Jepsen-style: six worker processes take one key

@@ -25,8 +25,8 @@ import (
 	"github.com/oncekit/oncekit/grpcmw"
 	"github.com/oncekit/oncekit/httpmw"
 	"github.com/oncekit/oncekit/internal/kafkaenv"
-	"github.com/oncekit/oncekit/storage"
 	"github.com/oncekit/oncekit/kafkamw"
+	"github.com/oncekit/oncekit/storage"
 	"github.com/oncekit/oncekit/storage/memstore"
 )
 

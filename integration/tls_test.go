@@ -26,8 +26,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/oncekit/oncekit/core/idem"
-	"github.com/oncekit/oncekit/storage"
 	"github.com/oncekit/oncekit/internal/testenv"
+	"github.com/oncekit/oncekit/storage"
 )
 
 // Credentials and TLS pass through the drivers and oncectl: a Redis with
@@ -87,7 +87,7 @@ func TestCredentialsAndTLS(t *testing.T) {
 // useStore takes a lock and runs a key once through the store at url.
 func useStore(t *testing.T, url string) {
 	t.Helper()
-	o, err := storage.Open(context.Background(), url, storage.WithTimeout(5 * time.Second))
+	o, err := storage.Open(context.Background(), url, storage.WithTimeout(5*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +116,7 @@ func useStore(t *testing.T, url string) {
 
 // tryStore reports whether the store at url answers a claim.
 func tryStore(url string) error {
-	o, err := storage.Open(context.Background(), url, storage.WithTimeout(2 * time.Second))
+	o, err := storage.Open(context.Background(), url, storage.WithTimeout(2*time.Second))
 	if err != nil {
 		return err
 	}
