@@ -21,8 +21,8 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/oncekit/oncekit/examples/inventory/flashsale"
-	"github.com/oncekit/oncekit/internal/kafkaenv"
 	"github.com/oncekit/oncekit/internal/testenv"
+	"github.com/oncekit/oncekit/kafkamw/kafkamwtest"
 )
 
 // inventoryBin is the inventory service and oncectlBin the command-line
@@ -90,7 +90,7 @@ type replica struct {
 
 func deploy(t testing.TB, store string, n int, flags ...string) *deployment {
 	run := fmt.Sprintf("it-%d", time.Now().UnixNano())
-	d := &deployment{t: t, store: store, flags: flags, brokers: strings.Join(kafkaenv.Brokers(t), ","),
+	d := &deployment{t: t, store: store, flags: flags, brokers: strings.Join(kafkamwtest.Brokers(t), ","),
 		prefix: "inventory:" + run + ":", topic: "order.created." + run, group: "shipping." + run}
 	for range n {
 		r := d.start()

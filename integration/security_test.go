@@ -24,8 +24,8 @@ import (
 	"github.com/oncekit/oncekit/examples/inventory/inventorypb"
 	"github.com/oncekit/oncekit/grpcmw"
 	"github.com/oncekit/oncekit/httpmw"
-	"github.com/oncekit/oncekit/internal/kafkaenv"
 	"github.com/oncekit/oncekit/kafkamw"
+	"github.com/oncekit/oncekit/kafkamw/kafkamwtest"
 	"github.com/oncekit/oncekit/storage"
 	"github.com/oncekit/oncekit/storage/memstore"
 )
@@ -217,8 +217,8 @@ func TestNoCrossPrincipalReplay(t *testing.T) {
 	}
 
 	// Kafka: the scope is the message's tenant header.
-	brokers := kafkaenv.Brokers(t)
-	topic := kafkaenv.Topic(t, brokers, 1)
+	brokers := kafkamwtest.Brokers(t)
+	topic := kafkamwtest.Topic(t, brokers, 1)
 	tr := &kafka.Transport{}
 	defer tr.CloseIdleConnections()
 	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: topic, Transport: tr, BatchTimeout: time.Millisecond}

@@ -7,8 +7,8 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
-	"github.com/oncekit/oncekit/internal/kafkaenv"
 	"github.com/oncekit/oncekit/kafkamw"
+	"github.com/oncekit/oncekit/kafkamw/kafkamwtest"
 )
 
 // BenchmarkConsumer compares the runner over each store with bare kafka-go
@@ -19,10 +19,10 @@ import (
 //
 //	go test -run '^$' -bench Consumer -benchtime 20000x ./kafkamw
 func BenchmarkConsumer(b *testing.B) {
-	brokers := kafkaenv.Brokers(b)
+	brokers := kafkamwtest.Brokers(b)
 	const partitions = 4
 	prepare := func(b *testing.B) (topic string) {
-		topic = kafkaenv.Topic(b, brokers, partitions)
+		topic = kafkamwtest.Topic(b, brokers, partitions)
 		msgs := make([]kafka.Message, b.N)
 		for i := range msgs {
 			msgs[i] = message(i)

@@ -9,15 +9,15 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/oncekit/oncekit/core/idem"
-	"github.com/oncekit/oncekit/internal/kbroker"
 	"github.com/oncekit/oncekit/kafkamw"
+	"github.com/oncekit/oncekit/kafkamw/kafkamwtest"
 	"github.com/oncekit/oncekit/storage/memstore"
 )
 
 // A producer sends one order twice (a retry that the broker had in fact
 // received); the shipping consumer ships it once.
 func Example() {
-	broker, err := kbroker.Start(kbroker.Config{Topics: map[string]int32{"orders": 1, "orders.dlq": 1}})
+	broker, err := kafkamwtest.Start(kafkamwtest.Config{Topics: map[string]int32{"orders": 1, "orders.dlq": 1}})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -17,9 +17,9 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/oncekit/oncekit/core/idem"
-	"github.com/oncekit/oncekit/internal/kafkaenv"
 	"github.com/oncekit/oncekit/internal/testenv"
 	"github.com/oncekit/oncekit/kafkamw"
+	"github.com/oncekit/oncekit/kafkamw/kafkamwtest"
 	"github.com/oncekit/oncekit/storage/redisstore"
 )
 
@@ -93,10 +93,10 @@ func runChild() {
 // A consumer process killed with SIGKILL mid-stream, again and again, and
 // restarted: every message's effect happens exactly once and none is lost.
 func TestKilledConsumer(t *testing.T) {
-	brokers := kafkaenv.Brokers(t)
+	brokers := kafkamwtest.Brokers(t)
 	addr := testenv.RedisAddrs(t, 1)[0]
 	const partitions, unique, dups, kills = 4, 2500, 500, 4
-	topic := kafkaenv.Topic(t, brokers, partitions)
+	topic := kafkamwtest.Topic(t, brokers, partitions)
 	msgs, want := messages(unique, dups)
 	produce(t, newWriter(t, brokers, topic), msgs)
 
@@ -162,9 +162,9 @@ func checkCounts(t *testing.T, client *redis.Client, key string, want map[string
 // Two consumers in one group: the second joins mid-stream and the first
 // leaves mid-stream, two rebalances; each message's handler still runs once.
 func TestRebalance(t *testing.T) {
-	brokers := kafkaenv.Brokers(t)
+	brokers := kafkamwtest.Brokers(t)
 	const partitions, unique, dups = 4, 4000, 400
-	topic := kafkaenv.Topic(t, brokers, partitions)
+	topic := kafkamwtest.Topic(t, brokers, partitions)
 	msgs, want := messages(unique, dups)
 	produce(t, newWriter(t, brokers, topic), msgs)
 
@@ -209,10 +209,10 @@ func TestRebalance(t *testing.T) {
 // and so the commits; when it is back, the consumer goes on, and every
 // effect happened once.
 func TestStoreAway(t *testing.T) {
-	brokers := kafkaenv.Brokers(t)
+	brokers := kafkamwtest.Brokers(t)
 	srv := testenv.StartRedis(t)
 	const unique = 600
-	topic := kafkaenv.Topic(t, brokers, 2)
+	topic := kafkamwtest.Topic(t, brokers, 2)
 	msgs, want := messages(unique, 0)
 	produce(t, newWriter(t, brokers, topic), msgs)
 

@@ -14,8 +14,8 @@ import (
 
 	"github.com/oncekit/oncekit/core/idem"
 	"github.com/oncekit/oncekit/core/observe"
-	"github.com/oncekit/oncekit/internal/kafkaenv"
 	"github.com/oncekit/oncekit/kafkamw"
+	"github.com/oncekit/oncekit/kafkamw/kafkamwtest"
 	"github.com/oncekit/oncekit/storage/memstore"
 )
 
@@ -24,9 +24,9 @@ import (
 // each once, and every offset is committed.
 func TestDuplicatesRunOnce(t *testing.T) {
 	eachStore(t, func(t *testing.T, st idem.Store) {
-		brokers := kafkaenv.Brokers(t)
+		brokers := kafkamwtest.Brokers(t)
 		const partitions, unique, dups = 4, 8000, 2000
-		topic := kafkaenv.Topic(t, brokers, partitions)
+		topic := kafkamwtest.Topic(t, brokers, partitions)
 		msgs, want := messages(unique, 0)
 		for range dups { // a duplicate lands after its original, anywhere
 			at := unique/2 + rand.N(len(msgs)-unique/2)
@@ -71,9 +71,9 @@ func TestDuplicatesRunOnce(t *testing.T) {
 // Messages of one partition are handled in offset order, whatever the
 // pipeline depth and concurrency.
 func TestPartitionOrder(t *testing.T) {
-	brokers := kafkaenv.Brokers(t)
+	brokers := kafkamwtest.Brokers(t)
 	const partitions, n = 3, 1500
-	topic := kafkaenv.Topic(t, brokers, partitions)
+	topic := kafkamwtest.Topic(t, brokers, partitions)
 	msgs := make([]kafka.Message, n)
 	for i := range msgs {
 		msgs[i] = message(i)
@@ -120,9 +120,9 @@ func TestPartitionOrder(t *testing.T) {
 // with its coordinates and the error in headers, and its partition moves
 // on; a Permanent error is dead-lettered at once.
 func TestPoisonMessageDeadLettered(t *testing.T) {
-	brokers := kafkaenv.Brokers(t)
-	topic := kafkaenv.Topic(t, brokers, 1)
-	dlqTopic := kafkaenv.Topic(t, brokers, 1)
+	brokers := kafkamwtest.Brokers(t)
+	topic := kafkamwtest.Topic(t, brokers, 1)
+	dlqTopic := kafkamwtest.Topic(t, brokers, 1)
 	msgs := make([]kafka.Message, 50)
 	for i := range msgs {
 		msgs[i] = message(i)
@@ -197,8 +197,8 @@ func headers(m kafka.Message) map[string]string {
 // Without a dead-letter destination a poison message stops the Consumer
 // with a *PoisonError, and nothing from it on is committed.
 func TestPoisonWithoutDeadLetterStops(t *testing.T) {
-	brokers := kafkaenv.Brokers(t)
-	topic := kafkaenv.Topic(t, brokers, 1)
+	brokers := kafkamwtest.Brokers(t)
+	topic := kafkamwtest.Topic(t, brokers, 1)
 	msgs := make([]kafka.Message, 20)
 	for i := range msgs {
 		msgs[i] = message(i)
@@ -230,9 +230,9 @@ func TestPoisonWithoutDeadLetterStops(t *testing.T) {
 // reused with another payload, no key when keys are required — are
 // dead-lettered with the reason, never handled unkeyed.
 func TestBadKeysDeadLettered(t *testing.T) {
-	brokers := kafkaenv.Brokers(t)
-	topic := kafkaenv.Topic(t, brokers, 1)
-	dlqTopic := kafkaenv.Topic(t, brokers, 1)
+	brokers := kafkamwtest.Brokers(t)
+	topic := kafkamwtest.Topic(t, brokers, 1)
+	dlqTopic := kafkamwtest.Topic(t, brokers, 1)
 	bad := func(id string) kafka.Message {
 		return kafka.Message{Key: []byte("x"), Value: []byte("v"), Headers: []kafka.Header{{Key: kafkamw.DefaultKeyHeader, Value: []byte(id)}}}
 	}
@@ -264,8 +264,8 @@ func TestBadKeysDeadLettered(t *testing.T) {
 // answer was lost: the retry writes the same key again, and the consumer
 // runs the message once.
 func TestProducerKeepsKeyAcrossRetries(t *testing.T) {
-	brokers := kafkaenv.Brokers(t)
-	topic := kafkaenv.Topic(t, brokers, 1)
+	brokers := kafkamwtest.Brokers(t)
+	topic := kafkamwtest.Topic(t, brokers, 1)
 	w := &lostAck{w: newWriter(t, brokers, topic)}
 	p, err := kafkamw.NewProducer(w, kafkamw.WithSendRetries(3, time.Millisecond, 10*time.Millisecond))
 	if err != nil {
@@ -347,8 +347,8 @@ func (l *lostAck) WriteMessages(ctx context.Context, msgs ...kafka.Message) erro
 // Shutdown lets the handler in flight finish with its context intact and
 // commits its offset before Run returns.
 func TestGracefulShutdown(t *testing.T) {
-	brokers := kafkaenv.Brokers(t)
-	topic := kafkaenv.Topic(t, brokers, 1)
+	brokers := kafkamwtest.Brokers(t)
+	topic := kafkamwtest.Topic(t, brokers, 1)
 	produce(t, newWriter(t, brokers, topic), []kafka.Message{message(0), message(1)})
 	started, release := make(chan struct{}), make(chan struct{})
 	var ctxErr error

@@ -12,8 +12,8 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/oncekit/oncekit/core/idem"
-	"github.com/oncekit/oncekit/internal/kafkaenv"
 	"github.com/oncekit/oncekit/kafkamw"
+	"github.com/oncekit/oncekit/kafkamw/kafkamwtest"
 	"github.com/oncekit/oncekit/storage/memstore"
 )
 
@@ -21,8 +21,8 @@ import (
 // Guard of its own) is the handler's error: retried, not taken for a
 // duplicate and committed with no effect.
 func TestHandlerErrorWrappingReplayedIsRetried(t *testing.T) {
-	brokers := kafkaenv.Brokers(t)
-	topic := kafkaenv.Topic(t, brokers, 1)
+	brokers := kafkamwtest.Brokers(t)
+	topic := kafkamwtest.Topic(t, brokers, 1)
 	produce(t, newWriter(t, brokers, topic), []kafka.Message{message(0), message(1)})
 	var calls atomic.Int64
 	eff := newEffects()
@@ -79,9 +79,9 @@ func rewind(t *testing.T, brokers []string, topic, group string, offset int64) {
 // moved back to 0 after a first consumer handled everything, and a second
 // consumer of the group reads it all again.
 func TestRejectionRecorded(t *testing.T) {
-	brokers := kafkaenv.Brokers(t)
-	topic := kafkaenv.Topic(t, brokers, 1)
-	dlqTopic := kafkaenv.Topic(t, brokers, 1)
+	brokers := kafkamwtest.Brokers(t)
+	topic := kafkamwtest.Topic(t, brokers, 1)
+	dlqTopic := kafkamwtest.Topic(t, brokers, 1)
 	group := "g-" + topic
 	bad := kafka.Message{Key: []byte("x"), Value: []byte("v"), Headers: []kafka.Header{{Key: kafkamw.DefaultKeyHeader, Value: []byte("has space")}}}
 	reused := message(1)
@@ -208,8 +208,8 @@ func (s *swapReader) resume(r *kafka.Reader) {
 // committed meanwhile) must not have its group offset moved back by the
 // messages still in flight here from its earlier assignment.
 func TestPartitionBackAtHigherOffsetNeverCommitsBelow(t *testing.T) {
-	brokers := kafkaenv.Brokers(t)
-	topic := kafkaenv.Topic(t, brokers, 1)
+	brokers := kafkamwtest.Brokers(t)
+	topic := kafkamwtest.Topic(t, brokers, 1)
 	group := "g-" + topic
 	const n, fetched, jump = 20, 7, 10
 	msgs := make([]kafka.Message, n)

@@ -17,6 +17,8 @@ rc=0
 unformatted=$(gofmt -l .)
 if [[ -n "$unformatted" ]]; then echo "gofmt needed:"; echo "$unformatted"; rc=1; fi
 go vet ./... || rc=1
+# Imports point down the layers, and examples/ builds outside this repository.
+scripts/layers.sh || rc=1
 (cd bench && go vet ./...) || rc=1
 go test -race -count=1 ./... || rc=1
 # The first command a Go developer types: `go test ./...` with no server

@@ -112,7 +112,7 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (Store, error) {
 		if err != nil {
 			return nil, fmt.Errorf("storage: store URL: %w", err)
 		}
-		c.tune(q, &opt.DialTimeout, &opt.ReadTimeout, &opt.WriteTimeout, &opt.ContextTimeoutEnabled)
+		c.tune(q, knobs{&opt.DialTimeout, &opt.ReadTimeout, &opt.WriteTimeout, &opt.MaxRetries, &opt.DialerRetries, &opt.ContextTimeoutEnabled})
 		opt.TLSConfig = c.withTLS(opt.TLSConfig)
 		return c.redis(u.Scheme, redis.NewClient(opt))
 	case "redis-cluster", "rediss-cluster":
@@ -124,7 +124,7 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (Store, error) {
 		if err != nil {
 			return nil, fmt.Errorf("storage: store URL: %w", err)
 		}
-		c.tune(q, &opt.DialTimeout, &opt.ReadTimeout, &opt.WriteTimeout, &opt.ContextTimeoutEnabled)
+		c.tune(q, knobs{&opt.DialTimeout, &opt.ReadTimeout, &opt.WriteTimeout, &opt.MaxRetries, &opt.DialerRetries, &opt.ContextTimeoutEnabled})
 		opt.TLSConfig = c.withTLS(opt.TLSConfig)
 		return c.redis(u.Scheme, redis.NewClusterClient(opt))
 	case "redis-sentinel", "rediss-sentinel":
@@ -139,7 +139,7 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (Store, error) {
 		if opt.MasterName == "" {
 			return nil, fmt.Errorf("storage: store URL %q: redis-sentinel:// needs master_name=NAME", rawURL)
 		}
-		c.tune(q, &opt.DialTimeout, &opt.ReadTimeout, &opt.WriteTimeout, &opt.ContextTimeoutEnabled)
+		c.tune(q, knobs{&opt.DialTimeout, &opt.ReadTimeout, &opt.WriteTimeout, &opt.MaxRetries, &opt.DialerRetries, &opt.ContextTimeoutEnabled})
 		opt.TLSConfig = c.withTLS(opt.TLSConfig)
 		return c.redis(u.Scheme, redis.NewFailoverClient(opt))
 	case "redlock":
@@ -159,16 +159,29 @@ type common struct {
 	opts                 options
 }
 
-// tune applies the timeout where the URL set none, and lets bounded calls
-// run on the caller's goroutine (see redisstore's Contexts).
-func (c common) tune(q url.Values, dial, read, write *time.Duration, ctxTimeout *bool) {
-	for name, d := range map[string]*time.Duration{"dial_timeout": dial, "read_timeout": read, "write_timeout": write} {
+// knobs are the go-redis options Open sets where the URL does not.
+type knobs struct {
+	dial, read, write         *time.Duration
+	maxRetries, dialerRetries *int
+	contextTimeoutEnabled     *bool
+}
+
+// tune applies the timeout where the URL set none, retries once (an
+// unreachable server answers within the timeout, not several), and lets
+// bounded calls run on the caller's goroutine (see redisstore's Contexts).
+func (c common) tune(q url.Values, k knobs) {
+	for name, d := range map[string]*time.Duration{"dial_timeout": k.dial, "read_timeout": k.read, "write_timeout": k.write} {
 		if !q.Has(name) {
 			*d = c.opts.timeout
 		}
 	}
+	for name, n := range map[string]*int{"max_retries": k.maxRetries, "dialer_retries": k.dialerRetries} {
+		if !q.Has(name) {
+			*n = 1
+		}
+	}
 	if !q.Has("context_timeout_enabled") {
-		*ctxTimeout = true
+		*k.contextTimeoutEnabled = true
 	}
 }
 
@@ -274,7 +287,7 @@ func (c common) redlock(u *url.URL, q url.Values) (Store, error) {
 			closeAll()
 			return nil, fmt.Errorf("storage: store URL: %w", err)
 		}
-		c.tune(q, &opt.DialTimeout, &opt.ReadTimeout, &opt.WriteTimeout, &opt.ContextTimeoutEnabled)
+		c.tune(q, knobs{&opt.DialTimeout, &opt.ReadTimeout, &opt.WriteTimeout, &opt.MaxRetries, &opt.DialerRetries, &opt.ContextTimeoutEnabled})
 		opt.TLSConfig = c.withTLS(nil)
 		cl := redis.NewClient(opt)
 		clients, nodes = append(clients, cl), append(nodes, cl)

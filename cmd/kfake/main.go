@@ -17,7 +17,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/oncekit/oncekit/internal/kbroker"
+	"github.com/oncekit/oncekit/kafkamw/kafkamwtest"
 )
 
 type topicsFlag map[string]int32
@@ -41,7 +41,7 @@ func (f topicsFlag) Set(s string) error {
 }
 
 func main() {
-	cfg := kbroker.Config{Topics: topicsFlag{}}
+	cfg := kafkamwtest.Config{Topics: topicsFlag{}}
 	var pidFile string
 	flag.IntVar(&cfg.Port, "port", 9092, "port on 127.0.0.1 (0: a free one)")
 	flag.Var(topicsFlag(cfg.Topics), "topic", "topic to create at start, NAME or NAME:PARTITIONS (repeatable)")
@@ -51,7 +51,7 @@ func main() {
 	flag.StringVar(&pidFile, "pid-file", "", "write the process id to this file")
 	flag.Parse()
 
-	b, err := kbroker.Start(cfg)
+	b, err := kafkamwtest.Start(cfg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "kfake:", err)
 		os.Exit(1)

@@ -179,7 +179,7 @@ func TestErrors(t *testing.T) {
 		{[]string{"lock", "inspect", "k", "--store", ""}, exitFail, "no store"},
 		{[]string{"lock", "inspect", "k", "--store", "memory://"}, exitFail, "inside one process"},
 		{[]string{"lock", "inspect", "k", "--store", "mysql://db"}, exitFail, `scheme "mysql" is not supported`},
-		{[]string{"lock", "inspect", "k", "--store", "localhost:6379"}, exitFail, "not supported"},
+		{[]string{"lock", "inspect", "k", "--store", "localhost:6379"}, exitFail, "no scheme"},
 		{[]string{"lock", "inspect", "k", "--store", "redlock://"}, exitFail, "names no host"},
 		{[]string{"lock", "inspect", "k", "--store", "redlock://127.0.0.1:1,127.0.0.1:2"}, exitFail, "odd number"},
 		{[]string{"lock", "inspect", "k", "--store", "redis://127.0.0.1:1", "--timeout", "500ms"}, exitFail, "connection refused"},

@@ -20,7 +20,7 @@ import (
 	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/examples/inventory"
 	"github.com/oncekit/oncekit/examples/inventory/flashsale"
-	"github.com/oncekit/oncekit/internal/kbroker"
+	"github.com/oncekit/oncekit/kafkamw/kafkamwtest"
 	"github.com/oncekit/oncekit/observe/promobs"
 )
 
@@ -127,14 +127,14 @@ func serve(f flags, o Options, stdout, stderr io.Writer) error {
 	if f.kafka != "" {
 		brokers := strings.Split(f.kafka, ",")
 		if f.kafka == "embedded" {
-			b, err := kbroker.Start(kbroker.Config{Port: 0})
+			b, err := kafkamwtest.Start(kafkamwtest.Config{Port: 0})
 			if err != nil {
 				return err
 			}
 			defer b.Close()
 			brokers = []string{b.Addr()}
 		}
-		if err := kbroker.CreateTopic(brokers, f.topic, 4); err != nil {
+		if err := kafkamwtest.CreateTopic(brokers, f.topic, 4); err != nil {
 			return fmt.Errorf("kafka %s: %w", strings.Join(brokers, ","), err)
 		}
 		k = &inventory.Kafka{Brokers: brokers, Topic: f.topic, Group: f.group}

@@ -28,7 +28,7 @@ func TestBadStore(t *testing.T) {
 		"bogus://x":               `store URL scheme "bogus" is not supported`,
 		"redis://127.0.0.1:1":     "store redis://127.0.0.1:1 is unreachable",
 		"redis-cluster://a:1,b:2": "does not run on redis-cluster://",
-		"memory://x":              "memory:// takes no host or path",
+		"memory://x":              "memory:// takes no host",
 	} {
 		var stdout, stderr bytes.Buffer
 		code := run([]string{"--store", url, "--kafka", ""}, &stdout, &stderr, Options{})

@@ -1,4 +1,4 @@
-package kafkaenv
+package kafkamwtest
 
 import (
 	"fmt"
@@ -7,8 +7,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/oncekit/oncekit/internal/kbroker"
 )
 
 // Brokers returns the addresses of a broker for tb: KAFKA_BROKERS, or an
@@ -24,7 +22,7 @@ func Brokers(tb testing.TB) []string {
 	if len(out) > 0 {
 		return out
 	}
-	b, err := kbroker.Start(kbroker.Config{})
+	b, err := Start(Config{})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -39,7 +37,7 @@ var topicSeq atomic.Int64
 func Topic(tb testing.TB, brokers []string, partitions int) string {
 	tb.Helper()
 	name := fmt.Sprintf("t%d-%d-%d", os.Getpid(), time.Now().UnixNano()%1e9, topicSeq.Add(1))
-	if err := kbroker.CreateTopic(brokers, name, partitions); err != nil {
+	if err := CreateTopic(brokers, name, partitions); err != nil {
 		tb.Fatal(err)
 	}
 	return name

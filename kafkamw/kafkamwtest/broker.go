@@ -1,4 +1,4 @@
-package kbroker
+package kafkamwtest
 
 import (
 	"context"
@@ -57,7 +57,7 @@ func Start(cfg Config) (*Broker, error) {
 	}
 	c, err := kfake.NewCluster(opts...)
 	if err != nil {
-		return nil, fmt.Errorf("kbroker: start: %w", err)
+		return nil, fmt.Errorf("kafkamwtest: start: %w", err)
 	}
 	return &Broker{c: c}, nil
 }

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Checks that imports point down the layers users were promised, and that
+# the example users copy builds outside this repository:
+#
+#   core  <-  storage/internal  <-  drivers  <-  storage (Open)  <-  middleware, cmd, examples
+#
+# - core imports the standard library and core only;
+# - storage/internal imports no driver, no storage, no middleware;
+# - a driver imports no other driver, no storage, no middleware;
+# - storage (Open) and the middleware import no middleware they do not own;
+#   the middleware import no driver and no storage;
+# - nothing under examples/ imports an internal/ package, tests included.
+# Test files may import what their tests need (test servers, drivers), except
+# under examples/.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+mod=github.com/oncekit/oncekit
+fail=0
+bad() { echo "layers: $*" >&2; fail=1; }
+
+while read -r pkg imports; do
+	for imp in $imports; do
+		case $imp in
+		$mod/*) ;;
+		*) [[ $pkg == $mod/core* && $imp == *.* ]] && bad "$pkg imports $imp (core imports only the standard library)"; continue ;;
+		esac
+		case $pkg in
+		$mod/core*)
+			[[ $imp == $mod/core* ]] || bad "$pkg imports $imp (core imports only core)" ;;
+		$mod/storage/internal*)
+			[[ $imp == $mod/core* || $imp == $mod/storage/internal* ]] || bad "$pkg imports $imp (storage/internal imports only core and itself)" ;;
+		$mod/storage/*store)
+			[[ $imp == $mod/core* || $imp == $mod/storage/internal* ]] || bad "$pkg imports $imp (a driver imports only core and storage/internal)" ;;
+		$mod/storage)
+			[[ $imp == $mod/core* || $imp == $mod/storage/*store ]] || bad "$pkg imports $imp (storage imports only core and the drivers)" ;;
+		$mod/httpmw* | $mod/grpcmw* | $mod/kafkamw*)
+			root=$(cut -d/ -f1-4 <<<"$pkg")
+			[[ $imp == $mod/core* || $imp == $root || $imp == $root/* ]] ||
+				bad "$pkg imports $imp (middleware imports only core and its own packages)" ;;
+		esac
+	done
+done < <(go list -f '{{.ImportPath}} {{join .Imports " "}}' ./...)
+
+while read -r pkg imports; do
+	for imp in $imports; do
+		[[ $imp == */internal/* || $imp == */internal ]] && bad "$pkg imports $imp: examples/ must build outside this repository"
+	done
+done < <(go list -f '{{.ImportPath}} {{join .Imports " "}} {{join .TestImports " "}} {{join .XTestImports " "}}' ./examples/...)
+
+[[ $fail == 0 ]] && echo "layers: ok"
+exit $fail
