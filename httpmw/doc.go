@@ -7,7 +7,10 @@
 //	guard, _ := idem.NewGuard(store)          // any oncekit driver
 //	mw, err := httpmw.New(guard, httpmw.WithScope(principal))
 //	...
-//	router.Use(mw)                            // chi, or mw(handler) for net/http
+//	router.With(mw).Post("/orders", place)    // chi, per route; mw(handler) for net/http
+//
+// Mount it on the routes that need it rather than router-wide: Use(mw)
+// would demand a key on every POST, login and webhooks included.
 //
 // It imports only net/http and oncekit's core; it works with chi and any
 // router that takes func(http.Handler) http.Handler.

@@ -30,8 +30,7 @@ func Example() {
 
 	orders := 0
 	r := chi.NewRouter()
-	r.Use(mw)
-	r.Post("/orders", func(w http.ResponseWriter, r *http.Request) {
+	r.With(mw).Post("/orders", func(w http.ResponseWriter, r *http.Request) { // per route
 		orders++
 		fence, _ := httpmw.Fence(r.Context()) // for fenced writes
 		w.Header().Set("Content-Type", "application/json")
