@@ -18,9 +18,9 @@ type clientConfig struct {
 	newKey      func() string
 }
 
-// WithClientMetadataKey sets the metadata key the client interceptor
+// WithClientKeyMetadata sets the metadata key the client interceptor
 // writes. Default "idempotency-key".
-func WithClientMetadataKey(name string) ClientOption {
+func WithClientKeyMetadata(name string) ClientOption {
 	return func(c *clientConfig) { c.metadataKey = name }
 }
 

@@ -11,7 +11,7 @@
 //
 // # Rules (UnaryServerInterceptor)
 //
-//   - The key comes from the "idempotency-key" metadata (WithMetadataKey),
+//   - The key comes from the "idempotency-key" metadata (WithKeyMetadata),
 //     or from the request through WithKeyExtractor (an AIP-155 request_id
 //     field): 1 to 255 bytes of visible ASCII, as in HTTP
 //     (idem.CheckClientKey). Missing or invalid: InvalidArgument (or pass

@@ -373,7 +373,7 @@ func TestNewValidates(t *testing.T) {
 		"no scope":       nil,
 		"two key spaces": {grpcmw.Unscoped(), grpcmw.Unscoped()},
 		"nil scope":      {grpcmw.WithScope(nil)},
-		"empty metadata": {grpcmw.Unscoped(), grpcmw.WithMetadataKey("")},
+		"empty metadata": {grpcmw.Unscoped(), grpcmw.WithKeyMetadata("")},
 		"negative wait":  {grpcmw.Unscoped(), grpcmw.WithWait(-time.Second)},
 	} {
 		if _, err := grpcmw.UnaryServerInterceptor(g, opts...); err == nil {

@@ -36,9 +36,9 @@ type config struct {
 	errs        []error
 }
 
-// WithMetadataKey sets the metadata key that carries the idempotency key.
+// WithKeyMetadata sets the metadata key that carries the idempotency key.
 // Default "idempotency-key".
-func WithMetadataKey(name string) Option {
+func WithKeyMetadata(name string) Option {
 	return func(c *config) {
 		if name == "" {
 			c.errs = append(c.errs, errors.New("empty metadata key"))

@@ -19,7 +19,7 @@
 //
 //   - Covered methods (POST and PATCH by default, WithMethods) need a key;
 //     other methods pass through untouched even with one.
-//   - The key comes from the Idempotency-Key header (WithHeader), as a
+//   - The key comes from the Idempotency-Key header (WithKeyHeader), as a
 //     structured-field string ("abc") or bare (abc): both are the same key.
 //     1 to 255 bytes of visible ASCII (ParseKey). Missing: 400
 //     idempotency_key_missing (or pass through, WithOptionalKey).

@@ -224,7 +224,7 @@ func TestKeyRequiredAndValid(t *testing.T) {
 		t.Errorf("255-byte key: %d", w.Code)
 	}
 
-	opt := newApp(newMW(t, memstore.New(), nil, httpmw.WithOptionalKey(), httpmw.WithHeader("X-Request-Id")))
+	opt := newApp(newMW(t, memstore.New(), nil, httpmw.WithOptionalKey(), httpmw.WithKeyHeader("X-Request-Id")))
 	if w := opt.do(t, "POST", "/orders", "", "x"); w.Code != 201 {
 		t.Errorf("optional key, none sent: %d", w.Code)
 	}
@@ -573,7 +573,7 @@ func TestNewRejectsBadOptions(t *testing.T) {
 		"hop-by-hop":    {httpmw.WithReplayHeaders("Transfer-Encoding")},
 		"body limit":    {httpmw.WithMaxBody(-1)},
 		"wait":          {httpmw.WithWait(-time.Second)},
-		"header":        {httpmw.WithHeader("")},
+		"header":        {httpmw.WithKeyHeader("")},
 		"method":        {httpmw.WithMethods("")},
 	} {
 		if _, err := httpmw.New(g, append(opts, httpmw.Unscoped())...); err == nil {

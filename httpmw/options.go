@@ -67,9 +67,9 @@ func WithMethods(methods ...string) Option {
 	}
 }
 
-// WithHeader sets the request header that carries the key. Default
+// WithKeyHeader sets the request header that carries the key. Default
 // "Idempotency-Key".
-func WithHeader(name string) Option {
+func WithKeyHeader(name string) Option {
 	return func(c *config) {
 		if name == "" {
 			c.errs = append(c.errs, errors.New("empty header name"))
