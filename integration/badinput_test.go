@@ -67,7 +67,7 @@ func TestConstructorsRejectBadInput(t *testing.T) {
 			return err
 		},
 		"httpmw.WithMaxBody(-1)":                  func() error { _, err := httpmw.New(g, httpmw.Unscoped(), httpmw.WithMaxBody(-1)); return err },
-		"httpmw.WithKeyHeader(\"\")":                 func() error { _, err := httpmw.New(g, httpmw.Unscoped(), httpmw.WithKeyHeader("")); return err },
+		"httpmw.WithKeyHeader(\"\")":              func() error { _, err := httpmw.New(g, httpmw.Unscoped(), httpmw.WithKeyHeader("")); return err },
 		"grpcmw.UnaryServerInterceptor(nil)":      func() error { _, err := grpcmw.UnaryServerInterceptor(nil, grpcmw.Unscoped()); return err },
 		"grpcmw.UnaryServerInterceptor(no scope)": func() error { _, err := grpcmw.UnaryServerInterceptor(g); return err },
 		"grpcmw.StreamServerInterceptor(nil)":     func() error { _, err := grpcmw.StreamServerInterceptor(nil, grpcmw.Unscoped()); return err },
