@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/oncekit/oncekit/internal/mwcore"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -26,13 +27,10 @@ type config struct {
 	metadataKey string
 	extract     func(ctx context.Context, req any) (string, bool)
 	scope       func(ctx context.Context) string
-	scoped      int
+	common      mwcore.Config // the key space chosen, the wait, failing open
 	selector    func(fullMethod string) bool
 	final       func(error) bool
 	optional    bool
-	wait        time.Duration
-	waitSet     bool
-	failOpen    bool
 	errs        []error
 }
 
@@ -64,14 +62,14 @@ func WithScope(scope func(ctx context.Context) string) Option {
 			c.errs = append(c.errs, errors.New("nil scope function"))
 		}
 		c.scope = scope
-		c.scoped++
+		c.common.ChooseScope()
 	}
 }
 
 // Unscoped puts the keys of every caller of a method in one key space.
 // Only for services without principals, or behind a gateway that scopes
 // keys.
-func Unscoped() Option { return func(c *config) { c.scoped++ } }
+func Unscoped() Option { return func(c *config) { c.common.ChooseScope() } }
 
 // WithSelector limits the interceptor to the methods for which selected
 // reports true (full method names, "/pkg.Service/Method"). Other calls
@@ -113,28 +111,20 @@ func WithOptionalKey() Option { return func(c *config) { c.optional = true } }
 // to d for its response and replay it, instead of failing with Aborted at
 // once. Default: the Guard's own wait (idem.WithWait), which is 0.
 func WithWait(d time.Duration) Option {
-	return func(c *config) {
-		if d < 0 {
-			c.errs = append(c.errs, fmt.Errorf("negative wait %v", d))
-		}
-		c.wait, c.waitSet = d, true
-	}
+	return func(c *config) { c.common.SetWait(d) }
 }
 
 // WithFailOpen runs the handler without idempotency when the store cannot
 // be reached, instead of answering Unavailable. Duplicates may then run
 // twice.
-func WithFailOpen() Option { return func(c *config) { c.failOpen = true } }
+func WithFailOpen() Option { return func(c *config) { c.common.SetFailOpen() } }
 
 func newConfig(opts []Option) (*config, error) {
 	c := &config{metadataKey: DefaultMetadataKey, final: DefaultFinal}
 	for _, o := range opts {
 		o(c)
 	}
-	if c.scoped != 1 {
-		c.errs = append(c.errs, errors.New("choose the key space once: WithScope(principal) or Unscoped()"))
-	}
-	if err := errors.Join(c.errs...); err != nil {
+	if err := errors.Join(errors.Join(c.errs...), c.common.Check()); err != nil {
 		return nil, fmt.Errorf("grpcmw: %w", err)
 	}
 	return c, nil

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/internal/mwcore"
 )
 
 // errNotStored is what a run returns for an outcome that must not be
@@ -119,9 +120,7 @@ func (s *server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 		return nil, status.Errorf(codes.Internal, "grpcmw: %s: %v", info.FullMethod, err)
 	}
 	fp := idem.Fingerprint([]byte(info.FullMethod), body)
-	if s.cfg.waitSet {
-		ctx = idem.ContextWithWait(ctx, s.cfg.wait)
-	}
+	ctx = s.cfg.common.Context(ctx)
 	var (
 		ran      bool
 		resp     any
@@ -178,15 +177,14 @@ func (s *server) outcome(resp any, err error) ([]byte, error) {
 
 // storeError is the status of a run whose outcome could not be stored.
 func (s *server) storeError(ctx context.Context, err error) error {
-	if errors.Is(err, idem.ErrLockLost) {
+	switch mwcore.UnsettledBy(err) {
+	case mwcore.Lost:
 		return status.Error(codes.Aborted, "grpcmw: the call's claim was lost while it ran; retry with the same key")
-	}
-	if errors.Is(err, idem.ErrEffectRefused) {
+	case mwcore.EffectRefused:
 		// The effect's own check failed at commit (idem.Commit): nothing
 		// was written, the record included, so the same key runs again.
 		return status.Errorf(codes.Aborted, "grpcmw: the call's effect was refused, nothing was done; retry with the same key: %v", err)
-	}
-	if errors.Is(err, idem.ErrEffectFailed) || errors.Is(err, idem.ErrResultTooLarge) {
+	case mwcore.NotCommitted:
 		// An answer, not a fault: the same call would meet it again.
 		return status.Errorf(codes.Internal, "grpcmw: the call's outcome was not committed, nothing was done: %v", err)
 	}
@@ -195,24 +193,22 @@ func (s *server) storeError(ctx context.Context, err error) error {
 
 // guardError maps the Guard's refusals to statuses; nil means fail open.
 func (s *server) guardError(ctx context.Context, err error) error {
-	var ife *idem.InFlightError
-	switch {
-	case errors.As(err, &ife):
+	switch refusal, after := s.cfg.common.Refused(ctx, err); refusal {
+	case mwcore.InFlight:
 		st := status.New(codes.Aborted, "grpcmw: a call with this key is still running; retry later to get its response")
-		delay := durationpb.New(max(ife.RetryAfter, 0))
-		if d, derr := st.WithDetails(&errdetails.RetryInfo{RetryDelay: delay}); derr == nil {
+		if d, derr := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(after)}); derr == nil {
 			st = d
 		}
 		return st.Err()
-	case errors.Is(err, idem.ErrMismatch):
+	case mwcore.Mismatch:
 		return status.Error(codes.FailedPrecondition, "grpcmw: this key was used for a different request")
-	case errors.Is(err, idem.ErrInvalidKey):
+	case mwcore.InvalidKey:
 		return status.Errorf(codes.InvalidArgument, "grpcmw: %v", err)
-	case errors.Is(err, idem.ErrCorruptRecord):
+	case mwcore.CorruptRecord:
 		return status.Error(codes.Internal, "grpcmw: the stored record of this key cannot be read; an operator can delete it (oncectl record delete)")
-	case ctx.Err() != nil:
+	case mwcore.Canceled:
 		return status.FromContextError(ctx.Err()).Err()
-	case s.cfg.failOpen:
+	case mwcore.FailOpen:
 		return nil
 	default:
 		return status.Error(codes.Unavailable, "grpcmw: the idempotency store cannot be reached; the call was not run. Retry with the same key")
@@ -233,9 +229,7 @@ func (s *server) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerIn
 	case !ok:
 		return status.Errorf(codes.InvalidArgument, "grpcmw: %s needs an %s", info.FullMethod, s.cfg.metadataKey)
 	}
-	if s.cfg.waitSet {
-		ctx = idem.ContextWithWait(ctx, s.cfg.wait)
-	}
+	ctx = s.cfg.common.Context(ctx)
 	var handlerErr error
 	ran := false
 	// Lock only: the claim is held while the stream runs and dropped when

@@ -12,6 +12,7 @@ import (
 
 	"github.com/oncekit/oncekit/core/idem"
 	"github.com/oncekit/oncekit/core/observe"
+	"github.com/oncekit/oncekit/internal/mwcore"
 )
 
 // New returns middleware that makes the covered requests idempotent with
@@ -32,9 +33,7 @@ func New(guard *idem.Guard, opts ...Option) (func(http.Handler) http.Handler, er
 	for _, o := range opts {
 		o(c)
 	}
-	if c.scoped != 1 {
-		c.errs = append(c.errs, errors.New("choose the key space once: WithScope(principal) or Unscoped()"))
-	}
+	c.errs = append(c.errs, c.common.Check())
 	if c.final == nil {
 		c.final = DefaultFinal
 	}
@@ -130,9 +129,7 @@ func (m *middleware) handle(ctx context.Context, w http.ResponseWriter, r *http.
 		r.Body = io.NopCloser(bytes.NewReader(body)) // the scope may have read it
 	}
 	stored := idem.ScopedKey(scope, key)
-	if m.cfg.waitSet {
-		ctx = idem.ContextWithWait(ctx, m.cfg.wait)
-	}
+	ctx = m.cfg.common.Context(ctx)
 
 	ran := false
 	var rec *recorder
@@ -165,26 +162,26 @@ func (m *middleware) handle(ctx context.Context, w http.ResponseWriter, r *http.
 		writeProblem(w, http.StatusInternalServerError, CodeRecordCorrupt,
 			"The stored record of this key is not an HTTP response; an operator can delete it (oncectl record delete).", 0)
 		return observe.Error, err
-	case errors.Is(err, idem.ErrInFlight):
-		retry := 1
-		var ife *idem.InFlightError
-		if errors.As(err, &ife) {
-			retry = max(1, int(math.Ceil(ife.RetryAfter.Seconds())))
-		}
+	}
+	switch refusal, after := m.cfg.common.Refused(ctx, err); refusal {
+	case mwcore.InFlight:
 		writeProblem(w, http.StatusConflict, CodeInFlight,
-			"A request with this key is still being processed; retry later to get its response.", retry)
+			"A request with this key is still being processed; retry later to get its response.", max(1, int(math.Ceil(after.Seconds()))))
 		return observe.InFlight, nil
-	case errors.Is(err, idem.ErrMismatch):
+	case mwcore.Mismatch:
 		writeProblem(w, http.StatusUnprocessableEntity, CodeKeyReused,
 			"This key was used for a different request (method, path, query or body).", 0)
 		return observe.Mismatch, nil
-	case errors.Is(err, idem.ErrCorruptRecord):
+	case mwcore.InvalidKey:
+		writeProblem(w, http.StatusBadRequest, CodeKeyInvalid, "The idempotency key is out of bounds: "+err.Error()+".", 0)
+		return observe.Invalid, nil
+	case mwcore.CorruptRecord:
 		writeProblem(w, http.StatusInternalServerError, CodeRecordCorrupt,
 			"The stored record of this key cannot be read; an operator can delete it (oncectl record delete).", 0)
 		return observe.Error, err
-	case ctx.Err() != nil:
+	case mwcore.Canceled:
 		return observe.Canceled, err // the client is gone
-	case m.cfg.failOpen:
+	case mwcore.FailOpen:
 		next.ServeHTTP(w, r)
 		return observe.Error, err
 	default:
@@ -211,7 +208,7 @@ func (m *middleware) settleHeld(w http.ResponseWriter, rec *recorder, err error)
 	case errors.As(err, &notStored) && rec.status >= 400:
 		rec.release() // an error answer, and nothing was done: true as it stands
 		return observe.Executed, err
-	case errors.As(err, &notStored), errors.Is(err, idem.ErrResultTooLarge), errors.Is(err, idem.ErrEffectFailed):
+	case errors.As(err, &notStored), mwcore.UnsettledBy(err) == mwcore.NotCommitted:
 		clear(w.Header())
 		writeProblem(w, http.StatusInternalServerError, CodeEffectNotCommitted,
 			"The request's response could not be stored ("+notCommittedReason(err)+"), so its effect was not applied; nothing was done.", 0)

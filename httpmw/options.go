@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/internal/mwcore"
 )
 
 // Defaults.
@@ -44,12 +45,9 @@ type config struct {
 	optional    bool
 	maxBody     int64
 	maxResponse int
-	wait        time.Duration
-	waitSet     bool
-	failOpen    bool
 	replay      map[string]bool
 	final       func(r *http.Request, status int, header http.Header) bool
-	scoped      int // WithScope or Unscoped given: must be exactly one
+	common      mwcore.Config // the key space chosen, the wait, failing open
 	errs        []error
 }
 
@@ -89,7 +87,7 @@ func WithScope(scope func(*http.Request) string) Option {
 			c.errs = append(c.errs, errors.New("nil scope function"))
 		}
 		c.scope = scope
-		c.scoped++
+		c.common.ChooseScope()
 	}
 }
 
@@ -97,7 +95,7 @@ func WithScope(scope func(*http.Request) string) Option {
 // knows a key gets its response replayed. Only for services without
 // principals (the keys are unguessable and private to one client) or where
 // a gateway scopes keys before they arrive.
-func Unscoped() Option { return func(c *config) { c.scoped++ } }
+func Unscoped() Option { return func(c *config) { c.common.ChooseScope() } }
 
 // WithFinal decides which of the handler's responses are final — stored
 // and replayed to every duplicate — and which are not, so that the claim
@@ -185,18 +183,13 @@ func WithMaxResponse(n int) Option {
 // flight wait up to d for its response and replay it, instead of getting
 // 409 at once. Default: the Guard's own wait (idem.WithWait), which is 0.
 func WithWait(d time.Duration) Option {
-	return func(c *config) {
-		if d < 0 {
-			c.errs = append(c.errs, fmt.Errorf("negative wait %v", d))
-		}
-		c.wait, c.waitSet = d, true
-	}
+	return func(c *config) { c.common.SetWait(d) }
 }
 
 // WithFailOpen runs the handler without idempotency when the store cannot
 // be reached, instead of answering 503. Duplicates may then run twice:
 // only for handlers where that is better than refusing.
-func WithFailOpen() Option { return func(c *config) { c.failOpen = true } }
+func WithFailOpen() Option { return func(c *config) { c.common.SetFailOpen() } }
 
 // WithReplayHeaders adds response headers to the stored and replayed ones
 // (DefaultReplayHeaders). Set-Cookie, Authorization and hop-by-hop headers

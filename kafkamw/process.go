@@ -12,6 +12,7 @@ import (
 
 	"github.com/oncekit/oncekit/core/idem"
 	"github.com/oncekit/oncekit/core/observe"
+	"github.com/oncekit/oncekit/internal/mwcore"
 )
 
 // ErrNoKey is the error of a message with no key when keys are required
@@ -143,9 +144,16 @@ func (c *Consumer) process(ctx context.Context, msg kafka.Message, key string, k
 			if !c.sleep(ctx, attempt) {
 				return observe.Canceled
 			}
-		case errors.Is(err, idem.ErrMismatch):
+			continue
+		}
+		// Kafka has no client to answer: a key that cannot be claimed is
+		// dead-lettered, one in flight waited for, and a store that does
+		// not answer retried (there is no failing open).
+		var core mwcore.Config
+		switch refusal, _ := core.Refused(ctx, err); refusal {
+		case mwcore.Mismatch, mwcore.InvalidKey, mwcore.CorruptRecord:
 			return c.reject(ctx, msg, key, err, prev)
-		case errors.Is(err, idem.ErrInFlight):
+		case mwcore.InFlight:
 			// Another member (the old owner after a rebalance) is
 			// handling it: wait for its outcome.
 			waits++
