@@ -761,7 +761,7 @@ func TestKeyInHandler(t *testing.T) {
 		h.ServeHTTP(httptest.NewRecorder(), req)
 	}
 	if len(got) != 2 || got[0] == "" || got[0] != got[1] || got[0] != idem.ScopedKey("alice", "k1") {
-		t.Errorf("keys in the handler %q; want the same scoped key on every run", got)
+		t.Errorf("keys in the handler %q; want the same stored key on every run", got)
 	}
 }
 

@@ -336,7 +336,7 @@ func (m *middleware) replay(w http.ResponseWriter, resp response) {
 // makes so that a run whose claim was lost cannot overwrite a newer one.
 func Fence(ctx context.Context) (uint64, bool) { return idem.FenceFrom(ctx) }
 
-// Key returns the stored key of the request's claim (the scoped key, the
+// Key returns the stored key of the request's claim (the
 // same on every retry of the request) from the handler's request context:
 // key an effect outside the idempotency store on it (a unique column, a
 // conditional write) so that a retry after a crash between the effect and

@@ -40,7 +40,7 @@ func TestDuplicatesRunOnce(t *testing.T) {
 		c, err := kafkamw.NewConsumer(newReader(t, brokers, topic, group), newGuard(t, st),
 			func(ctx context.Context, m kafka.Message) error {
 				if k, ok := idem.KeyFrom(ctx); !ok || k == "" {
-					return errors.New("no stable key in the handler's context")
+					return errors.New("no stored key in the handler's context")
 				}
 				eff.add(idOf(m))
 				return nil

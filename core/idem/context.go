@@ -7,12 +7,12 @@ import (
 
 type fenceKey struct{}
 
-type stableKey struct{}
+type storedKey struct{}
 
 type waitKey struct{}
 
 // KeyFrom returns the stored key of the claim a Guard's run executes under
-// (the scoped key, the same on every retry of the request or message),
+// (the same on every retry of the request or message),
 // from the ctx the Guard passed to it. An effect that lives outside the
 // idempotency store is made to run once by keying it on this value at its
 // resource: a unique index on it, a conditional write, a ledger entry's
@@ -20,7 +20,7 @@ type waitKey struct{}
 // the effect done. (A fence cannot do this: the retry carries a higher
 // one.)
 func KeyFrom(ctx context.Context) (string, bool) {
-	k, ok := ctx.Value(stableKey{}).(string)
+	k, ok := ctx.Value(storedKey{}).(string)
 	return k, ok
 }
 

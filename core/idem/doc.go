@@ -32,7 +32,7 @@
 //     EffectStore: one Redis script, one etcd transaction, one memstore
 //     critical section; an SQL store would take func(*sql.Tx) error): both
 //     or neither, so it runs once.
-//   - An effect elsewhere, keyed on the stable key the run reads with
+//   - An effect elsewhere, keyed on the stored key the run reads with
 //     KeyFrom (a unique column, a conditional write), runs once at its
 //     resource.
 //   - Any other effect runs at least once: the retry that follows a crash

@@ -66,7 +66,7 @@ type Guard struct {
 	observer  observe.Observer
 	observed  bool
 	driver    string
-	keeper    keeper // extends the claims of busy runs
+	watchdog  watchdog // extends the claims of busy runs
 }
 
 // NewGuard returns a Guard over store.
@@ -234,13 +234,13 @@ func (g *Guard) begin(ctx context.Context, key, fingerprint string) (Claim, time
 
 func (g *Guard) run(ctx context.Context, c Claim, valid time.Time, run func(context.Context) ([]byte, error)) (result []byte, replayed bool, err error) {
 	slot := &effectSlot{}
-	rctx := context.WithValue(context.WithValue(ctx, fenceKey{}, c.Fence), stableKey{}, c.Key)
+	rctx := context.WithValue(context.WithValue(ctx, fenceKey{}, c.Fence), storedKey{}, c.Key)
 	rctx, cancel := context.WithCancelCause(context.WithValue(rctx, effectKey{}, slot))
 	defer cancel(nil)
 	// The claim lives until run returns, whatever happens to the caller's
 	// context: a client that hangs up must not free the key while its
 	// handler still runs.
-	wd := g.keep(context.WithoutCancel(rctx), c, valid, cancel)
+	wd := g.watch(context.WithoutCancel(rctx), c, valid, cancel)
 	cleanup, cancelCleanup := lockdriver.CleanupContext(ctx)
 	defer cancelCleanup()
 

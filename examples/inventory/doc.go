@@ -24,7 +24,7 @@
 // between the sale and the response leaves neither, and the client's retry
 // sells once. With Redlock the records are spread over several servers and
 // cannot share a script with the stock, so the sale script itself records
-// the order under its ID — derived from the record's stable key — and
+// the order under its ID — derived from the record's stored key — and
 // refuses a second one. The SKU lock is released only after the record is
 // committed, so the next sale sees this one.
 //

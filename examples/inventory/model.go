@@ -84,11 +84,11 @@ func CheckStock(stock int64) error {
 	return nil
 }
 
-// OrderID derives an order's ID from its idempotency record's stable key
+// OrderID derives an order's ID from its idempotency record's stored key
 // (idem.KeyFrom): every run for one key — a retry after a replica died
 // mid-sale — names the same order.
-func OrderID(stableKey string) string {
-	h := sha256.Sum256([]byte(stableKey))
+func OrderID(storedKey string) string {
+	h := sha256.Sum256([]byte(storedKey))
 	return "o-" + hex.EncodeToString(h[:10])
 }
 

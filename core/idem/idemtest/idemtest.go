@@ -58,7 +58,7 @@ func Run(t *testing.T, cfg Config) {
 	t.Run("PanicAbandons", s.panics)
 	t.Run("GoexitAbandons", s.goexit)
 	t.Run("CallerCancelKeepsClaim", s.callerCancel)
-	t.Run("StableKeyInRun", s.stableKey)
+	t.Run("StoredKeyInRun", s.storedKey)
 	t.Run("ClaimFencesIncreasePerKey", s.claimFences)
 	t.Run("EffectCommitsWithRecord", s.effectCommits)
 	t.Run("EffectRefusedWritesNothing", s.effectRefused)
@@ -570,9 +570,9 @@ func (s *suite) callerCancel(t *testing.T) {
 	}
 }
 
-// stableKey: the run reads its claim's stored key from its context, the
+// storedKey: the run reads its claim's stored key from its context, the
 // same on every retry.
-func (s *suite) stableKey(t *testing.T) {
+func (s *suite) storedKey(t *testing.T) {
 	k := key(t)
 	g := guard(t, s.cfg.NewStore(t))
 	var got string

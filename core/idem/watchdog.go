@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// keeper extends the leases of a Guard's claims while their runs are busy,
+// watchdog extends the leases of a Guard's claims while their runs are busy,
 // every lease/3, on one timer for all of them, and ends a run by a local
 // timer when its claim's validity runs out without an extension: the run's
 // context is cancelled with ErrLockLost no later than the moment the store
@@ -22,15 +22,15 @@ import (
 // earliest moment due and left armed when runs end, so a run that starts
 // and ends before it fires — the common case — touches no timer at all:
 // its extension is due later than the one already armed.
-type keeper struct {
+type watchdog struct {
 	mu    sync.Mutex
-	runs  map[*kept]struct{}
+	runs  map[*watched]struct{}
 	timer *time.Timer
 	at    time.Time // when timer fires; zero when it is not armed
 }
 
-// kept is one claim being kept alive.
-type kept struct {
+// watched is one claim the watchdog keeps alive.
+type watched struct {
 	g      *Guard
 	ctx    context.Context // detached from the caller's cancellation
 	c      Claim
@@ -49,7 +49,7 @@ func expiryMargin(lease time.Duration) time.Duration {
 }
 
 // endAt is when k's run is ended unless its claim is extended before.
-func (k *kept) endAt() time.Time { return k.valid.Add(-expiryMargin(k.g.lease)) }
+func (k *watched) endAt() time.Time { return k.valid.Add(-expiryMargin(k.g.lease)) }
 
 // earliest returns the earlier of a and b.
 func earliest(a, b time.Time) time.Time {
@@ -59,15 +59,15 @@ func earliest(a, b time.Time) time.Time {
 	return a
 }
 
-// keep starts keeping claim c, valid until valid, alive; ctx must not end
+// watch starts keeping claim c, valid until valid, alive; ctx must not end
 // before stop.
-func (g *Guard) keep(ctx context.Context, c Claim, valid time.Time, cancel context.CancelCauseFunc) *kept {
-	k := &kept{g: g, ctx: ctx, c: c, cancel: cancel, due: time.Now().Add(g.lease / 3), valid: valid}
-	kp := &g.keeper
+func (g *Guard) watch(ctx context.Context, c Claim, valid time.Time, cancel context.CancelCauseFunc) *watched {
+	k := &watched{g: g, ctx: ctx, c: c, cancel: cancel, due: time.Now().Add(g.lease / 3), valid: valid}
+	kp := &g.watchdog
 	kp.mu.Lock()
 	defer kp.mu.Unlock()
 	if kp.runs == nil {
-		kp.runs = map[*kept]struct{}{}
+		kp.runs = map[*watched]struct{}{}
 	}
 	kp.runs[k] = struct{}{}
 	kp.armLocked(earliest(k.due, k.endAt()))
@@ -76,8 +76,8 @@ func (g *Guard) keep(ctx context.Context, c Claim, valid time.Time, cancel conte
 
 // stop stops keeping k alive, waits for an extension in flight and returns
 // the end of the claim's validity as last extended.
-func (k *kept) stop() time.Time {
-	kp := &k.g.keeper
+func (k *watched) stop() time.Time {
+	kp := &k.g.watchdog
 	kp.mu.Lock()
 	delete(kp.runs, k)
 	kp.mu.Unlock()
@@ -88,7 +88,7 @@ func (k *kept) stop() time.Time {
 }
 
 // armLocked makes the timer fire by at.
-func (kp *keeper) armLocked(at time.Time) {
+func (kp *watchdog) armLocked(at time.Time) {
 	if !kp.at.IsZero() && !at.Before(kp.at) {
 		return
 	}
@@ -103,7 +103,7 @@ func (kp *keeper) armLocked(at time.Time) {
 // fire ends the runs whose claims have run out, starts the extensions due
 // (and those due within a little of now, so that runs which began together
 // share one wake-up) and arms the timer for the next of either.
-func (kp *keeper) fire() {
+func (kp *watchdog) fire() {
 	kp.mu.Lock()
 	defer kp.mu.Unlock()
 	kp.at = time.Time{}
@@ -137,7 +137,7 @@ func (kp *keeper) fire() {
 	}
 }
 
-func (kp *keeper) extend(k *kept) {
+func (kp *watchdog) extend(k *watched) {
 	defer k.wg.Done()
 	g := k.g
 	interval := g.lease / 3
