@@ -92,7 +92,7 @@ func (l *lease) Deadline() time.Time {
 func (l *lease) Done() <-chan struct{} {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if !l.watching && l.State() == lockdriver.Held {
+	if !l.watching && l.State() == lockdriver.Live {
 		l.watching = true
 		ctx, cancel := context.WithCancel(context.Background())
 		l.stopW = cancel

@@ -96,7 +96,7 @@ type waiter struct {
 type grantState = lockdriver.State
 
 const (
-	held     = lockdriver.Held
+	held     = lockdriver.Live
 	released = lockdriver.Released
 	lost     = lockdriver.Lost
 )
@@ -330,7 +330,7 @@ func (l *lease) StoreRefresh(ctx context.Context, ttl time.Duration) (time.Time,
 	s := l.g.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if l.State() != lockdriver.Held || !l.g.heldLocked() {
+	if l.State() != lockdriver.Live || !l.g.heldLocked() {
 		return time.Time{}, fmt.Errorf("memstore: refresh %q: %w", l.g.key, lock.ErrLockLost)
 	}
 	// An owner's holds share the grant: one hold's refresh never shortens
@@ -369,7 +369,7 @@ func (l *lease) Deadline() time.Time {
 	s := l.g.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if l.State() != lockdriver.Held || !l.g.heldLocked() {
+	if l.State() != lockdriver.Live || !l.g.heldLocked() {
 		return time.Time{}
 	}
 	return l.g.expires

@@ -37,7 +37,7 @@ func (s *Store) newVotes(key string) *votes {
 // the node) when the votes are no longer wanted.
 func (v *votes) took(i int) bool {
 	v.mu.Lock()
-	over := v.gaveUp || (v.lease != nil && v.lease.State() != lockdriver.Held)
+	over := v.gaveUp || (v.lease != nil && v.lease.State() != lockdriver.Live)
 	if !over {
 		v.nodes[i] = true
 	}

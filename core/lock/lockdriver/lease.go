@@ -14,8 +14,8 @@ import (
 type State int
 
 const (
-	// Held: the lease is live as far as this process knows.
-	Held State = iota
+	// Live: the lease is valid as far as this process knows.
+	Live State = iota
 	// Released: Release succeeded (or a hand-off passed the key on).
 	Released
 	// Lost: the store no longer holds the lease's token, or its local
@@ -25,8 +25,8 @@ const (
 
 func (s State) String() string {
 	switch s {
-	case Held:
-		return "held"
+	case Live:
+		return "live"
 	case Released:
 		return "released"
 	case Lost:
@@ -139,7 +139,7 @@ func (l *Lease) State() State {
 func (l *Lease) Deadline() time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.state != Held {
+	if l.state != Live {
 		return time.Time{}
 	}
 	return l.deadline
@@ -151,7 +151,7 @@ func (l *Lease) Remaining() time.Duration {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	switch {
-	case l.state != Held:
+	case l.state != Live:
 		return 0
 	case l.deadline.IsZero():
 		return -1
@@ -164,7 +164,7 @@ func (l *Lease) Remaining() time.Duration {
 // caller may hold its own locks, as long as OnEnd does not take them.
 func (l *Lease) End(st State) bool {
 	l.mu.Lock()
-	if l.state != Held {
+	if l.state != Live {
 		l.mu.Unlock()
 		return false
 	}
@@ -185,7 +185,7 @@ func (l *Lease) End(st State) bool {
 func (l *Lease) EndQuietly(st State) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.state != Held {
+	if l.state != Live {
 		return false
 	}
 	l.state = st
@@ -200,7 +200,7 @@ func (l *Lease) EndQuietly(st State) bool {
 // lease is no longer ours.
 func (l *Lease) expire() {
 	l.mu.Lock()
-	if l.state != Held {
+	if l.state != Live {
 		l.mu.Unlock()
 		return
 	}
@@ -227,7 +227,7 @@ func (l *Lease) Refresh(ctx context.Context, ttl time.Duration) error {
 	if err := ValidateTTL(ttl); err != nil {
 		return err
 	}
-	if l.State() != Held {
+	if l.State() != Live {
 		return l.errorf("refresh", lock.ErrLockLost)
 	}
 	deadline, err := l.cfg.Store.StoreRefresh(ctx, ttl)
@@ -238,7 +238,7 @@ func (l *Lease) Refresh(ctx context.Context, ttl time.Duration) error {
 		return err
 	}
 	l.mu.Lock()
-	if l.state != Held {
+	if l.state != Live {
 		l.mu.Unlock()
 		cctx, cancel := CleanupContext(ctx)
 		defer cancel()

@@ -76,7 +76,7 @@ func TestReleaseUnknownOutcomeKeepsLease(t *testing.T) {
 	if err := l.Release(t.Context()); err == nil {
 		t.Fatal("Release with a failing store returned nil")
 	}
-	if l.State() != lockdriver.Held {
+	if l.State() != lockdriver.Live {
 		t.Fatalf("state after an unknown outcome = %s, want held (retryable)", l.State())
 	}
 	st.releaseErr = nil
