@@ -267,7 +267,7 @@ func TestClientTimeoutThenRetry(t *testing.T) {
 			time.Sleep(900 * time.Millisecond) // ignores the client's deadline
 			return &testpb.PlaceReply{OrderId: "slow"}, nil
 		}}
-		c := serve(t, st, o, []idem.Option{idem.WithLease(300 * time.Millisecond)}, nil)
+		c := serve(t, st, o, []idem.Option{idem.WithTTL(300 * time.Millisecond)}, nil)
 		short, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
 		_, err := c.Place(withKey(short, "k-slow"), &testpb.PlaceRequest{})
 		cancel()

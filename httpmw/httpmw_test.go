@@ -388,7 +388,7 @@ func TestInFlight(t *testing.T) {
 			if wait {
 				opts = append(opts, httpmw.WithWait(10*time.Second))
 			}
-			h := newMW(t, st, []idem.Option{idem.WithLease(3 * time.Second)}, opts...)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			h := newMW(t, st, []idem.Option{idem.WithTTL(3 * time.Second)}, opts...)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				runs.Add(1)
 				close(started)
 				<-finish
@@ -780,7 +780,7 @@ func TestClientTimeoutThenRetry(t *testing.T) {
 			time.Sleep(900 * time.Millisecond) // ignores the client's cancellation, as many handlers do
 			w.WriteHeader(http.StatusCreated)
 		})
-		srv := httptest.NewServer(newMW(t, st, []idem.Option{idem.WithLease(300 * time.Millisecond)})(handler))
+		srv := httptest.NewServer(newMW(t, st, []idem.Option{idem.WithTTL(300 * time.Millisecond)})(handler))
 		defer srv.Close()
 		send := func(timeout time.Duration) (int, error) {
 			req, _ := http.NewRequest("POST", srv.URL+"/orders", nil)

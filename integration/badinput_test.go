@@ -56,7 +56,7 @@ func TestConstructorsRejectBadInput(t *testing.T) {
 		"redlockstore.New(same node 3 times)": func() error { _, err := redlockstore.New([]redlockstore.Client{c, c, c}); return err },
 		"etcdstore.New(nil)":                  func() error { _, err := etcdstore.New(nil); return err },
 		"idem.NewGuard(nil)":                  func() error { _, err := idem.NewGuard(nil); return err },
-		"idem.WithLease(0)":                   func() error { _, err := idem.NewGuard(memstore.New(), idem.WithLease(0)); return err },
+		"idem.WithTTL(0)":                     func() error { _, err := idem.NewGuard(memstore.New(), idem.WithTTL(0)); return err },
 		"idem.WithMaxResult(-1)":              func() error { _, err := idem.NewGuard(memstore.New(), idem.WithMaxResult(-1)); return err },
 		"lock.NewMutex(nil)":                  func() error { _, err := lock.NewMutex(nil); return err },
 		"lock.WithTTL(-1)":                    func() error { _, err := lock.NewMutex(memstore.New(), lock.WithTTL(-time.Second)); return err },

@@ -63,7 +63,7 @@ func runChild() {
 			return err
 		}
 		defer st.Close()
-		g, err := idem.NewGuard(st, idem.WithLease(time.Second))
+		g, err := idem.NewGuard(st, idem.WithTTL(time.Second))
 		if err != nil {
 			return err
 		}

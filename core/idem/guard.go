@@ -14,7 +14,7 @@ import (
 
 // Defaults of a Guard.
 const (
-	DefaultLease     = 10 * time.Second
+	DefaultTTL       = 10 * time.Second
 	DefaultRetention = 24 * time.Hour
 	DefaultMaxResult = 1 << 20
 )
@@ -22,10 +22,11 @@ const (
 // Option configures a Guard.
 type Option func(*Guard)
 
-// WithLease sets the lease of an in-flight claim; a watchdog extends it
+// WithTTL sets how long an in-flight claim stays valid without an
+// extension (its TTL); a watchdog extends it
 // every lease/3 while the run is busy, so it only bounds how long a crashed
-// run blocks its retries. Default DefaultLease (10 s).
-func WithLease(d time.Duration) Option { return func(g *Guard) { g.lease = d } }
+// run blocks its retries. Default DefaultTTL (10 s).
+func WithTTL(d time.Duration) Option { return func(g *Guard) { g.ttl = d } }
 
 // WithRetention sets how long a completed result is kept and replayed.
 // Default DefaultRetention (24 h).
@@ -58,7 +59,7 @@ func WithObserver(o observe.Observer) Option {
 // Store, and replays its stored result to duplicates.
 type Guard struct {
 	store     Store
-	lease     time.Duration
+	ttl       time.Duration
 	retention time.Duration
 	maxResult int
 	wait      time.Duration
@@ -74,13 +75,13 @@ func NewGuard(store Store, opts ...Option) (*Guard, error) {
 	if store == nil {
 		return nil, errors.New("idem: NewGuard: nil store")
 	}
-	g := &Guard{store: store, lease: DefaultLease, retention: DefaultRetention, maxResult: DefaultMaxResult}
+	g := &Guard{store: store, ttl: DefaultTTL, retention: DefaultRetention, maxResult: DefaultMaxResult}
 	for _, o := range opts {
 		o(g)
 	}
 	var errs []error
-	if err := lockdriver.ValidateTTL(g.lease); err != nil {
-		errs = append(errs, fmt.Errorf("lease: %w", err))
+	if err := lockdriver.ValidateTTL(g.ttl); err != nil {
+		errs = append(errs, fmt.Errorf("TTL: %w", err))
 	}
 	if err := lockdriver.ValidateTTL(g.retention); err != nil {
 		errs = append(errs, fmt.Errorf("retention: %w", err))
@@ -174,7 +175,7 @@ func (g *Guard) Do(ctx context.Context, key, fingerprint string,
 // claimed by someone else at the earliest: the lease counted from before
 // the request, or the store's own Expires when that is earlier.
 func (g *Guard) validity(c Claim, sent time.Time) time.Time {
-	valid := sent.Add(g.lease)
+	valid := sent.Add(g.ttl)
 	if !c.Expires.IsZero() && c.Expires.Before(valid) {
 		valid = c.Expires
 	}
@@ -192,7 +193,7 @@ func (g *Guard) begin(ctx context.Context, key, fingerprint string) (Claim, time
 	backoff := 5 * time.Millisecond
 	for {
 		sent := time.Now()
-		c, err := g.store.Begin(ctx, key, fingerprint, g.lease)
+		c, err := g.store.Begin(ctx, key, fingerprint, g.ttl)
 		if err != nil {
 			return Claim{}, sent, err
 		}
@@ -332,7 +333,7 @@ func (g *Guard) complete(ctx context.Context, c Claim, enc []byte, valid time.Ti
 			return fmt.Errorf("idem: %q: result not stored before the claim's lease ran out: %w", c.Key, err)
 		}
 		time.Sleep(wait)
-		backoff = min(2*backoff, g.lease/4)
+		backoff = min(2*backoff, g.ttl/4)
 	}
 }
 
@@ -347,7 +348,7 @@ func refusedCompletion(err error) bool {
 // storedAlready reports whether key's record is completed with enc: an
 // earlier Complete whose reply was lost did store it.
 func (g *Guard) storedAlready(ctx context.Context, c Claim, enc []byte) bool {
-	got, err := g.store.Begin(ctx, c.Key, c.Fingerprint, g.lease)
+	got, err := g.store.Begin(ctx, c.Key, c.Fingerprint, g.ttl)
 	if err != nil {
 		return false
 	}

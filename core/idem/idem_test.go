@@ -65,7 +65,7 @@ func TestNewGuardValidates(t *testing.T) {
 	if _, err := idem.NewGuard(nil); err == nil {
 		t.Error("NewGuard(nil): no error")
 	}
-	if _, err := idem.NewGuard(memstore.New(), idem.WithLease(0)); err == nil {
+	if _, err := idem.NewGuard(memstore.New(), idem.WithTTL(0)); err == nil {
 		t.Error("NewGuard with a zero lease: no error")
 	}
 	if _, err := idem.NewGuard(memstore.New(), idem.WithWait(-1)); err == nil {
@@ -158,7 +158,7 @@ func (f *flakyComplete) Complete(ctx context.Context, c idem.Claim, result []byt
 func TestCompleteRetriedWhileClaimAlive(t *testing.T) {
 	store := &flakyComplete{Store: memstore.New()}
 	store.fails.Store(3)
-	g, err := idem.NewGuard(store, idem.WithLease(2*time.Second))
+	g, err := idem.NewGuard(store, idem.WithTTL(2*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,7 +175,7 @@ func TestCompleteRetriedWhileClaimAlive(t *testing.T) {
 	// A store that stays down: Do gives up once the claim's lease is over,
 	// and says the result was not stored.
 	store.fails.Store(1 << 30)
-	g, err = idem.NewGuard(store, idem.WithLease(200*time.Millisecond))
+	g, err = idem.NewGuard(store, idem.WithTTL(200*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,7 +190,7 @@ func TestCompleteRetriedWhileClaimAlive(t *testing.T) {
 func TestManyLongRunsKeptAlive(t *testing.T) {
 	st := memstore.New()
 	const lease = 90 * time.Millisecond
-	g, err := idem.NewGuard(st, idem.WithLease(lease))
+	g, err := idem.NewGuard(st, idem.WithTTL(lease))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -65,18 +65,18 @@ type Claim struct {
 type Store interface {
 	// Begin claims key for a request with fingerprint, or reports what
 	// holds it: one round trip.
-	Begin(ctx context.Context, key, fingerprint string, lease time.Duration) (Claim, error)
+	Begin(ctx context.Context, key, fingerprint string, ttl time.Duration) (Claim, error)
 	// Complete stores result for retention, if c still holds the key
 	// (else ErrLockLost): one round trip.
 	Complete(ctx context.Context, c Claim, result []byte, retention time.Duration) error
 	// Abandon deletes c's in-flight record so that a retry can run (else
 	// ErrLockLost).
 	Abandon(ctx context.Context, c Claim) error
-	// Extend lengthens c's lease to lease from now (else ErrLockLost). On
-	// success the key cannot be claimed by another caller before lease
-	// has passed from when the call began: the Guard counts its run's
+	// Extend makes c valid for ttl from now (else ErrLockLost). On
+	// success the key cannot be claimed by another caller before ttl has
+	// passed from when the call began: the Guard counts its run's
 	// validity from then.
-	Extend(ctx context.Context, c Claim, lease time.Duration) error
+	Extend(ctx context.Context, c Claim, ttl time.Duration) error
 }
 
 // Waiter is implemented by stores that can wake a duplicate when the key it

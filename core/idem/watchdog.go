@@ -49,7 +49,7 @@ func expiryMargin(lease time.Duration) time.Duration {
 }
 
 // endAt is when k's run is ended unless its claim is extended before.
-func (k *watched) endAt() time.Time { return k.valid.Add(-expiryMargin(k.g.lease)) }
+func (k *watched) endAt() time.Time { return k.valid.Add(-expiryMargin(k.g.ttl)) }
 
 // earliest returns the earlier of a and b.
 func earliest(a, b time.Time) time.Time {
@@ -62,7 +62,7 @@ func earliest(a, b time.Time) time.Time {
 // watch starts keeping claim c, valid until valid, alive; ctx must not end
 // before stop.
 func (g *Guard) watch(ctx context.Context, c Claim, valid time.Time, cancel context.CancelCauseFunc) *watched {
-	k := &watched{g: g, ctx: ctx, c: c, cancel: cancel, due: time.Now().Add(g.lease / 3), valid: valid}
+	k := &watched{g: g, ctx: ctx, c: c, cancel: cancel, due: time.Now().Add(g.ttl / 3), valid: valid}
 	kp := &g.watchdog
 	kp.mu.Lock()
 	defer kp.mu.Unlock()
@@ -124,7 +124,7 @@ func (kp *watchdog) fire() {
 		if k.busy {
 			continue
 		}
-		if !k.due.After(now.Add(k.g.lease / 30)) {
+		if !k.due.After(now.Add(k.g.ttl / 30)) {
 			k.busy = true
 			k.wg.Add(1)
 			go kp.extend(k)
@@ -140,14 +140,14 @@ func (kp *watchdog) fire() {
 func (kp *watchdog) extend(k *watched) {
 	defer k.wg.Done()
 	g := k.g
-	interval := g.lease / 3
+	interval := g.ttl / 3
 	kp.mu.Lock()
 	end := k.endAt()
 	kp.mu.Unlock()
 	start := time.Now()
 	// An answer after the run has ended is of no use: wait no longer.
 	ectx, ecancel := context.WithDeadline(k.ctx, earliest(start.Add(interval), end))
-	err := g.store.Extend(ectx, k.c, g.lease)
+	err := g.store.Extend(ectx, k.c, g.ttl)
 	ecancel()
 	kp.mu.Lock()
 	defer kp.mu.Unlock()
@@ -157,14 +157,14 @@ func (kp *watchdog) extend(k *watched) {
 	}
 	switch {
 	case err == nil:
-		k.valid = start.Add(g.lease)
+		k.valid = start.Add(g.ttl)
 		k.due = time.Now().Add(interval)
 	case errors.Is(err, ErrLockLost) || !time.Now().Before(k.endAt()):
 		k.cancel(ErrLockLost)
 		delete(kp.runs, k)
 		return
 	default: // unreachable for now: try again soon, while the lease lasts
-		k.due = time.Now().Add(max(g.lease/10, time.Millisecond))
+		k.due = time.Now().Add(max(g.ttl/10, time.Millisecond))
 	}
 	kp.armLocked(earliest(k.due, k.endAt()))
 }

@@ -91,7 +91,7 @@ func TestClaimNotTakenOverByClockSkew(t *testing.T) {
 func TestEffectRejectedNotRetried(t *testing.T) {
 	eps := testenv.EtcdAddrs(t)
 	s := newStore(t, newClient(t, eps))
-	g, err := idem.NewGuard(s, idem.WithLease(5*time.Second))
+	g, err := idem.NewGuard(s, idem.WithTTL(5*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -104,7 +104,7 @@ func TestEffectErrorReplyNotRetried(t *testing.T) {
 func testEffectErrorReply(t *testing.T, script *redisstore.EffectScript) {
 	admin := newClient(t)
 	s := newStore(t, newClient(t))
-	g, err := idem.NewGuard(s, idem.WithLease(2*time.Second))
+	g, err := idem.NewGuard(s, idem.WithTTL(2*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -362,7 +362,7 @@ func (s *suite) tooLarge(t *testing.T) {
 func (s *suite) lostMidRun(t *testing.T) {
 	k := key(t)
 	st := s.cfg.NewStore(t)
-	g := guard(t, noExtend{st}, idem.WithLease(150*time.Millisecond))
+	g := guard(t, noExtend{st}, idem.WithTTL(150*time.Millisecond))
 	ctx := ctxT(t, 10*time.Second)
 	var cause error
 	_, _, err := g.Do(ctx, k, "fp", func(ctx context.Context) ([]byte, error) {
@@ -408,7 +408,7 @@ func CheckRunEndsBeforeAnother(t *testing.T, via, other idem.Store, cut func()) 
 	t.Helper()
 	k := key(t)
 	const lease = 1200 * time.Millisecond
-	g := guard(t, via, idem.WithLease(lease))
+	g := guard(t, via, idem.WithTTL(lease))
 	ctx := ctxT(t, 20*time.Second)
 	started := make(chan struct{})
 	ended := make(chan time.Time, 1)
@@ -501,7 +501,7 @@ func (s *suite) panics(t *testing.T) {
 func (s *suite) goexit(t *testing.T) {
 	k := key(t)
 	st := s.cfg.NewStore(t)
-	g := guard(t, st, idem.WithLease(time.Minute))
+	g := guard(t, st, idem.WithTTL(time.Minute))
 	ctx := ctxT(t, 10*time.Second)
 	done := make(chan struct{})
 	go func() {
@@ -526,7 +526,7 @@ func (s *suite) goexit(t *testing.T) {
 func (s *suite) callerCancel(t *testing.T) {
 	const lease = 300 * time.Millisecond
 	k := key(t)
-	g := guard(t, s.cfg.NewStore(t), idem.WithLease(lease))
+	g := guard(t, s.cfg.NewStore(t), idem.WithTTL(lease))
 	callerCtx, hangUp := context.WithCancel(ctxT(t, 10*time.Second))
 	var running, runs atomic.Int32
 	release := make(chan struct{})
@@ -821,7 +821,7 @@ func (s *suite) inspect(t *testing.T) {
 func (s *suite) longRun(t *testing.T) {
 	st := s.cfg.NewStore(t)
 	k := key(t)
-	g := guard(t, st, idem.WithLease(300*time.Millisecond))
+	g := guard(t, st, idem.WithTTL(300*time.Millisecond))
 	done, started := make(chan error, 1), make(chan struct{})
 	go func() {
 		_, _, err := g.Do(ctxT(t, 10*time.Second), k, "fp", func(ctx context.Context) ([]byte, error) {
