@@ -50,7 +50,12 @@
 // that token with a new fence and announces "g|<token>|<fence>" — so the
 // waiter holds the key the moment the message arrives, without another
 // round trip; its lease's validity counts from its last attempt, which
-// found the key held and so came before the grant. A member is granted the
+// found the key held and so came before the grant. A grant is used only
+// when its fence is above the highest fence the waiter's busy attempts
+// saw (the acquire script reports it): a grant read late, after an attempt
+// that found another holder, is older than that attempt and is dropped,
+// so a stalled waiter never holds the key beside the one who took it
+// after the grant expired. A member is granted the
 // key only if the announcement reaches someone (a dead process's
 // subscription went with its connections; it is dropped instead). A waiter
 // that gives up gives back a grant to its token, one already made or one
