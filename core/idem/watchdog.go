@@ -42,10 +42,13 @@ type watched struct {
 }
 
 // expiryMargin is how long before its validity a run is ended: timers
-// fire a little late, and the run's cancellation takes a moment to reach
-// the work it cancels.
-func expiryMargin(lease time.Duration) time.Duration {
-	return min(max(lease/64, time.Millisecond), 50*time.Millisecond)
+// fire late on a loaded machine (tens of milliseconds under a garbage
+// collection or CPU throttling), and the cancellation takes a moment to
+// reach the work it cancels. A tenth of the TTL, up to a second, costs
+// nothing while the store answers: the watchdog extends every third of the
+// TTL, so the validity stays at least two thirds of it ahead.
+func expiryMargin(ttl time.Duration) time.Duration {
+	return min(max(ttl/10, time.Millisecond), time.Second)
 }
 
 // endAt is when k's run is ended unless its claim is extended before.
