@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
+
+	"github.com/oncekit/oncekit/core/idem"
 )
 
 // The inventory's HTTP API, driven by concurrent clients across three
@@ -143,29 +145,41 @@ func (h *history) client(id int, targets []string, ops int, done *atomic.Int64) 
 // order places one logical order with key, as a client of an idempotent
 // API does: when it hears no answer (a replica died) or hears that the
 // key's first attempt is still running, it retries with the same key on
-// any replica, a few times. The attempts are one operation, from the first
-// call to the last answer: the key runs at most once, somewhere in that
-// span, and the last answer reports it. Only when no attempt is answered
-// is the outcome unknown.
+// any replica. The attempts are one operation, from the first call to the
+// last answer: the key runs at most once, somewhere in that span, and the
+// last answer reports it. A key whose first attempt died with its replica
+// stays in flight until its claim's TTL (the Guard's default, 10 s) runs
+// out; the client keeps asking until then, so that its order ends known
+// (placed by the retry, or sold out) rather than unknown: every unknown
+// outcome overlaps the rest of the history, and a few of them make the
+// checker's search blow up. Only when no attempt is answered is the
+// outcome unknown.
 func (h *history) order(target string, targets []string, client int, key string) output {
 	h.orders.Add(1)
 	in := input{kind: opOrder, key: key}
 	call := time.Now().UnixNano()
+	inFlightUntil := time.Now().Add(idem.DefaultTTL + 5*time.Second) // a dead replica's claim runs out by then
 	var out output
 	started := false
-	for try := range 5 {
+	for try := 0; ; try++ {
 		if try > 0 {
-			time.Sleep(time.Duration(try) * 20 * time.Millisecond)
+			time.Sleep(min(time.Duration(try)*20*time.Millisecond, 500*time.Millisecond))
 			target = targets[rand.N(len(targets))]
 		}
 		var reached bool
 		out, reached = h.attempt(target, client, key)
 		if !reached && !started {
 			call = time.Now().UnixNano() // nothing reached a replica yet: the order starts later
-			continue
+			if try < 4 {
+				continue
+			}
+			break
 		}
 		started = true
 		if !out.unknown && !out.inFlight {
+			break
+		}
+		if time.Now().After(inFlightUntil) {
 			break
 		}
 	}
