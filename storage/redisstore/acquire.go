@@ -74,7 +74,7 @@ func (s *Store) takeKept(ctx context.Context, key string, ttl time.Duration, own
 	}
 	cctx, cancel := lockdriver.CleanupContext(ctx)
 	defer cancel()
-	if _, err := s.base.Release(cctx, s.client, key, letGo, false); err != nil {
+	if _, err := s.base.Release(cctx, s.client, key, letGo, false, 0); err != nil {
 		return nil, errors.Join(lock.ErrNotAcquired, fmt.Errorf("redisstore: acquire %q: let go of the kept hold: %w", key, err))
 	}
 	return nil, nil
@@ -273,7 +273,7 @@ func (s *Store) isAbandoned(tok string) bool {
 func (s *Store) releaseToken(key, tok string) {
 	ctx, cancel := context.WithTimeout(context.Background(), lockdriver.ReleaseTimeout)
 	defer cancel()
-	_, _ = s.base.Release(ctx, s.client, key, tok, false)
+	_, _ = s.base.Release(ctx, s.client, key, tok, false, 0)
 }
 
 // leaveQueue removes this Store from key's waiting queue.
@@ -299,7 +299,7 @@ func (s *Store) attempt(ctx context.Context, key, tok string, ttl time.Duration,
 	undo := func(tok string) {
 		cctx, cancel := lockdriver.CleanupContext(ctx)
 		defer cancel()
-		_, _ = s.base.Release(cctx, s.client, key, tok, false)
+		_, _ = s.base.Release(cctx, s.client, key, tok, false, 0)
 	}
 	late := func(r rediskit.AcquireReply) { // the reply to a call ctx gave up on
 		switch r.Code {

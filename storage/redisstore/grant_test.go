@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"strings"
 	"sync"
@@ -63,7 +64,7 @@ func TestReleaseGrantsToWaitingProcess(t *testing.T) {
 	if l.Fence() <= held.Fence() {
 		t.Errorf("granted fence %d after the releaser's %d", l.Fence(), held.Fence())
 	}
-	if tok, _ := admin.Get(ctx, "oncekit:lock:{"+key+"}").Result(); tok != l.Token() {
+	if tok, _ := lockValue(t, admin, "oncekit:lock:{"+key+"}"); tok != l.Token() {
 		t.Errorf("the key holds %q, the granted lease's token is %q", tok, l.Token())
 	}
 	if time.Until(l.Deadline()) < 9*time.Second {
@@ -96,11 +97,12 @@ func TestGrantSkipsProcessNobodyListensFor(t *testing.T) {
 	if err := c.HSet(ctx, qx, "dead", time.Now().UnixMilli()+60_000, "dead|g", "deadtoken|10000").Err(); err != nil {
 		t.Fatal(err)
 	}
+	flagWaiters(t, c, "oncekit:lock:{"+key+"}")
 	if err := held.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if tok, err := c.Get(ctx, "oncekit:lock:{"+key+"}").Result(); !errors.Is(err, redis.Nil) {
-		t.Errorf("after the release the key holds %q (%v); want it free", tok, err)
+	if tok, _ := lockValue(t, c, "oncekit:lock:{"+key+"}"); tok != "" {
+		t.Errorf("after the release the key holds %q; want it free", tok)
 	}
 	if n, _ := c.ZCard(ctx, q).Result(); n != 0 {
 		t.Errorf("%d processes still queued; want the dead one dropped", n)
@@ -143,7 +145,8 @@ func TestWaiterLeavingGivesGrantBack(t *testing.T) {
 		t.Fatalf("the waiter did not ask for grants: %v", fields)
 	}
 	// The key is the waiter's, as a grant would leave it; its message is lost.
-	if err := admin.Set(ctx, lockName, tok, 10*time.Second).Err(); err != nil {
+	_, fence := lockValue(t, admin, lockName)
+	if err := admin.Set(ctx, lockName, fmt.Sprintf("%s|%d|w", tok, fence+1), 10*time.Second).Err(); err != nil {
 		t.Fatal(err)
 	}
 	cancel()
@@ -151,8 +154,7 @@ func TestWaiterLeavingGivesGrantBack(t *testing.T) {
 		t.Fatalf("cancelled Acquire: %v", err)
 	}
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		cur, err := admin.Get(ctx, lockName).Result()
-		if errors.Is(err, redis.Nil) || cur != tok {
+		if cur, _ := lockValue(t, admin, lockName); cur != tok {
 			break
 		}
 		if time.Now().After(deadline) {

@@ -33,7 +33,7 @@ func (s *Store) Begin(ctx context.Context, key, fingerprint string, lease time.D
 	giveBack := func() { // a claim the caller will never use
 		cctx, cancel := lockdriver.CleanupContext(ctx)
 		defer cancel()
-		_, _ = s.base.Finish(cctx, s.client, key, tok, rediskit.Abandon, time.Millisecond, nil)
+		_, _ = s.base.Finish(cctx, s.client, key, tok, rediskit.Abandon, time.Millisecond, nil, 0)
 	}
 	r, err := s.base.Begin(ctx, s.client, key, fingerprint, tok, lease, func(r rediskit.BeginReply) {
 		if r.Code == rediskit.BeginClaimed {
@@ -56,7 +56,7 @@ func (s *Store) finish(ctx context.Context, c idem.Claim, op rediskit.FinishOp, 
 		return err
 	}
 	defer cancel()
-	ok, err := s.base.Finish(ctx, s.client, c.Key, c.Token, op, d, result)
+	ok, err := s.base.Finish(ctx, s.client, c.Key, c.Token, op, d, result, 0)
 	switch {
 	case err != nil:
 		return fmt.Errorf("redisstore: %s %q: %w", op, c.Key, err)

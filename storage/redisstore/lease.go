@@ -95,7 +95,7 @@ func (l *lease) StoreRelease(ctx context.Context) error {
 	if done, err := l.s.handOff(ctx, l); done {
 		return err
 	}
-	code, err := l.s.base.Release(ctx, l.s.client, l.Key(), l.Token(), false)
+	code, err := l.s.base.Release(ctx, l.s.client, l.Key(), l.Token(), false, 0)
 	if err == nil {
 		l.s.recent.LetGo(l.Key())
 	}

@@ -3,6 +3,7 @@ package redisstore_test
 import (
 	"context"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,11 +17,46 @@ import (
 // holdsToken reports the token key holds in Redis, "" when it is free.
 func holdsToken(t *testing.T, c *redis.Client, key string) string {
 	t.Helper()
-	tok, err := c.Get(context.Background(), "oncekit:lock:{"+key+"}").Result()
-	if err != nil && err != redis.Nil {
+	tok, _ := lockValue(t, c, "oncekit:lock:{"+key+"}")
+	return tok
+}
+
+// lockValue reads the lock key name as rediskit's lua/fence.lua writes
+// it: the holder's token ("" when free: absent, or a released key's
+// tombstone) and the key's last fence.
+func lockValue(t *testing.T, c *redis.Client, name string) (tok string, fence uint64) {
+	t.Helper()
+	v, err := c.Get(context.Background(), name).Result()
+	if err == redis.Nil {
+		return "", 0
+	}
+	if err != nil {
 		t.Fatal(err)
 	}
-	return tok
+	parts := strings.Split(v, "|")
+	if len(parts) != 3 {
+		t.Fatalf("lock key %s holds %q", name, v)
+	}
+	if fence, err = strconv.ParseUint(parts[1], 10, 64); err != nil {
+		t.Fatalf("lock key %s holds %q", name, v)
+	}
+	if parts[0] == "~" {
+		return "", fence
+	}
+	return parts[0], fence
+}
+
+// flagWaiters marks the held lock key name as having queued waiters, as
+// an acquisition that joins its queue does.
+func flagWaiters(t *testing.T, c *redis.Client, name string) {
+	t.Helper()
+	v, err := c.Get(context.Background(), name).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.SetArgs(context.Background(), name, v+"w", redis.SetArgs{KeepTTL: true}).Err(); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // A Store that takes a key again right after letting it go keeps its next
@@ -242,9 +278,8 @@ func TestNoHandOffsPlainCounter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	counter, err := admin.Get(ctx, "oncekit:lock:{"+key+"}:fence").Result()
-	if want := strconv.FormatUint(l.Fence(), 10); err != nil || counter != want {
-		t.Errorf("fence counter %q (%v), want %q", counter, err, want)
+	if _, fence := lockValue(t, admin, "oncekit:lock:{"+key+"}"); fence != l.Fence() {
+		t.Errorf("the key's fence %d, want %d", fence, l.Fence())
 	}
 	if l.Token() == first.Token() || l.Fence() <= first.Fence() {
 		t.Errorf("token %q fence %d after token %q fence %d", l.Token(), l.Fence(), first.Token(), first.Fence())

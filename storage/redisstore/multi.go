@@ -119,11 +119,11 @@ func (s *Store) attemptAll(ctx context.Context, keys []string, ttl time.Duration
 	start := time.Now()
 	d, _ := ctx.Deadline()
 	deadline := s.base.ServerDeadline(s.client, d)
-	names := make([]string, 0, 4*len(keys))
+	names := make([]string, 0, 3*len(keys))
 	args := []any{ttl.Milliseconds(), deadline, member, (3 * s.base.Recheck).Milliseconds()}
 	toks := make([]string, len(keys))
 	for i, k := range keys {
-		names = append(names, s.base.Keys.Lock(k), s.base.Keys.Fence(k), s.base.Keys.Queue(k), s.base.Keys.QueueExpiry(k))
+		names = append(names, s.base.Keys.Lock(k), s.base.Keys.Queue(k), s.base.Keys.QueueExpiry(k))
 		toks[i] = token.New()
 		args = append(args, toks[i])
 	}
@@ -131,7 +131,7 @@ func (s *Store) attemptAll(ctx context.Context, keys []string, ttl time.Duration
 		cctx, cancel := lockdriver.CleanupContext(ctx)
 		defer cancel()
 		for i, k := range keys {
-			_, _ = s.base.Release(cctx, s.client, k, toks[i], false)
+			_, _ = s.base.Release(cctx, s.client, k, toks[i], false, 0)
 		}
 	}
 	late := func(cmd *redis.Cmd) {

@@ -31,6 +31,7 @@ func TestDeadQueueMemberIsSkipped(t *testing.T) {
 	if err := c.HSet(ctx, qx, "dead", now+60_000).Err(); err != nil {
 		t.Fatal(err)
 	}
+	flagWaiters(t, c, "oncekit:lock:{"+key+"}")
 	if err := held.Release(ctx); err != nil {
 		t.Fatal(err)
 	}

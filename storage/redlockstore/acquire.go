@@ -43,7 +43,7 @@ func (v *votes) took(i int) bool {
 	}
 	v.mu.Unlock()
 	if over {
-		v.s.releaseNodes(v.key, v.tok, []int{i}, 0, false)
+		v.s.releaseNodes(v.key, v.tok, []int{i}, 0, false, 0)
 	}
 	return !over
 }
@@ -58,7 +58,7 @@ func (v *votes) giveUp(wait time.Duration, quiet bool) {
 	v.nodes = map[int]bool{}
 	v.mu.Unlock()
 	if len(idx) > 0 {
-		v.s.releaseNodes(v.key, v.tok, idx, wait, quiet)
+		v.s.releaseNodes(v.key, v.tok, idx, wait, quiet, 0)
 	}
 }
 
@@ -77,7 +77,8 @@ type outcome struct {
 // acquireRound is what one acquisition round's nodes answered.
 type acquireRound struct {
 	start     time.Time
-	taken     map[int]int64 // the nodes taken: their fence counters
+	taken     map[int]int64 // the nodes taken: their fences
+	clocks    map[int]int64 // ... and their clocks in µs when they issued them
 	busy      map[int]int64 // the nodes held by another token: their PTTLs
 	reentered map[int]int64 // the nodes an owner re-entered: its fence there
 	reTok     map[int]string
@@ -86,13 +87,13 @@ type acquireRound struct {
 }
 
 // sendAcquire runs the acquire script on every node at once for the votes'
-// token: SET NX PX and an INCR of the node's fence counter, or a renewal
+// token: SET NX PX with the node's next fence, or a renewal
 // where the token already holds the key. A waiter (queued) joins the key's
 // waiting queue on the nodes where the key is held, at place (the same on
 // every node, so that they order waiters alike).
 func (s *Store) sendAcquire(ctx context.Context, v *votes, ttl time.Duration, queued bool, place int64) *acquireRound {
 	owner := lock.Owner(ctx)
-	ar := &acquireRound{start: time.Now(), taken: map[int]int64{}, busy: map[int]int64{}, reentered: map[int]int64{}, reTok: map[int]string{}}
+	ar := &acquireRound{start: time.Now(), taken: map[int]int64{}, clocks: map[int]int64{}, busy: map[int]int64{}, reentered: map[int]int64{}, reTok: map[int]string{}}
 	nt := s.nodeTimeout(ttl)
 	deadline := ar.start.Add(nt)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
@@ -108,7 +109,7 @@ func (s *Store) sendAcquire(ctx context.Context, v *votes, ttl time.Duration, qu
 		case a.err != nil:
 		case a.v.Code == rediskit.AcquireTaken:
 			if v.took(a.node) {
-				ar.taken[a.node] = a.v.N
+				ar.taken[a.node], ar.clocks[a.node] = a.v.N, a.v.Clock
 			}
 		case a.v.Code == rediskit.AcquireReentered:
 			ar.reentered[a.node], ar.reTok[a.node] = a.v.N, a.v.Token
@@ -129,15 +130,15 @@ func (s *Store) sendAcquire(ctx context.Context, v *votes, ttl time.Duration, qu
 		case a.v.Code == rediskit.AcquireTaken:
 			v.took(a.node)
 		case a.v.Code == rediskit.AcquireReentered: // a re-entry nobody counted
-			s.releaseNodes(v.key, a.v.Token, []int{a.node}, 0, false)
+			s.releaseNodes(v.key, a.v.Token, []int{a.node}, 0, false, 0)
 		}
 	})
 	return ar
 }
 
-// attempt makes one Redlock acquisition for the votes' token. With a
-// majority and validity left, the second round (fenced mode) writes the
-// highest counter back and needs a majority too. On failure the caller
+// attempt makes one Redlock acquisition for the votes' token: one round,
+// granted with a majority and validity left (and, fenced, nodes whose
+// clocks agree with the fence: see fenceOf). On failure the caller
 // decides whether to keep the votes for another round or give them up.
 func (s *Store) attempt(ctx context.Context, v *votes, ttl time.Duration, onEnd func(), queued bool, place int64) outcome {
 	ar := s.sendAcquire(ctx, v, ttl, queued, place)
@@ -166,32 +167,22 @@ func (s *Store) attempt(ctx context.Context, v *votes, ttl time.Duration, onEnd 
 	return s.grant(ctx, v, ar, ttl, onEnd)
 }
 
-// grant turns a majority into a lease: the fencing round (fenced mode),
-// then a lease valid for what is left of the TTL after the rounds and the
-// drift allowance.
+// grant turns a majority into a lease valid for what is left of the TTL
+// after the round and the drift allowance, with the fence of fenceOf
+// (fenced mode).
 func (s *Store) grant(ctx context.Context, v *votes, ar *acquireRound, ttl time.Duration, onEnd func()) outcome {
-	drift := s.drift(ttl)
-	late := func(what string) outcome {
-		return outcome{split: true, err: fmt.Errorf("redlockstore: acquire %q: %w: %s took %s of a %s TTL",
-			v.key, lock.ErrNotAcquired, what, time.Since(ar.start).Round(time.Microsecond), ttl)}
-	}
-	if ttl-time.Since(ar.start)-drift <= 0 {
-		return late("the round")
+	if ttl-time.Since(ar.start)-s.drift(ttl) <= 0 {
+		return outcome{split: true, err: fmt.Errorf("redlockstore: acquire %q: %w: the round took %s of a %s TTL",
+			v.key, lock.ErrNotAcquired, time.Since(ar.start).Round(time.Microsecond), ttl)}
 	}
 	var fence uint64
 	if s.redlock.fenced {
 		var err error
-		fence, err = s.writeBack(ctx, "acquire", v.key, ar.taken, s.nodeTimeout(ttl), func(ctx context.Context, n *node, t int64) (bool, error) {
-			return s.base.WriteBack(ctx, n.c, v.key, v.tok, t, ttl)
-		})
-		if err != nil {
-			return outcome{split: !errors.Is(err, ErrNoQuorum) && ctx.Err() == nil, err: err}
-		}
-		if ttl-time.Since(ar.start)-drift <= 0 {
-			return late("two rounds")
+		if fence, err = s.fenceOf("acquire", v.key, ar.taken, ar.clocks, ttl); err != nil {
+			return outcome{err: err}
 		}
 	}
-	l := s.newLease(v.key, v.tok, fence, 0, ar.start.Add(ttl-drift), onEnd, nil)
+	l := s.newLease(v.key, v.tok, fence, 0, ar.start.Add(ttl-s.drift(ttl)), onEnd, nil)
 	l.took = time.Now() // WithMaxLocalHold counts from here
 	v.mu.Lock()
 	v.lease = l
@@ -218,14 +209,14 @@ func (s *Store) reenter(v *votes, ar *acquireRound, ttl time.Duration, onEnd fun
 	}
 	for tok, idx := range byTok {
 		if tok != winner {
-			s.releaseNodes(v.key, tok, idx, nt, false)
+			s.releaseNodes(v.key, tok, idx, nt, false, 0)
 		}
 	}
 	if winner == "" {
 		return nil
 	}
 	if ttl-time.Since(ar.start)-s.drift(ttl) <= 0 {
-		s.releaseNodes(v.key, winner, byTok[winner], nt, false)
+		s.releaseNodes(v.key, winner, byTok[winner], nt, false, 0)
 		return nil
 	}
 	var fence int64
@@ -236,32 +227,32 @@ func (s *Store) reenter(v *votes, ar *acquireRound, ttl time.Duration, onEnd fun
 	return s.newLease(v.key, winner, uint64(fence), 0, ar.start.Add(ttl-s.drift(ttl)), onEnd, byTok[winner])
 }
 
-// writeBack is the second round of a fenced acquisition (of a lock or an
-// idempotency claim): the fence T is the highest counter among the taken
-// majority. write raises every node's counter to T (counters only ever
-// grow) and reports whether the token still holds the key there; the fence
-// is granted only if a majority says so. Any two granted fences then
-// completed their write-backs on a common node, where the later one's
-// counter was issued after the earlier one's write-back: fences are
-// unique and ordered as the keys were held, without trusting clocks.
-func (s *Store) writeBack(ctx context.Context, op, key string, taken map[int]int64, nt time.Duration,
-	write func(ctx context.Context, n *node, t int64) (bool, error)) (uint64, error) {
+// fenceOf is the fence of a hold (or claim) that took the nodes in taken,
+// which issued those fences at those clocks (µs): the highest of them, T.
+//
+// Why T is above every earlier hold's fence: an earlier hold A and this
+// one B took majorities that share a node n, where A's key was gone when
+// B took it. Either A released it, and A's release left n a tombstone
+// with A's fence T(A) (releases carry the hold's fence to every node), so
+// n issued B more than T(A); or A's key expired on n, a TTL after n issued
+// A its fence by n's clock, and n issued B at least its clock, which had
+// moved on by a TTL. That is above T(A) if T(A) was less than a TTL ahead
+// of n's clock when n issued A its fence — which A checked: a hold is
+// granted only if T is at most half its TTL ahead of every taken node's
+// clock. So fences are unique and ordered as the holds were, as long as
+// no node's clock steps back; nodes whose clocks disagree by more than
+// half the TTL are refused (ErrClockSkew) rather than trusted.
+func (s *Store) fenceOf(op, key string, taken, clocks map[int]int64, ttl time.Duration) (uint64, error) {
 	var t int64
-	for _, c := range taken {
-		t = max(t, c)
+	for _, f := range taken {
+		t = max(t, f)
 	}
-	v := s.poll(ctx, s.all(), nt, false, func(ctx context.Context, n *node) (bool, error) { return write(ctx, n, t) })
-	switch {
-	case v.yes >= s.quorum:
-		return uint64(t), nil
-	case v.ctxErr != nil:
-		return 0, lockdriver.NotAcquired(ctx)
-	case len(v.failed) > 0 && v.yes+len(v.failed) >= s.quorum:
-		return 0, s.quorumError(op+" (fencing round)", key, v.yes, v.failed)
-	default:
-		return 0, fmt.Errorf("redlockstore: %s %q: %w: it expired on %d nodes during the fencing round",
-			op, key, lock.ErrNotAcquired, v.no)
+	for i := range taken {
+		if ahead := time.Duration(t-clocks[i]) * time.Microsecond; ahead > ttl/2 {
+			return 0, &ClockSkewError{Op: op, Key: key, Node: s.nodes[i].name, Ahead: ahead, TTL: ttl}
+		}
 	}
+	return uint64(t), nil
 }
 
 // TryAcquire implements lock.Locker: one round to all nodes at once (two in
@@ -363,10 +354,12 @@ func (s *Store) leaveQueues(key string, idx []int, wait time.Duration) {
 }
 
 // releaseNodes runs the release script for tok on the nodes in idx and
-// waits up to wait for their answers (0: does not wait).
-func (s *Store) releaseNodes(key, tok string, idx []int, wait time.Duration, quiet bool) {
+// waits up to wait for their answers (0: does not wait). The key keeps
+// the fence floor on each node (a hold's T: see fenceOf; 0 for nodes
+// taken by no granted hold).
+func (s *Store) releaseNodes(key, tok string, idx []int, wait time.Duration, quiet bool, floor uint64) {
 	r := newRound(s, idx, func(ctx context.Context, n *node) (rediskit.ReleaseCode, error) {
-		return s.base.Release(ctx, n.c, key, tok, quiet)
+		return s.base.Release(ctx, n.c, key, tok, quiet, floor)
 	})
 	r.settle(wait)
 }

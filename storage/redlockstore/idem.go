@@ -2,7 +2,6 @@ package redlockstore
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -14,16 +13,15 @@ import (
 )
 
 // Idempotency records (idem.Store) on N independent nodes. Each node keeps
-// the same record as redisstore does (a versioned hash with the claim's
-// token, a fence counter, a completion channel). A claim is begun on every
-// node at once and holds only with a majority; a completed record found on
-// any node wins over everything else; Complete, Abandon and Extend go to
-// every node and need a majority. A claim's fence is the highest of the
-// claimed nodes' counters, written back to a majority in a second round
-// as for locks, so that claims' fences are ordered as the claims were.
+// the same record as redisstore does (one string with the claim's token
+// and fence, and a completion channel). A claim is begun on every node at
+// once and holds only with a majority; a completed record found on any
+// node wins over everything else; Complete, Abandon and Extend go to every
+// node and need a majority. A claim's fence is the highest of the claimed
+// nodes' fences, checked against their clocks as a lock's is (fenceOf),
+// and Complete and Abandon leave it on every node.
 
-// Begin implements idem.Store: one round to every node at once, and a
-// second (the fencing round) when the key is claimed.
+// Begin implements idem.Store: one round to every node at once.
 func (s *Store) Begin(ctx context.Context, key, fingerprint string, lease time.Duration) (idem.Claim, error) {
 	if err := lockdriver.Validate(key, lease); err != nil {
 		return idem.Claim{}, err
@@ -32,7 +30,7 @@ func (s *Store) Begin(ctx context.Context, key, fingerprint string, lease time.D
 	now := time.Now()
 	b := s.sendBegin(ctx, key, fingerprint, tok, lease)
 	if !b.claimed() && len(b.claims) > 0 {
-		s.finishNodes(ctx, key, tok, rediskit.Abandon, time.Millisecond, nil, indexes(b.claims))
+		s.finishNodes(ctx, key, tok, rediskit.Abandon, time.Millisecond, nil, indexes(b.claims), 0)
 	}
 	c := idem.Claim{Key: key, Fingerprint: fingerprint, Expires: now.Add(time.Duration(b.pttl) * time.Millisecond)}
 	switch {
@@ -44,13 +42,9 @@ func (s *Store) Begin(ctx context.Context, key, fingerprint string, lease time.D
 	case b.ctxErr != nil:
 		return idem.Claim{}, b.ctxErr
 	case b.claimed():
-		// The fencing round, as for locks: without it a later claim could
-		// get a lower fence than an earlier one from another majority.
-		fence, err := s.writeBack(ctx, "begin", key, b.claims, s.nodeTimeout(lease), func(ctx context.Context, n *node, t int64) (bool, error) {
-			return s.base.RecordWriteBack(ctx, n.c, key, tok, t, lease)
-		})
+		fence, err := s.fenceOf("begin", key, b.claims, b.clocks, lease)
 		if err != nil {
-			s.finishNodes(context.WithoutCancel(ctx), key, tok, rediskit.Abandon, time.Millisecond, nil, s.all())
+			s.finishNodes(context.WithoutCancel(ctx), key, tok, rediskit.Abandon, time.Millisecond, nil, s.all(), 0)
 			return idem.Claim{}, err
 		}
 		c.State, c.Token, c.Fence, c.Expires = idem.Acquired, tok, fence, now.Add(lease)
@@ -74,6 +68,7 @@ func (s *Store) Begin(ctx context.Context, key, fingerprint string, lease time.D
 type beginRound struct {
 	quorum  int
 	claims  map[int]int64 // nodes claimed for our token: their fences
+	clocks  map[int]int64 // ... and their clocks (µs) when they issued them
 	counts  map[rediskit.BeginCode]int
 	failed  map[int]error
 	done    *answer[rediskit.BeginReply] // a node with the completed record
@@ -93,7 +88,7 @@ func (b *beginRound) claimed() bool {
 // record lives on a majority, so any majority of answers includes it).
 func (s *Store) sendBegin(ctx context.Context, key, fingerprint, tok string, lease time.Duration) *beginRound {
 	n := len(s.nodes)
-	b := &beginRound{quorum: s.quorum, claims: map[int]int64{}, counts: map[rediskit.BeginCode]int{}}
+	b := &beginRound{quorum: s.quorum, claims: map[int]int64{}, clocks: map[int]int64{}, counts: map[rediskit.BeginCode]int{}}
 	r := newRound(s, s.all(), func(ctx context.Context, nd *node) (rediskit.BeginReply, error) {
 		return s.base.Begin(ctx, nd.c, key, fingerprint, tok, lease, nil)
 	})
@@ -107,7 +102,7 @@ func (s *Store) sendBegin(ctx context.Context, key, fingerprint, tok string, lea
 		b.counts[a.v.Code]++
 		switch a.v.Code {
 		case rediskit.BeginClaimed:
-			b.claims[a.node] = a.v.N
+			b.claims[a.node], b.clocks[a.node] = a.v.N, a.v.Clock
 		case rediskit.BeginCompleted:
 			b.done = &a
 		case rediskit.BeginCorrupt:
@@ -122,7 +117,7 @@ func (s *Store) sendBegin(ctx context.Context, key, fingerprint, tok string, lea
 	claimed := b.claimed()
 	r.rest(func(a answer[rediskit.BeginReply]) { // a node claimed after the claim failed is given back
 		if a.err == nil && a.v.Code == rediskit.BeginClaimed && !claimed {
-			s.finishNodes(context.Background(), key, tok, rediskit.Abandon, time.Millisecond, nil, []int{a.node})
+			s.finishNodes(context.Background(), key, tok, rediskit.Abandon, time.Millisecond, nil, []int{a.node}, 0)
 		}
 	})
 	return b
@@ -130,9 +125,11 @@ func (s *Store) sendBegin(ctx context.Context, key, fingerprint, tok string, lea
 
 // finishNodes runs op for tok on the nodes in idx and waits for every
 // node (or the timeout), so that a completion reaches as many as it can.
-func (s *Store) finishNodes(ctx context.Context, key, tok string, op rediskit.FinishOp, d time.Duration, result []byte, idx []int) vote {
+// The record keeps the fence floor on each node (a claim's fence: see
+// fenceOf; 0 for a claim never granted).
+func (s *Store) finishNodes(ctx context.Context, key, tok string, op rediskit.FinishOp, d time.Duration, result []byte, idx []int, floor uint64) vote {
 	return s.poll(ctx, idx, s.nodeTimeout(max(d, time.Second)), true, func(ctx context.Context, n *node) (bool, error) {
-		return s.base.Finish(ctx, n.c, key, tok, op, d, result)
+		return s.base.Finish(ctx, n.c, key, tok, op, d, result, floor)
 	})
 }
 
@@ -142,7 +139,7 @@ func (s *Store) finishClaim(ctx context.Context, c idem.Claim, op rediskit.Finis
 		return err
 	}
 	defer cancel()
-	v := s.finishNodes(ctx, c.Key, c.Token, op, d, result, s.all())
+	v := s.finishNodes(ctx, c.Key, c.Token, op, d, result, s.all(), c.Fence)
 	return s.verdict(string(op), c.Key, v, idem.ErrLockLost)
 }
 
@@ -174,17 +171,25 @@ func (s *Store) WaitChange(ctx context.Context, key string, until time.Time) err
 	return nil
 }
 
-// peek reads the record's state on the first node that answers.
+// peek reads the record's state on every node at once (which flags an
+// in-flight record on each, so that whichever node completes announces
+// it) and returns what it found: "c" when any node has the completed
+// record, else "i" when any has it in flight.
 func (s *Store) peek(ctx context.Context, key string) (string, error) {
-	var errs []error
-	for _, nd := range s.nodes {
-		st, err := s.base.RecordStatus(ctx, nd.c, key)
-		if err == nil && st != "" {
-			return st, nil
+	r := newRound(s, s.all(), func(ctx context.Context, n *node) (string, error) {
+		return s.base.RecordStatus(ctx, n.c, key)
+	})
+	var st string
+	err := r.collect(ctx, s.nodeTimeout(time.Second), func(a answer[string]) bool {
+		if a.err == nil && (a.v == "c" || st == "") {
+			st = a.v
 		}
-		errs = append(errs, err)
+		return st == "c"
+	})
+	if st == "" {
+		return "", err
 	}
-	return "", errors.Join(errs...)
+	return st, nil
 }
 
 // Complete implements idem.Store: the result is stored if c still holds

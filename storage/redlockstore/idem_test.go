@@ -15,7 +15,8 @@ import (
 func TestIdemConformance(t *testing.T) {
 	addrs := testenv.RedisAddrs(t, 5)[:5]
 	idemtest.Run(t, idemtest.Config{
-		NewStore: func(t *testing.T) idem.Store { return newStore(t, clients(t, addrs)) },
+		NewStore:     func(t *testing.T) idem.Store { return newStore(t, clients(t, addrs)) },
+		FenceAtLeast: true, // each node keeps its own fence
 		Corrupt: func(t *testing.T, key string) {
 			// A record of an unknown version on every node.
 			for _, a := range addrs {

@@ -37,7 +37,7 @@ func (s *Store) mayReuse(l *lease) bool {
 // letGo releases a kept hold nobody took on the nodes.
 func (s *Store) letGo(l *lease) {
 	s.recent.Wasted(l.Key())
-	s.releaseNodes(l.Key(), l.Token(), s.all(), 0, false)
+	s.releaseNodes(l.Key(), l.Token(), s.all(), 0, false, l.base)
 }
 
 // takeKept serves an Acquire of key for ttl (not an owner's) from the hold
@@ -55,13 +55,13 @@ func (s *Store) takeKept(key string, ttl time.Duration) lock.Lease {
 		return l
 	}
 	s.recent.LetGo(key)
-	s.releaseNodes(key, prev.Token(), s.all(), s.nodeTimeout(ttl), false)
+	s.releaseNodes(key, prev.Token(), s.all(), s.nodeTimeout(ttl), false, prev.base)
 	return nil
 }
 
 // releaseKept lets every kept hold go, for Close.
 func (s *Store) releaseKept() {
 	for _, l := range s.kept.Close() {
-		s.releaseNodes(l.Key(), l.Token(), s.all(), 0, false)
+		s.releaseNodes(l.Key(), l.Token(), s.all(), 0, false, l.base)
 	}
 }

@@ -17,8 +17,8 @@ type lease struct {
 	s     *Store
 	nodes []int // an owner's re-entry: the nodes it counted; nil: all
 
-	// The hold's fences (fenced mode): base is the counter value T the
-	// acquisition's write-back settled; the hold's leases take the lease
+	// The hold's fences (fenced mode): base is the fence T of the
+	// acquisition (fenceOf); the hold's leases take the lease
 	// fences T × HoldFences + 0, 1, … (rediskit.Base.LeaseFence), used
 	// being this lease's (0 unfenced).
 	base, used uint64
@@ -33,8 +33,8 @@ type lease struct {
 }
 
 // newLease returns a held lease valid until deadline (the start of its
-// round + TTL − drift), the used-th of a hold whose write-back settled the
-// counter value base (0 unfenced).
+// round + TTL − drift), the used-th of a hold with fence base (0
+// unfenced).
 func (s *Store) newLease(key, tok string, base, used uint64, deadline time.Time, onEnd func(), nodes []int) *lease {
 	l := &lease{s: s, nodes: nodes, base: base, used: used}
 	var fence uint64
@@ -92,7 +92,7 @@ func (l *lease) StoreRelease(ctx context.Context) error {
 	}
 	v := s.poll(ctx, l.targets(), s.nodeTimeout(max(l.Remaining(), time.Millisecond)), false,
 		func(ctx context.Context, n *node) (bool, error) {
-			code, err := s.base.Release(ctx, n.c, l.Key(), l.Token(), false)
+			code, err := s.base.Release(ctx, n.c, l.Key(), l.Token(), false, l.base)
 			return code.Ours(), err
 		})
 	err := s.verdict("release", l.Key(), v, lock.ErrLockLost)

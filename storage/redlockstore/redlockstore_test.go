@@ -83,6 +83,7 @@ func TestConformance(t *testing.T) {
 				RoundTripsPerCall: 5, // one request to each node, in parallel
 				Settle:            50 * time.Millisecond,
 				Reentrant:         true,
+				FenceAtLeast:      true, // each node keeps its own fence
 				// The local deadline is start + TTL − drift (1 % + 2 ms).
 				ExpiresAfterDeadline: true,
 				HolderProcess:        true,

@@ -43,15 +43,13 @@ type Base struct {
 	// deployment; not Redlock, where a majority of nodes must agree).
 	Grants bool
 
-	// HoldFences is how many lease fences one fence issued by Redis (a
-	// counter value, see fence.lua) stands for: a hold that Redis issued
-	// counter value c serves leases with fences c × HoldFences + 0, 1, …,
-	// HoldFences − 1 (local hand-offs, which need no round trip), and
-	// every later hold's counter value is above c, so its fences are above
-	// all of those. The counter itself moves by one per take, far slower
-	// than the server's clock in microseconds, which it is floored by: the
-	// clock floor keeps fences going forward after the counter is lost,
-	// whatever the rate of takes. 0 or 1: one lease per hold (no hand-offs).
+	// HoldFences is how many lease fences one fence issued by Redis (see
+	// lua/fence.lua) stands for: a hold that Redis issued fence c serves
+	// leases with fences c × HoldFences + 0, 1, …, HoldFences − 1 (local
+	// hand-offs, which need no round trip), and every later hold's fence
+	// is above c, so its lease fences are above all of those. Redis moves
+	// a key's fence by one per take, floored by the server's clock in
+	// microseconds. 0 or 1: one lease per hold (no hand-offs).
 	HoldFences uint64
 
 	clocks clocks // each server's clock offset (ServerDeadline)
@@ -148,7 +146,9 @@ type AcquireArgs struct {
 // error at once and late (if set) receives the reply when it comes, to undo
 // what it took.
 func (b *Base) Acquire(ctx context.Context, c redis.Scripter, a AcquireArgs, late func(AcquireReply)) (AcquireReply, error) {
-	keys := []string{b.Keys.Lock(a.Key), b.Keys.Fence(a.Key), b.Keys.Owner(a.Key)}
+	// The queue is passed on every attempt: a caller outside it must not
+	// take a key reserved for the waiter a release just woke.
+	keys := []string{b.Keys.Lock(a.Key), b.Keys.Owner(a.Key), b.Keys.Queue(a.Key), b.Keys.QueueExpiry(a.Key)}
 	deadline := b.ServerDeadline(c, a.Deadline)
 	fenced := 1
 	if a.Unfenced {
@@ -158,14 +158,11 @@ func (b *Base) Acquire(ctx context.Context, c redis.Scripter, a AcquireArgs, lat
 	if a.Queued {
 		member = b.Member
 	}
-	// The queue is passed on every attempt: a caller outside it must not
-	// take a key reserved for the waiter a release just woke.
-	keys = append(keys, b.Keys.Queue(a.Key), b.Keys.QueueExpiry(a.Key))
 	grantable := "0"
 	if a.Grantable {
 		grantable = "1"
 	}
-	args := []any{a.Token, a.TTL.Milliseconds(), deadline, fenced, a.Owner, member, b.placeLife(), a.Place, b.wakeGrace(), grantable, 0}
+	args := []any{a.Token, a.TTL.Milliseconds(), deadline, fenced, a.Owner, member, b.placeLife(), a.Place, b.wakeGrace(), grantable}
 	var onLate func(*redis.Cmd)
 	if late != nil {
 		onLate = func(cmd *redis.Cmd) {
@@ -179,20 +176,21 @@ func (b *Base) Acquire(ctx context.Context, c redis.Scripter, a AcquireArgs, lat
 
 // Release runs the release script for tok: it frees key (or gives back one
 // of an owner's holds) and wakes the first waiting process, or announces
-// nothing when quiet.
-func (b *Base) Release(ctx context.Context, c redis.Scripter, key, tok string, quiet bool) (ReleaseCode, error) {
-	return b.release(ctx, c, b.Keys.Lock(key), tok, quiet)
+// nothing when quiet. The key keeps its last fence, or floor when that is
+// higher (Redlock: the lease's fence, the highest of its nodes').
+func (b *Base) Release(ctx context.Context, c redis.Scripter, key, tok string, quiet bool, floor uint64) (ReleaseCode, error) {
+	return b.release(ctx, c, b.Keys.Lock(key), tok, quiet, floor)
 }
 
 // release is Release by the lock's Redis name: every other name of the key
 // is the lock's with a suffix (see Keys).
-func (b *Base) release(ctx context.Context, c redis.Scripter, lock, tok string, quiet bool) (ReleaseCode, error) {
-	keys := []string{lock, lock + ":owner", lock + ":q", lock + ":qx", lock + ":fence"}
+func (b *Base) release(ctx context.Context, c redis.Scripter, lock, tok string, quiet bool, floor uint64) (ReleaseCode, error) {
+	keys := []string{lock, lock + ":owner", lock + ":q", lock + ":qx"}
 	grants := "0"
 	if b.Grants && !quiet {
 		grants = "1"
 	}
-	return ParseRelease(b.run(ctx, c, Release, keys, nil, tok, lock+":release", b.mode(quiet), b.wakeGrace(), grants))
+	return ParseRelease(b.run(ctx, c, Release, keys, nil, tok, lock+":release", b.mode(quiet), b.wakeGrace(), grants, floor))
 }
 
 // ReleaseOrphanGrant gives back a key that a release granted to this Store
@@ -205,7 +203,7 @@ func (b *Base) ReleaseOrphanGrant(ctx context.Context, c redis.Scripter, channel
 	if !ok || !okTok || !strings.HasPrefix(lock, b.Keys.Prefix) {
 		return
 	}
-	_, _ = b.release(ctx, c, lock, tok, false)
+	_, _ = b.release(ctx, c, lock, tok, false, 0)
 }
 
 // ParseGrant reads a grant message, "g|<token>|<fence>" (release.lua).
@@ -231,23 +229,8 @@ func (b *Base) Refresh(ctx context.Context, c redis.Scripter, key, tok string, t
 // Transfer runs the transfer script: key passes from token from to token
 // to (owner toOwner) for ttl without being let go.
 func (b *Base) Transfer(ctx context.Context, c redis.Scripter, key, from, to string, ttl time.Duration, toOwner string) (TransferCode, int64, error) {
-	return ParseTransfer(Transfer.Run(ctx, c, []string{b.Keys.Lock(key), b.Keys.Fence(key), b.Keys.Owner(key)},
+	return ParseTransfer(Transfer.Run(ctx, c, []string{b.Keys.Lock(key), b.Keys.Owner(key)},
 		from, to, ttl.Milliseconds(), toOwner))
-}
-
-// WriteBack runs Redlock's fencing round on one node: it raises the fence
-// counter to at least fence and reports whether tok still holds key there.
-func (b *Base) WriteBack(ctx context.Context, c redis.Scripter, key, tok string, fence int64, ttl time.Duration) (bool, error) {
-	return ParseFlag(WriteBack.Run(ctx, c, []string{b.Keys.Lock(key), b.Keys.Fence(key), b.Keys.Owner(key)},
-		tok, fence, ttl.Milliseconds()))
-}
-
-// RecordWriteBack is WriteBack for an idempotency claim: it raises the
-// record's fence counter to at least fence and reports whether tok's claim
-// still holds the record there (and records fence in it).
-func (b *Base) RecordWriteBack(ctx context.Context, c redis.Scripter, key, tok string, fence int64, lease time.Duration) (bool, error) {
-	return ParseFlag(IdemWriteBack.Run(ctx, c, []string{b.Records.Record(key), b.Records.Fence(key)},
-		tok, fence, lease.Milliseconds()))
 }
 
 // LeaveQueue removes this Store from key's waiting queue.
@@ -268,19 +251,23 @@ func (b *Base) Begin(ctx context.Context, c redis.Scripter, key, fingerprint, to
 			}
 		}
 	}
-	return ParseBegin(b.run(ctx, c, IdemBegin, []string{b.Records.Record(key), b.Records.Fence(key)}, onLate,
+	return ParseBegin(b.run(ctx, c, IdemBegin, []string{b.Records.Record(key)}, onLate,
 		fingerprint, tok, lease.Milliseconds()))
 }
 
 // Finish runs the idem_finish script: op on the claim of tok, if it still
-// holds key's record. d is the retention (Complete) or lease (Extend).
-func (b *Base) Finish(ctx context.Context, c redis.Scripter, key, tok string, op FinishOp, d time.Duration, result []byte) (bool, error) {
+// holds key's record. d is the retention (Complete) or lease (Extend). The
+// record keeps its fence, or floor when that is higher (Redlock: the
+// claim's fence, the highest of its nodes').
+func (b *Base) Finish(ctx context.Context, c redis.Scripter, key, tok string, op FinishOp, d time.Duration, result []byte, floor uint64) (bool, error) {
 	return ParseFlag(b.run(ctx, c, IdemFinish, []string{b.Records.Record(key)}, nil,
-		tok, string(op), d.Milliseconds(), result, b.Records.Channel(key), b.mode(false)))
+		tok, string(op), d.Milliseconds(), result, b.Records.Channel(key), b.mode(false), floor))
 }
 
-// RecordStatus reads key's record state: "i" in flight, "c" completed, ""
-// absent or not a record.
+// RecordStatus reads key's record state for a caller about to wait for it
+// (subscribed to its channel): "i" in flight, "c" completed, "" absent or
+// not a record. An in-flight record is flagged so that its completion or
+// abandonment is announced.
 func (b *Base) RecordStatus(ctx context.Context, c redis.Scripter, key string) (string, error) {
 	return RecordStatus.Run(ctx, c, []string{b.Records.Record(key)}).Text()
 }

@@ -3,7 +3,6 @@ package rediskit
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"testing"
 	"time"
 
@@ -12,68 +11,65 @@ import (
 	"github.com/oncekit/oncekit/internal/testenv"
 )
 
-// next_fence issues max(counter + reserved + 1, the server's clock in µs)
-// and stores it with its reservation.
-func TestNextFence(t *testing.T) {
+// A lock key carries its last fence: a take of a new key issues the
+// server's clock in µs, a release leaves a tombstone with the fence for a
+// minute, and the next take issues the tombstone's fence + 1 — also when
+// the tombstone runs ahead of the clock (restored from a server whose
+// clock ran ahead). A value of no form of ours counts as held.
+func TestLockKeyFence(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: testenv.RedisAddrs(t, 1)[0]})
 	defer c.Close()
 	ctx := context.Background()
-	body := `local f = next_fence(KEYS[1], ARGV[1], ARGV[2])
-return {string.format('%d', f), string.format('%d', clock_us()), redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1])}`
-	script := redis.NewScript(fenceLua + body)
-	key := fmt.Sprintf("fence-test:%d", time.Now().UnixNano())
-	defer c.Del(ctx, key)
-	// next runs next_fence with a reservation and returns the fence,
-	// the server's clock, and the counter stored.
-	next := func(reserve int) (fence, clock uint64, stored string) {
+	b := &Base{}
+	b.Init(Options{Prefix: fmt.Sprintf("fence-test:%d:", time.Now().UnixNano())})
+	key := "k"
+	lk := b.Keys.Lock(key)
+	defer c.Del(ctx, lk)
+	take := func(tok string) AcquireReply {
 		t.Helper()
-		v, err := script.Run(ctx, c, []string{key}, 1000, reserve).Slice()
+		r, err := b.Acquire(ctx, c, AcquireArgs{Key: key, Token: tok, TTL: time.Minute}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		fence, _ = strconv.ParseUint(v[0].(string), 10, 64)
-		clock, _ = strconv.ParseUint(v[1].(string), 10, 64)
-		if pttl := v[3].(int64); pttl <= 59_000 || pttl > 60_000 {
-			t.Errorf("counter PTTL %d ms, want the 60 s floor", pttl)
-		}
-		return fence, clock, v[2].(string)
+		return r
 	}
-	set := func(v string) {
+	release := func(tok string) {
 		t.Helper()
-		if err := c.Set(ctx, key, v, time.Minute).Err(); err != nil {
-			t.Fatal(err)
+		if code, err := b.Release(ctx, c, key, tok, false, 0); err != nil || code != ReleaseFreed {
+			t.Fatalf("release %s: %v %v", tok, code, err)
 		}
 	}
-
-	f, clock, stored := next(0)
-	if f != clock || stored != strconv.FormatUint(f, 10) {
-		t.Errorf("no counter: fence %d, counter %q; want the clock %d, stored plain", f, stored, clock)
+	r := take("a")
+	if r.Code != AcquireTaken || r.N != r.Clock || r.Clock <= 0 {
+		t.Fatalf("new key: %+v, want taken with the clock as fence", r)
 	}
-	f2, _, stored := next(128)
-	if f2 <= f || stored != fmt.Sprintf("%d:128", f2) {
-		t.Errorf("after %d: fence %d, counter %q; want higher, stored with its reservation", f, f2, stored)
+	if v := c.Get(ctx, lk).Val(); v != fmt.Sprintf("a|%d|", r.N) {
+		t.Errorf("held value %q", v)
 	}
-	// Ahead of the clock: a counter restored from a server whose
-	// clock ran ahead, or reservations issued faster than 1 per µs.
-	ahead := clock + 1_000_000_000
-	set(fmt.Sprintf("%d:128", ahead))
-	if f, _, stored := next(0); f != ahead+129 || stored != strconv.FormatUint(ahead+129, 10) {
-		t.Errorf("counter %d:128: fence %d, counter %q; want %d", ahead, f, stored, ahead+129)
+	release("a")
+	v := c.Get(ctx, lk).Val()
+	if v != fmt.Sprintf("~|%d|", r.N) {
+		t.Errorf("released value %q, want a tombstone with fence %d", v, r.N)
 	}
-	set(strconv.FormatUint(ahead, 10))
-	if f, _, stored := next(16); f != ahead+1 || stored != fmt.Sprintf("%d:16", ahead+1) {
-		t.Errorf("counter %d: fence %d, counter %q; want %d:16", ahead, f, stored, ahead+1)
+	if pttl := c.PTTL(ctx, lk).Val(); pttl <= 59*time.Second || pttl > time.Minute {
+		t.Errorf("tombstone PTTL %s, want a minute", pttl)
 	}
-	set("not a number")
-	if f, clock, _ := next(0); f != clock {
-		t.Errorf("unreadable counter: fence %d, want the clock %d", f, clock)
+	ahead := r.Clock + 1_000_000_000
+	c.Set(ctx, lk, fmt.Sprintf("~|%d|", ahead), time.Minute)
+	if r2 := take("b"); r2.Code != AcquireTaken || r2.N != ahead+1 {
+		t.Errorf("tombstone %d: %+v, want fence %d", ahead, r2, ahead+1)
+	}
+	release("b")
+	c.Set(ctx, lk, "not ours", time.Minute)
+	if r3 := take("c"); r3.Code != AcquireBusy {
+		t.Errorf("a foreign value: %+v, want busy", r3)
 	}
 }
 
 // takeMany takes key n times, pipelined (an acquisition and its release
-// each), reserving reserve fences past each as processes of earlier
-// versions did, and returns the highest counter value issued.
-func takeMany(t *testing.T, c *redis.Client, b *Base, key string, n, reserve int) uint64 {
+// each), and returns the highest fence issued. With keep, the last take is
+// not released.
+func takeMany(t *testing.T, c *redis.Client, b *Base, key string, n int, keep bool) uint64 {
 	t.Helper()
 	ctx := context.Background()
 	for _, s := range []*redis.Script{Acquire, Release} {
@@ -88,9 +84,10 @@ func takeMany(t *testing.T, c *redis.Client, b *Base, key string, n, reserve int
 		cmds := make([]*redis.Cmd, 0, batch)
 		for i := range batch {
 			tok := fmt.Sprintf("t%d", done+i)
-			cmds = append(cmds, Acquire.Run(ctx, p, []string{b.Keys.Lock(key), b.Keys.Fence(key), b.Keys.Owner(key)},
-				tok, 60_000, 0, 1, "", "", 0, 0, 0, 0, reserve))
-			Release.Run(ctx, p, []string{b.Keys.Lock(key), b.Keys.Owner(key)}, tok, b.Keys.Channel(key), "n")
+			cmds = append(cmds, Acquire.Run(ctx, p, lockNames(b, key), tok, 60_000, 0, 1, "", "", 0, 0, 0, 0))
+			if !keep || done+i < n-1 {
+				Release.Run(ctx, p, lockNames(b, key), tok, b.Keys.Channel(key), "n", 0, 0, 0)
+			}
 		}
 		if _, err := p.Exec(ctx); err != nil {
 			t.Fatal(err)
@@ -106,13 +103,17 @@ func takeMany(t *testing.T, c *redis.Client, b *Base, key string, n, reserve int
 	return top
 }
 
+func lockNames(b *Base, key string) []string {
+	return []string{b.Keys.Lock(key), b.Keys.Owner(key), b.Keys.Queue(key), b.Keys.QueueExpiry(key)}
+}
+
 // Fences never go backwards, whatever the rate of takes: 100,000 takes of
-// one key as fast as one server runs them, then the server loses its data
-// (FLUSHALL, as an empty restart or a lossy failover does, or the
-// counter's own expiry): the next lease's fence is above every lease fence
-// of every hold before, hand-offs included. The counter moves by one per
-// take, slower than the server's clock in microseconds, so the clock floor
-// it falls back to is above it.
+// one key as fast as one server runs them, then the key's last fence is
+// lost — the server loses its data (FLUSHALL, as an empty restart or a
+// lossy failover does), or the last holder's key expires: the next lease's
+// fence is above every lease fence of every hold before, hand-offs
+// included. A key's fence moves by one per take, slower than the server's
+// clock in microseconds, so the clock floor it falls back to is above it.
 func TestFencesOutrunNoClock(t *testing.T) {
 	p := testenv.StartRedis(t)
 	c := redis.NewClient(&redis.Options{Addr: p.Addr})
@@ -120,18 +121,29 @@ func TestFencesOutrunNoClock(t *testing.T) {
 	ctx := context.Background()
 	b := &Base{HoldFences: 128}
 	b.Init(Options{Prefix: "oncekit:lock:"})
-	key := "hot"
-	top := takeMany(t, c, b, key, 100_000, 0)
-	highest := b.LeaseFence(top, b.LeasesPerHold()-1) // its last local hand-off
-	if err := c.FlushAll(ctx).Err(); err != nil {
-		t.Fatal(err)
-	}
-	r, err := ParseAcquire(Acquire.Run(ctx, c, []string{b.Keys.Lock(key), b.Keys.Fence(key), b.Keys.Owner(key)},
-		"after", 60_000, 0, 1, "", "", 0, 0, 0, 0, 0))
-	if err != nil || r.Code != AcquireTaken {
-		t.Fatalf("take after FLUSHALL: %+v %v", r, err)
-	}
-	if f := b.LeaseFence(uint64(r.N), 0); f <= highest {
-		t.Errorf("after 100,000 takes and a lost counter, fence %d is not above %d, issued before", f, highest)
+	for _, lose := range []string{"flushall", "expiry"} {
+		t.Run(lose, func(t *testing.T) {
+			key := "hot-" + lose
+			top := takeMany(t, c, b, key, 100_000, lose == "expiry")
+			highest := b.LeaseFence(top, b.LeasesPerHold()-1) // its last local hand-off
+			switch lose {
+			case "flushall":
+				if err := c.FlushAll(ctx).Err(); err != nil {
+					t.Fatal(err)
+				}
+			case "expiry":
+				if err := c.PExpire(ctx, b.Keys.Lock(key), time.Millisecond).Err(); err != nil {
+					t.Fatal(err)
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			r, err := ParseAcquire(Acquire.Run(ctx, c, lockNames(b, key), "after", 60_000, 0, 1, "", "", 0, 0, 0, 0))
+			if err != nil || r.Code != AcquireTaken {
+				t.Fatalf("take after %s: %+v %v", lose, r, err)
+			}
+			if f := b.LeaseFence(uint64(r.N), 0); f <= highest {
+				t.Errorf("after 100,000 takes and %s, fence %d is not above %d, issued before", lose, f, highest)
+			}
+		})
 	}
 }

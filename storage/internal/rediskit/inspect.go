@@ -5,7 +5,6 @@ import (
 	_ "embed"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -25,9 +24,9 @@ var (
 	//go:embed lua/delete_record.lua
 	deleteRecordLua string
 
-	inspectLock   = redis.NewScript(inspectLockLua)
-	forceRelease  = redis.NewScript(preludeLua + forceReleaseLua)
-	inspectRecord = redis.NewScript(inspectRecordLua)
+	inspectLock   = redis.NewScript(fenceLua + inspectLockLua)
+	forceRelease  = redis.NewScript(preludeLua + fenceLua + forceReleaseLua)
+	inspectRecord = redis.NewScript(fenceLua + claimLua + inspectRecordLua)
 	deleteRecord  = redis.NewScript(preludeLua + deleteRecordLua)
 )
 
@@ -62,7 +61,7 @@ func (s LockState) Info(key string) lock.LockInfo {
 
 // InspectLock reads key's lock state in one script.
 func InspectLock(ctx context.Context, c redis.Scripter, k Keys, key string) (LockState, error) {
-	v, err := inspectLock.Run(ctx, c, []string{k.Lock(key), k.Fence(key), k.Owner(key), k.Queue(key)}).Slice()
+	v, err := inspectLock.Run(ctx, c, []string{k.Lock(key), k.Owner(key), k.Queue(key)}).Slice()
 	if err != nil {
 		return LockState{}, err
 	}
@@ -87,7 +86,6 @@ func InspectLock(ctx context.Context, c redis.Scripter, k Keys, key string) (Loc
 	if st.Owner != "" {
 		fence = ofence
 	}
-	fence, _, _ = strings.Cut(fence, ":") // the fence issued, not the ones reserved after it
 	f, err := strconv.ParseUint(fence, 10, 64)
 	if err != nil {
 		return LockState{}, fmt.Errorf("fence counter %q: %w", fence, err)
@@ -104,7 +102,7 @@ func InspectLock(ctx context.Context, c redis.Scripter, k Keys, key string) (Loc
 // ForceRelease frees key whoever holds it and announces the release on
 // channel; it returns the token that held it ("" when free).
 func ForceRelease(ctx context.Context, c redis.Scripter, k Keys, key, mode string) (string, error) {
-	return forceRelease.Run(ctx, c, []string{k.Lock(key), k.Owner(key)}, k.Channel(key), mode).Text()
+	return forceRelease.Run(ctx, c, []string{k.Lock(key), k.Owner(key), k.Queue(key)}, k.Channel(key), mode).Text()
 }
 
 // RecordState is one server's view of an idempotency record.
@@ -142,16 +140,29 @@ func InspectRecord(ctx context.Context, c redis.Scripter, r Records, key string)
 	if len(v) == 0 {
 		return bad()
 	}
+	pttlOf := func(x any) (time.Duration, bool) {
+		ms, ok := x.(int64)
+		if ms < 0 {
+			return -1, ok
+		}
+		return time.Duration(ms) * time.Millisecond, ok
+	}
 	switch kind, _ := v[0].(string); {
 	case kind == "none" && len(v) == 1:
 		return RecordState{}, nil
 	case kind == "other" && len(v) == 2:
 		return RecordState{Found: true, Corrupt: fmt.Sprintf("a %v, not a record", v[1])}, nil
-	case kind != "hash" || len(v) != 8:
+	case kind == "corrupt" && len(v) == 3:
+		pttl, ok := pttlOf(v[1])
+		if !ok {
+			return bad()
+		}
+		return RecordState{Found: true, PTTL: pttl, Corrupt: fmt.Sprintf("not a record: %q", v[2])}, nil
+	case kind != "record" || len(v) != 7:
 		return bad()
 	}
-	pttl, ok := v[1].(int64)
-	f := make([]string, 6)
+	pttl, ok := pttlOf(v[1])
+	f := make([]string, 5)
 	for i := range f {
 		s, ok2 := v[2+i].(string)
 		ok = ok && ok2
@@ -160,24 +171,17 @@ func InspectRecord(ctx context.Context, c redis.Scripter, r Records, key string)
 	if !ok {
 		return bad()
 	}
-	st := RecordState{Found: true, FP: f[2], Token: f[3], PTTL: -1}
-	if pttl >= 0 {
-		st.PTTL = time.Duration(pttl) * time.Millisecond
+	st := RecordState{Found: true, FP: f[1], Token: f[2], PTTL: pttl}
+	if st.Fence, err = strconv.ParseUint(f[3], 10, 64); err != nil {
+		st.Corrupt = fmt.Sprintf("fence %q", f[3])
 	}
-	if f[4] != "" {
-		if st.Fence, err = strconv.ParseUint(f[4], 10, 64); err != nil {
-			st.Corrupt = fmt.Sprintf("fence %q", f[4])
-		}
-	}
-	switch {
-	case f[0] != "1":
-		st.Corrupt = fmt.Sprintf("record version %q", f[0])
-	case f[1] == "i":
+	switch f[0] {
+	case "i":
 		st.State = idem.InFlight
-	case f[1] == "c":
-		st.State, st.Stored = idem.Completed, []byte(f[5])
+	case "c":
+		st.State, st.Stored = idem.Completed, []byte(f[4])
 	default:
-		st.Corrupt = fmt.Sprintf("record state %q", f[1])
+		st.Corrupt = fmt.Sprintf("record state %q", f[0])
 	}
 	return st, nil
 }

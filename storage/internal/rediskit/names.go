@@ -32,11 +32,9 @@ func Tag(key string) string {
 // {Tag(key)}, so under Cluster they live in one slot.
 type Keys struct{ Prefix string }
 
-// Lock is the name holding the holder's token.
+// Lock is the name holding the holder's token and the key's last fence
+// (see lua/fence.lua).
 func (k Keys) Lock(key string) string { return k.Prefix + "{" + Tag(key) + "}" }
-
-// Fence is the name of the key's fence counter.
-func (k Keys) Fence(key string) string { return k.Prefix + "{" + Tag(key) + "}:fence" }
 
 // Owner is the name of the hash recording an owner's holds (reentrancy).
 func (k Keys) Owner(key string) string { return k.Prefix + "{" + Tag(key) + "}:owner" }
@@ -55,15 +53,12 @@ func (k Keys) Channel(key string) string { return k.Prefix + "{" + Tag(key) + "}
 // when it is first in the key's waiting queue.
 func (k Keys) MemberChannel(key, member string) string { return k.Channel(key) + ":" + member }
 
-// Records names an idempotency record's Redis keys: the record hash, its
-// fence counter and its completion channel share the hash tag {key}.
+// Records names an idempotency record's Redis key and channel: they share
+// the hash tag {key}.
 type Records struct{ Prefix string }
 
-// Record is the name of key's record hash.
+// Record is the name of key's record (see lua/claim.lua).
 func (r Records) Record(key string) string { return r.Prefix + "{" + Tag(key) + "}" }
-
-// Fence is the name of key's fence counter.
-func (r Records) Fence(key string) string { return r.Prefix + "{" + Tag(key) + "}:fence" }
 
 // Channel is where completion and abandonment of key are announced.
 func (r Records) Channel(key string) string { return r.Prefix + "{" + Tag(key) + "}:done" }

@@ -16,7 +16,8 @@ const (
 	// AcquireBusy: another token holds the key; N is its PTTL in ms and
 	// Floor the highest fence the key's counter had issued or reserved.
 	AcquireBusy AcquireCode = 0
-	// AcquireTaken: the key is ours; N is the fence.
+	// AcquireTaken: the key is ours; N is the fence, Clock the server's
+	// clock in µs when it was issued (0 unfenced).
 	AcquireTaken AcquireCode = 1
 	// AcquireReentered: the owner holds the key and one more hold is
 	// counted; N is the owner's fence, Token the owner's token.
@@ -29,6 +30,7 @@ type AcquireReply struct {
 	N     int64
 	Token string
 	Floor uint64 // AcquireBusy: every fence issued before the reply is at most Floor
+	Clock int64  // AcquireTaken: the server's clock in µs
 }
 
 // ParseAcquire reads the acquire script's reply.
@@ -48,6 +50,9 @@ func ParseAcquire(cmd *redis.Cmd) (AcquireReply, error) {
 	}
 	if ok {
 		r.N, ok = v[1].(int64)
+	}
+	if ok && r.Code == AcquireTaken && len(v) == 3 {
+		r.Clock, ok = v[2].(int64)
 	}
 	if ok && r.Code == AcquireBusy && len(v) == 3 {
 		var floor int64
@@ -143,7 +148,8 @@ const (
 	// BeginCorrupt: something else lives under the record's name; Reason
 	// says what.
 	BeginCorrupt BeginCode = -2
-	// BeginClaimed: the key is claimed for the token; N is the fence.
+	// BeginClaimed: the key is claimed for the token; N is the fence, Clock
+	// the server's clock in µs when it was issued.
 	BeginClaimed BeginCode = 1
 	// BeginInFlight: another claim runs; N is its PTTL.
 	BeginInFlight BeginCode = 2
@@ -160,6 +166,7 @@ type BeginReply struct {
 	N      int64
 	Result []byte
 	Reason string
+	Clock  int64
 }
 
 // ParseBegin reads the idem_begin script's reply.
@@ -190,7 +197,12 @@ func ParseBegin(cmd *redis.Cmd) (BeginReply, error) {
 		} else {
 			ok = false
 		}
-	case r.Code == BeginClaimed || r.Code == BeginInFlight || r.Code == BeginMismatch:
+	case r.Code == BeginClaimed:
+		r.N, ok = v[1].(int64)
+		if ok && len(v) == 3 {
+			r.Clock, ok = v[2].(int64)
+		}
+	case r.Code == BeginInFlight || r.Code == BeginMismatch:
 		r.N, ok = v[1].(int64)
 	default:
 		ok = false
@@ -207,7 +219,8 @@ type FinishOp string
 const (
 	// Complete stores the result and keeps the record for the retention.
 	Complete FinishOp = "complete"
-	// Abandon deletes the record so that a retry can run.
+	// Abandon frees the record (a tombstone keeps its fence) so that a
+	// retry can run.
 	Abandon FinishOp = "abandon"
 	// Extend extends the claim's lease.
 	Extend FinishOp = "extend"

@@ -93,11 +93,11 @@ func TestReleaseOrphanGrant(t *testing.T) {
 		}
 	}
 	held := func(key string) bool {
-		n, err := c.Exists(ctx, b.Keys.Lock(key)).Result()
+		st, err := b.InspectLock(ctx, c, key)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return n == 1
+		return st.Token != ""
 	}
 	take("a", "tok-a")
 	b.ReleaseOrphanGrant(ctx, c, b.Keys.MemberChannel("a", "someone-else"), "g|tok-a|1")

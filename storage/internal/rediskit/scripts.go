@@ -20,8 +20,6 @@ var (
 	refreshLua string
 	//go:embed lua/transfer.lua
 	transferLua string
-	//go:embed lua/writeback.lua
-	writeBackLua string
 	//go:embed lua/acquire_all.lua
 	acquireAllLua string
 	//go:embed lua/idem_begin.lua
@@ -36,8 +34,6 @@ var (
 	recordStateLua string
 	//go:embed lua/fence.lua
 	fenceLua string
-	//go:embed lua/idem_writeback.lua
-	idemWriteBackLua string
 	//go:embed lua/idem_commit.lua
 	idemCommitLua string
 	//go:embed lua/claim.lua
@@ -45,21 +41,19 @@ var (
 )
 
 // The scripts; their KEYS and ARGV are documented at the top of each file.
-// Those that announce on pub/sub start with lua/prelude.lua, those that
-// issue or raise fences with lua/fence.lua, those that act on an in-flight
-// claim with lua/claim.lua.
+// Those that announce on pub/sub start with lua/prelude.lua, every one that
+// reads a lock key or a record with lua/fence.lua (the values' forms and
+// the fences), those that read a record with lua/claim.lua.
 var (
-	Acquire       = redis.NewScript(fenceLua + acquireLua)
-	Release       = redis.NewScript(preludeLua + fenceLua + releaseLua)
-	Refresh       = redis.NewScript(refreshLua)
-	Transfer      = redis.NewScript(fenceLua + transferLua)
-	WriteBack     = redis.NewScript(fenceLua + writeBackLua)
-	AcquireAll    = redis.NewScript(fenceLua + acquireAllLua)
-	IdemBegin     = redis.NewScript(fenceLua + idemBeginLua)
-	IdemWriteBack = redis.NewScript(fenceLua + claimLua + idemWriteBackLua)
-	IdemFinish    = redis.NewScript(preludeLua + claimLua + idemFinishLua)
-	LeaveQueue    = redis.NewScript(leaveQueueLua)
-	RecordStatus  = redis.NewScript(recordStateLua)
+	Acquire      = redis.NewScript(fenceLua + acquireLua)
+	Release      = redis.NewScript(preludeLua + fenceLua + releaseLua)
+	Refresh      = redis.NewScript(fenceLua + refreshLua)
+	Transfer     = redis.NewScript(fenceLua + transferLua)
+	AcquireAll   = redis.NewScript(fenceLua + acquireAllLua)
+	IdemBegin    = redis.NewScript(fenceLua + claimLua + idemBeginLua)
+	IdemFinish   = redis.NewScript(preludeLua + fenceLua + claimLua + idemFinishLua)
+	LeaveQueue   = redis.NewScript(leaveQueueLua)
+	RecordStatus = redis.NewScript(fenceLua + claimLua + recordStateLua)
 )
 
 // EffectScript is an effect's Lua joined with the completion of a claim
@@ -69,7 +63,7 @@ type EffectScript struct{ script *redis.Script }
 // NewEffectScript wraps lua, the body of a function effect(KEYS, ARGV)
 // that returns nil to go ahead or a reason to refuse.
 func NewEffectScript(lua string) *EffectScript {
-	return &EffectScript{redis.NewScript(preludeLua + claimLua + "local function effect(KEYS, ARGV)\n" + lua + "\nend\n" + idemCommitLua)}
+	return &EffectScript{redis.NewScript(preludeLua + fenceLua + claimLua + "local function effect(KEYS, ARGV)\n" + lua + "\nend\n" + idemCommitLua)}
 }
 
 // Run runs script and returns its reply, or an error matching ctx.Err() as

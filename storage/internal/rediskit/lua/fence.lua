@@ -1,23 +1,25 @@
--- Prepended to the scripts that issue fences (see scripts.go).
--- next_fence raises a fence counter to max(counter + 1, the server's clock
--- in microseconds) and returns it. The clock floor keeps fences going
--- forward when the counter is gone — a restart without persistence, a
--- failover to a replica that lacked it, the counter's own expiry — as long
--- as the server's clock does not step back past the last fence issued.
--- The counter lives life milliseconds after its last use (fence_life).
--- The counter moves by one per take (an acquisition, a grant, a transfer,
--- a claim): a server runs far fewer scripts per second on one key than
--- its clock counts microseconds, so the counter stays near the clock, and
--- a counter that is lost falls back to a clock floor above every fence it
--- issued. Drivers that hand a hold on locally scale these values
--- themselves (rediskit.Base.LeaseFence): the fences of local hand-offs
--- never pass through the counter.
--- reserve (optional, default 0) is what processes of earlier versions
--- passed: it kept the fences f + 1 .. f + reserve for the caller, stored as
--- "f:reserve", and every later fence is above f + reserve. No caller of
--- this version reserves (reservations, 129 fences per take, outran the
--- clock above a few thousand takes a second); counters of that form are
--- still read.
+-- Prepended to the scripts that read or write a lock key (see scripts.go).
+--
+-- A lock key holds one string:
+--   "<token>|<fence>|<flags>"  held by token, with the key's last fence;
+--   "~|<fence>|<flags>"        free (a tombstone): released, keeping the
+--                              last fence for tomb_life milliseconds;
+-- flags: 'o' an owner hash records an owner's holds (reentrancy); 'w' a
+-- process joined the key's waiting queue (a release looks at the queue
+-- only then). The fence lives in the key itself: a new key costs one
+-- write, a release one write, and no second key is kept per lock.
+--
+-- Fences. A take issues max(last fence + 1, the server's clock in µs).
+-- The clock floor keeps fences going forward where the last fence is gone
+-- — a new key, a tombstone that lived out its life, a holder's key that
+-- expired, a restart without persistence — as long as the server's clock
+-- does not step back: a server runs far fewer scripts per second on one
+-- key than its clock counts microseconds, so every fence issued is at most
+-- the clock when it was issued, and the clock has moved on by the time the
+-- key can be taken again (a key that expired did so a TTL later).
+-- Drivers that hand a hold on locally scale these values themselves
+-- (rediskit.Base.LeaseFence): the fences of local hand-offs never pass
+-- through Redis.
 if redis.replicate_commands then redis.replicate_commands() end
 -- clock_us is the server's clock in microseconds, read once per script:
 -- every call inside a script costs the server a few microseconds.
@@ -32,47 +34,54 @@ end
 local function clock_ms()
   return math.floor(clock_us() / 1000)
 end
-local function fence_life(ttl)
-  return math.max(tonumber(ttl), 60000)
+local function fmt(n)
+  return string.format('%d', n)
 end
--- counter_parts reads a counter: the last fence issued and how many past
--- it were reserved.
-local function counter_parts(v)
+-- How long a tombstone keeps a released key's last fence.
+local tomb_life = 60000
+local function has(flags, c)
+  return string.find(flags, c, 1, true) ~= nil
+end
+-- lock_parse reads a lock key's value: the holder's token (nil when free),
+-- the last fence, the flags. A value of another form is a holder's token
+-- with fence 0 (nothing of ours writes one).
+local function lock_parse(v)
   if not v then
-    return 0, 0
+    return nil, 0, ''
   end
-  local f, r = string.match(v, '^(%d+):(%d+)$')
-  if f then
-    return tonumber(f), tonumber(r)
+  local t, f, fl = string.match(v, '^([^|]+)|(%d+)|(%a*)$')
+  if not t then
+    return v, 0, ''
   end
-  return tonumber(v) or 0, 0
-end
--- fence_floor is the highest fence a counter has issued or reserved.
-local function fence_floor(key)
-  local f, r = counter_parts(redis.call('GET', key))
-  return f + r
-end
-local function next_fence(key, life, reserve)
-  local f = math.max(fence_floor(key) + 1, clock_us())
-  reserve = tonumber(reserve) or 0
-  local v = string.format('%d', f)
-  if reserve > 0 then
-    v = v .. ':' .. string.format('%d', reserve)
+  if t == '~' then
+    return nil, tonumber(f), fl
   end
-  redis.call('SET', key, v, 'PX', fence_life(life))
-  return f
+  return t, tonumber(f), fl
 end
--- raise_fence sets a counter to at least f, with reserve (optional) more
--- kept after it as next_fence does (Redlock's write-back).
-local function raise_fence(key, f, life, reserve)
-  reserve = tonumber(reserve) or 0
-  if fence_floor(key) < tonumber(f) + reserve then
-    local v = f
-    if reserve > 0 then
-      v = f .. ':' .. string.format('%d', reserve)
-    end
-    redis.call('SET', key, v, 'PX', fence_life(life))
+local function lock_value(tok, f, flags)
+  return tok .. '|' .. fmt(f) .. '|' .. flags
+end
+local function next_fence(last)
+  return math.max(last + 1, clock_us())
+end
+-- set_nx_get sets key to v for px ms unless it exists, and returns what it
+-- found (false: it was set). One call from Redis 7.0 (SET NX GET).
+local function set_nx_get(key, v, px)
+  if redis.REDIS_VERSION_NUM then
+    return redis.call('SET', key, v, 'NX', 'GET', 'PX', px)
+  end
+  local old = redis.call('GET', key)
+  if not old then
+    redis.call('SET', key, v, 'PX', px)
+  end
+  return old
+end
+-- tombstone frees key, keeping its last fence f (fenced), or deletes it
+-- (unfenced: f is 0).
+local function tombstone(key, f, flags)
+  if f > 0 then
+    redis.call('SET', key, lock_value('~', f, flags), 'PX', tomb_life)
   else
-    redis.call('PEXPIRE', key, fence_life(life))
+    redis.call('DEL', key)
   end
 end

@@ -1,33 +1,44 @@
--- Claims an idempotency key, or reports its record.
--- KEYS[1] record (hash), KEYS[2] fence counter (same hash tag)
+-- Claims an idempotency key, or reports its record (see claim.lua).
+-- KEYS[1] record
 -- ARGV[1] fingerprint, ARGV[2] token, ARGV[3] lease in milliseconds
--- The record is a hash {v = 1, s = 'i' (in flight) | 'c' (completed),
--- fp, t = token (in flight; empty once completed), f = fence,
--- r = result (completed)} whose PTTL is the lease or the retention.
--- Returns {1, fence} claimed; {2, pttl} in flight; {3, pttl, result}
--- completed; {4, pttl} another fingerprint; {-2, reason} not our record.
-local kind = redis.call('TYPE', KEYS[1])['ok']
-if kind == 'none' then
-  local f = next_fence(KEYS[2], ARGV[3])
-  redis.call('HSET', KEYS[1], 'v', '1', 's', 'i', 'fp', ARGV[1], 't', ARGV[2], 'f', string.format('%d', f))
-  redis.call('PEXPIRE', KEYS[1], ARGV[3])
-  return {1, f}
+-- Returns {1, fence, clock} claimed (clock: the server's clock in µs when
+-- the fence was issued, for Redlock's check of its nodes); {2, pttl} in
+-- flight; {3, pttl, result} completed; {4, pttl} another fingerprint;
+-- {-2, reason} not our record.
+local f = clock_us()
+local new = record_value('i', f, '', ARGV[2], ARGV[1], '')
+local prev
+if redis.REDIS_VERSION_NUM then
+  prev = redis.pcall('SET', KEYS[1], new, 'NX', 'GET', 'PX', ARGV[3])
+else
+  prev = record_read(KEYS[1])
+  if prev == false then
+    redis.call('SET', KEYS[1], new, 'PX', ARGV[3])
+  end
 end
-if kind ~= 'hash' then
-  return {-2, 'a ' .. kind .. ', not a record'}
+if prev == false then
+  return {1, f, f}
 end
-local r = redis.call('HMGET', KEYS[1], 'v', 's', 'fp', 'r')
-if r[1] ~= '1' then
-  return {-2, 'record version ' .. tostring(r[1])}
+if type(prev) ~= 'string' then
+  return {-2, 'a ' .. redis.call('TYPE', KEYS[1])['ok'] .. ', not a record'}
+end
+local r = record_parse(prev)
+if not r then
+  return {-2, 'not a record: ' .. string.format('%q', string.sub(prev, 1, 40))}
+end
+if r.s == 'x' then
+  f = next_fence(r.f)
+  redis.call('SET', KEYS[1], record_value('i', f, '', ARGV[2], ARGV[1], ''), 'PX', ARGV[3])
+  return {1, f, clock_us()}
 end
 local pttl = redis.call('PTTL', KEYS[1])
-if r[3] ~= ARGV[1] then
+if r.fp ~= ARGV[1] then
   return {4, pttl}
 end
-if r[2] == 'i' then
+if r.s == 'i' then
   return {2, pttl}
 end
-if r[2] == 'c' and r[4] then
-  return {3, pttl, r[4]}
+if r.s == 'c' then
+  return {3, pttl, r.r}
 end
-return {-2, 'record state ' .. tostring(r[2])}
+return {-2, 'record state ' .. r.s}

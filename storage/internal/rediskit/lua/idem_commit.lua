@@ -1,4 +1,3 @@
-
 -- Completes an in-flight claim and applies an effect, in one script: both
 -- happen, or neither. The effect is the caller's Lua, defined above this
 -- file as effect(keys, argv) (see redisstore.NewEffectScript); it returns
@@ -10,7 +9,8 @@
 -- Returns {1, ''} done, {0, ''} not our claim (nothing run), {2, reason}
 -- refused by the effect (nothing written); an error reply when the effect
 -- raised an error or returned redis.error_reply (the record not written).
-if not our_claim(KEYS[1], ARGV[1]) then
+local rec = our_claim(KEYS[1], ARGV[1])
+if not rec then
   return {0, ''}
 end
 local ekeys, eargv = {}, {}
@@ -23,10 +23,11 @@ end
 if refused then
   return {2, tostring(refused)}
 end
-redis.call('HSET', KEYS[1], 's', 'c', 'r', ARGV[3], 't', '') -- no token once completed
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
-local pub = publisher(ARGV[5])
-if pub then
-  redis.call(pub, ARGV[4], 'complete')
+redis.call('SET', KEYS[1], record_value('c', rec.f, '', '', rec.fp, ARGV[3]), 'PX', ARGV[2])
+if has(rec.fl, 'w') then
+  local pub = publisher(ARGV[5])
+  if pub then
+    redis.call(pub, ARGV[4], 'complete')
+  end
 end
 return {1, ''}

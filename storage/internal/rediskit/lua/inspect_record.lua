@@ -1,16 +1,20 @@
 -- Reports an idempotency record, for operators. Read-only.
--- KEYS[1] record (see idem_begin.lua)
--- Returns {'none'}, {'other', type}, or
--- {'hash', pttl, v, s, fp, t, f, r} with '' for missing fields.
-local kind = redis.call('TYPE', KEYS[1])['ok']
-if kind == 'none' then
+-- KEYS[1] record (see claim.lua)
+-- Returns {'none'} (also for an abandoned record's tombstone),
+-- {'other', type}, {'corrupt', pttl, the value's start}, or
+-- {'record', pttl, state, fingerprint, token, fence, result}.
+local v = record_read(KEYS[1])
+if v == false then
   return {'none'}
 end
-if kind ~= 'hash' then
-  return {'other', kind}
+if type(v) ~= 'string' then
+  return {'other', redis.call('TYPE', KEYS[1])['ok']}
 end
-local r = redis.call('HMGET', KEYS[1], 'v', 's', 'fp', 't', 'f', 'r')
-for i = 1, 6 do
-  if not r[i] then r[i] = '' end
+local r = record_parse(v)
+if not r then
+  return {'corrupt', redis.call('PTTL', KEYS[1]), string.sub(v, 1, 40)}
 end
-return {'hash', redis.call('PTTL', KEYS[1]), r[1], r[2], r[3], r[4], r[5], r[6]}
+if r.s == 'x' then
+  return {'none'}
+end
+return {'record', redis.call('PTTL', KEYS[1]), r.s, r.fp, r.t, fmt(r.f), r.r}
