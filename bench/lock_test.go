@@ -273,7 +273,7 @@ func (c *scriptCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redi
 func acquireScriptSHA(b *testing.B) string {
 	b.Helper()
 	var src []byte
-	for _, f := range []string{"fence.lua", "acquire.lua"} {
+	for _, f := range []string{"acquire_fast.lua", "fence.lua", "acquire.lua"} {
 		part, err := os.ReadFile(filepath.Join("..", "storage", "internal", "rediskit", "lua", f))
 		if err != nil {
 			b.Fatal(err)

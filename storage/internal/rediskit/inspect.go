@@ -24,9 +24,9 @@ var (
 	//go:embed lua/delete_record.lua
 	deleteRecordLua string
 
-	inspectLock   = redis.NewScript(fenceLua + inspectLockLua)
-	forceRelease  = redis.NewScript(preludeLua + fenceLua + forceReleaseLua)
-	inspectRecord = redis.NewScript(fenceLua + claimLua + inspectRecordLua)
+	inspectLock   = redis.NewScript(headLua + fenceLua + inspectLockLua)
+	forceRelease  = redis.NewScript(headLua + preludeLua + fenceLua + forceReleaseLua)
+	inspectRecord = redis.NewScript(headLua + fenceLua + claimLua + inspectRecordLua)
 	deleteRecord  = redis.NewScript(preludeLua + deleteRecordLua)
 )
 

@@ -38,22 +38,33 @@ var (
 	idemCommitLua string
 	//go:embed lua/claim.lua
 	claimLua string
+	//go:embed lua/head.lua
+	headLua string
+	//go:embed lua/acquire_fast.lua
+	acquireFastLua string
+	//go:embed lua/release_fast.lua
+	releaseFastLua string
+	//go:embed lua/idem_begin_fast.lua
+	idemBeginFastLua string
 )
 
 // The scripts; their KEYS and ARGV are documented at the top of each file.
-// Those that announce on pub/sub start with lua/prelude.lua, every one that
-// reads a lock key or a record with lua/fence.lua (the values' forms and
-// the fences), those that read a record with lua/claim.lua.
+// The scripts on the path of every request start with a fast path
+// (lua/*_fast.lua) that decides the common case with the fewest calls and
+// no set-up; the others start with lua/head.lua. Every one that reads a
+// lock key or a record then has lua/fence.lua (the values' forms and the
+// fences), those that announce on pub/sub lua/prelude.lua, those that read
+// a record lua/claim.lua.
 var (
-	Acquire      = redis.NewScript(fenceLua + acquireLua)
-	Release      = redis.NewScript(preludeLua + fenceLua + releaseLua)
-	Refresh      = redis.NewScript(fenceLua + refreshLua)
-	Transfer     = redis.NewScript(fenceLua + transferLua)
-	AcquireAll   = redis.NewScript(fenceLua + acquireAllLua)
-	IdemBegin    = redis.NewScript(fenceLua + claimLua + idemBeginLua)
-	IdemFinish   = redis.NewScript(preludeLua + fenceLua + claimLua + idemFinishLua)
+	Acquire      = redis.NewScript(acquireFastLua + fenceLua + acquireLua)
+	Release      = redis.NewScript(releaseFastLua + preludeLua + fenceLua + releaseLua)
+	Refresh      = redis.NewScript(headLua + fenceLua + refreshLua)
+	Transfer     = redis.NewScript(headLua + fenceLua + transferLua)
+	AcquireAll   = redis.NewScript(headLua + fenceLua + acquireAllLua)
+	IdemBegin    = redis.NewScript(idemBeginFastLua + fenceLua + claimLua + idemBeginLua)
+	IdemFinish   = redis.NewScript(headLua + preludeLua + fenceLua + claimLua + idemFinishLua)
 	LeaveQueue   = redis.NewScript(leaveQueueLua)
-	RecordStatus = redis.NewScript(fenceLua + claimLua + recordStateLua)
+	RecordStatus = redis.NewScript(headLua + fenceLua + claimLua + recordStateLua)
 )
 
 // EffectScript is an effect's Lua joined with the completion of a claim
@@ -63,7 +74,7 @@ type EffectScript struct{ script *redis.Script }
 // NewEffectScript wraps lua, the body of a function effect(KEYS, ARGV)
 // that returns nil to go ahead or a reason to refuse.
 func NewEffectScript(lua string) *EffectScript {
-	return &EffectScript{redis.NewScript(preludeLua + fenceLua + claimLua + "local function effect(KEYS, ARGV)\n" + lua + "\nend\n" + idemCommitLua)}
+	return &EffectScript{redis.NewScript(headLua + preludeLua + fenceLua + claimLua + "local function effect(KEYS, ARGV)\n" + lua + "\nend\n" + idemCommitLua)}
 }
 
 // Run runs script and returns its reply, or an error matching ctx.Err() as

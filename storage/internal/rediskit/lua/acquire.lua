@@ -67,14 +67,18 @@ local function taken(f)
   end
   return {1, f, 0}
 end
--- The common case first: a key nobody holds or held lately, one call.
+-- A key nobody holds or held lately: one call (acquire_fast.lua made it
+-- already for a caller with no owner, outside the queue).
 local first = 0
 if fenced then
   first = clock_us()
 end
-local prev = set_nx_get(KEYS[1], lock_value(ARGV[1], first, oflag), ARGV[2])
+local prev = fast_prev
 if not prev then
-  return taken(first)
+  prev = set_nx_get(KEYS[1], lock_value(ARGV[1], first, oflag), ARGV[2])
+  if not prev then
+    return taken(first)
+  end
 end
 local tok, f, flags = lock_parse(prev)
 -- reservedFor returns the milliseconds left of a woken first waiter's

@@ -1,4 +1,5 @@
--- Prepended to the scripts that read or write a lock key (see scripts.go).
+-- Prepended to the scripts that read or write a lock key or a record (see
+-- scripts.go), after head.lua or the script's fast path.
 --
 -- A lock key holds one string:
 --   "<token>|<fence>|<flags>"  held by token, with the key's last fence;
@@ -20,10 +21,12 @@
 -- Drivers that hand a hold on locally scale these values themselves
 -- (rediskit.Base.LeaseFence): the fences of local hand-offs never pass
 -- through Redis.
-if redis.replicate_commands then redis.replicate_commands() end
+-- (Scripts are replicated by their effects, the default from Redis 5.0,
+-- so a write may follow TIME.)
 -- clock_us is the server's clock in microseconds, read once per script:
--- every call inside a script costs the server a few microseconds.
-local clock_read = nil
+-- every call inside a script costs the server a few microseconds. The
+-- script declares clock_read before this file (head.lua, or its fast path,
+-- which may have read the clock already).
 local function clock_us()
   if not clock_read then
     local t = redis.call('TIME')

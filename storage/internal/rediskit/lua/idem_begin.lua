@@ -6,18 +6,13 @@
 -- flight; {3, pttl, result} completed; {4, pttl} another fingerprint;
 -- {-2, reason} not our record.
 local f = clock_us()
-local new = record_value('i', f, '', ARGV[2], ARGV[1], '')
-local prev
-if redis.REDIS_VERSION_NUM then
-  prev = redis.pcall('SET', KEYS[1], new, 'NX', 'GET', 'PX', ARGV[3])
-else
+local prev = fast_prev -- what idem_begin_fast.lua found (Redis 7.0+)
+if prev == nil then
   prev = record_read(KEYS[1])
   if prev == false then
-    redis.call('SET', KEYS[1], new, 'PX', ARGV[3])
+    redis.call('SET', KEYS[1], record_value('i', f, '', ARGV[2], ARGV[1], ''), 'PX', ARGV[3])
+    return {1, f, f}
   end
-end
-if prev == false then
-  return {1, f, f}
 end
 if type(prev) ~= 'string' then
   return {-2, 'a ' .. redis.call('TYPE', KEYS[1])['ok'] .. ', not a record'}

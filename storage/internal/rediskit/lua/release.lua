@@ -26,7 +26,7 @@
 -- Returns 1 when the key was let go, 2 when one of an owner's holds was
 -- given back and others remain (the key stays held), 0 when the key was not
 -- ours.
-local tok, f, flags = lock_parse(redis.call('GET', KEYS[1]))
+local tok, f, flags = lock_parse(fast_v) -- read by release_fast.lua
 if tok ~= ARGV[1] then
   return 0
 end

@@ -1,0 +1,351 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/httpmw"
+	"github.com/oncekit/oncekit/internal/testenv"
+	"github.com/oncekit/oncekit/storage/redisstore"
+)
+
+// The path every request of an idempotent API or a Kafka consumer takes:
+// a key nobody used before. Every case runs oncekit and its peers (or a
+// hand-written control) side by side in one run, each worker with its own
+// client and Store, and reports server-cmds/cycle: the servers' own count
+// of commands processed (INFO stats total_commands_processed, summed over
+// the servers), which counts the calls inside scripts.
+
+// serverCommands is the sum of total_commands_processed over addrs.
+func serverCommands(b *testing.B, addrs []string) int64 {
+	b.Helper()
+	var total int64
+	for _, a := range addrs {
+		c := redis.NewClient(&redis.Options{Addr: a})
+		info, err := c.Info(context.Background(), "stats").Result()
+		c.Close()
+		if err != nil {
+			b.Fatal(err)
+		}
+		for line := range strings.SplitSeq(info, "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "total_commands_processed:"); ok {
+				n, err := strconv.ParseInt(v, 10, 64)
+				if err != nil {
+					b.Fatal(err)
+				}
+				total += n
+			}
+		}
+	}
+	return total
+}
+
+// cycles runs b.N cycles of work spread over workers goroutines (each
+// calls work with its index and a fresh cycle number) and reports cycles/s
+// and the server commands per cycle on addrs. Each of the two INFO calls
+// counts as one command; they are taken off.
+func cycles(b *testing.B, addrs []string, workers int, work func(w int, i int64) error) {
+	b.Helper()
+	var next atomic.Int64
+	var failed atomic.Value
+	cmds0 := serverCommands(b, addrs)
+	b.ResetTimer()
+	start := time.Now()
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for {
+				i := next.Add(1)
+				if i > int64(b.N) {
+					return
+				}
+				if err := work(w, i); err != nil {
+					failed.Store(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	b.StopTimer()
+	if err, _ := failed.Load().(error); err != nil {
+		b.Fatal(err)
+	}
+	cmds := serverCommands(b, addrs) - cmds0 - int64(len(addrs))
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "cycles/s")
+	b.ReportMetric(float64(cmds)/float64(b.N), "server-cmds/cycle")
+}
+
+// BenchmarkNewKeyLock: acquire + release of a key never used before,
+// every cycle, by 1 and by 16 workers, each with its own client and
+// locker (16 processes), on one Redis server.
+func BenchmarkNewKeyLock(b *testing.B) {
+	addr := testenv.RedisAddrs(b, 1)[0]
+	impls := []impl{singleNode[0], singleNode[1], singleNode[2]} // oncekit, redislock, redsync
+	for _, workers := range []int{1, 16} {
+		for _, im := range impls {
+			b.Run(fmt.Sprintf("workers=%d/%s", workers, im.name), func(b *testing.B) {
+				lockers := make([]locker, workers)
+				for w := range lockers {
+					c, _ := client(b, addr)
+					lockers[w] = im.make(b, c)
+					warm(b, lockers[w], benchKey(im.name))
+				}
+				prefix := benchKey(im.name)
+				ctx := context.Background()
+				cycles(b, []string{addr}, workers, func(w int, i int64) error {
+					release, err := lockers[w](ctx, prefix+":"+strconv.FormatInt(i, 10))
+					if err != nil {
+						return err
+					}
+					return release()
+				})
+			})
+		}
+	}
+}
+
+// BenchmarkNewKeyRedlock: acquire + release of a new key every cycle on
+// five independent servers, one worker.
+func BenchmarkNewKeyRedlock(b *testing.B) {
+	addrs := testenv.RedisAddrs(b, 5)[:5]
+	impls := []quorumImpl{fiveNodes[0], fiveNodes[1], fiveNodes[2]} // oncekit fenced, unfenced, redsync
+	for _, im := range impls {
+		b.Run(im.name, func(b *testing.B) {
+			lock := im.make(b, fiveClients(b, &commandCounter{}))
+			warm(b, lock, benchKey(im.name))
+			prefix := benchKey(im.name)
+			ctx := context.Background()
+			cycles(b, addrs, 1, func(_ int, i int64) error {
+				release, err := lock(ctx, prefix+":"+strconv.FormatInt(i, 10))
+				if err != nil {
+					return err
+				}
+				return release()
+			})
+		})
+	}
+}
+
+// doer is one way of running a request once per key: Guard.Do, or the
+// hand-written control.
+type doer func(ctx context.Context, key string, run func() []byte) (res []byte, replayed bool, err error)
+
+// controlDoer is what a hand-written idempotency middleware does: SET NX
+// PX to claim the key (no fence, no watchdog, no fingerprint check), the
+// run, SET PX to store the result; a key already claimed is read back
+// with GET (a replay).
+func controlDoer(c *redis.Client, prefix string) doer {
+	return func(ctx context.Context, key string, run func() []byte) ([]byte, bool, error) {
+		name := prefix + key
+		ok, err := c.SetNX(ctx, name, "", 30*time.Second).Result()
+		if err != nil {
+			return nil, false, err
+		}
+		if !ok {
+			v, err := c.Get(ctx, name).Bytes()
+			return v, true, err
+		}
+		res := run()
+		return res, false, c.Set(ctx, name, res, 24*time.Hour).Err()
+	}
+}
+
+func guardDoer(b *testing.B, c *redis.Client) doer {
+	st, err := redisstore.New(c, redisstore.WithRecordPrefix(benchKey("guard")+":"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { st.Close() })
+	g, err := idem.NewGuard(st)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return func(ctx context.Context, key string, run func() []byte) ([]byte, bool, error) {
+		return g.Do(ctx, key, "fp", func(context.Context) ([]byte, error) { return run(), nil })
+	}
+}
+
+// BenchmarkNewKeyGuard: idem.Guard.Do on redisstore against the
+// hand-written control, for a new key every call and for a replay of a
+// completed key, by 1 and 16 workers each with its own client.
+func BenchmarkNewKeyGuard(b *testing.B) {
+	addr := testenv.RedisAddrs(b, 1)[0]
+	result := []byte(`{"order":1001}`)
+	run := func() []byte { return result }
+	impls := []struct {
+		name string
+		make func(b *testing.B, c *redis.Client) doer
+	}{
+		{"oncekit", guardDoer},
+		{"control", func(b *testing.B, c *redis.Client) doer { return controlDoer(c, benchKey("control")+":") }},
+	}
+	for _, mode := range []string{"new", "replay"} {
+		for _, workers := range []int{1, 16} {
+			for _, im := range impls {
+				b.Run(fmt.Sprintf("%s/workers=%d/%s", mode, workers, im.name), func(b *testing.B) {
+					doers := make([]doer, workers)
+					ctx := context.Background()
+					replayKey := idem.ScopedKey("bench", benchKey("replay"))
+					for w := range doers {
+						c, _ := client(b, addr)
+						doers[w] = im.make(b, c)
+						if _, _, err := doers[w](ctx, replayKey, run); err != nil { // loads scripts
+							b.Fatal(err)
+						}
+					}
+					prefix := benchKey("new")
+					cycles(b, []string{addr}, workers, func(w int, i int64) error {
+						k := replayKey
+						if mode == "new" {
+							k = idem.ScopedKey("bench", prefix+strconv.FormatInt(i, 10))
+						}
+						_, replayed, err := doers[w](ctx, k, run)
+						if err == nil && replayed != (mode == "replay") {
+							err = fmt.Errorf("key %s: replayed=%v", k, replayed)
+						}
+						return err
+					})
+				})
+			}
+		}
+	}
+}
+
+// BenchmarkNewKeyHTTP: requests through httpmw on redisstore against a
+// control handler that makes the same round trips itself with plain
+// commands (SET NX PX, then SET PX for a new key; one GET for a replay),
+// by 1 and 16 clients at once (in-process requests: the network between
+// client and service is not measured). added-p50-µs is a request's p50
+// minus the bare handler's p50, measured in the same run.
+func BenchmarkNewKeyHTTP(b *testing.B) {
+	addr := testenv.RedisAddrs(b, 1)[0]
+	bare := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprint(w, `{"order":1001}`)
+	})
+	// control is the bare handler behind a hand-written middleware.
+	control := func(c *redis.Client, replay bool) http.Handler {
+		prefix := benchKey("http-control") + ":"
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			ctx, name := r.Context(), prefix+r.Header.Get("Idempotency-Key")
+			if replay {
+				if _, err := c.Get(ctx, name).Bytes(); err != nil && !errors.Is(err, redis.Nil) {
+					http.Error(w, err.Error(), http.StatusInternalServerError)
+					return
+				}
+				bare(w, r)
+				return
+			}
+			if err := c.SetNX(ctx, name, "", 30*time.Second).Err(); err != nil {
+				http.Error(w, err.Error(), http.StatusInternalServerError)
+				return
+			}
+			bare(w, r)
+			if err := c.Set(ctx, name, `{"order":1001}`, 24*time.Hour).Err(); err != nil {
+				http.Error(w, err.Error(), http.StatusInternalServerError)
+			}
+		})
+	}
+	middleware := func(b *testing.B, c *redis.Client) http.Handler {
+		st, err := redisstore.New(c, redisstore.WithRecordPrefix(benchKey("httpmw")+":"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { st.Close() })
+		g, err := idem.NewGuard(st)
+		if err != nil {
+			b.Fatal(err)
+		}
+		mw, err := httpmw.New(g, httpmw.Unscoped())
+		if err != nil {
+			b.Fatal(err)
+		}
+		return mw(bare)
+	}
+	serve := func(h http.Handler, key string) int {
+		req := httptest.NewRequest(http.MethodPost, "/orders", strings.NewReader(`{"sku":"phone-x"}`))
+		if key != "" {
+			req.Header.Set("Idempotency-Key", key)
+		}
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		return w.Code
+	}
+	for _, mode := range []string{"new-key", "replay"} {
+		for _, clients := range []int{1, 16} {
+			for _, name := range []string{"oncekit", "control"} {
+				b.Run(fmt.Sprintf("%s/clients=%d/%s", mode, clients, name), func(b *testing.B) {
+					handlers := make([]http.Handler, clients)
+					for i := range handlers {
+						c, _ := client(b, addr)
+						if name == "oncekit" {
+							handlers[i] = middleware(b, c)
+						} else {
+							handlers[i] = control(c, mode == "replay")
+						}
+					}
+					prefix := benchKey("k")
+					for _, h := range handlers {
+						serve(h, prefix+"replay") // completes the replay key; loads the scripts
+					}
+					bareP50 := p50us(latencies(2000, 1, func(int, int64) { serve(bare, "") }))
+					var mu sync.Mutex
+					var samples []time.Duration
+					cycles(b, []string{addr}, clients, func(w int, i int64) error {
+						key := prefix + "replay"
+						if mode == "new-key" {
+							key = prefix + strconv.FormatInt(i, 10)
+						}
+						start := time.Now()
+						if code := serve(handlers[w], key); code != http.StatusCreated {
+							return fmt.Errorf("status %d", code)
+						}
+						d := time.Since(start)
+						mu.Lock()
+						samples = append(samples, d)
+						mu.Unlock()
+						return nil
+					})
+					b.ReportMetric(p50us(samples)-bareP50, "added-p50-µs")
+				})
+			}
+		}
+	}
+}
+
+// latencies times n calls of f spread over workers goroutines.
+func latencies(n, workers int, f func(w int, i int64)) []time.Duration {
+	out := make([]time.Duration, n)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(n) {
+					return
+				}
+				start := time.Now()
+				f(w, i)
+				out[i] = time.Since(start)
+			}
+		})
+	}
+	wg.Wait()
+	return out
+}

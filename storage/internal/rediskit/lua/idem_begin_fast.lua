@@ -1,0 +1,19 @@
+-- idem_begin.lua's common case, first and with nothing else set up: a new
+-- key, claimed in one call (SET NX GET, Redis 7.0+) with the server's
+-- clock as its fence (see claim.lua). When that does not decide, the rest
+-- of the script goes on from what it found (fast_prev; nil when the fast
+-- path did not run).
+local clock_read = nil
+local fast_prev = nil
+do
+  local t = redis.call('TIME')
+  clock_read = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+if redis.REDIS_VERSION_NUM then
+  local f = string.format('%d', clock_read)
+  fast_prev = redis.pcall('SET', KEYS[1], 'R1|i|' .. f .. '||' .. ARGV[2] .. '|' .. string.format('%d', #ARGV[1]) .. '|' .. ARGV[1],
+    'NX', 'GET', 'PX', ARGV[3])
+  if fast_prev == false then
+    return {1, clock_read, clock_read}
+  end
+end
