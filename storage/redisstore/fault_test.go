@@ -219,6 +219,9 @@ func TestRoundTripsAndKeys(t *testing.T) {
 		{"Refresh", func(l *lock.Lease) error { return (*l).Refresh(ctx, 10*time.Second) }},
 		{"Release", func(l *lock.Lease) error { return (*l).Release(ctx) }},
 	}
+	// The braces are escaped in the hash tag, so that every name of the
+	// lock shares one Cluster slot.
+	name := "oncekit:lock:{" + strings.NewReplacer("{", "%7B", "}", "%7D").Replace(key) + "}"
 	var l lock.Lease
 	for _, st := range steps {
 		before := rt.N.Load()
@@ -228,14 +231,18 @@ func TestRoundTripsAndKeys(t *testing.T) {
 		if n := rt.N.Load() - before; n != 1 {
 			t.Errorf("%s made %d round trips, want 1", st.name, n)
 		}
+		if st.name == "Refresh" {
+			// The key keeps the fence c Redis issued for the hold; a Store
+			// that hands keys on gives the hold's first lease the fence 128c.
+			tok, fence := lockValue(t, c, name)
+			if tok != l.Token() || fence != l.Fence()/128 || l.Fence()%128 != 0 {
+				t.Errorf("the key holds %s with fence %d, want %s with %d", tok, fence, l.Token(), l.Fence()/128)
+			}
+		}
 	}
-	// The braces are escaped in the hash tag, so that every name of the
-	// lock shares one Cluster slot.
-	// The key keeps the fence c Redis issued for the hold; a Store that
-	// hands keys on gives the hold's first lease the fence 128c.
-	_, fence := lockValue(t, c, "oncekit:lock:{"+strings.NewReplacer("{", "%7B", "}", "%7D").Replace(key)+"}")
-	if fence != l.Fence()/128 || l.Fence()%128 != 0 {
-		t.Errorf("the key's fence = %d, want %d", fence, l.Fence()/128)
+	// Released with the clock past its fence: nothing is left of it.
+	if n := c.Exists(ctx, name, name+":owner", name+":q", name+":qx").Val(); n != 0 {
+		t.Errorf("%d names of the released key left in Redis, want none", n)
 	}
 }
 

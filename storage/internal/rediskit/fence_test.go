@@ -12,10 +12,12 @@ import (
 )
 
 // A lock key carries its last fence: a take of a new key issues the
-// server's clock in µs, a release leaves a tombstone with the fence for a
-// minute, and the next take issues the tombstone's fence + 1 — also when
-// the tombstone runs ahead of the clock (restored from a server whose
-// clock ran ahead). A value of no form of ours counts as held.
+// server's clock in µs; a release deletes the key once the clock has passed
+// its fence (any later take issues at least the clock), and the next take
+// issues a higher fence. A fence that runs ahead of the clock (a tombstone
+// restored from a server whose clock ran ahead) is kept: the next take
+// issues it + 1, and its release leaves a tombstone with that fence for a
+// minute. A value of no form of ours counts as held.
 func TestLockKeyFence(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: testenv.RedisAddrs(t, 1)[0]})
 	defer c.Close()
@@ -47,19 +49,25 @@ func TestLockKeyFence(t *testing.T) {
 		t.Errorf("held value %q", v)
 	}
 	release("a")
-	v := c.Get(ctx, lk).Val()
-	if v != fmt.Sprintf("~|%d|", r.N) {
-		t.Errorf("released value %q, want a tombstone with fence %d", v, r.N)
+	if n := c.Exists(ctx, lk).Val(); n != 0 {
+		t.Errorf("released key left %q, want it deleted (the clock passed its fence)", c.Get(ctx, lk).Val())
 	}
-	if pttl := c.PTTL(ctx, lk).Val(); pttl <= 59*time.Second || pttl > time.Minute {
-		t.Errorf("tombstone PTTL %s, want a minute", pttl)
+	if r2 := take("a2"); r2.Code != AcquireTaken || r2.N <= r.N {
+		t.Errorf("retake: %+v, want a fence above %d", r2, r.N)
 	}
+	release("a2")
 	ahead := r.Clock + 1_000_000_000
 	c.Set(ctx, lk, fmt.Sprintf("~|%d|", ahead), time.Minute)
 	if r2 := take("b"); r2.Code != AcquireTaken || r2.N != ahead+1 {
 		t.Errorf("tombstone %d: %+v, want fence %d", ahead, r2, ahead+1)
 	}
 	release("b")
+	if v := c.Get(ctx, lk).Val(); v != fmt.Sprintf("~|%d|", ahead+1) {
+		t.Errorf("released value %q, want a tombstone with fence %d (ahead of the clock)", v, ahead+1)
+	}
+	if pttl := c.PTTL(ctx, lk).Val(); pttl <= 59*time.Second || pttl > time.Minute {
+		t.Errorf("tombstone PTTL %s, want a minute", pttl)
+	}
 	c.Set(ctx, lk, "not ours", time.Minute)
 	if r3 := take("c"); r3.Code != AcquireBusy {
 		t.Errorf("a foreign value: %+v, want busy", r3)
@@ -145,5 +153,77 @@ func TestFencesOutrunNoClock(t *testing.T) {
 				t.Errorf("after 100,000 takes and %s, fence %d is not above %d, issued before", lose, f, highest)
 			}
 		})
+	}
+}
+
+// A record carries its fence: a claim of a new key issues the server's
+// clock; Complete keeps the fence and the fingerprint; Abandon deletes the
+// record once the clock has passed its fence, and leaves a tombstone with
+// it while the fence is ahead (a Redlock floor from a node whose clock runs
+// ahead), which the next claim goes past. A claim that is not the caller's
+// is left alone.
+func TestRecordFence(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: testenv.RedisAddrs(t, 1)[0]})
+	defer c.Close()
+	ctx := context.Background()
+	b := &Base{}
+	b.Init(Options{RecordPrefix: fmt.Sprintf("record-fence-test:%d:", time.Now().UnixNano())})
+	name := func(k string) string { return b.Records.Record(k) }
+	begin := func(k, tok string) BeginReply {
+		t.Helper()
+		r, err := b.Begin(ctx, c, k, "fp-1", tok, time.Minute, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	finish := func(k, tok string, op FinishOp, result string, floor uint64) bool {
+		t.Helper()
+		ok, err := b.Finish(ctx, c, k, tok, op, time.Hour, []byte(result), floor)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+	defer c.Del(ctx, name("a"), name("b"), name("c"))
+
+	r := begin("a", "tok-a")
+	if r.Code != BeginClaimed || r.N != r.Clock || r.Clock <= 0 {
+		t.Fatalf("new key: %+v, want claimed with the clock as fence", r)
+	}
+	if finish("a", "tok-other", Complete, "x", 0) {
+		t.Error("Complete with another token succeeded")
+	}
+	if !finish("a", "tok-a", Complete, `{"ok":1}`, 0) {
+		t.Fatal("Complete of the caller's claim refused")
+	}
+	if v, want := c.Get(ctx, name("a")).Val(), fmt.Sprintf(`R1|c|%d|||4|fp-1{"ok":1}`, r.N); v != want {
+		t.Errorf("completed record %q, want %q", v, want)
+	}
+	if finish("a", "tok-a", Complete, "again", 0) {
+		t.Error("a second Complete succeeded")
+	}
+
+	rb := begin("b", "tok-b")
+	if !finish("b", "tok-b", Extend, "", 0) || !finish("b", "tok-b", Abandon, "", 0) {
+		t.Fatal("Extend or Abandon of the caller's claim refused")
+	}
+	if n := c.Exists(ctx, name("b")).Val(); n != 0 {
+		t.Errorf("abandoned record left %q, want it deleted (the clock passed its fence)", c.Get(ctx, name("b")).Val())
+	}
+	if r2 := begin("b", "tok-b2"); r2.Code != BeginClaimed || r2.N <= rb.N {
+		t.Errorf("claim after Abandon: %+v, want a fence above %d", r2, rb.N)
+	}
+
+	rc := begin("c", "tok-c")
+	ahead := uint64(rc.Clock) + 1_000_000_000
+	if !finish("c", "tok-c", Abandon, "", ahead) {
+		t.Fatal("Abandon with a floor refused")
+	}
+	if v, want := c.Get(ctx, name("c")).Val(), fmt.Sprintf("R1|x|%d|||0|", ahead); v != want {
+		t.Errorf("abandoned record %q, want the tombstone %q", v, want)
+	}
+	if r3 := begin("c", "tok-c2"); r3.Code != BeginClaimed || uint64(r3.N) != ahead+1 {
+		t.Errorf("claim after the tombstone: %+v, want fence %d", r3, ahead+1)
 	}
 }

@@ -44,6 +44,8 @@ var (
 	acquireFastLua string
 	//go:embed lua/release_fast.lua
 	releaseFastLua string
+	//go:embed lua/idem_finish_fast.lua
+	idemFinishFastLua string
 	//go:embed lua/idem_begin_fast.lua
 	idemBeginFastLua string
 )
@@ -62,7 +64,7 @@ var (
 	Transfer     = redis.NewScript(headLua + fenceLua + transferLua)
 	AcquireAll   = redis.NewScript(headLua + fenceLua + acquireAllLua)
 	IdemBegin    = redis.NewScript(idemBeginFastLua + fenceLua + claimLua + idemBeginLua)
-	IdemFinish   = redis.NewScript(headLua + preludeLua + fenceLua + claimLua + idemFinishLua)
+	IdemFinish   = redis.NewScript(idemFinishFastLua + preludeLua + fenceLua + claimLua + idemFinishLua)
 	LeaveQueue   = redis.NewScript(leaveQueueLua)
 	RecordStatus = redis.NewScript(headLua + fenceLua + claimLua + recordStateLua)
 )

@@ -3,12 +3,13 @@
 --
 -- A lock key holds one string:
 --   "<token>|<fence>|<flags>"  held by token, with the key's last fence;
---   "~|<fence>|<flags>"        free (a tombstone): released, keeping the
---                              last fence for tomb_life milliseconds;
+--   "~|<fence>|<flags>"        free (a tombstone): released while its
+--                              fence ran ahead of the clock, or with a
+--                              flag to keep; for tomb_life milliseconds;
 -- flags: 'o' an owner hash records an owner's holds (reentrancy); 'w' a
 -- process joined the key's waiting queue (a release looks at the queue
 -- only then). The fence lives in the key itself: a new key costs one
--- write, a release one write, and no second key is kept per lock.
+-- write, a release one delete, and no second key is kept per lock.
 --
 -- Fences. A take issues max(last fence + 1, the server's clock in µs).
 -- The clock floor keeps fences going forward where the last fence is gone
@@ -79,10 +80,14 @@ local function set_nx_get(key, v, px)
   end
   return old
 end
--- tombstone frees key, keeping its last fence f (fenced), or deletes it
--- (unfenced: f is 0).
+-- tombstone frees key. It keeps the last fence f only while the clock has
+-- not passed it (a fence issued as last + 1 beyond the clock, or a Redlock
+-- floor from a node whose clock is ahead) or flags must be kept: any later
+-- take issues at least the clock, which is then above f. Otherwise — the
+-- common case, and always unfenced (f is 0) — the key is deleted, and the
+-- keyspace holds nothing for a released key.
 local function tombstone(key, f, flags)
-  if f > 0 then
+  if f > 0 and (flags ~= '' or f >= clock_us()) then
     redis.call('SET', key, lock_value('~', f, flags), 'PX', tomb_life)
   else
     redis.call('DEL', key)

@@ -7,7 +7,9 @@
 -- ARGV[7] a fence the record keeps at least (Redlock: the claim's fence,
 -- the highest of its nodes'), or '0'.
 -- Completion and abandonment are announced when a duplicate waits (flag
--- 'w'). An abandoned record becomes a tombstone that keeps its fence.
+-- 'w'). An abandoned record is deleted, or becomes a tombstone that keeps
+-- its fence while the fence is ahead of the clock (see tombstone in
+-- fence.lua).
 -- Returns 1 done, 0 not ours (the lease ran out, or another claim).
 local r = our_claim(KEYS[1], ARGV[1])
 if not r then
@@ -20,8 +22,10 @@ end
 local f = math.max(r.f, tonumber(ARGV[7]))
 if ARGV[2] == 'complete' then
   redis.call('SET', KEYS[1], record_value('c', f, '', '', r.fp, ARGV[4]), 'PX', ARGV[3])
-else
+elseif f >= clock_us() then
   redis.call('SET', KEYS[1], record_value('x', f, '', '', '', ''), 'PX', tomb_life)
+else
+  redis.call('DEL', KEYS[1])
 end
 if has(r.fl, 'w') then
   local pub = publisher(ARGV[6])

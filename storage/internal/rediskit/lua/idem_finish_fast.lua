@@ -1,0 +1,39 @@
+-- idem_finish.lua's common case, first and with nothing else set up: the
+-- caller's in-flight claim, with no flags (nobody waits for it), is
+-- completed, abandoned or extended in one more call. When that does not
+-- decide, the rest of the script goes on as if this had not run.
+local clock_read = nil
+do
+  local v = redis.pcall('GET', KEYS[1])
+  if type(v) ~= 'string' then
+    return 0 -- no record (or not a string): not ours
+  end
+  local f, q = string.match(v, '^R1|i|(%d+)||()')
+  if f and string.sub(v, q, q + #ARGV[1]) == ARGV[1] .. '|' then
+    -- "<fingerprint length>|<fingerprint>" and nothing after it
+    local rest = q + #ARGV[1] + 1
+    local n, p = string.match(v, '^(%d+)|()', rest)
+    if n and p + tonumber(n) == #v + 1 then
+      if ARGV[2] == 'extend' then
+        redis.call('PEXPIRE', KEYS[1], ARGV[3])
+        return 1
+      end
+      local fn = tonumber(f)
+      if ARGV[7] ~= '0' then
+        fn = math.max(fn, tonumber(ARGV[7]))
+        f = string.format('%d', fn)
+      end
+      if ARGV[2] == 'complete' then
+        redis.call('SET', KEYS[1], 'R1|c|' .. f .. '|||' .. string.sub(v, rest) .. ARGV[4], 'PX', ARGV[3])
+        return 1
+      end
+      local t = redis.call('TIME')
+      if fn >= tonumber(t[1]) * 1000000 + tonumber(t[2]) then
+        redis.call('SET', KEYS[1], 'R1|x|' .. f .. '|||0|', 'PX', 60000)
+      else
+        redis.call('DEL', KEYS[1])
+      end
+      return 1
+    end
+  end
+end
