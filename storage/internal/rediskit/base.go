@@ -53,6 +53,7 @@ type Base struct {
 	HoldFences uint64
 
 	clocks clocks // each server's clock offset (ServerDeadline)
+	args   scriptArgs
 }
 
 // LeaseFence is the fence of the used-th lease (from 0) of a hold that
@@ -78,7 +79,21 @@ func (b *Base) Init(o Options) {
 	b.Keys = Keys{Prefix: o.Prefix}
 	b.Records = Records{Prefix: o.RecordPrefix}
 	b.Member = token.New()
+	b.args = scriptArgs{
+		placeLife: b.placeLife(), wakeGrace: b.wakeGrace(),
+		mode: b.mode(false), quiet: b.mode(true),
+	}
 }
+
+// scriptArgs are the scripts' arguments that are the same on every call,
+// converted to interface values once (each conversion of a call's
+// arguments is an allocation on the path of every request).
+type scriptArgs struct {
+	placeLife, wakeGrace, mode, quiet any
+}
+
+// argEmpty is "" as a script argument.
+var argEmpty any = ""
 
 // mode is the pub/sub mode argument of the scripts that announce.
 func (b *Base) mode(quiet bool) string {
@@ -148,21 +163,25 @@ type AcquireArgs struct {
 func (b *Base) Acquire(ctx context.Context, c redis.Scripter, a AcquireArgs, late func(AcquireReply)) (AcquireReply, error) {
 	// The queue is passed on every attempt: a caller outside it must not
 	// take a key reserved for the waiter a release just woke.
-	keys := []string{b.Keys.Lock(a.Key), b.Keys.Owner(a.Key), b.Keys.Queue(a.Key), b.Keys.QueueExpiry(a.Key)}
+	lock := b.Keys.Lock(a.Key) // every other name of the key is the lock's with a suffix
+	keys := []string{lock, lock + ":owner", lock + ":q", lock + ":qx"}
 	deadline := b.ServerDeadline(c, a.Deadline)
 	fenced := 1
 	if a.Unfenced {
 		fenced = 0
 	}
-	member := ""
+	member, owner := argEmpty, argEmpty
 	if a.Queued {
 		member = b.Member
+	}
+	if a.Owner != "" {
+		owner = a.Owner
 	}
 	grantable := "0"
 	if a.Grantable {
 		grantable = "1"
 	}
-	args := []any{a.Token, a.TTL.Milliseconds(), deadline, fenced, a.Owner, member, b.placeLife(), a.Place, b.wakeGrace(), grantable}
+	args := []any{a.Token, a.TTL.Milliseconds(), deadline, fenced, owner, member, b.args.placeLife, a.Place, b.args.wakeGrace, grantable}
 	var onLate func(*redis.Cmd)
 	if late != nil {
 		onLate = func(cmd *redis.Cmd) {
@@ -190,7 +209,11 @@ func (b *Base) release(ctx context.Context, c redis.Scripter, lock, tok string, 
 	if b.Grants && !quiet {
 		grants = "1"
 	}
-	return ParseRelease(b.run(ctx, c, Release, keys, nil, tok, lock+":release", b.mode(quiet), b.wakeGrace(), grants, floor))
+	mode := b.args.mode
+	if quiet {
+		mode = b.args.quiet
+	}
+	return ParseRelease(b.run(ctx, c, Release, keys, nil, tok, lock+":release", mode, b.args.wakeGrace, grants, floor))
 }
 
 // ReleaseOrphanGrant gives back a key that a release granted to this Store
@@ -260,8 +283,9 @@ func (b *Base) Begin(ctx context.Context, c redis.Scripter, key, fingerprint, to
 // record keeps its fence, or floor when that is higher (Redlock: the
 // claim's fence, the highest of its nodes').
 func (b *Base) Finish(ctx context.Context, c redis.Scripter, key, tok string, op FinishOp, d time.Duration, result []byte, floor uint64) (bool, error) {
-	return ParseFlag(b.run(ctx, c, IdemFinish, []string{b.Records.Record(key)}, nil,
-		tok, string(op), d.Milliseconds(), result, b.Records.Channel(key), b.mode(false), floor))
+	rec := b.Records.Record(key)
+	return ParseFlag(b.run(ctx, c, IdemFinish, []string{rec}, nil,
+		tok, string(op), d.Milliseconds(), result, rec+":done", b.args.mode, floor))
 }
 
 // RecordStatus reads key's record state for a caller about to wait for it
