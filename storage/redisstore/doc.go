@@ -10,21 +10,32 @@
 //
 // # Data layout
 //
-// A key K is stored as three Redis names sharing one hash tag, so they live
-// in one Cluster slot: "<prefix>{K}" holds the holder's token with a PX
-// expiry, "<prefix>{K}:fence" is the key's fence counter, and
-// "<prefix>{K}:release" is the channel a release is announced on. The
-// prefix defaults to "oncekit:lock:". Fence counters are never deleted (a
-// counter that restarted would hand out old fences again); each costs about
-// 60 bytes of Redis memory per distinct key ever locked.
+// A key K lives in one Redis string, "<prefix>{K}" (the prefix defaults to
+// "oncekit:lock:"; the hash tag keeps every name of a key in one Cluster
+// slot): "<token>|<fence>|<flags>" with a PX expiry while held. Its fence
+// is issued when the key is taken: max(the key's last fence + 1, the
+// server's clock in µs). A release deletes the key once the server's clock
+// has passed its fence — any later take issues at least the clock, which is
+// then above it — and otherwise (a fence issued faster than the clock
+// moves, or carried over from a server whose clock ran ahead) leaves a
+// tombstone "~|<fence>|<flags>" for a minute. Fences therefore rise with
+// every take, also after the key expired, after a tombstone lived out its
+// life, and after a restart without persistence, as long as the server's
+// clock does not step back. Nothing is kept for a key nobody holds: no
+// second key per lock, no memory that grows with the number of keys ever
+// locked. The flags mark what is rare: "o" an owner's holds are recorded
+// beside the key (see Owners), "w" processes wait in its queue (see
+// Waiting); a release looks at the queue and announces itself only then.
+// "<prefix>{K}:release" is the channel a release is announced on.
 //
 // # Round trips
 //
 // Every operation is one Lua script, embedded in the binary and sent as
-// EVALSHA: TryAcquire and an uncontended Acquire (SET NX PX, INCR of the
-// fence, or the holder's PTTL when taken), Refresh (compare token,
-// PEXPIRE), and Release (compare token, DEL, SPUBLISH on Redis 7 and later,
-// PUBLISH before).
+// EVALSHA; each starts with a fast path that decides the common case with
+// the fewest calls: TryAcquire and an uncontended Acquire of a free key
+// (TIME, SET NX GET PX: Redis 7.0 or later; one more GET before 7.0),
+// Refresh (compare token, PEXPIRE), and Release of a key nobody waits for
+// (GET, TIME, DEL). Redis 6.2 is the oldest server supported.
 //
 // # Contexts
 //
@@ -80,10 +91,9 @@
 // same Store waits, the key is handed to it without being let go, and
 // usually without a round trip: the next lease continues the Store's hold
 // (same token in Redis, same expiry) with the hold's next fence. A Store
-// that hands keys on scales the value c that Redis's fence counter issues
-// for a hold: the hold's leases take the fences 128c, 128c + 1, …,
+// that hands keys on scales the fence c that Redis issues for a hold: the hold's leases take the fences 128c, 128c + 1, …,
 // 128c + 127, and every later hold's c is higher, so fences still rise with
-// every lease while the counter in Redis moves by one per take and stays
+// every lease while the fence in Redis moves by one per take and stays
 // below the server's clock in microseconds (its floor after a loss). A hold
 // with less than 7/8 of the next lease's TTL left, or with its 128 fences
 // spent, is handed on in one round trip instead (new token, new fence, new
@@ -140,9 +150,14 @@
 //
 // # Idempotency records
 //
-// Store is also an idem.Store: a record is a versioned hash
-// "oncekit:idem:{K}" (WithRecordPrefix) whose PTTL is the claim's lease or
-// the result's retention, with a fence counter and a completion channel
-// beside it. Begin and Complete are one script each; anything else under
-// the record's name is idem.ErrCorruptRecord.
+// Store is also an idem.Store: a record is one versioned string
+// "oncekit:idem:{K}" (WithRecordPrefix) holding its state, fence, flags,
+// the claim's token, the fingerprint and the result, whose PTTL is the
+// claim's lease or the result's retention; "oncekit:idem:{K}:done" is the
+// channel completion and abandonment are announced on, only when a
+// duplicate waits. The fence is issued as a lock's is. A new key costs one
+// write to claim and one to complete (Begin and Complete are one script
+// each); an abandoned record is deleted, or kept as a tombstone while its
+// fence is ahead of the clock. Anything else under the record's name is
+// idem.ErrCorruptRecord.
 package redisstore

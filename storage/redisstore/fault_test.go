@@ -353,8 +353,8 @@ func TestFencesSurviveEmptyRestart(t *testing.T) {
 	}
 }
 
-// Every key oncekit writes expires: lock keys and their fence counters,
-// owner hashes, waiting queues, idempotency records and their counters.
+// Every key oncekit writes expires: lock keys and their tombstones, owner
+// hashes, waiting queues, idempotency records.
 func TestEveryKeyExpires(t *testing.T) {
 	p := testenv.StartRedis(t)
 	c := privateClient(t, p)

@@ -14,13 +14,12 @@ import (
 	"github.com/oncekit/oncekit/storage/internal/token"
 )
 
-// Idempotency records (idem.Store). A key K is stored as a hash
-// "<record prefix>{K}" — {v = 1, s = in flight | completed, fp, t = token
-// (empty once completed), f = fence, r = result} — whose PTTL is the lease
-// or the retention, beside
-// its fence counter "<record prefix>{K}:fence" and a channel
-// "<record prefix>{K}:done" on which completion and abandonment are
-// announced. Anything else under the record's name is reported as
+// Idempotency records (idem.Store). A key K is stored as one string
+// "<record prefix>{K}" — "R1|<state>|<fence>|<flags>|<token>|<fingerprint
+// length>|<fingerprint><result>" (see rediskit's lua/claim.lua) — whose
+// PTTL is the lease or the retention, and a channel "<record prefix>{K}:done"
+// on which completion and abandonment are announced when a duplicate waits.
+// Anything else under the record's name is reported as
 // idem.ErrCorruptRecord, never read as absent.
 
 // Begin implements idem.Store in one round trip.

@@ -58,7 +58,7 @@ func defaultOptions() options {
 func WithPrefix(p string) Option { return func(o *options) { o.Prefix = p } }
 
 // WithRecordPrefix sets the prefix of the idempotency records (idem.Store)
-// and their fence counters and channels. It must not contain '{' or '}'.
+// and their channels. It must not contain '{' or '}'.
 // Default "oncekit:idem:".
 func WithRecordPrefix(p string) Option { return func(o *options) { o.RecordPrefix = p } }
 

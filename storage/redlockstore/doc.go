@@ -1,6 +1,6 @@
 // Package redlockstore is the lock.Locker driver over N independent Redis
 // servers (N odd, at least 3) with majority quorum: the Redlock algorithm,
-// with fencing tokens that do not depend on clocks.
+// with fencing tokens in one round.
 //
 //	clients := []redlockstore.Client{c1, c2, c3, c4, c5} // *redis.Client each
 //	store, err := redlockstore.New(clients)
@@ -14,9 +14,9 @@
 // is decided: a majority answered as needed, or too many refused for a
 // majority to remain possible. A node that has not answered within the node
 // timeout (default TTL/10, clamped to 50 ms–1 s; WithNodeTimeout) counts as
-// failed. An acquisition takes the key on every node it can (SET NX PX and
-// an INCR of the node's fence counter, in one script) and succeeds with a
-// majority and validity left: validity = TTL − elapsed − drift, where drift
+// failed. An acquisition takes the key on every node it can (one script
+// per node: SET NX with the node's fence in the key's value) and succeeds
+// with a majority and validity left: validity = TTL − elapsed − drift, where drift
 // is 1 % of the TTL + 2 ms (WithDrift). The lease's Done closes when its
 // validity ends without a successful Refresh. A failed attempt releases
 // every node it took, including nodes whose answer arrives after the round
@@ -24,7 +24,9 @@
 // that node's clock) takes nothing.
 //
 // Refresh extends the key on every node and succeeds with a majority.
-// Release deletes it on every node and publishes a release message on each.
+// Release frees it on every node (keeping the lease's fence where that
+// node's clock has not passed it, see below) and announces the release on
+// each where someone waits.
 // Acquire waits for a release message from any node, for the remaining TTL
 // of the nodes that stand between it and a majority, or at most the recheck
 // interval. A split vote (competing clients each took some nodes, none a
@@ -48,34 +50,36 @@
 // last request failed is not waited for by rounds whose outcome it can no
 // longer change, nor by clean-up rounds.
 //
-// # Fencing without trusting clocks
+// # Fences in one round
 //
-// In fenced mode (the default) the fence of a lease is computed in a second
-// round. Round one returns each acquired node's counter after its raise
-// (to max(counter + 1, the node's clock in µs), see below); T
-// is the maximum over the acquired majority. Round two raises every node's
-// counter to at least T and reports whether the key still holds our token
-// there; the lease is granted only if a majority says it does.
+// In fenced mode (the default) each node issues a fence when the key is
+// taken there, as redisstore does: max(the key's last fence + 1, the
+// node's clock in µs), kept in the key's value. A lease's fence T is the
+// highest fence among the nodes of its majority. It is granted only if T
+// is no more than TTL/2 ahead of the clock of every node it took (each
+// node's reply carries its clock); otherwise the acquisition gives the
+// nodes back and fails with a *ClockSkewError (errors.Is ErrClockSkew and
+// lock.ErrNotAcquired). Release, and Complete and Abandon of a claim,
+// carry T to every node, which keeps it as the key's last fence while its
+// own clock has not passed it.
 //
-// Why this is sound: take two granted leases A and B. Each completed round
-// two on a majority where its key was present, so some node n was in both
-// majorities. On n the two keys existed at different times (the node
-// enforces SET NX), say A's first. A's round two ran on n while A's key was
-// there, so before B's key was set; B's INCR on n ran in the same script
-// that set B's key, so after A's write: B's counter on n exceeds T(A), and
-// T(B), a maximum that includes n's counter, exceeds T(A). Fences are
-// therefore unique and ordered as the keys were held, and the argument uses
-// only the order of operations on one node — no clock.
+// Why this is sound: take two granted leases A and B. Their majorities
+// share a node n, and on n the two keys existed at different times (the
+// node enforces SET NX), say A's first. If A released n, n kept T(A) or
+// its clock had passed T(A), so B's fence on n, at least max(last + 1,
+// clock), is above T(A). If A's key expired on n, it did so a TTL after it
+// was set, by n's clock; when A was granted, T(A) was at most TTL/2 ahead
+// of that clock, so n's clock had passed T(A) before B took n. Either way
+// T(B), a maximum that includes n's fence, exceeds T(A): fences are unique
+// and ordered as the keys were held. The argument needs each node's clock
+// not to step back and to run at its rate to within TTL/2 over a TTL —
+// not the nodes' clocks to agree with each other, nor the client's.
 //
-// Because round two raises the counters on every node it reaches, fences
-// keep growing even when up to N − quorum nodes lose their data between two
-// acquisitions: every majority still meets a node that kept a counter of at
-// least T. And because a counter is raised to at least the node's clock in
-// microseconds, a majority of nodes that all lost their data (or whose
-// counters expired: a counter lives max(TTL, 1 minute) after its last use)
-// still issues fences above every earlier one, as long as the nodes'
-// clocks have not stepped back past it. WithoutFencing skips the counters
-// and round two (Fence() is then 0) for callers that only need exclusion.
+// A node that loses its data (a restart without persistence) issues fences
+// from its clock again, above everything it issued before as long as its
+// clock did not step back; every majority still meets a node whose fence
+// is above T. WithoutFencing takes the keys without issuing fences
+// (Fence() is then 0) for callers that only need exclusion.
 //
 // # Hot keys
 //
@@ -85,8 +89,8 @@
 // the nodes for WithLinger (default 100 µs), and the Store's next Acquire
 // of the key in that moment takes it with no round: the same token on the
 // same nodes, the hold's validity, and the next of the hold's 128 fences
-// (128T, 128T + 1, …, 128T + 127 for the T its round two settled; every
-// later T is above it by the argument above). Within WithMaxLocalHandOffs
+// (128T, 128T + 1, …, 128T + 127 for the hold's fence T; every later T
+// is above it by the argument above). Within WithMaxLocalHandOffs
 // leases in a row (default 16) or as many as start within WithMaxLocalHold
 // of taking the key (default 1 ms), whichever is more, the key is then
 // released so that waiting processes get their turn. The price: the key
@@ -111,7 +115,7 @@
 // # Owners
 //
 // With lock.WithOwner, each node keeps an owner hash beside the key (owner,
-// token, holds, fence; the fencing round records the lease's fence in it).
+// token, holds, the fence it issued).
 // An owner re-enters when a majority of nodes count one more hold under the
 // same token; the re-entered lease refreshes and releases only those nodes,
 // and any other hold the round took is given back.
@@ -121,6 +125,6 @@
 // Store is also an idem.Store: each node keeps the record redisstore keeps;
 // a claim holds with a majority of nodes, a completed record found on any
 // node wins, and Complete, Abandon and Extend need a majority. A claim's
-// fence goes through the same fencing round as a lock's, so Begin on a
-// fresh key takes two rounds.
+// fence is a lock's: the highest its majority issued, checked against
+// their clocks, so Begin on a fresh key is one round.
 package redlockstore

@@ -277,16 +277,22 @@ func waitAll(t *testing.T, c *cluster, key string) {
 }
 
 // Fences only grow across successive holders, however the rounds
-// interleave: nodes start with very different counters; for each
-// acquisition up to two random nodes are paused (so the holder takes a bare
-// or partial majority, and their requests arrive late or not at all), or
-// restarted empty (losing their counters).
+// interleave: nodes start with very different last fences (tombstones up to
+// 400 ms ahead of their clocks); for each acquisition up to two random
+// nodes are paused (so the holder takes a bare or partial majority, and
+// their requests arrive late or not at all), or restarted empty (losing
+// their fences).
 func TestFencesGrowAcrossInterleavings(t *testing.T) {
 	c := newCluster(t, 5)
 	ctx := ctxT(t, 2*time.Minute)
-	for i, a := range c.addrs { // uneven starting counters
+	for i, a := range c.addrs { // uneven starting fences
 		rc := redis.NewClient(&redis.Options{Addr: a})
-		rc.Set(ctx, "oncekit:redlock:{interleave}:fence", []int{50, 3, 1000, 7, 400}[i], 0)
+		now, err := rc.Time(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ahead := time.Duration([]int{50, 3, 400, 7, 200}[i]) * time.Millisecond
+		rc.Set(ctx, "oncekit:redlock:{interleave}", fmt.Sprintf("~|%d|", now.Add(ahead).UnixMicro()), time.Minute)
 		rc.Close()
 	}
 	stores := []*redlockstore.Store{newStore(t, c.clients(t)), newStore(t, c.clients(t))}
@@ -353,30 +359,51 @@ func TestNewValidates(t *testing.T) {
 	}
 }
 
-// Claim fences go through the fencing round too: without it a claim taken
-// from another majority could get a lower fence than an earlier claim of
-// the same key (node counters [high, low, low, …]: claim X takes the high
-// one's, and once that node is gone, claim Y gets a low one).
+// A claim's fence reaches every node when the claim ends: without that, a
+// claim taken on a majority that included a node whose fence ran ahead
+// (claim X: the highest fence of its majority) could be followed, once
+// that node is gone, by a claim of the same key from the other nodes with
+// a lower fence (claim Y).
 func TestClaimFencesNeverGoBackwards(t *testing.T) {
 	c := newCluster(t, 5)
 	ctx := ctxT(t, time.Minute)
 	key := "claim-fence"
-	high := time.Now().Add(time.Hour).UnixMicro() // a counter ahead of every node's clock
 	rc := redis.NewClient(&redis.Options{Addr: c.addrs[0]})
-	if err := rc.Set(ctx, "oncekit:redlock-idem:{"+key+"}:fence", high, time.Hour).Err(); err != nil {
+	now, err := rc.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Node 0 kept a fence 2 s ahead of its clock (within TTL/2 of 10 s).
+	high := now.Add(2 * time.Second).UnixMicro()
+	if err := rc.Set(ctx, "oncekit:redlock-idem:{"+key+"}", fmt.Sprintf("R1|x|%d|||0|", high), time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
 	rc.Close()
 	s := newStore(t, c.clients(t))
+	c.procs[3].Pause() // X's majority is nodes 0, 1 and 2
+	c.procs[4].Pause()
 	x, err := s.Begin(ctx, key, "fp", 10*time.Second)
 	if err != nil || x.State != idem.Acquired {
 		t.Fatalf("claim X: %v %v", x.State, err)
 	}
+	if x.Fence <= uint64(high) {
+		t.Fatalf("claim X's fence %d, want above node 0's %d", x.Fence, high)
+	}
 	if err := s.Abandon(ctx, x); err != nil {
 		t.Fatal(err)
 	}
-	c.procs[0].Kill() // the node with the high counter is gone
-	y, err := s.Begin(ctx, key, "fp", 10*time.Second)
+	c.procs[3].Resume()
+	c.procs[4].Resume()
+	c.procs[0].Kill() // the node whose fence ran ahead is gone
+	// X's requests to the paused nodes ran when they resumed; the Store
+	// gives those late claims back (or their lease ends).
+	var y idem.Claim
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		y, err = s.Begin(ctx, key, "fp", 10*time.Second)
+		if err != nil || y.State != idem.InFlight || time.Now().After(deadline) {
+			break
+		}
+	}
 	if err != nil || y.State != idem.Acquired {
 		t.Fatalf("claim Y: %v %v", y.State, err)
 	}

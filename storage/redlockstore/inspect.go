@@ -62,10 +62,10 @@ func (s *Store) unreachable(ok []bool) string {
 
 // InspectLock implements lock.Inspector. The key is held when one token
 // holds it on a majority of the nodes; TTL is the shortest of those nodes'
-// and Waiters the longest queue. Fence is the fence counter most of those
-// nodes agree on: the fencing round set a majority of them to the
-// holder's fence. For a free key it is the highest counter, the last
-// fence issued. Detail says
+// and Waiters the longest queue. Fence is the highest fence among those
+// nodes: at least the holder's, which is the highest among the majority
+// it took (a node that answered its round late issued a later one). For a
+// free key it is the highest fence a node kept. Detail says
 // how many nodes agree and which did not answer. It needs a majority of
 // the nodes to answer (else ErrNoQuorum).
 func (s *Store) InspectLock(ctx context.Context, key string) (lock.LockInfo, error) {
@@ -101,23 +101,14 @@ func (s *Store) inspectLock(ctx context.Context, key string) (lock.LockInfo, str
 	switch {
 	case top != "" && count[top] >= s.quorum:
 		info.Held, info.Token, info.TTL, info.Fence = true, lockdriver.TokenPrefix(top), -1, 0
-		fences := map[uint64]int{}
 		for i, st := range states {
 			if ok[i] && st.Token == top {
 				li := st.Info(key)
 				if info.TTL < 0 || (li.TTL >= 0 && li.TTL < info.TTL) {
 					info.TTL = li.TTL
 				}
-				fences[li.Fence]++
+				info.Fence = max(info.Fence, li.Fence)
 				info.Owner, info.Holds = li.Owner, li.Holds
-			}
-		}
-		// The fencing round set a majority of the holder's nodes to its
-		// fence exactly; a node it has not reached yet shows a lower
-		// counter, one the holder's own first round reached late a higher.
-		for f, n := range fences {
-			if n > fences[info.Fence] || (n == fences[info.Fence] && f > info.Fence) {
-				info.Fence = f
 			}
 		}
 		info.Detail = fmt.Sprintf("held on %d of %d nodes", count[top], len(s.nodes))
@@ -197,7 +188,7 @@ func (s *Store) InspectRecord(ctx context.Context, key string) (idem.RecordInfo,
 		agree := count["c"]
 		if info.State == idem.InFlight {
 			agree = count[states[best].Token]
-			info.Fence = fenceMode(states, ok, states[best].Token)
+			info.Fence = highestFence(states, ok, states[best].Token)
 			if agree < s.quorum {
 				info.Detail = "no majority: "
 			}
@@ -229,19 +220,14 @@ func (s *Store) DeleteRecord(ctx context.Context, key string) (bool, error) {
 	return slices.Contains(deleted, true), nil
 }
 
-// fenceMode is the fence most of the nodes holding tok's claim agree on:
-// the fencing round set a majority of them to the claim's fence; a node it
-// reached before the claim's own late first round shows another.
-func fenceMode(states []rediskit.RecordState, ok []bool, tok string) uint64 {
-	count := map[uint64]int{}
-	var best uint64
+// highestFence is the highest fence among the nodes holding tok's claim:
+// at least the claim's (see InspectLock).
+func highestFence(states []rediskit.RecordState, ok []bool, tok string) uint64 {
+	var top uint64
 	for i, st := range states {
 		if ok[i] && st.Token == tok {
-			count[st.Fence]++
-			if n := count[st.Fence]; n > count[best] || (n == count[best] && st.Fence > best) {
-				best = st.Fence
-			}
+			top = max(top, st.Fence)
 		}
 	}
-	return best
+	return top
 }

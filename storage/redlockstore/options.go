@@ -81,8 +81,8 @@ func WithDrift(factor float64, floor time.Duration) Option {
 	return func(o *options) { o.driftFactor, o.driftFloor = factor, floor }
 }
 
-// WithoutFencing skips the fence counters and the second round that makes
-// fences sound. Leases then report Fence() == 0. For callers that only need
+// WithoutFencing takes keys without issuing fences (no clock check across
+// the nodes either). Leases then report Fence() == 0. For callers that only need
 // mutual exclusion; see the package documentation. Default: fenced.
 func WithoutFencing() Option { return func(o *options) { o.fenced = false } }
 

@@ -3,6 +3,7 @@ package rediskit
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -225,5 +226,46 @@ func TestRecordFence(t *testing.T) {
 	}
 	if r3 := begin("c", "tok-c2"); r3.Code != BeginClaimed || uint64(r3.N) != ahead+1 {
 		t.Errorf("claim after the tombstone: %+v, want fence %d", r3, ahead+1)
+	}
+}
+
+// A release while a process waits in the key's queue keeps the queue's
+// flag in a tombstone — unfenced too, where the key has no fence to keep —
+// so that whoever takes the key next knows to wake the queue when it
+// releases. (Deleting the key lost the flag: the next holder's release took
+// the fast path, and the queued process slept until its recheck.)
+func TestReleaseKeepsWaitersFlag(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: testenv.RedisAddrs(t, 1)[0]})
+	defer c.Close()
+	ctx := context.Background()
+	for _, unfenced := range []bool{false, true} {
+		b := &Base{}
+		b.Init(Options{Prefix: fmt.Sprintf("flag-test:%d:", time.Now().UnixNano()), Recheck: time.Second, MaxBackoff: 0})
+		key := "k"
+		lk := b.Keys.Lock(key)
+		take := func(tok string, queued bool) AcquireReply {
+			t.Helper()
+			r, err := b.Acquire(ctx, c, AcquireArgs{Key: key, Token: tok, TTL: time.Minute, Unfenced: unfenced, Queued: queued}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return r
+		}
+		if r := take("a", false); r.Code != AcquireTaken {
+			t.Fatalf("unfenced=%v: take a: %+v", unfenced, r)
+		}
+		if r := take("b", true); r.Code != AcquireBusy { // b's process joins the queue
+			t.Fatalf("unfenced=%v: take b: %+v, want busy", unfenced, r)
+		}
+		if code, err := b.Release(ctx, c, key, "a", false, 0); err != nil || code != ReleaseFreed {
+			t.Fatalf("unfenced=%v: release a: %v %v", unfenced, code, err)
+		}
+		if v := c.Get(ctx, lk).Val(); !strings.HasPrefix(v, "~|") || !strings.HasSuffix(v, "|w") {
+			t.Errorf("unfenced=%v: released key with a queued process holds %q, want a tombstone flagged w", unfenced, v)
+		}
+		if r := take("b", true); r.Code != AcquireTaken {
+			t.Fatalf("unfenced=%v: b's retry: %+v", unfenced, r)
+		}
+		c.Del(ctx, lk, lk+":q", lk+":qx")
 	}
 }

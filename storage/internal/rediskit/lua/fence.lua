@@ -80,14 +80,15 @@ local function set_nx_get(key, v, px)
   end
   return old
 end
--- tombstone frees key. It keeps the last fence f only while the clock has
--- not passed it (a fence issued as last + 1 beyond the clock, or a Redlock
--- floor from a node whose clock is ahead) or flags must be kept: any later
--- take issues at least the clock, which is then above f. Otherwise — the
--- common case, and always unfenced (f is 0) — the key is deleted, and the
--- keyspace holds nothing for a released key.
+-- tombstone frees key. It leaves a tombstone while flags must be kept (a
+-- process still queued: the next holder's release must look at the queue,
+-- fenced or not) or the last fence f is ahead of the clock (a fence issued
+-- as last + 1 beyond the clock, or a Redlock floor from a node whose clock
+-- is ahead). Otherwise — the common case — the key is deleted, and the
+-- keyspace holds nothing for a released key: any later take issues at
+-- least the clock, which is then above f.
 local function tombstone(key, f, flags)
-  if f > 0 and (flags ~= '' or f >= clock_us()) then
+  if flags ~= '' or (f > 0 and f >= clock_us()) then
     redis.call('SET', key, lock_value('~', f, flags), 'PX', tomb_life)
   else
     redis.call('DEL', key)
