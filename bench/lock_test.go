@@ -192,6 +192,13 @@ func BenchmarkContended16(b *testing.B) {
 }
 
 func contended(b *testing.B, lockers []locker, cc *commandCounter, workers int, key string) {
+	contendedPausing(b, lockers, cc, workers, key, 0)
+}
+
+// contendedPausing is contended with each worker pausing for pause after
+// each of its cycles (so that a release finds no goroutine of its own
+// process waiting, and the key goes to another process).
+func contendedPausing(b *testing.B, lockers []locker, cc *commandCounter, workers int, key string, pause time.Duration) {
 	warm(b, lockers[0], key)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
@@ -222,6 +229,9 @@ func contended(b *testing.B, lockers []locker, cc *commandCounter, workers int, 
 				if err := release(); err != nil {
 					failed.Store(err)
 					return
+				}
+				if pause > 0 {
+					time.Sleep(pause)
 				}
 			}
 		})

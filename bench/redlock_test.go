@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/go-redsync/redsync/v4"
 	"github.com/go-redsync/redsync/v4/redis"
@@ -141,5 +142,24 @@ func BenchmarkRedlockContended16(b *testing.B) {
 				contended(b, lockers, cc, 16, benchKey(im.name))
 			})
 		}
+	}
+}
+
+// BenchmarkRedlockHandOff16: one key, 16 processes over five servers, each
+// pausing 1 ms after its cycle, so that no process takes the key back from
+// itself: every acquisition is a hand-off between processes.
+func BenchmarkRedlockHandOff16(b *testing.B) {
+	for _, im := range fiveNodes {
+		b.Run(im.name, func(b *testing.B) {
+			cc := &commandCounter{}
+			lockers := make([]locker, 16)
+			for i := range lockers {
+				lockers[i] = im.make(b, fiveClients(b, cc))
+			}
+			addrs := testenv.RedisAddrs(b, 5)[:5]
+			cmds0 := serverCommands(b, addrs)
+			contendedPausing(b, lockers, cc, 16, benchKey(im.name), time.Millisecond)
+			b.ReportMetric(float64(serverCommands(b, addrs)-cmds0-int64(len(addrs)))/float64(b.N), "server-cmds/cycle")
+		})
 	}
 }
