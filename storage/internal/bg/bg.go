@@ -60,7 +60,11 @@ func (g *Group) Go(f func()) {
 }
 
 // serve runs job, then whatever work w is handed, until w has waited idleFor
-// for more or the group is being waited for.
+// for more or the group is being waited for. Its timer is armed once and
+// re-armed only when it fires: re-arming a timer on every job may wake a
+// sleeping thread of the Go scheduler (its net poller must learn the new
+// deadline), a system call and a thread wake-up on the path of every
+// request.
 func (g *Group) serve(w *worker, job func()) {
 	defer g.workers.Done()
 	t := time.NewTimer(idleFor)
@@ -74,15 +78,25 @@ func (g *Group) serve(w *worker, job func()) {
 		}
 		g.idle = append(g.idle, w)
 		g.mu.Unlock()
-		t.Reset(idleFor)
+		parked := time.Now()
 		var ok bool
-		select {
-		case job, ok = <-w.work:
-		case <-t.C:
-			if g.retire(w) {
-				return
+	wait:
+		for {
+			select {
+			case job, ok = <-w.work:
+				break wait
+			case <-t.C:
+				if idle := time.Since(parked); idle < idleFor {
+					t.Reset(idleFor - idle) // it fired for an earlier idle spell
+					continue
+				}
+				t.Reset(idleFor)
+				if g.retire(w) {
+					return
+				}
+				job, ok = <-w.work // Go took w off the list as the timer fired
+				break wait
 			}
-			job, ok = <-w.work // Go took w off the list as the timer fired
 		}
 		if !ok {
 			return
