@@ -29,13 +29,13 @@ type lease struct {
 // hold is one tenure of a token of this Store on a key in Redis, which
 // local hand-offs without a round trip pass from lease to lease.
 type hold struct {
-	fence uint64    // the counter value Redis issued for the token (rediskit's fence.lua)
+	fence uint64    // the fence Redis issued for the token (rediskit's fence.lua)
 	took  time.Time // when the Store learnt it took the key from Redis (WithMaxLocalHold counts from it)
 }
 
 // newLease returns a held lease whose local deadline is start + ttl:
 // counted from before the request was sent, it never passes after the
-// server's own expiry. fence is the counter value Redis issued.
+// server's own expiry. fence is the fence Redis issued.
 func (s *Store) newLease(key, tok string, fence uint64, start time.Time, ttl time.Duration, owner string) *lease {
 	return s.makeLease(key, tok, hold{fence: fence, took: time.Now()}, 0, start.Add(ttl), owner)
 }

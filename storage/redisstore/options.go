@@ -94,9 +94,9 @@ func WithObserver(obs observe.Observer) Option { return func(o *options) { o.Obs
 // otherwise; either way the next lease gets a higher fence. n = 0 turns
 // hand-offs off: every Release lets the key go. Defaults 16 and 1 ms.
 //
-// A Store that hands keys on scales the counter value c Redis issues for a
+// A Store that hands keys on scales the fence c Redis issues for a
 // hold: the hold's leases take the fences 128c + 0, 1, …, 127, and
-// lock.Inspector reports 128c. n = 0 keeps the bare counter values.
+// lock.Inspector reports 128c. n = 0 keeps the bare fences Redis issues.
 func WithMaxLocalHandOffs(n int) Option { return func(o *options) { o.maxHandOffs = n } }
 
 // WithMaxLocalHold: see WithMaxLocalHandOffs.
