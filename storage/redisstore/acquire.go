@@ -291,8 +291,8 @@ func (s *Store) leaveQueue(key string) {
 // script itself refuses to take the key once ctx's deadline has passed by
 // the server's clock, for a request that reaches the server late (a paused
 // server, a slow network) when the clean-up cannot. When the key is busy
-// and seen is not nil, *seen is raised to the highest fence the key
-// had been issued when the attempt ran (see granted).
+// and seen is not nil, *seen is raised to the highest fence issued for
+// the key when the attempt ran (see granted).
 func (s *Store) attempt(ctx context.Context, key, tok string, ttl time.Duration, owner string, queued bool, seen *uint64) (*lease, *lock.BusyError, error) {
 	start := time.Now()
 	deadline, _ := ctx.Deadline()
