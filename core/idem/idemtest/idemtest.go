@@ -829,13 +829,13 @@ func (s *suite) inspect(t *testing.T) {
 func (s *suite) longRun(t *testing.T) {
 	st := s.cfg.NewStore(t)
 	k := key(t)
-	g := guard(t, st, idem.WithTTL(300*time.Millisecond))
+	g := guard(t, st, idem.WithTTL(500*time.Millisecond))
 	done, started := make(chan error, 1), make(chan struct{})
 	go func() {
 		_, _, err := g.Do(ctxT(t, 10*time.Second), k, "fp", func(ctx context.Context) ([]byte, error) {
 			close(started)
 			select {
-			case <-time.After(1200 * time.Millisecond):
+			case <-time.After(1500 * time.Millisecond): // three TTLs
 				return []byte("long"), nil
 			case <-ctx.Done():
 				return nil, context.Cause(ctx)
@@ -845,7 +845,7 @@ func (s *suite) longRun(t *testing.T) {
 	}()
 	awaitRun(t, started, done)
 	other := s.cfg.NewStore(t)
-	deadline := time.Now().Add(1100 * time.Millisecond)
+	deadline := time.Now().Add(1400 * time.Millisecond)
 	for time.Now().Before(deadline) {
 		c, err := other.Begin(ctxT(t, 5*time.Second), k, "fp", time.Second)
 		if err != nil {
