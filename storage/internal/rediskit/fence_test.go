@@ -269,3 +269,43 @@ func TestReleaseKeepsWaitersFlag(t *testing.T) {
 		c.Del(ctx, lk, lk+":q", lk+":qx")
 	}
 }
+
+// A replay is answered from the completed record, with its result and
+// remaining retention; another fingerprint is a mismatch, and an in-flight
+// record is reported in flight, whatever the fingerprint lengths.
+func TestBeginReplies(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: testenv.RedisAddrs(t, 1)[0]})
+	defer c.Close()
+	ctx := context.Background()
+	b := &Base{}
+	b.Init(Options{RecordPrefix: fmt.Sprintf("begin-test:%d:", time.Now().UnixNano())})
+	defer c.Del(ctx, b.Records.Record("done"), b.Records.Record("busy"))
+	begin := func(k, fp string) BeginReply {
+		t.Helper()
+		r, err := b.Begin(ctx, c, k, fp, "tok-"+fp, time.Minute, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	if r := begin("done", "fp|1"); r.Code != BeginClaimed {
+		t.Fatalf("claim: %+v", r)
+	}
+	if ok, err := b.Finish(ctx, c, "done", "tok-fp|1", Complete, time.Hour, []byte("R1|c|9|||3|abc"), 0); err != nil || !ok {
+		t.Fatalf("complete: %v %v", ok, err)
+	}
+	if r := begin("done", "fp|1"); r.Code != BeginCompleted || string(r.Result) != "R1|c|9|||3|abc" || r.N <= 59*60*1000 {
+		t.Errorf("replay: %+v", r)
+	}
+	for _, fp := range []string{"fp|2", "fp|", "fp|12", ""} {
+		if r := begin("done", fp); r.Code != BeginMismatch {
+			t.Errorf("replay with fingerprint %q: %+v, want a mismatch", fp, r)
+		}
+	}
+	if r := begin("busy", "fp"); r.Code != BeginClaimed {
+		t.Fatalf("claim: %+v", r)
+	}
+	if r := begin("busy", "fp"); r.Code != BeginInFlight {
+		t.Errorf("duplicate of an in-flight claim: %+v", r)
+	}
+}

@@ -1,8 +1,8 @@
--- idem_begin.lua's common case, first and with nothing else set up: a new
+-- idem_begin.lua's common cases, first and with nothing else set up: a new
 -- key, claimed in one call (SET NX GET, Redis 7.0+) with the server's
--- clock as its fence (see claim.lua). When that does not decide, the rest
--- of the script goes on from what it found (fast_prev; nil when the fast
--- path did not run).
+-- clock as its fence (see claim.lua), and a replay of a completed record.
+-- When that does not decide, the rest of the script goes on from what it
+-- found (fast_prev; nil when the fast path did not run).
 local clock_read = nil
 local fast_prev = nil
 do
@@ -15,5 +15,12 @@ if redis.REDIS_VERSION_NUM then
     'NX', 'GET', 'PX', ARGV[3])
   if fast_prev == false then
     return {1, clock_read, clock_read}
+  end
+  -- A replay: a completed record with the caller's fingerprint.
+  if type(fast_prev) == 'string' then
+    local n, p = string.match(fast_prev, '^R1|c|%d+|%a*||(%d+)|()')
+    if n and tonumber(n) == #ARGV[1] and string.sub(fast_prev, p, p + #ARGV[1] - 1) == ARGV[1] then
+      return {3, redis.call('PTTL', KEYS[1]), string.sub(fast_prev, p + #ARGV[1])}
+    end
   end
 end
