@@ -15,7 +15,6 @@ import (
 	"github.com/oncekit/oncekit/httpmw"
 	"github.com/oncekit/oncekit/internal/testenv"
 	"github.com/oncekit/oncekit/storage/memstore"
-	"github.com/oncekit/oncekit/storage/redisstore"
 )
 
 // p50 of samples, in microseconds.
@@ -117,16 +116,7 @@ func BenchmarkHTTPMiddleware(b *testing.B) {
 	for _, mode := range []string{"new-key", "replay"} {
 		b.Run("redisstore/"+mode, func(b *testing.B) {
 			c, cc := client(b, testenv.RedisAddrs(b, 1)[0])
-			st, err := redisstore.New(c, redisstore.WithRecordPrefix(benchKey("httpmw")+":"))
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.Cleanup(func() { st.Close() })
-			g, err := idem.NewGuard(st)
-			if err != nil {
-				b.Fatal(err)
-			}
-			mw, err := httpmw.New(g, httpmw.Unscoped())
+			mw, err := httpmw.New(redisGuard(b, c, "httpmw"), httpmw.Unscoped())
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -164,8 +164,11 @@ func controlDoer(c *redis.Client, prefix string) doer {
 	}
 }
 
-func guardDoer(b *testing.B, c *redis.Client) doer {
-	st, err := redisstore.New(c, redisstore.WithRecordPrefix(benchKey("guard")+":"))
+// redisGuard is a Guard over a redisstore Store on c, its records under a
+// prefix of their own.
+func redisGuard(b *testing.B, c *redis.Client, name string) *idem.Guard {
+	b.Helper()
+	st, err := redisstore.New(c, redisstore.WithRecordPrefix(benchKey(name)+":"))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -174,6 +177,11 @@ func guardDoer(b *testing.B, c *redis.Client) doer {
 	if err != nil {
 		b.Fatal(err)
 	}
+	return g
+}
+
+func guardDoer(b *testing.B, c *redis.Client) doer {
+	g := redisGuard(b, c, "guard")
 	return func(ctx context.Context, key string, run func() []byte) ([]byte, bool, error) {
 		return g.Do(ctx, key, "fp", func(context.Context) ([]byte, error) { return run(), nil })
 	}
@@ -262,16 +270,7 @@ func BenchmarkNewKeyHTTP(b *testing.B) {
 		})
 	}
 	middleware := func(b *testing.B, c *redis.Client) http.Handler {
-		st, err := redisstore.New(c, redisstore.WithRecordPrefix(benchKey("httpmw")+":"))
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { st.Close() })
-		g, err := idem.NewGuard(st)
-		if err != nil {
-			b.Fatal(err)
-		}
-		mw, err := httpmw.New(g, httpmw.Unscoped())
+		mw, err := httpmw.New(redisGuard(b, c, "httpmw"), httpmw.Unscoped())
 		if err != nil {
 			b.Fatal(err)
 		}
