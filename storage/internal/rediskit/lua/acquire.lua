@@ -112,9 +112,7 @@ if not tok then -- a tombstone: free, with its last fence
     local fl = oflag
     if has(flags, 'w') then
       leave()
-      if redis.call('EXISTS', KEYS[3]) == 1 then
-        fl = fl .. 'w'
-      end
+      fl = fl .. waiters_flag(KEYS[3])
     end
     redis.call('SET', KEYS[1], lock_value(ARGV[1], nf, fl), 'PX', ARGV[2])
     return taken(nf)

@@ -45,9 +45,7 @@ for i = 1, n do
       redis.call('ZREM', KEYS[3 * i - 1], member)
       redis.call('HDEL', KEYS[3 * i], member)
     end
-    if redis.call('EXISTS', KEYS[3 * i - 1]) == 1 then
-      fl = 'w'
-    end
+    fl = waiters_flag(KEYS[3 * i - 1])
   end
   redis.call('SET', KEYS[3 * i - 2], lock_value(ARGV[4 + i], f, fl), 'PX', ARGV[1])
   out[#out + 1] = f

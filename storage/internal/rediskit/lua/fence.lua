@@ -80,6 +80,13 @@ local function set_nx_get(key, v, px)
   end
   return old
 end
+-- waiters_flag is 'w' while the key's waiting queue q has members, else ''.
+local function waiters_flag(q)
+  if redis.call('EXISTS', q) == 1 then
+    return 'w'
+  end
+  return ''
+end
 -- tombstone frees key. It leaves a tombstone while flags must be kept (a
 -- process still queued: the next holder's release must look at the queue,
 -- fenced or not) or the last fence f is ahead of the clock (a fence issued

@@ -8,11 +8,7 @@ local tok, f, flags = lock_parse(redis.call('GET', KEYS[1]))
 if not tok then
   return ''
 end
-local fl = ''
-if redis.call('EXISTS', KEYS[3]) == 1 then
-  fl = 'w'
-end
-tombstone(KEYS[1], f, fl)
+tombstone(KEYS[1], f, waiters_flag(KEYS[3]))
 redis.call('DEL', KEYS[2])
 local pub = publisher(ARGV[2])
 if pub then

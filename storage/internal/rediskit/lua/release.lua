@@ -66,11 +66,7 @@ if redis.REDIS_VERSION_NUM then -- 7.0+: effects replication, TIME is allowed
       if gtok and redis.call(pub, ARGV[2] .. ':' .. m, 'g|' .. gtok .. '|' .. fmt(nf)) > 0 then
         redis.call('ZREM', KEYS[3], m)
         redis.call('HDEL', KEYS[4], m, m .. '|g')
-        local fl = ''
-        if redis.call('EXISTS', KEYS[3]) == 1 then
-          fl = 'w'
-        end
-        redis.call('SET', KEYS[1], lock_value(gtok, nf, fl), 'PX', ttl)
+        redis.call('SET', KEYS[1], lock_value(gtok, nf, waiters_flag(KEYS[3])), 'PX', ttl)
         return 1
       end
       -- Nobody receives for it: a dead member, dropped below.
@@ -91,9 +87,5 @@ end
 if not woken then
   redis.call(pub, ARGV[2], ARGV[1])
 end
-local fl = ''
-if redis.call('EXISTS', KEYS[3]) == 1 then
-  fl = 'w'
-end
-tombstone(KEYS[1], f, fl)
+tombstone(KEYS[1], f, waiters_flag(KEYS[3]))
 return 1
