@@ -285,7 +285,7 @@ func (b *Base) Begin(ctx context.Context, c redis.Scripter, key, fingerprint, to
 func (b *Base) Finish(ctx context.Context, c redis.Scripter, key, tok string, op FinishOp, d time.Duration, result []byte, floor uint64) (bool, error) {
 	rec := b.Records.Record(key)
 	return ParseFlag(b.run(ctx, c, IdemFinish, []string{rec}, nil,
-		tok, string(op), d.Milliseconds(), result, rec+":done", b.args.mode, floor))
+		tok, string(op), d.Milliseconds(), result, recordChannel(rec), b.args.mode, floor))
 }
 
 // RecordStatus reads key's record state for a caller about to wait for it

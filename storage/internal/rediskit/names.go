@@ -61,4 +61,7 @@ type Records struct{ Prefix string }
 func (r Records) Record(key string) string { return r.Prefix + "{" + Tag(key) + "}" }
 
 // Channel is where completion and abandonment of key are announced.
-func (r Records) Channel(key string) string { return r.Prefix + "{" + Tag(key) + "}:done" }
+func (r Records) Channel(key string) string { return recordChannel(r.Record(key)) }
+
+// recordChannel is the completion channel of the record named rec.
+func recordChannel(rec string) string { return rec + ":done" }
