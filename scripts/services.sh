@@ -11,6 +11,8 @@
 #   ONCEKIT_CLUSTER_PORTS three ports for a Redis Cluster, default "7000 7001 7002"
 #   ONCEKIT_ETCD_PORTS    etcd client and peer port, default "2379 2380"
 #   ONCEKIT_KAFKA_PORT    the Kafka-protocol broker (cmd/kfake), default 9092
+#   ONCEKIT_POSTGRES_PORT PostgreSQL, default 15432
+#   ONCEKIT_MYSQL_PORT    MariaDB (the MySQL protocol), default 13306
 #   ONCEKIT_RUN_DIR       pid, log and data files, default /tmp/oncekit-services
 set -euo pipefail
 
@@ -18,7 +20,12 @@ REDIS_PORTS=${ONCEKIT_REDIS_PORTS:-"6379 6380 6381 6382 6383"}
 CLUSTER_PORTS=${ONCEKIT_CLUSTER_PORTS:-"7000 7001 7002"}
 read -r ETCD_PORT ETCD_PEER_PORT <<<"${ONCEKIT_ETCD_PORTS:-2379 2380}"
 KAFKA_PORT=${ONCEKIT_KAFKA_PORT:-9092}
+POSTGRES_PORT=${ONCEKIT_POSTGRES_PORT:-15432}
+MYSQL_PORT=${ONCEKIT_MYSQL_PORT:-13306}
 RUN_DIR=${ONCEKIT_RUN_DIR:-/tmp/oncekit-services}
+# The SQL servers refuse to run as root: they run as their own system users,
+# so their data lives outside any home directory.
+SQL_DIR=${ONCEKIT_SQL_DIR:-/var/tmp/oncekit-sql}
 READY_TIMEOUT=${ONCEKIT_READY_TIMEOUT:-20}
 
 log() { printf 'services: %s\n' "$*" >&2; }
@@ -63,7 +70,7 @@ stop_pidfile() {
 	rm -f "$file"
 	[[ $pid =~ ^[0-9]+$ ]] || return 0
 	alive "$pid" || return 0
-	tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qE '(redis-server|etcd|kfake)' || return 0
+	tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qE '(redis-server|etcd|kfake|postgres|mariadbd)' || return 0
 	kill -CONT "$pid" 2>/dev/null || true # a paused (SIGSTOP) test server
 	kill -TERM "$pid" 2>/dev/null || true
 	for _ in $(seq 50); do alive "$pid" || { log "stopped $name (pid $pid)"; return 0; }; sleep 0.1; done
@@ -203,6 +210,96 @@ kafka_up() {
 	log "kafka broker (kfake) ready on port $KAFKA_PORT"
 }
 
+# as_user USER CMD...: run CMD as USER when we are root (the SQL servers
+# refuse root), as ourselves otherwise.
+as_user() {
+	local user=$1
+	shift
+	if [[ $(id -u) == 0 ]]; then
+		runuser -u "$user" -- "$@"
+	else
+		"$@"
+	fi
+}
+
+# pg_bin: the directory of PostgreSQL's server binaries (Debian keeps them
+# out of PATH).
+pg_bin() {
+	local d
+	for d in /usr/lib/postgresql/*/bin; do
+		[[ -x $d/initdb ]] && { echo "$d"; return; }
+	done
+	command -v initdb >/dev/null && { dirname "$(command -v initdb)"; return; }
+	return 1
+}
+
+# A PostgreSQL instance of its own: initdb into a fresh directory, trust
+# authentication on loopback only, no system service.
+postgres_up() {
+	local bin dir="$SQL_DIR/postgres" user=postgres
+	bin=$(pg_bin) || { apt_install postgresql; bin=$(pg_bin) || die "PostgreSQL's initdb not found after install"; }
+	[[ $(id -u) == 0 ]] || user=$(id -un)
+	id "$user" >/dev/null 2>&1 || die "user $user not found (install postgresql)"
+	stop_pidfile "$RUN_DIR/postgres.pid" "stale postgres"
+	port_busy "$POSTGRES_PORT" && die "port $POSTGRES_PORT is in use by a process this script did not start (set ONCEKIT_POSTGRES_PORT to another port)"
+	mkdir -p "$SQL_DIR" "$RUN_DIR"
+	chmod 755 "$SQL_DIR"
+	rm -rf "$dir"
+	mkdir -p "$dir"
+	[[ $(id -u) == 0 ]] && chown "$user" "$dir"
+	as_user "$user" "$bin/initdb" -D "$dir/data" --auth=trust -U postgres -E UTF8 --no-sync >"$dir/initdb.log" 2>&1 \
+		|| die "initdb failed (see $dir/initdb.log)"
+	as_user "$user" "$bin/pg_ctl" -D "$dir/data" -l "$dir/postgres.log" -w -t "$READY_TIMEOUT" \
+		-o "-h 127.0.0.1 -p $POSTGRES_PORT -k $dir -c fsync=off -c max_connections=300" start >/dev/null \
+		|| die "postgres did not start (see $dir/postgres.log)"
+	head -1 "$dir/data/postmaster.pid" >"$RUN_DIR/postgres.pid"
+	log "postgres ready on port $POSTGRES_PORT"
+}
+
+postgres_down() {
+	local bin dir="$SQL_DIR/postgres" user=postgres
+	[[ $(id -u) == 0 ]] || user=$(id -un)
+	# A fast shutdown: SIGTERM alone waits for every client to leave.
+	if [[ -f $dir/data/postmaster.pid ]] && bin=$(pg_bin); then
+		as_user "$user" "$bin/pg_ctl" -D "$dir/data" -m fast -w stop >/dev/null 2>&1 || true
+	fi
+	stop_pidfile "$RUN_DIR/postgres.pid" "postgres"
+}
+
+# A MariaDB instance of its own: mariadb-install-db into a fresh
+# directory, a root user without password on loopback, no system service.
+mysql_up() {
+	local dir="$SQL_DIR/mysql" user=mysql
+	command -v mariadbd >/dev/null || [[ -x /usr/sbin/mariadbd ]] || apt_install mariadb-server
+	[[ $(id -u) == 0 ]] || user=$(id -un)
+	stop_pidfile "$RUN_DIR/mysql.pid" "stale mariadbd"
+	port_busy "$MYSQL_PORT" && die "port $MYSQL_PORT is in use by a process this script did not start (set ONCEKIT_MYSQL_PORT to another port)"
+	mkdir -p "$SQL_DIR" "$RUN_DIR"
+	chmod 755 "$SQL_DIR"
+	rm -rf "$dir"
+	mkdir -p "$dir"
+	[[ $(id -u) == 0 ]] && chown "$user" "$dir"
+	as_user "$user" mariadb-install-db --no-defaults --datadir="$dir/data" --auth-root-authentication-method=normal \
+		--skip-test-db >"$dir/install.log" 2>&1 || die "mariadb-install-db failed (see $dir/install.log)"
+	# As root, mariadbd drops to --user itself (the pid recorded is its own).
+	/usr/sbin/mariadbd --no-defaults --user="$user" --datadir="$dir/data" --socket="$dir/mysql.sock" \
+		--bind-address=127.0.0.1 --port="$MYSQL_PORT" --pid-file="$dir/mysql.pid" \
+		--innodb-flush-log-at-trx-commit=2 --max-connections=500 --skip-name-resolve \
+		>"$dir/mysql.log" 2>&1 </dev/null &
+	echo $! >"$RUN_DIR/mysql.pid"
+	local deadline=$((SECONDS + READY_TIMEOUT))
+	until mariadb --protocol=tcp -h 127.0.0.1 -P "$MYSQL_PORT" -u root -e 'CREATE DATABASE IF NOT EXISTS oncekit' >/dev/null 2>&1; do
+		alive "$(cat "$RUN_DIR/mysql.pid")" || die "mariadbd exited (see $dir/mysql.log)"
+		((SECONDS < deadline)) || die "mariadbd on port $MYSQL_PORT not ready after ${READY_TIMEOUT}s (see $dir/mysql.log)"
+		sleep 0.1
+	done
+	log "mariadb ready on port $MYSQL_PORT"
+}
+
+mysql_down() {
+	stop_pidfile "$RUN_DIR/mysql.pid" "mariadbd"
+}
+
 kafka_down() {
 	stop_pidfile "$RUN_DIR/kafka/kfake.pid" "kfake"
 }
@@ -227,6 +324,8 @@ print_env() {
 	echo "export REDIS_CLUSTER_ADDRS=$addrs"
 	echo "export ETCD_ENDPOINTS=127.0.0.1:$ETCD_PORT"
 	echo "export KAFKA_BROKERS=127.0.0.1:$KAFKA_PORT"
+	echo "export POSTGRES_URL=postgres://postgres@127.0.0.1:$POSTGRES_PORT/postgres?sslmode=disable"
+	echo "export MYSQL_URL=mysql://root@127.0.0.1:$MYSQL_PORT/oncekit"
 	echo "export ONCEKIT_RUN_DIR=$RUN_DIR"
 }
 
@@ -245,14 +344,19 @@ status() {
 	pid=$(cat "$RUN_DIR/etcd/etcd.pid" 2>/dev/null || true)
 	if [[ -n $pid ]] && alive "$pid"; then echo "etcd :$ETCD_PORT running (pid $pid)"
 	else echo "etcd :$ETCD_PORT stopped"; fi
+	for pg in postgres:$POSTGRES_PORT mysql:$MYSQL_PORT; do
+		pid=$(cat "$RUN_DIR/${pg%%:*}.pid" 2>/dev/null || true)
+		if [[ -n $pid ]] && alive "$pid"; then echo "${pg%%:*} :${pg#*:} running (pid $pid)"
+		else echo "${pg%%:*} :${pg#*:} stopped"; fi
+	done
 	pid=$(cat "$RUN_DIR/kafka/kfake.pid" 2>/dev/null || true)
 	if [[ -n $pid ]] && alive "$pid"; then echo "kfake :$KAFKA_PORT running (pid $pid)"
 	else echo "kfake :$KAFKA_PORT stopped"; fi
 }
 
 case ${1:-} in
-up) redis_up; cluster_up; etcd_up; kafka_up ;;
-down) kafka_down; etcd_down; cluster_down; redis_down ;;
+up) redis_up; cluster_up; etcd_up; kafka_up; postgres_up; mysql_up ;;
+down) mysql_down; postgres_down; kafka_down; etcd_down; cluster_down; redis_down ;;
 status) status ;;
 env) print_env ;;
 *) echo "usage: $0 up|down|status|env" >&2; exit 2 ;;

@@ -80,3 +80,19 @@ func NeedCommand(tb testing.TB, name string) {
 	}
 	tb.Skip(msg)
 }
+
+// PostgresURL returns the test PostgreSQL server's URL from POSTGRES_URL
+// (postgres://user@host:port/db?sslmode=disable), or skips (fails under
+// ONCEKIT_REQUIRE_SERVERS=1).
+func PostgresURL(tb testing.TB) string {
+	tb.Helper()
+	return addrs(tb, "POSTGRES_URL", 1)[0]
+}
+
+// MySQLURL returns the test MariaDB/MySQL server's URL from MYSQL_URL
+// (mysql://user[:password]@host:port/db), or skips (fails under
+// ONCEKIT_REQUIRE_SERVERS=1).
+func MySQLURL(tb testing.TB) string {
+	tb.Helper()
+	return addrs(tb, "MYSQL_URL", 1)[0]
+}

@@ -1,0 +1,242 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"strings"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Dialect names the SQL the Store speaks.
+type Dialect string
+
+const (
+	// Postgres: PostgreSQL 12 or later, through github.com/jackc/pgx/v5
+	// (stdlib) or any database/sql driver; with pgx, waiters are woken by
+	// LISTEN/NOTIFY.
+	Postgres Dialect = "postgres"
+	// MySQL: MySQL 8 or MariaDB 10.6 and later, through
+	// github.com/go-sql-driver/mysql. Waiters poll (see WithPollInterval).
+	MySQL Dialect = "mysql"
+)
+
+// queries are the statements of one Store, built once for its dialect and
+// table names. Every statement uses ? for its parameters; rebind turns them
+// into $1, $2, ... for PostgreSQL.
+type queries struct {
+	dialect Dialect
+
+	lockUpsert, lockSelect, lockSelectForUpdate, lockUpdate, lockDelete string
+	queueHead, queueUpsert, queueDelete, queueCount                    string
+	recUpsert, recSelect, recSelectForUpdate, recUpdate, recDelete     string
+	queueHeadNow, notifyHead, peek                                     string
+	notify                                                             string // PostgreSQL only
+	cleanup                                                            [3]string
+}
+
+// nowUS is the server's clock in microseconds since the Unix epoch, read
+// when the statement runs (PostgreSQL's now() is the transaction's start).
+func nowUS(d Dialect) string {
+	if d == Postgres {
+		return "CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000000 AS BIGINT)"
+	}
+	return "CAST(UNIX_TIMESTAMP(NOW(6)) * 1000000 AS SIGNED)"
+}
+
+func newQueries(d Dialect, prefix string) queries {
+	locks, waiters, records := prefix+"locks", prefix+"lock_waiters", prefix+"records"
+	now := nowUS(d)
+	q := queries{dialect: d}
+	lockCols := "token, owner, holds, fence, expires_us, " + now
+	recCols := "state, fingerprint, token, fence, expires_us, result, " + now
+	if d == Postgres {
+		// One statement takes the row lock and reads the row, creating a
+		// free row for a key never seen (or deleted).
+		q.lockUpsert = "INSERT INTO " + locks + " (lock_key, token, owner, holds, fence, expires_us) VALUES (?, '', ''::bytea, 0, 0, 0)" +
+			" ON CONFLICT (lock_key) DO UPDATE SET lock_key = EXCLUDED.lock_key RETURNING " + lockCols
+		q.recUpsert = "INSERT INTO " + records + " (record_key, state, fingerprint, token, fence, expires_us) VALUES (?, 0, ''::bytea, '', 0, 0)" +
+			" ON CONFLICT (record_key) DO UPDATE SET record_key = EXCLUDED.record_key RETURNING " + recCols
+		q.queueUpsert = "INSERT INTO " + waiters + " (lock_key, waiter, seq, expires_us) VALUES (?, ?, " + now + ", " + now + " + ?)" +
+			" ON CONFLICT (lock_key, waiter) DO UPDATE SET expires_us = EXCLUDED.expires_us"
+		q.notify = "SELECT pg_notify(?, ?)"
+		q.cleanup = [3]string{
+			"DELETE FROM " + locks + " WHERE lock_key IN (SELECT lock_key FROM " + locks +
+				" WHERE expires_us < " + now + " AND fence < " + now + " LIMIT ? FOR UPDATE SKIP LOCKED)",
+			"DELETE FROM " + records + " WHERE record_key IN (SELECT record_key FROM " + records +
+				" WHERE expires_us < " + now + " AND fence < " + now + " LIMIT ? FOR UPDATE SKIP LOCKED)",
+			"DELETE FROM " + waiters + " WHERE (lock_key, waiter) IN (SELECT lock_key, waiter FROM " + waiters +
+				" WHERE expires_us < " + now + " LIMIT ? FOR UPDATE SKIP LOCKED)",
+		}
+	} else {
+		// MySQL has no RETURNING: an upsert that changes nothing takes the
+		// row's exclusive lock (or inserts it), a locking read follows.
+		q.lockUpsert = "INSERT INTO " + locks + " (lock_key, token, owner, holds, fence, expires_us) VALUES (?, '', '', 0, 0, 0)" +
+			" ON DUPLICATE KEY UPDATE lock_key = lock_key"
+		q.recUpsert = "INSERT INTO " + records + " (record_key, state, fingerprint, token, fence, expires_us) VALUES (?, 0, '', '', 0, 0)" +
+			" ON DUPLICATE KEY UPDATE record_key = record_key"
+		q.queueUpsert = "INSERT INTO " + waiters + " (lock_key, waiter, seq, expires_us) VALUES (?, ?, " + now + ", " + now + " + ?)" +
+			" ON DUPLICATE KEY UPDATE expires_us = VALUES(expires_us)"
+		q.cleanup = [3]string{
+			"DELETE FROM " + locks + " WHERE expires_us < " + now + " AND fence < " + now + " LIMIT ?",
+			"DELETE FROM " + records + " WHERE expires_us < " + now + " AND fence < " + now + " LIMIT ?",
+			"DELETE FROM " + waiters + " WHERE expires_us < " + now + " LIMIT ?",
+		}
+	}
+	q.lockSelect = "SELECT " + lockCols + " FROM " + locks + " WHERE lock_key = ?"
+	q.lockSelectForUpdate = q.lockSelect + " FOR UPDATE"
+	q.lockUpdate = "UPDATE " + locks + " SET token = ?, owner = ?, holds = ?, fence = ?, expires_us = ? WHERE lock_key = ?"
+	q.lockDelete = "DELETE FROM " + locks + " WHERE lock_key = ?"
+	q.queueHead = "SELECT waiter FROM " + waiters + " WHERE lock_key = ? AND expires_us > ? ORDER BY seq, waiter LIMIT 1"
+	q.queueHeadNow = "SELECT waiter FROM " + waiters + " WHERE lock_key = ? AND expires_us > " + now + " ORDER BY seq, waiter LIMIT 1"
+	q.peek = "SELECT (SELECT token FROM " + locks + " WHERE lock_key = ? AND token <> '' AND expires_us > " + now + "), (" + q.queueHeadNow + ")," +
+		" (SELECT COUNT(*) FROM " + waiters + " w WHERE w.lock_key = ? AND w.expires_us > " + now +
+		" AND w.seq < (SELECT seq FROM " + waiters + " WHERE lock_key = ? AND waiter = ?))"
+	q.notifyHead = "SELECT h.waiter, pg_notify(?, h.waiter) FROM (" + q.queueHeadNow + ") h"
+	q.queueDelete = "DELETE FROM " + waiters + " WHERE lock_key = ? AND waiter = ?"
+	q.queueCount = "SELECT COUNT(*) FROM " + waiters + " WHERE lock_key = ? AND expires_us > " + now
+	q.recSelect = "SELECT " + recCols + " FROM " + records + " WHERE record_key = ?"
+	q.recSelectForUpdate = q.recSelect + " FOR UPDATE"
+	q.recUpdate = "UPDATE " + records + " SET state = ?, fingerprint = ?, token = ?, fence = ?, expires_us = ?, result = ? WHERE record_key = ?"
+	q.recDelete = "DELETE FROM " + records + " WHERE record_key = ?"
+	if d == Postgres {
+		for _, s := range []*string{&q.lockUpsert, &q.lockSelect, &q.lockSelectForUpdate, &q.lockUpdate, &q.lockDelete,
+			&q.queueHead, &q.queueUpsert, &q.queueDelete, &q.queueCount, &q.recUpsert, &q.recSelect,
+			&q.recSelectForUpdate, &q.recUpdate, &q.recDelete, &q.notify, &q.queueHeadNow, &q.notifyHead, &q.peek, &q.cleanup[0], &q.cleanup[1], &q.cleanup[2]} {
+			*s = rebind(*s)
+		}
+	}
+	return q
+}
+
+// rebind numbers the ? placeholders of s ($1, $2, ...). None of the
+// statements has a ? inside a string literal.
+func rebind(s string) string {
+	var b strings.Builder
+	n := 0
+	for _, r := range s {
+		if r == '?' {
+			n++
+			b.WriteString("$" + strconv.Itoa(n))
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// lockRow locks key's lock row in tx and reads it. With create, a missing
+// row is created free (fence 0) so that it can be locked; without, a
+// missing row reads as not found.
+func (q *queries) lockRow(ctx context.Context, tx *sql.Tx, key string, create bool) (lockRow, error) {
+	var r lockRow
+	var row *sql.Row
+	switch {
+	case create && q.dialect == Postgres:
+		row = tx.QueryRowContext(ctx, q.lockUpsert, []byte(key))
+	case create:
+		if _, err := tx.ExecContext(ctx, q.lockUpsert, []byte(key)); err != nil {
+			return r, err
+		}
+		fallthrough
+	default:
+		row = tx.QueryRowContext(ctx, q.lockSelectForUpdate, []byte(key))
+	}
+	err := row.Scan(&r.token, &r.owner, &r.holds, &r.fence, &r.expires, &r.now)
+	if errors.Is(err, sql.ErrNoRows) {
+		return lockRow{}, nil
+	}
+	r.found = err == nil
+	return r, err
+}
+
+// recordRow is lockRow for an idempotency record.
+func (q *queries) recordRow(ctx context.Context, tx *sql.Tx, key string, create bool) (recordRow, error) {
+	var r recordRow
+	var row *sql.Row
+	switch {
+	case create && q.dialect == Postgres:
+		row = tx.QueryRowContext(ctx, q.recUpsert, []byte(key))
+	case create:
+		if _, err := tx.ExecContext(ctx, q.recUpsert, []byte(key)); err != nil {
+			return r, err
+		}
+		fallthrough
+	default:
+		row = tx.QueryRowContext(ctx, q.recSelectForUpdate, []byte(key))
+	}
+	err := row.Scan(&r.state, &r.fp, &r.token, &r.fence, &r.expires, &r.result, &r.now)
+	if errors.Is(err, sql.ErrNoRows) {
+		return recordRow{}, nil
+	}
+	r.found = err == nil
+	return r, err
+}
+
+// retryable reports a transaction the server aborted to break a deadlock
+// or a serialization conflict: running it again is safe.
+func retryable(err error) bool {
+	var pg *pgconn.PgError
+	if errors.As(err, &pg) {
+		return pg.Code == "40001" || pg.Code == "40P01" // serialization_failure, deadlock_detected
+	}
+	var my *mysql.MySQLError
+	if errors.As(err, &my) {
+		return my.Number == 1213 || my.Number == 1205 // deadlock, lock wait timeout
+	}
+	return false
+}
+
+// serverAnswer reports an error that is the database's answer to a
+// statement (a constraint, a syntax error): asking again gets the same.
+// Connection faults and timeouts are not answers.
+func serverAnswer(err error) bool {
+	var pg *pgconn.PgError
+	var my *mysql.MySQLError
+	return (errors.As(err, &pg) || errors.As(err, &my)) && !retryable(err)
+}
+
+// missingTable reports the error of a statement on a table that does not
+// exist: the schema was not migrated.
+func missingTable(err error) bool {
+	var pg *pgconn.PgError
+	if errors.As(err, &pg) {
+		return pg.Code == "42P01" // undefined_table
+	}
+	var my *mysql.MySQLError
+	return errors.As(err, &my) && my.Number == 1146
+}
+
+// fault reports an error of the connection rather than of the request: the
+// request may or may not have reached the server.
+func fault(err error) bool {
+	var ne net.Error
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.As(err, &ne) ||
+		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || errors.Is(err, sql.ErrConnDone)
+}
+
+// validPrefix reports whether p is a safe table prefix: letters, digits
+// and underscores, optionally after one "schema." qualifier.
+func validPrefix(p string) error {
+	if p == "" || len(p) > 40 {
+		return fmt.Errorf("sqlstore: table prefix %q: want 1 to 40 characters", p)
+	}
+	dots := 0
+	for i, r := range p {
+		switch {
+		case r == '_' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z':
+		case r >= '0' && r <= '9' && i > 0 && p[i-1] != '.':
+		case r == '.' && i > 0 && dots == 0:
+			dots++
+		default:
+			return fmt.Errorf("sqlstore: table prefix %q: only letters, digits, underscores and one schema qualifier", p)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,251 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+
+	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/lock/lockdriver"
+	"github.com/oncekit/oncekit/storage/internal/token"
+)
+
+// An idempotency record is one row of the records table: free (a
+// tombstone keeping the fence of an abandoned claim), in flight (a claim:
+// its token, fingerprint and lease), or completed (the stored result and
+// its retention). Like a lock's, every change locks the row first, and a
+// row is deleted only once the server's clock has passed its fence.
+const (
+	stateFree      = 0
+	stateInFlight  = 1
+	stateCompleted = 2
+)
+
+type recordRow struct {
+	found   bool
+	state   int
+	fp      []byte
+	token   string
+	fence   int64
+	expires int64 // µs, server clock
+	result  []byte
+	now     int64 // µs, server clock, when the row was read
+}
+
+// live reports a claim or a result that still counts.
+func (r recordRow) live() bool {
+	return r.found && (r.state == stateInFlight || r.state == stateCompleted) && r.expires > r.now
+}
+
+// corrupt says why a row is not one this package writes, or "".
+func (r recordRow) corrupt() string {
+	switch {
+	case !r.found:
+		return ""
+	case r.state != stateFree && r.state != stateInFlight && r.state != stateCompleted:
+		return fmt.Sprintf("unknown state %d", r.state)
+	case r.state == stateInFlight && r.token == "":
+		return "an in-flight record without a token"
+	case r.state == stateCompleted && r.result == nil:
+		return "a completed record without a result"
+	case r.fence < 0:
+		return fmt.Sprintf("negative fence %d", r.fence)
+	}
+	return ""
+}
+
+func (r recordRow) remaining() time.Duration {
+	return time.Duration(r.expires-r.now) * time.Microsecond
+}
+
+// Begin implements idem.Store: one transaction.
+func (s *Store) Begin(ctx context.Context, key, fingerprint string, lease time.Duration) (idem.Claim, error) {
+	if err := lockdriver.Validate(key, lease); err != nil {
+		return idem.Claim{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return idem.Claim{}, err
+	}
+	start := time.Now()
+	var c idem.Claim
+	err := s.inTx(ctx, "begin", key, func(tx *sql.Tx) error {
+		c = idem.Claim{Key: key, Fingerprint: fingerprint}
+		r, err := s.q.recordRow(ctx, tx, key, true)
+		if err != nil {
+			return err
+		}
+		if reason := r.corrupt(); reason != "" {
+			return stop(&idem.CorruptRecordError{Key: key, Reason: reason})
+		}
+		if r.live() {
+			c.Expires = time.Now().Add(r.remaining())
+			switch {
+			case string(r.fp) != fingerprint:
+				c.State = idem.Mismatch
+			case r.state == stateCompleted:
+				c.State, c.Result = idem.Completed, r.result
+			default:
+				c.State = idem.InFlight
+			}
+			return nil
+		}
+		tok, fence := token.New(), max(r.fence+1, r.now)
+		if _, err := tx.ExecContext(ctx, s.q.recUpdate, stateInFlight, []byte(fingerprint), tok, fence, r.now+us(lease), nil, []byte(key)); err != nil {
+			return err
+		}
+		c.State, c.Token, c.Fence, c.Expires = idem.Acquired, tok, uint64(fence), start.Add(lease)
+		return nil
+	})
+	return c, err
+}
+
+// own locks c's record in tx and returns it if c still holds it.
+func (s *Store) own(ctx context.Context, tx *sql.Tx, c idem.Claim, op string) (recordRow, error) {
+	r, err := s.q.recordRow(ctx, tx, c.Key, false)
+	if err != nil {
+		return r, err
+	}
+	if !r.live() || r.state != stateInFlight || c.Token == "" || r.token != c.Token {
+		return r, stop(fmt.Errorf("sqlstore: %s %q: %w", op, c.Key, idem.ErrLockLost))
+	}
+	return r, nil
+}
+
+// Complete implements idem.Store.
+func (s *Store) Complete(ctx context.Context, c idem.Claim, result []byte, retention time.Duration) error {
+	return s.complete(ctx, c, result, retention, nil)
+}
+
+func (s *Store) fits(c idem.Claim, result []byte) error {
+	if len(result) > s.maxResult {
+		return fmt.Errorf("sqlstore: complete %q: %w: %d bytes, WithMaxResultBytes %d", c.Key, idem.ErrResultTooLarge, len(result), s.maxResult)
+	}
+	return nil
+}
+
+// complete stores c's result, after effect (when not nil) in the same
+// transaction.
+func (s *Store) complete(ctx context.Context, c idem.Claim, result []byte, retention time.Duration, effect Effect) error {
+	if err := lockdriver.ValidateTTL(retention); err != nil {
+		return err
+	}
+	if err := s.fits(c, result); err != nil {
+		return err
+	}
+	err := s.inTx(ctx, "complete", c.Key, func(tx *sql.Tx) error {
+		return s.completeTx(ctx, tx, c, result, retention, effect)
+	})
+	if err == nil {
+		s.wakeRecord(c.Key)
+	}
+	return err
+}
+
+// completeTx is complete's work in tx: the claim checked (its row locked),
+// the effect, the record.
+func (s *Store) completeTx(ctx context.Context, tx *sql.Tx, c idem.Claim, result []byte, retention time.Duration, effect Effect) error {
+	r, err := s.own(ctx, tx, c, "complete")
+	if err != nil {
+		return err
+	}
+	if effect != nil {
+		if err := effect(ctx, tx); err != nil {
+			return effectError(c.Key, err)
+		}
+	}
+	if result == nil {
+		result = []byte{}
+	}
+	if _, err := tx.ExecContext(ctx, s.q.recUpdate, stateCompleted, r.fp, "", r.fence, r.now+us(retention), result, []byte(c.Key)); err != nil {
+		return err
+	}
+	_, _, records := s.Tables()
+	return s.notifyTx(ctx, tx, records, c.Key)
+}
+
+// Abandon implements idem.Store: the claim's record is deleted (or freed
+// while the clock has not passed its fence) and waiters are woken.
+func (s *Store) Abandon(ctx context.Context, c idem.Claim) error {
+	err := s.inTx(ctx, "abandon", c.Key, func(tx *sql.Tx) error {
+		r, err := s.own(ctx, tx, c, "abandon")
+		if err != nil {
+			return err
+		}
+		return s.freeRecord(ctx, tx, c.Key, r)
+	})
+	if err == nil {
+		s.wakeRecord(c.Key)
+	}
+	return err
+}
+
+func (s *Store) freeRecord(ctx context.Context, tx *sql.Tx, key string, r recordRow) error {
+	var err error
+	if r.fence < r.now || r.corrupt() != "" {
+		_, err = tx.ExecContext(ctx, s.q.recDelete, []byte(key))
+	} else {
+		_, err = tx.ExecContext(ctx, s.q.recUpdate, stateFree, []byte{}, "", r.fence, r.now, nil, []byte(key))
+	}
+	if err != nil {
+		return err
+	}
+	_, _, records := s.Tables()
+	return s.notifyTx(ctx, tx, records, key)
+}
+
+// Extend implements idem.Store.
+func (s *Store) Extend(ctx context.Context, c idem.Claim, lease time.Duration) error {
+	if err := lockdriver.ValidateTTL(lease); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return s.inTx(ctx, "extend", c.Key, func(tx *sql.Tx) error {
+		r, err := s.own(ctx, tx, c, "extend")
+		if err != nil {
+			return err
+		}
+		_, err = tx.ExecContext(ctx, s.q.recUpdate, r.state, r.fp, r.token, r.fence, r.now+us(lease), nil, []byte(c.Key))
+		return err
+	})
+}
+
+// WaitChange implements idem.Waiter: it returns when key's record is
+// completed, abandoned or deleted (woken by NOTIFY on PostgreSQL with pgx,
+// at once in this process), after a poll interval otherwise, or at until.
+func (s *Store) WaitChange(ctx context.Context, key string, until time.Time) error {
+	_, _, records := s.Tables()
+	woken, unsubscribe := s.hub.subscribe(records, keyHash(key))
+	defer unsubscribe()
+	// A change between the caller's Begin and the subscription sent its
+	// wake-up before anyone listened: look once.
+	var state int
+	var expires, now int64
+	err := s.db.QueryRowContext(ctx, s.q.recSelect, []byte(key)).Scan(&state, new([]byte), new(string), new(int64), &expires, new([]byte), &now)
+	if err != nil || state != stateInFlight || expires <= now {
+		return ctx.Err()
+	}
+	wait := time.Until(until)
+	if s.listen {
+		wait = min(wait, time.Second) // a notification lost with its connection
+	} else {
+		wait = min(wait, s.pollInterval)
+	}
+	t := time.NewTimer(max(wait, 0))
+	defer t.Stop()
+	select {
+	case <-woken:
+	case <-t.C:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return nil
+}
+
+var (
+	_ idem.Store       = (*Store)(nil)
+	_ idem.Waiter      = (*Store)(nil)
+	_ idem.EffectStore = (*Store)(nil)
+)

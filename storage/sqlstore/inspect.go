@@ -1,0 +1,124 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"time"
+
+	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/lock"
+	"github.com/oncekit/oncekit/core/lock/lockdriver"
+)
+
+// InspectLock implements lock.Inspector. Waiters counts the live entries
+// of the key's queue (processes in Acquire).
+func (s *Store) InspectLock(ctx context.Context, key string) (lock.LockInfo, error) {
+	if err := lockdriver.ValidateKey(key); err != nil {
+		return lock.LockInfo{}, err
+	}
+	var r lockRow
+	err := s.db.QueryRowContext(ctx, s.q.lockSelect, []byte(key)).Scan(&r.token, &r.owner, &r.holds, &r.fence, &r.expires, &r.now)
+	r.found = err == nil
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return lock.LockInfo{}, s.errWrap("inspect", key, err)
+	}
+	info := lockInfo(key, r)
+	if err := s.db.QueryRowContext(ctx, s.q.queueCount, []byte(key)).Scan(&info.Waiters); err != nil {
+		return lock.LockInfo{}, s.errWrap("inspect", key, err)
+	}
+	return info, nil
+}
+
+func lockInfo(key string, r lockRow) lock.LockInfo {
+	info := lock.LockInfo{Key: key}
+	if r.held() {
+		info.Held, info.Token, info.Owner, info.Holds = true, lockdriver.TokenPrefix(r.token), string(r.owner), r.holds
+		info.Fence, info.TTL = uint64(r.fence), time.Duration(r.expires-r.now)*time.Microsecond
+	}
+	return info
+}
+
+// ForceRelease implements lock.Inspector: the key is freed and its waiters
+// woken; the holder learns at its next Refresh or Release that it lost
+// the key (lock.ErrLockLost).
+func (s *Store) ForceRelease(ctx context.Context, key string) (lock.LockInfo, error) {
+	if err := lockdriver.ValidateKey(key); err != nil {
+		return lock.LockInfo{}, err
+	}
+	var info lock.LockInfo
+	var head string
+	err := s.inTx(ctx, "force release", key, func(tx *sql.Tx) error {
+		r, err := s.q.lockRow(ctx, tx, key, false)
+		if err != nil {
+			return err
+		}
+		info = lockInfo(key, r)
+		if !info.Held {
+			return nil
+		}
+		head, err = s.freeLock(ctx, tx, key, r)
+		return err
+	})
+	if err != nil {
+		return lock.LockInfo{}, err
+	}
+	s.wakeWaiter(head)
+	return info, nil
+}
+
+// InspectRecord implements idem.Inspector.
+func (s *Store) InspectRecord(ctx context.Context, key string) (idem.RecordInfo, error) {
+	if err := lockdriver.ValidateKey(key); err != nil {
+		return idem.RecordInfo{}, err
+	}
+	var r recordRow
+	err := s.db.QueryRowContext(ctx, s.q.recSelect, []byte(key)).Scan(&r.state, &r.fp, &r.token, &r.fence, &r.expires, &r.result, &r.now)
+	r.found = err == nil
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return idem.RecordInfo{}, s.errWrap("inspect", key, err)
+	}
+	info := idem.RecordInfo{Key: key}
+	if reason := r.corrupt(); reason != "" {
+		info.Found, info.Corrupt, info.Fence = true, reason, uint64(max(r.fence, 0))
+		return info, nil
+	}
+	if !r.live() {
+		return info, nil
+	}
+	info.Found, info.Fingerprint, info.Fence = true, string(r.fp), uint64(r.fence)
+	info.Expires = time.Now().Add(r.remaining())
+	if r.state == stateCompleted {
+		info.State, info.Stored = idem.Completed, r.result
+	} else {
+		info.State, info.Token = idem.InFlight, lockdriver.TokenPrefix(r.token)
+	}
+	return info, nil
+}
+
+// DeleteRecord implements idem.Inspector.
+func (s *Store) DeleteRecord(ctx context.Context, key string) (bool, error) {
+	if err := lockdriver.ValidateKey(key); err != nil {
+		return false, err
+	}
+	found := false
+	err := s.inTx(ctx, "delete record", key, func(tx *sql.Tx) error {
+		r, err := s.q.recordRow(ctx, tx, key, false)
+		if err != nil {
+			return err
+		}
+		if found = r.live() || r.corrupt() != ""; !found {
+			return nil
+		}
+		return s.freeRecord(ctx, tx, key, r)
+	})
+	if err == nil && found {
+		s.wakeRecord(key)
+	}
+	return found, err
+}
+
+var (
+	_ lock.Inspector = (*Store)(nil)
+	_ idem.Inspector = (*Store)(nil)
+)

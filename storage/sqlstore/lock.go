@@ -1,0 +1,345 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/oncekit/oncekit/core/lock"
+	"github.com/oncekit/oncekit/core/lock/lockdriver"
+	"github.com/oncekit/oncekit/core/observe"
+	"github.com/oncekit/oncekit/storage/internal/token"
+)
+
+// A lock is one row of the locks table: its holder's token ('' while
+// free), the owner that may re-enter it and how many holds it has, the
+// fence of the latest acquisition, and its expiry by the server's clock.
+// A released key's row is deleted once the server's clock has passed its
+// fence, and kept free until then, so that the next fence, max(fence + 1,
+// the clock in µs), is always above the last.
+//
+// Every change runs in one transaction that locks the key's row first:
+// acquisitions, releases, refreshes and the queue of waiters of one key
+// are serialised by that row lock, and nothing else.
+type lockRow struct {
+	found   bool
+	token   string
+	owner   []byte
+	holds   int
+	fence   int64
+	expires int64 // µs, server clock
+	now     int64 // µs, server clock, when the row was read
+}
+
+func (r lockRow) held() bool { return r.found && r.token != "" && r.expires > r.now }
+
+// us is d in whole microseconds, at least 1.
+func us(d time.Duration) int64 { return max(d.Microseconds(), 1) }
+
+// lease is one hold of a key.
+type lease struct {
+	lockdriver.Lease
+	s   *Store
+	key string
+}
+
+// grant is the outcome of one attempt to take a key.
+type grant struct {
+	token string
+	fence int64
+	busy  time.Duration // when not granted: the holder's TTL, 0 when the free key is kept for a queued waiter
+	first bool          // when not granted: the waiter is first in the key's queue
+	ahead int           // when not granted and known: how many waiters are queued before it
+}
+
+// TryAcquire implements lock.Locker: one transaction.
+func (s *Store) TryAcquire(ctx context.Context, key string, ttl time.Duration) (lock.Lease, error) {
+	owner, err := lockdriver.CheckAcquire(ctx, key, ttl)
+	if err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	g, err := s.attempt(ctx, key, ttl, owner, "")
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return nil, lockdriver.NotAcquired(ctx, err)
+	case err != nil:
+		return nil, err
+	case g.token == "":
+		return nil, &lock.BusyError{Key: key, TTL: g.busy}
+	}
+	return s.newLease(key, g, start.Add(ttl)), nil
+}
+
+// Acquire implements lock.Locker. A waiter queues in the lock_waiters
+// table: a released key goes to the longest-queued live waiter, so that
+// processes that release and take a key back in a loop cannot starve one
+// that waits. The release wakes that first waiter only — by NOTIFY on
+// PostgreSQL with pgx, at once in this process; on MySQL the first waiter
+// looks again every WithPollInterval/10 (5 ms by default) and the others
+// every WithPollInterval. Every waiter renews its place in the queue at
+// least once a second, and looks at the holder's expiry.
+func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (lock.Lease, error) {
+	owner, err := lockdriver.CheckAcquire(ctx, key, ttl)
+	if err != nil {
+		return nil, err
+	}
+	locks, _, _ := s.Tables()
+	waiter := token.New()
+	woken, unsubscribe := s.hub.subscribe(locks, waiter) // before asking: a release in between still wakes us
+	defer func() { unsubscribe() }()
+	began := time.Now()
+	renewed := time.Time{}
+	look := true // ask with a transaction; else peek first
+	for n := 0; ; n++ {
+		var g grant
+		start := time.Now()
+		if !look {
+			// A look without locks (MVCC) tells whether the key may be ours
+			// now; waiters that poll (MySQL) mostly stop here, away from the
+			// row lock that holders and the first waiter need.
+			free, first, ahead, err := s.peek(ctx, key, waiter)
+			switch {
+			case err != nil:
+				look = true
+			case free && first:
+				look = true
+			default:
+				g.first, g.ahead = first, ahead
+			}
+		}
+		if look {
+			var err error
+			g, err = s.attempt(ctx, key, ttl, owner, waiter)
+			if err != nil {
+				s.leaveQueue(ctx, key, waiter, n > 0)
+				if ctx.Err() != nil {
+					return nil, lockdriver.NotAcquired(ctx, err)
+				}
+				return nil, err
+			}
+			renewed = start
+		}
+		if g.token != "" {
+			if n > 0 {
+				observe.Record(ctx, s.observer, observe.Event{
+					Op: observe.LockHandOff, Driver: s.DriverName(), Key: key, Outcome: observe.Notified,
+					Fence: uint64(g.fence), Duration: time.Since(began),
+				})
+			}
+			return s.newLease(key, g, start.Add(ttl)), nil
+		}
+		renew := s.waiterTTL/3 - time.Since(renewed) // keeps our place in the queue
+		wait := renew
+		if !s.listen {
+			// Nothing will wake us: the first waiter looks every
+			// pollInterval/10, the next ones a little less often each (the
+			// second must be ready when the first has taken the key), the
+			// rest every pollInterval.
+			if first := max(s.pollInterval/10, time.Millisecond); g.first {
+				wait = min(wait, first)
+			} else {
+				wait = min(wait, s.pollDelay(n), first*time.Duration(g.ahead+1))
+			}
+		}
+		if g.first && g.busy > 0 {
+			wait = min(wait, g.busy+time.Millisecond) // the holder's expiry frees the key without a release
+		}
+		t := time.NewTimer(max(wait, 0))
+		look = false
+		select {
+		case <-woken:
+			unsubscribe()
+			woken, unsubscribe = s.hub.subscribe(locks, waiter)
+			look = true
+		case <-t.C:
+			look = wait >= renew
+		case <-ctx.Done():
+		}
+		t.Stop()
+		if ctx.Err() != nil {
+			s.leaveQueue(ctx, key, waiter, true)
+			return nil, lockdriver.NotAcquired(ctx)
+		}
+	}
+}
+
+// peek reads, without locks, whether key is free, whether waiter is first
+// in its queue (or the queue is empty), and how many live waiters are
+// queued before it.
+func (s *Store) peek(ctx context.Context, key, waiter string) (free, first bool, ahead int, err error) {
+	var holder, head sql.NullString
+	err = s.db.QueryRowContext(ctx, s.q.peek, []byte(key), []byte(key), []byte(key), []byte(key), waiter).Scan(&holder, &head, &ahead)
+	if err != nil {
+		return false, false, 0, err
+	}
+	return !holder.Valid, !head.Valid || head.String == waiter, ahead, nil
+}
+
+// attempt takes key if it is free and no other live waiter is queued
+// first, or re-enters it for owner; otherwise it queues waiter (when not
+// "") and reports the holder's TTL.
+func (s *Store) attempt(ctx context.Context, key string, ttl time.Duration, owner, waiter string) (grant, error) {
+	var g grant
+	err := s.inTx(ctx, "acquire", key, func(tx *sql.Tx) error {
+		g = grant{}
+		r, err := s.q.lockRow(ctx, tx, key, true)
+		if err != nil {
+			return err
+		}
+		if r.held() && owner != "" && string(r.owner) == owner { // re-entry: one more hold of the same grant
+			g = grant{token: r.token, fence: r.fence}
+			_, err := tx.ExecContext(ctx, s.q.lockUpdate, r.token, r.owner, r.holds+1, r.fence, max(r.expires, r.now+us(ttl)), []byte(key))
+			return err
+		}
+		var head string
+		if err := tx.QueryRowContext(ctx, s.q.queueHead, []byte(key), r.now).Scan(&head); err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return err
+		}
+		if r.held() || (head != "" && head != waiter) { // held, or kept for the waiter queued first
+			if r.held() {
+				g.busy = time.Duration(r.expires-r.now) * time.Microsecond
+			}
+			g.first = head == waiter || head == ""
+			return s.queue(ctx, tx, key, waiter)
+		}
+		g = grant{token: token.New(), fence: max(r.fence+1, r.now)}
+		if _, err := tx.ExecContext(ctx, s.q.lockUpdate, g.token, []byte(owner), 1, g.fence, r.now+us(ttl), []byte(key)); err != nil {
+			return err
+		}
+		if head != "" {
+			_, err = tx.ExecContext(ctx, s.q.queueDelete, []byte(key), head)
+		}
+		return err
+	})
+	return g, err
+}
+
+// queue puts waiter in key's queue, or renews its place.
+func (s *Store) queue(ctx context.Context, tx *sql.Tx, key, waiter string) error {
+	if waiter == "" {
+		return nil
+	}
+	_, err := tx.ExecContext(ctx, s.q.queueUpsert, []byte(key), waiter, us(s.waiterTTL))
+	return err
+}
+
+// leaveQueue takes a waiter that gives up out of key's queue, and wakes
+// the next: the one leaving may have been first in line for a free key.
+func (s *Store) leaveQueue(ctx context.Context, key, waiter string, queued bool) {
+	if !queued {
+		return
+	}
+	ctx, cancel := lockdriver.CleanupContext(ctx)
+	defer cancel()
+	var head string
+	// Best effort: a place left behind expires within the waiter TTL.
+	err := s.inTx(ctx, "leave queue", key, func(tx *sql.Tx) (err error) {
+		if _, err := tx.ExecContext(ctx, s.q.queueDelete, []byte(key), waiter); err != nil {
+			return err
+		}
+		head, err = s.notifyHead(ctx, tx, key)
+		return err
+	})
+	if err == nil {
+		s.wakeWaiter(head)
+	}
+}
+
+// wakeWaiter wakes a lock's waiter if it waits in this process.
+func (s *Store) wakeWaiter(waiter string) {
+	if waiter != "" {
+		locks, _, _ := s.Tables()
+		s.hub.wake(locks, waiter)
+	}
+}
+
+func (s *Store) newLease(key string, g grant, deadline time.Time) *lease {
+	l := &lease{s: s, key: key}
+	l.Init(lockdriver.Config{
+		Driver: "sqlstore", Key: key, Token: g.token, Fence: uint64(g.fence), Deadline: deadline, Store: l,
+	})
+	return l
+}
+
+func (l *lease) lost(op string) error {
+	return stop(fmt.Errorf("sqlstore: %s %q: %w", op, l.key, lock.ErrLockLost))
+}
+
+// StoreRefresh implements lockdriver.Store. An owner's holds share the
+// key's expiry: one hold's refresh never shortens what another was
+// promised.
+func (l *lease) StoreRefresh(ctx context.Context, ttl time.Duration) (time.Time, error) {
+	s := l.s
+	start := time.Now()
+	err := s.inTx(ctx, "refresh", l.key, func(tx *sql.Tx) error {
+		r, err := s.q.lockRow(ctx, tx, l.key, false)
+		if err != nil {
+			return err
+		}
+		if !r.held() || r.token != l.Token() {
+			return l.lost("refresh")
+		}
+		exp := r.now + us(ttl)
+		if r.holds > 1 {
+			exp = max(exp, r.expires)
+		}
+		_, err = tx.ExecContext(ctx, s.q.lockUpdate, r.token, r.owner, r.holds, r.fence, exp, []byte(l.key))
+		return err
+	})
+	if err != nil {
+		return time.Time{}, err
+	}
+	return start.Add(ttl), nil
+}
+
+// StoreRelease implements lockdriver.Store: it gives one hold back; the
+// last frees the key and wakes its waiters.
+func (l *lease) StoreRelease(ctx context.Context) error {
+	s := l.s
+	var head string
+	err := s.inTx(ctx, "release", l.key, func(tx *sql.Tx) (err error) {
+		r, err := s.q.lockRow(ctx, tx, l.key, false)
+		if err != nil {
+			return err
+		}
+		if !r.held() || r.token != l.Token() {
+			return l.lost("release")
+		}
+		if r.holds > 1 {
+			_, err = tx.ExecContext(ctx, s.q.lockUpdate, r.token, r.owner, r.holds-1, r.fence, r.expires, []byte(l.key))
+			return err
+		}
+		head, err = s.freeLock(ctx, tx, l.key, r)
+		return err
+	})
+	if err == nil {
+		s.wakeWaiter(head)
+	}
+	return err
+}
+
+// freeLock frees a key whose row tx holds: the row goes once the server's
+// clock has passed its fence (the next fence starts from the clock), and
+// stays as a free row keeping the fence until then. It notifies the first
+// waiter and returns it, for the caller to wake in this process once tx
+// has committed.
+func (s *Store) freeLock(ctx context.Context, tx *sql.Tx, key string, r lockRow) (string, error) {
+	var err error
+	if r.fence < r.now {
+		_, err = tx.ExecContext(ctx, s.q.lockDelete, []byte(key))
+	} else {
+		_, err = tx.ExecContext(ctx, s.q.lockUpdate, "", []byte{}, 0, r.fence, r.now, []byte(key))
+	}
+	if err != nil {
+		return "", err
+	}
+	return s.notifyHead(ctx, tx, key)
+}
+
+var (
+	_ lock.Locker = (*Store)(nil)
+	_ lock.Lease  = (*lease)(nil)
+)

@@ -1,0 +1,106 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"net"
+	"net/url"
+	"strings"
+
+	"github.com/go-sql-driver/mysql"
+	_ "github.com/jackc/pgx/v5/stdlib" // registers "pgx"
+)
+
+// Open connects to the database at rawURL and returns a Store that owns
+// it (Close closes the database). rawURL is
+//
+//	postgres://user:password@host:port/dbname?sslmode=disable   (or postgresql://)
+//	mysql://user:password@host:port/dbname
+//
+// A postgres URL takes pgx's parameters; a mysql URL takes
+// go-sql-driver/mysql's DSN parameters as its query. Open pings the
+// database; it does not create the tables (see Migrate).
+func Open(ctx context.Context, rawURL string, opts ...Option) (*Store, error) {
+	db, err := OpenDB(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	if err := db.PingContext(ctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("sqlstore: %s: %w", redact(rawURL), err)
+	}
+	s, err := New(db, opts...)
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	s.ownsDB = true
+	return s, nil
+}
+
+// OpenDB opens a *sql.DB for rawURL (see Open) without pinging it. For
+// MySQL it sets what the Store needs from a connection: parameters
+// interpolated on the client (one round trip per statement instead of
+// three) and the UTC time zone for the server's clock.
+func OpenDB(rawURL string) (*sql.DB, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("sqlstore: database URL: %w", err)
+	}
+	switch u.Scheme {
+	case "postgres", "postgresql":
+		return sql.Open("pgx", rawURL)
+	case "mysql":
+		dsn, err := MySQLDSN(u)
+		if err != nil {
+			return nil, err
+		}
+		return sql.Open("mysql", dsn)
+	}
+	return nil, fmt.Errorf("sqlstore: database URL scheme %q: want postgres:// or mysql://", u.Scheme)
+}
+
+// MySQLDSN turns a mysql:// URL into go-sql-driver/mysql's DSN.
+func MySQLDSN(u *url.URL) (string, error) {
+	cfg := mysql.NewConfig()
+	cfg.Net = "tcp"
+	cfg.Addr = u.Host
+	if u.Port() == "" {
+		cfg.Addr = net.JoinHostPort(u.Hostname(), "3306")
+	}
+	if u.User != nil {
+		cfg.User = u.User.Username()
+		cfg.Passwd, _ = u.User.Password()
+	}
+	cfg.DBName = strings.TrimPrefix(u.Path, "/")
+	if cfg.DBName == "" {
+		return "", fmt.Errorf("sqlstore: %s: no database name (mysql://user@host:port/dbname)", redact(u.String()))
+	}
+	cfg.InterpolateParams = true
+	cfg.Params = map[string]string{"time_zone": "'+00:00'"}
+	base := cfg.FormatDSN()
+	if q := u.RawQuery; q != "" {
+		// Parse the user's parameters through the driver, so that a
+		// misspelt one fails here.
+		full := base + "&" + q
+		if !strings.Contains(base, "?") {
+			full = base + "?" + q
+		}
+		parsed, err := mysql.ParseDSN(full)
+		if err != nil {
+			return "", fmt.Errorf("sqlstore: %s: %w", redact(u.String()), err)
+		}
+		return parsed.FormatDSN(), nil
+	}
+	return base, nil
+}
+
+// redact hides a URL's password.
+func redact(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "the database URL"
+	}
+	return u.Redacted()
+}

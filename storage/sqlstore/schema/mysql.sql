@@ -1,0 +1,36 @@
+-- oncekit's tables on MySQL 8 and MariaDB 10.6+. {prefix} is the table
+-- prefix (sqlstore.WithTablePrefix, default "oncekit_"). Keys, owners and
+-- fingerprints are binary: any Go string, compared byte for byte (never by
+-- a case-insensitive collation). Times are microseconds since the Unix
+-- epoch by the server's clock.
+
+CREATE TABLE IF NOT EXISTS {prefix}locks (
+	lock_key   VARBINARY(512) NOT NULL PRIMARY KEY,
+	token      VARBINARY(64)  NOT NULL, -- '' while free (a tombstone that keeps the fence)
+	owner      VARBINARY(256) NOT NULL,
+	holds      INT            NOT NULL,
+	fence      BIGINT         NOT NULL,
+	expires_us BIGINT         NOT NULL,
+	INDEX {prefix}locks_expires (expires_us)
+) ENGINE = InnoDB;
+
+CREATE TABLE IF NOT EXISTS {prefix}lock_waiters (
+	lock_key   VARBINARY(512) NOT NULL,
+	waiter     VARBINARY(64)  NOT NULL,
+	seq        BIGINT         NOT NULL,
+	expires_us BIGINT         NOT NULL,
+	PRIMARY KEY (lock_key, waiter),
+	INDEX {prefix}lock_waiters_seq (lock_key, seq),
+	INDEX {prefix}lock_waiters_expires (expires_us)
+) ENGINE = InnoDB;
+
+CREATE TABLE IF NOT EXISTS {prefix}records (
+	record_key  VARBINARY(512) NOT NULL PRIMARY KEY,
+	state       SMALLINT       NOT NULL, -- 0 free (tombstone), 1 in flight, 2 completed
+	fingerprint BLOB           NOT NULL,
+	token       VARBINARY(64)  NOT NULL,
+	fence       BIGINT         NOT NULL,
+	expires_us  BIGINT         NOT NULL,
+	result      LONGBLOB,
+	INDEX {prefix}records_expires (expires_us)
+) ENGINE = InnoDB;

@@ -1,0 +1,35 @@
+-- oncekit's tables on PostgreSQL. {prefix} is the table prefix
+-- (sqlstore.WithTablePrefix, default "oncekit_"). Keys, owners and
+-- fingerprints are bytes: any Go string, compared byte for byte.
+-- Times are microseconds since the Unix epoch by the server's clock.
+
+CREATE TABLE IF NOT EXISTS {prefix}locks (
+	lock_key   bytea  PRIMARY KEY,
+	token      text   NOT NULL, -- '' while free (a tombstone that keeps the fence)
+	owner      bytea  NOT NULL,
+	holds      integer NOT NULL,
+	fence      bigint NOT NULL,
+	expires_us bigint NOT NULL
+);
+CREATE INDEX IF NOT EXISTS {prefix}locks_expires ON {prefix}locks (expires_us);
+
+CREATE TABLE IF NOT EXISTS {prefix}lock_waiters (
+	lock_key   bytea  NOT NULL,
+	waiter     text   NOT NULL,
+	seq        bigint NOT NULL,
+	expires_us bigint NOT NULL,
+	PRIMARY KEY (lock_key, waiter)
+);
+CREATE INDEX IF NOT EXISTS {prefix}lock_waiters_seq ON {prefix}lock_waiters (lock_key, seq);
+CREATE INDEX IF NOT EXISTS {prefix}lock_waiters_expires ON {prefix}lock_waiters (expires_us);
+
+CREATE TABLE IF NOT EXISTS {prefix}records (
+	record_key  bytea    PRIMARY KEY,
+	state       smallint NOT NULL, -- 0 free (tombstone), 1 in flight, 2 completed
+	fingerprint bytea    NOT NULL,
+	token       text     NOT NULL,
+	fence       bigint   NOT NULL,
+	expires_us  bigint   NOT NULL,
+	result      bytea
+);
+CREATE INDEX IF NOT EXISTS {prefix}records_expires ON {prefix}records (expires_us);

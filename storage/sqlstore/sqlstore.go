@@ -1,0 +1,353 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/oncekit/oncekit/core/observe"
+)
+
+//go:embed schema/*.sql
+var schemas embed.FS
+
+// Store is the SQL driver: locks (lock.Locker) and idempotency records
+// (idem.Store, idem.EffectStore) in three tables of one database. Make it
+// with New or Open; apply the schema once with Migrate.
+type Store struct {
+	db      *sql.DB
+	ownsDB  bool // Open made db: Close closes it
+	dialect Dialect
+	prefix  string
+	q       queries
+
+	observer        observe.Observer
+	pollInterval    time.Duration
+	waiterTTL       time.Duration
+	cleanupInterval time.Duration
+	cleanupBatch    int
+	maxResult       int
+	onCleanupError  func(error)
+	listen          bool
+
+	hub *hub
+
+	stop     chan struct{}
+	stopOnce sync.Once
+	wg       sync.WaitGroup
+}
+
+// Defaults of the options.
+const (
+	DefaultTablePrefix     = "oncekit_"
+	DefaultPollInterval    = 50 * time.Millisecond
+	DefaultCleanupInterval = time.Minute
+	DefaultCleanupBatch    = 500
+	DefaultMaxResultBytes  = 1 << 20
+)
+
+// waiterTTL is how long a queued waiter keeps its place without asking
+// again: a waiter that died frees its place (and a free key it was first
+// in line for) within it.
+const defaultWaiterTTL = 3 * time.Second
+
+// Option configures a Store.
+type Option func(*Store)
+
+// WithDialect names the SQL dialect when New cannot tell it from the
+// database/sql driver (pgx's stdlib and go-sql-driver/mysql are
+// recognised).
+func WithDialect(d Dialect) Option { return func(s *Store) { s.dialect = d } }
+
+// WithTablePrefix sets the prefix of the Store's three tables (<prefix>locks,
+// <prefix>lock_waiters, <prefix>records): letters, digits and underscores,
+// optionally after a schema ("app.oncekit_"). Default "oncekit_".
+func WithTablePrefix(p string) Option { return func(s *Store) { s.prefix = p } }
+
+// WithObserver sets where the Store, and the lock.Mutex and idem.Guard
+// built on it, report their operations (see package observe).
+func WithObserver(o observe.Observer) Option { return func(s *Store) { s.observer = o } }
+
+// WithPollInterval bounds how long a waiter sleeps between two looks at a
+// held key (or an in-flight record) when nothing wakes it: on MySQL, which
+// has no notifications, this is the hand-off latency, and each waiting
+// process asks the database about 1/interval times a second (starting at
+// 2 ms and doubling, with jitter). On PostgreSQL with pgx, waiters are
+// woken by NOTIFY and only fall back to it. Default 50 ms.
+func WithPollInterval(d time.Duration) Option { return func(s *Store) { s.pollInterval = d } }
+
+// WithCleanup sets how often the Store deletes expired rows (released
+// locks whose fence the clock has passed, records past their retention,
+// dead waiters), and how many rows one DELETE removes at most: small
+// batches keep row locks short. An interval of 0 turns the loop off (call
+// Cleanup yourself, from one process or many). Default every minute, 500
+// rows per statement.
+func WithCleanup(interval time.Duration, batch int) Option {
+	return func(s *Store) { s.cleanupInterval, s.cleanupBatch = interval, batch }
+}
+
+// WithCleanupErrors sets a function that gets each error of the cleanup
+// loop (the loop tries again at its next tick). Default: none.
+func WithCleanupErrors(f func(error)) Option { return func(s *Store) { s.onCleanupError = f } }
+
+// WithMaxResultBytes bounds a stored result; a larger one is refused with
+// idem.ErrResultTooLarge before anything is written. Default 1 MiB.
+func WithMaxResultBytes(n int) Option { return func(s *Store) { s.maxResult = n } }
+
+// New returns a Store over db. db stays the caller's: Close does not close
+// it. The dialect is taken from db's driver unless WithDialect names it.
+// New does not touch the database; call Migrate once to create the tables.
+func New(db *sql.DB, opts ...Option) (*Store, error) {
+	if db == nil {
+		return nil, errors.New("sqlstore: nil *sql.DB")
+	}
+	s := &Store{
+		db: db, prefix: DefaultTablePrefix, pollInterval: DefaultPollInterval, waiterTTL: defaultWaiterTTL,
+		cleanupInterval: DefaultCleanupInterval, cleanupBatch: DefaultCleanupBatch, maxResult: DefaultMaxResultBytes,
+		stop: make(chan struct{}),
+	}
+	for _, o := range opts {
+		o(s)
+	}
+	if s.dialect == "" {
+		switch db.Driver().(type) {
+		case *stdlib.Driver:
+			s.dialect = Postgres
+		case *mysql.MySQLDriver:
+			s.dialect = MySQL
+		default:
+			return nil, fmt.Errorf("sqlstore: cannot tell the dialect of driver %T: pass WithDialect", db.Driver())
+		}
+	}
+	switch {
+	case s.dialect != Postgres && s.dialect != MySQL:
+		return nil, fmt.Errorf("sqlstore: unknown dialect %q (want %q or %q)", s.dialect, Postgres, MySQL)
+	case s.pollInterval <= 0:
+		return nil, fmt.Errorf("sqlstore: poll interval %s is not positive", s.pollInterval)
+	case s.cleanupInterval < 0 || s.cleanupBatch <= 0:
+		return nil, fmt.Errorf("sqlstore: cleanup every %s by %d rows: want an interval >= 0 and a positive batch", s.cleanupInterval, s.cleanupBatch)
+	case s.maxResult <= 0:
+		return nil, fmt.Errorf("sqlstore: max result %d bytes is not positive", s.maxResult)
+	}
+	if err := validPrefix(s.prefix); err != nil {
+		return nil, err
+	}
+	s.q = newQueries(s.dialect, s.prefix)
+	_, isPgx := db.Driver().(*stdlib.Driver)
+	s.listen = s.dialect == Postgres && isPgx
+	s.hub = newHub()
+	if s.listen {
+		s.wg.Go(s.listenLoop)
+	}
+	if s.cleanupInterval > 0 {
+		s.wg.Go(s.cleanupLoop)
+	}
+	return s, nil
+}
+
+// Close stops the Store's background work (the LISTEN connection, the
+// cleanup loop) and, for a Store made by Open, closes its database.
+// Leases and claims still held expire in the database by their TTL.
+func (s *Store) Close() error {
+	s.stopOnce.Do(func() { close(s.stop) })
+	s.wg.Wait()
+	s.hub.wakeAll()
+	if s.ownsDB {
+		return s.db.Close()
+	}
+	return nil
+}
+
+// DB returns the database the Store works on.
+func (s *Store) DB() *sql.DB { return s.db }
+
+// Dialect returns the Store's SQL dialect.
+func (s *Store) Dialect() Dialect { return s.dialect }
+
+// DriverName implements observe.Source: "postgres" or "mysql".
+func (s *Store) DriverName() string { return string(s.dialect) }
+
+// Observer implements observe.Source.
+func (s *Store) Observer() observe.Observer { return s.observer }
+
+// Tables returns the names of the Store's tables: locks, lock waiters,
+// idempotency records.
+func (s *Store) Tables() (locks, waiters, records string) {
+	return s.prefix + "locks", s.prefix + "lock_waiters", s.prefix + "records"
+}
+
+// Schema returns the statements Migrate runs, for users who apply
+// migrations with their own tool.
+func (s *Store) Schema() []string {
+	b, err := schemas.ReadFile("schema/" + string(s.dialect) + ".sql")
+	if err != nil {
+		panic(err) // embedded at build time
+	}
+	var out []string
+	for stmt := range strings.SplitSeq(string(b), ";") {
+		var lines []string
+		for line := range strings.SplitSeq(stmt, "\n") {
+			if t := strings.TrimSpace(line); t != "" && !strings.HasPrefix(t, "--") {
+				lines = append(lines, line)
+			}
+		}
+		if len(lines) > 0 {
+			out = append(out, strings.ReplaceAll(strings.Join(lines, "\n"), "{prefix}", s.prefix))
+		}
+	}
+	return out
+}
+
+// Migrate creates the Store's tables and indexes where they do not exist.
+// It is safe to run from many processes at once and again on every start.
+func (s *Store) Migrate(ctx context.Context) error {
+	if s.dialect == Postgres {
+		// One transaction under an advisory lock: concurrent CREATE ... IF
+		// NOT EXISTS can otherwise collide in PostgreSQL's catalogs.
+		return s.inTx(ctx, "migrate", "", func(tx *sql.Tx) error {
+			if _, err := tx.ExecContext(ctx, "SELECT pg_advisory_xact_lock(hashtext($1))", "oncekit-migrate:"+s.prefix); err != nil {
+				return err
+			}
+			for _, stmt := range s.Schema() {
+				if _, err := tx.ExecContext(ctx, stmt); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	for _, stmt := range s.Schema() { // MySQL's DDL commits on its own
+		if _, err := s.db.ExecContext(ctx, stmt); err != nil {
+			return fmt.Errorf("sqlstore: migrate: %w", err)
+		}
+	}
+	return nil
+}
+
+// errWrap names the driver, the operation and the key, and says what to do
+// about a missing table.
+func (s *Store) errWrap(op, key string, err error) error {
+	if missingTable(err) {
+		return fmt.Errorf("sqlstore: %s %q: %w (run Store.Migrate to create the tables)", op, key, err)
+	}
+	return fmt.Errorf("sqlstore: %s %q: %w", op, key, err)
+}
+
+// inTx runs f in a transaction and commits it, running it again (up to
+// four times) when the server aborted it to break a deadlock. f's error
+// rolls the transaction back and is returned as it is when it is one of
+// the Store's own (errStop); database errors are wrapped.
+func (s *Store) inTx(ctx context.Context, op, key string, f func(tx *sql.Tx) error) error {
+	for attempt := 0; ; attempt++ {
+		err := s.tryTx(ctx, f)
+		if err == nil {
+			return nil
+		}
+		var st stopErr
+		if errors.As(err, &st) {
+			return st.err
+		}
+		if retryable(err) && attempt < 4 && ctx.Err() == nil {
+			time.Sleep(time.Duration(rand.Int64N(int64(2*time.Millisecond) << attempt)))
+			continue
+		}
+		return s.errWrap(op, key, err)
+	}
+}
+
+func (s *Store) tryTx(ctx context.Context, f func(tx *sql.Tx) error) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	if err := f(tx); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	return tx.Commit()
+}
+
+// stopErr carries an outcome of the Store's own (a lost lease, a busy key)
+// out of a transaction, which is rolled back.
+type stopErr struct{ err error }
+
+func (e stopErr) Error() string { return e.err.Error() }
+
+func stop(err error) error { return stopErr{err} }
+
+// notifyTx wakes, on PostgreSQL, the waiters of a record in every process
+// when tx commits.
+func (s *Store) notifyTx(ctx context.Context, tx *sql.Tx, channel, key string) error {
+	if s.dialect != Postgres {
+		return nil
+	}
+	_, err := tx.ExecContext(ctx, s.q.notify, channel, keyHash(key))
+	return err
+}
+
+// notifyHead finds the first live waiter of a lock in tx and, on
+// PostgreSQL, notifies it when tx commits (one statement). It returns the
+// waiter, for the caller to wake in this process after the commit, or "".
+func (s *Store) notifyHead(ctx context.Context, tx *sql.Tx, key string) (string, error) {
+	var head string
+	var err error
+	if s.dialect == Postgres {
+		locks, _, _ := s.Tables()
+		err = tx.QueryRowContext(ctx, s.q.notifyHead, locks, []byte(key)).Scan(&head, new(string))
+	} else {
+		err = tx.QueryRowContext(ctx, s.q.queueHeadNow, []byte(key)).Scan(&head)
+	}
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", nil
+	}
+	return head, err
+}
+
+// Cleanup deletes expired rows in batches (see WithCleanup) until a batch
+// comes back short, and returns how many it deleted. Rows are deleted
+// only once the server's clock has passed their fence, so a fence never
+// goes backwards.
+func (s *Store) Cleanup(ctx context.Context) (int64, error) {
+	var total int64
+	for _, stmt := range s.q.cleanup {
+		for {
+			res, err := s.db.ExecContext(ctx, stmt, s.cleanupBatch)
+			if err != nil {
+				return total, s.errWrap("cleanup", "", err)
+			}
+			n, _ := res.RowsAffected()
+			total += n
+			if n < int64(s.cleanupBatch) {
+				break
+			}
+		}
+	}
+	return total, nil
+}
+
+func (s *Store) cleanupLoop() {
+	t := time.NewTicker(s.cleanupInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), s.cleanupInterval)
+		_, err := s.Cleanup(ctx)
+		cancel()
+		if err != nil && s.onCleanupError != nil {
+			s.onCleanupError(err)
+		}
+	}
+}

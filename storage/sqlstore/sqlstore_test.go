@@ -1,0 +1,151 @@
+package sqlstore_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/idem/idemtest"
+	"github.com/oncekit/oncekit/core/lock"
+	"github.com/oncekit/oncekit/core/lock/locktest"
+	"github.com/oncekit/oncekit/internal/testenv"
+	"github.com/oncekit/oncekit/storage/sqlstore"
+)
+
+// holderURLEnv tells a holder process of locktest which database to hold
+// its key in.
+const holderURLEnv = "ONCEKIT_SQLSTORE_HOLDER_URL"
+
+func TestMain(m *testing.M) {
+	locktest.RunHolder(func() (lock.Locker, error) {
+		return sqlstore.Open(context.Background(), os.Getenv(holderURLEnv))
+	})
+	goleak.VerifyTestMain(m)
+}
+
+// databases are the servers every test runs on, by name.
+func databases(t *testing.T) map[string]string {
+	return map[string]string{"postgres": testenv.PostgresURL(t), "mysql": testenv.MySQLURL(t)}
+}
+
+// open returns a Store on url with its own connection pool (as another
+// process would have), closed at the end of the test.
+func open(t testing.TB, url string, opts ...sqlstore.Option) *sqlstore.Store {
+	t.Helper()
+	s, err := sqlstore.Open(context.Background(), url, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// migrated opens a Store on url and applies the schema.
+func migrated(t testing.TB, url string, opts ...sqlstore.Option) *sqlstore.Store {
+	t.Helper()
+	s := open(t, url, opts...)
+	if err := s.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// exec runs a statement written with ? placeholders on s's database.
+func exec(t testing.TB, s *sqlstore.Store, query string, args ...any) sql.Result {
+	t.Helper()
+	res, err := s.DB().ExecContext(context.Background(), rebind(s, query), args...)
+	if err != nil {
+		t.Fatalf("%s: %v", query, err)
+	}
+	return res
+}
+
+func rebind(s *sqlstore.Store, query string) string {
+	if s.Dialect() != sqlstore.Postgres {
+		return query
+	}
+	var b strings.Builder
+	n := 0
+	for _, r := range query {
+		if r == '?' {
+			n++
+			b.WriteString("$" + string(rune('0'+n)))
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+func TestConformance(t *testing.T) {
+	for name, url := range databases(t) {
+		t.Run(name, func(t *testing.T) {
+			migrated(t, url)
+			t.Setenv(holderURLEnv, url)
+			locktest.Run(t, locktest.Config{
+				NewLocker:     func(t *testing.T) lock.Locker { return open(t, url) },
+				Reentrant:     true,
+				HolderProcess: true,
+			})
+		})
+	}
+}
+
+func TestIdemConformance(t *testing.T) {
+	for name, url := range databases(t) {
+		t.Run(name, func(t *testing.T) {
+			admin := migrated(t, url)
+			_, _, records := admin.Tables()
+			counters := "idemtest_effects"
+			if admin.Dialect() == sqlstore.Postgres {
+				exec(t, admin, "CREATE TABLE IF NOT EXISTS "+counters+" (k bytea PRIMARY KEY, n integer NOT NULL)")
+			} else {
+				exec(t, admin, "CREATE TABLE IF NOT EXISTS "+counters+" (k VARBINARY(512) PRIMARY KEY, n INT NOT NULL)")
+			}
+			idemtest.Run(t, idemtest.Config{
+				NewStore: func(t *testing.T) idem.Store { return open(t, url) },
+				Corrupt: func(t *testing.T, key string) {
+					exec(t, admin, "INSERT INTO "+records+" (record_key, state, fingerprint, token, fence, expires_us) VALUES (?, 7, ?, 'x', 1, ?)",
+						[]byte(key), []byte("garbage"), time.Now().Add(time.Hour).UnixMicro())
+				},
+				Effect: func(t *testing.T, key string, limit int) (any, func() int) {
+					effect := sqlstore.Effect(func(ctx context.Context, tx *sql.Tx) error {
+						if limit <= 0 {
+							return errors.New("limit reached")
+						}
+						q := "INSERT INTO " + counters + " (k, n) VALUES (?, 1) ON DUPLICATE KEY UPDATE n = IF(n < ?, n + 1, n)"
+						if admin.Dialect() == sqlstore.Postgres {
+							q = "INSERT INTO " + counters + " AS c (k, n) VALUES (?, 1) ON CONFLICT (k) DO UPDATE SET n = c.n + 1 WHERE c.n < ?"
+						}
+						res, err := tx.ExecContext(ctx, rebind(admin, q), []byte(key), limit)
+						if err != nil {
+							return err
+						}
+						if n, _ := res.RowsAffected(); n == 0 {
+							return errors.New("limit reached")
+						}
+						return nil
+					})
+					return effect, func() int {
+						var n int
+						err := admin.DB().QueryRowContext(context.Background(), rebind(admin, "SELECT n FROM "+counters+" WHERE k = ?"), []byte(key)).Scan(&n)
+						if errors.Is(err, sql.ErrNoRows) {
+							return 0
+						}
+						if err != nil {
+							t.Fatal(err)
+						}
+						return n
+					}
+				},
+			})
+		})
+	}
+}
