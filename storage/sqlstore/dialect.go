@@ -34,11 +34,11 @@ type queries struct {
 	dialect Dialect
 
 	lockUpsert, lockSelect, lockSelectForUpdate, lockUpdate, lockDelete string
-	queueHead, queueUpsert, queueDelete, queueCount                    string
-	recUpsert, recSelect, recSelectForUpdate, recUpdate, recDelete     string
-	queueHeadNow, notifyHead, peek                                     string
-	notify                                                             string // PostgreSQL only
-	cleanup                                                            [3]string
+	queueHead, queueUpsert, queueDelete, queueCount                     string
+	recUpsert, recSelect, recSelectForUpdate, recUpdate, recDelete      string
+	queueHeadNow, notifyHead, peek                                      string
+	notify                                                              string // PostgreSQL only
+	cleanup                                                             [3]string
 }
 
 // nowUS is the server's clock in microseconds since the Unix epoch, read

@@ -13,7 +13,7 @@ import (
 	"github.com/oncekit/oncekit/storage/internal/token"
 )
 
-// A lock is one row of the locks table: its holder's token ('' while
+// A lock is one row of the locks table: its holder's token (” while
 // free), the owner that may re-enter it and how many holds it has, the
 // fence of the latest acquisition, and its expiry by the server's clock.
 // A released key's row is deleted once the server's clock has passed its
