@@ -3,11 +3,13 @@ package storage
 import (
 	"context"
 	"crypto/tls"
+	"database/sql"
 	"crypto/x509"
 	"errors"
 	"fmt"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -22,6 +24,7 @@ import (
 	"github.com/oncekit/oncekit/storage/memstore"
 	"github.com/oncekit/oncekit/storage/redisstore"
 	"github.com/oncekit/oncekit/storage/redlockstore"
+	"github.com/oncekit/oncekit/storage/sqlstore"
 )
 
 // Help lists the URL forms, for a command's usage text.
@@ -33,9 +36,14 @@ const Help = `Store URLs:
                                                  a primary managed by Sentinel (the hosts are the sentinels)
   redlock://host:port,host:port,host:port        Redlock over N independent Redis servers
   etcd://host:port,host:port,...                 an etcd cluster
+  postgres://user:password@host:port/dbname      PostgreSQL (pgx's parameters: sslmode=...)
+  mysql://user:password@host:port/dbname         MySQL 8 or MariaDB (go-sql-driver/mysql's parameters)
 Credentials: user:password@ before the hosts (a Redis ACL user or requirepass, an etcd user).
 Redis forms take go-redis' query parameters (dial_timeout=2s, pool_size=50, ...).
-Every form takes:
+SQL forms create their tables if missing (migrate=false skips that) and
+take prefix=P as the table prefix (default oncekit_); TLS through the
+driver's own parameters.
+Every other form takes:
   prefix=P          the lock key prefix
   record_prefix=P   the idempotency record prefix
   ca=FILE           PEM certificates to trust; turns TLS on
@@ -146,6 +154,8 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (Store, error) {
 		return c.redlock(u, q)
 	case "etcd":
 		return c.etcd(u)
+	case "postgres", "postgresql", "mysql":
+		return c.sql(ctx, u, q)
 	case "":
 		return nil, fmt.Errorf("storage: store URL %q has no scheme\n%s", rawURL, Help)
 	}
@@ -308,6 +318,49 @@ func (c common) redlock(u *url.URL, q url.Values) (Store, error) {
 }
 
 // etcdStore is an etcdstore.Store that closes its client with it.
+// sql opens a SQL store and, unless migrate=false, creates its tables.
+func (c common) sql(ctx context.Context, u *url.URL, q url.Values) (Store, error) {
+	if c.tls != nil || c.recordPrefix != "" {
+		return nil, fmt.Errorf("storage: store URL %q: %s:// takes TLS settings in the driver's own parameters and one table prefix (prefix=P)", u.Redacted(), u.Scheme)
+	}
+	migrate := true
+	if v := q.Get("migrate"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return nil, fmt.Errorf("storage: store URL %q: migrate=%q is not a boolean", u.Redacted(), v)
+		}
+		migrate = b
+		q.Del("migrate")
+		u.RawQuery = q.Encode()
+	}
+	opts := []sqlstore.Option{sqlstore.WithObserver(c.opts.observer)}
+	if c.prefix != "" {
+		opts = append(opts, sqlstore.WithTablePrefix(c.prefix))
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.opts.timeout)
+	defer cancel()
+	s, err := sqlstore.Open(ctx, u.String(), opts...)
+	if err != nil {
+		return nil, fmt.Errorf("storage: %w", err)
+	}
+	if migrate {
+		if err := s.Migrate(ctx); err != nil {
+			s.Close()
+			return nil, fmt.Errorf("storage: %w", err)
+		}
+	}
+	return s, nil
+}
+
+// SQLDB returns the database Open made for a postgres or mysql URL (the
+// one a sqlstore.Effect's transaction runs on), or nil for another store.
+func SQLDB(s Store) *sql.DB {
+	if q, ok := s.(*sqlstore.Store); ok {
+		return q.DB()
+	}
+	return nil
+}
+
 type etcdStore struct {
 	*etcdstore.Store
 	client *clientv3.Client
@@ -372,7 +425,8 @@ func EtcdClient(s Store) *clientv3.Client {
 }
 
 // Scheme returns the kind of store s is: "memory", "redis" (also for
-// rediss), "redis-cluster", "redis-sentinel", "redlock" or "etcd".
+// rediss), "redis-cluster", "redis-sentinel", "redlock", "etcd",
+// "postgres" or "mysql".
 func Scheme(s Store) string {
 	switch s := s.(type) {
 	case *memstore.Store:
@@ -383,6 +437,8 @@ func Scheme(s Store) string {
 		return "redlock"
 	case *etcdStore:
 		return "etcd"
+	case *sqlstore.Store:
+		return string(s.Dialect())
 	}
 	return ""
 }

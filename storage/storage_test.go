@@ -23,6 +23,8 @@ func TestOpenEachForm(t *testing.T) {
 		"redis-cluster": "redis-cluster://" + strings.Join(testenv.RedisClusterAddrs(t), ","),
 		"redlock":       "redlock://" + strings.Join(redis[:3], ",") + "?dial_timeout=2s",
 		"etcd":          "etcd://" + strings.Join(testenv.EtcdAddrs(t), ","),
+		"postgres":      withParam(testenv.PostgresURL(t), "prefix=storage_test_"),
+		"mysql":         withParam(testenv.MySQLURL(t), "prefix=storage_test_&timeout=2s"),
 	}
 	for scheme, url := range forms {
 		t.Run(scheme, func(t *testing.T) {
@@ -49,6 +51,10 @@ func TestOpenEachForm(t *testing.T) {
 				if storage.EtcdClient(st) == nil {
 					t.Error("EtcdClient is nil")
 				}
+			case "postgres", "mysql":
+				if storage.SQLDB(st) == nil {
+					t.Error("SQLDB is nil")
+				}
 			}
 			key := "storage-test-" + time.Now().Format(time.RFC3339Nano)
 			l, err := st.TryAcquire(ctx, key, 5*time.Second)
@@ -70,6 +76,14 @@ func TestOpenEachForm(t *testing.T) {
 			}
 		})
 	}
+}
+
+// withParam adds a query parameter to url.
+func withParam(url, param string) string {
+	if strings.Contains(url, "?") {
+		return url + "&" + param
+	}
+	return url + "?" + param
 }
 
 // The capabilities of the driver survive Open: a Redis store is an
@@ -94,19 +108,23 @@ func TestOpenKeepsCapabilities(t *testing.T) {
 // Bad URLs get a clear error and open nothing.
 func TestOpenRejectsBadURLs(t *testing.T) {
 	for url, want := range map[string]string{
-		"":                                   "no store URL",
-		"127.0.0.1:6379":                     "no scheme",
-		"ftp://x":                            "not supported",
-		"redlock://":                         "names no host",
-		"redlock://a:1,,b:2":                 "empty host",
-		"redis://127.0.0.1:6379/notadb":      "invalid database",
-		"redis://127.0.0.1:6379?no_such=1":   "unexpected option",
-		"redis-sentinel://127.0.0.1:26379":   "master_name",
-		"redis-cluster://":                   "names no host",
-		"etcd://127.0.0.1:2379?pool_size=4":  "no parameter",
-		"memory://host":                      "takes no host",
-		"redis://127.0.0.1:6379?cert=x.pem":  "cert and key go together",
-		"redis://127.0.0.1:6379?ca=/no/such": "ca:",
+		"":                                            "no store URL",
+		"127.0.0.1:6379":                              "no scheme",
+		"ftp://x":                                     "not supported",
+		"redlock://":                                  "names no host",
+		"redlock://a:1,,b:2":                          "empty host",
+		"redis://127.0.0.1:6379/notadb":               "invalid database",
+		"redis://127.0.0.1:6379?no_such=1":            "unexpected option",
+		"redis-sentinel://127.0.0.1:26379":            "master_name",
+		"redis-cluster://":                            "names no host",
+		"etcd://127.0.0.1:2379?pool_size=4":           "no parameter",
+		"memory://host":                               "takes no host",
+		"redis://127.0.0.1:6379?cert=x.pem":           "cert and key go together",
+		"redis://127.0.0.1:6379?ca=/no/such":          "ca:",
+		"mysql://root@127.0.0.1:1":                    "no database name",
+		"mysql://root@127.0.0.1:1/db?timeout=soon":    "invalid duration",
+		"postgres://127.0.0.1:1/db?migrate=sometimes": "not a boolean",
+		"postgres://127.0.0.1:1/db?record_prefix=x":   "one table prefix",
 	} {
 		st, err := storage.Open(context.Background(), url)
 		if err == nil {
