@@ -34,10 +34,12 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // `make services-up` prints them); a store whose servers are not named is
 // skipped, or fails under ONCEKIT_REQUIRE_SERVERS=1.
 var stores = map[string]func(t *testing.T) string{
-	"memory":  func(*testing.T) string { return "memory://" },
-	"redis":   func(t *testing.T) string { return "redis://" + servers(t, "REDIS_ADDRS", 1)[0] },
-	"redlock": func(t *testing.T) string { return "redlock://" + strings.Join(servers(t, "REDIS_ADDRS", 5), ",") },
-	"etcd":    func(t *testing.T) string { return "etcd://" + strings.Join(servers(t, "ETCD_ENDPOINTS", 1), ",") },
+	"memory":   func(*testing.T) string { return "memory://" },
+	"redis":    func(t *testing.T) string { return "redis://" + servers(t, "REDIS_ADDRS", 1)[0] },
+	"redlock":  func(t *testing.T) string { return "redlock://" + strings.Join(servers(t, "REDIS_ADDRS", 5), ",") },
+	"etcd":     func(t *testing.T) string { return "etcd://" + strings.Join(servers(t, "ETCD_ENDPOINTS", 1), ",") },
+	"postgres": func(t *testing.T) string { return servers(t, "POSTGRES_URL", 1)[0] },
+	"mysql":    func(t *testing.T) string { return servers(t, "MYSQL_URL", 1)[0] },
 }
 
 // servers returns the first n addresses listed in env, or skips t.
@@ -61,7 +63,7 @@ func servers(t *testing.T, env string, n int) []string {
 }
 
 func eachStore(t *testing.T, f func(t *testing.T, url string)) {
-	for _, name := range []string{"memory", "redis", "redlock", "etcd"} {
+	for _, name := range []string{"memory", "redis", "redlock", "etcd", "postgres", "mysql"} {
 		t.Run(name, func(t *testing.T) { f(t, stores[name](t)) })
 	}
 }
@@ -325,7 +327,7 @@ func TestFlashSale(t *testing.T) {
 	eachStore(t, func(t *testing.T, url string) {
 		flashSale(t, open(t, url))
 	})
-	for _, name := range []string{"memory", "redis", "redlock"} {
+	for _, name := range []string{"memory", "redis", "redlock", "postgres", "mysql"} {
 		t.Run(name+"/lock-free", func(t *testing.T) { flashSale(t, openLockFree(t, stores[name](t))) })
 	}
 }

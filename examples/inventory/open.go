@@ -6,15 +6,17 @@ import (
 
 	"github.com/oncekit/oncekit/core/observe"
 	"github.com/oncekit/oncekit/storage"
+	"github.com/oncekit/oncekit/storage/sqlstore"
 )
 
 // StoreHelp describes the store URLs Open takes.
 const StoreHelp = storage.Help
 
 // Open opens the oncekit driver a store URL names (the forms of oncectl:
-// memory://, redis://, redlock://h1,h2,h3, etcd://...) and the inventory
-// beside it, under prefix: on Redis and etcd the stock lives on the
-// records' servers; with Redlock on the first node. obs, if not nil,
+// memory://, redis://, redlock://h1,h2,h3, etcd://..., postgres://...,
+// mysql://...) and the inventory beside it, under prefix: on Redis and
+// etcd the stock lives on the records' servers, with Redlock on the first
+// node, on SQL in tables of the records' database. obs, if not nil,
 // observes the driver. close closes both.
 func Open(url, prefix string, obs observe.Observer) (store Store, backend Backend, close func(), err error) {
 	st, err := storage.Open(context.Background(), url, storage.WithObserver(obs))
@@ -30,6 +32,13 @@ func Open(url, prefix string, obs observe.Observer) (store Store, backend Backen
 		backend = NewRedisKeyed(storage.RedlockClients(st)[0], prefix)
 	case "etcd":
 		backend = NewEtcd(storage.EtcdClient(st), prefix)
+	case "postgres", "mysql":
+		sq := NewSQL(storage.SQLDB(st), sqlstore.Dialect(scheme), prefix)
+		if err := sq.Migrate(context.Background()); err != nil {
+			_ = st.Close()
+			return nil, nil, nil, err
+		}
+		backend = sq
 	default:
 		_ = st.Close()
 		return nil, nil, nil, fmt.Errorf("inventory: the example does not run on %s:// (its stock keys and records would not share a slot)", scheme)

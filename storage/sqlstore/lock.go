@@ -92,14 +92,18 @@ func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (loc
 	defer func() { unsubscribe() }()
 	began := time.Now()
 	renewed := time.Time{}
-	look := true // ask with a transaction; else peek first
+	// With notifications (PostgreSQL and pgx), every look is a transaction
+	// on the key's row, which queues the waiter in the same step that
+	// finds the key held: the release that follows sees it and wakes it.
+	// Without (MySQL), waiters look without locks (MVCC) and keep their
+	// place with a plain upsert: only a waiter that finds the key free and
+	// itself first takes the row lock, so a crowd of pollers never queues
+	// in InnoDB's lock wait ahead of the hand-off.
+	look := s.listen || owner != "" // an owner re-enters a key it holds at once
 	for n := 0; ; n++ {
 		var g grant
 		start := time.Now()
 		if !look {
-			// A look without locks (MVCC) tells whether the key may be ours
-			// now; waiters that poll (MySQL) mostly stop here, away from the
-			// row lock that holders and the first waiter need.
 			free, first, ahead, err := s.peek(ctx, key, waiter)
 			switch {
 			case err != nil:
@@ -108,13 +112,20 @@ func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (loc
 				look = true
 			default:
 				g.first, g.ahead = first, ahead
+				if time.Since(renewed) >= s.waiterTTL/3 {
+					if err := s.queueAlone(ctx, key, waiter); err != nil {
+						look = true
+					} else {
+						renewed = start
+					}
+				}
 			}
 		}
 		if look {
 			var err error
 			g, err = s.attempt(ctx, key, ttl, owner, waiter)
 			if err != nil {
-				s.leaveQueue(ctx, key, waiter, n > 0)
+				s.leaveQueue(ctx, key, waiter, n > 0 || !s.listen)
 				if ctx.Err() != nil {
 					return nil, lockdriver.NotAcquired(ctx, err)
 				}
@@ -155,7 +166,7 @@ func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (loc
 			woken, unsubscribe = s.hub.subscribe(locks, waiter)
 			look = true
 		case <-t.C:
-			look = wait >= renew
+			look = s.listen && wait >= renew
 		case <-ctx.Done():
 		}
 		t.Stop()
@@ -223,6 +234,13 @@ func (s *Store) queue(ctx context.Context, tx *sql.Tx, key, waiter string) error
 		return nil
 	}
 	_, err := tx.ExecContext(ctx, s.q.queueUpsert, []byte(key), waiter, us(s.waiterTTL))
+	return err
+}
+
+// queueAlone puts waiter in key's queue, or renews its place, in a
+// statement of its own.
+func (s *Store) queueAlone(ctx context.Context, key, waiter string) error {
+	_, err := s.db.ExecContext(ctx, s.q.queueUpsert, []byte(key), waiter, us(s.waiterTTL))
 	return err
 }
 
