@@ -3,8 +3,8 @@ package storage
 import (
 	"context"
 	"crypto/tls"
-	"database/sql"
 	"crypto/x509"
+	"database/sql"
 	"errors"
 	"fmt"
 	"net/url"
