@@ -99,7 +99,8 @@ func TestConstructorsRejectBadInput(t *testing.T) {
 // Every driver refuses bad keys, TTLs and owners with the documented
 // errors, before any round trip, and never panics.
 func TestDriversRejectBadInput(t *testing.T) {
-	for name, url := range map[string]string{"memory": "memory://", "redis": stores(t)["redis"], "redlock": stores(t)["redlock"], "etcd": stores(t)["etcd"]} {
+	for name, url := range map[string]string{"memory": "memory://", "redis": stores(t)["redis"], "redlock": stores(t)["redlock"], "etcd": stores(t)["etcd"],
+		"postgres": stores(t)["postgres"], "mysql": stores(t)["mysql"]} {
 		t.Run(name, func(t *testing.T) {
 			o, err := storage.Open(context.Background(), url)
 			if err != nil {

@@ -212,36 +212,44 @@ func (s *Store) Extend(ctx context.Context, c idem.Claim, lease time.Duration) e
 	})
 }
 
-// WaitChange implements idem.Waiter: it returns when key's record is
-// completed, abandoned or deleted (woken by NOTIFY on PostgreSQL with pgx,
-// at once in this process), after a poll interval otherwise, or at until.
+// WaitChange implements idem.Waiter: it returns when key's record is no
+// longer in flight (completed, abandoned, deleted or expired), or at
+// until. On PostgreSQL with pgx the completion's NOTIFY wakes it (and it
+// looks once a second besides); on MySQL it looks without locks, after
+// 2 ms and then less often, up to every WithPollInterval.
 func (s *Store) WaitChange(ctx context.Context, key string, until time.Time) error {
 	_, _, records := s.Tables()
 	woken, unsubscribe := s.hub.subscribe(records, keyHash(key))
 	defer unsubscribe()
-	// A change between the caller's Begin and the subscription sent its
-	// wake-up before anyone listened: look once.
-	var state int
-	var expires, now int64
-	err := s.db.QueryRowContext(ctx, s.q.recSelect, []byte(key)).Scan(&state, new([]byte), new(string), new(int64), &expires, new([]byte), &now)
-	if err != nil || state != stateInFlight || expires <= now {
-		return ctx.Err()
+	for n := 0; ; n++ {
+		// Looking first also catches a change between the caller's Begin
+		// and the subscription, whose wake-up nobody heard.
+		var state int
+		var expires, now int64
+		err := s.db.QueryRowContext(ctx, s.q.recSelect, []byte(key)).Scan(&state, new([]byte), new(string), new(int64), &expires, new([]byte), &now)
+		if err != nil || state != stateInFlight || expires <= now {
+			return ctx.Err() // a store error is the caller's Begin's to report
+		}
+		wait := time.Until(until)
+		if wait <= 0 {
+			return nil
+		}
+		if s.listen {
+			wait = min(wait, time.Second) // a notification lost with its connection
+		} else {
+			wait = min(wait, s.pollDelay(n))
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-woken:
+			t.Stop()
+			return nil
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		}
 	}
-	wait := time.Until(until)
-	if s.listen {
-		wait = min(wait, time.Second) // a notification lost with its connection
-	} else {
-		wait = min(wait, s.pollInterval)
-	}
-	t := time.NewTimer(max(wait, 0))
-	defer t.Stop()
-	select {
-	case <-woken:
-	case <-t.C:
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	return nil
 }
 
 var (

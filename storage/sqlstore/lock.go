@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"time"
 
 	"github.com/oncekit/oncekit/core/lock"
@@ -78,9 +79,9 @@ func (s *Store) TryAcquire(ctx context.Context, key string, ttl time.Duration) (
 // processes that release and take a key back in a loop cannot starve one
 // that waits. The release wakes that first waiter only — by NOTIFY on
 // PostgreSQL with pgx, at once in this process; on MySQL the first waiter
-// looks again every WithPollInterval/10 (5 ms by default) and the others
-// every WithPollInterval. Every waiter renews its place in the queue at
-// least once a second, and looks at the holder's expiry.
+// looks again every WithPollInterval/10 (5 ms by default), the k-th every
+// k times that. Every waiter renews its place in the queue at least once a
+// second, and the first looks at the holder's expiry.
 func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (lock.Lease, error) {
 	owner, err := lockdriver.CheckAcquire(ctx, key, ttl)
 	if err != nil {
@@ -92,13 +93,14 @@ func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (loc
 	defer func() { unsubscribe() }()
 	began := time.Now()
 	renewed := time.Time{}
-	// With notifications (PostgreSQL and pgx), every look is a transaction
-	// on the key's row, which queues the waiter in the same step that
-	// finds the key held: the release that follows sees it and wakes it.
-	// Without (MySQL), waiters look without locks (MVCC) and keep their
-	// place with a plain upsert: only a waiter that finds the key free and
-	// itself first takes the row lock, so a crowd of pollers never queues
-	// in InnoDB's lock wait ahead of the hand-off.
+	// With notifications (PostgreSQL and pgx), the first look is a
+	// transaction on the key's row, which queues the waiter in the same
+	// step that finds the key held: the release that follows sees it and
+	// wakes it. After that, and always without notifications (MySQL),
+	// waiters look without locks (MVCC) and keep their place with a plain
+	// upsert: only a waiter that was woken, or finds the key free and
+	// itself first, takes the row lock, so a crowd of waiters never queues
+	// in the database's lock wait ahead of the hand-off.
 	look := s.listen || owner != "" // an owner re-enters a key it holds at once
 	for n := 0; ; n++ {
 		var g grant
@@ -146,13 +148,15 @@ func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (loc
 		wait := renew
 		if !s.listen {
 			// Nothing will wake us: the first waiter looks every
-			// pollInterval/10, the next ones a little less often each (the
-			// second must be ready when the first has taken the key), the
-			// rest every pollInterval.
-			if first := max(s.pollInterval/10, time.Millisecond); g.first {
-				wait = min(wait, first)
+			// pollInterval/10, the k-th every k times that (the second
+			// must be ready when the first has taken the key; the hundredth
+			// need not ask often), and every waiter at least once a second.
+			step := max(s.pollInterval/10, time.Millisecond)
+			if g.first {
+				wait = min(wait, step)
 			} else {
-				wait = min(wait, s.pollDelay(n), first*time.Duration(g.ahead+1))
+				d := step * time.Duration(min(g.ahead+1, 1000))
+				wait = min(wait, d*3/4+rand.N(d/2+1))
 			}
 		}
 		if g.first && g.busy > 0 {
@@ -166,7 +170,6 @@ func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (loc
 			woken, unsubscribe = s.hub.subscribe(locks, waiter)
 			look = true
 		case <-t.C:
-			look = s.listen && wait >= renew
 		case <-ctx.Done():
 		}
 		t.Stop()

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/go-sql-driver/mysql"
 	_ "github.com/jackc/pgx/v5/stdlib" // registers "pgx"
@@ -39,11 +40,30 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Store, error) {
 	return s, nil
 }
 
-// OpenDB opens a *sql.DB for rawURL (see Open) without pinging it. For
-// MySQL it sets what the Store needs from a connection: parameters
-// interpolated on the client (one round trip per statement instead of
-// three) and the UTC time zone for the server's clock.
+// DefaultMaxConns is the connection pool size of a database OpenDB opens:
+// open and idle alike, so that a burst neither forks hundreds of server
+// backends nor opens a connection per transaction once the burst ends.
+// One of them is the Store's LISTEN connection on PostgreSQL.
+const DefaultMaxConns = 32
+
+// OpenDB opens a *sql.DB for rawURL (see Open) without pinging it, with a
+// pool of DefaultMaxConns connections (change it with SetMaxOpenConns and
+// SetMaxIdleConns). For MySQL it sets what the Store needs from a
+// connection: parameters interpolated on the client (one round trip per
+// statement instead of three) and the UTC time zone for the server's
+// clock.
 func OpenDB(rawURL string) (*sql.DB, error) {
+	db, err := openDB(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	db.SetMaxOpenConns(DefaultMaxConns)
+	db.SetMaxIdleConns(DefaultMaxConns)
+	db.SetConnMaxIdleTime(5 * time.Minute)
+	return db, nil
+}
+
+func openDB(rawURL string) (*sql.DB, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		return nil, fmt.Errorf("sqlstore: database URL: %w", err)

@@ -1,0 +1,99 @@
+// Package sqlstore is the driver for PostgreSQL and MySQL/MariaDB, over
+// database/sql: locks (lock.Locker, with owners and lock.Inspector) and
+// idempotency records (idem.Store, idem.EffectStore) in three tables of
+// the database the application already keeps its orders in — so that the
+// record, the business writes and the outbox row can commit in one
+// transaction, which no Redis can give.
+//
+//	db, err := sql.Open("pgx", "postgres://app@db:5432/shop") // or go-sql-driver/mysql
+//	store, err := sqlstore.New(db)
+//	err = store.Migrate(ctx) // once: CREATE TABLE IF NOT EXISTS ...
+//	defer store.Close()
+//
+// or, owning its database, sqlstore.Open(ctx, "postgres://…") (also
+// storage.Open, which migrates unless migrate=false). Schema returns the
+// statements for users who apply migrations with their own tool; the
+// tables are <prefix>locks, <prefix>lock_waiters and <prefix>records
+// (WithTablePrefix, default "oncekit_").
+//
+// # Effects in the caller's transaction
+//
+// A Guard run attaches a sqlstore.Effect, func(ctx, *sql.Tx) error, with
+// idem.Commit: the Store locks the record's row, checks that the claim is
+// still the run's, runs the effect and completes the record in that one
+// transaction. A process killed anywhere in it leaves nothing committed,
+// and the retry runs again; a claim lost meanwhile rolls everything back
+// (idem.ErrLockLost). When the application's framework owns the
+// transaction, idem.Commit(ctx, sqlstore.InTx(tx)) completes the record in
+// it instead — the caller commits after Guard.Do returns — and
+// Store.CompleteInTx does the same for code that calls Begin itself.
+//
+// # Locks
+//
+// A lock is a row: the holder's token, its owner and hold count, the
+// fence of the latest acquisition and the expiry, all by the database
+// server's clock (microseconds since the epoch, clock_timestamp() on
+// PostgreSQL, NOW(6) on MySQL), never a client's. Each operation is one
+// transaction that locks the key's row first (an upsert on PostgreSQL that
+// also reads the row; an upsert and a locking read on MySQL) and decides
+// in Go; the row lock serialises everything about one key and nothing
+// else. An expired row is taken over by the next acquirer; the fence is
+// max(last fence + 1, the server's clock in µs), and a released key's row
+// is deleted only once the clock has passed its fence, so fences never go
+// backwards for a key — also across the row's deletion and a restart, as
+// long as the server's clock does not step back. TryAcquire is one
+// transaction of two statements (four round trips with BEGIN and COMMIT;
+// one more on MySQL); Refresh and Release the same.
+//
+// Waiters queue in <prefix>lock_waiters, and a free key goes to the
+// longest-queued live waiter, so processes that release and take a key
+// back in a loop cannot starve one that waits. A release wakes that first
+// waiter only: on PostgreSQL through pgx by NOTIFY (sent in the release's
+// transaction, delivered at its commit, received on one LISTEN connection
+// per Store), in the same process at once. MySQL has no notification:
+// waiters look at the key without locks (MVCC reads) — the first every
+// WithPollInterval/10 (5 ms by default), the next few a little less often,
+// the rest every WithPollInterval (50 ms) — and take the row lock only
+// when the key is free and theirs. Expect a hand-off in ~5 ms on MySQL and
+// each waiting process to make 20–200 small reads a second. Every waiter
+// renews its place once a second; a waiter that died holds its place (and
+// a free key it is first in line for) for at most three seconds.
+//
+// # Why not advisory locks
+//
+// pg_advisory_lock and MySQL's GET_LOCK belong to a database session: the
+// lock lives exactly as long as one connection. Behind database/sql's
+// pool, the connection that took it is not the one that runs the next
+// statement, a pool may close an idle connection (releasing the lock
+// silently) and a holder cut off from the database keeps believing it
+// holds the lock while the server has already given it away; they have no
+// TTL, no fence and no owner. A transaction-scoped pg_advisory_xact_lock
+// is safe — it lives exactly as long as one transaction — and this driver
+// is one way to hold a lock longer than a transaction with the same
+// safety. BENCHMARKS.md compares both.
+//
+// # Idempotency records
+//
+// A record is a row: free (a tombstone keeping an abandoned claim's
+// fence), in flight (token, fingerprint, lease) or completed (the result
+// and its retention). Begin is one transaction; a duplicate's WaitChange
+// is woken by NOTIFY on PostgreSQL and polls on MySQL. Results are limited
+// to WithMaxResultBytes (1 MiB by default). A row with an unknown state is
+// reported as idem.ErrCorruptRecord, never read as absent.
+//
+// # Expiry and cleanup
+//
+// Expired rows are ignored at once and deleted by a cleanup loop in every
+// Store (WithCleanup: every minute, in DELETEs of at most 500 rows, FOR
+// UPDATE SKIP LOCKED on PostgreSQL), or by Cleanup when you schedule it
+// yourself.
+//
+// # Connections
+//
+// On MySQL, use the DSN that Open builds (or set the same yourself):
+// interpolateParams=true, one round trip per statement instead of three
+// for a server-side prepared statement, and time_zone='+00:00', so that
+// the server's clock reads the same in every session. The Store uses the
+// server's default isolation level: every decision rests on rows it has
+// locked, which every level reads as committed.
+package sqlstore
