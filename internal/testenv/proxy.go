@@ -133,3 +133,18 @@ func (p *Proxy) close() {
 	}
 	p.wg.Wait()
 }
+
+// Cut closes every connection open now, as a server or a network that
+// drops them does: both sides see them end. New connections are forwarded
+// again.
+func (p *Proxy) Cut() {
+	p.mu.Lock()
+	conns := p.conns
+	if conns != nil {
+		p.conns = map[net.Conn]struct{}{}
+	}
+	p.mu.Unlock()
+	for c := range conns {
+		_ = c.Close()
+	}
+}

@@ -3,6 +3,7 @@ package sqlstore
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"time"
@@ -81,8 +82,10 @@ func (s *Store) CompleteInTx(ctx context.Context, tx *sql.Tx, c idem.Claim, resu
 	return nil
 }
 
-// effectError sorts an effect's error (see Effect).
-func effectError(key string, err error) error {
+// effectError sorts an effect's error (see Effect). An error of the
+// effect's own is a refusal only if its transaction still works: an effect
+// that reports a lost connection in words of its own is still a fault.
+func effectError(ctx context.Context, tx *sql.Tx, key string, err error) error {
 	var refused *idem.EffectRefusedError
 	switch {
 	case errors.As(err, &refused):
@@ -91,8 +94,11 @@ func effectError(key string, err error) error {
 		return err // the whole transaction runs again
 	case serverAnswer(err):
 		return stop(&idem.EffectFailedError{Key: key, Err: err})
-	case fault(err):
+	case fault(err) || errors.Is(err, driver.ErrBadConn):
 		return err
+	}
+	if _, probe := tx.ExecContext(ctx, "SELECT 1"); probe != nil && !serverAnswer(probe) {
+		return errors.Join(err, probe)
 	}
 	return stop(&idem.EffectRefusedError{Key: key, Reason: err.Error()})
 }

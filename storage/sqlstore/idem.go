@@ -151,7 +151,7 @@ func (s *Store) completeTx(ctx context.Context, tx *sql.Tx, c idem.Claim, result
 	}
 	if effect != nil {
 		if err := effect(ctx, tx); err != nil {
-			return effectError(c.Key, err)
+			return effectError(ctx, tx, c.Key, err)
 		}
 	}
 	if result == nil {

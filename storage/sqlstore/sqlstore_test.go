@@ -24,6 +24,9 @@ import (
 const holderURLEnv = "ONCEKIT_SQLSTORE_HOLDER_URL"
 
 func TestMain(m *testing.M) {
+	if url := os.Getenv(effectChildURL); url != "" {
+		runEffectChild(url, os.Getenv(effectChildKey)) // never returns
+	}
 	locktest.RunHolder(func() (lock.Locker, error) {
 		return sqlstore.Open(context.Background(), os.Getenv(holderURLEnv))
 	})
@@ -57,8 +60,8 @@ func migrated(t testing.TB, url string, opts ...sqlstore.Option) *sqlstore.Store
 	return s
 }
 
-// exec runs a statement written with ? placeholders on s's database.
-func exec(t testing.TB, s *sqlstore.Store, query string, args ...any) sql.Result {
+// execSQL runs a statement written with ? placeholders on s's database.
+func execSQL(t testing.TB, s *sqlstore.Store, query string, args ...any) sql.Result {
 	t.Helper()
 	res, err := s.DB().ExecContext(context.Background(), rebind(s, query), args...)
 	if err != nil {
@@ -103,49 +106,65 @@ func TestIdemConformance(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			admin := migrated(t, url)
 			_, _, records := admin.Tables()
-			counters := "idemtest_effects"
-			if admin.Dialect() == sqlstore.Postgres {
-				exec(t, admin, "CREATE TABLE IF NOT EXISTS "+counters+" (k bytea PRIMARY KEY, n integer NOT NULL)")
-			} else {
-				exec(t, admin, "CREATE TABLE IF NOT EXISTS "+counters+" (k VARBINARY(512) PRIMARY KEY, n INT NOT NULL)")
-			}
+			createCounters(t, admin)
 			idemtest.Run(t, idemtest.Config{
 				NewStore: func(t *testing.T) idem.Store { return open(t, url) },
 				Corrupt: func(t *testing.T, key string) {
-					exec(t, admin, "INSERT INTO "+records+" (record_key, state, fingerprint, token, fence, expires_us) VALUES (?, 7, ?, 'x', 1, ?)",
+					execSQL(t, admin, "INSERT INTO "+records+" (record_key, state, fingerprint, token, fence, expires_us) VALUES (?, 7, ?, 'x', 1, ?)",
 						[]byte(key), []byte("garbage"), time.Now().Add(time.Hour).UnixMicro())
 				},
 				Effect: func(t *testing.T, key string, limit int) (any, func() int) {
 					effect := sqlstore.Effect(func(ctx context.Context, tx *sql.Tx) error {
-						if limit <= 0 {
-							return errors.New("limit reached")
-						}
-						q := "INSERT INTO " + counters + " (k, n) VALUES (?, 1) ON DUPLICATE KEY UPDATE n = IF(n < ?, n + 1, n)"
-						if admin.Dialect() == sqlstore.Postgres {
-							q = "INSERT INTO " + counters + " AS c (k, n) VALUES (?, 1) ON CONFLICT (k) DO UPDATE SET n = c.n + 1 WHERE c.n < ?"
-						}
-						res, err := tx.ExecContext(ctx, rebind(admin, q), []byte(key), limit)
-						if err != nil {
-							return err
-						}
-						if n, _ := res.RowsAffected(); n == 0 {
-							return errors.New("limit reached")
-						}
-						return nil
+						return bump(ctx, tx, admin.Dialect(), key, limit)
 					})
-					return effect, func() int {
-						var n int
-						err := admin.DB().QueryRowContext(context.Background(), rebind(admin, "SELECT n FROM "+counters+" WHERE k = ?"), []byte(key)).Scan(&n)
-						if errors.Is(err, sql.ErrNoRows) {
-							return 0
-						}
-						if err != nil {
-							t.Fatal(err)
-						}
-						return n
-					}
+					return effect, func() int { return count(t, admin, key) }
 				},
 			})
 		})
 	}
+}
+
+// counters is the table the effects of the tests write: a counter per key.
+const counters = "sqlstore_test_effects"
+
+func createCounters(t testing.TB, s *sqlstore.Store) {
+	t.Helper()
+	if s.Dialect() == sqlstore.Postgres {
+		execSQL(t, s, "CREATE TABLE IF NOT EXISTS "+counters+" (k bytea PRIMARY KEY, n integer NOT NULL)")
+	} else {
+		execSQL(t, s, "CREATE TABLE IF NOT EXISTS "+counters+" (k VARBINARY(512) PRIMARY KEY, n INT NOT NULL)")
+	}
+}
+
+// bump adds one to key's counter in tx, refusing once it reached limit.
+func bump(ctx context.Context, tx *sql.Tx, d sqlstore.Dialect, key string, limit int) error {
+	if limit <= 0 {
+		return errors.New("limit reached")
+	}
+	q := "INSERT INTO " + counters + " (k, n) VALUES (?, 1) ON DUPLICATE KEY UPDATE n = IF(n < ?, n + 1, n)"
+	if d == sqlstore.Postgres {
+		q = "INSERT INTO " + counters + " AS c (k, n) VALUES ($1, 1) ON CONFLICT (k) DO UPDATE SET n = c.n + 1 WHERE c.n < $2"
+	}
+	res, err := tx.ExecContext(ctx, q, []byte(key), limit)
+	if err != nil {
+		return err
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return errors.New("limit reached")
+	}
+	return nil
+}
+
+// count reads key's counter.
+func count(t testing.TB, s *sqlstore.Store, key string) int {
+	t.Helper()
+	var n int
+	err := s.DB().QueryRowContext(context.Background(), rebind(s, "SELECT n FROM "+counters+" WHERE k = ?"), []byte(key)).Scan(&n)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

@@ -1,0 +1,137 @@
+package testenv
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	_ "github.com/jackc/pgx/v5/stdlib" // "pgx"
+)
+
+// PostgresProcess is a PostgreSQL server of one test's own, with its data
+// kept across Kill and Start (a crash and a restart: committed
+// transactions survive, open ones are rolled back).
+type PostgresProcess struct {
+	URL string
+
+	tb   testing.TB
+	bin  string
+	dir  string
+	port int
+	cred *syscall.Credential // the postgres user's, when we are root
+	cmd  *exec.Cmd
+}
+
+// StartPostgres initialises and starts a private PostgreSQL on a free
+// loopback port, stopped at tb's cleanup, or skips (fails under
+// ONCEKIT_REQUIRE_SERVERS=1) when PostgreSQL is not installed.
+func StartPostgres(tb testing.TB) *PostgresProcess {
+	tb.Helper()
+	bins, _ := filepath.Glob("/usr/lib/postgresql/*/bin/initdb")
+	if len(bins) == 0 {
+		msg := "PostgreSQL not installed (make services-up installs it)"
+		if Required() {
+			tb.Fatal(msg)
+		}
+		tb.Skip(msg)
+	}
+	p := &PostgresProcess{tb: tb, bin: filepath.Dir(bins[0]), port: freePort(tb)}
+	// PostgreSQL refuses to run as root: as root, its files and process
+	// belong to the postgres user, in a directory it can reach.
+	dir, err := os.MkdirTemp("/var/tmp", "oncekit-pg-")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	p.dir = dir
+	tb.Cleanup(func() { os.RemoveAll(dir) })
+	if os.Getuid() == 0 {
+		u, err := user.Lookup("postgres")
+		if err != nil {
+			tb.Fatalf("running as root needs the postgres user: %v", err)
+		}
+		uid, _ := strconv.Atoi(u.Uid)
+		gid, _ := strconv.Atoi(u.Gid)
+		p.cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
+		if err := os.Chown(dir, uid, gid); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	initdb := p.command(filepath.Join(p.bin, "initdb"), "-D", filepath.Join(dir, "data"), "--auth=trust", "-U", "postgres", "--no-sync")
+	if out, err := initdb.CombinedOutput(); err != nil {
+		tb.Fatalf("initdb: %v\n%s", err, out)
+	}
+	p.URL = fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", p.port)
+	p.Start()
+	tb.Cleanup(p.Kill)
+	return p
+}
+
+func (p *PostgresProcess) command(name string, args ...string) *exec.Cmd {
+	cmd := exec.Command(name, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: p.cred}
+	return cmd
+}
+
+// Start (re)starts the server on its data and waits until it answers.
+func (p *PostgresProcess) Start() {
+	p.tb.Helper()
+	p.cmd = p.command(filepath.Join(p.bin, "postgres"), "-D", filepath.Join(p.dir, "data"), "-h", "127.0.0.1",
+		"-p", strconv.Itoa(p.port), "-k", p.dir, "-c", "fsync=off")
+	log, err := os.OpenFile(filepath.Join(p.dir, "postgres.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		p.tb.Fatal(err)
+	}
+	defer log.Close()
+	p.cmd.Stdout, p.cmd.Stderr = log, log
+	if err := p.cmd.Start(); err != nil {
+		p.tb.Fatalf("start postgres: %v", err)
+	}
+	db, err := sql.Open("pgx", p.URL)
+	if err != nil {
+		p.tb.Fatal(err)
+	}
+	defer db.Close()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		err := db.PingContext(ctx)
+		cancel()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			b, _ := os.ReadFile(filepath.Join(p.dir, "postgres.log"))
+			p.tb.Fatalf("postgres on port %d not ready: %v\n%s", p.port, err, b)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Kill stops the server with SIGKILL, its backends with it, as a crash
+// does; the data stays for the next Start.
+func (p *PostgresProcess) Kill() {
+	if p.cmd == nil || p.cmd.Process == nil {
+		return
+	}
+	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+	_ = p.cmd.Wait()
+	p.cmd = nil
+	// The backends are gone with their group; wait until the port is free.
+	for range 100 {
+		c, err := net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p.port)), 100*time.Millisecond)
+		if err != nil {
+			return
+		}
+		c.Close()
+		time.Sleep(20 * time.Millisecond)
+	}
+}
