@@ -50,6 +50,8 @@ func TestAgainstRealServers(t *testing.T) {
 		{"etcd", func(t *testing.T) string {
 			return "etcd://" + strings.Join(testenv.EtcdAddrs(t), ",") + "?prefix=oncectl-test/lock/&record_prefix=oncectl-test/idem/"
 		}},
+		{"postgres", func(t *testing.T) string { return testenv.PostgresURL(t) }},
+		{"mysql", func(t *testing.T) string { return testenv.MySQLURL(t) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) { scenario(t, tc.url(t)) })
 	}
