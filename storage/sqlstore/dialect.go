@@ -9,6 +9,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -39,7 +40,21 @@ type queries struct {
 	queueHeadNow, notifyHead, peek                                      string
 	notify                                                              string // PostgreSQL only
 	cleanup                                                             [3]string
+	// PostgreSQL's one-statement fast paths ("" on MySQL): the common
+	// case of each operation in one round trip; anything else falls back
+	// to the transaction.
+	fastAcquire, fastRelease, fastBegin, fastComplete string
 }
+
+// cleanupGrace is how long a row outlives both its expiry and its fence
+// (by the server's clock) before the cleanup deletes it. A statement reads
+// the clock when it starts, and may get a key's row lock later: on
+// PostgreSQL, a one-statement acquisition or claim of a key whose row is
+// gone inserts the clock it read as the fence. Keeping rows (free ones
+// too) until the clock is a minute past their fence means such a
+// statement would have to wait a minute for its lock to issue a fence
+// that is not the highest.
+const cleanupGrace = time.Minute
 
 // nowUS is the server's clock in microseconds since the Unix epoch, read
 // when the statement runs (PostgreSQL's now() is the transaction's start).
@@ -53,6 +68,7 @@ func nowUS(d Dialect) string {
 func newQueries(d Dialect, prefix string) queries {
 	locks, waiters, records := prefix+"locks", prefix+"lock_waiters", prefix+"records"
 	now := nowUS(d)
+	old := "(" + now + " - " + strconv.FormatInt(cleanupGrace.Microseconds(), 10) + ")"
 	q := queries{dialect: d}
 	lockCols := "token, owner, holds, fence, expires_us, " + now
 	recCols := "state, fingerprint, token, fence, expires_us, result, " + now
@@ -68,11 +84,11 @@ func newQueries(d Dialect, prefix string) queries {
 		q.notify = "SELECT pg_notify(?, ?)"
 		q.cleanup = [3]string{
 			"DELETE FROM " + locks + " WHERE lock_key IN (SELECT lock_key FROM " + locks +
-				" WHERE expires_us < " + now + " AND fence < " + now + " LIMIT ? FOR UPDATE SKIP LOCKED)",
+				" WHERE expires_us < " + old + " AND fence < " + old + " LIMIT ? FOR UPDATE SKIP LOCKED)",
 			"DELETE FROM " + records + " WHERE record_key IN (SELECT record_key FROM " + records +
-				" WHERE expires_us < " + now + " AND fence < " + now + " LIMIT ? FOR UPDATE SKIP LOCKED)",
+				" WHERE expires_us < " + old + " AND fence < " + old + " LIMIT ? FOR UPDATE SKIP LOCKED)",
 			"DELETE FROM " + waiters + " WHERE (lock_key, waiter) IN (SELECT lock_key, waiter FROM " + waiters +
-				" WHERE expires_us < " + now + " LIMIT ? FOR UPDATE SKIP LOCKED)",
+				" WHERE expires_us < " + old + " LIMIT ? FOR UPDATE SKIP LOCKED)",
 		}
 	} else {
 		// MySQL has no RETURNING: an upsert that changes nothing takes the
@@ -84,10 +100,40 @@ func newQueries(d Dialect, prefix string) queries {
 		q.queueUpsert = "INSERT INTO " + waiters + " (lock_key, waiter, seq, expires_us) VALUES (?, ?, " + now + ", " + now + " + ?)" +
 			" ON DUPLICATE KEY UPDATE expires_us = VALUES(expires_us)"
 		q.cleanup = [3]string{
-			"DELETE FROM " + locks + " WHERE expires_us < " + now + " AND fence < " + now + " LIMIT ?",
-			"DELETE FROM " + records + " WHERE expires_us < " + now + " AND fence < " + now + " LIMIT ?",
-			"DELETE FROM " + waiters + " WHERE expires_us < " + now + " LIMIT ?",
+			"DELETE FROM " + locks + " WHERE expires_us < " + old + " AND fence < " + old + " LIMIT ?",
+			"DELETE FROM " + records + " WHERE expires_us < " + old + " AND fence < " + old + " LIMIT ?",
+			"DELETE FROM " + waiters + " WHERE expires_us < " + old + " LIMIT ?",
 		}
+	}
+	if d == Postgres {
+		// A free, expired or never-seen key with nobody queued: taken.
+		q.fastAcquire = "INSERT INTO " + locks + " AS l (lock_key, token, owner, holds, fence, expires_us)" +
+			" SELECT ?, ?, ?, 1, n.now, n.now + ? FROM (SELECT " + now + " AS now) n" +
+			" ON CONFLICT (lock_key) DO UPDATE SET token = EXCLUDED.token, owner = EXCLUDED.owner, holds = 1," +
+			" fence = GREATEST(l.fence + 1, EXCLUDED.fence), expires_us = EXCLUDED.expires_us" +
+			" WHERE (l.token = '' OR l.expires_us <= EXCLUDED.fence)" +
+			" AND NOT EXISTS (SELECT 1 FROM " + waiters + " w WHERE w.lock_key = l.lock_key AND w.expires_us > EXCLUDED.fence)" +
+			" RETURNING fence"
+		// The last hold of a key: the row is freed (kept, with its fence:
+		// see cleanupGrace), and the first waiter is notified.
+		q.fastRelease = "WITH r AS (UPDATE " + locks + " SET token = '', owner = ''::bytea, holds = 0, expires_us = " + now +
+			" WHERE lock_key = ? AND token = ? AND holds = 1 AND expires_us > " + now + " RETURNING lock_key)," +
+			" h AS (SELECT w.waiter FROM " + waiters + " w, r WHERE w.lock_key = r.lock_key AND w.expires_us > " + now +
+			" ORDER BY w.seq, w.waiter LIMIT 1)" +
+			" SELECT (SELECT count(*) FROM r), (SELECT waiter FROM h), (SELECT pg_notify(?, waiter) FROM h)"
+		// A free, expired or never-seen record: claimed; else the record
+		// as it was before the statement, for the caller to read.
+		q.fastBegin = "WITH c AS (INSERT INTO " + records + " AS r (record_key, state, fingerprint, token, fence, expires_us)" +
+			" SELECT ?, 1, ?, ?, n.now, n.now + ? FROM (SELECT " + now + " AS now) n" +
+			" ON CONFLICT (record_key) DO UPDATE SET state = 1, fingerprint = EXCLUDED.fingerprint, token = EXCLUDED.token," +
+			" fence = GREATEST(r.fence + 1, EXCLUDED.fence), expires_us = EXCLUDED.expires_us, result = NULL" +
+			" WHERE r.state = 0 OR (r.state IN (1, 2) AND r.expires_us <= EXCLUDED.fence) RETURNING fence)" +
+			" SELECT true, 1, ''::bytea, '', fence, 0::bigint, NULL::bytea, 0::bigint FROM c" +
+			" UNION ALL SELECT false, " + recCols + " FROM " + records +
+			" WHERE record_key = ? AND NOT EXISTS (SELECT 1 FROM c)"
+		q.fastComplete = "WITH u AS (UPDATE " + records + " SET state = 2, token = '', expires_us = " + now + " + ?, result = ?" +
+			" WHERE record_key = ? AND state = 1 AND token = ? AND expires_us > " + now + " RETURNING record_key)" +
+			" SELECT (SELECT count(*) FROM u), (SELECT pg_notify(?, ?) FROM u)"
 	}
 	q.lockSelect = "SELECT " + lockCols + " FROM " + locks + " WHERE lock_key = ?"
 	q.lockSelectForUpdate = q.lockSelect + " FOR UPDATE"
@@ -108,7 +154,7 @@ func newQueries(d Dialect, prefix string) queries {
 	if d == Postgres {
 		for _, s := range []*string{&q.lockUpsert, &q.lockSelect, &q.lockSelectForUpdate, &q.lockUpdate, &q.lockDelete,
 			&q.queueHead, &q.queueUpsert, &q.queueDelete, &q.queueCount, &q.recUpsert, &q.recSelect,
-			&q.recSelectForUpdate, &q.recUpdate, &q.recDelete, &q.notify, &q.queueHeadNow, &q.notifyHead, &q.peek, &q.cleanup[0], &q.cleanup[1], &q.cleanup[2]} {
+			&q.recSelectForUpdate, &q.recUpdate, &q.recDelete, &q.notify, &q.queueHeadNow, &q.notifyHead, &q.peek, &q.fastAcquire, &q.fastRelease, &q.fastBegin, &q.fastComplete, &q.cleanup[0], &q.cleanup[1], &q.cleanup[2]} {
 			*s = rebind(*s)
 		}
 	}

@@ -3,6 +3,7 @@ package sqlstore
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"time"
 
@@ -68,9 +69,28 @@ func (s *Store) Begin(ctx context.Context, key, fingerprint string, lease time.D
 		return idem.Claim{}, err
 	}
 	start := time.Now()
+	if s.q.fastBegin != "" {
+		// One statement claims a free record, or reads the record that
+		// holds the key; the transaction below handles the rest.
+		tok := token.New()
+		var claimed bool
+		var r recordRow
+		err := s.db.QueryRowContext(ctx, s.q.fastBegin, []byte(key), []byte(fingerprint), tok, us(lease), []byte(key)).
+			Scan(&claimed, &r.state, &r.fp, &r.token, &r.fence, &r.expires, &r.result, &r.now)
+		switch {
+		case err == nil && claimed:
+			return idem.Claim{Key: key, State: idem.Acquired, Fingerprint: fingerprint, Token: tok, Fence: uint64(r.fence), Expires: start.Add(lease)}, nil
+		case err == nil:
+			r.found = true
+			if c, ok := claimOf(key, fingerprint, r); ok {
+				return c, nil
+			}
+		case !errors.Is(err, sql.ErrNoRows):
+			return idem.Claim{}, s.errWrap("begin", key, err)
+		}
+	}
 	var c idem.Claim
 	err := s.inTx(ctx, "begin", key, func(tx *sql.Tx) error {
-		c = idem.Claim{Key: key, Fingerprint: fingerprint}
 		r, err := s.q.recordRow(ctx, tx, key, true)
 		if err != nil {
 			return err
@@ -78,18 +98,11 @@ func (s *Store) Begin(ctx context.Context, key, fingerprint string, lease time.D
 		if reason := r.corrupt(); reason != "" {
 			return stop(&idem.CorruptRecordError{Key: key, Reason: reason})
 		}
-		if r.live() {
-			c.Expires = time.Now().Add(r.remaining())
-			switch {
-			case string(r.fp) != fingerprint:
-				c.State = idem.Mismatch
-			case r.state == stateCompleted:
-				c.State, c.Result = idem.Completed, r.result
-			default:
-				c.State = idem.InFlight
-			}
+		var ok bool
+		if c, ok = claimOf(key, fingerprint, r); ok {
 			return nil
 		}
+		c = idem.Claim{Key: key, Fingerprint: fingerprint}
 		tok, fence := token.New(), max(r.fence+1, r.now)
 		if _, err := tx.ExecContext(ctx, s.q.recUpdate, stateInFlight, []byte(fingerprint), tok, fence, r.now+us(lease), nil, []byte(key)); err != nil {
 			return err
@@ -98,6 +111,25 @@ func (s *Store) Begin(ctx context.Context, key, fingerprint string, lease time.D
 		return nil
 	})
 	return c, err
+}
+
+// claimOf is the answer to a Begin that found r holding key: a live
+// record (in flight, completed, or another request's), and true; false
+// for a record that is free, expired or corrupt.
+func claimOf(key, fingerprint string, r recordRow) (idem.Claim, bool) {
+	if !r.live() || r.corrupt() != "" {
+		return idem.Claim{}, false
+	}
+	c := idem.Claim{Key: key, Fingerprint: fingerprint, Expires: time.Now().Add(r.remaining())}
+	switch {
+	case string(r.fp) != fingerprint:
+		c.State = idem.Mismatch
+	case r.state == stateCompleted:
+		c.State, c.Result = idem.Completed, r.result
+	default:
+		c.State = idem.InFlight
+	}
+	return c, true
 }
 
 // own locks c's record in tx and returns it if c still holds it.
@@ -132,6 +164,22 @@ func (s *Store) complete(ctx context.Context, c idem.Claim, result []byte, reten
 	}
 	if err := s.fits(c, result); err != nil {
 		return err
+	}
+	if effect == nil && s.q.fastComplete != "" {
+		if result == nil {
+			result = []byte{}
+		}
+		_, _, records := s.Tables()
+		var n int
+		err := s.db.QueryRowContext(ctx, s.q.fastComplete, us(retention), result, []byte(c.Key), c.Token, records, keyHash(c.Key)).Scan(&n, new(sql.NullString))
+		if err != nil {
+			return s.errWrap("complete", c.Key, err)
+		}
+		if n == 1 {
+			s.wakeRecord(c.Key)
+			return nil
+		}
+		// Not ours (any more): the transaction below says why.
 	}
 	err := s.inTx(ctx, "complete", c.Key, func(tx *sql.Tx) error {
 		return s.completeTx(ctx, tx, c, result, retention, effect)
@@ -182,7 +230,7 @@ func (s *Store) Abandon(ctx context.Context, c idem.Claim) error {
 
 func (s *Store) freeRecord(ctx context.Context, tx *sql.Tx, key string, r recordRow) error {
 	var err error
-	if r.fence < r.now || r.corrupt() != "" {
+	if (r.fence < r.now && s.q.fastBegin == "") || r.corrupt() != "" { // see cleanupGrace
 		_, err = tx.ExecContext(ctx, s.q.recDelete, []byte(key))
 	} else {
 		_, err = tx.ExecContext(ctx, s.q.recUpdate, stateFree, []byte{}, "", r.fence, r.now, nil, []byte(key))

@@ -62,7 +62,7 @@ func (s *Store) TryAcquire(ctx context.Context, key string, ttl time.Duration) (
 		return nil, err
 	}
 	start := time.Now()
-	g, err := s.attempt(ctx, key, ttl, owner, "")
+	g, err := s.attempt(ctx, key, ttl, owner, "", false)
 	switch {
 	case err != nil && ctx.Err() != nil:
 		return nil, lockdriver.NotAcquired(ctx, err)
@@ -125,7 +125,7 @@ func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (loc
 		}
 		if look {
 			var err error
-			g, err = s.attempt(ctx, key, ttl, owner, waiter)
+			g, err = s.attempt(ctx, key, ttl, owner, waiter, n > 0 || !s.listen)
 			if err != nil {
 				s.leaveQueue(ctx, key, waiter, n > 0 || !s.listen)
 				if ctx.Err() != nil {
@@ -195,7 +195,20 @@ func (s *Store) peek(ctx context.Context, key, waiter string) (free, first bool,
 // attempt takes key if it is free and no other live waiter is queued
 // first, or re-enters it for owner; otherwise it queues waiter (when not
 // "") and reports the holder's TTL.
-func (s *Store) attempt(ctx context.Context, key string, ttl time.Duration, owner, waiter string) (grant, error) {
+func (s *Store) attempt(ctx context.Context, key string, ttl time.Duration, owner, waiter string, queued bool) (grant, error) {
+	if s.q.fastAcquire != "" && !queued {
+		// One statement takes a free key nobody waits for; the
+		// transaction below handles the rest (held, re-entry, a queue).
+		tok := token.New()
+		var fence int64
+		err := s.db.QueryRowContext(ctx, s.q.fastAcquire, []byte(key), tok, []byte(owner), us(ttl)).Scan(&fence)
+		if err == nil {
+			return grant{token: tok, fence: fence}, nil
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
+			return grant{}, s.errWrap("acquire", key, err)
+		}
+	}
 	var g grant
 	err := s.inTx(ctx, "acquire", key, func(tx *sql.Tx) error {
 		g = grant{}
@@ -321,6 +334,19 @@ func (l *lease) StoreRefresh(ctx context.Context, ttl time.Duration) (time.Time,
 func (l *lease) StoreRelease(ctx context.Context) error {
 	s := l.s
 	var head string
+	if s.q.fastRelease != "" {
+		locks, _, _ := s.Tables()
+		var n int
+		var first sql.NullString
+		err := s.db.QueryRowContext(ctx, s.q.fastRelease, []byte(l.key), l.Token(), locks).Scan(&n, &first, new(sql.NullString))
+		if err != nil {
+			return s.errWrap("release", l.key, err)
+		}
+		if n == 1 {
+			s.wakeWaiter(first.String)
+			return nil
+		}
+	}
 	err := s.inTx(ctx, "release", l.key, func(tx *sql.Tx) (err error) {
 		r, err := s.q.lockRow(ctx, tx, l.key, false)
 		if err != nil {
@@ -342,14 +368,16 @@ func (l *lease) StoreRelease(ctx context.Context) error {
 	return err
 }
 
-// freeLock frees a key whose row tx holds: the row goes once the server's
-// clock has passed its fence (the next fence starts from the clock), and
-// stays as a free row keeping the fence until then. It notifies the first
+// freeLock frees a key whose row tx holds. On MySQL, where every
+// acquisition reads the clock under the row's lock, the row goes once the
+// server's clock has passed its fence (the next fence starts from the
+// clock), and stays as a free row keeping the fence until then; on
+// PostgreSQL it stays free for the cleanup (see cleanupGrace). It notifies the first
 // waiter and returns it, for the caller to wake in this process once tx
 // has committed.
 func (s *Store) freeLock(ctx context.Context, tx *sql.Tx, key string, r lockRow) (string, error) {
 	var err error
-	if r.fence < r.now {
+	if r.fence < r.now && s.q.fastAcquire == "" { // see cleanupGrace
 		_, err = tx.ExecContext(ctx, s.q.lockDelete, []byte(key))
 	} else {
 		_, err = tx.ExecContext(ctx, s.q.lockUpdate, "", []byte{}, 0, r.fence, r.now, []byte(key))
