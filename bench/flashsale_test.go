@@ -120,3 +120,44 @@ func BenchmarkFlashSalePeers(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkFlashSaleStores: the same flash sale (three replica processes,
+// one hot SKU, a fifth of the buyers get an item, 30 % send their order
+// twice) on Redis, PostgreSQL and MySQL, with the SKU lock and without it
+// (the sale one atomic step: a Lua script on Redis, a conditional UPDATE
+// in the record's transaction on SQL).
+//
+//	go test -run '^$' -bench FlashSaleStores -benchtime 1000x ./...
+func BenchmarkFlashSaleStores(b *testing.B) {
+	oncekit, _ := binaries(b)
+	for _, v := range []struct {
+		name  string
+		store string
+		args  []string
+	}{
+		{"redis", "redis://" + testenv.RedisAddrs(b, 1)[0], nil},
+		{"redis-lock-free", "redis://" + testenv.RedisAddrs(b, 1)[0], []string{"--lock-free"}},
+		{"postgres", testenv.PostgresURL(b), nil},
+		{"postgres-lock-free", testenv.PostgresURL(b), []string{"--lock-free"}},
+		{"mysql", testenv.MySQLURL(b), nil},
+		{"mysql-lock-free", testenv.MySQLURL(b), []string{"--lock-free"}},
+	} {
+		b.Run(v.name, func(b *testing.B) {
+			args := append([]string{"--store", v.store, "--prefix", fmt.Sprintf("bench-flash:%d:", time.Now().UnixNano())}, v.args...)
+			targets := replicas(b, 3, oncekit, nil, args...)
+			b.ResetTimer()
+			rep, err := flashsale.Run(context.Background(), flashsale.Config{Targets: targets,
+				Buyers: b.N, Stock: int64(max(1, b.N/5)), DupRate: 0.3, Attempts: 60})
+			b.StopTimer()
+			if err != nil {
+				b.Fatal(err)
+			}
+			if !rep.OK() {
+				b.Fatalf("the sale broke an invariant: %v", rep.Failures)
+			}
+			for unit, v := range rep.Metrics() {
+				b.ReportMetric(v, unit)
+			}
+		})
+	}
+}
