@@ -17,10 +17,10 @@ import (
 //	go test -run '^$' -bench FlashSale -benchtime 2000x ./integration
 func BenchmarkFlashSale(b *testing.B) {
 	redis := stores(b)
-	for _, store := range []string{"redis", "redlock"} {
+	for _, store := range []string{"redis", "redlock", "postgres", "mysql"} {
 		for _, mode := range []string{"locked", "lock-free"} {
 			b.Run(store+"/"+mode, func(b *testing.B) {
-				var flags []string
+				flags := []string{"--lock-free=false"} // deploy sells lock-free on SQL otherwise
 				if mode == "lock-free" {
 					flags = []string{"--lock-free"}
 				}

@@ -95,7 +95,8 @@ func deploy(t testing.TB, store string, n int, flags ...string) *deployment {
 		// On SQL the sale is one conditional UPDATE in the record's
 		// transaction: the way to sell there. (The SKU lock on SQL is
 		// held to the lock suites; under it a sale is a serial chain of
-		// transactions, which the benchmarks measure.)
+		// transactions, which BenchmarkFlashSale measures, passing
+		// --lock-free=false after this.)
 		flags = append([]string{"--lock-free"}, flags...)
 	}
 	run := fmt.Sprintf("it-%d", time.Now().UnixNano())
