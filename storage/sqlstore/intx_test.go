@@ -1,0 +1,159 @@
+package sqlstore_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/storage/sqlstore"
+)
+
+// A Guard run that writes in a transaction its framework owns completes
+// its record in that transaction (sqlstore.InTx): committed, the record
+// and the write are both there; rolled back, neither is, and the key runs
+// again.
+func TestInTx(t *testing.T) {
+	for name, dbURL := range databases(t) {
+		t.Run(name, func(t *testing.T) {
+			s := migrated(t, dbURL)
+			createCounters(t, s)
+			g, err := idem.NewGuard(s, idem.WithTTL(2*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := t.Context()
+			key := idem.ScopedKey("intx", time.Now().Format(time.RFC3339Nano))
+			handler := func(commit bool) ([]byte, bool, error) {
+				tx, err := s.DB().BeginTx(ctx, nil) // the framework's transaction
+				if err != nil {
+					t.Fatal(err)
+				}
+				res, replayed, err := g.Do(ctx, key, "fp", func(ctx context.Context) ([]byte, error) {
+					if err := bump(ctx, tx, s.Dialect(), key, 10); err != nil {
+						return nil, err
+					}
+					return []byte("sold"), idem.Commit(ctx, sqlstore.InTx(tx))
+				})
+				if commit && err == nil {
+					if cerr := tx.Commit(); cerr != nil {
+						t.Fatal(cerr)
+					}
+				} else {
+					_ = tx.Rollback()
+				}
+				return res, replayed, err
+			}
+			if _, _, err := handler(false); err != nil {
+				t.Fatalf("Do in a transaction then rolled back: %v", err)
+			}
+			if n := count(t, s, key); n != 0 {
+				t.Fatalf("rolled back, the write is there (%d)", n)
+			}
+			info, err := s.InspectRecord(ctx, key)
+			if err != nil || info.State == idem.Completed {
+				t.Fatalf("rolled back, the record is %v (%v)", info.State, err)
+			}
+			// The rolled-back claim stays in flight until its lease ends;
+			// then the retry runs, and this time the framework commits.
+			time.Sleep(2100 * time.Millisecond)
+			if res, replayed, err := handler(true); err != nil || replayed || string(res) != "sold" {
+				t.Fatalf("the retry: %q replayed=%v %v", res, replayed, err)
+			}
+			if res, replayed, err := handler(true); err != nil || !replayed || string(res) != "sold" {
+				t.Fatalf("a duplicate after the commit: %q replayed=%v %v", res, replayed, err)
+			}
+			if n := count(t, s, key); n != 1 {
+				t.Errorf("the write is there %d times, want 1", n)
+			}
+		})
+	}
+}
+
+// CompleteInTx completes a claim in the caller's transaction only while
+// the claim is the caller's.
+func TestCompleteInTx(t *testing.T) {
+	for name, dbURL := range databases(t) {
+		t.Run(name, func(t *testing.T) {
+			s := migrated(t, dbURL)
+			ctx := t.Context()
+			key := idem.ScopedKey("complete-in-tx", time.Now().Format(time.RFC3339Nano))
+			c, err := s.Begin(ctx, key, "fp", 5*time.Second)
+			if err != nil || c.State != idem.Acquired {
+				t.Fatalf("Begin: %v %v", c.State, err)
+			}
+			tx, err := s.DB().BeginTx(ctx, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			stranger := c
+			stranger.Token = "not-the-claim"
+			if err := s.CompleteInTx(ctx, tx, stranger, []byte("x"), time.Minute); !errors.Is(err, idem.ErrLockLost) {
+				t.Errorf("CompleteInTx with another token: %v, want ErrLockLost", err)
+			}
+			_ = tx.Rollback()
+			tx, err = s.DB().BeginTx(ctx, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := s.CompleteInTx(ctx, tx, c, []byte("done"), time.Minute); err != nil {
+				t.Fatal(err)
+			}
+			if err := tx.Commit(); err != nil {
+				t.Fatal(err)
+			}
+			got, err := s.Begin(ctx, key, "fp", time.Second)
+			if err != nil || got.State != idem.Completed || string(got.Result) != "done" {
+				t.Errorf("after the commit: %v %q %v", got.State, got.Result, err)
+			}
+			if err := s.CompleteWith(ctx, c, nil, time.Minute, sqlstore.InTx(nil)); !errors.Is(err, idem.ErrEffectUnsupported) {
+				t.Errorf("InTx(nil): %v, want ErrEffectUnsupported", err)
+			}
+			if err := s.CompleteWith(ctx, c, nil, time.Minute, func() error { return nil }); !errors.Is(err, idem.ErrEffectUnsupported) {
+				t.Errorf("an effect of another driver: %v, want ErrEffectUnsupported", err)
+			}
+		})
+	}
+}
+
+// Cleanup deletes the rows whose expiry and fence are a minute behind the
+// server's clock, and nothing else.
+func TestCleanup(t *testing.T) {
+	for name, dbURL := range databases(t) {
+		t.Run(name, func(t *testing.T) {
+			s := migrated(t, dbURL, sqlstore.WithTablePrefix("cleanup_test_"), sqlstore.WithCleanup(0, 2))
+			ctx := t.Context()
+			locks, waiters, records := s.Tables()
+			for _, table := range []string{locks, waiters, records} {
+				execSQL(t, s, "DELETE FROM "+table)
+			}
+			old := time.Now().Add(-2 * time.Minute).UnixMicro()
+			for i := range 5 {
+				k := []byte{'o', byte('0' + i)}
+				execSQL(t, s, "INSERT INTO "+locks+" (lock_key, token, owner, holds, fence, expires_us) VALUES (?, '', ?, 0, ?, ?)", k, []byte{}, old, old)
+				execSQL(t, s, "INSERT INTO "+records+" (record_key, state, fingerprint, token, fence, expires_us) VALUES (?, 2, ?, '', ?, ?)", k, []byte("fp"), old, old)
+			}
+			execSQL(t, s, "INSERT INTO "+waiters+" (lock_key, waiter, seq, expires_us) VALUES (?, 'w', 1, ?)", []byte("o0"), old)
+			live, err := s.TryAcquire(ctx, "live", time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer live.Release(context.Background())
+			if _, err := s.TryAcquire(ctx, "recent", time.Millisecond); err != nil { // soon expired, its fence recent
+				t.Fatal(err)
+			}
+			n, err := s.Cleanup(ctx)
+			if err != nil || n != 11 {
+				t.Errorf("Cleanup deleted %d rows (%v), want 11 (batches of 2)", n, err)
+			}
+			var left int
+			if err := s.DB().QueryRowContext(ctx, "SELECT COUNT(*) FROM "+locks).Scan(&left); err != nil || left != 2 {
+				t.Errorf("%d lock rows left (%v), want the live and the recent one", left, err)
+			}
+			if _, err := s.TryAcquire(ctx, "recent", time.Second); err != nil {
+				t.Errorf("the expired key: %v", err)
+			}
+		})
+	}
+}
