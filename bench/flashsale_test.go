@@ -120,4 +120,3 @@ func BenchmarkFlashSalePeers(b *testing.B) {
 		})
 	}
 }
-
