@@ -135,3 +135,102 @@ func (p *PostgresProcess) Kill() {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// MariaDBProcess is a MariaDB server of one test's own, with its data kept
+// across Kill and Start.
+type MariaDBProcess struct {
+	URL string
+
+	tb   testing.TB
+	dir  string
+	port int
+	user string // the system user mariadbd drops to when we are root
+	cmd  *exec.Cmd
+}
+
+// StartMariaDB initialises and starts a private MariaDB on a free loopback
+// port, stopped at tb's cleanup, or skips (fails under
+// ONCEKIT_REQUIRE_SERVERS=1) when MariaDB is not installed.
+func StartMariaDB(tb testing.TB) *MariaDBProcess {
+	tb.Helper()
+	if _, err := exec.LookPath("mariadb-install-db"); err != nil {
+		msg := "MariaDB not installed (make services-up installs it)"
+		if Required() {
+			tb.Fatal(msg)
+		}
+		tb.Skip(msg)
+	}
+	p := &MariaDBProcess{tb: tb, port: freePort(tb)}
+	dir, err := os.MkdirTemp("/var/tmp", "oncekit-mariadb-")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	p.dir = dir
+	tb.Cleanup(func() { os.RemoveAll(dir) })
+	if os.Getuid() == 0 {
+		u, err := user.Lookup("mysql")
+		if err != nil {
+			tb.Fatalf("running as root needs the mysql user: %v", err)
+		}
+		uid, _ := strconv.Atoi(u.Uid)
+		gid, _ := strconv.Atoi(u.Gid)
+		if err := os.Chown(dir, uid, gid); err != nil {
+			tb.Fatal(err)
+		}
+		p.user = "mysql"
+	}
+	args := []string{"--no-defaults", "--datadir=" + filepath.Join(dir, "data"), "--auth-root-authentication-method=normal", "--skip-test-db"}
+	if p.user != "" {
+		args = append(args, "--user="+p.user)
+	}
+	if out, err := exec.Command("mariadb-install-db", args...).CombinedOutput(); err != nil {
+		tb.Fatalf("mariadb-install-db: %v\n%s", err, out)
+	}
+	p.URL = fmt.Sprintf("mysql://root@127.0.0.1:%d/mysql", p.port)
+	p.Start()
+	tb.Cleanup(p.Kill)
+	return p
+}
+
+// Start (re)starts the server on its data and waits until it answers.
+func (p *MariaDBProcess) Start() {
+	p.tb.Helper()
+	args := []string{"--no-defaults", "--datadir=" + filepath.Join(p.dir, "data"), "--socket=" + filepath.Join(p.dir, "mysql.sock"),
+		"--bind-address=127.0.0.1", "--port=" + strconv.Itoa(p.port), "--skip-name-resolve", "--innodb-flush-log-at-trx-commit=2"}
+	if p.user != "" {
+		args = append(args, "--user="+p.user)
+	}
+	p.cmd = exec.Command("/usr/sbin/mariadbd", args...)
+	log, err := os.OpenFile(filepath.Join(p.dir, "mariadb.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		p.tb.Fatal(err)
+	}
+	defer log.Close()
+	p.cmd.Stdout, p.cmd.Stderr = log, log
+	if err := p.cmd.Start(); err != nil {
+		p.tb.Fatalf("start mariadbd: %v", err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p.port)), 200*time.Millisecond)
+		if err == nil {
+			c.Close()
+			return
+		}
+		if time.Now().After(deadline) {
+			b, _ := os.ReadFile(filepath.Join(p.dir, "mariadb.log"))
+			p.tb.Fatalf("mariadbd on port %d not ready: %v\n%s", p.port, err, b)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Kill stops the server with SIGKILL, as a crash does; the data stays.
+func (p *MariaDBProcess) Kill() {
+	if p.cmd == nil || p.cmd.Process == nil {
+		return
+	}
+	_ = p.cmd.Process.Kill()
+	_ = p.cmd.Wait()
+	p.cmd = nil
+}

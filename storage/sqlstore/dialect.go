@@ -44,6 +44,12 @@ type queries struct {
 	// case of each operation in one round trip; anything else falls back
 	// to the transaction.
 	fastAcquire, fastRelease, fastBegin, fastComplete string
+	// MySQL's: one statement each, answering by the rows it affected and
+	// by LAST_INSERT_ID(expr), which carries the fence a take issued.
+	myAcquire, myRelease, myBegin, myComplete string
+	// headAcquire: the first queued waiter takes the free key and leaves
+	// the queue (PostgreSQL: one statement; MySQL: it, then queueDelete).
+	headAcquire string
 }
 
 // cleanupGrace is how long a row outlives both its expiry and its fence
@@ -115,12 +121,12 @@ func newQueries(d Dialect, prefix string) queries {
 			" AND NOT EXISTS (SELECT 1 FROM " + waiters + " w WHERE w.lock_key = l.lock_key AND w.expires_us > EXCLUDED.fence)" +
 			" RETURNING fence"
 		// The last hold of a key: the row is freed (kept, with its fence:
-		// see cleanupGrace), and the first waiter is notified.
-		q.fastRelease = "WITH r AS (UPDATE " + locks + " SET token = '', owner = ''::bytea, holds = 0, expires_us = " + now +
-			" WHERE lock_key = ? AND token = ? AND holds = 1 AND expires_us > " + now + " RETURNING lock_key)," +
-			" h AS (SELECT w.waiter FROM " + waiters + " w, r WHERE w.lock_key = r.lock_key AND w.expires_us > " + now +
-			" ORDER BY w.seq, w.waiter LIMIT 1)" +
-			" SELECT (SELECT count(*) FROM r), (SELECT waiter FROM h), (SELECT pg_notify(?, waiter) FROM h)"
+		// see cleanupGrace). The first waiter is notified by a statement
+		// of its own (notifyHead): one that starts after this one got the
+		// row's lock sees a waiter that queued while it waited for it,
+		// which this statement's snapshot would not.
+		q.fastRelease = "UPDATE " + locks + " SET token = '', owner = ''::bytea, holds = 0, expires_us = " + now +
+			" WHERE lock_key = ? AND token = ? AND holds = 1 AND expires_us > " + now
 		// A free, expired or never-seen record: claimed; else the record
 		// as it was before the statement, for the caller to read.
 		q.fastBegin = "WITH c AS (INSERT INTO " + records + " AS r (record_key, state, fingerprint, token, fence, expires_us)" +
@@ -134,6 +140,41 @@ func newQueries(d Dialect, prefix string) queries {
 		q.fastComplete = "WITH u AS (UPDATE " + records + " SET state = 2, token = '', expires_us = " + now + " + ?, result = ?" +
 			" WHERE record_key = ? AND state = 1 AND token = ? AND expires_us > " + now + " RETURNING record_key)" +
 			" SELECT (SELECT count(*) FROM u), (SELECT pg_notify(?, ?) FROM u)"
+	}
+	if d == MySQL {
+		// ON DUPLICATE KEY UPDATE assigns left to right, each assignment
+		// seeing the ones before: token goes first, on the row's old
+		// values; the rest follow only where it now holds our token.
+		won := "token = VALUES(token)"
+		q.myAcquire = "INSERT INTO " + locks + " (lock_key, token, owner, holds, fence, expires_us)" +
+			" VALUES (?, ?, ?, 1, LAST_INSERT_ID(" + now + "), " + now + " + ?) ON DUPLICATE KEY UPDATE" +
+			" token = IF((token = '' OR expires_us <= " + now + ") AND NOT EXISTS (SELECT 1 FROM " + waiters +
+			" w WHERE w.lock_key = ? AND w.expires_us > " + now + "), VALUES(token), token)," +
+			" fence = IF(" + won + ", LAST_INSERT_ID(GREATEST(fence + 1, " + now + ")), fence)," +
+			" owner = IF(" + won + ", VALUES(owner), owner), holds = IF(" + won + ", 1, holds)," +
+			" expires_us = IF(" + won + ", VALUES(expires_us), expires_us)"
+		q.myRelease = "UPDATE " + locks + " SET token = '', owner = '', holds = 0, expires_us = " + now +
+			" WHERE lock_key = ? AND token = ? AND holds = 1 AND expires_us > " + now
+		q.myBegin = "INSERT INTO " + records + " (record_key, state, fingerprint, token, fence, expires_us, result)" +
+			" VALUES (?, 1, ?, ?, LAST_INSERT_ID(" + now + "), " + now + " + ?, NULL) ON DUPLICATE KEY UPDATE" +
+			" token = IF(state = 0 OR (state IN (1, 2) AND expires_us <= " + now + "), VALUES(token), token)," +
+			" state = IF(" + won + ", 1, state), fingerprint = IF(" + won + ", VALUES(fingerprint), fingerprint)," +
+			" fence = IF(" + won + ", LAST_INSERT_ID(GREATEST(fence + 1, " + now + ")), fence)," +
+			" expires_us = IF(" + won + ", VALUES(expires_us), expires_us), result = IF(" + won + ", NULL, result)"
+		q.myComplete = "UPDATE " + records + " SET state = 2, token = '', expires_us = " + now + " + ?, result = ?" +
+			" WHERE record_key = ? AND state = 1 AND token = ? AND expires_us > " + now
+	}
+	if d == Postgres {
+		q.headAcquire = "WITH h AS (" + strings.Replace(q.queueHeadNowRaw(waiters, now), "?", "$1", 1) + ")," +
+			" t AS (UPDATE " + locks + " l SET token = $2, owner = $3, holds = 1, fence = GREATEST(l.fence + 1, " + now + ")," +
+			" expires_us = " + now + " + $4 WHERE l.lock_key = $1 AND (l.token = '' OR l.expires_us <= " + now + ")" +
+			" AND (SELECT waiter FROM h) = $5 RETURNING l.fence)," +
+			" d AS (DELETE FROM " + waiters + " WHERE lock_key = $1 AND waiter = $5 AND EXISTS (SELECT 1 FROM t))" +
+			" SELECT fence FROM t"
+	} else {
+		q.headAcquire = "UPDATE " + locks + " SET token = ?, owner = ?, holds = 1, fence = LAST_INSERT_ID(GREATEST(fence + 1, " + now + "))," +
+			" expires_us = " + now + " + ? WHERE lock_key = ? AND (token = '' OR expires_us <= " + now + ")" +
+			" AND (" + q.queueHeadNowRaw(waiters, now) + ") = ?"
 	}
 	q.lockSelect = "SELECT " + lockCols + " FROM " + locks + " WHERE lock_key = ?"
 	q.lockSelectForUpdate = q.lockSelect + " FOR UPDATE"
@@ -159,6 +200,12 @@ func newQueries(d Dialect, prefix string) queries {
 		}
 	}
 	return q
+}
+
+// queueHeadNowRaw is the statement that reads a key's first live waiter
+// (its one parameter: the key).
+func (q *queries) queueHeadNowRaw(waiters, now string) string {
+	return "SELECT waiter FROM " + waiters + " WHERE lock_key = ? AND expires_us > " + now + " ORDER BY seq, waiter LIMIT 1"
 }
 
 // rebind numbers the ? placeholders of s ($1, $2, ...). None of the

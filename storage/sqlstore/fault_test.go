@@ -212,13 +212,29 @@ func TestLateCompletionRefused(t *testing.T) {
 	}
 }
 
+// A database server of the test's own that it can crash and restart.
+type restartable interface {
+	Kill()
+	Start()
+}
+
 // The database killed (SIGKILL, a crash) and restarted while a run is in
 // flight and a duplicate waits: the run's completion is retried until the
 // server is back and stored, the duplicate gets the replay, and the work
 // ran once.
 func TestDatabaseRestartedMidRun(t *testing.T) {
-	srv := testenv.StartPostgres(t)
-	s := migrated(t, srv.URL)
+	t.Run("postgres", func(t *testing.T) {
+		srv := testenv.StartPostgres(t)
+		restartedMidRun(t, srv, srv.URL)
+	})
+	t.Run("mysql", func(t *testing.T) {
+		srv := testenv.StartMariaDB(t)
+		restartedMidRun(t, srv, srv.URL)
+	})
+}
+
+func restartedMidRun(t *testing.T, srv restartable, dbURL string) {
+	s := migrated(t, dbURL)
 	createCounters(t, s)
 	g, err := idem.NewGuard(s, idem.WithTTL(5*time.Second), idem.WithWait(30*time.Second))
 	if err != nil {
@@ -233,7 +249,7 @@ func TestDatabaseRestartedMidRun(t *testing.T) {
 			<-restarted
 		}
 		return []byte("once"), idem.Commit(ctx, sqlstore.Effect(func(ctx context.Context, tx *sql.Tx) error {
-			return bump(ctx, tx, sqlstore.Postgres, key, 10)
+			return bump(ctx, tx, s.Dialect(), key, 10)
 		}))
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)

@@ -93,6 +93,7 @@ func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (loc
 	defer func() { unsubscribe() }()
 	began := time.Now()
 	renewed := time.Time{}
+	queued := false // this waiter has a place in the key's queue
 	// With notifications (PostgreSQL and pgx), the first look is a
 	// transaction on the key's row, which queues the waiter in the same
 	// step that finds the key held: the release that follows sees it and
@@ -118,22 +119,22 @@ func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (loc
 					if err := s.queueAlone(ctx, key, waiter); err != nil {
 						look = true
 					} else {
-						renewed = start
+						renewed, queued = start, true
 					}
 				}
 			}
 		}
 		if look {
 			var err error
-			g, err = s.attempt(ctx, key, ttl, owner, waiter, n > 0 || !s.listen)
+			g, err = s.attempt(ctx, key, ttl, owner, waiter, queued)
 			if err != nil {
-				s.leaveQueue(ctx, key, waiter, n > 0 || !s.listen)
+				s.leaveQueue(ctx, key, waiter, queued || n > 0)
 				if ctx.Err() != nil {
 					return nil, lockdriver.NotAcquired(ctx, err)
 				}
 				return nil, err
 			}
-			renewed = start
+			renewed, queued = start, g.token == ""
 		}
 		if g.token != "" {
 			if n > 0 {
@@ -209,6 +210,27 @@ func (s *Store) attempt(ctx context.Context, key string, ttl time.Duration, owne
 			return grant{}, s.errWrap("acquire", key, err)
 		}
 	}
+	if s.q.myAcquire != "" && !queued {
+		tok := token.New()
+		res, err := s.db.ExecContext(ctx, s.q.myAcquire, []byte(key), tok, []byte(owner), us(ttl), []byte(key))
+		if err != nil && !retryable(err) {
+			return grant{}, s.errWrap("acquire", key, err)
+		}
+		if n, _ := affected(res, err); n == 1 || n == 2 { // inserted, or taken over
+			fence, err := res.LastInsertId()
+			if err != nil {
+				return grant{}, s.errWrap("acquire", key, err)
+			}
+			return grant{token: tok, fence: fence}, nil
+		}
+	}
+	if queued && waiter != "" && owner == "" {
+		// Woken or looking as the first in line: one statement takes the
+		// free key if we are first, and leaves the queue.
+		if g, ok, err := s.headAcquire(ctx, key, ttl, waiter); err != nil || ok {
+			return g, err
+		}
+	}
 	var g grant
 	err := s.inTx(ctx, "acquire", key, func(tx *sql.Tx) error {
 		g = grant{}
@@ -242,6 +264,47 @@ func (s *Store) attempt(ctx context.Context, key string, ttl time.Duration, owne
 		return err
 	})
 	return g, err
+}
+
+// headAcquire takes key for waiter if it is free and waiter is first in
+// its queue; ok reports whether it did.
+func (s *Store) headAcquire(ctx context.Context, key string, ttl time.Duration, waiter string) (g grant, ok bool, err error) {
+	tok := token.New()
+	if s.dialect == Postgres {
+		var fence int64
+		err := s.db.QueryRowContext(ctx, s.q.headAcquire, []byte(key), tok, []byte{}, us(ttl), waiter).Scan(&fence)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			return grant{}, false, nil
+		case err != nil:
+			return grant{}, false, s.errWrap("acquire", key, err)
+		}
+		return grant{token: tok, fence: fence}, true, nil
+	}
+	res, err := s.db.ExecContext(ctx, s.q.headAcquire, tok, []byte{}, us(ttl), []byte(key), []byte(key), waiter)
+	if err != nil && !retryable(err) {
+		return grant{}, false, s.errWrap("acquire", key, err)
+	}
+	if n, _ := affected(res, err); n != 1 {
+		return grant{}, false, nil
+	}
+	fence, err := res.LastInsertId()
+	if err != nil {
+		return grant{}, false, s.errWrap("acquire", key, err)
+	}
+	// The key is ours: leave the queue (else our place keeps the key
+	// for us after we release it, until it expires).
+	// Best effort: a place left behind expires within the waiter TTL.
+	_, _ = s.db.ExecContext(ctx, s.q.queueDelete, []byte(key), waiter)
+	return grant{token: tok, fence: fence}, true, nil
+}
+
+// affected is the rows a statement affected, 0 after an error.
+func affected(res sql.Result, err error) (int64, error) {
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
 }
 
 // queue puts waiter in key's queue, or renews its place.
@@ -335,16 +398,26 @@ func (l *lease) StoreRelease(ctx context.Context) error {
 	s := l.s
 	var head string
 	if s.q.fastRelease != "" {
-		locks, _, _ := s.Tables()
-		var n int
-		var first sql.NullString
-		err := s.db.QueryRowContext(ctx, s.q.fastRelease, []byte(l.key), l.Token(), locks).Scan(&n, &first, new(sql.NullString))
+		res, err := s.db.ExecContext(ctx, s.q.fastRelease, []byte(l.key), l.Token())
 		if err != nil {
 			return s.errWrap("release", l.key, err)
 		}
-		if n == 1 {
-			s.wakeWaiter(first.String)
+		if n, _ := res.RowsAffected(); n == 1 {
+			locks, _, _ := s.Tables()
+			// Best effort: a waiter not woken looks again within a second.
+			if err := s.db.QueryRowContext(ctx, s.q.notifyHead, locks, []byte(l.key)).Scan(&head, new(string)); err == nil {
+				s.wakeWaiter(head)
+			}
 			return nil
+		}
+	}
+	if s.q.myRelease != "" {
+		res, err := s.db.ExecContext(ctx, s.q.myRelease, []byte(l.key), l.Token())
+		if err != nil && !retryable(err) {
+			return s.errWrap("release", l.key, err)
+		}
+		if n, _ := affected(res, err); n == 1 {
+			return nil // waiters poll (no notifications on MySQL)
 		}
 	}
 	err := s.inTx(ctx, "release", l.key, func(tx *sql.Tx) (err error) {
@@ -377,7 +450,7 @@ func (l *lease) StoreRelease(ctx context.Context) error {
 // has committed.
 func (s *Store) freeLock(ctx context.Context, tx *sql.Tx, key string, r lockRow) (string, error) {
 	var err error
-	if r.fence < r.now && s.q.fastAcquire == "" { // see cleanupGrace
+	if r.fence < r.now && s.q.fastAcquire == "" && s.q.myAcquire == "" { // see cleanupGrace
 		_, err = tx.ExecContext(ctx, s.q.lockDelete, []byte(key))
 	} else {
 		_, err = tx.ExecContext(ctx, s.q.lockUpdate, "", []byte{}, 0, r.fence, r.now, []byte(key))
