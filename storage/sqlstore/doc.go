@@ -33,17 +33,20 @@
 // A lock is a row: the holder's token, its owner and hold count, the
 // fence of the latest acquisition and the expiry, all by the database
 // server's clock (microseconds since the epoch, clock_timestamp() on
-// PostgreSQL, NOW(6) on MySQL), never a client's. Each operation is one
-// transaction that locks the key's row first (an upsert on PostgreSQL that
-// also reads the row; an upsert and a locking read on MySQL) and decides
-// in Go; the row lock serialises everything about one key and nothing
-// else. An expired row is taken over by the next acquirer; the fence is
+// PostgreSQL, NOW(6) on MySQL), never a client's. The row's lock
+// serialises everything about one key and nothing else. An expired row is taken over by the next acquirer; the fence is
 // max(last fence + 1, the server's clock in µs), and a released key's row
 // is deleted only once the clock has passed its fence, so fences never go
 // backwards for a key — also across the row's deletion and a restart, as
-// long as the server's clock does not step back. TryAcquire is one
-// transaction of two statements (four round trips with BEGIN and COMMIT;
-// one more on MySQL); Refresh and Release the same.
+// long as the server's clock does not step back (free rows stay until the
+// cleanup, a minute past their fence: a statement that read the clock
+// before it got a row's lock must never find the row gone). The common
+// cases are one statement each, in one round trip: taking a key that is
+// free with nobody queued, a first waiter taking the free key, releasing
+// the last hold (plus one statement on PostgreSQL that notifies the first
+// waiter), claiming a free record and completing it. Everything else
+// (re-entry, a held key, a refresh, an effect) is a transaction that locks
+// the row first.
 //
 // Waiters queue in <prefix>lock_waiters, and a free key goes to the
 // longest-queued live waiter, so processes that release and take a key
@@ -76,17 +79,18 @@
 //
 // A record is a row: free (a tombstone keeping an abandoned claim's
 // fence), in flight (token, fingerprint, lease) or completed (the result
-// and its retention). Begin is one transaction; a duplicate's WaitChange
+// and its retention). A duplicate's WaitChange
 // is woken by NOTIFY on PostgreSQL and polls on MySQL. Results are limited
 // to WithMaxResultBytes (1 MiB by default). A row with an unknown state is
 // reported as idem.ErrCorruptRecord, never read as absent.
 //
 // # Expiry and cleanup
 //
-// Expired rows are ignored at once and deleted by a cleanup loop in every
-// Store (WithCleanup: every minute, in DELETEs of at most 500 rows, FOR
-// UPDATE SKIP LOCKED on PostgreSQL), or by Cleanup when you schedule it
-// yourself.
+// Expired rows are ignored at once and deleted, once both their expiry and
+// their fence are a minute behind the server's clock, by a cleanup loop in
+// every Store (WithCleanup: every minute, in DELETEs of at most 500 rows,
+// FOR UPDATE SKIP LOCKED on PostgreSQL), or by Cleanup when you schedule
+// it yourself.
 //
 // # Connections
 //
