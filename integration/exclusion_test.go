@@ -102,6 +102,20 @@ func TestExclusionUnderFaults(t *testing.T) {
 		})
 		x.finish()
 	})
+	t.Run("mysql", func(t *testing.T) {
+		srv := testenv.StartMariaDB(t)
+		x := newExclusion(t, srv.URL, ttl)
+		x.repeat(2, "holder paused past its TTL", x.pauseHolder)
+		x.repeat(2, "holder killed (SIGKILL)", x.killHolder)
+		x.repeat(2, "MariaDB crashed (SIGKILL) and restarted", func() (time.Time, time.Time) {
+			at := time.Now()
+			srv.Kill()
+			time.Sleep(ttl / 2)
+			srv.Start()
+			return at, time.Now()
+		})
+		x.finish()
+	})
 	t.Run("etcd", func(t *testing.T) {
 		members := testenv.StartEtcdCluster(t, 3)
 		var eps []string

@@ -153,3 +153,19 @@ func CheckHandOff(t *testing.T, holder, waiter lock.Locker, events *Events, want
 		t.Errorf("hand-off event %+v; want path %s, fence %d", ev, want, next.Fence())
 	}
 }
+
+// HeatUp takes and releases key on l until l keeps it after a Release
+// (kept reports whether it did), and returns that last lease. A key is hot
+// when its Store asks for it again within a few milliseconds of releasing
+// it; on a loaded machine (the race detector, a busy CI) one gap can be
+// longer, so it tries up to ten times before failing.
+func HeatUp(ctx context.Context, t testing.TB, l lock.Locker, key string, ttl time.Duration, kept func(lock.Lease) bool) lock.Lease {
+	t.Helper()
+	for range 10 {
+		if last := AcquireRelease(ctx, t, l, key, ttl); kept(last) {
+			return last
+		}
+	}
+	t.Fatalf("key %q was never kept after its Release in ten quick cycles", key)
+	return nil
+}
