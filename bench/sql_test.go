@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -41,37 +40,6 @@ func sqlStore(b *testing.B, url string) *sqlstore.Store {
 		b.Fatal(err)
 	}
 	return s
-}
-
-// rate runs b.N cycles over workers goroutines and reports cycles/s.
-func rate(b *testing.B, workers int, work func(w int, i int64) error) {
-	b.Helper()
-	var next atomic.Int64
-	var failed atomic.Value
-	b.ResetTimer()
-	start := time.Now()
-	var wg sync.WaitGroup
-	for w := range workers {
-		wg.Go(func() {
-			for {
-				i := next.Add(1)
-				if i > int64(b.N) {
-					return
-				}
-				if err := work(w, i); err != nil {
-					failed.Store(err)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	elapsed := time.Since(start)
-	b.StopTimer()
-	if err, _ := failed.Load().(error); err != nil {
-		b.Fatal(err)
-	}
-	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "cycles/s")
 }
 
 // sqlLock is one way to take and give back a lock on SQL.
@@ -172,7 +140,7 @@ func BenchmarkSQLLock(b *testing.B) {
 					}
 					prefix := fmt.Sprintf("bench-sql-lock:%s:%d", impl, time.Now().UnixNano())
 					ctx := context.Background()
-					rate(b, c.workers, func(w int, i int64) error {
+					cycles(b, nil, c.workers, func(w int, i int64) error {
 						key := prefix
 						if !c.hot {
 							key += ":" + strconv.FormatInt(i, 10)
@@ -219,7 +187,7 @@ func BenchmarkSQLGuard(b *testing.B) {
 						b.Fatal(err)
 					}
 				}
-				rate(b, 1, func(_ int, i int64) error {
+				cycles(b, nil, 1, func(_ int, i int64) error {
 					key := prefix
 					if mode == "new-key" {
 						key += ":" + strconv.FormatInt(i, 10)

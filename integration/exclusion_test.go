@@ -90,31 +90,11 @@ func TestExclusionUnderFaults(t *testing.T) {
 	})
 	t.Run("postgres", func(t *testing.T) {
 		srv := testenv.StartPostgres(t)
-		x := newExclusion(t, srv.URL, ttl)
-		x.repeat(2, "holder paused past its TTL", x.pauseHolder)
-		x.repeat(2, "holder killed (SIGKILL)", x.killHolder)
-		x.repeat(2, "PostgreSQL crashed (SIGKILL) and restarted", func() (time.Time, time.Time) {
-			at := time.Now()
-			srv.Kill()
-			time.Sleep(ttl / 2)
-			srv.Start()
-			return at, time.Now()
-		})
-		x.finish()
+		sqlExclusion(t, srv.URL, ttl, "PostgreSQL", srv.Kill, srv.Start)
 	})
 	t.Run("mysql", func(t *testing.T) {
 		srv := testenv.StartMariaDB(t)
-		x := newExclusion(t, srv.URL, ttl)
-		x.repeat(2, "holder paused past its TTL", x.pauseHolder)
-		x.repeat(2, "holder killed (SIGKILL)", x.killHolder)
-		x.repeat(2, "MariaDB crashed (SIGKILL) and restarted", func() (time.Time, time.Time) {
-			at := time.Now()
-			srv.Kill()
-			time.Sleep(ttl / 2)
-			srv.Start()
-			return at, time.Now()
-		})
-		x.finish()
+		sqlExclusion(t, srv.URL, ttl, "MariaDB", srv.Kill, srv.Start)
 	})
 	t.Run("etcd", func(t *testing.T) {
 		members := testenv.StartEtcdCluster(t, 3)
@@ -136,6 +116,22 @@ func TestExclusionUnderFaults(t *testing.T) {
 		})
 		x.finish()
 	})
+}
+
+// sqlExclusion runs the harness on a SQL server of the test's own, which
+// kill and start crash and restart.
+func sqlExclusion(t *testing.T, url string, ttl time.Duration, server string, kill, start func()) {
+	x := newExclusion(t, url, ttl)
+	x.repeat(2, "holder paused past its TTL", x.pauseHolder)
+	x.repeat(2, "holder killed (SIGKILL)", x.killHolder)
+	x.repeat(2, server+" crashed (SIGKILL) and restarted", func() (time.Time, time.Time) {
+		at := time.Now()
+		kill()
+		time.Sleep(ttl / 2)
+		start()
+		return at, time.Now()
+	})
+	x.finish()
 }
 
 // On a cluster with etcd's default timing the server raises every lease to

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 
 	"github.com/oncekit/oncekit/storage/sqlstore"
@@ -51,22 +50,7 @@ func (s *SQL) Migrate(ctx context.Context) error {
 }
 
 // q numbers the ? placeholders of query for PostgreSQL.
-func (s *SQL) q(query string) string {
-	if s.dialect != sqlstore.Postgres {
-		return query
-	}
-	var b strings.Builder
-	n := 0
-	for _, r := range query {
-		if r == '?' {
-			n++
-			b.WriteString("$" + strconv.Itoa(n))
-			continue
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
-}
+func (s *SQL) q(query string) string { return s.dialect.Rebind(query) }
 
 func (s *SQL) PutItem(ctx context.Context, sku string, stock int64, fence uint64) (Item, error) {
 	// Written only over an older fence's write: a paused former holder of

@@ -208,6 +208,16 @@ func (q *queries) queueHeadNowRaw(waiters, now string) string {
 	return "SELECT waiter FROM " + waiters + " WHERE lock_key = ? AND expires_us > " + now + " ORDER BY seq, waiter LIMIT 1"
 }
 
+// Rebind returns query with its ? placeholders numbered ($1, $2, ...) for
+// PostgreSQL, and as it is for MySQL: for effects written once for both.
+// A ? inside a string literal or a comment is numbered too; keep them out.
+func (d Dialect) Rebind(query string) string {
+	if d != Postgres {
+		return query
+	}
+	return rebind(query)
+}
+
 // rebind numbers the ? placeholders of s ($1, $2, ...). None of the
 // statements has a ? inside a string literal.
 func rebind(s string) string {

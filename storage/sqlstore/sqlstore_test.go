@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"os"
-	"strings"
 	"testing"
 	"time"
 
@@ -70,22 +69,7 @@ func execSQL(t testing.TB, s *sqlstore.Store, query string, args ...any) sql.Res
 	return res
 }
 
-func rebind(s *sqlstore.Store, query string) string {
-	if s.Dialect() != sqlstore.Postgres {
-		return query
-	}
-	var b strings.Builder
-	n := 0
-	for _, r := range query {
-		if r == '?' {
-			n++
-			b.WriteString("$" + string(rune('0'+n)))
-			continue
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
-}
+func rebind(s *sqlstore.Store, query string) string { return s.Dialect().Rebind(query) }
 
 func TestConformance(t *testing.T) {
 	for name, url := range databases(t) {
