@@ -54,7 +54,7 @@ func TestLinearizable(t *testing.T) {
 		wg.Wait()
 
 		ops := h.operations()
-		res, info := porcupine.CheckOperationsVerbose(inventoryModel, ops, time.Minute)
+		res, info := porcupine.CheckOperationsVerbose(inventoryModel, ops, 3*time.Minute)
 		t.Logf("%d operations (%d orders, %d unknown outcomes): %s", len(ops), h.orders.Load(), h.unknowns.Load(), res)
 		if res != porcupine.Ok {
 			path := filepath.Join(os.TempDir(), fmt.Sprintf("oncekit-linearizability-%d.html", time.Now().UnixNano()))

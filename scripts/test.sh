@@ -20,7 +20,7 @@ go vet ./... || rc=1
 # Imports point down the layers, and examples/ builds outside this repository.
 scripts/layers.sh || rc=1
 (cd bench && go vet ./...) || rc=1
-go test -race -count=1 ./... || rc=1
+go test -race -count=1 -timeout 30m ./... || rc=1
 # The first command a Go developer types: `go test ./...` with no server
 # configured. Every server-backed test must skip with its reason, and
 # everything else pass.
