@@ -34,12 +34,12 @@ const (
 type queries struct {
 	dialect Dialect
 
-	lockUpsert, lockSelect, lockSelectForUpdate, lockUpdate, lockDelete string
-	queueHead, queueUpsert, queueDelete, queueCount                     string
-	recUpsert, recSelect, recSelectForUpdate, recUpdate, recDelete      string
-	queueHeadNow, notifyHead, peek                                      string
-	notify                                                              string // PostgreSQL only
-	cleanup                                                             [3]string
+	lockUpsert, lockSelect, lockSelectForUpdate, lockUpdate        string
+	queueHead, queueUpsert, queueDelete, queueCount                string
+	recUpsert, recSelect, recSelectForUpdate, recUpdate, recDelete string
+	queueHeadNow, notifyHead, peek                                 string
+	notify                                                         string // PostgreSQL only
+	cleanup                                                        [3]string
 	// PostgreSQL's one-statement fast paths ("" on MySQL): the common
 	// case of each operation in one round trip; anything else falls back
 	// to the transaction.
@@ -179,7 +179,6 @@ func newQueries(d Dialect, prefix string) queries {
 	q.lockSelect = "SELECT " + lockCols + " FROM " + locks + " WHERE lock_key = ?"
 	q.lockSelectForUpdate = q.lockSelect + " FOR UPDATE"
 	q.lockUpdate = "UPDATE " + locks + " SET token = ?, owner = ?, holds = ?, fence = ?, expires_us = ? WHERE lock_key = ?"
-	q.lockDelete = "DELETE FROM " + locks + " WHERE lock_key = ?"
 	q.queueHead = "SELECT waiter FROM " + waiters + " WHERE lock_key = ? AND expires_us > ? ORDER BY seq, waiter LIMIT 1"
 	q.queueHeadNow = "SELECT waiter FROM " + waiters + " WHERE lock_key = ? AND expires_us > " + now + " ORDER BY seq, waiter LIMIT 1"
 	q.peek = "SELECT (SELECT token FROM " + locks + " WHERE lock_key = ? AND token <> '' AND expires_us > " + now + "), (" + q.queueHeadNow + ")," +
@@ -193,7 +192,7 @@ func newQueries(d Dialect, prefix string) queries {
 	q.recUpdate = "UPDATE " + records + " SET state = ?, fingerprint = ?, token = ?, fence = ?, expires_us = ?, result = ? WHERE record_key = ?"
 	q.recDelete = "DELETE FROM " + records + " WHERE record_key = ?"
 	if d == Postgres {
-		for _, s := range []*string{&q.lockUpsert, &q.lockSelect, &q.lockSelectForUpdate, &q.lockUpdate, &q.lockDelete,
+		for _, s := range []*string{&q.lockUpsert, &q.lockSelect, &q.lockSelectForUpdate, &q.lockUpdate,
 			&q.queueHead, &q.queueUpsert, &q.queueDelete, &q.queueCount, &q.recUpsert, &q.recSelect,
 			&q.recSelectForUpdate, &q.recUpdate, &q.recDelete, &q.notify, &q.queueHeadNow, &q.notifyHead, &q.peek, &q.fastAcquire, &q.fastRelease, &q.fastBegin, &q.fastComplete, &q.cleanup[0], &q.cleanup[1], &q.cleanup[2]} {
 			*s = rebind(*s)

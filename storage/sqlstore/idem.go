@@ -270,7 +270,9 @@ func (s *Store) Abandon(ctx context.Context, c idem.Claim) error {
 
 func (s *Store) freeRecord(ctx context.Context, tx *sql.Tx, key string, r recordRow) error {
 	var err error
-	if (r.fence < r.now && s.q.fastBegin == "" && s.q.myBegin == "") || r.corrupt() != "" { // see cleanupGrace
+	// The row stays, free and keeping its fence, for the cleanup (see
+	// cleanupGrace); a corrupt one, whose fence means nothing, goes.
+	if r.corrupt() != "" {
 		_, err = tx.ExecContext(ctx, s.q.recDelete, []byte(key))
 	} else {
 		_, err = tx.ExecContext(ctx, s.q.recUpdate, stateFree, []byte{}, "", r.fence, r.now, nil, []byte(key))

@@ -441,21 +441,12 @@ func (l *lease) StoreRelease(ctx context.Context) error {
 	return err
 }
 
-// freeLock frees a key whose row tx holds. On MySQL, where every
-// acquisition reads the clock under the row's lock, the row goes once the
-// server's clock has passed its fence (the next fence starts from the
-// clock), and stays as a free row keeping the fence until then; on
-// PostgreSQL it stays free for the cleanup (see cleanupGrace). It notifies the first
-// waiter and returns it, for the caller to wake in this process once tx
-// has committed.
+// freeLock frees a key whose row tx holds: the row stays, free and
+// keeping its fence, for the cleanup (see cleanupGrace). It notifies the
+// first waiter and returns it, for the caller to wake in this process once
+// tx has committed.
 func (s *Store) freeLock(ctx context.Context, tx *sql.Tx, key string, r lockRow) (string, error) {
-	var err error
-	if r.fence < r.now && s.q.fastAcquire == "" && s.q.myAcquire == "" { // see cleanupGrace
-		_, err = tx.ExecContext(ctx, s.q.lockDelete, []byte(key))
-	} else {
-		_, err = tx.ExecContext(ctx, s.q.lockUpdate, "", []byte{}, 0, r.fence, r.now, []byte(key))
-	}
-	if err != nil {
+	if _, err := tx.ExecContext(ctx, s.q.lockUpdate, "", []byte{}, 0, r.fence, r.now, []byte(key)); err != nil {
 		return "", err
 	}
 	return s.notifyHead(ctx, tx, key)
