@@ -47,20 +47,7 @@ type impl struct {
 // The peers poll; each is given a poll interval as well as its default
 // where the default differs, so neither is judged only by a slow setting.
 var singleNode = []impl{
-	{"oncekit", func(b *testing.B, c *redis.Client) locker {
-		s, err := redisstore.New(c)
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { s.Close() })
-		return func(ctx context.Context, key string) (func() error, error) {
-			l, err := s.Acquire(ctx, key, ttl)
-			if err != nil {
-				return nil, err
-			}
-			return func() error { return l.Release(ctx) }, nil
-		}
-	}},
+	{"oncekit", redisstoreImpl()},
 	{"redislock-linear10ms", func(b *testing.B, c *redis.Client) locker {
 		rl := redislock.New(c)
 		opts := &redislock.Options{RetryStrategy: redislock.LinearBackoff(10 * time.Millisecond)}
@@ -74,6 +61,23 @@ var singleNode = []impl{
 	}},
 	{"redsync-default", redsyncImpl(nil)},
 	{"redsync-10ms", redsyncImpl([]redsync.Option{redsync.WithRetryDelay(10 * time.Millisecond)})},
+}
+
+func redisstoreImpl(opts ...redisstore.Option) func(b *testing.B, c *redis.Client) locker {
+	return func(b *testing.B, c *redis.Client) locker {
+		s, err := redisstore.New(c, opts...)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { s.Close() })
+		return func(ctx context.Context, key string) (func() error, error) {
+			l, err := s.Acquire(ctx, key, ttl)
+			if err != nil {
+				return nil, err
+			}
+			return func() error { return l.Release(ctx) }, nil
+		}
+	}
 }
 
 func redsyncImpl(extra []redsync.Option) func(b *testing.B, c *redis.Client) locker {

@@ -100,7 +100,7 @@ func cycles(b *testing.B, addrs []string, workers int, work func(w int, i int64)
 // locker (16 processes), on one Redis server.
 func BenchmarkNewKeyLock(b *testing.B) {
 	addr := testenv.RedisAddrs(b, 1)[0]
-	impls := []impl{singleNode[0], singleNode[1], singleNode[2]} // oncekit, redislock, redsync
+	impls := []impl{singleNode[0], {"oncekit-unfenced", redisstoreImpl(redisstore.WithoutFencing())}, singleNode[1], singleNode[2]} // oncekit, redislock, redsync
 	for _, workers := range []int{1, 16} {
 		for _, im := range impls {
 			b.Run(fmt.Sprintf("workers=%d/%s", workers, im.name), func(b *testing.B) {

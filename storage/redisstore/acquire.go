@@ -31,7 +31,7 @@ func (s *Store) TryAcquire(ctx context.Context, key string, ttl time.Duration) (
 		return nil, &lock.BusyError{Key: key, TTL: ttl}
 	}
 	s.mu.Unlock()
-	l, busy, err := s.attempt(ctx, key, token.New(), ttl, owner, false, nil)
+	l, busy, err := s.attempt(ctx, key, token.New(), ttl, owner, false, false, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -74,7 +74,7 @@ func (s *Store) takeKept(ctx context.Context, key string, ttl time.Duration, own
 	}
 	cctx, cancel := lockdriver.CleanupContext(ctx)
 	defer cancel()
-	if _, err := s.base.Release(cctx, s.client, key, letGo, false, 0); err != nil {
+	if _, err := s.base.Release(cctx, s.client, key, letGo, false, 0, 0); err != nil {
 		return nil, errors.Join(lock.ErrNotAcquired, fmt.Errorf("redisstore: acquire %q: let go of the kept hold: %w", key, err))
 	}
 	return nil, nil
@@ -98,7 +98,7 @@ func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (loc
 		// An owner first tries the key directly: it may hold it already,
 		// here or in another process, and must not queue behind waiters for
 		// its own lock.
-		l, busy, err := s.attempt(ctx, key, token.New(), ttl, owner, false, nil)
+		l, busy, err := s.attempt(ctx, key, token.New(), ttl, owner, false, false, nil)
 		if err != nil {
 			return nil, err
 		}
@@ -173,7 +173,7 @@ func (s *Store) compete(ctx context.Context, key string, ls *local, w *waiter) (
 		s.dropIdleLocked(key, ls)
 		s.mu.Unlock()
 	}()
-	l, busy, err := s.attempt(ctx, key, w.token, w.ttl, w.owner, false, &w.seen)
+	l, busy, err := s.attempt(ctx, key, w.token, w.ttl, w.owner, false, s.setNX != nil, &w.seen)
 	if err != nil || busy == nil {
 		return l, err
 	}
@@ -223,7 +223,7 @@ func (s *Store) compete(ctx context.Context, key string, ls *local, w *waiter) (
 	for {
 		// Subscribed first, then tried: a release between the two is seen.
 		sent = time.Now()
-		l, busy, err = s.attempt(ctx, key, w.token, w.ttl, w.owner, true, &w.seen)
+		l, busy, err = s.attempt(ctx, key, w.token, w.ttl, w.owner, true, false, &w.seen)
 		if err != nil || busy == nil {
 			if l != nil && !woken.IsZero() {
 				observe.Record(ctx, s.base.Options.Observer, observe.Event{
@@ -273,7 +273,7 @@ func (s *Store) isAbandoned(tok string) bool {
 func (s *Store) releaseToken(key, tok string) {
 	ctx, cancel := context.WithTimeout(context.Background(), lockdriver.ReleaseTimeout)
 	defer cancel()
-	_, _ = s.base.Release(ctx, s.client, key, tok, false, 0)
+	_, _ = s.base.Release(ctx, s.client, key, tok, false, 0, 0)
 }
 
 // leaveQueue removes this Store from key's waiting queue.
@@ -290,16 +290,20 @@ func (s *Store) leaveQueue(key string) {
 // connection) it gives back whatever the attempt may have taken, and the
 // script itself refuses to take the key once ctx's deadline has passed by
 // the server's clock, for a request that reaches the server late (a paused
-// server, a slow network) when the clean-up cannot. When the key is busy
+// server, a slow network) when the clean-up cannot. With plain (unfenced
+// Stores), it first tries the plain SET NX of rediskit's TakeNew, which
+// has no such check: as for redsync and redislock, a take that lands after
+// ctx ended is given back when its reply comes, or expires with its TTL
+// when the reply is lost. When the key is busy
 // and seen is not nil, *seen is raised to the highest fence issued for
 // the key when the attempt ran (see granted).
-func (s *Store) attempt(ctx context.Context, key, tok string, ttl time.Duration, owner string, queued bool, seen *uint64) (*lease, *lock.BusyError, error) {
+func (s *Store) attempt(ctx context.Context, key, tok string, ttl time.Duration, owner string, queued, plain bool, seen *uint64) (*lease, *lock.BusyError, error) {
 	start := time.Now()
 	deadline, _ := ctx.Deadline()
 	undo := func(tok string) {
 		cctx, cancel := lockdriver.CleanupContext(ctx)
 		defer cancel()
-		_, _ = s.base.Release(cctx, s.client, key, tok, false, 0)
+		_, _ = s.base.Release(cctx, s.client, key, tok, false, 0, 0)
 	}
 	late := func(r rediskit.AcquireReply) { // the reply to a call ctx gave up on
 		switch r.Code {
@@ -309,8 +313,27 @@ func (s *Store) attempt(ctx context.Context, key, tok string, ttl time.Duration,
 			undo(r.Token)
 		}
 	}
+	if plain && owner == "" && !queued {
+		// Unfenced, a blocking Acquire's first attempt is a plain SET NX,
+		// which takes a free key in one command; a key that exists in any
+		// form goes on to the script. (Not TryAcquire, for which a held
+		// key must cost one round trip.)
+		took, err := s.base.TakeNew(ctx, s.setNX, key, tok, ttl, func() { undo(tok) })
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return nil, nil, lockdriver.NotAcquired(ctx)
+		case err != nil:
+			if !rediskit.IsReply(err) {
+				s.base.BG.Go(func() { undo(tok) }) // it may have been set before the connection failed
+			}
+			return nil, nil, fmt.Errorf("redisstore: acquire %q: %w", key, err)
+		case took:
+			return s.newLease(key, tok, 0, 0, start, ttl, owner), nil, nil
+		}
+	}
 	r, err := s.base.Acquire(ctx, s.client, rediskit.AcquireArgs{
-		Key: key, Token: tok, TTL: ttl, Deadline: deadline, Owner: owner, Queued: queued, Grantable: queued && s.base.Grants,
+		Key: key, Token: tok, TTL: ttl, Deadline: deadline, Unfenced: s.unfenced, Owner: owner, Queued: queued,
+		Grantable: queued && s.base.Grants,
 	}, late)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -326,9 +349,9 @@ func (s *Store) attempt(ctx context.Context, key, tok string, ttl time.Duration,
 	}
 	switch r.Code {
 	case rediskit.AcquireTaken:
-		return s.newLease(key, tok, uint64(r.N), start, ttl, owner), nil, nil
+		return s.newLease(key, tok, uint64(r.N), r.Clock, start, ttl, owner), nil, nil
 	case rediskit.AcquireReentered:
-		return s.newLease(key, r.Token, uint64(r.N), start, ttl, owner), nil, nil
+		return s.newLease(key, r.Token, uint64(r.N), 0, start, ttl, owner), nil, nil
 	case rediskit.AcquireBusy:
 		if seen != nil {
 			*seen = max(*seen, r.Floor)
@@ -365,7 +388,7 @@ func (s *Store) granted(key string, own *redisnotify.Watcher, w *waiter, sent ti
 		switch {
 		case ok && tok == w.token && l == nil:
 			if fence > w.seen && time.Now().Before(sent.Add(w.ttl)) {
-				l = s.newLease(key, tok, fence, sent, w.ttl, w.owner) // valid from the attempt
+				l = s.newLease(key, tok, fence, 0, sent, w.ttl, w.owner) // valid from the attempt
 			}
 		case ok && tok == w.token: // a second grant to w: the first was taken
 		default:

@@ -30,21 +30,28 @@ type lease struct {
 // local hand-offs without a round trip pass from lease to lease.
 type hold struct {
 	fence uint64    // the fence Redis issued for the token (rediskit's fence.lua)
+	clock int64     // the server's clock (µs) when it issued fence, or 0 when not known
 	took  time.Time // when the Store learnt it took the key from Redis (WithMaxLocalHold counts from it)
 }
 
 // newLease returns a held lease whose local deadline is start + ttl:
 // counted from before the request was sent, it never passes after the
-// server's own expiry. fence is the fence Redis issued.
-func (s *Store) newLease(key, tok string, fence uint64, start time.Time, ttl time.Duration, owner string) *lease {
-	return s.makeLease(key, tok, hold{fence: fence, took: time.Now()}, 0, start.Add(ttl), owner)
+// server's own expiry. fence is the fence Redis issued, at clock (µs; 0
+// when not known).
+func (s *Store) newLease(key, tok string, fence uint64, clock int64, start time.Time, ttl time.Duration, owner string) *lease {
+	return s.makeLease(key, tok, hold{fence: fence, clock: clock, took: time.Now()}, 0, start.Add(ttl), owner)
 }
 
-// makeLease returns a held lease on h with fence h.fence + used.
+// makeLease returns a held lease on h with fence h.fence + used (0 when
+// the Store is unfenced).
 func (s *Store) makeLease(key, tok string, h hold, used uint64, deadline time.Time, owner string) *lease {
 	l := &lease{s: s, owner: owner, hold: h, used: used}
+	fence := s.base.LeaseFence(h.fence, used)
+	if s.unfenced {
+		fence = 0
+	}
 	l.Lease.Init(lockdriver.Config{
-		Driver: "redisstore", Key: key, Token: tok, Fence: s.base.LeaseFence(h.fence, used),
+		Driver: "redisstore", Key: key, Token: tok, Fence: fence,
 		Deadline: deadline,
 		Store:    l,
 		OnEnd:    func(lockdriver.State) { s.leaseEnded(l) },
@@ -95,7 +102,7 @@ func (l *lease) StoreRelease(ctx context.Context) error {
 	if done, err := l.s.handOff(ctx, l); done {
 		return err
 	}
-	code, err := l.s.base.Release(ctx, l.s.client, l.Key(), l.Token(), false, 0)
+	code, err := l.s.base.Release(ctx, l.s.client, l.Key(), l.Token(), false, 0, l.hold.clock)
 	if err == nil {
 		l.s.recent.LetGo(l.Key())
 	}

@@ -34,6 +34,7 @@ type options struct {
 	maxHandOffs int
 	maxHold     time.Duration
 	linger      time.Duration
+	unfenced    bool
 }
 
 func defaultOptions() options {
@@ -51,6 +52,15 @@ func defaultOptions() options {
 		linger:      100 * time.Microsecond,
 	}
 }
+
+// WithoutFencing takes locks without issuing fences: leases report
+// Fence() == 0, and a key nobody holds is taken with one plain SET NX
+// instead of a script — the cost of redsync or redislock (a new key: 4
+// server commands against 6 fenced), for callers that need only mutual
+// exclusion and never hand a fence to the resource they guard (see the
+// package documentation). Idempotency claims keep their fences. Default:
+// fenced.
+func WithoutFencing() Option { return func(o *options) { o.unfenced = true } }
 
 // WithPrefix sets the prefix of every Redis key and channel the Store
 // uses. It must not contain '{' or '}', which would break the hash tag that

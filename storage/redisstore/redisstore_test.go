@@ -55,20 +55,33 @@ func newStore(t testing.TB, c redisstore.Client, opts ...redisstore.Option) *red
 }
 
 func TestConformance(t *testing.T) {
-	for _, mode := range []redisstore.PubSubMode{redisstore.PubSubAuto, redisstore.PubSubClassic} {
-		t.Run(mode.String(), func(t *testing.T) {
+	for _, mode := range []struct {
+		name     string
+		pubsub   redisstore.PubSubMode
+		unfenced bool
+	}{
+		{"auto", redisstore.PubSubAuto, false},
+		{"classic", redisstore.PubSubClassic, false},
+		{"unfenced", redisstore.PubSubAuto, true},
+	} {
+		t.Run(mode.name, func(t *testing.T) {
+			opts := []redisstore.Option{redisstore.WithPubSub(mode.pubsub)}
+			if mode.unfenced {
+				opts = append(opts, redisstore.WithoutFencing())
+			}
 			var counters sync.Map // lock.Locker -> *counter
 			locktest.Run(t, locktest.Config{
 				// Every Locker is a client of its own, as separate processes are.
 				NewLocker: func(t *testing.T) lock.Locker {
 					c := &counter{}
-					s := newStore(t, newClient(t, c), redisstore.WithPubSub(mode))
+					s := newStore(t, newClient(t, c), opts...)
 					counters.Store(lock.Locker(s), c)
 					return s
 				},
 				RoundTrips:    func(l lock.Locker) int64 { c, _ := counters.Load(l); return c.(*counter).N.Load() },
 				Reentrant:     true,
-				HolderProcess: mode == redisstore.PubSubAuto,
+				Unfenced:      mode.unfenced,
+				HolderProcess: mode.name == "auto",
 			})
 		})
 	}

@@ -47,6 +47,8 @@ type Store struct {
 	handOffs keep.HandOffs
 	linger   time.Duration
 	sub      *redisnotify.Subscriber
+	unfenced bool             // WithoutFencing
+	setNX    rediskit.SetNXer // the client, for unfenced takes of a free key; nil when it has no SetNX
 
 	mu      sync.Mutex
 	keys    map[string]*local
@@ -115,8 +117,12 @@ func New(client Client, opts ...Option) (*Store, error) {
 		raw:      client,
 		handOffs: keep.HandOffs{Max: o.maxHandOffs, Hold: o.maxHold},
 		linger:   o.linger,
+		unfenced: o.unfenced,
 		sub:      redisnotify.New(client, o.PubSub),
 		keys:     make(map[string]*local),
+	}
+	if sn, ok := client.(rediskit.SetNXer); ok && o.unfenced {
+		s.setNX = sn
 	}
 	s.base.Init(o.Options)
 	s.base.Grants = true // one deployment: its release alone decides who holds a key

@@ -184,6 +184,10 @@ func (s *Store) grant(ctx context.Context, v *votes, ar *acquireRound, ttl time.
 	}
 	l := s.newLease(v.key, v.tok, fence, 0, ar.start.Add(ttl-s.drift(ttl)), onEnd, nil)
 	l.took = time.Now() // WithMaxLocalHold counts from here
+	l.clocks = make(map[*node]int64, len(ar.clocks))
+	for i, c := range ar.clocks {
+		l.clocks[s.nodes[i]] = c
+	}
 	v.mu.Lock()
 	v.lease = l
 	v.mu.Unlock()
@@ -359,7 +363,7 @@ func (s *Store) leaveQueues(key string, idx []int, wait time.Duration) {
 // taken by no granted hold).
 func (s *Store) releaseNodes(key, tok string, idx []int, wait time.Duration, quiet bool, floor uint64) {
 	r := newRound(s, idx, func(ctx context.Context, n *node) (rediskit.ReleaseCode, error) {
-		return s.base.Release(ctx, n.c, key, tok, quiet, floor)
+		return s.base.Release(ctx, n.c, key, tok, quiet, floor, 0)
 	})
 	r.settle(wait)
 }

@@ -51,7 +51,7 @@ func (s *Store) takeKept(key string, ttl time.Duration) lock.Lease {
 	}
 	if s.mayReuse(prev) && time.Until(deadline) >= ttl-ttl/8 {
 		l := s.newLease(key, prev.Token(), prev.base, prev.used+1, deadline, nil, nil)
-		l.took, l.hot = prev.took, true
+		l.took, l.hot, l.clocks = prev.took, true, prev.clocks
 		return l
 	}
 	s.recent.LetGo(key)

@@ -193,17 +193,53 @@ func (b *Base) Acquire(ctx context.Context, c redis.Scripter, a AcquireArgs, lat
 	return ParseAcquire(b.run(ctx, c, Acquire, keys, onLate, args...))
 }
 
+// SetNXer is a client that runs SET NX without a script: every go-redis
+// client.
+type SetNXer interface {
+	SetNX(ctx context.Context, key string, value any, expiration time.Duration) *redis.BoolCmd
+}
+
+// TakeNew takes key for tok and ttl with one plain SET NX, without a
+// script and without a fence: for unfenced takes by a caller with no owner,
+// outside the queue. It reports whether it took the key; a key that exists
+// in any form (held, a tombstone, a queue flag) is left alone, for the
+// acquire script to decide. The value written is the one the acquire
+// script writes for such a take ("<token>|0|"), so every other script
+// reads it as its own. When ctx ends first, it returns ctx's error at once
+// and late (if set) is called if the key was taken after all, to give it
+// back.
+func (b *Base) TakeNew(ctx context.Context, c SetNXer, key, tok string, ttl time.Duration, late func()) (bool, error) {
+	var onLate func(*redis.BoolCmd)
+	if late != nil {
+		onLate = func(cmd *redis.BoolCmd) {
+			if ok, err := cmd.Result(); err == nil && ok {
+				late()
+			}
+		}
+	}
+	enforces := false
+	if s, ok := c.(redis.Scripter); ok {
+		enforces = EnforcesDeadlines(s)
+	}
+	return runCmd(ctx, &b.BG, enforces, redis.NewBoolCmd, func(ctx context.Context) *redis.BoolCmd {
+		return c.SetNX(ctx, b.Keys.Lock(key), tok+"|0|", ttl)
+	}, onLate).Result()
+}
+
 // Release runs the release script for tok: it frees key (or gives back one
 // of an owner's holds) and wakes the first waiting process, or announces
 // nothing when quiet. The key keeps its last fence, or floor when that is
-// higher (Redlock: the lease's fence, the highest of its nodes').
-func (b *Base) Release(ctx context.Context, c redis.Scripter, key, tok string, quiet bool, floor uint64) (ReleaseCode, error) {
-	return b.release(ctx, c, b.Keys.Lock(key), tok, quiet, floor)
+// higher (Redlock: the lease's fence, the highest of its nodes'). clock is
+// the reading of c's server clock that came with the token's fence
+// (AcquireReply.Clock), or 0: a fence at or below it is known to be behind
+// the clock, and the release saves reading it.
+func (b *Base) Release(ctx context.Context, c redis.Scripter, key, tok string, quiet bool, floor uint64, clock int64) (ReleaseCode, error) {
+	return b.release(ctx, c, b.Keys.Lock(key), tok, quiet, floor, clock)
 }
 
 // release is Release by the lock's Redis name: every other name of the key
 // is the lock's with a suffix (see Keys).
-func (b *Base) release(ctx context.Context, c redis.Scripter, lock, tok string, quiet bool, floor uint64) (ReleaseCode, error) {
+func (b *Base) release(ctx context.Context, c redis.Scripter, lock, tok string, quiet bool, floor uint64, clock int64) (ReleaseCode, error) {
 	keys := []string{lock, lock + ":owner", lock + ":q", lock + ":qx"}
 	grants := "0"
 	if b.Grants && !quiet {
@@ -213,7 +249,7 @@ func (b *Base) release(ctx context.Context, c redis.Scripter, lock, tok string, 
 	if quiet {
 		mode = b.args.quiet
 	}
-	return ParseRelease(b.run(ctx, c, Release, keys, nil, tok, lock+":release", mode, b.args.wakeGrace, grants, floor))
+	return ParseRelease(b.run(ctx, c, Release, keys, nil, tok, lock+":release", mode, b.args.wakeGrace, grants, floor, max(clock, 0)))
 }
 
 // ReleaseOrphanGrant gives back a key that a release granted to this Store
@@ -226,7 +262,7 @@ func (b *Base) ReleaseOrphanGrant(ctx context.Context, c redis.Scripter, channel
 	if !ok || !okTok || !strings.HasPrefix(lock, b.Keys.Prefix) {
 		return
 	}
-	_, _ = b.release(ctx, c, lock, tok, false, 0)
+	_, _ = b.release(ctx, c, lock, tok, false, 0, 0)
 }
 
 // ParseGrant reads a grant message, "g|<token>|<fence>" (release.lua).

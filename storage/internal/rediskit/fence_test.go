@@ -36,9 +36,9 @@ func TestLockKeyFence(t *testing.T) {
 		}
 		return r
 	}
-	release := func(tok string) {
+	release := func(tok string, clock int64) {
 		t.Helper()
-		if code, err := b.Release(ctx, c, key, tok, false, 0); err != nil || code != ReleaseFreed {
+		if code, err := b.Release(ctx, c, key, tok, false, 0, clock); err != nil || code != ReleaseFreed {
 			t.Fatalf("release %s: %v %v", tok, code, err)
 		}
 	}
@@ -49,22 +49,33 @@ func TestLockKeyFence(t *testing.T) {
 	if v := c.Get(ctx, lk).Val(); v != fmt.Sprintf("a|%d|", r.N) {
 		t.Errorf("held value %q", v)
 	}
-	release("a")
+	release("a", r.Clock) // the fence is the clock reading: deleted without reading the clock again
 	if n := c.Exists(ctx, lk).Val(); n != 0 {
 		t.Errorf("released key left %q, want it deleted (the clock passed its fence)", c.Get(ctx, lk).Val())
 	}
-	if r2 := take("a2"); r2.Code != AcquireTaken || r2.N <= r.N {
+	r2 := take("a2")
+	if r2.Code != AcquireTaken || r2.N <= r.N {
 		t.Errorf("retake: %+v, want a fence above %d", r2, r.N)
 	}
-	release("a2")
-	ahead := r.Clock + 1_000_000_000
-	c.Set(ctx, lk, fmt.Sprintf("~|%d|", ahead), time.Minute)
-	if r2 := take("b"); r2.Code != AcquireTaken || r2.N != ahead+1 {
-		t.Errorf("tombstone %d: %+v, want fence %d", ahead, r2, ahead+1)
+	release("a2", 0) // no clock reading given: the release reads the clock
+	if n := c.Exists(ctx, lk).Val(); n != 0 {
+		t.Errorf("released key left %q, want it deleted (the clock passed its fence)", c.Get(ctx, lk).Val())
 	}
-	release("b")
-	if v := c.Get(ctx, lk).Val(); v != fmt.Sprintf("~|%d|", ahead+1) {
-		t.Errorf("released value %q, want a tombstone with fence %d (ahead of the clock)", v, ahead+1)
+	ahead := r.Clock + 1_000_000_000
+	for _, withClock := range []bool{false, true} {
+		c.Set(ctx, lk, fmt.Sprintf("~|%d|", ahead), time.Minute)
+		rb := take("b")
+		if rb.Code != AcquireTaken || rb.N != ahead+1 || rb.Clock >= rb.N {
+			t.Errorf("tombstone %d: %+v, want fence %d ahead of the clock", ahead, rb, ahead+1)
+		}
+		clock := int64(0)
+		if withClock {
+			clock = rb.Clock // a reading below the fence does not spare the check
+		}
+		release("b", clock)
+		if v := c.Get(ctx, lk).Val(); v != fmt.Sprintf("~|%d|", ahead+1) {
+			t.Errorf("released (clock %d) value %q, want a tombstone with fence %d (ahead of the clock)", clock, v, ahead+1)
+		}
 	}
 	if pttl := c.PTTL(ctx, lk).Val(); pttl <= 59*time.Second || pttl > time.Minute {
 		t.Errorf("tombstone PTTL %s, want a minute", pttl)
@@ -95,7 +106,7 @@ func takeMany(t *testing.T, c *redis.Client, b *Base, key string, n int, keep bo
 			tok := fmt.Sprintf("t%d", done+i)
 			cmds = append(cmds, Acquire.Run(ctx, p, lockNames(b, key), tok, 60_000, 0, 1, "", "", 0, 0, 0, 0))
 			if !keep || done+i < n-1 {
-				Release.Run(ctx, p, lockNames(b, key), tok, b.Keys.Channel(key), "n", 0, 0, 0)
+				Release.Run(ctx, p, lockNames(b, key), tok, b.Keys.Channel(key), "n", 0, 0, 0, 0)
 			}
 		}
 		if _, err := p.Exec(ctx); err != nil {
@@ -257,7 +268,7 @@ func TestReleaseKeepsWaitersFlag(t *testing.T) {
 		if r := take("b", true); r.Code != AcquireBusy { // b's process joins the queue
 			t.Fatalf("unfenced=%v: take b: %+v, want busy", unfenced, r)
 		}
-		if code, err := b.Release(ctx, c, key, "a", false, 0); err != nil || code != ReleaseFreed {
+		if code, err := b.Release(ctx, c, key, "a", false, 0, 0); err != nil || code != ReleaseFreed {
 			t.Fatalf("unfenced=%v: release a: %v %v", unfenced, code, err)
 		}
 		if v := c.Get(ctx, lk).Val(); !strings.HasPrefix(v, "~|") || !strings.HasSuffix(v, "|w") {

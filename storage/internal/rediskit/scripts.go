@@ -93,25 +93,31 @@ func NewEffectScript(lua string) *EffectScript {
 // returning at once when a caller's context is cancelled mid-request.
 func Run(ctx context.Context, wg *bg.Group, c redis.Scripter, script *redis.Script,
 	keys []string, late func(*redis.Cmd), args ...any) *redis.Cmd {
+	return runCmd(ctx, wg, EnforcesDeadlines(c), redis.NewCmd,
+		func(ctx context.Context) *redis.Cmd { return script.Run(ctx, c, keys, args...) }, late)
+}
+
+// runCmd is Run for any command: do sends it, with the context it is given.
+func runCmd[T redis.Cmder](ctx context.Context, wg *bg.Group, enforces bool, newCmd func(context.Context, ...any) T,
+	do func(context.Context) T, late func(T)) T {
 	if ctx.Done() == nil {
-		return script.Run(ctx, c, keys, args...)
+		return do(ctx)
 	}
-	if late == nil && lockdriver.DeadlineOnly(ctx) && EnforcesDeadlines(c) {
-		cmd := script.Run(ctx, c, keys, args...)
+	if late == nil && lockdriver.DeadlineOnly(ctx) && enforces {
+		cmd := do(ctx)
 		if err := cmd.Err(); err != nil && ctx.Err() != nil && !IsReply(err) {
 			cmd.SetErr(errors.Join(ctx.Err(), err)) // the client's timeout was ctx's deadline
 		}
 		return cmd
 	}
 	if err := ctx.Err(); err != nil {
-		cmd := redis.NewCmd(ctx)
+		cmd := newCmd(ctx)
 		cmd.SetErr(err)
 		return cmd
 	}
-	reply := make(chan *redis.Cmd, 1)
+	reply := make(chan T, 1)
 	wg.Go(func() {
-		cmd := script.Run(context.WithoutCancel(ctx), c, keys, args...)
-		reply <- cmd
+		reply <- do(context.WithoutCancel(ctx))
 	})
 	select {
 	case cmd := <-reply:
@@ -120,7 +126,7 @@ func Run(ctx context.Context, wg *bg.Group, c redis.Scripter, script *redis.Scri
 		if late != nil {
 			wg.Go(func() { late(<-reply) })
 		}
-		cmd := redis.NewCmd(ctx)
+		cmd := newCmd(ctx)
 		cmd.SetErr(ctx.Err())
 		return cmd
 	}

@@ -16,6 +16,9 @@
 -- a grant nobody receives is not made, and the member is dropped.
 -- ARGV[6] a fence the key's tombstone keeps at least (Redlock: the lease's
 -- fence, the highest of its nodes'), or '0'.
+-- ARGV[7] a reading of this server's clock (µs) taken when the caller's
+-- fence was issued, or '0': a fence at or below it is behind the clock, so
+-- the common case deletes the key without reading the clock again.
 -- The key becomes a tombstone with its last fence (fence.lua). Only when
 -- a process joined the queue (flag 'w') is the queue read: the release is
 -- announced on the first live member's own channel ("<channel>:<member>"),
