@@ -13,6 +13,9 @@
 #   ONCEKIT_KAFKA_PORT    the Kafka-protocol broker (cmd/kfake), default 9092
 #   ONCEKIT_POSTGRES_PORT PostgreSQL, default 15432
 #   ONCEKIT_MYSQL_PORT    MariaDB (the MySQL protocol), default 13306
+#   ONCEKIT_ZK_PORTS      client ports of a three-member ZooKeeper ensemble,
+#                         default "2181 2182 2183" (quorum and election ports:
+#                         client port + 10000 and + 20000)
 #   ONCEKIT_RUN_DIR       pid, log and data files, default /tmp/oncekit-services
 set -euo pipefail
 
@@ -22,6 +25,7 @@ read -r ETCD_PORT ETCD_PEER_PORT <<<"${ONCEKIT_ETCD_PORTS:-2379 2380}"
 KAFKA_PORT=${ONCEKIT_KAFKA_PORT:-9092}
 POSTGRES_PORT=${ONCEKIT_POSTGRES_PORT:-15432}
 MYSQL_PORT=${ONCEKIT_MYSQL_PORT:-13306}
+ZK_PORTS=${ONCEKIT_ZK_PORTS:-"2181 2182 2183"}
 RUN_DIR=${ONCEKIT_RUN_DIR:-/tmp/oncekit-services}
 # The SQL servers refuse to run as root: they run as their own system users,
 # so their data lives outside any home directory.
@@ -70,7 +74,7 @@ stop_pidfile() {
 	rm -f "$file"
 	[[ $pid =~ ^[0-9]+$ ]] || return 0
 	alive "$pid" || return 0
-	tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qE '(redis-server|etcd|kfake|postgres|mariadbd)' || return 0
+	tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qE '(redis-server|etcd|kfake|postgres|mariadbd|QuorumPeerMain)' || return 0
 	kill -CONT "$pid" 2>/dev/null || true # a paused (SIGSTOP) test server
 	kill -TERM "$pid" 2>/dev/null || true
 	for _ in $(seq 50); do alive "$pid" || { log "stopped $name (pid $pid)"; return 0; }; sleep 0.1; done
@@ -296,6 +300,80 @@ mysql_up() {
 	log "mariadb ready on port $MYSQL_PORT"
 }
 
+# zk_cmd PORT WORD: a ZooKeeper four-letter command's answer.
+zk_cmd() {
+	timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$1 && printf '%s' '$2' >&3 && cat <&3" 2>/dev/null
+}
+
+# A three-member ZooKeeper ensemble (Debian's zookeeper package), fresh
+# data each time. tickTime 200 ms lets sessions be as short as 400 ms (the
+# server allows 2 to 20 ticks); TTL nodes are enabled; no admin server.
+zk_up() {
+	local jar=/usr/share/java/zookeeper.jar i=0 port peers="" dir
+	[[ -r $jar ]] || apt_install zookeeper
+	command -v java >/dev/null || apt_install default-jre-headless
+	for port in $ZK_PORTS; do
+		i=$((i + 1))
+		peers+="server.$i=127.0.0.1:$((port + 10000)):$((port + 20000))"$'\n'
+	done
+	i=0
+	for port in $ZK_PORTS; do
+		i=$((i + 1))
+		dir="$RUN_DIR/zk/$i"
+		stop_pidfile "$dir/zk.pid" "stale zookeeper $i"
+		port_busy "$port" && die "port $port is in use by a process this script did not start (set ONCEKIT_ZK_PORTS to other ports)"
+		rm -rf "$dir"
+		mkdir -p "$dir/data"
+		echo "$i" >"$dir/data/myid"
+		cat >"$dir/zoo.cfg" <<-CFG
+			tickTime=200
+			initLimit=50
+			syncLimit=10
+			dataDir=$dir/data
+			clientPortAddress=127.0.0.1
+			clientPort=$port
+			maxClientCnxns=0
+			admin.enableServer=false
+			4lw.commands.whitelist=ruok,srvr,mntr,stat
+			reconfigEnabled=false
+			standaloneEnabled=false
+			${peers}
+		CFG
+		cat >"$dir/log4j.properties" <<-CFG
+			log4j.rootLogger=WARN, F
+			log4j.appender.F=org.apache.log4j.FileAppender
+			log4j.appender.F.File=$dir/zk.log
+			log4j.appender.F.layout=org.apache.log4j.PatternLayout
+			log4j.appender.F.layout.ConversionPattern=%d %p %c{1}: %m%n
+		CFG
+		# TTL nodes, and containers and TTL nodes reaped every second.
+		nohup java -Xmx256m -Dzookeeper.extendedTypesEnabled=true -Dznode.container.checkIntervalMs=1000 \
+			-Dlog4j.configuration="file:$dir/log4j.properties" -Dzookeeper.log.dir="$dir" \
+			-cp "$dir:$jar" \
+			org.apache.zookeeper.server.quorum.QuorumPeerMain "$dir/zoo.cfg" >"$dir/stdout.log" 2>&1 </dev/null &
+		echo $! >"$dir/zk.pid"
+	done
+	local deadline=$((SECONDS + READY_TIMEOUT * 2))
+	i=0
+	for port in $ZK_PORTS; do
+		i=$((i + 1))
+		until zk_cmd "$port" srvr | grep -q '^Mode: \(leader\|follower\)'; do
+			alive "$(cat "$RUN_DIR/zk/$i/zk.pid")" || die "zookeeper $i exited (see $RUN_DIR/zk/$i/stdout.log)"
+			((SECONDS < deadline)) || die "zookeeper on port $port not serving after $((READY_TIMEOUT * 2))s (see $RUN_DIR/zk/$i/)"
+			sleep 0.2
+		done
+	done
+	log "zookeeper ensemble ready on ports $ZK_PORTS"
+}
+
+zk_down() {
+	local i=0 port
+	for port in $ZK_PORTS; do
+		i=$((i + 1))
+		stop_pidfile "$RUN_DIR/zk/$i/zk.pid" "zookeeper $i"
+	done
+}
+
 mysql_down() {
 	stop_pidfile "$RUN_DIR/mysql.pid" "mariadbd"
 }
@@ -326,6 +404,9 @@ print_env() {
 	echo "export KAFKA_BROKERS=127.0.0.1:$KAFKA_PORT"
 	echo "export POSTGRES_URL=postgres://postgres@127.0.0.1:$POSTGRES_PORT/postgres?sslmode=disable"
 	echo "export MYSQL_URL=mysql://root@127.0.0.1:$MYSQL_PORT/oncekit"
+	addrs=""
+	for port in $ZK_PORTS; do addrs+="${addrs:+,}127.0.0.1:$port"; done
+	echo "export ZOOKEEPER_ADDRS=$addrs"
 	echo "export ONCEKIT_RUN_DIR=$RUN_DIR"
 }
 
@@ -352,11 +433,18 @@ status() {
 	pid=$(cat "$RUN_DIR/kafka/kfake.pid" 2>/dev/null || true)
 	if [[ -n $pid ]] && alive "$pid"; then echo "kfake :$KAFKA_PORT running (pid $pid)"
 	else echo "kfake :$KAFKA_PORT stopped"; fi
+	local i=0
+	for port in $ZK_PORTS; do
+		i=$((i + 1))
+		pid=$(cat "$RUN_DIR/zk/$i/zk.pid" 2>/dev/null || true)
+		if [[ -n $pid ]] && alive "$pid"; then echo "zookeeper :$port running (pid $pid)"
+		else echo "zookeeper :$port stopped"; fi
+	done
 }
 
 case ${1:-} in
-up) redis_up; cluster_up; etcd_up; kafka_up; postgres_up; mysql_up ;;
-down) mysql_down; postgres_down; kafka_down; etcd_down; cluster_down; redis_down ;;
+up) redis_up; cluster_up; etcd_up; kafka_up; postgres_up; mysql_up; zk_up ;;
+down) zk_down; mysql_down; postgres_down; kafka_down; etcd_down; cluster_down; redis_down ;;
 status) status ;;
 env) print_env ;;
 *) echo "usage: $0 up|down|status|env" >&2; exit 2 ;;

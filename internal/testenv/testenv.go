@@ -25,6 +25,13 @@ func RedisClusterAddrs(tb testing.TB) []string {
 	return addrs(tb, "REDIS_CLUSTER_ADDRS", 1)
 }
 
+// ZooKeeperAddrs returns the test ZooKeeper ensemble's client addresses
+// from ZOOKEEPER_ADDRS, or skips (fails under ONCEKIT_REQUIRE_SERVERS=1).
+func ZooKeeperAddrs(tb testing.TB) []string {
+	tb.Helper()
+	return addrs(tb, "ZOOKEEPER_ADDRS", 1)
+}
+
 func addrs(tb testing.TB, env string, n int) []string {
 	tb.Helper()
 	var out []string

@@ -1,0 +1,377 @@
+package zkstore
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/lock/lockdriver"
+	"github.com/oncekit/oncekit/storage/internal/token"
+)
+
+// MaxResultBytes is the largest result a record stores: a ZooKeeper
+// request is at most jute.maxbuffer (1 MiB by default) with the record's
+// other fields.
+const MaxResultBytes = 1<<20 - 64<<10
+
+// A record is one persistent znode, "<root>/idem/<bucket>/<escaped key>":
+//
+//	1 byte  format (1)
+//	1 byte  state: 'f' in flight, 'c' completed
+//	8 bytes fence, or 0 while the fence is the node's last write (mzxid)
+//	8 bytes lease (in flight) or retention (completed), in ms
+//	2 bytes + token, 2 bytes + fingerprint, then the result
+//
+// Its expiry is the node's last modification time (the servers' clock) +
+// the lease or retention: every write is a versioned compare-and-set, so a
+// claim whose lease ran out by the servers' clock is taken over by exactly
+// one Begin, and its old holder's writes fail.
+type record struct {
+	completed   bool
+	fence       uint64
+	dur         time.Duration
+	token       string
+	fingerprint string
+	result      []byte
+}
+
+const (
+	recFormat    = 1
+	recInFlight  = 'f'
+	recCompleted = 'c'
+	recHeader    = 1 + 1 + 8 + 8
+)
+
+func (r record) encode() []byte {
+	b := make([]byte, 0, recHeader+4+len(r.token)+len(r.fingerprint)+len(r.result))
+	state := byte(recInFlight)
+	if r.completed {
+		state = recCompleted
+	}
+	b = append(b, recFormat, state)
+	b = binary.BigEndian.AppendUint64(b, r.fence)
+	b = binary.BigEndian.AppendUint64(b, uint64(r.dur.Milliseconds()))
+	b = binary.BigEndian.AppendUint16(b, uint16(len(r.token)))
+	b = append(b, r.token...)
+	b = binary.BigEndian.AppendUint16(b, uint16(len(r.fingerprint)))
+	b = append(b, r.fingerprint...)
+	return append(b, r.result...)
+}
+
+func decodeRecord(b []byte) (record, string) {
+	if len(b) < recHeader+4 {
+		return record{}, fmt.Sprintf("%d bytes, shorter than any record", len(b))
+	}
+	if b[0] != recFormat {
+		return record{}, fmt.Sprintf("unknown format %d", b[0])
+	}
+	var r record
+	switch b[1] {
+	case recInFlight:
+	case recCompleted:
+		r.completed = true
+	default:
+		return record{}, fmt.Sprintf("unknown state %q", b[1])
+	}
+	r.fence = binary.BigEndian.Uint64(b[2:])
+	ms := binary.BigEndian.Uint64(b[10:])
+	if ms == 0 || ms > uint64(100*365*24*time.Hour/time.Millisecond) {
+		return record{}, fmt.Sprintf("duration %d ms out of range", ms)
+	}
+	r.dur = time.Duration(ms) * time.Millisecond
+	rest := b[recHeader:]
+	field := func() (string, bool) {
+		if len(rest) < 2 {
+			return "", false
+		}
+		n := int(binary.BigEndian.Uint16(rest))
+		if len(rest) < 2+n {
+			return "", false
+		}
+		v := string(rest[2 : 2+n])
+		rest = rest[2+n:]
+		return v, true
+	}
+	var ok bool
+	if r.token, ok = field(); !ok || r.token == "" {
+		return record{}, "truncated or empty token"
+	}
+	if r.fingerprint, ok = field(); !ok {
+		return record{}, "truncated fingerprint"
+	}
+	if !r.completed && len(rest) > 0 {
+		return record{}, "an in-flight record with a result"
+	}
+	r.result = rest
+	return r, ""
+}
+
+// fenceOf is the record's fence: written in it, or its node's last write.
+func (r record) fenceOf(st *zk.Stat) uint64 {
+	if r.fence != 0 {
+		return r.fence
+	}
+	return uint64(st.Mzxid)
+}
+
+// expiresMs is when the record's lease or retention ends, by the servers'
+// clock (Unix ms).
+func (r record) expiresMs(st *zk.Stat) int64 { return st.Mtime + r.dur.Milliseconds() }
+
+// expired reports whether a record whose lease or retention ends at exp
+// (the servers' clock) has ended: at once when this process's clock says
+// it has not (a clock behind the servers' only keeps a record a little
+// longer), else by asking the servers' clock.
+func (s *Store) expired(ctx context.Context, exp int64) (bool, error) {
+	if time.Now().UnixMilli() < exp {
+		return false, nil
+	}
+	now, err := s.serverNow(ctx)
+	if err != nil {
+		return false, err
+	}
+	return now >= exp, nil
+}
+
+// Begin implements idem.Store: one request for a new key (a transaction
+// that creates the record), two for a key with a live record (the create
+// fails, the record is read), and one more to take over a record whose
+// lease or retention ended.
+func (s *Store) Begin(ctx context.Context, key, fingerprint string, lease time.Duration) (idem.Claim, error) {
+	if err := lockdriver.Validate(key, lease); err != nil {
+		return idem.Claim{}, err
+	}
+	if len(fingerprint) > 1<<16-1 {
+		return idem.Claim{}, fmt.Errorf("zkstore: begin %q: a fingerprint of %d bytes (at most 65535)", key, len(fingerprint))
+	}
+	path := s.recordPath(key)
+	for range 16 {
+		start := time.Now()
+		tok := token.New()
+		data := record{dur: lease, token: tok, fingerprint: fingerprint}.encode()
+		acquired := func(st *zk.Stat) idem.Claim {
+			s.versions.Store(tok, st.Version)
+			return idem.Claim{Key: key, State: idem.Acquired, Fingerprint: fingerprint, Token: tok,
+				Fence: uint64(st.Mzxid), Expires: start.Add(lease)}
+		}
+		r, err := call(ctx, s, func() ([]zk.MultiResponse, error) {
+			return s.conn.Multi(
+				&zk.CreateRequest{Path: path, Data: data, Acl: zk.WorldACL(zk.PermAll)},
+				&zk.SetDataRequest{Path: path, Data: data, Version: -1}, // its Stat carries the zxid: the fence
+			)
+		}, nil)
+		switch {
+		case err == nil && len(r) == 2 && r[1].Stat != nil:
+			return acquired(r[1].Stat), nil
+		case errors.Is(err, zk.ErrNoNode): // the bucket's directory
+			if err := s.ensure(ctx, path[:len(path)-len(escape(key))-1]); err != nil {
+				return idem.Claim{}, s.idemErr(ctx, "begin", key, err)
+			}
+			continue
+		case err != nil && !errors.Is(err, zk.ErrNodeExists):
+			return idem.Claim{}, s.idemErr(ctx, "begin", key, err)
+		}
+		rec, st, err := s.read(ctx, key, path)
+		switch {
+		case errors.Is(err, zk.ErrNoNode):
+			continue // deleted meanwhile
+		case err != nil:
+			return idem.Claim{}, s.idemErr(ctx, "begin", key, err)
+		}
+		exp := rec.expiresMs(st)
+		gone, err := s.expired(ctx, exp)
+		if err != nil {
+			return idem.Claim{}, s.idemErr(ctx, "begin", key, err)
+		}
+		if !gone {
+			c := idem.Claim{Key: key, Fingerprint: fingerprint, Expires: time.UnixMilli(exp)}
+			switch {
+			case rec.fingerprint != fingerprint:
+				c.State = idem.Mismatch
+			case rec.completed:
+				c.State, c.Result = idem.Completed, rec.result
+			default:
+				c.State = idem.InFlight
+			}
+			return c, nil
+		}
+		st, err = call(ctx, s, func() (*zk.Stat, error) { return s.conn.Set(path, data, st.Version) }, nil)
+		switch {
+		case err == nil:
+			return acquired(st), nil
+		case errors.Is(err, zk.ErrBadVersion) || errors.Is(err, zk.ErrNoNode):
+			continue // another Begin took it over, or it was deleted
+		default:
+			return idem.Claim{}, s.idemErr(ctx, "begin", key, err)
+		}
+	}
+	return idem.Claim{}, fmt.Errorf("zkstore: begin %q: the record kept changing", key)
+}
+
+// read reads key's record; a record that is not one of ours is a
+// *idem.CorruptRecordError.
+func (s *Store) read(ctx context.Context, key, path string) (record, *zk.Stat, error) {
+	type res struct {
+		data []byte
+		st   *zk.Stat
+	}
+	r, err := call(ctx, s, func() (res, error) {
+		d, st, err := s.conn.Get(path)
+		return res{d, st}, err
+	}, nil)
+	if err != nil {
+		return record{}, nil, err
+	}
+	rec, corrupt := decodeRecord(r.data)
+	if corrupt != "" {
+		return record{}, r.st, &idem.CorruptRecordError{Key: key, Reason: corrupt}
+	}
+	return rec, r.st, nil
+}
+
+// Complete implements idem.Store: one request when this Store made the
+// claim's last write (it knows the record's version), two otherwise.
+func (s *Store) Complete(ctx context.Context, c idem.Claim, result []byte, retention time.Duration) error {
+	if err := lockdriver.ValidateTTL(retention); err != nil {
+		return err
+	}
+	if len(result) > MaxResultBytes {
+		return fmt.Errorf("zkstore: complete %q: %w: %d bytes, ZooKeeper's limit here %d", c.Key, idem.ErrResultTooLarge, len(result), MaxResultBytes)
+	}
+	err := s.finish(ctx, c, "complete", func(rec record) ([]byte, bool) {
+		rec.completed, rec.dur, rec.result = true, retention, result
+		return rec.encode(), true
+	})
+	if err == nil {
+		s.versions.Delete(c.Token)
+	}
+	return err
+}
+
+// Abandon implements idem.Store: it deletes the claim's record.
+func (s *Store) Abandon(ctx context.Context, c idem.Claim) error {
+	err := s.finish(ctx, c, "abandon", func(record) ([]byte, bool) { return nil, false })
+	s.versions.Delete(c.Token)
+	return err
+}
+
+// Extend implements idem.Store: a new lease from the servers' clock at the
+// write, which comes after the call began.
+func (s *Store) Extend(ctx context.Context, c idem.Claim, lease time.Duration) error {
+	if err := lockdriver.ValidateTTL(lease); err != nil {
+		return err
+	}
+	return s.finish(ctx, c, "extend", func(rec record) ([]byte, bool) {
+		rec.dur = lease
+		return rec.encode(), true
+	})
+}
+
+// finish writes what next makes of c's record (or deletes it, when next
+// says so), if c still holds it: a versioned write, first with the version
+// this Store last wrote for the claim, else with the one just read. A
+// claim is lost once another Begin took the record over (which needs its
+// lease to have ended by the servers' clock) or it was deleted; a claim
+// whose lease ended but that nobody took over still finishes, as no other
+// run can have started.
+func (s *Store) finish(ctx context.Context, c idem.Claim, op string, next func(record) ([]byte, bool)) error {
+	if err := lockdriver.ValidateKey(c.Key); err != nil {
+		return err
+	}
+	lost := fmt.Errorf("zkstore: %s %q: %w", op, c.Key, idem.ErrLockLost)
+	if c.Token == "" {
+		return lost
+	}
+	path := s.recordPath(c.Key)
+	mine := record{fence: c.Fence, token: c.Token, fingerprint: c.Fingerprint}
+	version := int32(-2) // unknown
+	if v, ok := s.versions.Load(c.Token); ok {
+		version = v.(int32)
+	}
+	for attempt := 0; attempt < 2; attempt++ {
+		if version == -2 || attempt == 1 {
+			rec, st, err := s.read(ctx, c.Key, path)
+			switch {
+			case errors.Is(err, zk.ErrNoNode) || errors.Is(err, idem.ErrCorruptRecord):
+				return lost
+			case err != nil:
+				return s.idemErr(ctx, op, c.Key, err)
+			case rec.completed || rec.token != c.Token || rec.fenceOf(st) != c.Fence:
+				return lost
+			}
+			mine, version = rec, st.Version
+			mine.fence = rec.fenceOf(st)
+		}
+		data, keep := next(mine)
+		var err error
+		if keep {
+			var st *zk.Stat
+			st, err = call(ctx, s, func() (*zk.Stat, error) { return s.conn.Set(path, data, version) }, nil)
+			if err == nil {
+				s.versions.Store(c.Token, st.Version)
+			}
+		} else {
+			_, err = call(ctx, s, func() (struct{}, error) { return struct{}{}, s.conn.Delete(path, version) }, nil)
+		}
+		switch {
+		case err == nil:
+			return nil
+		case errors.Is(err, zk.ErrNoNode):
+			return lost
+		case errors.Is(err, zk.ErrBadVersion):
+			continue // read and check again
+		default:
+			return s.idemErr(ctx, op, c.Key, err)
+		}
+	}
+	return lost
+}
+
+// WaitChange implements idem.Waiter: it returns when key's record changes
+// or goes (a watch on its node), at until, or when ctx ends.
+func (s *Store) WaitChange(ctx context.Context, key string, until time.Time) error {
+	if err := lockdriver.ValidateKey(key); err != nil {
+		return err
+	}
+	type res struct {
+		ok bool
+		ch <-chan zk.Event
+	}
+	r, err := call(ctx, s, func() (res, error) {
+		ok, _, ch, err := s.conn.ExistsW(s.recordPath(key))
+		return res{ok, ch}, err
+	}, nil)
+	if err != nil || !r.ok {
+		return ctx.Err() // a store error is the caller's Begin's to report
+	}
+	wait := time.Until(until)
+	if wait <= 0 {
+		return nil
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-r.ch:
+	case <-t.C:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return nil
+}
+
+func (s *Store) idemErr(ctx context.Context, op, key string, err error) error {
+	if ctx.Err() != nil && !errors.Is(err, ctx.Err()) {
+		err = errors.Join(ctx.Err(), err)
+	}
+	return fmt.Errorf("zkstore: %s %q: %w", op, key, err)
+}
+
+var (
+	_ idem.Store  = (*Store)(nil)
+	_ idem.Waiter = (*Store)(nil)
+)

@@ -1,0 +1,302 @@
+package zkstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/oncekit/oncekit/storage/internal/bg"
+)
+
+// Store is a lock.Locker, an idem.Store and an inspector (lock.Inspector,
+// idem.Inspector) over one ZooKeeper ensemble, through one session. It is
+// safe for concurrent use; Close ends the session, and with it every lease
+// of the Store.
+type Store struct {
+	conn    *zk.Conn
+	timeout time.Duration // the session timeout asked for
+	root    string
+	bg      bg.Group
+
+	mu      sync.Mutex
+	leases  map[*lease]struct{} // live leases, ended when the session may be lost
+	orphans []string            // nodes of leases ended while disconnected: deleted on reconnection
+	gen     int64               // disconnections so far: a lease is granted only in the generation its node was made in
+	closed  bool
+
+	connected chan struct{} // closed at the first session
+	connOnce  sync.Once
+
+	// versions remembers the version of each record this Store last
+	// wrote for a claim it holds (by token), so that Complete and Extend
+	// write in one round trip; a stale one costs a read and a retry.
+	versions sync.Map // token -> int32
+
+	cleanupStop chan struct{}
+	cleanupDone chan struct{}
+}
+
+// Connect opens a session with the ensemble at servers ("host:port") and
+// returns a Store over it, once the session is established (or ctx ends).
+func Connect(ctx context.Context, servers []string, opts ...Option) (*Store, error) {
+	o := defaultOptions()
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if err := o.validate(); err != nil {
+		return nil, fmt.Errorf("zkstore: connect: %w", err)
+	}
+	if len(servers) == 0 {
+		return nil, errors.New("zkstore: connect: no servers")
+	}
+	s := &Store{
+		timeout:   o.sessionTimeout,
+		root:      o.root,
+		leases:    make(map[*lease]struct{}),
+		connected: make(chan struct{}),
+	}
+	logger := o.logger
+	if logger == nil {
+		logger = quietLogger{}
+	}
+	conn, _, err := zk.Connect(servers, o.sessionTimeout, zk.WithEventCallback(s.onEvent), zk.WithLogger(logger),
+		zk.WithLogInfo(false))
+	if err != nil {
+		return nil, fmt.Errorf("zkstore: connect: %w", err)
+	}
+	s.conn = conn
+	select {
+	case <-s.connected:
+	case <-ctx.Done():
+		conn.Close()
+		return nil, fmt.Errorf("zkstore: connect to %s: %w", strings.Join(servers, ","), ctx.Err())
+	}
+	if err := s.ensure(ctx, s.lockRoot(), s.recordRoot()); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("zkstore: connect: %w", err)
+	}
+	if o.cleanup > 0 {
+		s.startCleanup(o.cleanup)
+	}
+	return s, nil
+}
+
+// Conn is the Store's ZooKeeper connection, for the caller's own requests.
+func (s *Store) Conn() *zk.Conn { return s.conn }
+
+// SessionTimeout is the session timeout the Store asked the ensemble for.
+// The servers keep it within 2 and 20 of their ticks (tickTime).
+func (s *Store) SessionTimeout() time.Duration { return s.timeout }
+
+// Close ends the Store's leases, stops its cleanup and closes the session:
+// the servers delete the Store's lock nodes at once.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.mu.Unlock()
+	s.stopCleanup()
+	s.endAll()
+	s.conn.Close()
+	s.bg.Wait()
+	return nil
+}
+
+// onEvent follows the session. While the client is disconnected the
+// servers may expire the session at any moment and give its keys to
+// others, so every lease ends at once (Curator's standard policy for
+// SUSPENDED): Done closes, and a lease is never reported held after that.
+// If the session survives, the nodes of those leases are deleted on
+// reconnection; if it expired, the servers deleted them.
+func (s *Store) onEvent(ev zk.Event) {
+	if ev.Type != zk.EventSession {
+		return
+	}
+	switch ev.State {
+	case zk.StateHasSession:
+		s.connOnce.Do(func() { close(s.connected) })
+		s.mu.Lock()
+		orphans := s.orphans
+		s.orphans = nil
+		s.mu.Unlock()
+		if len(orphans) > 0 {
+			s.bg.Go(func() {
+				for _, p := range orphans {
+					_ = s.conn.Delete(p, -1)
+				}
+			})
+		}
+	case zk.StateDisconnected, zk.StateExpired:
+		s.endAll()
+	}
+}
+
+// endAll ends every live lease as lost, keeping their nodes to delete once
+// the session is back.
+func (s *Store) endAll() {
+	s.mu.Lock()
+	s.gen++
+	ended := make([]*lease, 0, len(s.leases))
+	for l := range s.leases {
+		ended = append(ended, l)
+	}
+	s.mu.Unlock()
+	for _, l := range ended {
+		if l.End(lostState) {
+			s.mu.Lock()
+			if !s.closed {
+				s.orphans = append(s.orphans, l.node)
+			}
+			s.mu.Unlock()
+		}
+	}
+}
+
+// call runs f, a blocking request of the ZooKeeper client, and returns its
+// result or ctx's error as soon as ctx ends. A request that returns after
+// ctx ended goes on in the background; late, if set, receives its result.
+func call[T any](ctx context.Context, s *Store, f func() (T, error), late func(T, error)) (T, error) {
+	if ctx.Done() == nil {
+		return f()
+	}
+	if err := ctx.Err(); err != nil {
+		var zero T
+		return zero, err
+	}
+	type result struct {
+		v   T
+		err error
+	}
+	ch := make(chan result, 1)
+	s.bg.Go(func() {
+		v, err := f()
+		ch <- result{v, err}
+	})
+	select {
+	case r := <-ch:
+		return r.v, r.err
+	case <-ctx.Done():
+		if late != nil {
+			s.bg.Go(func() {
+				r := <-ch
+				late(r.v, r.err)
+			})
+		}
+		var zero T
+		return zero, ctx.Err()
+	}
+}
+
+// ensure creates the persistent nodes paths (and their parents) where
+// missing.
+func (s *Store) ensure(ctx context.Context, paths ...string) error {
+	for _, p := range paths {
+		parts := strings.Split(strings.TrimPrefix(p, "/"), "/")
+		for i := range parts {
+			sub := "/" + strings.Join(parts[:i+1], "/")
+			_, err := call(ctx, s, func() (string, error) { return s.conn.Create(sub, nil, 0, zk.WorldACL(zk.PermAll)) }, nil)
+			if err != nil && !errors.Is(err, zk.ErrNodeExists) {
+				return fmt.Errorf("create %s: %w", sub, err)
+			}
+		}
+	}
+	return nil
+}
+
+// serverNow is the ensemble's clock (Unix ms): the modification time of a
+// write the call makes to "<root>/clock". Record expiries are judged by it,
+// never by this process's clock.
+func (s *Store) serverNow(ctx context.Context) (int64, error) {
+	p := s.root + "/clock"
+	st, err := call(ctx, s, func() (*zk.Stat, error) { return s.conn.Set(p, nil, -1) }, nil)
+	if errors.Is(err, zk.ErrNoNode) {
+		if _, err := call(ctx, s, func() (string, error) { return s.conn.Create(p, nil, 0, zk.WorldACL(zk.PermAll)) }, nil); err != nil && !errors.Is(err, zk.ErrNodeExists) {
+			return 0, err
+		}
+		st, err = call(ctx, s, func() (*zk.Stat, error) { return s.conn.Set(p, nil, -1) }, nil)
+	}
+	if err != nil {
+		return 0, err
+	}
+	return st.Mtime, nil
+}
+
+func (s *Store) lockRoot() string   { return s.root + "/lock" }
+func (s *Store) recordRoot() string { return s.root + "/idem" }
+
+// lockDir is the container node under which key's acquisitions queue.
+func (s *Store) lockDir(key string) string { return s.lockRoot() + "/" + escape(key) }
+
+// recordPath is key's record. Records are spread over 256 directories,
+// so that no directory's listing outgrows a ZooKeeper packet.
+func (s *Store) recordPath(key string) string {
+	return s.recordRoot() + "/" + bucket(key) + "/" + escape(key)
+}
+
+// escape makes key one znode name: letters, digits and "-_.:@=+~," stay,
+// every other byte is %XX; "." and ".." (reserved names) are escaped too.
+func escape(key string) string {
+	var b strings.Builder
+	for i := 0; i < len(key); i++ {
+		c := key[i]
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("-_.:@=+~,", c) >= 0 {
+			b.WriteByte(c)
+			continue
+		}
+		fmt.Fprintf(&b, "%%%02X", c)
+	}
+	if e := b.String(); e != "." && e != ".." {
+		return e
+	}
+	return strings.ReplaceAll(key, ".", "%2E")
+}
+
+// unescape reverses escape.
+func unescape(name string) (string, bool) {
+	var b strings.Builder
+	for i := 0; i < len(name); i++ {
+		if name[i] != '%' {
+			b.WriteByte(name[i])
+			continue
+		}
+		if i+2 >= len(name) {
+			return "", false
+		}
+		var c byte
+		if _, err := fmt.Sscanf(name[i+1:i+3], "%02X", &c); err != nil {
+			return "", false
+		}
+		b.WriteByte(c)
+		i += 2
+	}
+	return b.String(), true
+}
+
+// bucket is key's record directory: two hex digits of an FNV-1a hash.
+func bucket(key string) string {
+	h := uint32(2166136261)
+	for i := 0; i < len(key); i++ {
+		h ^= uint32(key[i])
+		h *= 16777619
+	}
+	return fmt.Sprintf("%02x", h&0xff)
+}
+
+// quietLogger drops the client's log lines: connection errors surface as
+// errors of the calls, and session changes end leases.
+type quietLogger struct{}
+
+func (quietLogger) Printf(string, ...any) {}
+
+// StdLogger logs the ZooKeeper client's lines through the standard log
+// package (see WithLogger).
+var StdLogger zk.Logger = log.Default()

@@ -1,0 +1,69 @@
+package zkstore_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+	"go.uber.org/goleak"
+
+	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/idem/idemtest"
+	"github.com/oncekit/oncekit/core/lock"
+	"github.com/oncekit/oncekit/core/lock/locktest"
+	"github.com/oncekit/oncekit/internal/testenv"
+	"github.com/oncekit/oncekit/storage/zkstore"
+)
+
+// sessionTimeout is the tests' session: short, so that a killed holder's
+// key frees within the suites' bounds, and long enough for a -race run's
+// pauses on two cores.
+const sessionTimeout = 2 * time.Second
+
+func TestMain(m *testing.M) {
+	locktest.RunHolder(func() (lock.Locker, error) { // a holder process of the suite
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		return zkstore.Connect(ctx, testenv.Addrs("ZOOKEEPER_ADDRS"), zkstore.WithSessionTimeout(sessionTimeout))
+	})
+	goleak.VerifyTestMain(m)
+}
+
+// connect returns a Store with a session of its own (as another process
+// would have), closed at the end of the test.
+func connect(t testing.TB, opts ...zkstore.Option) *zkstore.Store {
+	t.Helper()
+	addrs := testenv.ZooKeeperAddrs(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := zkstore.Connect(ctx, addrs, append([]zkstore.Option{zkstore.WithSessionTimeout(sessionTimeout)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func TestConformance(t *testing.T) {
+	locktest.Run(t, locktest.Config{
+		NewLocker:     func(t *testing.T) lock.Locker { return connect(t) },
+		HolderProcess: true,
+	})
+}
+
+func TestIdemConformance(t *testing.T) {
+	admin := connect(t)
+	idemtest.Run(t, idemtest.Config{
+		NewStore: func(t *testing.T) idem.Store { return connect(t) },
+		Corrupt: func(t *testing.T, key string) {
+			p := zkstore.RecordPath(admin, key)
+			if _, err := admin.Begin(context.Background(), key, "plant", time.Minute); err != nil {
+				t.Fatal(err) // creates the bucket directory
+			}
+			if _, err := admin.Conn().Set(p, []byte("garbage"), -1); err != nil && err != zk.ErrNoNode {
+				t.Fatal(err)
+			}
+		},
+	})
+}
