@@ -25,6 +25,7 @@ import (
 	"github.com/oncekit/oncekit/storage/redisstore"
 	"github.com/oncekit/oncekit/storage/redlockstore"
 	"github.com/oncekit/oncekit/storage/sqlstore"
+	"github.com/oncekit/oncekit/storage/zkstore"
 )
 
 // Help lists the URL forms, for a command's usage text.
@@ -38,11 +39,14 @@ const Help = `Store URLs:
   etcd://host:port,host:port,...                 an etcd cluster
   postgres://user:password@host:port/dbname      PostgreSQL (pgx's parameters: sslmode=...)
   mysql://user:password@host:port/dbname         MySQL 8 or MariaDB (go-sql-driver/mysql's parameters)
+  zk://host:port,host:port,...[/root][?session_timeout=10s]
+                                                 a ZooKeeper ensemble (znodes under root, default /oncekit)
 Credentials: user:password@ before the hosts (a Redis ACL user or requirepass, an etcd user).
 Redis forms take go-redis' query parameters (dial_timeout=2s, pool_size=50, ...).
 SQL forms create their tables if missing (migrate=false skips that) and
 take prefix=P as the table prefix (default oncekit_); TLS through the
-driver's own parameters.
+driver's own parameters. zk:// waits for a session (within the timeout)
+and takes no other parameter.
 Every other form takes:
   prefix=P          the lock key prefix
   record_prefix=P   the idempotency record prefix
@@ -154,6 +158,8 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (Store, error) {
 		return c.redlock(u, q)
 	case "etcd":
 		return c.etcd(u)
+	case "zk", "zookeeper":
+		return c.zk(ctx, u)
 	case "postgres", "postgresql", "mysql":
 		return c.sql(ctx, u, q)
 	case "":
@@ -397,6 +403,35 @@ func (c common) etcd(u *url.URL) (Store, error) {
 	return &etcdStore{Store: s, client: client}, nil
 }
 
+func (c common) zk(ctx context.Context, u *url.URL) (Store, error) {
+	hosts, err := hostsOf(u)
+	if err != nil {
+		return nil, err
+	}
+	q := u.Query()
+	session := 10 * time.Second
+	if v := q.Get("session_timeout"); v != "" {
+		if session, err = time.ParseDuration(v); err != nil {
+			return nil, fmt.Errorf("storage: store URL %q: session_timeout: %w", u.Redacted(), err)
+		}
+	}
+	q.Del("session_timeout")
+	if len(q) > 0 || c.prefix != "" || c.recordPrefix != "" || c.tls != nil || u.User != nil {
+		return nil, fmt.Errorf("storage: store URL %q: zk:// takes the root as its path and no parameter but session_timeout", u.Redacted())
+	}
+	opts := []zkstore.Option{zkstore.WithSessionTimeout(session)}
+	if root := strings.TrimSuffix(u.Path, "/"); root != "" {
+		opts = append(opts, zkstore.WithRoot(root))
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.opts.timeout)
+	defer cancel()
+	s, err := zkstore.Connect(ctx, hosts, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("storage: %w", err)
+	}
+	return s, nil
+}
+
 // RedisClient returns the client Open made for a redis, rediss,
 // redis-cluster or redis-sentinel URL, or nil for another store.
 func RedisClient(s Store) redis.UniversalClient {
@@ -426,7 +461,7 @@ func EtcdClient(s Store) *clientv3.Client {
 
 // Scheme returns the kind of store s is: "memory", "redis" (also for
 // rediss), "redis-cluster", "redis-sentinel", "redlock", "etcd",
-// "postgres" or "mysql".
+// "postgres", "mysql" or "zk".
 func Scheme(s Store) string {
 	switch s := s.(type) {
 	case *memstore.Store:
@@ -439,6 +474,8 @@ func Scheme(s Store) string {
 		return "etcd"
 	case *sqlstore.Store:
 		return string(s.Dialect())
+	case *zkstore.Store:
+		return "zk"
 	}
 	return ""
 }

@@ -25,6 +25,7 @@ func TestOpenEachForm(t *testing.T) {
 		"etcd":          "etcd://" + strings.Join(testenv.EtcdAddrs(t), ","),
 		"postgres":      withParam(testenv.PostgresURL(t), "prefix=storage_test_"),
 		"mysql":         withParam(testenv.MySQLURL(t), "prefix=storage_test_&timeout=2s"),
+		"zk":            "zk://" + strings.Join(testenv.ZooKeeperAddrs(t), ",") + "/storage-test?session_timeout=4s",
 	}
 	for scheme, url := range forms {
 		t.Run(scheme, func(t *testing.T) {
@@ -125,6 +126,9 @@ func TestOpenRejectsBadURLs(t *testing.T) {
 		"mysql://root@127.0.0.1:1/db?timeout=soon":    "invalid duration",
 		"postgres://127.0.0.1:1/db?migrate=sometimes": "not a boolean",
 		"postgres://127.0.0.1:1/db?record_prefix=x":   "one table prefix",
+		"zk://127.0.0.1:2181?pool_size=4":             "no parameter but session_timeout",
+		"zk://127.0.0.1:2181?session_timeout=soon":    "session_timeout",
+		"zk://127.0.0.1:2181?prefix=x":                "no parameter but session_timeout",
 	} {
 		st, err := storage.Open(context.Background(), url)
 		if err == nil {

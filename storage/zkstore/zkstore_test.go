@@ -2,6 +2,7 @@ package zkstore_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -65,5 +66,32 @@ func TestIdemConformance(t *testing.T) {
 				t.Fatal(err)
 			}
 		},
+		Effect: func(t *testing.T, key string, limit int) (any, func() int) {
+			return countingEffect(t, admin.Conn(), key, limit)
+		},
 	})
+}
+
+// countingEffect is an effect that adds one child to a node of its own
+// for key — refused (a version check on a node that does not exist) when
+// limit is 0 — and a function that counts the children.
+func countingEffect(t *testing.T, c *zk.Conn, key string, limit int) (zkstore.Effect, func() int) {
+	dir := "/oncekit-test-effects/" + strings.NewReplacer("/", "_", ".", "_").Replace(key)
+	for _, p := range []string{"/oncekit-test-effects", dir} {
+		if _, err := c.Create(p, nil, 0, zk.WorldACL(zk.PermAll)); err != nil && err != zk.ErrNodeExists {
+			t.Fatal(err)
+		}
+	}
+	ops := []any{&zk.CreateRequest{Path: dir + "/n-", Acl: zk.WorldACL(zk.PermAll), Flags: zk.FlagSequence}}
+	if limit <= 0 {
+		ops = append(ops, &zk.CheckVersionRequest{Path: dir + "/limit-reached", Version: 0})
+	}
+	count := func() int {
+		kids, _, err := c.Children(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(kids)
+	}
+	return zkstore.Effect{Ops: ops, Reason: "limit reached"}, count
 }
