@@ -100,7 +100,7 @@ func TestConstructorsRejectBadInput(t *testing.T) {
 // errors, before any round trip, and never panics.
 func TestDriversRejectBadInput(t *testing.T) {
 	for name, url := range map[string]string{"memory": "memory://", "redis": stores(t)["redis"], "redlock": stores(t)["redlock"], "etcd": stores(t)["etcd"],
-		"postgres": stores(t)["postgres"], "mysql": stores(t)["mysql"]} {
+		"postgres": stores(t)["postgres"], "mysql": stores(t)["mysql"], "zk": stores(t)["zk"]} {
 		t.Run(name, func(t *testing.T) {
 			o, err := storage.Open(context.Background(), url)
 			if err != nil {

@@ -62,11 +62,12 @@ func stores(t testing.TB) map[string]string {
 		"etcd":     "etcd://" + strings.Join(testenv.EtcdAddrs(t), ","),
 		"postgres": testenv.PostgresURL(t),
 		"mysql":    testenv.MySQLURL(t),
+		"zk":       "zk://" + strings.Join(testenv.ZooKeeperAddrs(t), ","),
 	}
 }
 
 func eachStore(t *testing.T, f func(t *testing.T, url string)) {
-	for _, name := range []string{"redis", "redlock", "etcd", "postgres", "mysql"} {
+	for _, name := range []string{"redis", "redlock", "etcd", "postgres", "mysql", "zk"} {
 		url := stores(t)[name]
 		t.Run(name, func(t *testing.T) { f(t, url) })
 	}

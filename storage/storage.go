@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-zookeeper/zk"
 	"github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -430,6 +431,15 @@ func (c common) zk(ctx context.Context, u *url.URL) (Store, error) {
 		return nil, fmt.Errorf("storage: %w", err)
 	}
 	return s, nil
+}
+
+// ZooKeeperConn returns the connection of a zk URL's store, or nil for
+// another store.
+func ZooKeeperConn(s Store) *zk.Conn {
+	if z, ok := s.(*zkstore.Store); ok {
+		return z.Conn()
+	}
+	return nil
 }
 
 // RedisClient returns the client Open made for a redis, rediss,

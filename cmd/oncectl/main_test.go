@@ -52,6 +52,9 @@ func TestAgainstRealServers(t *testing.T) {
 		}},
 		{"postgres", func(t *testing.T) string { return testenv.PostgresURL(t) }},
 		{"mysql", func(t *testing.T) string { return testenv.MySQLURL(t) }},
+		{"zk", func(t *testing.T) string {
+			return "zk://" + strings.Join(testenv.ZooKeeperAddrs(t), ",") + "/oncectl-test"
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) { scenario(t, tc.url(t)) })
 	}
@@ -190,6 +193,7 @@ func TestErrors(t *testing.T) {
 		{[]string{"lock", "inspect", "k", "--store", "redlock://127.0.0.1:1,127.0.0.1:2"}, exitFail, "odd number"},
 		{[]string{"lock", "inspect", "k", "--store", "redis://127.0.0.1:1", "--timeout", "500ms"}, exitFail, "connection refused"},
 		{[]string{"record", "get", "k", "--store", "etcd://127.0.0.1:1", "--timeout", "500ms"}, exitFail, "etcdstore: inspect record"},
+		{[]string{"record", "get", "k", "--store", "zk://127.0.0.1:1", "--timeout", "500ms"}, exitFail, "zkstore: connect"},
 		{[]string{"--", "lock", "inspect", "-k", "--store", "redis://127.0.0.1:1"}, exitUsage, "want a command"},
 	} {
 		t.Setenv("ONCEKIT_STORE", "")

@@ -30,7 +30,8 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // stores are the store URLs the service runs on: every driver. The
-// servers come from REDIS_ADDRS and ETCD_ENDPOINTS (comma-separated, as
+// servers come from REDIS_ADDRS, ETCD_ENDPOINTS, POSTGRES_URL, MYSQL_URL and
+// ZOOKEEPER_ADDRS (comma-separated, as
 // `make services-up` prints them); a store whose servers are not named is
 // skipped, or fails under ONCEKIT_REQUIRE_SERVERS=1.
 var stores = map[string]func(t *testing.T) string{
@@ -40,6 +41,7 @@ var stores = map[string]func(t *testing.T) string{
 	"etcd":     func(t *testing.T) string { return "etcd://" + strings.Join(servers(t, "ETCD_ENDPOINTS", 1), ",") },
 	"postgres": func(t *testing.T) string { return servers(t, "POSTGRES_URL", 1)[0] },
 	"mysql":    func(t *testing.T) string { return servers(t, "MYSQL_URL", 1)[0] },
+	"zk":       func(t *testing.T) string { return "zk://" + strings.Join(servers(t, "ZOOKEEPER_ADDRS", 1), ",") },
 }
 
 // servers returns the first n addresses listed in env, or skips t.
@@ -63,7 +65,7 @@ func servers(t *testing.T, env string, n int) []string {
 }
 
 func eachStore(t *testing.T, f func(t *testing.T, url string)) {
-	for _, name := range []string{"memory", "redis", "redlock", "etcd", "postgres", "mysql"} {
+	for _, name := range []string{"memory", "redis", "redlock", "etcd", "postgres", "mysql", "zk"} {
 		t.Run(name, func(t *testing.T) { f(t, stores[name](t)) })
 	}
 }

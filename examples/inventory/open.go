@@ -14,9 +14,9 @@ const StoreHelp = storage.Help
 
 // Open opens the oncekit driver a store URL names (the forms of oncectl:
 // memory://, redis://, redlock://h1,h2,h3, etcd://..., postgres://...,
-// mysql://...) and the inventory beside it, under prefix: on Redis and
-// etcd the stock lives on the records' servers, with Redlock on the first
-// node, on SQL in tables of the records' database. obs, if not nil,
+// mysql://..., zk://...) and the inventory beside it, under prefix: on
+// Redis, etcd and ZooKeeper the stock lives on the records' servers, with
+// Redlock on the first node, on SQL in tables of the records' database. obs, if not nil,
 // observes the driver. close closes both.
 func Open(url, prefix string, obs observe.Observer) (store Store, backend Backend, close func(), err error) {
 	st, err := storage.Open(context.Background(), url, storage.WithObserver(obs))
@@ -32,6 +32,13 @@ func Open(url, prefix string, obs observe.Observer) (store Store, backend Backen
 		backend = NewRedisKeyed(storage.RedlockClients(st)[0], prefix)
 	case "etcd":
 		backend = NewEtcd(storage.EtcdClient(st), prefix)
+	case "zk":
+		z, err := NewZooKeeper(storage.ZooKeeperConn(st), prefix)
+		if err != nil {
+			_ = st.Close()
+			return nil, nil, nil, err
+		}
+		backend = z
 	case "postgres", "mysql":
 		sq := NewSQL(storage.SQLDB(st), sqlstore.Dialect(scheme), prefix)
 		if err := sq.Migrate(context.Background()); err != nil {
