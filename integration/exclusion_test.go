@@ -116,6 +116,37 @@ func TestExclusionUnderFaults(t *testing.T) {
 		})
 		x.finish()
 	})
+	t.Run("zk", func(t *testing.T) {
+		members := testenv.StartZooKeeper(t, 3)
+		var addrs []string
+		for _, m := range members {
+			addrs = append(addrs, m.Addr)
+		}
+		// A session of a TTL: a holder that froze or died loses its key
+		// within the TTL, as on the other stores.
+		x := newExclusion(t, "zk://"+strings.Join(addrs, ",")+"?session_timeout="+ttl.String(), ttl)
+		x.repeat(2, "holder paused past its session", x.pauseHolder)
+		x.repeat(2, "holder killed (SIGKILL)", x.killHolder)
+		x.repeat(2, "ZooKeeper leader killed and restarted", func() (time.Time, time.Time) {
+			leader := testenv.ZooKeeperLeader(t, members)
+			at := time.Now()
+			leader.Kill()
+			time.Sleep(ttl)
+			leader.Start()
+			leader.WaitServing(30 * time.Second)
+			return at, time.Now()
+		})
+		x.repeat(2, "one ZooKeeper member partitioned from the others", func() (time.Time, time.Time) {
+			m := members[rand.N(len(members))]
+			at := time.Now()
+			m.Partition()
+			time.Sleep(3 * ttl)
+			m.Heal()
+			m.WaitServing(30 * time.Second)
+			return at, time.Now()
+		})
+		x.finish()
+	})
 }
 
 // sqlExclusion runs the harness on a SQL server of the test's own, which

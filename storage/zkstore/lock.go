@@ -78,11 +78,7 @@ func (s *Store) enqueue(ctx context.Context, key, dir string, ttl time.Duration,
 		return nil, s.acquireErr(ctx, key, err)
 	}
 	name := node[len(dir)+1:]
-	giveUp := func() {
-		cctx, cancel := lockdriver.CleanupContext(ctx)
-		defer cancel()
-		_, _ = call(cctx, s, func() (struct{}, error) { return struct{}{}, s.conn.Delete(node, -1) }, nil)
-	}
+	giveUp := func() { s.forget(node) }
 	recheck := time.NewTimer(s.timeout)
 	defer recheck.Stop()
 	for {
@@ -135,7 +131,7 @@ func (s *Store) create(ctx context.Context, dir, tok string, ttl time.Duration) 
 	data := lockData(ttl, tok)
 	late := func(r []zk.MultiResponse, err error) { // the node of a call ctx gave up on
 		if err == nil && len(r) == 2 && r[0].Error == nil {
-			_ = s.conn.Delete(r[0].String, -1)
+			s.forget(r[0].String)
 		}
 	}
 	for range 8 {
@@ -155,9 +151,11 @@ func (s *Store) create(ctx context.Context, dir, tok string, ttl time.Duration) 
 			continue // the directory may be reaped again before the retry: bounded
 		}
 		if err != nil {
-			if errors.Is(err, zk.ErrConnectionClosed) {
-				s.bg.Go(func() { s.deleteByToken(dir, tok) })
+			if !errors.Is(err, zk.ErrNodeExists) && !errors.Is(err, zk.ErrNoNode) && ctx.Err() == nil {
+				s.forgetCreated(dir, tok) // the reply may have been lost after the node was made
 			}
+			// (A create whose reply a cancelled ctx gave up on is deleted by
+			// late.)
 			return "", 0, err
 		}
 		if len(r) != 2 || r[1].Stat == nil {
@@ -166,21 +164,6 @@ func (s *Store) create(ctx context.Context, dir, tok string, ttl time.Duration) 
 		return r[0].String, uint64(r[1].Stat.Mzxid), nil
 	}
 	return "", 0, errors.New("the key's directory kept disappearing")
-}
-
-// deleteByToken deletes a node of tok under dir whose creation's reply was
-// lost with the connection (Curator's protected mode): the session may
-// have kept it.
-func (s *Store) deleteByToken(dir, tok string) {
-	kids, _, err := s.conn.Children(dir)
-	if err != nil {
-		return
-	}
-	for _, k := range kids {
-		if strings.HasPrefix(k, tok+"-") {
-			_ = s.conn.Delete(dir+"/"+k, -1)
-		}
-	}
 }
 
 // children lists dir's acquisitions in queue order (an empty list for a
@@ -266,7 +249,7 @@ func (s *Store) grant(key, tok, node string, fence uint64, gen int64, start time
 			delete(s.leases, l)
 			s.mu.Unlock()
 		},
-		OnExpire: func() { s.bg.Go(l.deleteNode) },
+		OnExpire: func() { s.forget(node) },
 	})
 	s.mu.Lock()
 	ok := s.gen == gen && !s.closed
@@ -345,18 +328,6 @@ func (l *lease) StoreRelease(ctx context.Context) error {
 		return fmt.Errorf("zkstore: release %q: %w", l.Key(), err)
 	}
 	return nil
-}
-
-// deleteNode frees the key of a lease that ended without a Release (its
-// local deadline passed), retried while the session lasts.
-func (l *lease) deleteNode() {
-	for range 10 {
-		err := l.s.conn.Delete(l.node, -1)
-		if err == nil || errors.Is(err, zk.ErrNoNode) || errors.Is(err, zk.ErrClosing) || errors.Is(err, zk.ErrSessionExpired) {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 }
 
 // lockData is an acquisition node's data: "v1|<ttl ms>|<token>".

@@ -26,11 +26,13 @@ type Store struct {
 
 	mu      sync.Mutex
 	leases  map[*lease]struct{} // live leases, ended when the session may be lost
-	orphans []string            // nodes of leases ended while disconnected: deleted on reconnection
+	orphans  []orphan           // nodes no lease uses any more, to delete (forget)
+	sweeping bool               // a sweep of orphans runs
 	gen     int64               // disconnections so far: a lease is granted only in the generation its node was made in
 	closed  bool
 
 	connected chan struct{} // closed at the first session
+	closing   chan struct{} // closed by Close
 	connOnce  sync.Once
 
 	// versions remembers the version of each record this Store last
@@ -60,6 +62,7 @@ func Connect(ctx context.Context, servers []string, opts ...Option) (*Store, err
 		root:      o.root,
 		leases:    make(map[*lease]struct{}),
 		connected: make(chan struct{}),
+		closing:   make(chan struct{}),
 	}
 	logger := o.logger
 	if logger == nil {
@@ -103,6 +106,7 @@ func (s *Store) Close() error {
 		return nil
 	}
 	s.closed = true
+	close(s.closing)
 	s.mu.Unlock()
 	s.stopCleanup()
 	s.endAll()
@@ -124,20 +128,104 @@ func (s *Store) onEvent(ev zk.Event) {
 	switch ev.State {
 	case zk.StateHasSession:
 		s.connOnce.Do(func() { close(s.connected) })
-		s.mu.Lock()
-		orphans := s.orphans
-		s.orphans = nil
-		s.mu.Unlock()
-		if len(orphans) > 0 {
-			s.bg.Go(func() {
-				for _, p := range orphans {
-					_ = s.conn.Delete(p, -1)
-				}
-			})
-		}
+		s.sweep()
 	case zk.StateDisconnected, zk.StateExpired:
 		s.endAll()
 	}
+}
+
+// orphan is a node no lease of the Store uses any more: by its path, or,
+// when the reply to its creation was lost, by the token in its name under
+// dir (Curator's protected mode).
+type orphan struct{ path, dir, tok string }
+
+// forget queues node, which no lease of the Store uses any more, for
+// deletion: at once, and again whenever the session is back, until the
+// servers confirm it is gone. A node left behind would keep its key held
+// for as long as the session lives.
+func (s *Store) forget(node string) { s.forgetOrphan(orphan{path: node}) }
+
+// forgetCreated is forget for the node of token tok under dir whose
+// creation may have succeeded without an answer.
+func (s *Store) forgetCreated(dir, tok string) { s.forgetOrphan(orphan{dir: dir, tok: tok}) }
+
+func (s *Store) forgetOrphan(o orphan) {
+	s.mu.Lock()
+	if !s.closed {
+		s.orphans = append(s.orphans, o)
+	}
+	s.mu.Unlock()
+	s.sweep()
+}
+
+// remove deletes o; it reports false when it must be tried again.
+func (s *Store) remove(o orphan) bool {
+	gone := func(err error) bool {
+		return err == nil || errors.Is(err, zk.ErrNoNode) || errors.Is(err, zk.ErrSessionExpired) || errors.Is(err, zk.ErrClosing)
+	}
+	ctx := context.Background() // bounded by call
+	del := func(p string) error {
+		_, err := call(ctx, s, func() (struct{}, error) { return struct{}{}, s.conn.Delete(p, -1) }, nil)
+		return err
+	}
+	if o.path != "" {
+		return gone(del(o.path))
+	}
+	kids, err := call(ctx, s, func() ([]string, error) {
+		kids, _, err := s.conn.Children(o.dir)
+		return kids, err
+	}, nil)
+	if err != nil {
+		return gone(err)
+	}
+	for _, k := range kids {
+		if strings.HasPrefix(k, o.tok+"-") && !gone(del(o.dir+"/"+k)) {
+			return false
+		}
+	}
+	return true
+}
+
+// sweep deletes the queued nodes in the background (one sweep at a time);
+// those it cannot delete now stay queued.
+func (s *Store) sweep() {
+	s.mu.Lock()
+	if s.sweeping || len(s.orphans) == 0 || s.closed {
+		s.mu.Unlock()
+		return
+	}
+	s.sweeping = true
+	s.mu.Unlock()
+	s.bg.Go(func() {
+		for {
+			s.mu.Lock()
+			nodes := s.orphans
+			s.orphans = nil
+			if len(nodes) == 0 || s.closed {
+				s.sweeping = false
+				s.mu.Unlock()
+				return
+			}
+			s.mu.Unlock()
+			var left []orphan
+			for _, o := range nodes {
+				if !s.remove(o) {
+					left = append(left, o)
+				}
+			}
+			if len(left) > 0 {
+				s.mu.Lock()
+				s.orphans = append(s.orphans, left...)
+				s.mu.Unlock()
+				// Again soon: the session may be back without an event
+				// this sweep saw.
+				select {
+				case <-time.After(s.timeout / 4):
+				case <-s.closing:
+				}
+			}
+		}
+	})
 }
 
 // endAll ends every live lease as lost, keeping their nodes to delete once
@@ -154,22 +242,25 @@ func (s *Store) endAll() {
 		if l.End(lostState) {
 			s.mu.Lock()
 			if !s.closed {
-				s.orphans = append(s.orphans, l.node)
+				s.orphans = append(s.orphans, orphan{path: l.node})
 			}
 			s.mu.Unlock()
 		}
 	}
+	// Swept when the session is back (StateHasSession), not now: the
+	// client is cut off.
 }
 
 // call runs f, a blocking request of the ZooKeeper client, and returns its
 // result or ctx's error as soon as ctx ends. A request that returns after
 // ctx ended goes on in the background; late, if set, receives its result.
+//
+// A request is also given up after twice the session timeout (the client
+// can hold a request across a reconnection; by then the session is over
+// anyway), with ErrRequestTimeout.
 func call[T any](ctx context.Context, s *Store, f func() (T, error), late func(T, error)) (T, error) {
-	if ctx.Done() == nil {
-		return f()
-	}
+	var zero T
 	if err := ctx.Err(); err != nil {
-		var zero T
 		return zero, err
 	}
 	type result struct {
@@ -181,20 +272,29 @@ func call[T any](ctx context.Context, s *Store, f func() (T, error), late func(T
 		v, err := f()
 		ch <- result{v, err}
 	})
+	t := time.NewTimer(2 * s.timeout)
+	defer t.Stop()
+	var err error
 	select {
 	case r := <-ch:
 		return r.v, r.err
 	case <-ctx.Done():
-		if late != nil {
-			s.bg.Go(func() {
-				r := <-ch
-				late(r.v, r.err)
-			})
-		}
-		var zero T
-		return zero, ctx.Err()
+		err = ctx.Err()
+	case <-t.C:
+		err = ErrRequestTimeout
 	}
+	if late != nil {
+		s.bg.Go(func() {
+			r := <-ch
+			late(r.v, r.err)
+		})
+	}
+	return zero, err
 }
+
+// ErrRequestTimeout reports a request the ensemble did not answer within
+// twice the session timeout.
+var ErrRequestTimeout = errors.New("zkstore: no answer within twice the session timeout")
 
 // ensure creates the persistent nodes paths (and their parents) where
 // missing.
