@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -270,6 +271,7 @@ type lease struct {
 	s     *Store
 	node  string
 	watch sync.Once
+	cut   atomic.Bool // ended with the session's connection: the Store deletes its node
 }
 
 // Done implements lock.Lease. Besides a Release, the local deadline and a
@@ -306,6 +308,9 @@ func (l *lease) Done() <-chan struct{} {
 // StoreRefresh implements lockdriver.Store: it records the new TTL on the
 // node (for other processes to read) and checks the node is still there.
 func (l *lease) StoreRefresh(ctx context.Context, ttl time.Duration) (time.Time, error) {
+	if l.cut.Load() {
+		return time.Time{}, fmt.Errorf("zkstore: refresh %q: %w (the session's connection was lost)", l.Key(), lock.ErrLockLost)
+	}
 	start := time.Now()
 	_, err := call(ctx, l.s, func() (*zk.Stat, error) { return l.s.conn.Set(l.node, lockData(ttl, l.Token()), -1) }, nil)
 	switch {
@@ -320,6 +325,9 @@ func (l *lease) StoreRefresh(ctx context.Context, ttl time.Duration) (time.Time,
 // StoreRelease implements lockdriver.Store: it deletes the node, which
 // wakes the next acquisition in the queue (only that one).
 func (l *lease) StoreRelease(ctx context.Context) error {
+	if l.cut.Load() {
+		return fmt.Errorf("zkstore: release %q: %w (the session's connection was lost)", l.Key(), lock.ErrLockLost)
+	}
 	_, err := call(ctx, l.s, func() (struct{}, error) { return struct{}{}, l.s.conn.Delete(l.node, -1) }, nil)
 	switch {
 	case errors.Is(err, zk.ErrNoNode):

@@ -239,6 +239,7 @@ func (s *Store) endAll() {
 	}
 	s.mu.Unlock()
 	for _, l := range ended {
+		l.cut.Store(true)
 		if l.End(lostState) {
 			s.mu.Lock()
 			if !s.closed {
