@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -25,7 +26,9 @@ func (s *Store) InspectLock(ctx context.Context, key string) (lock.LockInfo, err
 	return info, err
 }
 
-func (s *Store) inspectLock(ctx context.Context, key string) (lock.LockInfo, string, error) {
+// inspectLock also returns the holder's nodes (its queue node and its
+// re-entry nodes).
+func (s *Store) inspectLock(ctx context.Context, key string) (lock.LockInfo, []string, error) {
 	dir := s.lockDir(key)
 	info := lock.LockInfo{Key: key}
 	for range 8 {
@@ -38,46 +41,52 @@ func (s *Store) inspectLock(ctx context.Context, key string) (lock.LockInfo, str
 			return res{kids, st}, err
 		}, nil)
 		if errors.Is(err, zk.ErrNoNode) {
-			return info, "", nil
+			return info, nil, nil
 		}
 		if err != nil {
-			return lock.LockInfo{}, "", fmt.Errorf("zkstore: inspect %q: %w", key, err)
+			return lock.LockInfo{}, nil, fmt.Errorf("zkstore: inspect %q: %w", key, err)
 		}
-		kids := sortQueue(r.kids)
-		if len(kids) == 0 {
+		sn := snapshotOf(r.kids)
+		first, group := sn.holders()
+		if first == "" {
 			info.Fence = uint64(r.st.Mzxid)
-			return info, "", nil
+			info.Waiters = len(sn.queue)
+			return info, nil, nil
 		}
-		first := dir + "/" + kids[0]
-		type got struct {
-			data []byte
-			st   *zk.Stat
-		}
-		g, err := call(ctx, s, func() (got, error) {
-			d, st, err := s.conn.Get(first)
-			return got{d, st}, err
-		}, nil)
+		h, st, err := s.getLock(ctx, dir+"/"+first)
 		if errors.Is(err, zk.ErrNoNode) {
 			continue // released meanwhile
 		}
+		info.Held, info.Holds, info.TTL = true, len(group), -1
+		info.Waiters = len(sn.queue)
+		if !strings.HasPrefix(first, holdPrefix) {
+			info.Waiters-- // the holder's queue node
+		}
+		nodes := make([]string, len(group))
+		for i, n := range group {
+			nodes[i] = dir + "/" + n
+		}
 		if err != nil {
-			return lock.LockInfo{}, "", fmt.Errorf("zkstore: inspect %q: %w", key, err)
-		}
-		ttl, tok, ok := parseLockData(g.data)
-		info.Held, info.Holds, info.Waiters, info.Fence = true, 1, len(kids)-1, uint64(g.st.Czxid)
-		info.TTL = -1
-		if ok {
-			info.Token = lockdriver.TokenPrefix(tok)
-			info.TTL = min(max(time.Until(time.UnixMilli(g.st.Mtime).Add(ttl)), time.Millisecond), ttl)
-		} else {
+			if st == nil {
+				return lock.LockInfo{}, nil, fmt.Errorf("zkstore: inspect %q: %w", key, err)
+			}
 			info.Detail = "the holder's node holds no oncekit data"
+			info.Fence = uint64(st.Czxid)
+			return info, nodes, nil
 		}
-		return info, first, nil
+		info.Token, info.Owner, info.TTL, info.Fence = lockdriver.TokenPrefix(h.token), h.owner, h.remaining(st), h.fence
+		if info.Fence == 0 {
+			info.Fence = uint64(st.Czxid)
+		}
+		if info.Owner == "" {
+			info.Holds = 1
+		}
+		return info, nodes, nil
 	}
-	return lock.LockInfo{}, "", fmt.Errorf("zkstore: inspect %q: the queue kept changing", key)
+	return lock.LockInfo{}, nil, fmt.Errorf("zkstore: inspect %q: the queue kept changing", key)
 }
 
-// ForceRelease implements lock.Inspector: it deletes the holder's node,
+// ForceRelease implements lock.Inspector: it deletes the holder's nodes,
 // which wakes the next acquisition; the holder learns it lost the key at
 // its next Refresh or Release (lock.ErrLockLost), or at once if it watches
 // Done.
@@ -85,13 +94,15 @@ func (s *Store) ForceRelease(ctx context.Context, key string) (lock.LockInfo, er
 	if err := lockdriver.ValidateKey(key); err != nil {
 		return lock.LockInfo{}, err
 	}
-	info, node, err := s.inspectLock(ctx, key)
+	info, nodes, err := s.inspectLock(ctx, key)
 	if err != nil || !info.Held {
 		return info, err
 	}
-	_, err = call(ctx, s, func() (struct{}, error) { return struct{}{}, s.conn.Delete(node, -1) }, nil)
-	if err != nil && !errors.Is(err, zk.ErrNoNode) {
-		return lock.LockInfo{}, fmt.Errorf("zkstore: force release %q: %w", key, err)
+	for _, node := range nodes {
+		_, err = call(ctx, s, func() (struct{}, error) { return struct{}{}, s.conn.Delete(node, -1) }, nil)
+		if err != nil && !errors.Is(err, zk.ErrNoNode) {
+			return lock.LockInfo{}, fmt.Errorf("zkstore: force release %q: %w", key, err)
+		}
 	}
 	return info, nil
 }

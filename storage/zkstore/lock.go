@@ -41,27 +41,106 @@ func (s *Store) acquire(ctx context.Context, key string, ttl time.Duration, wait
 	if err != nil {
 		return nil, err
 	}
-	if owner != "" {
-		return nil, fmt.Errorf("zkstore: acquire %q: %w", key, lock.ErrReentrancyUnsupported)
-	}
 	dir := s.lockDir(key)
+	if owner != "" {
+		// An owner first looks whether it holds the key already, here or
+		// in another process: it must not queue behind waiters for its
+		// own lock.
+		l, err := s.reenter(ctx, key, dir, ttl, owner)
+		if l != nil || err != nil {
+			return l, err
+		}
+	}
 	if !wait {
-		// A key with anyone queued is not free: the first in the queue
-		// holds it or is about to.
-		kids, err := s.children(ctx, dir)
+		// A key with anyone queued or holding is not free: the first in
+		// the queue holds it or is about to.
+		sn, err := s.children(ctx, dir)
 		if err != nil {
 			return nil, s.acquireErr(ctx, key, err)
 		}
-		if len(kids) > 0 {
-			return nil, s.busy(ctx, key, dir, kids[0])
+		if first, _ := sn.holders(); first != "" {
+			return nil, s.busy(ctx, key, dir, first)
+		}
+		if len(sn.queue) > 0 {
+			return nil, s.busy(ctx, key, dir, sn.queue[0])
 		}
 	}
 	for {
-		l, err := s.enqueue(ctx, key, dir, ttl, wait)
+		l, err := s.enqueue(ctx, key, dir, ttl, owner, wait)
 		if !errors.Is(err, errRequeue) {
 			return l, err
 		}
 	}
+}
+
+// reenter gives owner a hold on the key if owner holds it already: a
+// re-entry node, "~r-<anchor>-<id>", beside the holder's, with its token
+// and fence. A re-entry node is anchored at the queue node of the hold it
+// joined (its sequence number); the key is held while that node or any of
+// its re-entry nodes lasts. It returns nil when owner does not hold the key.
+func (s *Store) reenter(ctx context.Context, key, dir string, ttl time.Duration, owner string) (lock.Lease, error) {
+	start := time.Now()
+	sn, err := s.children(ctx, dir)
+	if err != nil {
+		return nil, s.acquireErr(ctx, key, err)
+	}
+	first, _ := sn.holders()
+	if first == "" {
+		return nil, nil
+	}
+	h, st, err := s.getLock(ctx, dir+"/"+first)
+	if errors.Is(err, zk.ErrNoNode) {
+		return nil, nil // let go meanwhile
+	}
+	if err != nil {
+		return nil, s.acquireErr(ctx, key, err)
+	}
+	if h.owner != owner {
+		return nil, nil
+	}
+	fence := h.fence
+	if fence == 0 {
+		fence = uint64(st.Czxid)
+	}
+	anchor := anchorOf(first)
+	gen := s.generation()
+	node := dir + "/" + holdPrefix + anchor + "-" + token.New()
+	data := lockData(lockInfo{ttl: ttl, fence: fence, token: h.token, owner: owner})
+	_, err = call(ctx, s, func() (string, error) {
+		return s.conn.Create(node, data, zk.FlagEphemeral, zk.WorldACL(zk.PermAll))
+	}, func(_ string, err error) {
+		if err == nil {
+			s.forget(node)
+		}
+	})
+	if err != nil {
+		if ctx.Err() == nil && !errors.Is(err, zk.ErrNoNode) {
+			s.forget(node)
+		}
+		return nil, s.acquireErr(ctx, key, err)
+	}
+	// The hold it joined must still be there: its queue node, or another
+	// of its re-entry nodes.
+	sn, err = s.children(ctx, dir)
+	if err != nil {
+		s.forget(node)
+		return nil, s.acquireErr(ctx, key, err)
+	}
+	joined := false
+	for _, n := range append(sn.queue, sn.holds...) {
+		if n != node[len(dir)+1:] && anchorOf(n) == anchor {
+			joined = true
+		}
+	}
+	if !joined {
+		s.forget(node)
+		return nil, nil
+	}
+	if l := s.grant(key, h.token, node, fence, gen, start, ttl, owner, fence); l != nil {
+		return l, nil
+	}
+	s.forget(node)
+	return nil, nil
 }
 
 // errRequeue: the acquisition's node went with a lost session; it joins
@@ -70,11 +149,11 @@ var errRequeue = errors.New("requeue")
 
 // enqueue creates the acquisition's node and waits for its turn (or, not
 // waiting, gives up unless it is first at once).
-func (s *Store) enqueue(ctx context.Context, key, dir string, ttl time.Duration, wait bool) (lock.Lease, error) {
+func (s *Store) enqueue(ctx context.Context, key, dir string, ttl time.Duration, owner string, wait bool) (lock.Lease, error) {
 	start := time.Now()
 	tok := token.New()
 	gen := s.generation()
-	node, fence, err := s.create(ctx, dir, tok, ttl)
+	node, fence, err := s.create(ctx, dir, tok, ttl, owner)
 	if err != nil {
 		return nil, s.acquireErr(ctx, key, err)
 	}
@@ -83,26 +162,33 @@ func (s *Store) enqueue(ctx context.Context, key, dir string, ttl time.Duration,
 	recheck := time.NewTimer(s.timeout)
 	defer recheck.Stop()
 	for {
-		kids, err := s.children(ctx, dir)
+		sn, err := s.children(ctx, dir)
 		if err != nil {
 			s.bg.Go(giveUp)
 			return nil, s.acquireErr(ctx, key, err)
 		}
-		i := slices.Index(kids, name)
+		first, _ := sn.holders()
+		i := slices.Index(sn.queue, name)
 		switch {
 		case i < 0: // the session that created it expired
 			return nil, errRequeue
-		case i == 0:
-			if l := s.grant(key, tok, node, fence, gen, start, ttl); l != nil {
+		case first == name:
+			if l := s.grant(key, tok, node, fence, gen, start, ttl, owner, 0); l != nil {
 				return l, nil
 			}
 			s.bg.Go(giveUp)
 			return nil, errRequeue
 		case !wait:
 			s.bg.Go(giveUp)
-			return nil, s.busy(ctx, key, dir, kids[0])
+			return nil, s.busy(ctx, key, dir, first)
 		}
-		pred := dir + "/" + kids[i-1]
+		// Wait for the node before it in the queue, or, first in it, for
+		// the re-entry holds of the hold before it.
+		pred := first
+		if i > 0 {
+			pred = sn.queue[i-1]
+		}
+		pred = dir + "/" + pred
 		ok, ch, err := s.existsW(ctx, pred)
 		if err != nil {
 			s.bg.Go(giveUp)
@@ -128,8 +214,8 @@ func (s *Store) enqueue(ctx context.Context, key, dir string, ttl time.Duration,
 // ensemble, so a later node's is higher whatever happened to the key's
 // directory in between. The directory is a container node (the servers
 // delete it once empty); it is created when missing.
-func (s *Store) create(ctx context.Context, dir, tok string, ttl time.Duration) (string, uint64, error) {
-	data := lockData(ttl, tok)
+func (s *Store) create(ctx context.Context, dir, tok string, ttl time.Duration, owner string) (string, uint64, error) {
+	data := lockData(lockInfo{ttl: ttl, token: tok, owner: owner})
 	late := func(r []zk.MultiResponse, err error) { // the node of a call ctx gave up on
 		if err == nil && len(r) == 2 && r[0].Error == nil {
 			s.forget(r[0].String)
@@ -167,28 +253,76 @@ func (s *Store) create(ctx context.Context, dir, tok string, ttl time.Duration) 
 	return "", 0, errors.New("the key's directory kept disappearing")
 }
 
-// children lists dir's acquisitions in queue order (an empty list for a
-// missing directory).
-func (s *Store) children(ctx context.Context, dir string) ([]string, error) {
+// children lists dir's queue and re-entry holds (empty for a missing
+// directory).
+func (s *Store) children(ctx context.Context, dir string) (snapshot, error) {
 	kids, err := call(ctx, s, func() ([]string, error) {
 		kids, _, err := s.conn.Children(dir)
 		return kids, err
 	}, nil)
 	if errors.Is(err, zk.ErrNoNode) {
-		return nil, nil
+		return snapshot{}, nil
 	}
 	if err != nil {
-		return nil, err
+		return snapshot{}, err
 	}
-	return sortQueue(kids), nil
+	return snapshotOf(kids), nil
 }
 
-// sortQueue puts a key's acquisitions in queue order: by the sequence
-// number that ends each name.
-func sortQueue(kids []string) []string {
-	kids = slices.DeleteFunc(kids, func(k string) bool { return len(k) <= seqLen+1 })
-	slices.SortFunc(kids, func(a, b string) int { return strings.Compare(a[len(a)-seqLen:], b[len(b)-seqLen:]) })
-	return kids
+// holdPrefix starts a re-entry node's name (tokens never hold '~').
+const holdPrefix = "~r-"
+
+// snapshot is a key's acquisitions as listed: the queue nodes in queue
+// order (by the sequence number that ends each name) and the re-entry
+// nodes.
+type snapshot struct {
+	queue, holds []string
+}
+
+func snapshotOf(kids []string) snapshot {
+	var sn snapshot
+	for _, k := range kids {
+		switch {
+		case strings.HasPrefix(k, holdPrefix) && len(k) > len(holdPrefix)+seqLen:
+			sn.holds = append(sn.holds, k)
+		case !strings.HasPrefix(k, holdPrefix) && len(k) > seqLen+1:
+			sn.queue = append(sn.queue, k)
+		}
+	}
+	slices.SortFunc(sn.queue, func(a, b string) int { return strings.Compare(a[len(a)-seqLen:], b[len(b)-seqLen:]) })
+	slices.Sort(sn.holds)
+	return sn
+}
+
+// anchorOf is the sequence number of the hold a node belongs to: its own
+// for a queue node, its anchor's for a re-entry node.
+func anchorOf(name string) string {
+	if strings.HasPrefix(name, holdPrefix) {
+		return name[len(holdPrefix) : len(holdPrefix)+seqLen]
+	}
+	return name[len(name)-seqLen:]
+}
+
+// holders returns the nodes that hold the key — the re-entry nodes of a
+// hold whose queue node is gone, or else the first queue node with its
+// re-entry nodes — and the first of them ("" when the key is free).
+func (sn snapshot) holders() (first string, group []string) {
+	head := ""
+	if len(sn.queue) > 0 {
+		head = anchorOf(sn.queue[0])
+	}
+	for _, h := range sn.holds {
+		if anchorOf(h) != head { // left by a hold whose queue node went first
+			group = append(group, h)
+		}
+	}
+	if len(group) > 0 {
+		return group[0], group
+	}
+	if len(sn.queue) == 0 {
+		return "", nil
+	}
+	return sn.queue[0], append([]string{sn.queue[0]}, sn.holds...)
 }
 
 func (s *Store) existsW(ctx context.Context, path string) (bool, <-chan zk.Event, error) {
@@ -208,18 +342,8 @@ func (s *Store) existsW(ctx context.Context, path string) (bool, <-chan zk.Event
 // and this process's clock, or -1 when it cannot be read.
 func (s *Store) busy(ctx context.Context, key, dir, first string) error {
 	ttl := time.Duration(-1)
-	type res struct {
-		data []byte
-		st   *zk.Stat
-	}
-	if r, err := call(ctx, s, func() (res, error) {
-		d, st, err := s.conn.Get(dir + "/" + first)
-		return res{d, st}, err
-	}, nil); err == nil {
-		if held, _, ok := parseLockData(r.data); ok {
-			left := time.Until(time.UnixMilli(r.st.Mtime).Add(held))
-			ttl = min(max(left, time.Millisecond), held)
-		}
+	if h, st, err := s.getLock(ctx, dir+"/"+first); err == nil {
+		ttl = h.remaining(st)
 	}
 	return &lock.BusyError{Key: key, TTL: ttl}
 }
@@ -241,8 +365,8 @@ func (s *Store) generation() int64 {
 
 // grant makes the lease of the node that is first in its queue, unless the
 // session was interrupted since the node was created (it may be gone).
-func (s *Store) grant(key, tok, node string, fence uint64, gen int64, start time.Time, ttl time.Duration) *lease {
-	l := &lease{s: s, node: node}
+func (s *Store) grant(key, tok, node string, fence uint64, gen int64, start time.Time, ttl time.Duration, owner string, reFence uint64) *lease {
+	l := &lease{s: s, node: node, owner: owner, reFence: reFence}
 	l.Init(lockdriver.Config{
 		Driver: "zkstore", Key: key, Token: tok, Fence: fence, Deadline: start.Add(ttl), Store: l,
 		OnEnd: func(lockdriver.State) {
@@ -272,6 +396,10 @@ type lease struct {
 	node  string
 	watch sync.Once
 	cut   atomic.Bool // ended with the session's connection: the Store deletes its node
+	owner string      // lock.WithOwner's, or ""
+	// reFence is the hold's fence written in a re-entry node's data (0 for
+	// a queue node, whose fence is its creation's zxid).
+	reFence uint64
 }
 
 // Done implements lock.Lease. Besides a Release, the local deadline and a
@@ -312,7 +440,8 @@ func (l *lease) StoreRefresh(ctx context.Context, ttl time.Duration) (time.Time,
 		return time.Time{}, fmt.Errorf("zkstore: refresh %q: %w (the session's connection was lost)", l.Key(), lock.ErrLockLost)
 	}
 	start := time.Now()
-	_, err := call(ctx, l.s, func() (*zk.Stat, error) { return l.s.conn.Set(l.node, lockData(ttl, l.Token()), -1) }, nil)
+	data := lockData(lockInfo{ttl: ttl, fence: l.reFence, token: l.Token(), owner: l.owner})
+	_, err := call(ctx, l.s, func() (*zk.Stat, error) { return l.s.conn.Set(l.node, data, -1) }, nil)
 	switch {
 	case errors.Is(err, zk.ErrNoNode):
 		return time.Time{}, fmt.Errorf("zkstore: refresh %q: %w", l.Key(), lock.ErrLockLost)
@@ -338,22 +467,61 @@ func (l *lease) StoreRelease(ctx context.Context) error {
 	return nil
 }
 
-// lockData is an acquisition node's data: "v1|<ttl ms>|<token>".
-func lockData(ttl time.Duration, tok string) []byte {
-	return []byte("v1|" + strconv.FormatInt(ttl.Milliseconds(), 10) + "|" + tok)
+// lockInfo is an acquisition node's data: "v1|<ttl ms>|<fence>|<token>|<owner>".
+// A queue node's fence is 0 (its own creation's zxid, czxid); a re-entry
+// node carries its hold's token and fence.
+type lockInfo struct {
+	ttl   time.Duration
+	fence uint64
+	token string
+	owner string
 }
 
-func parseLockData(b []byte) (ttl time.Duration, tok string, ok bool) {
+func lockData(i lockInfo) []byte {
+	return []byte("v1|" + strconv.FormatInt(i.ttl.Milliseconds(), 10) + "|" + strconv.FormatUint(i.fence, 10) + "|" + i.token + "|" + i.owner)
+}
+
+func parseLockData(b []byte) (lockInfo, bool) {
 	rest, ok := strings.CutPrefix(string(b), "v1|")
 	if !ok {
-		return 0, "", false
+		return lockInfo{}, false
 	}
-	ms, tok, ok := strings.Cut(rest, "|")
-	n, err := strconv.ParseInt(ms, 10, 64)
-	if !ok || err != nil || n <= 0 {
-		return 0, "", false
+	f := strings.SplitN(rest, "|", 4)
+	if len(f) != 4 {
+		return lockInfo{}, false
 	}
-	return time.Duration(n) * time.Millisecond, tok, true
+	ms, err1 := strconv.ParseInt(f[0], 10, 64)
+	fence, err2 := strconv.ParseUint(f[1], 10, 64)
+	if err1 != nil || err2 != nil || ms <= 0 || f[2] == "" {
+		return lockInfo{}, false
+	}
+	return lockInfo{ttl: time.Duration(ms) * time.Millisecond, fence: fence, token: f[2], owner: f[3]}, true
+}
+
+// remaining is the TTL left of a node written at st.Mtime (the servers'
+// clock), read with this process's clock, within (0, ttl].
+func (i lockInfo) remaining(st *zk.Stat) time.Duration {
+	return min(max(time.Until(time.UnixMilli(st.Mtime).Add(i.ttl)), time.Millisecond), i.ttl)
+}
+
+// getLock reads an acquisition node.
+func (s *Store) getLock(ctx context.Context, path string) (lockInfo, *zk.Stat, error) {
+	type res struct {
+		data []byte
+		st   *zk.Stat
+	}
+	r, err := call(ctx, s, func() (res, error) {
+		d, st, err := s.conn.Get(path)
+		return res{d, st}, err
+	}, nil)
+	if err != nil {
+		return lockInfo{}, nil, err
+	}
+	i, ok := parseLockData(r.data)
+	if !ok {
+		return lockInfo{}, r.st, fmt.Errorf("%s holds no oncekit data", path)
+	}
+	return i, r.st, nil
 }
 
 var _ lock.Locker = (*Store)(nil)

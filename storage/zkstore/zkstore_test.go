@@ -49,6 +49,7 @@ func connect(t testing.TB, opts ...zkstore.Option) *zkstore.Store {
 func TestConformance(t *testing.T) {
 	locktest.Run(t, locktest.Config{
 		NewLocker:     func(t *testing.T) lock.Locker { return connect(t) },
+		Reentrant:     true,
 		HolderProcess: true,
 	})
 }
@@ -94,4 +95,55 @@ func countingEffect(t *testing.T, c *zk.Conn, key string, limit int) (zkstore.Ef
 		return len(kids)
 	}
 	return zkstore.Effect{Ops: ops, Reason: "limit reached"}, count
+}
+
+// An owner's re-entry outlives the hold it joined: a waiter queued behind
+// the first hold does not take the key when that hold is released, only
+// when the re-entry is; and its fence is above the owner's.
+func TestReentryOutlivesFirstHold(t *testing.T) {
+	key := "reentry-" + time.Now().Format(time.RFC3339Nano)
+	owner := lock.WithOwner(ctxT(t, 20*time.Second), "job-1")
+	first, err := connect(t).Acquire(owner, key, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiter := make(chan lock.Lease, 1)
+	go func() {
+		l, err := connect(t).Acquire(ctxT(t, 20*time.Second), key, time.Minute)
+		if err != nil {
+			t.Error(err)
+		}
+		waiter <- l
+	}()
+	time.Sleep(200 * time.Millisecond) // the waiter queues
+	again, err := connect(t).Acquire(owner, key, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.Fence() != first.Fence() || again.Token() != first.Token() {
+		t.Fatalf("re-entry: fence %d token %s, want the first hold's %d %s", again.Fence(), again.Token(), first.Fence(), first.Token())
+	}
+	if err := first.Release(ctxT(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case l := <-waiter:
+		t.Fatalf("the waiter took the key (fence %d) while the owner's re-entry holds it", l.Fence())
+	case <-time.After(500 * time.Millisecond):
+	}
+	if err := again.Release(ctxT(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case l := <-waiter:
+		if l == nil {
+			return
+		}
+		defer l.Release(context.Background())
+		if l.Fence() <= first.Fence() {
+			t.Errorf("the waiter's fence %d is not above the owner's %d", l.Fence(), first.Fence())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter did not get the key after the last hold was released")
+	}
 }
