@@ -24,12 +24,12 @@ type Store struct {
 	root    string
 	bg      bg.Group
 
-	mu      sync.Mutex
-	leases  map[*lease]struct{} // live leases, ended when the session may be lost
-	orphans  []orphan           // nodes no lease uses any more, to delete (forget)
-	sweeping bool               // a sweep of orphans runs
-	gen     int64               // disconnections so far: a lease is granted only in the generation its node was made in
-	closed  bool
+	mu       sync.Mutex
+	leases   map[*lease]struct{} // live leases, ended when the session may be lost
+	orphans  []orphan            // nodes no lease uses any more, to delete (forget)
+	sweeping bool                // a sweep of orphans runs
+	gen      int64               // disconnections so far: a lease is granted only in the generation its node was made in
+	closed   bool
 
 	connected chan struct{} // closed at the first session
 	closing   chan struct{} // closed by Close
