@@ -147,3 +147,35 @@ func TestReentryOutlivesFirstHold(t *testing.T) {
 		t.Fatal("the waiter did not get the key after the last hold was released")
 	}
 }
+
+// Cleanup deletes the records whose retention ended, by the servers'
+// clock, and leaves live ones; InspectRecord already reports an expired
+// record as gone.
+func TestCleanupDeletesExpiredRecords(t *testing.T) {
+	s := connect(t, zkstore.WithRoot("/oncekit-cleanup-test-"+strings.ReplaceAll(time.Now().Format("150405.000000"), ".", "")))
+	ctx := ctxT(t, 30*time.Second)
+	for i, retention := range []time.Duration{50 * time.Millisecond, time.Hour} {
+		key := "k" + string(rune('a'+i))
+		c, err := s.Begin(ctx, key, "fp", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Complete(ctx, c, []byte("r"), retention); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(200 * time.Millisecond)
+	if info, err := s.InspectRecord(ctx, "ka"); err != nil || info.Found {
+		t.Errorf("InspectRecord of an expired record: %+v %v, want not found", info, err)
+	}
+	n, err := s.Cleanup(ctx)
+	if err != nil || n != 1 {
+		t.Fatalf("Cleanup: %d deleted, %v; want 1", n, err)
+	}
+	if _, _, err := s.Conn().Get(zkstore.RecordPath(s, "ka")); err == nil {
+		t.Error("the expired record's node is still there")
+	}
+	if info, err := s.InspectRecord(ctx, "kb"); err != nil || !info.Found || info.State != idem.Completed {
+		t.Errorf("the live record after Cleanup: %+v %v", info, err)
+	}
+}
