@@ -9,6 +9,9 @@
 # Ports and paths are overridable by environment:
 #   ONCEKIT_REDIS_PORTS   space-separated, default "6379 6380 6381 6382 6383"
 #   ONCEKIT_CLUSTER_PORTS three ports for a Redis Cluster, default "7000 7001 7002"
+#   ONCEKIT_SENTINEL_PORTS a primary, two replicas and three sentinels watching
+#                         them (master name "oncekit"), default
+#                         "6390 6391 6392 26390 26391 26392"
 #   ONCEKIT_ETCD_PORTS    etcd client and peer port, default "2379 2380"
 #   ONCEKIT_KAFKA_PORT    the Kafka-protocol broker (cmd/kfake), default 9092
 #   ONCEKIT_POSTGRES_PORT PostgreSQL, default 15432
@@ -21,6 +24,8 @@ set -euo pipefail
 
 REDIS_PORTS=${ONCEKIT_REDIS_PORTS:-"6379 6380 6381 6382 6383"}
 CLUSTER_PORTS=${ONCEKIT_CLUSTER_PORTS:-"7000 7001 7002"}
+read -r SENTINEL_PRIMARY SENTINEL_R1 SENTINEL_R2 SENTINEL_S1 SENTINEL_S2 SENTINEL_S3 \
+	<<<"${ONCEKIT_SENTINEL_PORTS:-6390 6391 6392 26390 26391 26392}"
 read -r ETCD_PORT ETCD_PEER_PORT <<<"${ONCEKIT_ETCD_PORTS:-2379 2380}"
 KAFKA_PORT=${ONCEKIT_KAFKA_PORT:-9092}
 POSTGRES_PORT=${ONCEKIT_POSTGRES_PORT:-15432}
@@ -142,6 +147,61 @@ cluster_up() {
 		done
 	done
 	log "Redis Cluster ready on ports $CLUSTER_PORTS"
+}
+
+# A primary with two replicas and three sentinels (failover after 500 ms
+# without an answer), as a replicated deployment runs; no persistence.
+sentinel_up() {
+	ensure_redis
+	local dir="$RUN_DIR/sentinel" port
+	mkdir -p "$dir"
+	for port in $SENTINEL_PRIMARY $SENTINEL_R1 $SENTINEL_R2 $SENTINEL_S1 $SENTINEL_S2 $SENTINEL_S3; do
+		stop_pidfile "$dir/$port.pid" "stale redis :$port"
+		port_busy "$port" && die "port $port is in use by a process this script did not start (set ONCEKIT_SENTINEL_PORTS to other ports)"
+	done
+	for port in $SENTINEL_PRIMARY $SENTINEL_R1 $SENTINEL_R2; do
+		local extra=()
+		[[ $port != "$SENTINEL_PRIMARY" ]] && extra=(--replicaof 127.0.0.1 "$SENTINEL_PRIMARY")
+		redis-server --port "$port" --bind 127.0.0.1 --daemonize yes --save '' --appendonly no --dir "$dir" \
+			--pidfile "$dir/$port.pid" --logfile "$dir/$port.log" "${extra[@]}" \
+			|| die "redis-server on port $port did not start (see $dir/$port.log)"
+	done
+	for port in $SENTINEL_S1 $SENTINEL_S2 $SENTINEL_S3; do
+		cat >"$dir/sentinel-$port.conf" <<-CFG
+			port $port
+			bind 127.0.0.1
+			daemonize yes
+			pidfile $dir/$port.pid
+			logfile $dir/$port.log
+			dir $dir
+			sentinel monitor oncekit 127.0.0.1 $SENTINEL_PRIMARY 2
+			sentinel down-after-milliseconds oncekit 500
+			sentinel failover-timeout oncekit 2000
+			sentinel parallel-syncs oncekit 1
+		CFG
+		redis-server "$dir/sentinel-$port.conf" --sentinel || die "sentinel on port $port did not start (see $dir/$port.log)"
+	done
+	local deadline=$((SECONDS + READY_TIMEOUT))
+	for port in $SENTINEL_R1 $SENTINEL_R2; do
+		until timeout 2 redis-cli -p "$port" info replication 2>/dev/null | grep -q 'master_link_status:up'; do
+			((SECONDS < deadline)) || die "replica on port $port not in sync (see $dir/$port.log)"
+			sleep 0.1
+		done
+	done
+	for port in $SENTINEL_S1 $SENTINEL_S2 $SENTINEL_S3; do
+		until timeout 2 redis-cli -p "$port" sentinel replicas oncekit 2>/dev/null | grep -c "^name$" | grep -q 2; do
+			((SECONDS < deadline)) || die "sentinel on port $port does not see both replicas (see $dir/$port.log)"
+			sleep 0.1
+		done
+	done
+	log "Redis Sentinel ready: primary $SENTINEL_PRIMARY, replicas $SENTINEL_R1 $SENTINEL_R2, sentinels $SENTINEL_S1 $SENTINEL_S2 $SENTINEL_S3"
+}
+
+sentinel_down() {
+	local port
+	for port in $SENTINEL_S1 $SENTINEL_S2 $SENTINEL_S3 $SENTINEL_R1 $SENTINEL_R2 $SENTINEL_PRIMARY; do
+		stop_pidfile "$RUN_DIR/sentinel/$port.pid" "sentinel-group redis :$port"
+	done
 }
 
 cluster_down() {
@@ -400,6 +460,8 @@ print_env() {
 	addrs=""
 	for port in $CLUSTER_PORTS; do addrs+="${addrs:+,}127.0.0.1:$port"; done
 	echo "export REDIS_CLUSTER_ADDRS=$addrs"
+	echo "export REDIS_SENTINEL_ADDRS=127.0.0.1:$SENTINEL_S1,127.0.0.1:$SENTINEL_S2,127.0.0.1:$SENTINEL_S3"
+	echo "export REDIS_SENTINEL_MASTER=oncekit"
 	echo "export ETCD_ENDPOINTS=127.0.0.1:$ETCD_PORT"
 	echo "export KAFKA_BROKERS=127.0.0.1:$KAFKA_PORT"
 	echo "export POSTGRES_URL=postgres://postgres@127.0.0.1:$POSTGRES_PORT/postgres?sslmode=disable"
@@ -443,8 +505,8 @@ status() {
 }
 
 case ${1:-} in
-up) redis_up; cluster_up; etcd_up; kafka_up; postgres_up; mysql_up; zk_up ;;
-down) zk_down; mysql_down; postgres_down; kafka_down; etcd_down; cluster_down; redis_down ;;
+up) redis_up; cluster_up; sentinel_up; etcd_up; kafka_up; postgres_up; mysql_up; zk_up ;;
+down) zk_down; mysql_down; postgres_down; kafka_down; etcd_down; sentinel_down; cluster_down; redis_down ;;
 status) status ;;
 env) print_env ;;
 *) echo "usage: $0 up|down|status|env" >&2; exit 2 ;;

@@ -43,7 +43,9 @@ const Help = `Store URLs:
   zk://host:port,host:port,...[/root][?session_timeout=10s]
                                                  a ZooKeeper ensemble (znodes under root, default /oncekit)
 Credentials: user:password@ before the hosts (a Redis ACL user or requirepass, an etcd user).
-Redis forms take go-redis' query parameters (dial_timeout=2s, pool_size=50, ...).
+Redis forms take go-redis' query parameters (dial_timeout=2s, pool_size=50, ...)
+and replicas=N (replica_timeout=1s): every lease and claim waits for N
+replicas (redisstore.WithReplicas).
 SQL forms create their tables if missing (migrate=false skips that) and
 take prefix=P as the table prefix (default oncekit_); TLS through the
 driver's own parameters. zk:// waits for a session (within the timeout)
@@ -110,7 +112,21 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (Store, error) {
 	if c.tls, err = tlsConfig(q.Get("ca"), q.Get("cert"), q.Get("key")); err != nil {
 		return nil, fmt.Errorf("storage: store URL: %w", err)
 	}
-	for _, p := range []string{"prefix", "record_prefix", "ca", "cert", "key"} {
+	if v := q.Get("replicas"); v != "" {
+		if !strings.HasPrefix(u.Scheme, "redis") && !strings.HasPrefix(u.Scheme, "rediss") {
+			return nil, fmt.Errorf("storage: store URL %q: replicas= is for redis forms", u.Redacted())
+		}
+		if c.replicas, err = strconv.Atoi(v); err != nil || c.replicas < 1 {
+			return nil, fmt.Errorf("storage: store URL %q: replicas=%s is not a count of at least 1", u.Redacted(), v)
+		}
+		c.replicaTimeout = time.Second
+		if v := q.Get("replica_timeout"); v != "" {
+			if c.replicaTimeout, err = time.ParseDuration(v); err != nil || c.replicaTimeout <= 0 {
+				return nil, fmt.Errorf("storage: store URL %q: replica_timeout=%s is not a positive duration", u.Redacted(), v)
+			}
+		}
+	}
+	for _, p := range []string{"prefix", "record_prefix", "ca", "cert", "key", "replicas", "replica_timeout"} {
 		q.Del(p)
 	}
 	u.RawQuery = q.Encode()
@@ -172,6 +188,8 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (Store, error) {
 // common is what every form shares.
 type common struct {
 	prefix, recordPrefix string
+	replicas             int // redis forms: WithReplicas
+	replicaTimeout       time.Duration
 	tls                  *tls.Config
 	opts                 options
 }
@@ -261,6 +279,9 @@ func (c common) redis(scheme string, client redis.UniversalClient) (Store, error
 	}
 	if c.recordPrefix != "" {
 		opts = append(opts, redisstore.WithRecordPrefix(c.recordPrefix))
+	}
+	if c.replicas > 0 {
+		opts = append(opts, redisstore.WithReplicas(c.replicas, c.replicaTimeout))
 	}
 	s, err := redisstore.New(client, opts...)
 	if err != nil {

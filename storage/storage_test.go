@@ -26,6 +26,10 @@ func TestOpenEachForm(t *testing.T) {
 		"postgres":      withParam(testenv.PostgresURL(t), "prefix=storage_test_"),
 		"mysql":         withParam(testenv.MySQLURL(t), "prefix=storage_test_&timeout=2s"),
 		"zk":            "zk://" + strings.Join(testenv.ZooKeeperAddrs(t), ",") + "/storage-test?session_timeout=4s",
+		"redis-sentinel": func() string {
+			sentinels, master := testenv.SentinelAddrs(t)
+			return "redis-sentinel://" + strings.Join(sentinels, ",") + "?master_name=" + master + "&replicas=1&replica_timeout=2s"
+		}(),
 	}
 	for scheme, url := range forms {
 		t.Run(scheme, func(t *testing.T) {
@@ -40,7 +44,7 @@ func TestOpenEachForm(t *testing.T) {
 				t.Errorf("Scheme = %q, want %q", got, scheme)
 			}
 			switch scheme {
-			case "redis", "redis-cluster":
+			case "redis", "redis-cluster", "redis-sentinel":
 				if storage.RedisClient(st) == nil {
 					t.Error("RedisClient is nil")
 				}
@@ -109,26 +113,29 @@ func TestOpenKeepsCapabilities(t *testing.T) {
 // Bad URLs get a clear error and open nothing.
 func TestOpenRejectsBadURLs(t *testing.T) {
 	for url, want := range map[string]string{
-		"":                                            "no store URL",
-		"127.0.0.1:6379":                              "no scheme",
-		"ftp://x":                                     "not supported",
-		"redlock://":                                  "names no host",
-		"redlock://a:1,,b:2":                          "empty host",
-		"redis://127.0.0.1:6379/notadb":               "invalid database",
-		"redis://127.0.0.1:6379?no_such=1":            "unexpected option",
-		"redis-sentinel://127.0.0.1:26379":            "master_name",
-		"redis-cluster://":                            "names no host",
-		"etcd://127.0.0.1:2379?pool_size=4":           "no parameter",
-		"memory://host":                               "takes no host",
-		"redis://127.0.0.1:6379?cert=x.pem":           "cert and key go together",
-		"redis://127.0.0.1:6379?ca=/no/such":          "ca:",
-		"mysql://root@127.0.0.1:1":                    "no database name",
-		"mysql://root@127.0.0.1:1/db?timeout=soon":    "invalid duration",
-		"postgres://127.0.0.1:1/db?migrate=sometimes": "not a boolean",
-		"postgres://127.0.0.1:1/db?record_prefix=x":   "one table prefix",
-		"zk://127.0.0.1:2181?pool_size=4":             "no parameter but session_timeout",
-		"zk://127.0.0.1:2181?session_timeout=soon":    "session_timeout",
-		"zk://127.0.0.1:2181?prefix=x":                "no parameter but session_timeout",
+		"":                                                      "no store URL",
+		"127.0.0.1:6379":                                        "no scheme",
+		"ftp://x":                                               "not supported",
+		"redlock://":                                            "names no host",
+		"redlock://a:1,,b:2":                                    "empty host",
+		"redis://127.0.0.1:6379/notadb":                         "invalid database",
+		"redis://127.0.0.1:6379?no_such=1":                      "unexpected option",
+		"redis-sentinel://127.0.0.1:26379":                      "master_name",
+		"redis-cluster://":                                      "names no host",
+		"etcd://127.0.0.1:2379?pool_size=4":                     "no parameter",
+		"memory://host":                                         "takes no host",
+		"redis://127.0.0.1:6379?cert=x.pem":                     "cert and key go together",
+		"redis://127.0.0.1:6379?ca=/no/such":                    "ca:",
+		"mysql://root@127.0.0.1:1":                              "no database name",
+		"mysql://root@127.0.0.1:1/db?timeout=soon":              "invalid duration",
+		"postgres://127.0.0.1:1/db?migrate=sometimes":           "not a boolean",
+		"postgres://127.0.0.1:1/db?record_prefix=x":             "one table prefix",
+		"zk://127.0.0.1:2181?pool_size=4":                       "no parameter but session_timeout",
+		"zk://127.0.0.1:2181?session_timeout=soon":              "session_timeout",
+		"zk://127.0.0.1:2181?prefix=x":                          "no parameter but session_timeout",
+		"redis://127.0.0.1:6379?replicas=0":                     "at least 1",
+		"redis://127.0.0.1:6379?replicas=1&replica_timeout=-1s": "positive duration",
+		"etcd://127.0.0.1:2379?replicas=1":                      "for redis forms",
 	} {
 		st, err := storage.Open(context.Background(), url)
 		if err == nil {

@@ -21,6 +21,9 @@ type RedisProcess struct {
 	dir     string
 	durable bool
 	cmd     *exec.Cmd
+	// args, when set, are the process's own arguments (a replica, a
+	// sentinel) instead of a plain server's.
+	args []string
 }
 
 // StartRedis starts a private redis-server on a free 127.0.0.1 port and
@@ -67,8 +70,12 @@ func (p *RedisProcess) Start() {
 	if p.durable {
 		aof = []string{"--appendonly", "yes", "--appendfsync", "always"}
 	}
-	p.cmd = exec.Command("redis-server", append([]string{"--port", strconv.Itoa(p.port), "--bind", "127.0.0.1",
-		"--save", "", "--dir", p.dir, "--logfile", filepath.Join(p.dir, "redis.log")}, aof...)...)
+	args := append([]string{"--port", strconv.Itoa(p.port), "--bind", "127.0.0.1",
+		"--save", "", "--dir", p.dir, "--logfile", filepath.Join(p.dir, "redis.log")}, aof...)
+	if p.args != nil {
+		args = p.args
+	}
+	p.cmd = exec.Command("redis-server", args...)
 	if err := p.cmd.Start(); err != nil {
 		p.tb.Fatalf("start redis-server: %v", err)
 	}

@@ -339,7 +339,12 @@ func (s *Store) attempt(ctx context.Context, key, tok string, ttl time.Duration,
 		if ctx.Err() != nil {
 			return nil, nil, lockdriver.NotAcquired(ctx)
 		}
-		if !rediskit.IsReply(err) && owner == "" {
+		switch {
+		case errors.Is(err, rediskit.ErrNotReplicated) && owner == "":
+			// Taken, but not on enough replicas: given back before the
+			// call returns, so that the caller finds the key as it was.
+			undo(tok)
+		case !rediskit.IsReply(err) && owner == "":
 			// The script may have run before the connection failed. (An
 			// owner's uncertain re-entry cannot be told from its other
 			// holds; its expiry bounds it.)

@@ -124,12 +124,27 @@
 // A lease whose refreshes fail closes Done when its TTL, counted from
 // before the request that set it, runs out.
 //
+// # Replicas and failover
+//
+// A Redis primary acknowledges a write before its replicas have it: if it
+// dies then and Sentinel (or a Cluster) promotes a replica, a lock or a
+// claim that was just granted is gone, and another client takes it —
+// two holders, two runs (TestFailover shows it on real processes).
+// WithReplicas(n, timeout) closes that window: every write that grants,
+// refreshes or completes a lease or a claim is followed, in the same round
+// trip, by WAIT n timeout, and a lease or claim that fewer than n replicas
+// acknowledged is given back and the call fails with ErrNotReplicated.
+// Fences are written by the same scripts. WAIT is not fsync (WAITAOF
+// needs Redis 7.2): a write acknowledged by replicas that are all lost
+// with the primary can still be lost. Releases do not wait: a release lost
+// in a failover keeps its key held until its TTL, never gives it twice.
+// storage.Open takes it as replicas=N (replica_timeout=1s).
+//
 // # Limits
 //
-// A single Redis primary is a single point of truth: with asynchronous
-// replication, a failover can lose a lock that was just taken. Use
-// redlockstore (N independent servers) or etcdstore when that matters.
-// Under Redis Cluster, one Store's pub/sub connection serves the keys of
+// Without WithReplicas, a failover can lose a lock that was just taken
+// (above); redlockstore (N independent servers) and etcdstore do not have
+// that window. Under Redis Cluster, one Store's pub/sub connection serves the keys of
 // one shard; waiters on keys of other shards fall back to the holder's TTL
 // and the recheck interval.
 //

@@ -40,7 +40,10 @@ func (s *Store) Begin(ctx context.Context, key, fingerprint string, lease time.D
 		}
 	})
 	if err != nil {
-		if ctx.Err() == nil && !rediskit.IsReply(err) {
+		switch {
+		case errors.Is(err, rediskit.ErrNotReplicated):
+			giveBack() // claimed, but not on enough replicas: given back before the call returns
+		case ctx.Err() == nil && !rediskit.IsReply(err):
 			s.base.BG.Go(giveBack) // the script may have run before the connection failed
 		}
 		return idem.Claim{}, fmt.Errorf("redisstore: begin %q: %w", key, err)

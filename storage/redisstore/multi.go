@@ -20,12 +20,12 @@ import (
 // in one round trip; while one of them is held, it waits in that key's
 // queue of waiting processes, in its turn like a single-key waiter (a
 // release wakes it on a channel of its own), or for the holder's remaining
-// TTL, and tries again. Under Cluster, and for
-// an owner (lock.WithOwner), it reports errors.ErrUnsupported and
-// lock.AcquireAll takes the keys one by one in canonical order.
+// TTL, and tries again. Under Cluster, for an owner (lock.WithOwner) and
+// with WithReplicas, it reports errors.ErrUnsupported and lock.AcquireAll
+// takes the keys one by one in canonical order.
 func (s *Store) AcquireAll(ctx context.Context, keys []string, ttl time.Duration) ([]lock.Lease, error) {
-	if _, cluster := s.raw.(*redis.ClusterClient); cluster || lock.Owner(ctx) != "" {
-		return nil, fmt.Errorf("redisstore: acquire all: keys in several slots or an owner: %w", errors.ErrUnsupported)
+	if _, cluster := s.raw.(*redis.ClusterClient); cluster || lock.Owner(ctx) != "" || s.base.Replication.Replicas > 0 {
+		return nil, fmt.Errorf("redisstore: acquire all: keys in several slots, an owner or replica acknowledgement: %w", errors.ErrUnsupported)
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, lockdriver.NotAcquired(ctx)

@@ -35,6 +35,7 @@ type options struct {
 	maxHold     time.Duration
 	linger      time.Duration
 	unfenced    bool
+	replication rediskit.Replication
 }
 
 func defaultOptions() options {
@@ -61,6 +62,24 @@ func defaultOptions() options {
 // package documentation). Idempotency claims keep their fences. Default:
 // fenced.
 func WithoutFencing() Option { return func(o *options) { o.unfenced = true } }
+
+// WithReplicas makes every write that grants, refreshes or completes a
+// lease or a claim wait until n replicas of the primary have it (WAIT n
+// timeout, in the same round trip as the write), so that a failover to
+// one of them cannot lose it. A lease or claim that fewer replicas
+// acknowledged in time is given back, and the call fails with an error
+// matching ErrNotReplicated. Fences are written by the same scripts, so
+// they are covered too. The cost is the replicas' acknowledgement on every
+// such write (see BENCHMARKS.md). WAIT does not make a write durable on
+// disk, and an acknowledged write can still be lost if every replica that
+// has it is lost with the primary. Default: no waiting.
+func WithReplicas(n int, timeout time.Duration) Option {
+	return func(o *options) { o.replication = rediskit.Replication{Replicas: n, Timeout: timeout} }
+}
+
+// ErrNotReplicated reports a lease or claim that fewer replicas than
+// WithReplicas asks for acknowledged in time: it was given back.
+var ErrNotReplicated = rediskit.ErrNotReplicated
 
 // WithPrefix sets the prefix of every Redis key and channel the Store
 // uses. It must not contain '{' or '}', which would break the hash tag that
@@ -139,6 +158,9 @@ func (o *options) validate() error {
 	}
 	if o.linger < 0 {
 		errs = append(errs, fmt.Errorf("linger %v is negative", o.linger))
+	}
+	if r := o.replication; r.Replicas < 0 || (r.Replicas > 0 && r.Timeout <= 0) {
+		errs = append(errs, fmt.Errorf("replicas %d within %v: want n ≥ 1 and a positive timeout", r.Replicas, r.Timeout))
 	}
 	return errors.Join(errs...)
 }

@@ -121,11 +121,17 @@ func New(client Client, opts ...Option) (*Store, error) {
 		sub:      redisnotify.New(client, o.PubSub),
 		keys:     make(map[string]*local),
 	}
-	if sn, ok := client.(rediskit.SetNXer); ok && o.unfenced {
+	if sn, ok := client.(rediskit.SetNXer); ok && o.unfenced && o.replication.Replicas == 0 {
 		s.setNX = sn
 	}
 	s.base.Init(o.Options)
-	s.base.Grants = true // one deployment: its release alone decides who holds a key
+	s.base.Replication = o.replication
+	// One deployment: its release alone decides who holds a key, and may
+	// hand it to the next process. Not with replica acknowledgement: a
+	// release does not wait for the replicas, so a key it granted could
+	// be lost in a failover; the woken process takes it with a write that
+	// waits.
+	s.base.Grants = o.replication.Replicas == 0
 	if o.maxHandOffs > 0 {
 		s.base.HoldFences = keep.ReservedFences
 	}

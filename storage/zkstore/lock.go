@@ -123,7 +123,7 @@ func (s *Store) reenter(ctx context.Context, key, dir string, ttl time.Duration,
 	// of its re-entry nodes.
 	sn, err = s.children(ctx, dir)
 	if err != nil {
-		s.forget(node)
+		s.deleteNow(ctx, node)
 		return nil, s.acquireErr(ctx, key, err)
 	}
 	joined := false
@@ -133,14 +133,26 @@ func (s *Store) reenter(ctx context.Context, key, dir string, ttl time.Duration,
 		}
 	}
 	if !joined {
-		s.forget(node)
+		s.deleteNow(ctx, node)
 		return nil, nil
 	}
 	if l := s.grant(key, h.token, node, fence, gen, start, ttl, owner, fence); l != nil {
 		return l, nil
 	}
-	s.forget(node)
+	s.deleteNow(ctx, node)
 	return nil, nil
+}
+
+// deleteNow deletes node before it returns, so that its key is free for
+// the next caller at once, within the clean-up bound of ctx; a node the
+// ensemble cannot delete now is left to the Store's sweeps (forget).
+func (s *Store) deleteNow(ctx context.Context, node string) {
+	cctx, cancel := lockdriver.CleanupContext(ctx)
+	defer cancel()
+	_, err := call(cctx, s, func() (struct{}, error) { return struct{}{}, s.conn.Delete(node, -1) }, nil)
+	if err != nil && !errors.Is(err, zk.ErrNoNode) {
+		s.forget(node)
+	}
 }
 
 // errRequeue: the acquisition's node went with a lost session; it joins
@@ -158,13 +170,16 @@ func (s *Store) enqueue(ctx context.Context, key, dir string, ttl time.Duration,
 		return nil, s.acquireErr(ctx, key, err)
 	}
 	name := node[len(dir)+1:]
-	giveUp := func() { s.forget(node) }
+	// giveUp deletes the node before the call returns, so that the key is
+	// free for the next caller at once; one the ensemble cannot delete now
+	// is left to the Store's sweeps.
+	giveUp := func() { s.deleteNow(ctx, node) }
 	recheck := time.NewTimer(s.timeout)
 	defer recheck.Stop()
 	for {
 		sn, err := s.children(ctx, dir)
 		if err != nil {
-			s.bg.Go(giveUp)
+			giveUp()
 			return nil, s.acquireErr(ctx, key, err)
 		}
 		first, _ := sn.holders()
@@ -176,10 +191,10 @@ func (s *Store) enqueue(ctx context.Context, key, dir string, ttl time.Duration,
 			if l := s.grant(key, tok, node, fence, gen, start, ttl, owner, 0); l != nil {
 				return l, nil
 			}
-			s.bg.Go(giveUp)
+			giveUp()
 			return nil, errRequeue
 		case !wait:
-			s.bg.Go(giveUp)
+			giveUp()
 			return nil, s.busy(ctx, key, dir, first)
 		}
 		// Wait for the node before it in the queue, or, first in it, for
@@ -191,7 +206,7 @@ func (s *Store) enqueue(ctx context.Context, key, dir string, ttl time.Duration,
 		pred = dir + "/" + pred
 		ok, ch, err := s.existsW(ctx, pred)
 		if err != nil {
-			s.bg.Go(giveUp)
+			giveUp()
 			return nil, s.acquireErr(ctx, key, err)
 		}
 		if !ok {
@@ -202,7 +217,7 @@ func (s *Store) enqueue(ctx context.Context, key, dir string, ttl time.Duration,
 		case <-ch:
 		case <-recheck.C: // a watch lost with a connection: look again
 		case <-ctx.Done():
-			s.bg.Go(giveUp)
+			giveUp()
 			return nil, lockdriver.NotAcquired(ctx)
 		}
 	}

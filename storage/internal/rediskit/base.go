@@ -52,6 +52,11 @@ type Base struct {
 	// microseconds. 0 or 1: one lease per hold (no hand-offs).
 	HoldFences uint64
 
+	// Replication, when it asks for replicas, follows every write that
+	// grants, keeps or completes a lease or a claim with a WAIT in the
+	// same round trip (see replicas.go).
+	Replication Replication
+
 	clocks clocks // each server's clock offset (ServerDeadline)
 	args   scriptArgs
 }
@@ -137,6 +142,9 @@ func (b *Base) NextWait(subscribed bool, pttl time.Duration, backoff *time.Durat
 
 // run is Run tracked by b.BG.
 func (b *Base) run(ctx context.Context, c redis.Scripter, s *redis.Script, keys []string, late func(*redis.Cmd), args ...any) *redis.Cmd {
+	if b.acked(s) {
+		return b.runAcked(ctx, c, s, keys, late, args...)
+	}
 	return Run(ctx, &b.BG, c, s, keys, late, args...)
 }
 
@@ -185,7 +193,7 @@ func (b *Base) Acquire(ctx context.Context, c redis.Scripter, a AcquireArgs, lat
 	var onLate func(*redis.Cmd)
 	if late != nil {
 		onLate = func(cmd *redis.Cmd) {
-			if r, err := ParseAcquire(cmd); err == nil {
+			if r, err := ParseAcquire(valueOf(cmd)); err == nil {
 				late(r)
 			}
 		}
@@ -305,7 +313,7 @@ func (b *Base) Begin(ctx context.Context, c redis.Scripter, key, fingerprint, to
 	var onLate func(*redis.Cmd)
 	if late != nil {
 		onLate = func(cmd *redis.Cmd) {
-			if r, err := ParseBegin(cmd); err == nil {
+			if r, err := ParseBegin(valueOf(cmd)); err == nil {
 				late(r)
 			}
 		}

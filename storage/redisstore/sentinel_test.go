@@ -1,0 +1,162 @@
+package redisstore_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/idem/idemtest"
+	"github.com/oncekit/oncekit/core/lock"
+	"github.com/oncekit/oncekit/core/lock/locktest"
+	"github.com/oncekit/oncekit/internal/testenv"
+	"github.com/oncekit/oncekit/storage/redisstore"
+)
+
+// failoverClient is a client of the primary that sentinels name, as go-redis
+// builds it for a Sentinel deployment, closed at the end of the test.
+func failoverClient(t testing.TB, sentinels []string, master string) *redis.Client {
+	t.Helper()
+	c := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: master, SentinelAddrs: sentinels,
+		ContextTimeoutEnabled: true, DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// Through go-redis' failover client, with every lease and claim waiting
+// for both replicas, the Store passes both suites.
+func TestSentinelConformance(t *testing.T) {
+	sentinels, master := testenv.SentinelAddrs(t)
+	opts := []redisstore.Option{redisstore.WithReplicas(2, 2*time.Second)}
+	admin := failoverClient(t, sentinels, master)
+	t.Run("locks", func(t *testing.T) {
+		locktest.Run(t, locktest.Config{
+			NewLocker: func(t *testing.T) lock.Locker { return newStore(t, failoverClient(t, sentinels, master), opts...) },
+			Reentrant: true,
+		})
+	})
+	t.Run("idem", func(t *testing.T) {
+		idemtest.Run(t, idemtest.Config{
+			NewStore: func(t *testing.T) idem.Store { return newStore(t, failoverClient(t, sentinels, master), opts...) },
+			Corrupt: func(t *testing.T, key string) {
+				if err := admin.Set(context.Background(), "oncekit:idem:{"+key+"}", "garbage", time.Minute).Err(); err != nil {
+					t.Fatal(err)
+				}
+			},
+			Effect: redisEffect(admin),
+		})
+	})
+}
+
+// The hazard of a replicated Redis, on real processes: the primary grants
+// a lock and a claim, dies before its replicas have them (their links hold the stream back,
+// as a slow link would hold them back), and Sentinel promotes a
+// replica without them. Without WithReplicas a second client takes the
+// same lock and claim — two holders, two runs — while the first still
+// believes it holds them. With WithReplicas, a grant the replicas did not
+// acknowledge is given back (ErrNotReplicated), and one they did survives
+// the failover: no second holder, no second run, fences keep growing.
+func TestFailover(t *testing.T) {
+	for _, acked := range []bool{false, true} {
+		name := "without-replicas-option"
+		if acked {
+			name = "with-replicas-option"
+		}
+		t.Run(name, func(t *testing.T) {
+			g := testenv.StartSentinelGroup(t, 2)
+			var opts []redisstore.Option
+			if acked {
+				opts = append(opts, redisstore.WithReplicas(1, 300*time.Millisecond))
+			}
+			first := newStore(t, failoverClient(t, g.SentinelAddrs(), g.Master), opts...)
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			const key, record = "failover-key", "failover-record"
+			primary := g.Primary()
+			g.HoldReplication() // as a slow link would: the replicas do not get the writes
+			held, lockErr := first.Acquire(ctx, key, time.Minute)
+			claim, beginErr := first.Begin(ctx, record, "fp", time.Minute)
+			if acked {
+				// The replicas cannot acknowledge: nothing is granted.
+				if !errors.Is(lockErr, redisstore.ErrNotReplicated) || !errors.Is(beginErr, redisstore.ErrNotReplicated) {
+					t.Fatalf("with paused replicas: Acquire %v, Begin %v; want ErrNotReplicated", lockErr, beginErr)
+				}
+				g.ResumeReplication()
+				if held, lockErr = first.Acquire(ctx, key, time.Minute); lockErr != nil {
+					t.Fatal(lockErr)
+				}
+				if claim, beginErr = first.Begin(ctx, record, "fp", time.Minute); beginErr != nil || claim.State != idem.Acquired {
+					t.Fatalf("Begin: %+v %v", claim, beginErr)
+				}
+			} else if lockErr != nil || beginErr != nil || claim.State != idem.Acquired {
+				t.Fatalf("Acquire %v, Begin %+v %v", lockErr, claim, beginErr)
+			}
+
+			primary.Kill()
+			g.DropReplication() // what the primary had not sent dies with it
+			promoted := g.WaitFailover(primary, 30*time.Second)
+			t.Logf("%s promoted after the primary was killed", promoted.Addr)
+
+			second := newStore(t, failoverClient(t, g.SentinelAddrs(), g.Master), opts...)
+			var other lock.Lease
+			var otherClaim idem.Claim
+			var err error
+			for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+				// The new primary may refuse writes for a moment after its
+				// promotion (READONLY): ask until it answers.
+				other, err = second.TryAcquire(ctx, key, time.Minute)
+				if err == nil || errors.Is(err, lock.ErrNotAcquired) || time.Now().After(deadline) {
+					break
+				}
+			}
+			otherClaim, beginErr = second.Begin(ctx, record, "fp", time.Minute)
+			if beginErr != nil {
+				t.Fatal(beginErr)
+			}
+			select {
+			case <-held.Done():
+				t.Fatal("the first holder's lease ended: the failover was not hidden from it")
+			default:
+			}
+			if !acked {
+				// The hazard, shown: two holders, two runs.
+				if err != nil || otherClaim.State != idem.Acquired {
+					t.Fatalf("after an unacknowledged grant and a failover: TryAcquire %v, Begin %v; "+
+						"want both granted again (the documented hazard)", err, otherClaim.State)
+				}
+				if other.Fence() <= held.Fence() {
+					t.Errorf("the second holder's fence %d is not above the first's %d (the clock floor)", other.Fence(), held.Fence())
+				}
+				t.Logf("without WithReplicas: a second holder (fence %d after %d) and a second run", other.Fence(), held.Fence())
+				return
+			}
+			if !errors.Is(err, lock.ErrNotAcquired) {
+				t.Fatalf("TryAcquire after the failover: %v, want the key still held", err)
+			}
+			if otherClaim.State != idem.InFlight {
+				t.Fatalf("Begin after the failover: %v, want the claim still in flight", otherClaim.State)
+			}
+			// The first holder carries on through the new primary.
+			if err := held.Release(ctx); err != nil {
+				t.Fatalf("Release through the new primary: %v", err)
+			}
+			if err := first.Complete(ctx, claim, []byte("once"), time.Minute); err != nil {
+				t.Fatalf("Complete through the new primary: %v", err)
+			}
+			next, err := second.Acquire(ctx, key, time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer next.Release(context.Background())
+			if next.Fence() <= held.Fence() {
+				t.Errorf("fence after the failover %d, not above %d", next.Fence(), held.Fence())
+			}
+			if c, err := second.Begin(ctx, record, "fp", time.Minute); err != nil || c.State != idem.Completed || string(c.Result) != "once" {
+				t.Errorf("replay after the failover: %+v %v", c, err)
+			}
+		})
+	}
+}
