@@ -24,7 +24,7 @@ go test -race -count=1 -timeout 30m ./... || rc=1
 # The first command a Go developer types: `go test ./...` with no server
 # configured. Every server-backed test must skip with its reason, and
 # everything else pass.
-env -u REDIS_ADDRS -u REDIS_CLUSTER_ADDRS -u ETCD_ENDPOINTS -u KAFKA_BROKERS -u POSTGRES_URL -u MYSQL_URL -u ZOOKEEPER_ADDRS -u ONCEKIT_REQUIRE_SERVERS \
+env -u REDIS_ADDRS -u REDIS_CLUSTER_ADDRS -u REDIS_SENTINEL_ADDRS -u ETCD_ENDPOINTS -u KAFKA_BROKERS -u POSTGRES_URL -u MYSQL_URL -u ZOOKEEPER_ADDRS -u ONCEKIT_REQUIRE_SERVERS \
 	go test -count=1 ./... || rc=1
 # The benchmark module (peer libraries live there, out of the main go.mod):
 # each benchmark runs once so it cannot rot.
