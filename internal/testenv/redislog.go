@@ -10,12 +10,13 @@ import (
 )
 
 // quietLogger drops go-redis's reports of failed dials, which fault tests
-// provoke on purpose (stopped and paused servers), and passes the rest on.
+// provoke on purpose (stopped and paused servers), and its notes on which
+// sentinel it asked, and passes the rest on.
 type quietLogger struct{}
 
 func (quietLogger) Printf(_ context.Context, format string, v ...any) {
 	msg := fmt.Sprintf(format, v...)
-	if strings.Contains(msg, "failed to dial") || strings.Contains(msg, "connection refused") {
+	if strings.Contains(msg, "failed to dial") || strings.Contains(msg, "connection refused") || strings.Contains(msg, "sentinel: selected") || strings.Contains(msg, "sentinel: new master") {
 		return
 	}
 	fmt.Fprintln(os.Stderr, "redis:", msg)
