@@ -1,6 +1,8 @@
 package redisstore_test
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -12,6 +14,7 @@ import (
 	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/core/lock/locktest"
 	"github.com/oncekit/oncekit/internal/testenv"
+	"github.com/oncekit/oncekit/storage/redisstore"
 )
 
 // The conformance suite against a real three-primary Redis Cluster: the
@@ -109,5 +112,78 @@ func TestClusterKeysWithBraces(t *testing.T) {
 		if err := l.Release(ctx); err != nil {
 			t.Fatalf("Release(%q): %v", l.Key(), err)
 		}
+	}
+}
+
+// A Cluster shard's primary killed while a key it serves is held and a
+// claim is in flight, with every grant waiting for one replica: the
+// replica the cluster promotes has both, so nobody else takes the key or
+// runs the claim; the holder carries on through the new primary, and the
+// next holder's fence is higher.
+func TestClusterFailover(t *testing.T) {
+	rc := testenv.StartRedisCluster(t, 3, 2) // a shard keeps a replica after its failover
+	connect := func() *redisstore.Store {
+		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: rc.Addrs(), MaxRedirects: 16})
+		t.Cleanup(func() { c.Close() })
+		return newStore(t, c, redisstore.WithReplicas(1, time.Second))
+	}
+	first := connect()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	const key = "cluster-failover" // the lock and the record share its slot
+	held, err := first.Acquire(ctx, key, 2*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	claim, err := first.Begin(ctx, key, "fp", 2*time.Minute)
+	if err != nil || claim.State != idem.Acquired {
+		t.Fatalf("Begin: %+v %v", claim, err)
+	}
+	primary := rc.PrimaryOf("{" + key + "}")
+	primary.Kill()
+	promoted := rc.WaitFailover("{"+key+"}", primary, 30*time.Second)
+	t.Logf("%s promoted after %s was killed", promoted.Addr, primary.Addr)
+
+	// retry asks again while the clients learn the new primary.
+	retry := func(what string, f func() error) {
+		t.Helper()
+		var err error
+		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+			if err = f(); err == nil {
+				return
+			}
+		}
+		t.Fatalf("%s after the failover: %v", what, err)
+	}
+	second := connect()
+	retry("TryAcquire by another client", func() error {
+		_, err := second.TryAcquire(ctx, key, time.Minute)
+		if errors.Is(err, lock.ErrNotAcquired) {
+			return nil // still held: no second holder
+		}
+		if err == nil {
+			t.Fatal("another client took the key after the failover: two holders")
+		}
+		return err
+	})
+	retry("Begin by another client", func() error {
+		c, err := second.Begin(ctx, key, "fp", time.Minute)
+		if err == nil && c.State != idem.InFlight {
+			t.Fatalf("Begin after the failover: %v, want the claim still in flight", c.State)
+		}
+		return err
+	})
+	retry("Complete through the new primary", func() error { return first.Complete(ctx, claim, []byte("once"), time.Minute) })
+	retry("Release through the new primary", func() error { return held.Release(ctx) })
+	next, err := second.Acquire(ctx, key, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer next.Release(context.Background())
+	if next.Fence() <= held.Fence() {
+		t.Errorf("fence after the failover %d, not above %d", next.Fence(), held.Fence())
+	}
+	if c, err := second.Begin(ctx, key, "fp", time.Minute); err != nil || c.State != idem.Completed || string(c.Result) != "once" {
+		t.Errorf("replay after the failover: %+v %v", c, err)
 	}
 }

@@ -138,7 +138,10 @@
 // needs Redis 7.2): a write acknowledged by replicas that are all lost
 // with the primary can still be lost. Releases do not wait: a release lost
 // in a failover keeps its key held until its TTL, never gives it twice.
-// storage.Open takes it as replicas=N (replica_timeout=1s).
+// Under Cluster the WAIT goes to the primary of the key's slot (found again
+// after a failover), and a shard left without replicas refuses grants
+// until one is back (TestClusterFailover). storage.Open takes it as
+// replicas=N (replica_timeout=1s).
 //
 // # Limits
 //

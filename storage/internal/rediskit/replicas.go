@@ -38,26 +38,40 @@ func (b *Base) acked(script *redis.Script) bool {
 func (b *Base) runAcked(ctx context.Context, c redis.Scripter, script *redis.Script, keys []string,
 	late func(*redis.Cmd), args ...any) *redis.Cmd {
 	return runCmd(ctx, &b.BG, EnforcesDeadlines(c), redis.NewCmd, func(ctx context.Context) *redis.Cmd {
-		p, err := primaryOf(ctx, c, keys)
-		if err != nil {
-			cmd := redis.NewCmd(ctx)
-			cmd.SetErr(err)
-			return cmd
-		}
+		loaded := false
 		for attempt := 0; ; attempt++ {
+			p, err := primaryOf(ctx, c, keys)
+			if err != nil {
+				cmd := redis.NewCmd(ctx)
+				cmd.SetErr(err)
+				return cmd
+			}
 			pipe := p.Pipeline()
 			cmd := pipe.EvalSha(ctx, script.Hash(), keys, args...)
 			wait := pipe.Do(ctx, "WAIT", b.Replication.Replicas, max(b.Replication.Timeout.Milliseconds(), 1))
 			_, _ = pipe.Exec(ctx)
-			if err := cmd.Err(); err != nil && attempt == 0 && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+			if err := cmd.Err(); err != nil && !loaded && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+				loaded = true
 				if err := script.Load(ctx, p).Err(); err != nil {
 					cmd.SetErr(err)
 					return cmd
 				}
 				continue
 			}
+			if cc := clusterOf(c); cc != nil && attempt < 8 && movedOrGone(cmd.Err()) && ctx.Err() == nil {
+				// The slot's primary changed (a failover, a resharding) and
+				// this client's map of the cluster is stale: reload it and
+				// ask the new primary. (A script that reached no server ran
+				// nowhere; MOVED and TRYAGAIN ran nothing either.)
+				cc.ReloadState(ctx)
+				time.Sleep(time.Duration(attempt+1) * 50 * time.Millisecond)
+				continue
+			}
 			if cmd.Err() != nil {
 				return cmd
+			}
+			if !wrote(script, cmd) {
+				return cmd // nothing granted or kept (a busy key, a claim not ours): nothing to wait for
 			}
 			n, err := wait.Int64()
 			switch {
@@ -69,6 +83,53 @@ func (b *Base) runAcked(ctx context.Context, c redis.Scripter, script *redis.Scr
 			return cmd
 		}
 	}, late)
+}
+
+// wrote reports whether script's reply says it granted, kept or completed
+// something that a failover must not lose: a key taken or re-entered, a
+// claim made, a refresh or a finish that was the caller's, an effect
+// committed. Other replies (busy, in flight, not ours) wrote nothing the
+// caller relies on.
+func wrote(script *redis.Script, cmd *redis.Cmd) bool {
+	switch script {
+	case Acquire:
+		r, err := ParseAcquire(cmd)
+		return err != nil || r.Code == AcquireTaken || r.Code == AcquireReentered
+	case IdemBegin:
+		r, err := ParseBegin(cmd)
+		return err != nil || r.Code == BeginClaimed
+	case Refresh, IdemFinish:
+		ok, err := ParseFlag(cmd)
+		return err != nil || ok
+	}
+	return true // effects and the rest: wait
+}
+
+// clusterOf is c's Cluster client, or nil.
+func clusterOf(c redis.Scripter) *redis.ClusterClient {
+	if ap, ok := c.(*autoPipeline); ok {
+		c = ap.Pipeliner
+	}
+	cc, _ := c.(*redis.ClusterClient)
+	return cc
+}
+
+// movedOrGone reports an error after which a Cluster client should look
+// for the slot's primary again: the node refused the connection (it is
+// down), or it answered that another node serves the slot (MOVED, ASK) or
+// that the slot is moving or the cluster is failing over (TRYAGAIN,
+// CLUSTERDOWN). None of them ran the script.
+func movedOrGone(err error) bool {
+	if err == nil {
+		return false
+	}
+	msg := err.Error()
+	for _, p := range []string{"MOVED ", "ASK ", "TRYAGAIN", "CLUSTERDOWN"} {
+		if strings.HasPrefix(msg, p) {
+			return true
+		}
+	}
+	return strings.Contains(msg, "connection refused")
 }
 
 // pipeliner is a client that can send a pipeline to one server.
@@ -84,7 +145,7 @@ func primaryOf(ctx context.Context, c redis.Scripter, keys []string) (pipeliner,
 	if ap, ok := c.(*autoPipeline); ok {
 		c = ap.Pipeliner
 	}
-	if cc, ok := c.(*redis.ClusterClient); ok {
+	if cc := clusterOf(c); cc != nil {
 		node, err := cc.MasterForKey(ctx, keys[0])
 		if err != nil {
 			return nil, err
