@@ -66,3 +66,52 @@ func BenchmarkReplicas(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkClusterVsSingle: a new key's lock cycle and Guard.Do on the
+// three-primary Redis Cluster of `make services-up` against one Redis
+// server, in one run, by 1 and 16 workers each with its own client.
+func BenchmarkClusterVsSingle(b *testing.B) {
+	single := testenv.RedisAddrs(b, 1)[0]
+	cluster := testenv.RedisClusterAddrs(b)
+	for _, op := range []string{"lock", "guard"} {
+		for _, workers := range []int{1, 16} {
+			for _, dep := range []string{"single", "cluster"} {
+				b.Run(fmt.Sprintf("%s/workers=%d/%s", op, workers, dep), func(b *testing.B) {
+					works := make([]func(ctx context.Context, key string) error, workers)
+					for w := range works {
+						var c redis.UniversalClient = redis.NewClient(&redis.Options{Addr: single, PoolSize: 64, ContextTimeoutEnabled: true})
+						if dep == "cluster" {
+							c = redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster, PoolSize: 64, ContextTimeoutEnabled: true})
+						}
+						b.Cleanup(func() { c.Close() })
+						s, err := redisstore.New(c)
+						if err != nil {
+							b.Fatal(err)
+						}
+						b.Cleanup(func() { s.Close() })
+						g, err := idem.NewGuard(s)
+						if err != nil {
+							b.Fatal(err)
+						}
+						works[w] = func(ctx context.Context, key string) error {
+							if op == "guard" {
+								_, _, err := g.Do(ctx, key, "fp", func(context.Context) ([]byte, error) { return []byte("ok"), nil })
+								return err
+							}
+							l, err := s.Acquire(ctx, key, ttl)
+							if err != nil {
+								return err
+							}
+							return l.Release(ctx)
+						}
+					}
+					prefix := benchKey("cluster")
+					ctx := context.Background()
+					cycles(b, nil, workers, func(w int, i int64) error {
+						return works[w](ctx, prefix+":"+strconv.FormatInt(i, 10))
+					})
+				})
+			}
+		}
+	}
+}
