@@ -15,6 +15,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -384,4 +386,57 @@ func TestNewValidates(t *testing.T) {
 		t.Error("nil Guard: no error")
 	}
 
+}
+
+// Health checks and reflection pass through without a key by default, so
+// that Kubernetes probes and grpcurl work; a WithSelector replaces that
+// default. A scope function that returns "" refuses the call (Internal),
+// with nothing run.
+func TestDefaultsThatCannotHurt(t *testing.T) {
+	st := memstore.New()
+	g, err := idem.NewGuard(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unary, err := grpcmw.UnaryServerInterceptor(g, grpcmw.WithScope(func(ctx context.Context) string {
+		md, _ := metadata.FromIncomingContext(ctx)
+		if u := md.Get("x-user"); len(u) > 0 {
+			return u[0]
+		}
+		return ""
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(unary))
+	o := &orders{}
+	testpb.RegisterOrdersServer(srv, o)
+	hs := health.NewServer()
+	healthpb.RegisterHealthServer(srv, hs)
+	client := listen(t, srv)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv2 := grpc.NewServer(grpc.ChainUnaryInterceptor(unary))
+	healthpb.RegisterHealthServer(srv2, hs)
+	go func() { _ = srv2.Serve(ln) }()
+	defer srv2.Stop()
+	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx := ctxT(t, 10*time.Second)
+	if resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{}); err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Errorf("a health check without a key: %v %v, want SERVING", resp, err)
+	}
+	_, err = client.Place(withKey(ctx, "anon-1"), &testpb.PlaceRequest{Sku: "x", Qty: 1, User: "u"})
+	if status.Code(err) != codes.Internal || o.runs.Load() != 0 {
+		t.Errorf("a call whose scope is empty: %v, %d runs; want Internal and none", err, o.runs.Load())
+	}
+	cctx := metadata.AppendToOutgoingContext(withKey(ctx, "alice-1"), "x-user", "alice")
+	if _, err := client.Place(cctx, &testpb.PlaceRequest{Sku: "x", Qty: 1, User: "u"}); err != nil || o.runs.Load() != 1 {
+		t.Errorf("a scoped call: %v, %d runs", err, o.runs.Load())
+	}
 }

@@ -55,7 +55,9 @@ func WithKeyExtractor(extract func(ctx context.Context, req any) (string, bool))
 // WithScope derives the scope of a call — the authenticated principal, a
 // tenant — which becomes part of the stored key with the full method name,
 // so that one principal can never replay another's response. Every
-// interceptor must choose: WithScope, or Unscoped.
+// interceptor must choose: WithScope, or Unscoped. A call whose scope
+// function returns "" is refused with Internal, nothing run: an empty scope
+// is the key space unscoped calls share.
 func WithScope(scope func(ctx context.Context) string) Option {
 	return func(c *config) {
 		if scope == nil {
@@ -73,7 +75,10 @@ func Unscoped() Option { return func(c *config) { c.common.ChooseScope() } }
 
 // WithSelector limits the interceptor to the methods for which selected
 // reports true (full method names, "/pkg.Service/Method"). Other calls
-// pass through untouched. Default: every method.
+// pass through untouched. Default: every method except health checking
+// (/grpc.health.v1.Health/) and reflection (/grpc.reflection.v1.ServerReflection/
+// and v1alpha), so that Kubernetes probes and grpcurl work without a key.
+// A selector replaces that default.
 func WithSelector(selected func(fullMethod string) bool) Option {
 	return func(c *config) { c.selector = selected }
 }

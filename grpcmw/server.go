@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -90,16 +91,43 @@ func (s *server) key(ctx context.Context, req any) (key string, ok bool, err err
 }
 
 // stored is the key in the store: the scope, the full method and the key.
-func (s *server) stored(ctx context.Context, fullMethod, key string) string {
+// A scope function that returns "" refuses the call (Internal): an empty
+// scope is the key space every unscoped call shares, where one principal's
+// key could replay to another.
+func (s *server) stored(ctx context.Context, fullMethod, key string) (string, error) {
 	scope := ""
 	if s.cfg.scope != nil {
-		scope = s.cfg.scope(ctx)
+		if scope = s.cfg.scope(ctx); scope == "" {
+			return "", status.Errorf(codes.Internal, "grpcmw: %s: the scope function returned an empty scope "+
+				"(return the caller's principal, or use Unscoped)", fullMethod)
+		}
 	}
-	return idem.ScopedKey(scope, fullMethod+"\n"+key)
+	return idem.ScopedKey(scope, fullMethod+"\n"+key), nil
+}
+
+// infrastructure reports the methods every server may serve besides its
+// own, which the interceptors pass through unless WithSelector says
+// otherwise: health checking (grpc.health.v1) and reflection.
+func infrastructure(fullMethod string) bool {
+	for _, p := range []string{"/grpc.health.v1.Health/", "/grpc.reflection.v1.ServerReflection/",
+		"/grpc.reflection.v1alpha.ServerReflection/"} {
+		if strings.HasPrefix(fullMethod, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// selected reports whether the interceptors act on fullMethod.
+func (s *server) selected(fullMethod string) bool {
+	if s.cfg.selector != nil {
+		return s.cfg.selector(fullMethod)
+	}
+	return !infrastructure(fullMethod)
 }
 
 func (s *server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	if s.cfg.selector != nil && !s.cfg.selector(info.FullMethod) {
+	if !s.selected(info.FullMethod) {
 		return handler(ctx, req)
 	}
 	key, ok, err := s.key(ctx, req)
@@ -120,13 +148,17 @@ func (s *server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 		return nil, status.Errorf(codes.Internal, "grpcmw: %s: %v", info.FullMethod, err)
 	}
 	fp := idem.Fingerprint([]byte(info.FullMethod), body)
+	stored, err := s.stored(ctx, info.FullMethod, key)
+	if err != nil {
+		return nil, err
+	}
 	ctx = s.cfg.common.Context(ctx)
 	var (
 		ran      bool
 		resp     any
 		firstErr error
 	)
-	result, replayed, err := s.guard.Do(ctx, s.stored(ctx, info.FullMethod, key), fp, func(rctx context.Context) ([]byte, error) {
+	result, replayed, err := s.guard.Do(ctx, stored, fp, func(rctx context.Context) ([]byte, error) {
 		ran = true
 		resp, firstErr = handler(rctx, req)
 		return s.outcome(resp, firstErr)
@@ -216,7 +248,7 @@ func (s *server) guardError(ctx context.Context, err error) error {
 }
 
 func (s *server) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	if s.cfg.selector != nil && !s.cfg.selector(info.FullMethod) {
+	if !s.selected(info.FullMethod) {
 		return handler(srv, ss)
 	}
 	ctx := ss.Context()
@@ -229,12 +261,16 @@ func (s *server) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerIn
 	case !ok:
 		return status.Errorf(codes.InvalidArgument, "grpcmw: %s needs an %s", info.FullMethod, s.cfg.metadataKey)
 	}
+	stored, err := s.stored(ctx, info.FullMethod, key)
+	if err != nil {
+		return err
+	}
 	ctx = s.cfg.common.Context(ctx)
 	var handlerErr error
 	ran := false
 	// Lock only: the claim is held while the stream runs and dropped when
 	// it ends (the run never stores), so the next stream with the key runs.
-	_, _, err = s.guard.Do(ctx, s.stored(ctx, info.FullMethod, key), idem.Fingerprint([]byte(info.FullMethod)),
+	_, _, err = s.guard.Do(ctx, stored, idem.Fingerprint([]byte(info.FullMethod)),
 		func(rctx context.Context) ([]byte, error) {
 			ran = true
 			handlerErr = handler(srv, &wrappedStream{ServerStream: ss, ctx: rctx})

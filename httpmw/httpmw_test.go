@@ -497,6 +497,21 @@ func TestScopeSeparatesPrincipals(t *testing.T) {
 	})
 }
 
+// A scope function that cannot name the principal (it returns "") gets the
+// request refused with 500 and nothing run: an empty scope is the key
+// space that every unscoped request shares, where one user's key would
+// replay to another.
+func TestEmptyScopeRefused(t *testing.T) {
+	eachStore(t, func(t *testing.T, st idem.Store) {
+		a := newApp(newScopedMW(t, st, func(r *http.Request) string { return r.Header.Get("X-User") }))
+		w := a.do(t, "POST", "/orders", "k-anon", "x")
+		if w.Code != http.StatusInternalServerError || problemCode(t, w) != httpmw.CodeScopeEmpty || a.runs.Load() != 0 {
+			t.Errorf("a request with an empty scope: %d %s, %d runs; want 500 %s and none",
+				w.Code, problemCode(t, w), a.runs.Load(), httpmw.CodeScopeEmpty)
+		}
+	})
+}
+
 func TestFenceInHandler(t *testing.T) {
 	eachStore(t, func(t *testing.T, st idem.Store) {
 		var fences []uint64

@@ -127,6 +127,14 @@ func (m *middleware) handle(ctx context.Context, w http.ResponseWriter, r *http.
 	if m.cfg.scope != nil {
 		scope = m.cfg.scope(r)
 		r.Body = io.NopCloser(bytes.NewReader(body)) // the scope may have read it
+		if scope == "" {
+			// An empty scope would put the request into the key space every
+			// unscoped request shares: one principal's key could replay to
+			// another. A server fault, not the client's.
+			writeProblem(w, http.StatusInternalServerError, CodeScopeEmpty,
+				"The server could not tell whose request this is (its idempotency scope is empty).", 0)
+			return observe.Invalid, errors.New("httpmw: the scope function returned an empty scope; return the principal, or use Unscoped")
+		}
 	}
 	stored := idem.ScopedKey(scope, key)
 	ctx = m.cfg.common.Context(ctx)

@@ -79,7 +79,10 @@ func WithKeyHeader(name string) Option {
 // WithScope derives a scope from each request — the authenticated
 // principal, a tenant — that becomes part of the stored key, so that one
 // principal can never replay another's response. Every middleware must
-// choose: WithScope, or Unscoped. The function may read the request's
+// choose: WithScope, or Unscoped. A scope function that returns "" for a
+// request gets it refused with 500 (CodeScopeEmpty), nothing run: an empty
+// scope is the key space that unscoped requests share. The function may
+// read the request's
 // body: the handler still gets it whole.
 func WithScope(scope func(*http.Request) string) Option {
 	return func(c *config) {

@@ -16,7 +16,11 @@ const (
 	CodeBodyTooLarge   = "body_too_large"
 	CodeBodyUnreadable = "request_body_unreadable"
 	CodeRecordCorrupt  = "stored_response_corrupt"
-	CodeEffectRefused  = "effect_refused"
+	// CodeScopeEmpty: the scope function (WithScope) returned "" for a
+	// request: answered 500, nothing run, rather than letting the request
+	// into the key space every unscoped request shares.
+	CodeScopeEmpty    = "idempotency_scope_empty"
+	CodeEffectRefused = "effect_refused"
 	// CodeEffectNotCommitted: the handler committed an effect (Commit) but
 	// its response could not be stored with it (over WithMaxResponse, not
 	// final, a stream), or the store failed the effect: neither was

@@ -26,10 +26,10 @@ func (s *Service) GRPCServer(opts ...grpc.ServerOption) (*grpc.Server, error) {
 	idempotent, err := grpcmw.UnaryServerInterceptor(s.guard,
 		grpcmw.WithScope(func(ctx context.Context) string {
 			md, _ := metadata.FromIncomingContext(ctx)
-			if u := md.Get(UserMetadataKey); len(u) > 0 {
+			if u := md.Get(UserMetadataKey); len(u) > 0 && u[0] != "" {
 				return "user:" + u[0]
 			}
-			return ""
+			return "" // refused by grpcmw; authenticate below has answered first
 		}),
 		grpcmw.WithSelector(func(m string) bool { return m == inventorypb.Inventory_PlaceOrder_FullMethodName }),
 		grpcmw.WithWait(s.wait))
@@ -42,7 +42,17 @@ func (s *Service) GRPCServer(opts ...grpc.ServerOption) (*grpc.Server, error) {
 		holdLocks(ctx, func(ctx context.Context) { resp, err = handler(ctx, req) })
 		return resp, err
 	}
-	srv := grpc.NewServer(append(opts, grpc.ChainUnaryInterceptor(release, idempotent))...)
+	// The demo's authentication: an order names its caller. (grpcmw would
+	// refuse a call whose scope is empty with Internal; a caller without a
+	// principal is the client's fault, Unauthenticated.)
+	authenticate := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		md, _ := metadata.FromIncomingContext(ctx)
+		if info.FullMethod == inventorypb.Inventory_PlaceOrder_FullMethodName && (len(md.Get(UserMetadataKey)) == 0 || md.Get(UserMetadataKey)[0] == "") {
+			return nil, status.Errorf(codes.Unauthenticated, "inventory: %s metadata names the caller", UserMetadataKey)
+		}
+		return handler(ctx, req)
+	}
+	srv := grpc.NewServer(append(opts, grpc.ChainUnaryInterceptor(authenticate, release, idempotent))...)
 	inventorypb.RegisterInventoryServer(srv, &grpcAPI{s: s})
 	return srv, nil
 }

@@ -261,8 +261,12 @@ func TestGRPCAPI(t *testing.T) {
 		if _, err := c.GetItem(ctx, &inventorypb.GetItemRequest{Sku: "nope"}); status.Code(err) != codes.NotFound {
 			t.Errorf("unknown sku: %v", err)
 		}
-		if _, err := c.PlaceOrder(ctx, &inventorypb.PlaceOrderRequest{Sku: sku, Qty: 0, User: "ann"}); status.Code(err) != codes.InvalidArgument {
+		annCtx := metadata.AppendToOutgoingContext(ctx, inventory.UserMetadataKey, "ann")
+		if _, err := c.PlaceOrder(annCtx, &inventorypb.PlaceOrderRequest{Sku: sku, Qty: 0, User: "ann"}); status.Code(err) != codes.InvalidArgument {
 			t.Errorf("qty 0: %v", err)
+		}
+		if _, err := c.PlaceOrder(ctx, &inventorypb.PlaceOrderRequest{Sku: sku, Qty: 1, User: "ann"}); status.Code(err) != codes.Unauthenticated {
+			t.Errorf("an order without its caller: %v, want Unauthenticated", err)
 		}
 	})
 }
