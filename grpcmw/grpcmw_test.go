@@ -22,6 +22,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/observe"
 	"github.com/oncekit/oncekit/grpcmw"
 	"github.com/oncekit/oncekit/grpcmw/internal/testpb"
 	"github.com/oncekit/oncekit/internal/testenv"
@@ -438,5 +439,35 @@ func TestDefaultsThatCannotHurt(t *testing.T) {
 	cctx := metadata.AppendToOutgoingContext(withKey(ctx, "alice-1"), "x-user", "alice")
 	if _, err := client.Place(cctx, &testpb.PlaceRequest{Sku: "x", Qty: 1, User: "u"}); err != nil || o.runs.Load() != 1 {
 		t.Errorf("a scoped call: %v, %d runs", err, o.runs.Load())
+	}
+}
+
+// Each unary call under the interceptor is one observe.GRPCCall event,
+// with the method as its route and how it ended: what promobs and otelobs
+// turn into gRPC metrics and spans.
+func TestCallsReported(t *testing.T) {
+	ev := testenv.NewEvents()
+	o := &orders{}
+	c := serve(t, memstore.New(), o, []idem.Option{idem.WithObserver(ev)}, nil)
+	ctx := ctxT(t, 10*time.Second)
+	req := &testpb.PlaceRequest{Sku: "x", Qty: 1, User: "u"}
+	for range 2 {
+		if _, err := c.Place(withKey(ctx, "obs-1"), req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := c.Place(ctx, req); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("a call without a key: %v", err)
+	}
+	var got []observe.Outcome
+	for _, e := range ev.Of(observe.GRPCCall) {
+		if e.Route != testpb.Orders_Place_FullMethodName {
+			t.Errorf("event route %q, want %q", e.Route, testpb.Orders_Place_FullMethodName)
+		}
+		got = append(got, e.Outcome)
+	}
+	want := []observe.Outcome{observe.Executed, observe.Replayed, observe.Invalid}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("GRPCCall outcomes %v, want %v", got, want)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/observe"
 	"github.com/oncekit/oncekit/internal/mwcore"
 )
 
@@ -130,11 +131,46 @@ func (s *server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 	if !s.selected(info.FullMethod) {
 		return handler(ctx, req)
 	}
+	// One observe.GRPCCall event per call, as httpmw reports its requests.
+	ctx, call := observe.Begin(ctx, s.guard.Observer(), observe.GRPCCall, s.guard.DriverName(), "")
+	call.Route(info.FullMethod)
+	var tr callTrace
+	resp, err := s.unaryCall(ctx, req, info, handler, &tr)
+	call.End(tr.outcome(err), 0, err)
+	return resp, err
+}
+
+// callTrace is what a call did, for its event.
+type callTrace struct{ ran, replayed bool }
+
+// outcome names how a call with final error err ended.
+func (tr callTrace) outcome(err error) observe.Outcome {
+	switch {
+	case tr.replayed:
+		return observe.Replayed
+	case tr.ran || err == nil:
+		return observe.Executed
+	}
+	switch status.Code(err) {
+	case codes.InvalidArgument:
+		return observe.Invalid
+	case codes.FailedPrecondition:
+		return observe.Mismatch
+	case codes.Aborted:
+		return observe.InFlight
+	case codes.Canceled, codes.DeadlineExceeded:
+		return observe.Canceled
+	}
+	return observe.Error
+}
+
+func (s *server) unaryCall(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler, tr *callTrace) (any, error) {
 	key, ok, err := s.key(ctx, req)
 	switch {
 	case err != nil:
 		return nil, err
 	case !ok && s.cfg.optional:
+		tr.ran = true
 		return handler(ctx, req)
 	case !ok:
 		return nil, status.Errorf(codes.InvalidArgument, "grpcmw: %s needs an %s", info.FullMethod, s.cfg.metadataKey)
@@ -159,10 +195,11 @@ func (s *server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 		firstErr error
 	)
 	result, replayed, err := s.guard.Do(ctx, stored, fp, func(rctx context.Context) ([]byte, error) {
-		ran = true
+		ran, tr.ran = true, true
 		resp, firstErr = handler(rctx, req)
 		return s.outcome(resp, firstErr)
 	})
+	tr.replayed = err == nil && replayed && !ran
 	switch {
 	case ran && err == nil:
 		return resp, firstErr // the handler answered and its outcome is stored
@@ -188,6 +225,7 @@ func (s *server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 		if err2 := s.guardError(ctx, err); err2 != nil {
 			return nil, err2
 		}
+		tr.ran = true
 		return handler(ctx, req) // fail open
 	}
 }
