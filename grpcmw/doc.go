@@ -55,7 +55,14 @@
 //
 // UnaryClientInterceptor gives each logical call without a key a fresh
 // one (NewKey) before gRPC sends it, so gRPC's own retries — a
-// service-config retry policy — carry the same key.
+// service-config retry policy — carry the same key. With a retry
+// interceptor (go-grpc-middleware's retry, say), put this one first, outside
+// it:
+//
+//	grpc.WithChainUnaryInterceptor(grpcmw.UnaryClientInterceptor(), retry.UnaryClientInterceptor(...))
+//
+// Inside it, every attempt would get a new key and run again on the server
+// (TestClientKeyAcrossRetryInterceptor shows both orders).
 //
 // # Defaults and observability
 //

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/retry"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -469,5 +470,56 @@ func TestCallsReported(t *testing.T) {
 	want := []observe.Outcome{observe.Executed, observe.Replayed, observe.Invalid}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("GRPCCall outcomes %v, want %v", got, want)
+	}
+}
+
+// The client interceptor must be outside a retry interceptor: it mints the
+// key once per logical call, and the retries inside it resend that key.
+// Inside the retry interceptor it would mint a new key per attempt, and a
+// server would run every attempt: shown here with go-grpc-middleware's
+// retry interceptor against a server that fails the first two attempts.
+func TestClientKeyAcrossRetryInterceptor(t *testing.T) {
+	for _, outside := range []bool{true, false} {
+		t.Run(fmt.Sprintf("grpcmw-outside-retry=%v", outside), func(t *testing.T) {
+			var mu sync.Mutex
+			var keys []string
+			flaky := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+				md, _ := metadata.FromIncomingContext(ctx)
+				mu.Lock()
+				keys = append(keys, md.Get(grpcmw.DefaultMetadataKey)...)
+				n := len(keys)
+				mu.Unlock()
+				if n <= 2 {
+					return nil, status.Error(codes.Unavailable, "try again")
+				}
+				return handler(ctx, req)
+			}
+			srv := grpc.NewServer(grpc.ChainUnaryInterceptor(flaky))
+			testpb.RegisterOrdersServer(srv, &orders{})
+			retrying := retry.UnaryClientInterceptor(retry.WithMax(3), retry.WithCodes(codes.Unavailable),
+				retry.WithBackoff(retry.BackoffLinear(time.Millisecond)))
+			chain := []grpc.UnaryClientInterceptor{grpcmw.UnaryClientInterceptor(), retrying}
+			if !outside {
+				chain = []grpc.UnaryClientInterceptor{retrying, grpcmw.UnaryClientInterceptor()}
+			}
+			c := listen(t, srv, grpc.WithChainUnaryInterceptor(chain...))
+			if _, err := c.Place(ctxT(t, 10*time.Second), &testpb.PlaceRequest{Sku: "x", Qty: 1, User: "u"}); err != nil {
+				t.Fatal(err)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			distinct := map[string]bool{}
+			for _, k := range keys {
+				distinct[k] = true
+			}
+			switch {
+			case len(keys) != 3:
+				t.Fatalf("%d attempts reached the server, want 3", len(keys))
+			case outside && len(distinct) != 1:
+				t.Errorf("grpcmw outside the retry interceptor: keys %v, want one key for every attempt", keys)
+			case !outside && len(distinct) != 3:
+				t.Errorf("grpcmw inside the retry interceptor: keys %v; the test expected a new key per attempt (the wrong order it documents)", keys)
+			}
+		})
 	}
 }
