@@ -30,14 +30,14 @@ func WithClientSelector(selected func(fullMethod string) bool) ClientOption {
 	return func(c *clientConfig) { c.selector = selected }
 }
 
-// WithKeyGenerator replaces the key generator (default: 128 random bits,
-// hex).
+// WithKeyGenerator replaces the key generator (default NewKey: a version 7
+// UUID).
 func WithKeyGenerator(newKey func() string) ClientOption {
 	return func(c *clientConfig) { c.newKey = newKey }
 }
 
-// NewKey returns a fresh idempotency key: 128 random bits, in hex
-// (idem.NewKey).
+// NewKey returns a fresh idempotency key: a version 7 UUID, as AIP-155
+// expects of a request_id (idem.NewKey).
 func NewKey() string { return idem.NewKey() }
 
 // UnaryClientInterceptor gives every logical call that has no

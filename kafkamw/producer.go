@@ -33,8 +33,8 @@ type ProducerOption func(*Producer)
 // WithProducerKeyHeader sets the header to stamp (default "message-id").
 func WithProducerKeyHeader(name string) ProducerOption { return func(p *Producer) { p.header = name } }
 
-// WithKeyGenerator sets how keys are minted (default idem.NewKey: 128
-// random bits in hex).
+// WithKeyGenerator sets how keys are minted (default idem.NewKey: a
+// version 7 UUID).
 func WithKeyGenerator(newKey func() string) ProducerOption {
 	return func(p *Producer) { p.newKey = newKey }
 }

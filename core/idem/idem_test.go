@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -227,6 +229,31 @@ func TestManyLongRunsKeptAlive(t *testing.T) {
 		key := fmt.Sprintf("long-%d", i)
 		if res, replayed, err := g.Do(ctx, key, "fp", nil); err != nil || !replayed || string(res) != key {
 			t.Errorf("%s after its run: %q replayed=%v err=%v, want its result replayed", key, res, replayed, err)
+		}
+	}
+}
+
+// NewKey mints UUIDs of version 7 (AIP-155's request_id form): the time in
+// their first 48 bits, version and variant set, and no two alike.
+func TestNewKeyIsUUIDv7(t *testing.T) {
+	form := regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)
+	seen := map[string]bool{}
+	before := time.Now().UnixMilli()
+	for range 1000 {
+		k := idem.NewKey()
+		if !form.MatchString(k) {
+			t.Fatalf("NewKey() = %q, not a version 7 UUID", k)
+		}
+		if err := idem.CheckClientKey(k); err != nil {
+			t.Fatalf("NewKey() = %q: %v", k, err)
+		}
+		if seen[k] {
+			t.Fatalf("NewKey() repeated %q", k)
+		}
+		seen[k] = true
+		ms, err := strconv.ParseInt(strings.ReplaceAll(k[:13], "-", ""), 16, 64)
+		if err != nil || ms < before || ms > time.Now().UnixMilli() {
+			t.Fatalf("NewKey() = %q: time %d, want within [%d, now]", k, ms, before)
 		}
 	}
 }

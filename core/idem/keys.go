@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"time"
 )
 
 // ScopedKey derives the stored key from a scope (a tenant, a principal, a
@@ -63,10 +64,20 @@ func CheckClientKey(k string) error {
 }
 
 // NewKey returns a fresh idempotency key for a logical operation that has
-// none: 128 random bits in hex (32 bytes). Middleware that mints keys on a
-// client's behalf (grpcmw's client interceptor, kafkamw's Producer) uses it.
+// none: a UUID of version 7 (RFC 9562: the time in milliseconds, then 74
+// random bits) in its canonical 36-character form, as Google's AIP-155
+// asks of a request_id, and sortable by when it was minted. Middleware
+// that mints keys on a client's behalf (grpcmw's client interceptor,
+// kafkamw's Producer) uses it.
 func NewKey() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
-	return hex.EncodeToString(b[:])
+	ms := uint64(time.Now().UnixMilli())
+	for i := range 6 {
+		b[i] = byte(ms >> (40 - 8*i))
+	}
+	b[6] = b[6]&0x0f | 0x70 // version 7
+	b[8] = b[8]&0x3f | 0x80 // the RFC 9562 variant
+	h := hex.EncodeToString(b[:])
+	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
 }
