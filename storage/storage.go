@@ -57,12 +57,16 @@ Every other form takes:
   cert=FILE key=FILE  a client certificate for TLS`
 
 // Store is what every driver is: a lock.Locker and an idem.Store with
-// their inspectors, closed with Close.
+// their inspectors, a health check, closed with Close.
 type Store interface {
 	lock.Locker
 	idem.Store
 	lock.Inspector
 	idem.Inspector
+	// Ping reports whether the store can serve now, for a readiness
+	// probe: one request to the server (to every Redlock node, healthy
+	// with a majority).
+	Ping(ctx context.Context) error
 	Close() error
 }
 

@@ -61,6 +61,9 @@ func TestOpenEachForm(t *testing.T) {
 					t.Error("SQLDB is nil")
 				}
 			}
+			if err := st.Ping(ctx); err != nil {
+				t.Errorf("Ping: %v", err)
+			}
 			key := "storage-test-" + time.Now().Format(time.RFC3339Nano)
 			l, err := st.TryAcquire(ctx, key, 5*time.Second)
 			if err != nil {
@@ -164,5 +167,21 @@ func TestOpenSentinelForm(t *testing.T) {
 	defer st.Close()
 	if storage.Scheme(st) != "redis-sentinel" || storage.RedisClient(st) == nil {
 		t.Errorf("Scheme %q, client %v", storage.Scheme(st), storage.RedisClient(st))
+	}
+}
+
+// Ping fails, with the driver's error, when the store cannot serve.
+func TestPingUnreachable(t *testing.T) {
+	for _, url := range []string{"redis://127.0.0.1:1", "redlock://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3", "etcd://127.0.0.1:1"} {
+		st, err := storage.Open(context.Background(), url, storage.WithTimeout(500*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		if err := st.Ping(ctx); err == nil {
+			t.Errorf("Ping of %s: nil, want an error", url)
+		}
+		cancel()
+		st.Close()
 	}
 }

@@ -24,6 +24,7 @@ import (
 const usage = `oncectl inspects and repairs oncekit locks and idempotency records.
 
 Usage:
+  oncectl [flags] ping
   oncectl [flags] lock inspect KEY
   oncectl [flags] lock release KEY --force [--yes]
   oncectl [flags] record get KEY [--scope SCOPE | --stored]
@@ -94,6 +95,12 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if len(pos) == 0 {
 		fmt.Fprint(stderr, usage)
 		return exitUsage
+	}
+	if pos[0] == "ping" {
+		if len(pos) != 1 {
+			return c.usageErr("ping takes no argument")
+		}
+		return c.ping()
 	}
 	if len(pos) != 3 {
 		return c.usageErr(fmt.Sprintf("%q: want a command, a subcommand and one KEY", strings.Join(pos, " ")))
@@ -166,6 +173,27 @@ func parse(fs *flag.FlagSet, args []string) ([]string, error) {
 		pos, args = append(pos, args[0]), args[1:]
 	}
 	return append(pos, rest...), nil
+}
+
+// ping checks that the store can serve: exit 0 and "ok", or 1 and why.
+func (c *cli) ping() int {
+	st, err := openStore(c.storeURL, c.timeout)
+	if err != nil {
+		return c.fail(err)
+	}
+	defer st.close()
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	defer cancel()
+	start := time.Now()
+	if err := st.Ping(ctx); err != nil {
+		return c.fail(err)
+	}
+	if c.json {
+		fmt.Fprintf(c.out, "{\"ok\":true,\"ms\":%.3f}\n", float64(time.Since(start).Microseconds())/1000)
+	} else {
+		fmt.Fprintf(c.out, "ok (%s)\n", time.Since(start).Round(time.Microsecond))
+	}
+	return exitOK
 }
 
 func (c *cli) usageErr(msg string) int {

@@ -63,6 +63,9 @@ func TestAgainstRealServers(t *testing.T) {
 func scenario(t *testing.T, url string) {
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
+	if code, out, errOut := oncectl(t, "", "ping", "--store", url); code != exitOK || !strings.HasPrefix(out, "ok") {
+		t.Fatalf("ping: exit %d, %q %q", code, out, errOut)
+	}
 	// The "application": a store opened the same way, holding a lock.
 	app, err := openStore(url, 5*time.Second)
 	if err != nil {
@@ -194,6 +197,8 @@ func TestErrors(t *testing.T) {
 		{[]string{"lock", "inspect", "k", "--store", "redis://127.0.0.1:1", "--timeout", "500ms"}, exitFail, "connection refused"},
 		{[]string{"record", "get", "k", "--store", "etcd://127.0.0.1:1", "--timeout", "500ms"}, exitFail, "etcdstore: inspect record"},
 		{[]string{"record", "get", "k", "--store", "zk://127.0.0.1:1", "--timeout", "500ms"}, exitFail, "zkstore: connect"},
+		{[]string{"ping", "--store", "redis://127.0.0.1:1", "--timeout", "500ms"}, exitFail, "redisstore: ping"},
+		{[]string{"ping", "extra", "--store", "redis://127.0.0.1:1"}, exitUsage, "ping takes no argument"},
 		{[]string{"--", "lock", "inspect", "-k", "--store", "redis://127.0.0.1:1"}, exitUsage, "want a command"},
 	} {
 		t.Setenv("ONCEKIT_STORE", "")

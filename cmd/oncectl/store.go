@@ -16,6 +16,7 @@ import (
 type store interface {
 	lock.Inspector
 	idem.Inspector
+	Ping(ctx context.Context) error
 }
 
 // opened is a store and what closes it and its clients.

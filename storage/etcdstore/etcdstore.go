@@ -655,3 +655,12 @@ var (
 	_ lock.Locker = (*Store)(nil)
 	_ lock.Lease  = (*lease)(nil)
 )
+
+// Ping is a health check for readiness probes: a linearizable read (it
+// needs the cluster's leader and a quorum).
+func (s *Store) Ping(ctx context.Context) error {
+	if _, err := s.c.Get(ctx, "oncekit-ping", clientv3.WithCountOnly()); err != nil {
+		return fmt.Errorf("etcdstore: ping: %w", err)
+	}
+	return nil
+}

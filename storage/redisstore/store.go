@@ -190,3 +190,12 @@ var (
 	_ lock.Inspector = (*Store)(nil)
 	_ idem.Inspector = (*Store)(nil)
 )
+
+// Ping is a health check for readiness probes: one request (TIME) to the
+// server, or, under Cluster, to one of its nodes.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.raw.Time(ctx).Err(); err != nil {
+		return fmt.Errorf("redisstore: ping: %w", err)
+	}
+	return nil
+}

@@ -1,6 +1,7 @@
 package redlockstore
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -295,3 +296,32 @@ var (
 	_ lock.Inspector = (*Store)(nil)
 	_ idem.Inspector = (*Store)(nil)
 )
+
+// Ping is a health check for readiness probes: a TIME request to every
+// node at once, healthy when a majority answers within the node timeout;
+// otherwise a *QuorumError naming the nodes that did not.
+func (s *Store) Ping(ctx context.Context) error {
+	wait := s.nodeTimeout(time.Second)
+	type res struct {
+		i   int
+		err error
+	}
+	ch := make(chan res, len(s.nodes))
+	for i, n := range s.nodes {
+		go func() {
+			cctx, cancel := context.WithTimeout(ctx, wait)
+			defer cancel()
+			ch <- res{i, n.c.Time(cctx).Err()}
+		}()
+	}
+	failed := map[int]error{}
+	for range s.nodes {
+		if r := <-ch; r.err != nil {
+			failed[r.i] = r.err
+		}
+	}
+	if got := len(s.nodes) - len(failed); got < s.quorum {
+		return s.quorumError("ping", "", got, failed)
+	}
+	return nil
+}

@@ -351,3 +351,12 @@ func (s *Store) cleanupLoop() {
 		}
 	}
 }
+
+// Ping is a health check for readiness probes: the database answers on a
+// connection of the pool.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.db.PingContext(ctx); err != nil {
+		return fmt.Errorf("sqlstore: ping: %w", err)
+	}
+	return nil
+}

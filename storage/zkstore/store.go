@@ -401,3 +401,15 @@ func (quietLogger) Printf(string, ...any) {}
 // StdLogger logs the ZooKeeper client's lines through the standard log
 // package (see WithLogger).
 var StdLogger zk.Logger = log.Default()
+
+// Ping is a health check for readiness probes: the session is up and the
+// ensemble answers a read of the root.
+func (s *Store) Ping(ctx context.Context) error {
+	if _, err := call(ctx, s, func() (bool, error) {
+		ok, _, err := s.conn.Exists(s.root)
+		return ok, err
+	}, nil); err != nil {
+		return fmt.Errorf("zkstore: ping: %w", err)
+	}
+	return nil
+}
