@@ -36,7 +36,11 @@ func TestLinearizable(t *testing.T) {
 		if out := h.restock(d.httpTargets[0], 0, 40); out.unknown {
 			t.Fatal("could not stock the item")
 		}
-		const clients, opsPerClient = 8, 40
+		// 8 clients × 25 operations: the checker's search grows
+		// exponentially with the history's concurrency and length, and
+		// 320 operations with a few unknown outcomes ran past its budget on
+		// a loaded two-core CI machine.
+		const clients, opsPerClient = 8, 25
 		var done atomic.Int64
 		var wg sync.WaitGroup
 		for c := range clients {
@@ -54,7 +58,7 @@ func TestLinearizable(t *testing.T) {
 		wg.Wait()
 
 		ops := h.operations()
-		res, info := porcupine.CheckOperationsVerbose(inventoryModel, ops, 3*time.Minute)
+		res, info := porcupine.CheckOperationsVerbose(inventoryModel, ops, 4*time.Minute)
 		t.Logf("%d operations (%d orders, %d unknown outcomes): %s", len(ops), h.orders.Load(), h.unknowns.Load(), res)
 		if res != porcupine.Ok {
 			path := filepath.Join(os.TempDir(), fmt.Sprintf("oncekit-linearizability-%d.html", time.Now().UnixNano()))
