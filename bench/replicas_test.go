@@ -30,32 +30,10 @@ func BenchmarkReplicas(b *testing.B) {
 					if replicas > 0 {
 						opts = append(opts, redisstore.WithReplicas(replicas, time.Second))
 					}
-					works := make([]func(ctx context.Context, key string) error, workers)
-					for w := range works {
-						c := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: master, SentinelAddrs: sentinels,
+					works := storeWorks(b, op, workers, func() redis.UniversalClient {
+						return redis.NewFailoverClient(&redis.FailoverOptions{MasterName: master, SentinelAddrs: sentinels,
 							PoolSize: 64, ContextTimeoutEnabled: true})
-						b.Cleanup(func() { c.Close() })
-						s, err := redisstore.New(c, opts...)
-						if err != nil {
-							b.Fatal(err)
-						}
-						b.Cleanup(func() { s.Close() })
-						g, err := idem.NewGuard(s)
-						if err != nil {
-							b.Fatal(err)
-						}
-						works[w] = func(ctx context.Context, key string) error {
-							if op == "guard" {
-								_, _, err := g.Do(ctx, key, "fp", func(context.Context) ([]byte, error) { return []byte("ok"), nil })
-								return err
-							}
-							l, err := s.Acquire(ctx, key, ttl)
-							if err != nil {
-								return err
-							}
-							return l.Release(ctx)
-						}
-					}
+					}, opts...)
 					prefix := benchKey("replicas")
 					ctx := context.Background()
 					cycles(b, nil, workers, func(w int, i int64) error {
@@ -77,34 +55,12 @@ func BenchmarkClusterVsSingle(b *testing.B) {
 		for _, workers := range []int{1, 16} {
 			for _, dep := range []string{"single", "cluster"} {
 				b.Run(fmt.Sprintf("%s/workers=%d/%s", op, workers, dep), func(b *testing.B) {
-					works := make([]func(ctx context.Context, key string) error, workers)
-					for w := range works {
-						var c redis.UniversalClient = redis.NewClient(&redis.Options{Addr: single, PoolSize: 64, ContextTimeoutEnabled: true})
+					works := storeWorks(b, op, workers, func() redis.UniversalClient {
 						if dep == "cluster" {
-							c = redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster, PoolSize: 64, ContextTimeoutEnabled: true})
+							return redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster, PoolSize: 64, ContextTimeoutEnabled: true})
 						}
-						b.Cleanup(func() { c.Close() })
-						s, err := redisstore.New(c)
-						if err != nil {
-							b.Fatal(err)
-						}
-						b.Cleanup(func() { s.Close() })
-						g, err := idem.NewGuard(s)
-						if err != nil {
-							b.Fatal(err)
-						}
-						works[w] = func(ctx context.Context, key string) error {
-							if op == "guard" {
-								_, _, err := g.Do(ctx, key, "fp", func(context.Context) ([]byte, error) { return []byte("ok"), nil })
-								return err
-							}
-							l, err := s.Acquire(ctx, key, ttl)
-							if err != nil {
-								return err
-							}
-							return l.Release(ctx)
-						}
-					}
+						return redis.NewClient(&redis.Options{Addr: single, PoolSize: 64, ContextTimeoutEnabled: true})
+					})
 					prefix := benchKey("cluster")
 					ctx := context.Background()
 					cycles(b, nil, workers, func(w int, i int64) error {
@@ -114,4 +70,37 @@ func BenchmarkClusterVsSingle(b *testing.B) {
 			}
 		}
 	}
+}
+
+// storeWorks makes one cycle function per worker, each on a Store of its
+// own over a client from newClient: op "lock" takes and releases the key,
+// "guard" runs Guard.Do on it.
+func storeWorks(b *testing.B, op string, workers int, newClient func() redis.UniversalClient,
+	opts ...redisstore.Option) []func(ctx context.Context, key string) error {
+	works := make([]func(ctx context.Context, key string) error, workers)
+	for w := range works {
+		c := newClient()
+		b.Cleanup(func() { c.Close() })
+		s, err := redisstore.New(c, opts...)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { s.Close() })
+		g, err := idem.NewGuard(s)
+		if err != nil {
+			b.Fatal(err)
+		}
+		works[w] = func(ctx context.Context, key string) error {
+			if op == "guard" {
+				_, _, err := g.Do(ctx, key, "fp", func(context.Context) ([]byte, error) { return []byte("ok"), nil })
+				return err
+			}
+			l, err := s.Acquire(ctx, key, ttl)
+			if err != nil {
+				return err
+			}
+			return l.Release(ctx)
+		}
+	}
+	return works
 }

@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -127,44 +126,7 @@ func BenchmarkZKContended16(b *testing.B) {
 func BenchmarkZKHandOff(b *testing.B) {
 	for _, im := range zkImpls {
 		b.Run(im.name, func(b *testing.B) {
-			ls := im.make(b, 2)
-			key := benchKey(im.name)
-			ctx := context.Background()
-			release, err := ls[0](ctx, key)
-			if err != nil {
-				b.Fatal(err)
-			}
-			lat := make([]time.Duration, 0, b.N)
-			b.ResetTimer()
-			for i := range b.N {
-				waiter := ls[(i+1)%2]
-				got := make(chan func() error, 1)
-				go func() {
-					r, err := waiter(ctx, key)
-					if err != nil {
-						b.Error(err)
-						close(got)
-						return
-					}
-					got <- r
-				}()
-				time.Sleep(5 * time.Millisecond) // the waiter is queued and watching
-				t0 := time.Now()
-				if err := release(); err != nil {
-					b.Fatal(err)
-				}
-				r, ok := <-got
-				if !ok {
-					b.FailNow()
-				}
-				lat = append(lat, time.Since(t0))
-				release = r
-			}
-			b.StopTimer()
-			_ = release()
-			slices.Sort(lat)
-			b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "handoff-p50-ms")
-			b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "handoff-p99-ms")
+			handOff(b, im.make(b, 2), benchKey(im.name), 5*time.Millisecond)
 		})
 	}
 }
