@@ -216,22 +216,15 @@ func (s *Store) Begin(ctx context.Context, key, fingerprint string, lease time.D
 // read reads key's record; a record that is not one of ours is a
 // *idem.CorruptRecordError.
 func (s *Store) read(ctx context.Context, key, path string) (record, *zk.Stat, error) {
-	type res struct {
-		data []byte
-		st   *zk.Stat
-	}
-	r, err := call(ctx, s, func() (res, error) {
-		d, st, err := s.conn.Get(path)
-		return res{d, st}, err
-	}, nil)
+	data, st, err := s.get(ctx, path)
 	if err != nil {
 		return record{}, nil, err
 	}
-	rec, corrupt := decodeRecord(r.data)
+	rec, corrupt := decodeRecord(data)
 	if corrupt != "" {
-		return record{}, r.st, &idem.CorruptRecordError{Key: key, Reason: corrupt}
+		return record{}, st, &idem.CorruptRecordError{Key: key, Reason: corrupt}
 	}
-	return rec, r.st, nil
+	return rec, st, nil
 }
 
 // Complete implements idem.Store: one request when this Store made the

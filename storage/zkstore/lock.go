@@ -521,22 +521,15 @@ func (i lockInfo) remaining(st *zk.Stat) time.Duration {
 
 // getLock reads an acquisition node.
 func (s *Store) getLock(ctx context.Context, path string) (lockInfo, *zk.Stat, error) {
-	type res struct {
-		data []byte
-		st   *zk.Stat
-	}
-	r, err := call(ctx, s, func() (res, error) {
-		d, st, err := s.conn.Get(path)
-		return res{d, st}, err
-	}, nil)
+	data, st, err := s.get(ctx, path)
 	if err != nil {
 		return lockInfo{}, nil, err
 	}
-	i, ok := parseLockData(r.data)
+	i, ok := parseLockData(data)
 	if !ok {
-		return lockInfo{}, r.st, fmt.Errorf("%s holds no oncekit data", path)
+		return lockInfo{}, st, fmt.Errorf("%s holds no oncekit data", path)
 	}
-	return i, r.st, nil
+	return i, st, nil
 }
 
 var _ lock.Locker = (*Store)(nil)

@@ -297,6 +297,19 @@ func call[T any](ctx context.Context, s *Store, f func() (T, error), late func(T
 // twice the session timeout.
 var ErrRequestTimeout = errors.New("zkstore: no answer within twice the session timeout")
 
+// get reads a node's data and Stat.
+func (s *Store) get(ctx context.Context, path string) ([]byte, *zk.Stat, error) {
+	type res struct {
+		data []byte
+		st   *zk.Stat
+	}
+	r, err := call(ctx, s, func() (res, error) {
+		d, st, err := s.conn.Get(path)
+		return res{d, st}, err
+	}, nil)
+	return r.data, r.st, err
+}
+
 // ensure creates the persistent nodes paths (and their parents) where
 // missing.
 func (s *Store) ensure(ctx context.Context, paths ...string) error {
