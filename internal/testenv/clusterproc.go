@@ -28,13 +28,7 @@ type RedisCluster struct {
 // ONCEKIT_REQUIRE_SERVERS=1) when redis-server is not installed.
 func StartRedisCluster(tb testing.TB, primaries, replicas int) *RedisCluster {
 	tb.Helper()
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		msg := "redis-server not installed (make services-up installs it)"
-		if Required() {
-			tb.Fatal(msg)
-		}
-		tb.Skip(msg)
-	}
+	NeedCommand(tb, "redis-server")
 	rc := &RedisCluster{tb: tb}
 	var addrs []string
 	for range primaries * (1 + replicas) {

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -46,13 +45,7 @@ type SentinelGroup struct {
 // waits until the replicas are in sync and every sentinel sees them.
 func StartSentinelGroup(tb testing.TB, replicas int) *SentinelGroup {
 	tb.Helper()
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		msg := "redis-server not installed (make services-up installs it)"
-		if Required() {
-			tb.Fatal(msg)
-		}
-		tb.Skip(msg)
-	}
+	NeedCommand(tb, "redis-server")
 	g := &SentinelGroup{tb: tb, Master: "oncekit-test"}
 	var primary string
 	for i := range 1 + replicas {
