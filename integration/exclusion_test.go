@@ -142,7 +142,7 @@ func TestExclusionUnderFaults(t *testing.T) {
 			m.Partition()
 			time.Sleep(3 * ttl)
 			m.Heal()
-			m.WaitServing(30 * time.Second)
+			m.WaitServing(60 * time.Second)
 			return at, time.Now()
 		})
 		x.finish()

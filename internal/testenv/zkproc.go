@@ -108,7 +108,11 @@ func (m *ZooKeeperMember) Start() {
 		m.tb.Fatal(err)
 	}
 	defer log.Close()
+	// Election notifications back off to at most a second (ZooKeeper's
+	// default is a minute): a member cut off for a while rejoins soon
+	// after the partition ends.
 	m.cmd = exec.Command("java", "-Xmx256m", "-Dzookeeper.extendedTypesEnabled=true", "-Dznode.container.checkIntervalMs=1000",
+		"-Dzookeeper.fastleader.maxNotificationInterval=1000",
 		"-Dlog4j.configuration=file:"+filepath.Join(m.dir, "log4j.properties"),
 		"-cp", m.dir+":/usr/share/java/zookeeper.jar",
 		"org.apache.zookeeper.server.quorum.QuorumPeerMain", filepath.Join(m.dir, "zoo.cfg"))

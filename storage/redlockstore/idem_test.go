@@ -10,19 +10,12 @@ import (
 	"github.com/oncekit/oncekit/core/idem"
 	"github.com/oncekit/oncekit/core/idem/idemtest"
 	"github.com/oncekit/oncekit/internal/testenv"
-	"github.com/oncekit/oncekit/storage/redlockstore"
 )
 
 func TestIdemConformance(t *testing.T) {
 	addrs := testenv.RedisAddrs(t, 5)[:5]
 	idemtest.Run(t, idemtest.Config{
-		// The suite's leases are short (a node timeout of TTL/10 is then
-		// 50 ms); on a loaded two-core machine under the race detector three
-		// nodes can miss that together, which is a quorum error, not a
-		// wrong answer. The suite checks answers, so it gives nodes longer.
-		NewStore: func(t *testing.T) idem.Store {
-			return newStore(t, clients(t, addrs), redlockstore.WithNodeTimeout(500*time.Millisecond))
-		},
+		NewStore:     func(t *testing.T) idem.Store { return newStore(t, clients(t, addrs)) },
 		FenceAtLeast: true, // each node keeps its own fence
 		Corrupt: func(t *testing.T, key string) {
 			// A record of an unknown version on every node.
