@@ -3,6 +3,7 @@ package testenv
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -125,11 +126,43 @@ func RefreshAcrossRelease(ctx context.Context, t testing.TB, l lock.Lease) {
 // CheckHandOff has waiter wait for a key holder holds, releases it, and
 // checks that waiter's driver reported one hand-off on events with path
 // want, the waiter's fence and a plausible latency.
+//
+// The waiter is given 100 ms to queue before the release. On a loaded
+// machine its first attempt (or its subscription) can come after the
+// release, and it then takes the free key without a hand-off — correct,
+// but not what is being tested; such a round is run again with a new key,
+// up to three times. A driver that never reports a hand-off fails every
+// round.
 func CheckHandOff(t *testing.T, holder, waiter lock.Locker, events *Events, want observe.Outcome) {
+	t.Helper()
+	for round := 1; ; round++ {
+		key := fmt.Sprintf("handoff-%s-%d", t.Name(), round)
+		evs, next := handOffRound(t, holder, waiter, events, key)
+		if next == nil {
+			return
+		}
+		if len(evs) == 0 && round < 3 {
+			t.Logf("round %d: the waiter took the key without waiting; again", round)
+			continue
+		}
+		if len(evs) != 1 {
+			t.Fatalf("%d hand-off events, want 1: %+v", len(evs), evs)
+		}
+		ev := evs[0]
+		if ev.Outcome != want || ev.Fence != next.Fence() || ev.Duration <= 0 || ev.Duration > 5*time.Second || ev.Driver == "" {
+			t.Errorf("hand-off event %+v; want path %s, fence %d", ev, want, next.Fence())
+		}
+		return
+	}
+}
+
+// handOffRound runs one hand-off of key from holder to waiter and returns
+// the hand-off events reported for key and the waiter's lease, released
+// when t ends (nil after an error, which fails t).
+func handOffRound(t *testing.T, holder, waiter lock.Locker, events *Events, key string) ([]observe.Event, lock.Lease) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
-	key := "handoff-" + t.Name()
 	held, err := holder.Acquire(ctx, key, 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -141,17 +174,16 @@ func CheckHandOff(t *testing.T, holder, waiter lock.Locker, events *Events, want
 	}
 	next := <-got
 	if next == nil {
-		return
+		return nil, nil
 	}
-	defer func() { _ = next.Release(context.Background()) }()
-	evs := events.Of(observe.LockHandOff)
-	if len(evs) != 1 {
-		t.Fatalf("%d hand-off events, want 1: %+v", len(evs), evs)
+	t.Cleanup(func() { _ = next.Release(context.Background()) })
+	var evs []observe.Event
+	for _, ev := range events.Of(observe.LockHandOff) {
+		if ev.Key == key {
+			evs = append(evs, ev)
+		}
 	}
-	ev := evs[0]
-	if ev.Outcome != want || ev.Key != key || ev.Fence != next.Fence() || ev.Duration <= 0 || ev.Duration > 5*time.Second || ev.Driver == "" {
-		t.Errorf("hand-off event %+v; want path %s, fence %d", ev, want, next.Fence())
-	}
+	return evs, next
 }
 
 // HeatUp takes and releases key on l until l keeps it after a Release
