@@ -379,6 +379,7 @@ func TestNewValidates(t *testing.T) {
 		"nil scope":      {grpcmw.WithScope(nil)},
 		"empty metadata": {grpcmw.Unscoped(), grpcmw.WithKeyMetadata("")},
 		"negative wait":  {grpcmw.Unscoped(), grpcmw.WithWait(-time.Second)},
+		"nil placement":  {grpcmw.Unscoped(), grpcmw.WithPlacement(nil)},
 	} {
 		if _, err := grpcmw.UnaryServerInterceptor(g, opts...); err == nil {
 			t.Errorf("%s: no error", name)
@@ -388,6 +389,34 @@ func TestNewValidates(t *testing.T) {
 		t.Error("nil Guard: no error")
 	}
 
+}
+
+// WithPlacement places a unary call's stored key by its request; a place
+// that cannot be one refuses the call with InvalidArgument, nothing run.
+func TestPlacement(t *testing.T) {
+	var keys []string
+	o := &orders{place: func(ctx context.Context, req *testpb.PlaceRequest, run int64) (*testpb.PlaceReply, error) {
+		k, _ := idem.KeyFrom(ctx)
+		keys = append(keys, k)
+		return &testpb.PlaceReply{Run: run}, nil
+	}}
+	client := serve(t, memstore.New(), o, nil, []grpcmw.Option{grpcmw.WithPlacement(func(_ context.Context, req any) string {
+		return req.(*testpb.PlaceRequest).GetSku()
+	})})
+	ctx := ctxT(t, 10*time.Second)
+	if _, err := client.Place(withKey(ctx, "k1"), &testpb.PlaceRequest{Sku: "tv-1", Qty: 1, User: "u"}); err != nil {
+		t.Fatal(err)
+	}
+	if len(keys) != 1 {
+		t.Fatalf("%d runs", len(keys))
+	}
+	if p, ok := idem.PlaceOf(keys[0]); !ok || p != "tv-1" {
+		t.Errorf("stored key %q, want it placed in tv-1", keys[0])
+	}
+	_, err := client.Place(withKey(ctx, "k2"), &testpb.PlaceRequest{Sku: "a{b", Qty: 1, User: "u"})
+	if status.Code(err) != codes.InvalidArgument || len(keys) != 1 {
+		t.Errorf("a place with a brace: %v, %d runs; want InvalidArgument and none", err, len(keys))
+	}
 }
 
 // Health checks and reflection pass through without a key by default, so

@@ -27,6 +27,7 @@ type config struct {
 	metadataKey string
 	extract     func(ctx context.Context, req any) (string, bool)
 	scope       func(ctx context.Context) string
+	place       func(ctx context.Context, req any) string
 	common      mwcore.Config // the key space chosen, the wait, failing open
 	selector    func(fullMethod string) bool
 	final       func(error) bool
@@ -65,6 +66,25 @@ func WithScope(scope func(ctx context.Context) string) Option {
 		}
 		c.scope = scope
 		c.common.ChooseScope()
+	}
+}
+
+// WithPlacement places each unary call's record (idem.Placed) where the
+// handler's effect lives: on Redis Cluster, in the slot of the hash tag
+// {place}, so that an effect on keys tagged {place} (a SKU's stock and
+// orders) commits in the script that completes the record (grpcmw.Commit).
+// Other stores keep a placed record as any other. "" leaves the call's
+// record unplaced; a place over idem.MaxPlaceLen bytes or with a brace gets
+// the call refused with InvalidArgument, nothing run. The place is part of
+// the stored key: keep it a function of the request, the same on every
+// retry. Streams (whose request is not known when the key is claimed) are
+// never placed.
+func WithPlacement(place func(ctx context.Context, req any) string) Option {
+	return func(c *config) {
+		if place == nil {
+			c.errs = append(c.errs, errors.New("nil placement function"))
+		}
+		c.place = place
 	}
 }
 

@@ -91,11 +91,12 @@ func (s *server) key(ctx context.Context, req any) (key string, ok bool, err err
 	return key, true, nil
 }
 
-// stored is the key in the store: the scope, the full method and the key.
+// stored is the key in the store: the scope, the full method and the key,
+// placed by the request (WithPlacement) when there is one.
 // A scope function that returns "" refuses the call (Internal): an empty
 // scope is the key space every unscoped call shares, where one principal's
 // key could replay to another.
-func (s *server) stored(ctx context.Context, fullMethod, key string) (string, error) {
+func (s *server) stored(ctx context.Context, fullMethod, key string, req any) (string, error) {
 	scope := ""
 	if s.cfg.scope != nil {
 		if scope = s.cfg.scope(ctx); scope == "" {
@@ -103,7 +104,15 @@ func (s *server) stored(ctx context.Context, fullMethod, key string) (string, er
 				"(return the caller's principal, or use Unscoped)", fullMethod)
 		}
 	}
-	return idem.ScopedKey(scope, fullMethod+"\n"+key), nil
+	stored := idem.ScopedKey(scope, fullMethod+"\n"+key)
+	if s.cfg.place == nil || req == nil {
+		return stored, nil
+	}
+	stored, err := idem.Placed(s.cfg.place(ctx, req), stored)
+	if err != nil {
+		return "", status.Errorf(codes.InvalidArgument, "grpcmw: %s: %v", fullMethod, err)
+	}
+	return stored, nil
 }
 
 // infrastructure reports the methods every server may serve besides its
@@ -184,7 +193,7 @@ func (s *server) unaryCall(ctx context.Context, req any, info *grpc.UnaryServerI
 		return nil, status.Errorf(codes.Internal, "grpcmw: %s: %v", info.FullMethod, err)
 	}
 	fp := idem.Fingerprint([]byte(info.FullMethod), body)
-	stored, err := s.stored(ctx, info.FullMethod, key)
+	stored, err := s.stored(ctx, info.FullMethod, key, req)
 	if err != nil {
 		return nil, err
 	}
@@ -299,7 +308,7 @@ func (s *server) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerIn
 	case !ok:
 		return status.Errorf(codes.InvalidArgument, "grpcmw: %s needs an %s", info.FullMethod, s.cfg.metadataKey)
 	}
-	stored, err := s.stored(ctx, info.FullMethod, key)
+	stored, err := s.stored(ctx, info.FullMethod, key, nil)
 	if err != nil {
 		return err
 	}

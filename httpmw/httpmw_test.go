@@ -780,6 +780,45 @@ func TestKeyInHandler(t *testing.T) {
 	}
 }
 
+// WithPlacement places the stored key by a function of the request (here
+// of its body, which the handler still gets whole); a place that cannot be
+// one is a 400 with nothing run, and a nil function a construction error.
+func TestPlacement(t *testing.T) {
+	var got []string
+	mw := newScopedMW(t, memstore.New(), func(r *http.Request) string { return "alice" },
+		httpmw.WithPlacement(func(r *http.Request) string {
+			b, _ := io.ReadAll(r.Body)
+			return strings.TrimPrefix(string(b), "sku=")
+		}))
+	h := mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		k, _ := httpmw.Key(r.Context())
+		b, _ := io.ReadAll(r.Body)
+		got = append(got, k+" "+string(b))
+		w.WriteHeader(http.StatusCreated)
+	}))
+	send := func(body string) *httptest.ResponseRecorder {
+		req := httptest.NewRequest("POST", "/x", strings.NewReader(body))
+		req.Header.Set("Idempotency-Key", "k1")
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		return w
+	}
+	if w := send("sku=tv-1"); w.Code != http.StatusCreated {
+		t.Fatalf("placed request: %d %s", w.Code, w.Body)
+	}
+	want, _ := idem.Placed("tv-1", idem.ScopedKey("alice", "k1"))
+	if len(got) != 1 || got[0] != want+" sku=tv-1" {
+		t.Errorf("the handler saw %q, want the key %q and the whole body", got, want)
+	}
+	if w := send("sku=a}b"); w.Code != http.StatusBadRequest || problemCode(t, w) != httpmw.CodeKeyInvalid || len(got) != 1 {
+		t.Errorf("a place with a brace: %d %s, %d runs", w.Code, problemCode(t, w), len(got))
+	}
+	g, _ := idem.NewGuard(memstore.New())
+	if _, err := httpmw.New(g, httpmw.Unscoped(), httpmw.WithPlacement(nil)); err == nil {
+		t.Error("a nil placement function was accepted")
+	}
+}
+
 // A client that times out and retries while its first request still runs
 // must not get a second concurrent run, even after the claim's lease
 // would have run out (the claim lives until the handler returns).

@@ -137,6 +137,14 @@ func (m *middleware) handle(ctx context.Context, w http.ResponseWriter, r *http.
 		}
 	}
 	stored := idem.ScopedKey(scope, key)
+	if m.cfg.place != nil {
+		place := m.cfg.place(r)
+		r.Body = io.NopCloser(bytes.NewReader(body)) // the placement may have read it
+		if stored, err = idem.Placed(place, stored); err != nil {
+			writeProblem(w, http.StatusBadRequest, CodeKeyInvalid, fmt.Sprintf("The request cannot be placed: %v.", err), 0)
+			return observe.Invalid, nil
+		}
+	}
 	ctx = m.cfg.common.Context(ctx)
 
 	ran := false

@@ -41,6 +41,7 @@ type config struct {
 	methods     []string
 	header      string
 	scope       func(*http.Request) string
+	place       func(*http.Request) string
 	route       func(*http.Request) string
 	optional    bool
 	maxBody     int64
@@ -91,6 +92,25 @@ func WithScope(scope func(*http.Request) string) Option {
 		}
 		c.scope = scope
 		c.common.ChooseScope()
+	}
+}
+
+// WithPlacement places each request's record (idem.Placed) where the
+// handler's effect lives: on Redis Cluster, in the slot of the hash tag
+// {place}, so that an effect on keys tagged {place} (a SKU's stock and
+// orders) commits in the script that completes the record
+// (httpmw.Commit). Other stores keep a placed record as any other. The
+// function may read the request's body: the handler still gets it whole.
+// "" leaves the request's record unplaced; a place over
+// idem.MaxPlaceLen bytes or with a brace gets the request refused with 400
+// (CodeKeyInvalid), nothing run. The place is part of the stored key: keep
+// it a function of the request, the same on every retry.
+func WithPlacement(place func(*http.Request) string) Option {
+	return func(c *config) {
+		if place == nil {
+			c.errs = append(c.errs, errors.New("nil placement function"))
+		}
+		c.place = place
 	}
 }
 

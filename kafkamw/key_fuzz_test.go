@@ -1,6 +1,7 @@
 package kafkamw
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
@@ -46,4 +47,21 @@ func FuzzKeyOf(f *testing.F) {
 			}
 		}
 	})
+}
+
+// WithPlacement places the stored key by the message; a place that cannot
+// be one is a bad key.
+func TestKeyOfPlaced(t *testing.T) {
+	c := &Consumer{cfg: defaults()}
+	c.cfg.scope = func(m kafka.Message) string { return "g\x00" + m.Topic }
+	c.cfg.place = func(m kafka.Message) string { return string(m.Key) }
+	msg := kafka.Message{Topic: "orders", Key: []byte("tv-1"), Headers: []kafka.Header{{Key: DefaultKeyHeader, Value: []byte("m-1")}}}
+	key, err := c.keyOf(msg)
+	if p, ok := idem.PlaceOf(key); err != nil || !ok || p != "tv-1" {
+		t.Errorf("keyOf = %q, %v; want it placed in tv-1", key, err)
+	}
+	msg.Key = []byte("a}b")
+	if key, err := c.keyOf(msg); !errors.Is(err, idem.ErrInvalidKey) {
+		t.Errorf("a place with a brace: %q, %v; want ErrInvalidKey", key, err)
+	}
 }

@@ -30,6 +30,7 @@ type config struct {
 	extract     func(kafka.Message) (string, bool)
 	requireKey  bool
 	scope       func(kafka.Message) string
+	place       func(kafka.Message) string
 	group       string
 	concurrency int
 	pipeline    int
@@ -91,6 +92,23 @@ func WithKeyExtractor(extract func(kafka.Message) (string, bool)) Option {
 // not a producer that sent the same logical message twice: require keys
 // when producers retry.
 func WithRequireKey() Option { return func(c *config) { c.requireKey = true } }
+
+// WithPlacement places each message's record (idem.Placed) where the
+// handler's effect lives: on Redis Cluster, in the slot of the hash tag
+// {place}, so that an effect on keys tagged {place} commits in the script
+// that completes the record (kafkamw.Commit). Other stores keep a placed
+// record as any other. "" leaves the message's record unplaced; a place
+// over idem.MaxPlaceLen bytes or with a brace is a bad key
+// (idem.ErrInvalidKey: the message is handled as one without a valid key).
+// The place is part of the stored key: keep it a function of the message.
+func WithPlacement(place func(kafka.Message) string) Option {
+	return func(c *config) {
+		if place == nil {
+			c.errs = append(c.errs, errors.New("nil placement function"))
+		}
+		c.place = place
+	}
+}
 
 // WithScope sets the scope a message's key is stored under, so that keys
 // from different sources never meet. Default: the consumer group and the

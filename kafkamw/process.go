@@ -75,7 +75,15 @@ func (c *Consumer) keyOf(msg kafka.Message) (string, error) {
 		}
 		raw = "offset\x00" + msg.Topic + "\x00" + strconv.Itoa(msg.Partition) + "\x00" + strconv.FormatInt(msg.Offset, 10)
 	}
-	return idem.ScopedKey(c.cfg.scope(msg), raw), nil
+	stored := idem.ScopedKey(c.cfg.scope(msg), raw)
+	if c.cfg.place == nil {
+		return stored, nil
+	}
+	stored, err := idem.Placed(c.cfg.place(msg), stored)
+	if err != nil {
+		return "", fmt.Errorf("kafkamw: %w: %w", idem.ErrInvalidKey, err)
+	}
+	return stored, nil
 }
 
 func header(msg kafka.Message, name string) (string, bool) {

@@ -32,6 +32,29 @@ func TestScopedKey(t *testing.T) {
 	}
 }
 
+func TestPlaced(t *testing.T) {
+	k, err := idem.Placed("sku-1", "idem:ab")
+	if err != nil || k != "{sku-1}idem:ab" {
+		t.Fatalf("Placed = %q, %v", k, err)
+	}
+	if p, ok := idem.PlaceOf(k); !ok || p != "sku-1" {
+		t.Errorf("PlaceOf(%q) = %q, %v", k, p, ok)
+	}
+	if k, err := idem.Placed("", "idem:ab"); err != nil || k != "idem:ab" {
+		t.Errorf("an empty place: %q, %v; want the key unplaced", k, err)
+	}
+	for _, bad := range []string{"a}b", "{a", strings.Repeat("x", idem.MaxPlaceLen+1)} {
+		if k, err := idem.Placed(bad, "k"); err == nil {
+			t.Errorf("Placed(%q) = %q, want an error", bad, k)
+		}
+	}
+	for _, k := range []string{"idem:ab", "{}x", "x{a}y", "{a", "{" + strings.Repeat("x", idem.MaxPlaceLen+1) + "}k"} {
+		if p, ok := idem.PlaceOf(k); ok {
+			t.Errorf("PlaceOf(%q) = %q, want not placed", k, p)
+		}
+	}
+}
+
 func TestFingerprint(t *testing.T) {
 	if idem.Fingerprint([]byte("POST"), []byte("/a")) == idem.Fingerprint([]byte("POST/"), []byte("a")) {
 		t.Error("part boundaries are not part of the fingerprint")

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -80,4 +81,44 @@ func NewKey() string {
 	b[8] = b[8]&0x3f | 0x80 // the RFC 9562 variant
 	h := hex.EncodeToString(b[:])
 	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
+}
+
+// MaxPlaceLen is the longest place of a placed key (Placed), in bytes.
+const MaxPlaceLen = 64
+
+// Placed returns key placed in place: the stored key "{place}key". A
+// driver that spreads its keys over shards keeps the record of a placed
+// key in place's shard — redisstore on Redis Cluster: the slot of the
+// hash tag {place}, where every Redis key named "...{place}..." lives —
+// so that an effect on the caller's keys tagged {place} commits in the
+// script that completes the record (redisstore.Effect). Other drivers
+// store a placed key as any other.
+//
+// place is 1 to MaxPlaceLen bytes without '{' or '}'; an empty place
+// returns key unplaced. Middleware places stored keys with their
+// WithPlacement options.
+func Placed(place, key string) (string, error) {
+	switch {
+	case place == "":
+		return key, nil
+	case len(place) > MaxPlaceLen:
+		return "", fmt.Errorf("idem: place %.16q... is longer than %d bytes", place, MaxPlaceLen)
+	case strings.ContainsAny(place, "{}"):
+		return "", fmt.Errorf("idem: place %q holds a brace", place)
+	}
+	return "{" + place + "}" + key, nil
+}
+
+// PlaceOf returns the place of a key made by Placed, and false for a key
+// that is not placed: one that does not start with '{', one whose first
+// '}' comes right after it or more than MaxPlaceLen bytes later.
+func PlaceOf(key string) (place string, ok bool) {
+	if !strings.HasPrefix(key, "{") {
+		return "", false
+	}
+	end := strings.IndexByte(key, '}')
+	if end < 2 || end > MaxPlaceLen+1 {
+		return "", false
+	}
+	return key[1:end], true
 }

@@ -115,6 +115,45 @@ func TestClusterKeysWithBraces(t *testing.T) {
 	}
 }
 
+// A placed record (idem.Placed) lives in its place's slot: a Guard's run
+// commits an effect on keys tagged {place} — none of them named after the
+// record — in the script that completes it, for places on every shard, and
+// a duplicate replays without running.
+func TestClusterPlacedEffect(t *testing.T) {
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: testenv.RedisClusterAddrs(t)})
+	t.Cleanup(func() { c.Close() })
+	g, err := idem.NewGuard(newStore(t, c))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxT(t, 20*time.Second)
+	run := time.Now().Format("150405.000000")
+	add := redisstore.NewEffectScript(`redis.call('INCRBY', KEYS[1], ARGV[1]); redis.call('SADD', KEYS[2], ARGV[2])`)
+	for i := range 12 { // spread over the slots of all shards
+		place := fmt.Sprintf("sku-%d-%s", i, run)
+		stock, orders := "stock:{"+place+"}", "orders:{"+place+"}"
+		key, err := idem.Placed(place, idem.ScopedKey("user-1", "k"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 2 {
+			_, _, err := g.Do(ctx, key, "fp", func(ctx context.Context) ([]byte, error) {
+				stored, _ := idem.KeyFrom(ctx)
+				if got := redisstore.EffectKey(stored, "x:"); got != "x:{"+place+"}" {
+					t.Errorf("EffectKey of a placed key = %q", got)
+				}
+				return []byte("sold"), idem.Commit(ctx, redisstore.Effect{Script: add, Keys: []string{stock, orders}, Args: []any{-1, "o-1"}})
+			})
+			if err != nil {
+				t.Fatalf("place %s: %v", place, err)
+			}
+		}
+		if n, err := c.Get(ctx, stock).Int(); err != nil || n != -1 {
+			t.Errorf("place %s: the effect ran %d times (%v), want once", place, -n, err)
+		}
+	}
+}
+
 // A Cluster shard's primary killed while a key it serves is held and a
 // claim is in flight, with every grant waiting for one replica: the
 // replica the cluster promotes has both, so nobody else takes the key or

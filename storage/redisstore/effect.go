@@ -41,8 +41,11 @@ func NewEffectScript(lua string) *EffectScript {
 // on retry, and replays it.
 //
 // Under Redis Cluster every key in Keys must live in the record's hash
-// slot: build them with EffectKey. On one server (or Sentinel) any
-// keys do.
+// slot. Either place the record where the keys are — a stored key made by
+// idem.Placed(place, key) (or a middleware's WithPlacement) has its
+// record in the slot of the hash tag {place}, so keys named "...{place}..."
+// qualify — or name the keys after the record with EffectKey. On one
+// server (or Sentinel) any keys do.
 type Effect struct {
 	Script *EffectScript
 	Keys   []string
@@ -51,8 +54,13 @@ type Effect struct {
 
 // EffectKey names a key in the same Cluster hash slot as the record of
 // the idempotency key storedKey (the key the Guard stores, idem.KeyFrom):
-// name followed by the record's hash tag.
-func EffectKey(storedKey, name string) string { return name + "{" + rediskit.Tag(storedKey) + "}" }
+// name followed by the record's hash tag ({place} for a placed key).
+func EffectKey(storedKey, name string) string {
+	if place, ok := idem.PlaceOf(storedKey); ok {
+		return name + "{" + place + "}"
+	}
+	return name + "{" + rediskit.Tag(storedKey) + "}"
+}
 
 // CompleteWith implements idem.EffectStore: the claim's completion and the
 // Effect in one script, one round trip.

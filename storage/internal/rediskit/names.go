@@ -1,6 +1,10 @@
 package rediskit
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/oncekit/oncekit/core/idem"
+)
 
 // Tag is key as a Cluster hash tag, the part of every name of one key
 // between '{' and '}': '{', '}' and '%' are percent-escaped, so that the
@@ -54,11 +58,20 @@ func (k Keys) Channel(key string) string { return k.Prefix + "{" + Tag(key) + "}
 func (k Keys) MemberChannel(key, member string) string { return k.Channel(key) + ":" + member }
 
 // Records names an idempotency record's Redis key and channel: they share
-// the hash tag {key}.
+// the hash tag {key}, or {place} for a key placed with idem.Placed.
 type Records struct{ Prefix string }
 
-// Record is the name of key's record (see lua/claim.lua).
-func (r Records) Record(key string) string { return r.Prefix + "{" + Tag(key) + "}" }
+// Record is the name of key's record (see lua/claim.lua): Prefix{key},
+// with key as a hash tag (Tag), or Prefix{place}:rest for a placed key
+// "{place}rest", in the slot of every name tagged {place}. The two forms
+// never meet: the first ends with '}', the second never does (rest is
+// escaped by Tag, so it holds no '}').
+func (r Records) Record(key string) string {
+	if place, ok := idem.PlaceOf(key); ok {
+		return r.Prefix + "{" + place + "}:" + Tag(key[len(place)+2:])
+	}
+	return r.Prefix + "{" + Tag(key) + "}"
+}
 
 // Channel is where completion and abandonment of key are announced.
 func (r Records) Channel(key string) string { return recordChannel(r.Record(key)) }
