@@ -221,8 +221,14 @@ func (r *replica) kill() {
 // sale runs a flash sale against every replica, HTTP and gRPC.
 func (d *deployment) sale(buyers int, stock int64, dupRate float64) *flashsale.Report {
 	d.t.Helper()
+	return d.saleOf("", buyers, stock, dupRate)
+}
+
+// saleOf is sale of a chosen SKU ("": a new one).
+func (d *deployment) saleOf(sku string, buyers int, stock int64, dupRate float64) *flashsale.Report {
+	d.t.Helper()
 	rep, err := flashsale.Run(context.Background(), flashsale.Config{
-		Targets: d.httpTargets, GRPC: d.grpcTargets, Buyers: buyers, Stock: stock, DupRate: dupRate,
+		Targets: d.httpTargets, GRPC: d.grpcTargets, SKU: sku, Buyers: buyers, Stock: stock, DupRate: dupRate,
 		Shipping: time.Minute, Attempts: 60,
 	})
 	if err != nil {

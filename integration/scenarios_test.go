@@ -1,6 +1,8 @@
 package integration_test
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -57,5 +59,30 @@ func TestStoreRestartedMidSale(t *testing.T) {
 	d.check(rep)
 	if rep.Retried == 0 {
 		t.Error("no answer said to retry while the store was down")
+	}
+}
+
+// The flash sale on a Redis Cluster whose shard serving the SKU loses its
+// primary (SIGKILL) mid-sale. Every sale's record is placed in the SKU's
+// slot, with the stock, the order and the outbox entry it commits with,
+// and every grant waits for one replica's acknowledgement (replicas=1):
+// the replica the cluster promotes has every sale that was answered. The
+// replicas answer 503 meanwhile, the clients retry, and nothing is
+// oversold, lost or sold twice; every order ships once.
+func TestClusterPrimaryKilledMidSale(t *testing.T) {
+	rc := testenv.StartRedisCluster(t, 3, 2) // the shard keeps a replica after its failover
+	d := deploy(t, "redis-cluster://"+strings.Join(rc.Addrs(), ",")+"?replicas=1&replica_timeout=1s", 3)
+	sku := fmt.Sprintf("flash-%d", time.Now().UnixNano())
+	done := make(chan *flashsale.Report, 1)
+	go func() { done <- d.saleOf(sku, 1200, 300, 0.4) }()
+	at := d.waitOrders(30)
+	primary := rc.PrimaryOf("{" + sku + "}")
+	primary.Kill()
+	promoted := rc.WaitFailover("{"+sku+"}", primary, 30*time.Second)
+	t.Logf("%s (the SKU's primary) killed after %d orders; %s promoted", primary.Addr, at, promoted.Addr)
+	rep := <-done
+	d.check(rep)
+	if at >= rep.Stock {
+		t.Errorf("the kill came after the sale (%d orders)", at)
 	}
 }

@@ -146,7 +146,8 @@ func (e *Etcd) Outbox(ctx context.Context, n int) ([]Order, error) {
 	return out, nil
 }
 
-func (e *Etcd) Published(ctx context.Context, ids []string) error {
+func (e *Etcd) Published(ctx context.Context, orders []Order) error {
+	ids := orderIDs(orders)
 	if len(ids) == 0 {
 		return nil
 	}
@@ -158,7 +159,8 @@ func (e *Etcd) Published(ctx context.Context, ids []string) error {
 	return err
 }
 
-func (e *Etcd) Ship(_ context.Context, id string) (any, error) {
+func (e *Etcd) Ship(_ context.Context, o Order) (any, error) {
+	id := o.OrderID
 	return etcdstore.Effect{Then: []clientv3.Op{clientv3.OpPut(e.shipment(id), "1")}}, nil
 }
 

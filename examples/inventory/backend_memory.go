@@ -109,7 +109,8 @@ func (m *Memory) Outbox(_ context.Context, n int) ([]Order, error) {
 	return out[:min(n, len(out))], nil
 }
 
-func (m *Memory) Published(_ context.Context, ids []string) error {
+func (m *Memory) Published(_ context.Context, orders []Order) error {
+	ids := orderIDs(orders)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, id := range ids {
@@ -118,7 +119,8 @@ func (m *Memory) Published(_ context.Context, ids []string) error {
 	return nil
 }
 
-func (m *Memory) Ship(_ context.Context, id string) (any, error) {
+func (m *Memory) Ship(_ context.Context, o Order) (any, error) {
+	id := o.OrderID
 	return memstore.Effect(func() error {
 		m.mu.Lock()
 		defer m.mu.Unlock()

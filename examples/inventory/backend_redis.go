@@ -12,17 +12,21 @@ import (
 	"github.com/oncekit/oncekit/storage/redisstore"
 )
 
-// Redis is the inventory in Redis. With the redisstore driver it lives on
-// the records' server and its effects (redisstore.Effect) run in the script
-// that completes the record. With Redlock, whose records are spread over
-// several servers, it lives on one of them (or another): Sell and Ship
-// then write at once, keyed on the order's ID, and refuse a second sale of
-// one order themselves (NewRedisKeyed).
+// Redis is the inventory in Redis, one server or a Cluster. With the
+// redisstore driver it lives on the records' servers and its effects
+// (redisstore.Effect) run in the script that completes the record; on a
+// Cluster each sale's record is placed in its SKU's slot (the service
+// places orders by SKU: httpmw.WithPlacement), beside the keys the sale
+// writes. With Redlock, whose records are spread over several servers, it
+// lives on one of them (or another): Sell and Ship then write at once,
+// keyed on the order's ID, and refuse a second sale of one order
+// themselves (NewRedisKeyed).
 //
-// Keys, under a prefix: item:{sku} (a hash: stock, sold, fence),
-// order:{id}, orders (a counter), outbox (a hash of pending events),
-// shipments (a hash). One Redis server, or a Cluster's records and these
-// keys would not share a slot: the example does not run on Cluster.
+// Keys, under a prefix, all of one SKU in the slot of the hash tag {sku}:
+// item:{sku} (a hash: stock, sold, fence), order:{sku}:<id>, orders:{sku}
+// (a counter), outbox:{sku} (a hash of pending events), shipments:{sku}
+// (a hash); and skus, the set of SKUs ever stocked (for the counts and
+// the outbox relay).
 type Redis struct {
 	c      redis.UniversalClient
 	prefix string
@@ -40,11 +44,13 @@ func NewRedisKeyed(c redis.UniversalClient, prefix string) *Redis {
 	return &Redis{c: c, prefix: prefix, keyed: true}
 }
 
-func (r *Redis) item(sku string) string { return r.prefix + "item:{" + sku + "}" }
-func (r *Redis) order(id string) string { return r.prefix + "order:" + id }
-func (r *Redis) orders() string         { return r.prefix + "orders" }
-func (r *Redis) outbox() string         { return r.prefix + "outbox" }
-func (r *Redis) shipments() string      { return r.prefix + "shipments" }
+func (r *Redis) tagged(name, sku string) string { return r.prefix + name + ":{" + sku + "}" }
+func (r *Redis) item(sku string) string         { return r.tagged("item", sku) }
+func (r *Redis) order(sku, id string) string    { return r.tagged("order", sku) + ":" + id }
+func (r *Redis) orders(sku string) string       { return r.tagged("orders", sku) }
+func (r *Redis) outbox(sku string) string       { return r.tagged("outbox", sku) }
+func (r *Redis) shipments(sku string) string    { return r.tagged("shipments", sku) }
+func (r *Redis) skus() string                   { return r.prefix + "skus" }
 
 var putItem = redis.NewScript(`
 local f = redis.call('HGET', KEYS[1], 'fence')
@@ -53,6 +59,10 @@ redis.call('HSET', KEYS[1], 'stock', ARGV[1], 'sold', 0, 'fence', ARGV[2])
 return 'ok'`)
 
 func (r *Redis) PutItem(ctx context.Context, sku string, stock int64, fence uint64) (Item, error) {
+	// The SKU joins the set first: a SKU with stock is always counted.
+	if err := r.c.SAdd(ctx, r.skus(), sku).Err(); err != nil {
+		return Item{}, err
+	}
 	res, err := putItem.Run(ctx, r.c, []string{r.item(sku)}, stock, fence).Text()
 	if err != nil {
 		return Item{}, err
@@ -80,7 +90,11 @@ func (r *Redis) Item(ctx context.Context, sku string) (Item, error) {
 }
 
 func (r *Redis) Order(ctx context.Context, id string) (Order, error) {
-	b, err := r.c.Get(ctx, r.order(id)).Bytes()
+	sku, ok := SKUOf(id)
+	if !ok {
+		return Order{}, ErrUnknownOrder
+	}
+	b, err := r.c.Get(ctx, r.order(sku, id)).Bytes()
 	if errors.Is(err, redis.Nil) {
 		return Order{}, ErrUnknownOrder
 	}
@@ -131,7 +145,7 @@ func (r *Redis) Sell(ctx context.Context, o Order, lockFence uint64) (any, error
 	if err != nil {
 		return nil, err
 	}
-	keys := []string{r.item(o.SKU), r.order(o.OrderID), r.orders(), r.outbox()}
+	keys := []string{r.item(o.SKU), r.order(o.SKU, o.OrderID), r.orders(o.SKU), r.outbox(o.SKU)}
 	args := []any{o.Qty, lockFence, body, o.OrderID}
 	if r.keyed {
 		res, err := sellKeyed.Run(ctx, r.c, keys, args...).Text()
@@ -177,52 +191,81 @@ func refusal(reason string) error {
 	return fmt.Errorf("inventory: unexpected script reply %q", reason)
 }
 
+// Outbox reads the SKUs' outboxes in turn.
 func (r *Redis) Outbox(ctx context.Context, n int) ([]Order, error) {
+	skus, err := r.c.SMembers(ctx, r.skus()).Result()
+	if err != nil {
+		return nil, err
+	}
 	var out []Order
-	var cursor uint64
-	for len(out) < n {
-		kv, next, err := r.c.HScan(ctx, r.outbox(), cursor, "*", int64(n)).Result()
-		if err != nil {
-			return nil, err
-		}
-		for i := 1; i < len(kv) && len(out) < n; i += 2 {
-			var o Order
-			if err := json.Unmarshal([]byte(kv[i]), &o); err != nil {
-				return nil, fmt.Errorf("inventory: corrupt outbox entry %q: %w", kv[i-1], err)
+	for _, sku := range skus {
+		var cursor uint64
+		for len(out) < n {
+			kv, next, err := r.c.HScan(ctx, r.outbox(sku), cursor, "*", int64(n)).Result()
+			if err != nil {
+				return nil, err
 			}
-			out = append(out, o)
-		}
-		if cursor = next; cursor == 0 {
-			break
+			for i := 1; i < len(kv) && len(out) < n; i += 2 {
+				var o Order
+				if err := json.Unmarshal([]byte(kv[i]), &o); err != nil {
+					return nil, fmt.Errorf("inventory: corrupt outbox entry %q: %w", kv[i-1], err)
+				}
+				out = append(out, o)
+			}
+			if cursor = next; cursor == 0 {
+				break
+			}
 		}
 	}
 	return out, nil
 }
 
-func (r *Redis) Published(ctx context.Context, ids []string) error {
-	if len(ids) == 0 {
+func (r *Redis) Published(ctx context.Context, orders []Order) error {
+	_, err := r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, o := range orders {
+			p.HDel(ctx, r.outbox(o.SKU), o.OrderID)
+		}
 		return nil
-	}
-	return r.c.HDel(ctx, r.outbox(), ids...).Err()
+	})
+	return err
 }
 
 var ship = redisstore.NewEffectScript(`redis.call('HSET', KEYS[1], ARGV[1], 1)`)
 
-func (r *Redis) Ship(ctx context.Context, id string) (any, error) {
+// Ship records the shipment in the SKU's hash: with the message's record
+// (the shipping consumer places it by SKU), or at once, keyed on the
+// order's ID, with Redlock.
+func (r *Redis) Ship(ctx context.Context, o Order) (any, error) {
 	if r.keyed {
-		return nil, r.c.HSetNX(ctx, r.shipments(), id, 1).Err()
+		return nil, r.c.HSetNX(ctx, r.shipments(o.SKU), o.OrderID, 1).Err()
 	}
-	return redisstore.Effect{Script: ship, Keys: []string{r.shipments()}, Args: []any{id}}, nil
+	return redisstore.Effect{Script: ship, Keys: []string{r.shipments(o.SKU)}, Args: []any{o.OrderID}}, nil
 }
 
+// Counts sums the SKUs' counters.
 func (r *Redis) Counts(ctx context.Context) (int64, int64, error) {
-	orders, err := r.c.Get(ctx, r.orders()).Int64()
-	if errors.Is(err, redis.Nil) {
-		err = nil
-	}
+	skus, err := r.c.SMembers(ctx, r.skus()).Result()
 	if err != nil {
 		return 0, 0, err
 	}
-	shipments, err := r.c.HLen(ctx, r.shipments()).Result()
-	return orders, shipments, err
+	ords := make([]*redis.StringCmd, len(skus))
+	ships := make([]*redis.IntCmd, len(skus))
+	_, err = r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, sku := range skus {
+			ords[i], ships[i] = p.Get(ctx, r.orders(sku)), p.HLen(ctx, r.shipments(sku))
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return 0, 0, err
+	}
+	var orders, shipments int64
+	for i := range skus {
+		n, err := ords[i].Int64()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return 0, 0, err
+		}
+		orders, shipments = orders+n, shipments+ships[i].Val()
+	}
+	return orders, shipments, nil
 }

@@ -174,7 +174,8 @@ func (s *SQL) Outbox(ctx context.Context, n int) ([]Order, error) {
 	return out, rows.Err()
 }
 
-func (s *SQL) Published(ctx context.Context, ids []string) error {
+func (s *SQL) Published(ctx context.Context, orders []Order) error {
+	ids := orderIDs(orders)
 	if len(ids) == 0 {
 		return nil
 	}
@@ -186,7 +187,8 @@ func (s *SQL) Published(ctx context.Context, ids []string) error {
 	return err
 }
 
-func (s *SQL) Ship(_ context.Context, id string) (any, error) {
+func (s *SQL) Ship(_ context.Context, o Order) (any, error) {
+	id := o.OrderID
 	query := "INSERT INTO inventory_shipments (ns, id) VALUES (?, ?) ON CONFLICT DO NOTHING"
 	if s.dialect == sqlstore.MySQL {
 		query = "INSERT IGNORE INTO inventory_shipments (ns, id) VALUES (?, ?)"

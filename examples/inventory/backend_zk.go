@@ -163,7 +163,8 @@ func (z *ZooKeeper) Outbox(_ context.Context, n int) ([]Order, error) {
 	return out, nil
 }
 
-func (z *ZooKeeper) Published(_ context.Context, ids []string) error {
+func (z *ZooKeeper) Published(_ context.Context, orders []Order) error {
+	ids := orderIDs(orders)
 	for _, id := range ids {
 		if err := z.c.Delete(z.outbox(id), -1); err != nil && !errors.Is(err, zk.ErrNoNode) {
 			return err
@@ -172,7 +173,8 @@ func (z *ZooKeeper) Published(_ context.Context, ids []string) error {
 	return nil
 }
 
-func (z *ZooKeeper) Ship(_ context.Context, id string) (any, error) {
+func (z *ZooKeeper) Ship(_ context.Context, o Order) (any, error) {
+	id := o.OrderID
 	return zkstore.Effect{Ops: []any{&zk.CreateRequest{Path: z.shipment(id), Data: []byte("1"), Acl: zkACL}}}, nil
 }
 

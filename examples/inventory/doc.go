@@ -28,6 +28,15 @@
 // refuses a second one. The SKU lock is released only after the record is
 // committed, so the next sale sees this one.
 //
+// On a Redis Cluster the script and its keys must share a hash slot. Every
+// key of a SKU carries the hash tag {sku}, and the order's idempotency
+// record is placed there too (httpmw.WithPlacement, grpcmw.WithPlacement,
+// kafkamw.WithPlacement for the shipment: idem.Placed), so the sale still
+// commits with its record in one script. Order IDs name their SKU
+// ("o-<hash>-<sku>"), so an order is found by its ID alone. With
+// ?replicas=1 in the store URL a shard's primary can be killed mid-sale
+// without losing an answered order.
+//
 // The order.created event is written into an outbox by the sale itself and
 // relayed to Kafka by every replica (RelayOutbox); its message-id is the
 // order's ID, so the relays' duplicates are consumed once.
@@ -36,6 +45,7 @@
 //
 //	go run ./examples/inventory/cmd/inventory --demo      # make run
 //	go run ./examples/inventory/cmd/inventory --store redis://127.0.0.1:6379 --kafka 127.0.0.1:9092
+//	go run ./examples/inventory/cmd/inventory --store 'redis-cluster://127.0.0.1:7000,127.0.0.1:7001?replicas=1' --kafka 127.0.0.1:9092
 //	go run ./examples/inventory/cmd/flashsale --targets http://127.0.0.1:8080
 //
 // The HTTP API:

@@ -31,6 +31,12 @@ func (s *Service) GRPCServer(opts ...grpc.ServerOption) (*grpc.Server, error) {
 			}
 			return "" // refused by grpcmw; authenticate below has answered first
 		}),
+		grpcmw.WithPlacement(func(_ context.Context, req any) string {
+			if r, ok := req.(*inventorypb.PlaceOrderRequest); ok {
+				return placeOf(r.GetSku())
+			}
+			return ""
+		}),
 		grpcmw.WithSelector(func(m string) bool { return m == inventorypb.Inventory_PlaceOrder_FullMethodName }),
 		grpcmw.WithWait(s.wait))
 	if err != nil {

@@ -30,13 +30,16 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // stores are the store URLs the service runs on: every driver. The
-// servers come from REDIS_ADDRS, ETCD_ENDPOINTS, POSTGRES_URL, MYSQL_URL and
+// servers come from REDIS_ADDRS, REDIS_CLUSTER_ADDRS, ETCD_ENDPOINTS, POSTGRES_URL, MYSQL_URL and
 // ZOOKEEPER_ADDRS (comma-separated, as
 // `make services-up` prints them); a store whose servers are not named is
 // skipped, or fails under ONCEKIT_REQUIRE_SERVERS=1.
 var stores = map[string]func(t *testing.T) string{
-	"memory":   func(*testing.T) string { return "memory://" },
-	"redis":    func(t *testing.T) string { return "redis://" + servers(t, "REDIS_ADDRS", 1)[0] },
+	"memory": func(*testing.T) string { return "memory://" },
+	"redis":  func(t *testing.T) string { return "redis://" + servers(t, "REDIS_ADDRS", 1)[0] },
+	"redis-cluster": func(t *testing.T) string {
+		return "redis-cluster://" + strings.Join(servers(t, "REDIS_CLUSTER_ADDRS", 3), ",")
+	},
 	"redlock":  func(t *testing.T) string { return "redlock://" + strings.Join(servers(t, "REDIS_ADDRS", 5), ",") },
 	"etcd":     func(t *testing.T) string { return "etcd://" + strings.Join(servers(t, "ETCD_ENDPOINTS", 1), ",") },
 	"postgres": func(t *testing.T) string { return servers(t, "POSTGRES_URL", 1)[0] },
@@ -65,7 +68,7 @@ func servers(t *testing.T, env string, n int) []string {
 }
 
 func eachStore(t *testing.T, f func(t *testing.T, url string)) {
-	for _, name := range []string{"memory", "redis", "redlock", "etcd", "postgres", "mysql", "zk"} {
+	for _, name := range []string{"memory", "redis", "redis-cluster", "redlock", "etcd", "postgres", "mysql", "zk"} {
 		t.Run(name, func(t *testing.T) { f(t, stores[name](t)) })
 	}
 }
@@ -292,7 +295,10 @@ func TestStaleSaleRefused(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, _, err = g.Do(ctx, fmt.Sprintf("stale-%d", time.Now().UnixNano()), "fp", func(ctx context.Context) ([]byte, error) {
+		// Placed with the SKU, as the service places orders: on Redis
+		// Cluster the sale commits in the record's slot.
+		key, _ := idem.Placed("sku", fmt.Sprintf("stale-%d", time.Now().UnixNano()))
+		_, _, err = g.Do(ctx, key, "fp", func(ctx context.Context) ([]byte, error) {
 			effect, err := backend.Sell(ctx, inventory.Order{OrderID: "o-2", SKU: "sku", Qty: 1, User: "u", Fence: 200}, 200)
 			if err != nil || effect == nil {
 				return nil, err // Redlock sells at once, keyed on the order
@@ -333,7 +339,7 @@ func TestFlashSale(t *testing.T) {
 	eachStore(t, func(t *testing.T, url string) {
 		flashSale(t, open(t, url))
 	})
-	for _, name := range []string{"memory", "redis", "redlock", "postgres", "mysql"} {
+	for _, name := range []string{"memory", "redis", "redis-cluster", "redlock", "postgres", "mysql"} {
 		t.Run(name+"/lock-free", func(t *testing.T) { flashSale(t, openLockFree(t, stores[name](t))) })
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // Item is a SKU's stock and how much of it was sold.
@@ -84,12 +85,32 @@ func CheckStock(stock int64) error {
 	return nil
 }
 
-// OrderID derives an order's ID from its idempotency record's stored key
-// (idem.KeyFrom): every run for one key — a retry after a replica died
-// mid-sale — names the same order.
-func OrderID(storedKey string) string {
+// OrderID derives the ID of an order of sku from its idempotency
+// record's stored key (idem.KeyFrom): every run for one key — a retry
+// after a replica died mid-sale — names the same order. The ID is
+// "o-<20 hex digits>-<sku>": it names its SKU (SKUOf), so that a store
+// that keeps each SKU's orders together (Redis Cluster: one hash slot per
+// SKU) finds an order by its ID.
+func OrderID(storedKey, sku string) string {
 	h := sha256.Sum256([]byte(storedKey))
-	return "o-" + hex.EncodeToString(h[:10])
+	return "o-" + hex.EncodeToString(h[:10]) + "-" + sku
+}
+
+// SKUOf returns the SKU an order ID (OrderID) names.
+func SKUOf(orderID string) (string, bool) {
+	const n = len("o-") + 20 + len("-")
+	if len(orderID) <= n || !strings.HasPrefix(orderID, "o-") || orderID[n-1] != '-' || CheckSKU(orderID[n:]) != nil {
+		return "", false
+	}
+	return orderID[n:], true
+}
+
+func orderIDs(orders []Order) []string {
+	ids := make([]string, len(orders))
+	for i, o := range orders {
+		ids[i] = o.OrderID
+	}
+	return ids
 }
 
 // Backend keeps the inventory where every replica sees it: the stock of
@@ -117,9 +138,9 @@ type Backend interface {
 	// Outbox returns up to n orders whose order.created event is not
 	// published yet; Published removes them.
 	Outbox(ctx context.Context, n int) ([]Order, error)
-	Published(ctx context.Context, ids []string) error
-	// Ship records order id's shipment, or returns the effect that does.
-	Ship(ctx context.Context, id string) (effect any, err error)
+	Published(ctx context.Context, orders []Order) error
+	// Ship records order o's shipment, or returns the effect that does.
+	Ship(ctx context.Context, o Order) (effect any, err error)
 	// Counts returns how many orders and shipments there are.
 	Counts(ctx context.Context) (orders, shipments int64, err error)
 }

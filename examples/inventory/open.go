@@ -13,11 +13,13 @@ import (
 const StoreHelp = storage.Help
 
 // Open opens the oncekit driver a store URL names (the forms of oncectl:
-// memory://, redis://, redlock://h1,h2,h3, etcd://..., postgres://...,
-// mysql://..., zk://...) and the inventory beside it, under prefix: on
-// Redis, etcd and ZooKeeper the stock lives on the records' servers, with
-// Redlock on the first node, on SQL in tables of the records' database. obs, if not nil,
-// observes the driver. close closes both.
+// memory://, redis://, redis-sentinel://, redis-cluster://,
+// redlock://h1,h2,h3, etcd://..., postgres://..., mysql://..., zk://...)
+// and the inventory beside it, under prefix: on Redis (one server, a
+// Sentinel group or a Cluster), etcd and ZooKeeper the stock lives on the
+// records' servers, with Redlock on the first node, on SQL in tables of
+// the records' database. obs, if not nil, observes the driver. close
+// closes both.
 func Open(url, prefix string, obs observe.Observer) (store Store, backend Backend, close func(), err error) {
 	st, err := storage.Open(context.Background(), url, storage.WithObserver(obs))
 	if err != nil {
@@ -26,7 +28,7 @@ func Open(url, prefix string, obs observe.Observer) (store Store, backend Backen
 	switch scheme := storage.Scheme(st); scheme {
 	case "memory":
 		backend = NewMemory()
-	case "redis", "redis-sentinel":
+	case "redis", "redis-sentinel", "redis-cluster":
 		backend = NewRedis(storage.RedisClient(st), prefix)
 	case "redlock":
 		backend = NewRedisKeyed(storage.RedlockClients(st)[0], prefix)
@@ -48,7 +50,7 @@ func Open(url, prefix string, obs observe.Observer) (store Store, backend Backen
 		backend = sq
 	default:
 		_ = st.Close()
-		return nil, nil, nil, fmt.Errorf("inventory: the example does not run on %s:// (its stock keys and records would not share a slot)", scheme)
+		return nil, nil, nil, fmt.Errorf("inventory: the example does not run on %s://", scheme)
 	}
 	return st, backend, func() { _ = st.Close() }, nil
 }

@@ -118,7 +118,7 @@ func (s *Service) placeOrder(ctx context.Context, sku string, qty int64, user st
 	if !ok {
 		return Order{}, errors.New("inventory: an order runs under the idempotency middleware")
 	}
-	o := Order{OrderID: OrderID(key), SKU: sku, Qty: qty, User: user}
+	o := Order{OrderID: OrderID(key, sku), SKU: sku, Qty: qty, User: user}
 	var lockFence uint64
 	if s.lockFree {
 		o.Fence, _ = idem.FenceFrom(ctx)
@@ -144,6 +144,16 @@ func (s *Service) placeOrder(ctx context.Context, sku string, qty int64, user st
 	default:
 	}
 	return o, nil
+}
+
+// placeOf is where the record of an order of sku lives (idem.Placed):
+// with the SKU's stock; "" (unplaced) for an invalid SKU, which the order
+// handler refuses.
+func placeOf(sku string) string {
+	if CheckSKU(sku) != nil {
+		return ""
+	}
+	return sku
 }
 
 // putItem sets sku's stock under its lock, fenced.
@@ -212,6 +222,17 @@ func (s *Service) Handler() (http.Handler, error) {
 			}
 			_ = json.NewDecoder(r.Body).Decode(&body)
 			return "user:" + body.User
+		}),
+		// An order's record lives with its SKU's stock: on Redis Cluster,
+		// in the SKU's slot, so that the sale commits in the record's
+		// script. (An invalid SKU leaves the record unplaced; the handler
+		// refuses it.)
+		httpmw.WithPlacement(func(r *http.Request) string {
+			var body struct {
+				SKU string `json:"sku"`
+			}
+			_ = json.NewDecoder(r.Body).Decode(&body)
+			return placeOf(body.SKU)
 		}),
 		httpmw.WithWait(s.wait),
 		httpmw.WithRoute(func(*http.Request) string { return "/v1/orders" }))

@@ -42,20 +42,18 @@ func (s *Service) relayOnce(ctx context.Context, p *kafkamw.Producer) error {
 			return err
 		}
 		msgs := make([]kafka.Message, len(orders))
-		ids := make([]string, len(orders))
 		for i, o := range orders {
 			body, _ := json.Marshal(o)
 			msgs[i] = kafka.Message{Key: []byte(o.SKU), Value: body,
 				Headers: []kafka.Header{{Key: kafkamw.DefaultKeyHeader, Value: []byte(o.OrderID)}}}
-			ids[i] = o.OrderID
 		}
 		if err := p.Send(ctx, msgs...); err != nil {
 			return err
 		}
-		if err := s.backend.Published(ctx, ids); err != nil {
+		if err := s.backend.Published(ctx, orders); err != nil {
 			return err
 		}
-		s.relayed.Add(int64(len(ids)))
+		s.relayed.Add(int64(len(orders)))
 	}
 }
 
@@ -68,12 +66,16 @@ func (s *Service) ShippingConsumer(r kafkamw.Reader, opts ...kafkamw.Option) (*k
 		if err := json.Unmarshal(m.Value, &o); err != nil || o.OrderID == "" {
 			return kafkamw.Permanent(errors.Join(errors.New("inventory: order.created is not an order"), err))
 		}
-		effect, err := s.backend.Ship(ctx, o.OrderID)
+		effect, err := s.backend.Ship(ctx, o)
 		if err != nil || effect == nil {
 			return err
 		}
 		return idem.Commit(ctx, effect)
-	}, opts...)
+	}, append([]kafkamw.Option{
+		// The shipment's record lives with the SKU's shipments (the
+		// message's key is the SKU): on Redis Cluster, in its slot.
+		kafkamw.WithPlacement(func(m kafka.Message) string { return placeOf(string(m.Key)) }),
+	}, opts...)...)
 	if err == nil {
 		s.consumers.Store(c, struct{}{}) // its Stats show in /v1/stats
 	}
