@@ -174,3 +174,83 @@ func (rc *RedisCluster) WaitFailover(key string, old *RedisProcess, timeout time
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// replicasOf are the live nodes replicating from primary.
+func (rc *RedisCluster) replicasOf(primary *RedisProcess) []*RedisProcess {
+	var out []*RedisProcess
+	for _, n := range rc.Nodes {
+		if n == primary || n.cmd == nil {
+			continue
+		}
+		c := redis.NewClient(&redis.Options{Addr: n.Addr, DialTimeout: time.Second, ReadTimeout: time.Second})
+		info, _ := c.Info(context.Background(), "replication").Result()
+		c.Close()
+		if strings.Contains(info, "master_port:"+strconv.Itoa(primary.port)+"\r\n") {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// HoldReplication cuts primary's replicas off it, as a slow link would:
+// they log in to it as a user it does not have (masteruser), and their
+// links are closed, so nothing it is written from now on reaches them
+// (they keep trying). It returns once every replica's link is down.
+func (rc *RedisCluster) HoldReplication(primary *RedisProcess) {
+	rc.tb.Helper()
+	reps := rc.replicasOf(primary)
+	if len(reps) == 0 {
+		rc.tb.Fatalf("%s has no replicas", primary.Addr)
+	}
+	for _, n := range reps {
+		rc.do(n, "CONFIG", "SET", "masteruser", "oncekit-held", "masterauth", "held")
+	}
+	rc.do(primary, "CLIENT", "KILL", "TYPE", "replica")
+	rc.waitLinks(reps, "down")
+}
+
+// ResumeReplication lets primary's replicas back in (HoldReplication) and
+// returns once they are in sync.
+func (rc *RedisCluster) ResumeReplication(primary *RedisProcess) {
+	rc.tb.Helper()
+	var reps []*RedisProcess
+	for _, n := range rc.Nodes {
+		if n != primary && n.cmd != nil {
+			reps = append(reps, n)
+		}
+	}
+	for _, n := range reps {
+		rc.do(n, "CONFIG", "SET", "masteruser", "", "masterauth", "")
+	}
+	rc.waitLinks(rc.replicasOf(primary), "up")
+}
+
+func (rc *RedisCluster) do(n *RedisProcess, args ...any) {
+	rc.tb.Helper()
+	c := redis.NewClient(&redis.Options{Addr: n.Addr, DialTimeout: time.Second, ReadTimeout: time.Second})
+	defer c.Close()
+	if err := c.Do(context.Background(), args...).Err(); err != nil {
+		rc.tb.Fatalf("%s %v: %v", n.Addr, args, err)
+	}
+}
+
+// waitLinks waits until every replica in reps reports master_link_status
+// status.
+func (rc *RedisCluster) waitLinks(reps []*RedisProcess, status string) {
+	rc.tb.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for _, n := range reps {
+		for {
+			c := redis.NewClient(&redis.Options{Addr: n.Addr, DialTimeout: time.Second, ReadTimeout: time.Second})
+			info, _ := c.Info(context.Background(), "replication").Result()
+			c.Close()
+			if strings.Contains(info, "master_link_status:"+status) {
+				break
+			}
+			if time.Now().After(deadline) {
+				rc.tb.Fatalf("replica %s: link not %s: %s", n.Addr, status, info)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+}

@@ -155,30 +155,55 @@ func TestClusterPlacedEffect(t *testing.T) {
 }
 
 // A Cluster shard's primary killed while a key it serves is held and a
-// claim is in flight, with every grant waiting for one replica: the
-// replica the cluster promotes has both, so nobody else takes the key or
-// runs the claim; the holder carries on through the new primary, and the
-// next holder's fence is higher.
+// claim is in flight, its replicas cut off just before the grants (as a
+// slow link would leave them). Without WithReplicas the replica the
+// cluster promotes never got them: another client takes the key and runs
+// the claim — the hazard. With WithReplicas(1) nothing is granted while
+// the replicas cannot acknowledge; once they can, the promoted replica has
+// both grants, so nobody else takes the key or runs the claim; the holder
+// carries on through the new primary, and the next holder's fence is
+// higher.
 func TestClusterFailover(t *testing.T) {
+	for _, acked := range []bool{false, true} {
+		name := "without-replicas-option"
+		if acked {
+			name = "with-replicas-option"
+		}
+		t.Run(name, func(t *testing.T) { clusterFailover(t, acked) })
+	}
+}
+
+func clusterFailover(t *testing.T, acked bool) {
 	rc := testenv.StartRedisCluster(t, 3, 2) // a shard keeps a replica after its failover
 	connect := func() *redisstore.Store {
 		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: rc.Addrs(), MaxRedirects: 16})
 		t.Cleanup(func() { c.Close() })
+		if !acked {
+			return newStore(t, c)
+		}
 		return newStore(t, c, redisstore.WithReplicas(1, time.Second))
 	}
 	first := connect()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	const key = "cluster-failover" // the lock and the record share its slot
-	held, err := first.Acquire(ctx, key, 2*time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	claim, err := first.Begin(ctx, key, "fp", 2*time.Minute)
-	if err != nil || claim.State != idem.Acquired {
-		t.Fatalf("Begin: %+v %v", claim, err)
-	}
 	primary := rc.PrimaryOf("{" + key + "}")
+	rc.HoldReplication(primary)
+	held, lockErr := first.Acquire(ctx, key, 2*time.Minute)
+	claim, beginErr := first.Begin(ctx, key, "fp", 2*time.Minute)
+	if acked {
+		if !errors.Is(lockErr, redisstore.ErrNotReplicated) || !errors.Is(beginErr, redisstore.ErrNotReplicated) {
+			t.Fatalf("with the replicas cut off: Acquire %v, Begin %v; want ErrNotReplicated", lockErr, beginErr)
+		}
+		rc.ResumeReplication(primary)
+		if held, lockErr = first.Acquire(ctx, key, 2*time.Minute); lockErr != nil {
+			t.Fatal(lockErr)
+		}
+		claim, beginErr = first.Begin(ctx, key, "fp", 2*time.Minute)
+	}
+	if lockErr != nil || beginErr != nil || claim.State != idem.Acquired {
+		t.Fatalf("Acquire %v, Begin %+v %v", lockErr, claim, beginErr)
+	}
 	primary.Kill()
 	promoted := rc.WaitFailover("{"+key+"}", primary, 30*time.Second)
 	t.Logf("%s promoted after %s was killed", promoted.Addr, primary.Addr)
@@ -195,6 +220,24 @@ func TestClusterFailover(t *testing.T) {
 		t.Fatalf("%s after the failover: %v", what, err)
 	}
 	second := connect()
+	if !acked {
+		// The hazard: the promoted replica never had the grants.
+		var other lock.Lease
+		retry("TryAcquire by another client", func() (err error) { other, err = second.TryAcquire(ctx, key, time.Minute); return err })
+		defer other.Release(context.Background())
+		if other.Fence() <= held.Fence() {
+			t.Errorf("the second holder's fence %d is not above the first's %d", other.Fence(), held.Fence())
+		}
+		retry("Begin by another client", func() error {
+			c, err := second.Begin(ctx, key, "fp", time.Minute)
+			if err == nil && c.State != idem.Acquired {
+				t.Fatalf("Begin after the failover: %v; the cut-off replica was expected to lack the claim", c.State)
+			}
+			return err
+		})
+		t.Log("without WithReplicas: a second holder and a second run after the failover, as documented")
+		return
+	}
 	retry("TryAcquire by another client", func() error {
 		_, err := second.TryAcquire(ctx, key, time.Minute)
 		if errors.Is(err, lock.ErrNotAcquired) {
