@@ -2,8 +2,10 @@ package grpcmw_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -374,12 +376,13 @@ func TestNewValidates(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, opts := range map[string][]grpcmw.Option{
-		"no scope":       nil,
-		"two key spaces": {grpcmw.Unscoped(), grpcmw.Unscoped()},
-		"nil scope":      {grpcmw.WithScope(nil)},
-		"empty metadata": {grpcmw.Unscoped(), grpcmw.WithKeyMetadata("")},
-		"negative wait":  {grpcmw.Unscoped(), grpcmw.WithWait(-time.Second)},
-		"nil placement":  {grpcmw.Unscoped(), grpcmw.WithPlacement(nil)},
+		"no scope":        nil,
+		"two key spaces":  {grpcmw.Unscoped(), grpcmw.Unscoped()},
+		"nil scope":       {grpcmw.WithScope(nil)},
+		"empty metadata":  {grpcmw.Unscoped(), grpcmw.WithKeyMetadata("")},
+		"negative wait":   {grpcmw.Unscoped(), grpcmw.WithWait(-time.Second)},
+		"nil placement":   {grpcmw.Unscoped(), grpcmw.WithPlacement(nil)},
+		"nil fingerprint": {grpcmw.Unscoped(), grpcmw.WithFingerprint(nil)},
 	} {
 		if _, err := grpcmw.UnaryServerInterceptor(g, opts...); err == nil {
 			t.Errorf("%s: no error", name)
@@ -416,6 +419,35 @@ func TestPlacement(t *testing.T) {
 	_, err := client.Place(withKey(ctx, "k2"), &testpb.PlaceRequest{Sku: "a{b", Qty: 1, User: "u"})
 	if status.Code(err) != codes.InvalidArgument || len(keys) != 1 {
 		t.Errorf("a place with a brace: %v, %d runs; want InvalidArgument and none", err, len(keys))
+	}
+}
+
+// WithFingerprint decides what makes two calls the same: here the user is
+// left out, so a retry that changes it is replayed; the SKU is kept, so a
+// retry that changes it is FailedPrecondition. A fingerprint error refuses
+// the call with InvalidArgument, nothing run.
+func TestFingerprint(t *testing.T) {
+	o := &orders{}
+	client := serve(t, memstore.New(), o, nil, []grpcmw.Option{grpcmw.WithFingerprint(func(m string, req proto.Message) (string, error) {
+		r := req.(*testpb.PlaceRequest)
+		if r.GetQty() < 0 {
+			return "", errors.New("negative qty")
+		}
+		return idem.Fingerprint([]byte(m), []byte(r.GetSku()), []byte(strconv.FormatInt(int64(r.GetQty()), 10))), nil
+	})})
+	ctx := ctxT(t, 10*time.Second)
+	if _, err := client.Place(withKey(ctx, "f1"), &testpb.PlaceRequest{Sku: "tv-1", Qty: 1, User: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	var header metadata.MD
+	if _, err := client.Place(withKey(ctx, "f1"), &testpb.PlaceRequest{Sku: "tv-1", Qty: 1, User: "b"}, grpc.Header(&header)); err != nil || o.runs.Load() != 1 {
+		t.Errorf("a retry differing in a field left out: %v, %d runs; want a replay", err, o.runs.Load())
+	}
+	if _, err := client.Place(withKey(ctx, "f1"), &testpb.PlaceRequest{Sku: "tv-2", Qty: 1, User: "a"}); status.Code(err) != codes.FailedPrecondition {
+		t.Errorf("another SKU under the key: %v, want FailedPrecondition", err)
+	}
+	if _, err := client.Place(withKey(ctx, "f2"), &testpb.PlaceRequest{Sku: "tv-1", Qty: -1, User: "a"}); status.Code(err) != codes.InvalidArgument || o.runs.Load() != 1 {
+		t.Errorf("a fingerprint error: %v, %d runs; want InvalidArgument and none", err, o.runs.Load())
 	}
 }
 

@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/oncekit/oncekit/internal/mwcore"
 	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/internal/mwcore"
 )
 
 // Metadata keys.
@@ -28,6 +31,7 @@ type config struct {
 	extract     func(ctx context.Context, req any) (string, bool)
 	scope       func(ctx context.Context) string
 	place       func(ctx context.Context, req any) string
+	fingerprint func(fullMethod string, req proto.Message) (string, error)
 	common      mwcore.Config // the key space chosen, the wait, failing open
 	selector    func(fullMethod string) bool
 	final       func(error) bool
@@ -88,6 +92,30 @@ func WithPlacement(place func(ctx context.Context, req any) string) Option {
 	}
 }
 
+// WithFingerprint replaces what makes two unary calls with one key "the
+// same request" (a duplicate is replayed, another request with the key is
+// refused with FailedPrecondition): to leave out a field a client changes
+// on every retry (a timestamp, a trace ID), say. An error refuses the call
+// with InvalidArgument, nothing run. Default DefaultFingerprint.
+func WithFingerprint(fingerprint func(fullMethod string, req proto.Message) (string, error)) Option {
+	return func(c *config) {
+		if fingerprint == nil {
+			c.errs = append(c.errs, errors.New("nil fingerprint function"))
+		}
+		c.fingerprint = fingerprint
+	}
+}
+
+// DefaultFingerprint is the full method and the request's deterministic
+// protobuf encoding: every field, unknown fields included.
+func DefaultFingerprint(fullMethod string, req proto.Message) (string, error) {
+	body, err := proto.MarshalOptions{Deterministic: true}.Marshal(req)
+	if err != nil {
+		return "", err
+	}
+	return idem.Fingerprint([]byte(fullMethod), body), nil
+}
+
 // Unscoped puts the keys of every caller of a method in one key space.
 // Only for services without principals, or behind a gateway that scopes
 // keys.
@@ -145,7 +173,7 @@ func WithWait(d time.Duration) Option {
 func WithFailOpen() Option { return func(c *config) { c.common.SetFailOpen() } }
 
 func newConfig(opts []Option) (*config, error) {
-	c := &config{metadataKey: DefaultMetadataKey, final: DefaultFinal}
+	c := &config{metadataKey: DefaultMetadataKey, final: DefaultFinal, fingerprint: DefaultFingerprint}
 	for _, o := range opts {
 		o(c)
 	}

@@ -188,11 +188,10 @@ func (s *server) unaryCall(ctx context.Context, req any, info *grpc.UnaryServerI
 	if !isProto {
 		return nil, status.Errorf(codes.Internal, "grpcmw: %s: request %T is not a protocol buffer", info.FullMethod, req)
 	}
-	body, err := proto.MarshalOptions{Deterministic: true}.Marshal(msg)
+	fp, err := s.cfg.fingerprint(info.FullMethod, msg)
 	if err != nil {
-		return nil, status.Errorf(codes.Internal, "grpcmw: %s: %v", info.FullMethod, err)
+		return nil, status.Errorf(codes.InvalidArgument, "grpcmw: %s: the request's fingerprint: %v", info.FullMethod, err)
 	}
-	fp := idem.Fingerprint([]byte(info.FullMethod), body)
 	stored, err := s.stored(ctx, info.FullMethod, key, req)
 	if err != nil {
 		return nil, err

@@ -819,6 +819,42 @@ func TestPlacement(t *testing.T) {
 	}
 }
 
+// JSONFingerprint: a retry that re-serialises its JSON body (member
+// order, whitespace, a charset parameter) is the same request and is
+// replayed; another value is 422; a body that is not JSON is 400 with
+// nothing run. The default fingerprint tells the re-serialised body apart.
+func TestJSONFingerprint(t *testing.T) {
+	send := func(a *app, key, ct, body string) *httptest.ResponseRecorder {
+		req := httptest.NewRequest("POST", "/orders", strings.NewReader(body))
+		req.Header.Set("Idempotency-Key", key)
+		req.Header.Set("Content-Type", ct)
+		w := httptest.NewRecorder()
+		a.router.ServeHTTP(w, req)
+		return w
+	}
+	a := newApp(newMW(t, memstore.New(), nil, httpmw.WithFingerprint(httpmw.JSONFingerprint)))
+	first := send(a, "j1", "application/json", `{"sku":"tv-1","qty":1}`)
+	again := send(a, "j1", "Application/JSON; charset=utf-8", "{\n  \"qty\": 1,\n  \"sku\": \"tv-1\"\n}")
+	if first.Code != 201 || again.Code != 201 || again.Header().Get(httpmw.ReplayedHeader) != "true" || a.runs.Load() != 1 {
+		t.Errorf("a re-serialised retry: %d %v, %d runs; want the first response replayed", again.Code, again.Header(), a.runs.Load())
+	}
+	if w := send(a, "j1", "application/json", `{"sku":"tv-1","qty":2}`); w.Code != http.StatusUnprocessableEntity {
+		t.Errorf("another body under the key: %d, want 422", w.Code)
+	}
+	if w := send(a, "j2", "application/json", `{"sku":`); w.Code != http.StatusBadRequest || problemCode(t, w) != httpmw.CodeBodyInvalid || a.runs.Load() != 1 {
+		t.Errorf("a body that is not JSON: %d %s, %d runs", w.Code, problemCode(t, w), a.runs.Load())
+	}
+	d := newApp(newMW(t, memstore.New(), nil))
+	send(d, "j1", "application/json", `{"sku":"tv-1","qty":1}`)
+	if w := send(d, "j1", "application/json", `{"qty":1,"sku":"tv-1"}`); w.Code != http.StatusUnprocessableEntity {
+		t.Errorf("the default fingerprint took a reordered body as the same request: %d", w.Code)
+	}
+	g, _ := idem.NewGuard(memstore.New())
+	if _, err := httpmw.New(g, httpmw.Unscoped(), httpmw.WithFingerprint(nil)); err == nil {
+		t.Error("a nil fingerprint function was accepted")
+	}
+}
+
 // A client that times out and retries while its first request still runs
 // must not get a second concurrent run, even after the claim's lease
 // would have run out (the claim lives until the handler returns).

@@ -26,6 +26,7 @@ func New(guard *idem.Guard, opts ...Option) (func(http.Handler) http.Handler, er
 		maxBody:     DefaultMaxBody,
 		maxResponse: DefaultMaxResponse,
 		replay:      map[string]bool{},
+		fingerprint: DefaultFingerprint,
 	}
 	for _, h := range DefaultReplayHeaders {
 		c.replay[http.CanonicalHeaderKey(h)] = true
@@ -117,12 +118,12 @@ func (m *middleware) handle(ctx context.Context, w http.ResponseWriter, r *http.
 		writeProblem(w, http.StatusBadRequest, CodeBodyUnreadable, "The request body could not be read: "+err.Error()+".", 0)
 		return observe.Invalid, err
 	}
-	r.Body = io.NopCloser(bytes.NewReader(body))
-	target := r.URL.EscapedPath()
-	if r.URL.RawQuery != "" {
-		target += "?" + r.URL.RawQuery
+	fp, err := m.cfg.fingerprint(r, body)
+	r.Body = io.NopCloser(bytes.NewReader(body)) // the fingerprint may have read it
+	if err != nil {
+		writeProblem(w, http.StatusBadRequest, CodeBodyInvalid, fmt.Sprintf("The request cannot be told apart from others with its key: %v.", err), 0)
+		return observe.Invalid, nil
 	}
-	fp := idem.Fingerprint([]byte(r.Method), []byte(target), []byte(r.Header.Get("Content-Type")), body)
 	scope := ""
 	if m.cfg.scope != nil {
 		scope = m.cfg.scope(r)

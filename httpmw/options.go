@@ -1,8 +1,10 @@
 package httpmw
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"mime"
 	"net/http"
 	"slices"
 	"strings"
@@ -42,6 +44,7 @@ type config struct {
 	header      string
 	scope       func(*http.Request) string
 	place       func(*http.Request) string
+	fingerprint func(r *http.Request, body []byte) (string, error)
 	route       func(*http.Request) string
 	optional    bool
 	maxBody     int64
@@ -112,6 +115,62 @@ func WithPlacement(place func(*http.Request) string) Option {
 		}
 		c.place = place
 	}
+}
+
+// WithFingerprint replaces what makes two requests with one key "the same
+// request" (a duplicate is replayed, another request with the key is 422
+// CodeKeyReused). fingerprint gets the request and its whole body (the
+// handler still gets it); an error refuses the request with 400
+// CodeBodyInvalid, nothing run. Default DefaultFingerprint; JSONFingerprint
+// for clients that re-serialise a retry's JSON body.
+func WithFingerprint(fingerprint func(r *http.Request, body []byte) (string, error)) Option {
+	return func(c *config) {
+		if fingerprint == nil {
+			c.errs = append(c.errs, errors.New("nil fingerprint function"))
+		}
+		c.fingerprint = fingerprint
+	}
+}
+
+// DefaultFingerprint is the request's method, its path and query as sent,
+// its Content-Type and its body, byte for byte.
+func DefaultFingerprint(r *http.Request, body []byte) (string, error) {
+	return idem.Fingerprint([]byte(r.Method), []byte(target(r)), []byte(r.Header.Get("Content-Type")), body), nil
+}
+
+// JSONFingerprint is DefaultFingerprint for JSON APIs: the method, the
+// path and query as sent, the media type without its parameters and in
+// lower case ("application/json; charset=utf-8" is "application/json"),
+// and the body in canonical form (idem.CanonicalJSON), so that a retry
+// that re-serialises its body — another member order, other whitespace —
+// is the same request. An empty body stays empty; a body that is not one
+// JSON value is an error (400 CodeBodyInvalid).
+func JSONFingerprint(r *http.Request, body []byte) (string, error) {
+	media := ""
+	if ct := r.Header.Get("Content-Type"); ct != "" {
+		mt, _, err := mime.ParseMediaType(ct)
+		if err != nil {
+			return "", fmt.Errorf("Content-Type %q: %w", ct, err)
+		}
+		media = mt // lower case
+	}
+	if len(bytes.TrimSpace(body)) > 0 {
+		c, err := idem.CanonicalJSON(body)
+		if err != nil {
+			return "", err
+		}
+		body = c
+	}
+	return idem.Fingerprint([]byte(r.Method), []byte(target(r)), []byte(media), body), nil
+}
+
+// target is the request's path and query as sent.
+func target(r *http.Request) string {
+	t := r.URL.EscapedPath()
+	if r.URL.RawQuery != "" {
+		t += "?" + r.URL.RawQuery
+	}
+	return t
 }
 
 // Unscoped puts every request's key in one key space: any client that

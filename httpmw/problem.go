@@ -16,6 +16,9 @@ const (
 	CodeBodyTooLarge   = "body_too_large"
 	CodeBodyUnreadable = "request_body_unreadable"
 	CodeRecordCorrupt  = "stored_response_corrupt"
+	// CodeBodyInvalid: the fingerprint function (WithFingerprint) could
+	// not read the request: a body JSONFingerprint cannot parse, say.
+	CodeBodyInvalid = "request_body_invalid"
 	// CodeScopeEmpty: the scope function (WithScope) returned "" for a
 	// request: answered 500, nothing run, rather than letting the request
 	// into the key space every unscoped request shares.

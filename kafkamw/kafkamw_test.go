@@ -2,6 +2,7 @@ package kafkamw_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -419,5 +420,52 @@ func TestNewConsumerRejectsBadInput(t *testing.T) {
 	}
 	if _, err := kafkamw.NewProducer(nil); err == nil {
 		t.Error("NewProducer(nil): no error")
+	}
+}
+
+// WithFingerprint: a producer that resends a logical message with a new
+// timestamp and its JSON re-serialised sends the same message (committed
+// as a duplicate) when the fingerprint leaves the timestamp out; a message
+// the fingerprint cannot read stops a Consumer without a dead-letter
+// destination with a *PoisonError at its offset.
+func TestFingerprint(t *testing.T) {
+	brokers := kafkamwtest.Brokers(t)
+	topic := kafkamwtest.Topic(t, brokers, 1)
+	msg := func(id, value string) kafka.Message {
+		return kafka.Message{Key: []byte(id), Value: []byte(value), Headers: []kafka.Header{{Key: kafkamw.DefaultKeyHeader, Value: []byte(id)}}}
+	}
+	produce(t, newWriter(t, brokers, topic), []kafka.Message{
+		msg("m-1", `{"order":"o-1","sent_at":1}`),
+		msg("m-1", `{ "sent_at": 2, "order": "o-1" }`),
+		msg("m-2", `not json`),
+	})
+	var handled atomic.Int64
+	c, err := kafkamw.NewConsumer(newReader(t, brokers, topic, "g-"+topic), newGuard(t, memstore.New()),
+		func(ctx context.Context, m kafka.Message) error { handled.Add(1); return nil },
+		kafkamw.WithFingerprint(func(m kafka.Message) (string, error) {
+			var v map[string]any
+			if err := json.Unmarshal(m.Value, &v); err != nil {
+				return "", err
+			}
+			delete(v, "sent_at")
+			b, _ := json.Marshal(v) // map members sorted
+			return idem.Fingerprint([]byte(m.Topic), b), nil
+		}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	err = c.Run(ctx)
+	var pe *kafkamw.PoisonError
+	if !errors.As(err, &pe) || pe.Offset != 2 {
+		t.Fatalf("Run: %v, want a *PoisonError for offset 2", err)
+	}
+	if s := c.Stats(); handled.Load() != 1 || s.Duplicates != 1 {
+		t.Errorf("%d runs, stats %+v; want one run and one duplicate", handled.Load(), s)
+	}
+	if _, err := kafkamw.NewConsumer(newReader(t, brokers, topic, "g2-"+topic), newGuard(t, memstore.New()),
+		func(context.Context, kafka.Message) error { return nil }, kafkamw.WithFingerprint(nil)); err == nil {
+		t.Error("a nil fingerprint function was accepted")
 	}
 }

@@ -31,6 +31,7 @@ type config struct {
 	requireKey  bool
 	scope       func(kafka.Message) string
 	place       func(kafka.Message) string
+	fingerprint func(kafka.Message) (string, error)
 	group       string
 	concurrency int
 	pipeline    int
@@ -45,6 +46,7 @@ type config struct {
 func defaults() config {
 	return config{
 		keyHeader:   DefaultKeyHeader,
+		fingerprint: DefaultFingerprint,
 		concurrency: 1,
 		pipeline:    128,
 		attempts:    5,
@@ -109,6 +111,25 @@ func WithPlacement(place func(kafka.Message) string) Option {
 		c.place = place
 	}
 }
+
+// WithFingerprint replaces what makes two messages with one key "the
+// same message" (a redelivery is committed as a duplicate; another
+// payload under the key is rejected: dead-lettered, or the Consumer stops
+// with a PoisonError): to leave out a field a producer changes on every
+// send (a timestamp), say, or to compare JSON values by idem.CanonicalJSON.
+// An error rejects the message the same way. Default DefaultFingerprint.
+func WithFingerprint(fingerprint func(kafka.Message) (string, error)) Option {
+	return func(c *config) {
+		if fingerprint == nil {
+			c.errs = append(c.errs, errors.New("nil fingerprint function"))
+		}
+		c.fingerprint = fingerprint
+	}
+}
+
+// DefaultFingerprint is the topic, the Kafka record key and the value,
+// byte for byte (not the headers, which brokers and tools may add to).
+func DefaultFingerprint(msg kafka.Message) (string, error) { return fingerprint(msg), nil }
 
 // WithScope sets the scope a message's key is stored under, so that keys
 // from different sources never meet. Default: the consumer group and the

@@ -110,7 +110,10 @@ func (c *Consumer) process(ctx context.Context, msg kafka.Message, key string, k
 			return observe.Canceled
 		}
 	}
-	fp := fingerprint(msg)
+	fp, err := c.cfg.fingerprint(msg)
+	if err != nil {
+		return c.reject(ctx, msg, key, fmt.Errorf("kafkamw: the message's fingerprint: %w", err), prev)
+	}
 	attempt, waits := 0, 0
 	for {
 		var herr error
