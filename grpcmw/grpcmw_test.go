@@ -203,11 +203,7 @@ func TestKeysAndMismatch(t *testing.T) {
 	}
 	// The key from the request (AIP-155), and an optional key.
 	o2 := &orders{}
-	c2 := serve(t, memstore.New(), o2, nil, []grpcmw.Option{grpcmw.WithOptionalKey(), grpcmw.WithKeyExtractor(
-		func(_ context.Context, req any) (string, bool) {
-			r, ok := req.(*testpb.PlaceRequest)
-			return r.GetRequestId(), ok && r.GetRequestId() != ""
-		})})
+	c2 := serve(t, memstore.New(), o2, nil, []grpcmw.Option{grpcmw.WithOptionalKey(), grpcmw.WithKeyExtractor(grpcmw.RequestIDField("request_id"))})
 	for range 2 {
 		if _, err := c2.Place(ctx, &testpb.PlaceRequest{RequestId: "req-1"}); err != nil {
 			t.Fatal(err)
@@ -218,6 +214,11 @@ func TestKeysAndMismatch(t *testing.T) {
 	}
 	if n := o2.runs.Load(); n != 3 {
 		t.Errorf("%d runs; want 1 for the request_id and 2 without a key", n)
+	}
+	for _, name := range []string{"no_such_field", "qty"} { // absent, not a string
+		if k, ok := grpcmw.RequestIDField(name)(ctx, &testpb.PlaceRequest{Qty: 3, RequestId: "r"}); ok {
+			t.Errorf("RequestIDField(%q) found %q", name, k)
+		}
 	}
 }
 

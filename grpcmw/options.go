@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/oncekit/oncekit/core/idem"
 	"github.com/oncekit/oncekit/internal/mwcore"
@@ -181,4 +182,26 @@ func newConfig(opts []Option) (*config, error) {
 		return nil, fmt.Errorf("grpcmw: %w", err)
 	}
 	return c, nil
+}
+
+// RequestIDField is a key extractor (WithKeyExtractor) for APIs that
+// follow Google's AIP-155: the key is the request's string field of that
+// name (usually "request_id"), read through protoreflect, so any message
+// with such a field works without generated code of its own. A request
+// without the field, or with it empty, carries no key.
+func RequestIDField(name string) func(ctx context.Context, req any) (string, bool) {
+	fname := protoreflect.Name(name)
+	return func(_ context.Context, req any) (string, bool) {
+		msg, ok := req.(proto.Message)
+		if !ok {
+			return "", false
+		}
+		m := msg.ProtoReflect()
+		fd := m.Descriptor().Fields().ByName(fname)
+		if fd == nil || fd.Kind() != protoreflect.StringKind || fd.IsList() || fd.IsMap() {
+			return "", false
+		}
+		v := m.Get(fd).String()
+		return v, v != ""
+	}
 }

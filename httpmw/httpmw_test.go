@@ -855,6 +855,36 @@ func TestJSONFingerprint(t *testing.T) {
 	}
 }
 
+// WithKeyExtractor: a key from the body when there is no header (the
+// handler still gets the body whole), the header winning over it, an
+// extracted key held to the header's rules, and a request without either
+// answered as one without a key.
+func TestKeyExtractor(t *testing.T) {
+	a := newApp(newMW(t, memstore.New(), nil, httpmw.WithKeyExtractor(func(r *http.Request) (string, bool) {
+		var body struct {
+			RequestID string `json:"request_id"`
+		}
+		if json.NewDecoder(r.Body).Decode(&body) != nil || body.RequestID == "" {
+			return "", false
+		}
+		return body.RequestID, true
+	})))
+	first := a.do(t, "POST", "/orders", "", `{"request_id":"r-1","sku":"tv-1"}`)
+	again := a.do(t, "POST", "/orders", "", `{"request_id":"r-1","sku":"tv-1"}`)
+	if first.Code != 201 || !strings.Contains(first.Body.String(), `request_id`) || again.Header().Get(httpmw.ReplayedHeader) != "true" || a.runs.Load() != 1 {
+		t.Errorf("a key from the body: %d %s, then %v; %d runs", first.Code, first.Body, again.Header(), a.runs.Load())
+	}
+	if w := a.do(t, "POST", "/orders", "h-1", `{"request_id":"r-1","sku":"tv-1"}`); w.Header().Get(httpmw.ReplayedHeader) != "" || a.runs.Load() != 2 {
+		t.Errorf("the header did not win over the body's key: %v", w.Header())
+	}
+	if w := a.do(t, "POST", "/orders", "", `{"request_id":"r 1"}`); w.Code != 400 || problemCode(t, w) != httpmw.CodeKeyInvalid {
+		t.Errorf("an extracted key with a space: %d %s", w.Code, problemCode(t, w))
+	}
+	if w := a.do(t, "POST", "/orders", "", `{"sku":"tv-1"}`); w.Code != 400 || problemCode(t, w) != httpmw.CodeKeyMissing || a.runs.Load() != 2 {
+		t.Errorf("no key anywhere: %d %s", w.Code, problemCode(t, w))
+	}
+}
+
 // A client that times out and retries while its first request still runs
 // must not get a second concurrent run, even after the claim's lease
 // would have run out (the claim lives until the handler returns).

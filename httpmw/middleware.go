@@ -86,38 +86,51 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 
 func (m *middleware) handle(ctx context.Context, w http.ResponseWriter, r *http.Request, next http.Handler) (observe.Outcome, error) {
 	values := r.Header.Values(m.cfg.header)
+	var (
+		key  string
+		body []byte
+		err  error
+	)
 	switch {
-	case len(values) == 0 && m.cfg.optional:
-		next.ServeHTTP(w, r)
-		return observe.Executed, nil
-	case len(values) == 0:
-		writeProblem(w, http.StatusBadRequest, CodeKeyMissing,
-			fmt.Sprintf("%s %s needs an %s header.", r.Method, r.URL.Path, m.cfg.header), 0)
-		return observe.Invalid, nil
 	case len(values) > 1:
 		writeProblem(w, http.StatusBadRequest, CodeKeyInvalid,
 			fmt.Sprintf("The request carries %d %s headers; send one.", len(values), m.cfg.header), 0)
 		return observe.Invalid, nil
-	}
-	key, err := ParseKey(values[0])
-	if err != nil {
-		writeProblem(w, http.StatusBadRequest, CodeKeyInvalid, fmt.Sprintf("%s: %v.", m.cfg.header, err), 0)
-		return observe.Invalid, nil
-	}
-
-	body, err := m.readBody(r)
-	if err != nil {
-		var tooLarge *http.MaxBytesError
-		if errors.As(err, &tooLarge) {
-			writeProblem(w, http.StatusRequestEntityTooLarge, CodeBodyTooLarge,
-				fmt.Sprintf("The request body is over %d bytes, the most an idempotent request may carry.", m.cfg.maxBody), 0)
+	case len(values) == 1:
+		if key, err = ParseKey(values[0]); err != nil {
+			writeProblem(w, http.StatusBadRequest, CodeKeyInvalid, fmt.Sprintf("%s: %v.", m.cfg.header, err), 0)
 			return observe.Invalid, nil
 		}
-		// The client went away or sent a broken body (a bad chunked
-		// encoding): usually nobody reads the answer.
-		writeProblem(w, http.StatusBadRequest, CodeBodyUnreadable, "The request body could not be read: "+err.Error()+".", 0)
-		return observe.Invalid, err
+	case m.cfg.extract != nil:
+		if body, err = m.readBody(r); err != nil {
+			return bodyProblem(w, err)
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		extracted, found := m.cfg.extract(r)
+		r.Body = io.NopCloser(bytes.NewReader(body)) // the extractor may have read it
+		if found {
+			if err := idem.CheckClientKey(extracted); err != nil {
+				writeProblem(w, http.StatusBadRequest, CodeKeyInvalid, fmt.Sprintf("The request's idempotency key: %v.", err), 0)
+				return observe.Invalid, nil
+			}
+			key = extracted
+		}
 	}
+	if key == "" {
+		if m.cfg.optional {
+			next.ServeHTTP(w, r)
+			return observe.Executed, nil
+		}
+		writeProblem(w, http.StatusBadRequest, CodeKeyMissing,
+			fmt.Sprintf("%s %s needs an %s header.", r.Method, r.URL.Path, m.cfg.header), 0)
+		return observe.Invalid, nil
+	}
+	if body == nil {
+		if body, err = m.readBody(r); err != nil {
+			return bodyProblem(w, err)
+		}
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
 	fp, err := m.cfg.fingerprint(r, body)
 	r.Body = io.NopCloser(bytes.NewReader(body)) // the fingerprint may have read it
 	if err != nil {
@@ -289,6 +302,20 @@ func Commit(w http.ResponseWriter, effect any) error {
 			return errors.New("httpmw: Commit outside the middleware")
 		}
 	}
+}
+
+// bodyProblem answers a request whose body could not be read.
+func bodyProblem(w http.ResponseWriter, err error) (observe.Outcome, error) {
+	var tooLarge *http.MaxBytesError
+	if errors.As(err, &tooLarge) {
+		writeProblem(w, http.StatusRequestEntityTooLarge, CodeBodyTooLarge,
+			fmt.Sprintf("The request body is over %d bytes, the most an idempotent request may carry.", tooLarge.Limit), 0)
+		return observe.Invalid, nil
+	}
+	// The client went away or sent a broken body (a bad chunked encoding):
+	// usually nobody reads the answer.
+	writeProblem(w, http.StatusBadRequest, CodeBodyUnreadable, "The request body could not be read: "+err.Error()+".", 0)
+	return observe.Invalid, err
 }
 
 func (m *middleware) readBody(r *http.Request) ([]byte, error) {

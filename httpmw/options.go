@@ -44,6 +44,7 @@ type config struct {
 	header      string
 	scope       func(*http.Request) string
 	place       func(*http.Request) string
+	extract     func(*http.Request) (string, bool)
 	fingerprint func(r *http.Request, body []byte) (string, error)
 	route       func(*http.Request) string
 	optional    bool
@@ -171,6 +172,24 @@ func target(r *http.Request) string {
 		t += "?" + r.URL.RawQuery
 	}
 	return t
+}
+
+// WithKeyExtractor takes the key from the request when it carries no key
+// header: from a route parameter (chi.URLParam(r, "paymentID")) or a body
+// field (an order's client-chosen "request_id"), say. extract may read the
+// body (the handler still gets it whole, and it counts against
+// WithMaxBody); it reports false when the request carries no key, which is
+// then answered as one without the header (400 CodeKeyMissing, or passed
+// through with WithOptionalKey). An extracted key obeys the header's rules
+// (idem.CheckClientKey: 1 to 255 bytes of visible ASCII; 400
+// CodeKeyInvalid otherwise). The header wins when both are there.
+func WithKeyExtractor(extract func(*http.Request) (key string, ok bool)) Option {
+	return func(c *config) {
+		if extract == nil {
+			c.errs = append(c.errs, errors.New("nil key extractor"))
+		}
+		c.extract = extract
+	}
 }
 
 // Unscoped puts every request's key in one key space: any client that
