@@ -79,6 +79,18 @@
 // r.With(mw) on the routes, where chi.RouteContext(r.Context()).RoutePattern()
 // is already known, or name the route from the path.
 //
+// # The client side
+//
+// Transport is an http.RoundTripper for clients: it gives each POST and
+// PATCH one key (a version 7 UUID, or the one set with ContextWithKey)
+// and keeps it across retries when it wraps the retrying transport:
+//
+//	client := &http.Client{Transport: &httpmw.Transport{
+//		Base: &retryablehttp.RoundTripper{Client: retryablehttp.NewClient()},
+//	}}
+//
+// Inside a retry loop it would give every attempt a new key.
+//
 // Requests report to the Guard's observer as observe.HTTPRequest events
 // with the route (WithRoute) and the outcome: executed, replayed,
 // in_flight, mismatch, invalid, canceled or error.
