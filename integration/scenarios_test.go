@@ -1,10 +1,16 @@
 package integration_test
 
 import (
+	"context"
 	"fmt"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/oncekit/oncekit/examples/inventory/flashsale"
 	"github.com/oncekit/oncekit/internal/testenv"
@@ -84,5 +90,48 @@ func TestClusterPrimaryKilledMidSale(t *testing.T) {
 	d.check(rep)
 	if at >= rep.Stock {
 		t.Errorf("the kill came after the sale (%d orders)", at)
+	}
+}
+
+// A readiness probe follows the store: the replica's grpc.health.v1 Check
+// (as Kubernetes' grpc probe calls it, with no idempotency key) and GET
+// /healthz say SERVING while its Redis answers, NOT_SERVING and 503 while
+// it is down, and SERVING again once it is back.
+func TestHealthFollowsTheStore(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	d := deploy(t, "redis://"+srv.Addr, 1)
+	conn, err := grpc.NewClient(d.grpcTargets[0], grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	probe := func() (healthpb.HealthCheckResponse_ServingStatus, int) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
+		if err != nil {
+			t.Fatalf("Check: %v", err)
+		}
+		code := 0
+		if r, err := http.Get(d.httpTargets[0] + "/healthz"); err == nil {
+			code = r.StatusCode
+			r.Body.Close()
+		}
+		return resp.GetStatus(), code
+	}
+	if st, code := probe(); st != healthpb.HealthCheckResponse_SERVING || code != http.StatusOK {
+		t.Fatalf("with the store up: %v, /healthz %d", st, code)
+	}
+	srv.Kill()
+	if st, code := probe(); st != healthpb.HealthCheckResponse_NOT_SERVING || code != http.StatusServiceUnavailable {
+		t.Errorf("with the store down: %v, /healthz %d", st, code)
+	}
+	srv.Start()
+	deadline := time.Now().Add(30 * time.Second)
+	for st, code := probe(); st != healthpb.HealthCheckResponse_SERVING || code != http.StatusOK; st, code = probe() {
+		if time.Now().After(deadline) {
+			t.Fatalf("the store back for 30 s: %v, /healthz %d", st, code)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }

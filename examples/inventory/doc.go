@@ -57,5 +57,7 @@
 //	GET  /v1/orders/{id}   GET /v1/stats   GET /healthz   GET /metrics
 //
 // Errors are RFC 9457 problem+json with a stable code. The gRPC API
-// (inventorypb) has the same operations.
+// (inventorypb) has the same operations, and serves grpc.health.v1 Check
+// (SERVING while the store answers, as GET /healthz: Service.Healthy) and
+// reflection, neither of which needs an idempotency key.
 package inventory

@@ -7,7 +7,9 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 
 	"github.com/oncekit/oncekit/core/idem"
@@ -60,7 +62,31 @@ func (s *Service) GRPCServer(opts ...grpc.ServerOption) (*grpc.Server, error) {
 	}
 	srv := grpc.NewServer(append(opts, grpc.ChainUnaryInterceptor(authenticate, release, idempotent))...)
 	inventorypb.RegisterInventoryServer(srv, &grpcAPI{s: s})
+	// Health checking (Kubernetes' grpc probes) and reflection (grpcurl):
+	// grpcmw passes both through without a key.
+	healthpb.RegisterHealthServer(srv, grpcHealth{s: s})
+	reflection.Register(srv)
 	return srv, nil
+}
+
+// grpcHealth answers grpc.health.v1 Check with Service.Healthy, for the
+// server as a whole ("") and for the Inventory service. Watch and List are
+// not served (Unimplemented): probes call Check.
+type grpcHealth struct {
+	healthpb.UnimplementedHealthServer
+	s *Service
+}
+
+func (h grpcHealth) Check(ctx context.Context, req *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
+	switch req.GetService() {
+	case "", inventorypb.Inventory_ServiceDesc.ServiceName:
+	default:
+		return nil, status.Errorf(codes.NotFound, "inventory: no service %q", req.GetService())
+	}
+	if err := h.s.Healthy(ctx); err != nil {
+		return &healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_NOT_SERVING}, nil
+	}
+	return &healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_SERVING}, nil
 }
 
 type grpcAPI struct {

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -17,7 +18,9 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
+	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
 
 	"github.com/oncekit/oncekit/core/idem"
@@ -396,4 +399,56 @@ func TestLockFreeNeedsAnAtomicSale(t *testing.T) {
 	if _, err := inventory.New(inventory.Config{Store: store, Backend: backend, LockFree: true}); err == nil {
 		t.Error("New took LockFree for the etcd inventory")
 	}
+}
+
+// The replica serves grpc.health.v1 (SERVING while its store answers;
+// integration's TestHealthFollowsTheStore stops the store) and gRPC
+// reflection, both without an idempotency key.
+func TestHealthAndReflection(t *testing.T) {
+	svc := open(t, "memory://")
+	r, err := inventory.Start(svc, "127.0.0.1:0", "127.0.0.1:0", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Stop()
+	conn, err := grpc.NewClient(r.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	health := healthpb.NewHealthClient(conn)
+	check := func(service string) (healthpb.HealthCheckResponse_ServingStatus, error) {
+		resp, err := health.Check(ctx, &healthpb.HealthCheckRequest{Service: service})
+		return resp.GetStatus(), err
+	}
+	for _, service := range []string{"", "oncekit.inventory.v1.Inventory"} {
+		if st, err := check(service); err != nil || st != healthpb.HealthCheckResponse_SERVING {
+			t.Errorf("Check(%q): %v %v, want SERVING", service, st, err)
+		}
+	}
+	if _, err := check("nope"); status.Code(err) != codes.NotFound {
+		t.Errorf("Check of an unknown service: %v, want NotFound", err)
+	}
+
+	stream, err := reflectionpb.NewServerReflectionClient(conn).ServerReflectionInfo(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(&reflectionpb.ServerReflectionRequest{MessageRequest: &reflectionpb.ServerReflectionRequest_ListServices{}}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := stream.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var services []string
+	for _, s := range resp.GetListServicesResponse().GetService() {
+		services = append(services, s.GetName())
+	}
+	if !slices.Contains(services, "oncekit.inventory.v1.Inventory") {
+		t.Errorf("reflection lists %q", services)
+	}
+	_ = stream.CloseSend()
 }

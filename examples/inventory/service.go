@@ -55,6 +55,7 @@ type Config struct {
 // serve the same inventory.
 type Service struct {
 	backend  Backend
+	store    Store
 	guard    *idem.Guard
 	mutex    *lock.Mutex
 	gatherer prometheus.Gatherer
@@ -95,7 +96,7 @@ func New(cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Service{backend: cfg.Backend, guard: guard, mutex: mutex, gatherer: cfg.Gatherer, wait: cfg.Wait,
+	return &Service{backend: cfg.Backend, store: cfg.Store, guard: guard, mutex: mutex, gatherer: cfg.Gatherer, wait: cfg.Wait,
 		lockFree: cfg.LockFree, kick: make(chan struct{}, 1)}, nil
 }
 
@@ -262,13 +263,27 @@ func (s *Service) Handler() (http.Handler, error) {
 }
 
 func (s *Service) healthz(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-	defer cancel()
-	if _, _, err := s.backend.Counts(ctx); err != nil {
+	if err := s.Healthy(r.Context()); err != nil {
 		problem(w, http.StatusServiceUnavailable, "store_unavailable", err.Error())
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+// Healthy reports whether the replica can serve: its store answers (Ping,
+// where the driver has it: every oncekit driver does) and its inventory
+// can be read, within 2 s. GET /healthz and grpc.health.v1 Check answer
+// with it.
+func (s *Service) Healthy(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if p, ok := s.store.(interface{ Ping(context.Context) error }); ok {
+		if err := p.Ping(ctx); err != nil {
+			return err
+		}
+	}
+	_, _, err := s.backend.Counts(ctx)
+	return err
 }
 
 func (s *Service) httpPutItem(w http.ResponseWriter, r *http.Request) {
