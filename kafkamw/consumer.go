@@ -37,6 +37,7 @@ type Stats struct {
 	Duplicates   int64 // messages already handled (or dead-lettered) before: committed without the handler
 	Retries      int64 // handler calls that failed and were tried again
 	DeadLettered int64 // messages published to the dead-letter destination
+	Deferred     int64 // messages moved to the retry topic (WithRetryTopic)
 	StoreErrors  int64 // claims or completions the store did not answer (retried)
 	Commits      int64 // successful offset commits (each may cover many messages and partitions)
 	CommitErrors int64 // failed offset commits (retried)
@@ -93,6 +94,7 @@ type candidate struct {
 var (
 	resultHandled      = []byte{'h'}
 	resultDeadLettered = []byte{'d'}
+	resultDeferred     = []byte{'r'} // moved to the retry topic (under the message's coordinates)
 	errShutdown        = errors.New("kafkamw: consumer shut down")
 )
 
@@ -124,8 +126,14 @@ func NewConsumer(r Reader, guard *idem.Guard, handler Handler, opts ...Option) (
 		if cfg.group == "" {
 			cfg.errs = append(cfg.errs, errors.New("no consumer group to scope keys by: use WithGroup or WithScope"))
 		}
-		group := cfg.group
-		cfg.scope = func(m kafka.Message) string { return "kafka\x00" + group + "\x00" + m.Topic }
+		group, prefix := cfg.group, cfg.dlqPrefix
+		cfg.scope = func(m kafka.Message) string {
+			topic, g := origin(m, prefix) // a moved message keeps its original key space
+			if g == "" {
+				g = group
+			}
+			return "kafka\x00" + g + "\x00" + topic
+		}
 	}
 	if err := cfg.check(); err != nil {
 		return nil, err
@@ -315,8 +323,13 @@ func (c *Consumer) dispatch(ctx context.Context, msg kafka.Message, wg *sync.Wai
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		octx, call := observe.Begin(ctx, c.guard.Observer(), observe.KafkaMessage, c.guard.DriverName(), "")
-		call.Route(msg.Topic)
+		// The producer's trace context, when the message carries one: the
+		// message's span and the handler continue its trace.
+		mctx := propagatorOr(c.cfg.propagator).Extract(ctx, HeaderCarrier{&msg})
+		octx, call := observe.BeginEvent(mctx, c.guard.Observer(), observe.Event{
+			Op: observe.KafkaMessage, Driver: c.guard.DriverName(), Route: msg.Topic,
+			Message: &observe.Message{Topic: msg.Topic, Partition: msg.Partition, Offset: msg.Offset, Group: c.cfg.group},
+		})
 		outcome := c.process(octx, msg, key, keyErr, prev, keyPrev, pass)
 		call.End(outcome, 0, nil)
 		ok := outcome != observe.Canceled && outcome != observe.Error

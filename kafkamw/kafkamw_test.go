@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -171,17 +172,18 @@ func TestPoisonMessageDeadLettered(t *testing.T) {
 	r := newReader(t, brokers, dlqTopic, "")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	for _, want := range []struct{ id, offset, err string }{
-		{"m-10", "10", "boom"}, {"m-20", "20", "cannot parse"}, {"m-30", "30", "kafkamw: handler panicked: handler bug"},
+	for _, want := range []struct{ id, offset, err, attempts string }{
+		{"m-10", "10", "boom", "3"}, {"m-20", "20", "cannot parse", "1"}, {"m-30", "30", "kafkamw: handler panicked: handler bug", "3"},
 	} {
 		m, err := r.ReadMessage(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		h := headers(m)
-		if idOf(m) != want.id || h[kafkamw.HeaderOriginalTopic] != topic || h[kafkamw.HeaderOriginalPartition] != "0" ||
-			h[kafkamw.HeaderOriginalOffset] != want.offset || h[kafkamw.HeaderError] != want.err ||
-			h[kafkamw.DefaultKeyHeader] != want.id || h[kafkamw.HeaderIdempotencyKey] == "" {
+		h, p := headers(m), kafkamw.DefaultDeadLetterPrefix
+		if idOf(m) != want.id || h[p+kafkamw.HeaderOriginalTopic] != topic || h[p+kafkamw.HeaderOriginalPartition] != "0" ||
+			h[p+kafkamw.HeaderOriginalOffset] != want.offset || h[p+kafkamw.HeaderError] != want.err ||
+			h[kafkamw.DefaultKeyHeader] != want.id || h[p+kafkamw.HeaderIdempotencyKey] == "" ||
+			h[p+kafkamw.HeaderAttempts] != want.attempts || h[p+kafkamw.HeaderConsumerGroup] != "g-"+topic {
 			t.Errorf("dead letter %s: headers %v", idOf(m), h)
 		}
 	}
@@ -467,5 +469,100 @@ func TestFingerprint(t *testing.T) {
 	if _, err := kafkamw.NewConsumer(newReader(t, brokers, topic, "g2-"+topic), newGuard(t, memstore.New()),
 		func(context.Context, kafka.Message) error { return nil }, kafkamw.WithFingerprint(nil)); err == nil {
 		t.Error("a nil fingerprint function was accepted")
+	}
+}
+
+// WithRetryTopic: a failing message leaves its partition after one call
+// and waits its delay on the retry topic, where a second Consumer (the
+// same handler and options) handles it with the original's key: m-3 fails
+// twice (moved, then moved again) and then succeeds, once; m-7 always fails and is dead-lettered
+// after three calls in all, with its original coordinates; the messages
+// behind them are not held up; a duplicate of m-3 sent to the original
+// topic afterwards is a duplicate.
+func TestRetryTopic(t *testing.T) {
+	brokers := kafkamwtest.Brokers(t)
+	topic := kafkamwtest.Topic(t, brokers, 1)
+	retryTopic := kafkamwtest.Topic(t, brokers, 1)
+	dlqTopic := kafkamwtest.Topic(t, brokers, 1)
+	msgs := make([]kafka.Message, 10)
+	for i := range msgs {
+		msgs[i] = message(i)
+	}
+	main := newWriter(t, brokers, topic)
+	produce(t, main, msgs)
+
+	var mu sync.Mutex
+	var order []string                // successful handlings
+	calls := map[string][]time.Time{} // every call, by message
+	handler := func(ctx context.Context, m kafka.Message) error {
+		mu.Lock()
+		defer mu.Unlock()
+		id := idOf(m)
+		calls[id] = append(calls[id], time.Now())
+		if id == "m-7" || (id == "m-3" && len(calls[id]) < 3) {
+			return fmt.Errorf("%s not yet", id)
+		}
+		order = append(order, id)
+		return nil
+	}
+	const delay = 300 * time.Millisecond
+	st := memstore.New()
+	opts := []kafkamw.Option{
+		kafkamw.WithRetry(3, time.Millisecond, time.Millisecond),
+		kafkamw.WithRetryTopic(newWriter(t, brokers, retryTopic), "", 1, delay),
+		kafkamw.WithDeadLetter(newWriter(t, brokers, dlqTopic), ""),
+	}
+	first, err := kafkamw.NewConsumer(newReader(t, brokers, topic, "g-"+topic), newGuard(t, st), handler, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	retrier, err := kafkamw.NewConsumer(newReader(t, brokers, retryTopic, "g-"+retryTopic), newGuard(t, st), handler,
+		append(opts, kafkamw.WithGroup("g-"+topic))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopFirst, stopRetrier := run(t, first), run(t, retrier)
+	waitFor(t, time.Minute, "m-3 handled and m-7 dead-lettered", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Contains(order, "m-3") && retrier.Stats().DeadLettered == 1
+	})
+	mu.Lock()
+	if at := slices.Index(order, "m-3"); at != len(order)-1 || len(order) != 9 {
+		t.Errorf("handled in the order %q: want m-3 last, after the eight others", order)
+	}
+	for _, id := range []string{"m-3", "m-7"} {
+		if c := calls[id]; len(c) != 3 || c[1].Sub(c[0]) < delay || c[2].Sub(c[1]) < delay {
+			t.Errorf("%s called at %v: want three calls, %s apart", id, c, delay)
+		}
+	}
+	mu.Unlock()
+	if s := first.Stats(); s.Deferred != 2 || s.Handled != 8 {
+		t.Errorf("first consumer %+v: want 2 moved, 8 handled", s)
+	}
+	if s := retrier.Stats(); s.Deferred != 2 || s.Handled != 1 || s.DeadLettered != 1 {
+		t.Errorf("retry consumer %+v: want 2 moved again, 1 handled, 1 dead-lettered", s)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	dl, err := newReader(t, brokers, dlqTopic, "").ReadMessage(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, p := headers(dl), kafkamw.DefaultDeadLetterPrefix
+	if idOf(dl) != "m-7" || h[p+kafkamw.HeaderOriginalTopic] != topic || h[p+kafkamw.HeaderOriginalOffset] != "7" ||
+		h[p+kafkamw.HeaderAttempts] != "3" || h[p+kafkamw.HeaderConsumerGroup] != "g-"+topic || h[p+kafkamw.HeaderRetryAt] != "" ||
+		len(dl.Headers) != len(h) {
+		t.Errorf("dead letter %s: headers %v", idOf(dl), h)
+	}
+
+	produce(t, main, []kafka.Message{message(3)})
+	waitFor(t, time.Minute, "the duplicate of m-3", func() bool { return first.Stats().Duplicates == 1 })
+	if err := errors.Join(stopFirst(), stopRetrier()); err != nil {
+		t.Fatal(err)
+	}
+	if len(order) != 9 {
+		t.Errorf("handled %q after the duplicate", order)
 	}
 }

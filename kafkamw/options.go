@@ -7,20 +7,32 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+	"go.opentelemetry.io/otel/propagation"
 )
 
 // DefaultKeyHeader is the message header that carries a message's
 // idempotency key, as the Producer stamps it.
 const DefaultKeyHeader = "message-id"
 
-// Headers of a dead-lettered message, besides the original's own headers.
+// Headers a dead-lettered message carries besides the original's own,
+// each name after the Consumer's prefix (WithDeadLetterHeaders, default
+// DefaultDeadLetterPrefix: "oncekit-dlt-original-topic" and so on), so
+// that they never meet the application's headers.
 const (
 	HeaderOriginalTopic     = "original-topic"
 	HeaderOriginalPartition = "original-partition"
 	HeaderOriginalOffset    = "original-offset"
-	HeaderIdempotencyKey    = "idempotency-key"
+	HeaderIdempotencyKey    = "idempotency-key" // the stored key ("" for a message that has none)
 	HeaderError             = "error"
+	HeaderAttempts          = "attempts"       // handler calls made (0: rejected before any)
+	HeaderConsumerGroup     = "consumer-group" // the group (WithGroup, or the Reader's)
+	// HeaderRetryAt marks a message moved to a retry topic
+	// (WithRetryTopic): when it may be handled again, in Unix milliseconds.
+	HeaderRetryAt = "retry-at"
 )
+
+// DefaultDeadLetterPrefix prefixes the dead-letter headers' names.
+const DefaultDeadLetterPrefix = "oncekit-dlt-"
 
 // Option configures a Consumer.
 type Option func(*config)
@@ -31,6 +43,12 @@ type config struct {
 	requireKey  bool
 	scope       func(kafka.Message) string
 	place       func(kafka.Message) string
+	dlqPrefix   string
+	retry       Writer
+	retryTopic  string
+	retryAfter  int
+	retryDelay  time.Duration
+	propagator  propagation.TextMapPropagator
 	fingerprint func(kafka.Message) (string, error)
 	group       string
 	concurrency int
@@ -46,7 +64,7 @@ type config struct {
 func defaults() config {
 	return config{
 		keyHeader:   DefaultKeyHeader,
-		fingerprint: DefaultFingerprint,
+		dlqPrefix:   DefaultDeadLetterPrefix,
 		concurrency: 1,
 		pipeline:    128,
 		attempts:    5,
@@ -128,8 +146,12 @@ func WithFingerprint(fingerprint func(kafka.Message) (string, error)) Option {
 }
 
 // DefaultFingerprint is the topic, the Kafka record key and the value,
-// byte for byte (not the headers, which brokers and tools may add to).
-func DefaultFingerprint(msg kafka.Message) (string, error) { return fingerprint(msg), nil }
+// byte for byte (not the headers, which brokers and tools may add to). A
+// message moved to a retry topic (WithRetryTopic, under the default
+// header prefix) has its original topic's fingerprint.
+func DefaultFingerprint(msg kafka.Message) (string, error) {
+	return fingerprint(msg, DefaultDeadLetterPrefix), nil
+}
 
 // WithScope sets the scope a message's key is stored under, so that keys
 // from different sources never meet. Default: the consumer group and the
@@ -169,8 +191,10 @@ func WithRetry(attempts int, backoff, max time.Duration) Option {
 
 // WithDeadLetter publishes a message whose handler failed every attempt (or
 // returned a Permanent error), or that cannot be keyed, to w, with the
-// original's headers plus original-topic, original-partition,
-// original-offset, idempotency-key and error; only then is it committed.
+// original's key, value and headers plus original-topic,
+// original-partition, original-offset, idempotency-key, error, attempts
+// and consumer-group (each prefixed: WithDeadLetterHeaders); only then is
+// it committed.
 // topic is the dead-letter topic, or "" when w has its own (a kafka.Writer
 // with Topic set).
 //
@@ -183,6 +207,55 @@ func WithDeadLetter(w Writer, topic string) Option {
 		}
 		c.dlq, c.dlqTopic = w, topic
 	}
+}
+
+// WithRetryTopic keeps a failing message from blocking its partition
+// while it backs off: after `after` failed handler calls in place, the
+// message is published to w (topic, or w's own when "") with the
+// dead-letter headers (WithDeadLetterHeaders: original coordinates,
+// attempts so far, the error) and retry-at, the time it may be handled
+// again (now + delay), and its offset is committed; the partition moves
+// on.
+//
+// Consume the retry topic with a Consumer configured like this one — the
+// same handler, Guard and options (it may be this very Consumer, reading
+// both topics through the Reader's GroupTopics). It waits until a
+// message's retry-at before handling it, counts attempts across topics
+// (after WithRetry's attempts in all, the message is dead-lettered) and
+// keeps its key space: the default scope and fingerprint of a moved
+// message are those of its original topic and group, so the retry claims
+// the original's key and a duplicate of the original is a duplicate. (A
+// WithScope or WithFingerprint function of your own must do the same:
+// read the original topic from the prefixed original-topic header of a
+// message carrying retry-at.) A move is recorded under the message's
+// coordinates: a redelivery of the original is not moved twice.
+func WithRetryTopic(w Writer, topic string, after int, delay time.Duration) Option {
+	return func(c *config) {
+		switch {
+		case w == nil:
+			c.errs = append(c.errs, errors.New("nil retry-topic writer"))
+		case after < 1:
+			c.errs = append(c.errs, fmt.Errorf("retry topic after %d attempts: want at least 1", after))
+		case delay < 0:
+			c.errs = append(c.errs, fmt.Errorf("retry-topic delay %s: want at least 0", delay))
+		}
+		c.retry, c.retryTopic, c.retryAfter, c.retryDelay = w, topic, after, delay
+	}
+}
+
+// WithPropagator sets how a message's trace context is read from its
+// headers (default: otel.GetTextMapPropagator(), a no-op until the
+// application sets one): the handler's context, and the message's span
+// (otelobs), continue the producer's trace.
+func WithPropagator(p propagation.TextMapPropagator) Option {
+	return func(c *config) { c.propagator = p }
+}
+
+// WithDeadLetterHeaders sets the prefix of the headers a dead-lettered
+// message gets (HeaderOriginalTopic and the rest). Default
+// DefaultDeadLetterPrefix; "" writes the bare names.
+func WithDeadLetterHeaders(prefix string) Option {
+	return func(c *config) { c.dlqPrefix = prefix }
 }
 
 // Writer is what a Producer and a dead-letter destination write through: a

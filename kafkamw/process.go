@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -110,11 +112,16 @@ func (c *Consumer) process(ctx context.Context, msg kafka.Message, key string, k
 			return observe.Canceled
 		}
 	}
-	fp, err := c.cfg.fingerprint(msg)
+	fp, err := c.fingerprint(msg)
 	if err != nil {
 		return c.reject(ctx, msg, key, fmt.Errorf("kafkamw: the message's fingerprint: %w", err), prev)
 	}
+	prior, err := c.retried(ctx, msg)
+	if err != nil {
+		return observe.Canceled
+	}
 	attempt, waits := 0, 0
+	move := false
 	for {
 		var herr error
 		res, replayed, err := c.guard.Do(ctx, key, fp, func(ctx context.Context) ([]byte, error) {
@@ -127,12 +134,17 @@ func (c *Consumer) process(ctx context.Context, msg kafka.Message, key string, k
 				pass()
 				return resultHandled, nil
 			}
-			if c.cfg.dlq == nil || (attempt < c.cfg.attempts && !IsPermanent(herr)) {
+			final := prior+attempt >= c.cfg.attempts || IsPermanent(herr)
+			if !final && c.cfg.retry != nil && attempt >= c.cfg.retryAfter {
+				move = true // to the retry topic, once the claim is given back
+				return nil, herr
+			}
+			if c.cfg.dlq == nil || !final {
 				return nil, herr
 			}
 			// Dead-lettered under the claim, then recorded: a redelivery
 			// finds it done and is not dead-lettered again.
-			if err := c.deadLetter(ctx, msg, key, herr); err != nil {
+			if err := c.deadLetter(ctx, msg, key, herr, prior+attempt); err != nil {
 				return nil, err
 			}
 			pass()
@@ -146,8 +158,10 @@ func (c *Consumer) process(ctx context.Context, msg kafka.Message, key string, k
 			return c.count(res, replayed)
 		case replayed: // a final error stored by the Guard (WithFinalErrors); never the handler's own
 			return c.count(nil, true)
+		case herr != nil && move:
+			return c.moveToRetry(ctx, msg, key, herr, prior+attempt)
 		case herr != nil:
-			if attempt >= c.cfg.attempts || IsPermanent(herr) { // and no dead-letter destination
+			if prior+attempt >= c.cfg.attempts || IsPermanent(herr) { // and no dead-letter destination
 				c.fail(&PoisonError{Topic: msg.Topic, Partition: msg.Partition, Offset: msg.Offset, Err: herr})
 				return observe.Error
 			}
@@ -222,13 +236,13 @@ func (c *Consumer) reject(ctx context.Context, msg kafka.Message, key string, ca
 	}
 	rkey := idem.ScopedKey(c.cfg.scope(msg), "rejected\x00"+msg.Topic+"\x00"+strconv.Itoa(msg.Partition)+"\x00"+strconv.FormatInt(msg.Offset, 10))
 	for waits := 1; ; waits++ {
-		res, replayed, err := c.guard.Do(ctx, rkey, fingerprint(msg), func(ctx context.Context) ([]byte, error) {
+		res, replayed, err := c.guard.Do(ctx, rkey, fingerprint(msg, c.cfg.dlqPrefix), func(ctx context.Context) ([]byte, error) {
 			select {
 			case <-prev:
 			case <-ctx.Done():
 				return nil, context.Cause(ctx)
 			}
-			if err := c.deadLetter(ctx, msg, key, cause); err != nil {
+			if err := c.deadLetter(ctx, msg, key, cause, c.priorAttempts(msg)); err != nil {
 				return nil, err
 			}
 			return resultDeadLettered, nil
@@ -250,27 +264,151 @@ func (c *Consumer) reject(ctx context.Context, msg kafka.Message, key string, ca
 }
 
 // fingerprint is what makes two messages with one key the same message:
-// the topic, the Kafka record key and the value (not the headers, which
-// brokers and tools may add to).
-func fingerprint(msg kafka.Message) string {
-	return idem.Fingerprint([]byte(msg.Topic), msg.Key, msg.Value)
+// the topic (the original's, for a message moved to a retry topic), the
+// Kafka record key and the value (not the headers, which brokers and tools
+// may add to).
+func fingerprint(msg kafka.Message, prefix string) string {
+	topic, _ := origin(msg, prefix)
+	return idem.Fingerprint([]byte(topic), msg.Key, msg.Value)
+}
+
+// fingerprint is msg's fingerprint: WithFingerprint's, or the default
+// under the Consumer's header prefix.
+func (c *Consumer) fingerprint(msg kafka.Message) (string, error) {
+	if c.cfg.fingerprint != nil {
+		return c.cfg.fingerprint(msg)
+	}
+	return fingerprint(msg, c.cfg.dlqPrefix), nil
+}
+
+// origin returns the topic and group a message was first consumed from:
+// the headers of one moved to a retry topic (it carries retry-at), or its
+// own topic and group "".
+func origin(msg kafka.Message, prefix string) (topic, group string) {
+	if _, moved := header(msg, prefix+HeaderRetryAt); !moved {
+		return msg.Topic, ""
+	}
+	topic, ok := header(msg, prefix+HeaderOriginalTopic)
+	if !ok || topic == "" {
+		topic = msg.Topic
+	}
+	group, _ = header(msg, prefix+HeaderConsumerGroup)
+	return topic, group
+}
+
+// priorAttempts is how often a message moved to a retry topic was handled
+// before (its attempts header), 0 for any other.
+func (c *Consumer) priorAttempts(msg kafka.Message) int {
+	if _, moved := header(msg, c.cfg.dlqPrefix+HeaderRetryAt); !moved {
+		return 0
+	}
+	v, _ := header(msg, c.cfg.dlqPrefix+HeaderAttempts)
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		return 0
+	}
+	return n
+}
+
+// retried returns priorAttempts of msg once its retry-at has come (at
+// once for a message that was never moved); an error when ctx ends first.
+func (c *Consumer) retried(ctx context.Context, msg kafka.Message) (int, error) {
+	v, moved := header(msg, c.cfg.dlqPrefix+HeaderRetryAt)
+	if !moved {
+		return 0, nil
+	}
+	if ms, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if d := time.Until(time.UnixMilli(ms)); d > 0 {
+			t := time.NewTimer(d)
+			defer t.Stop()
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				return 0, context.Cause(ctx)
+			}
+		}
+	}
+	return c.priorAttempts(msg), nil
+}
+
+// outHeaders are the headers of msg as this Consumer writes it to the
+// dead-letter or the retry topic: the application's own, then the
+// coordinates and group of its first consumption (a moved message keeps
+// the ones it carries), the stored key, the error and the attempts so
+// far. Headers of those names already there (from an earlier move) are
+// replaced, and retry-at is dropped.
+func (c *Consumer) outHeaders(msg kafka.Message, key string, cause error, attempts int) []kafka.Header {
+	p := c.cfg.dlqPrefix
+	topic, partition, offset, group := msg.Topic, strconv.Itoa(msg.Partition), strconv.FormatInt(msg.Offset, 10), c.cfg.group
+	if _, moved := header(msg, p+HeaderRetryAt); moved {
+		topic, group = origin(msg, p)
+		if v, ok := header(msg, p+HeaderOriginalPartition); ok {
+			partition = v
+		}
+		if v, ok := header(msg, p+HeaderOriginalOffset); ok {
+			offset = v
+		}
+	}
+	ours := []string{HeaderOriginalTopic, HeaderOriginalPartition, HeaderOriginalOffset, HeaderIdempotencyKey,
+		HeaderError, HeaderAttempts, HeaderConsumerGroup, HeaderRetryAt}
+	hs := make([]kafka.Header, 0, len(msg.Headers)+8)
+	for _, h := range msg.Headers {
+		if !strings.HasPrefix(h.Key, p) || !slices.Contains(ours, h.Key[len(p):]) {
+			hs = append(hs, h)
+		}
+	}
+	return append(hs,
+		kafka.Header{Key: p + HeaderOriginalTopic, Value: []byte(topic)},
+		kafka.Header{Key: p + HeaderOriginalPartition, Value: []byte(partition)},
+		kafka.Header{Key: p + HeaderOriginalOffset, Value: []byte(offset)},
+		kafka.Header{Key: p + HeaderIdempotencyKey, Value: []byte(key)},
+		kafka.Header{Key: p + HeaderError, Value: []byte(cause.Error())},
+		kafka.Header{Key: p + HeaderAttempts, Value: []byte(strconv.Itoa(attempts))},
+		kafka.Header{Key: p + HeaderConsumerGroup, Value: []byte(group)},
+	)
+}
+
+// moveToRetry publishes msg to the retry topic (WithRetryTopic) after its
+// handler failed attempts times in all, recorded under the message's
+// coordinates so that a redelivery of it is not moved again.
+func (c *Consumer) moveToRetry(ctx context.Context, msg kafka.Message, key string, cause error, attempts int) observe.Outcome {
+	rkey := idem.ScopedKey(c.cfg.scope(msg), "moved\x00"+msg.Topic+"\x00"+strconv.Itoa(msg.Partition)+"\x00"+strconv.FormatInt(msg.Offset, 10))
+	hs := append(c.outHeaders(msg, key, cause, attempts), kafka.Header{
+		Key:   c.cfg.dlqPrefix + HeaderRetryAt,
+		Value: []byte(strconv.FormatInt(time.Now().Add(c.cfg.retryDelay+time.Millisecond-1).UnixMilli(), 10)), // rounded up
+	})
+	moved := kafka.Message{Topic: c.cfg.retryTopic, Key: msg.Key, Value: msg.Value, Headers: hs}
+	for waits := 1; ; waits++ {
+		res, replayed, err := c.guard.Do(ctx, rkey, fingerprint(msg, c.cfg.dlqPrefix), func(ctx context.Context) ([]byte, error) {
+			for n := 1; ; n++ {
+				err := c.cfg.retry.WriteMessages(ctx, moved)
+				if err == nil {
+					c.add(&c.stats.Deferred)
+					return resultDeferred, nil
+				}
+				if !c.sleep(ctx, n) {
+					return nil, fmt.Errorf("kafkamw: move %s/%d@%d to the retry topic: %w", msg.Topic, msg.Partition, msg.Offset, err)
+				}
+			}
+		})
+		switch {
+		case ctx.Err() != nil:
+			return observe.Canceled
+		case err == nil:
+			return c.count(res, replayed)
+		case !errors.Is(err, idem.ErrInFlight):
+			c.add(&c.stats.StoreErrors)
+		}
+		if !c.sleep(ctx, min(waits, 4)) {
+			return observe.Canceled
+		}
+	}
 }
 
 // deadLetter publishes msg to the dead-letter destination, retrying until
 // it is written or ctx ends.
-func (c *Consumer) deadLetter(ctx context.Context, msg kafka.Message, key string, cause error) error {
-	dl := kafka.Message{
-		Topic: c.cfg.dlqTopic,
-		Key:   msg.Key,
-		Value: msg.Value,
-		Headers: append(append(make([]kafka.Header, 0, len(msg.Headers)+5), msg.Headers...),
-			kafka.Header{Key: HeaderOriginalTopic, Value: []byte(msg.Topic)},
-			kafka.Header{Key: HeaderOriginalPartition, Value: []byte(strconv.Itoa(msg.Partition))},
-			kafka.Header{Key: HeaderOriginalOffset, Value: []byte(strconv.FormatInt(msg.Offset, 10))},
-			kafka.Header{Key: HeaderIdempotencyKey, Value: []byte(key)},
-			kafka.Header{Key: HeaderError, Value: []byte(cause.Error())},
-		),
-	}
+func (c *Consumer) deadLetter(ctx context.Context, msg kafka.Message, key string, cause error, attempts int) error {
+	dl := kafka.Message{Topic: c.cfg.dlqTopic, Key: msg.Key, Value: msg.Value, Headers: c.outHeaders(msg, key, cause, attempts)}
 	for n := 1; ; n++ {
 		err := c.cfg.dlq.WriteMessages(ctx, dl)
 		if err == nil {
@@ -290,6 +428,8 @@ func (c *Consumer) count(res []byte, replayed bool) observe.Outcome {
 		return observe.Duplicate
 	case len(res) == 1 && res[0] == resultDeadLettered[0]:
 		return observe.DeadLettered // counted when it was written
+	case len(res) == 1 && res[0] == resultDeferred[0]:
+		return observe.Deferred // counted when it was written
 	}
 	c.add(&c.stats.Handled)
 	return observe.Executed

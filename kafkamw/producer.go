@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/oncekit/oncekit/core/idem"
 )
@@ -25,6 +26,7 @@ type Producer struct {
 	attempts   int
 	backoff    time.Duration
 	maxBackoff time.Duration
+	propagator propagation.TextMapPropagator
 }
 
 // ProducerOption configures a Producer.
@@ -44,6 +46,15 @@ func WithKeyGenerator(newKey func() string) ProducerOption {
 // backoff from backoff (default 100 ms) up to max (default 5 s).
 func WithSendRetries(attempts int, backoff, max time.Duration) ProducerOption {
 	return func(p *Producer) { p.attempts, p.backoff, p.maxBackoff = attempts, backoff, max }
+}
+
+// WithProducerPropagator sets how Send writes the caller's trace context
+// into each message's headers (default: otel.GetTextMapPropagator() at
+// each Send, a no-op until the application sets one), so that the
+// consumer's span (otelobs, through kafkamw) continues the producer's
+// trace. A message that already carries a trace context keeps it.
+func WithProducerPropagator(p propagation.TextMapPropagator) ProducerOption {
+	return func(pr *Producer) { pr.propagator = p }
 }
 
 // NewProducer returns a Producer that writes through w.
@@ -93,10 +104,12 @@ func (p *Producer) Stamp(msg *kafka.Message) string {
 // itself is kept; it must be a valid idempotency key (1 to 255 bytes of
 // printable ASCII).
 func (p *Producer) Send(ctx context.Context, msgs ...kafka.Message) error {
+	prop := propagatorOr(p.propagator)
 	for i := range msgs {
 		if err := idem.CheckClientKey(p.Stamp(&msgs[i])); err != nil {
 			return fmt.Errorf("kafkamw: message %d: %s header: %w", i, p.header, err)
 		}
+		inject(ctx, prop, &msgs[i])
 	}
 	d := p.backoff
 	for attempt := 1; ; attempt++ {

@@ -71,6 +71,7 @@ const (
 
 	Duplicate    Outcome = "duplicate"     // a message already processed, skipped
 	DeadLettered Outcome = "dead_lettered" // a message sent to the dead-letter topic
+	Deferred     Outcome = "deferred"      // a message moved to a retry topic
 
 	Local    Outcome = "local"    // hand-off inside one process
 	Notified Outcome = "notified" // hand-off after a release notice
@@ -89,7 +90,18 @@ type Event struct {
 	Held time.Duration
 	// Route is the middleware's route pattern, gRPC method or topic.
 	Route string
-	Err   error
+	// Message locates the Kafka message of a KafkaMessage event (nil for
+	// other operations).
+	Message *Message
+	Err     error
+}
+
+// Message is where a consumed Kafka message came from.
+type Message struct {
+	Topic     string
+	Partition int
+	Offset    int64
+	Group     string // the consumer group ("" when unknown)
 }
 
 // Observer receives oncekit's events. Implementations must be safe for
@@ -195,6 +207,17 @@ func Begin(ctx context.Context, o Observer, op Op, driver, key string) (context.
 		return ctx, Call{}
 	}
 	ev := Event{Op: op, Driver: driver, Key: key}
+	ctx = o.Start(ctx, ev)
+	return ctx, Call{o: o, ctx: ctx, ev: ev, start: time.Now()}
+}
+
+// BeginEvent is Begin with more of the event known at the start (a Kafka
+// message's coordinates, a route): ev's Op, Driver, Key, Route and
+// Message.
+func BeginEvent(ctx context.Context, o Observer, ev Event) (context.Context, Call) {
+	if o == nil {
+		return ctx, Call{}
+	}
 	ctx = o.Start(ctx, ev)
 	return ctx, Call{o: o, ctx: ctx, ev: ev, start: time.Now()}
 }

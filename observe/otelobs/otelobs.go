@@ -3,6 +3,7 @@ package otelobs
 import (
 	"context"
 	"errors"
+	"strconv"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -38,9 +39,17 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 // Observer is an observe.Observer that makes OpenTelemetry spans.
 //
 // Every operation (lock.acquire, lock.refresh, lock.release, idem.begin,
-// idem.complete, idem.abandon, http.request, grpc.call, kafka.message) is a
-// span named after its Op, a child of the span in the caller's context, so
-// the store operations nest under the middleware's span. Attributes:
+// idem.complete, idem.abandon, http.request, grpc.call) is a span named
+// after its Op, a child of the span in the caller's context, so the store
+// operations nest under the middleware's span. Spans are INTERNAL, except
+// a request's (http.request, grpc.call): SERVER when nothing traced the
+// request before it in the process, INTERNAL under otelhttp's or
+// otelgrpc's SERVER span. A Kafka message is a CONSUMER span named
+// "process {topic}" with the messaging attributes (messaging.system,
+// messaging.operation.type, messaging.destination.name, its partition,
+// messaging.kafka.offset, messaging.consumer.group.name), the child of
+// the producer's span when the message carries its context (kafkamw
+// propagates it in headers). Attributes:
 // oncekit.driver, oncekit.key_hash (observe.HashKey, never the key),
 // oncekit.route, and at the end oncekit.outcome, oncekit.fence and
 // oncekit.replayed. An Error or Lost outcome sets the span's status to
@@ -64,14 +73,57 @@ func New(opts ...Option) *Observer {
 
 type spanKey struct{}
 
-func kind(op observe.Op) trace.SpanKind {
+// kind is the span kind of op started under ctx. A request's span is
+// SERVER only when nothing in this process traced the request before: under
+// otelhttp's or otelgrpc's SERVER span (a local parent) it is INTERNAL, so
+// a request has one SERVER span. A Kafka message's span is CONSUMER (a
+// "process" span, the producer's context as its parent when the message
+// carried one).
+func kind(ctx context.Context, op observe.Op) trace.SpanKind {
 	switch op {
 	case observe.HTTPRequest, observe.GRPCCall:
+		if sc := trace.SpanContextFromContext(ctx); sc.IsValid() && !sc.IsRemote() {
+			return trace.SpanKindInternal
+		}
 		return trace.SpanKindServer
 	case observe.KafkaMessage:
 		return trace.SpanKindConsumer
 	}
 	return trace.SpanKindInternal
+}
+
+// OpenTelemetry messaging attributes (semantic conventions 1.26+) of a
+// Kafka message's span.
+const (
+	AttrMessagingSystem    = attribute.Key("messaging.system")
+	AttrMessagingOperation = attribute.Key("messaging.operation.type")
+	AttrMessagingDest      = attribute.Key("messaging.destination.name")
+	AttrMessagingPartition = attribute.Key("messaging.destination.partition.id")
+	AttrMessagingOffset    = attribute.Key("messaging.kafka.offset")
+	AttrMessagingGroup     = attribute.Key("messaging.consumer.group.name")
+)
+
+// spanName is the span's name: the Op, or "process {topic}" for a Kafka
+// message, as the messaging conventions name a consumer's processing.
+func spanName(ev observe.Event) string {
+	if ev.Op == observe.KafkaMessage && ev.Message != nil && ev.Message.Topic != "" {
+		return "process " + ev.Message.Topic
+	}
+	return string(ev.Op)
+}
+
+func messageAttrs(m *observe.Message) []attribute.KeyValue {
+	attrs := []attribute.KeyValue{
+		AttrMessagingSystem.String("kafka"),
+		AttrMessagingOperation.String("process"),
+		AttrMessagingDest.String(m.Topic),
+		AttrMessagingPartition.String(strconv.Itoa(m.Partition)),
+		AttrMessagingOffset.Int64(m.Offset),
+	}
+	if m.Group != "" {
+		attrs = append(attrs, AttrMessagingGroup.String(m.Group))
+	}
+	return attrs
 }
 
 // Start implements observe.Observer: it starts the operation's span.
@@ -86,7 +138,10 @@ func (o *Observer) Start(ctx context.Context, ev observe.Event) context.Context 
 	if ev.Route != "" {
 		attrs = append(attrs, AttrRoute.String(ev.Route))
 	}
-	ctx, span := o.tracer.Start(ctx, string(ev.Op), trace.WithSpanKind(kind(ev.Op)), trace.WithAttributes(attrs...))
+	if ev.Message != nil {
+		attrs = append(attrs, messageAttrs(ev.Message)...)
+	}
+	ctx, span := o.tracer.Start(ctx, spanName(ev), trace.WithSpanKind(kind(ctx, ev.Op)), trace.WithAttributes(attrs...))
 	return context.WithValue(ctx, spanKey{}, span)
 }
 
