@@ -7,15 +7,19 @@
 //	oncectl --store etcd://10.0.0.1:2379 record get REQUEST-KEY --scope tenant-7
 //	oncectl --store redlock://r1:6379,r2:6379,r3:6379 record delete REQUEST-KEY --yes
 //
-// The store comes from --store or $ONCEKIT_STORE: redis://, rediss://,
-// redis-cluster://, redlock:// or etcd://, with ?prefix= and
+// The store comes from --store or $ONCEKIT_STORE (any storage.Open URL:
+// redis://, rediss://, redis-cluster://, redis-sentinel://, redlock://,
+// etcd://, postgres://, mysql://, zk://), with ?prefix= and
 // ?record_prefix= for stores configured with other prefixes. Output is a
 // table, or JSON with --json. Releasing a lock and deleting a record ask
 // for confirmation unless --yes is given; releasing also needs --force.
 //
-// Record keys are given the way clients send them: oncectl derives the
-// stored key with idem.ScopedKey(--scope, KEY), as the middleware does. Pass
-// --stored to give the stored key ("idem:...") itself.
+// Record keys are given the way clients send them, and oncectl derives
+// the stored key as the middleware did: idem.ScopedKey(--scope, KEY) for
+// httpmw; with --grpc-method /pkg.Service/Method for grpcmw; with
+// --kafka-group and --kafka-topic for kafkamw's default scope; --place for
+// a placed record (WithPlacement). Pass --stored to give the stored key
+// ("idem:...") itself. oncectl version prints the build's module version.
 //
 // Exit status: 0 done, 1 the operation failed or was declined, 2 bad usage.
 package main

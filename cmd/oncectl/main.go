@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -25,10 +27,11 @@ const usage = `oncectl inspects and repairs oncekit locks and idempotency record
 
 Usage:
   oncectl [flags] ping
+  oncectl version
   oncectl [flags] lock inspect KEY
   oncectl [flags] lock release KEY --force [--yes]
-  oncectl [flags] record get KEY [--scope SCOPE | --stored]
-  oncectl [flags] record delete KEY [--scope SCOPE | --stored] [--yes]
+  oncectl [flags] record get KEY [KEY FLAGS]
+  oncectl [flags] record delete KEY [KEY FLAGS] [--yes]
 
 Flags (anywhere on the line):
   --store URL      the store (default $ONCEKIT_STORE)
@@ -36,7 +39,16 @@ Flags (anywhere on the line):
   --timeout D      how long to wait for the store (default 5s)
   --force          required by lock release
   --yes            do not ask for confirmation
-  --scope S        record key scope: the stored key is idem.ScopedKey(S, KEY)
+
+Key flags (how the middleware stored KEY, the key the client sent):
+  --scope S        httpmw (and Guard users): idem.ScopedKey(S, KEY), S the
+                   scope function's answer ("" for Unscoped)
+  --grpc-method M  grpcmw: the call's full method ("/pkg.Service/Method"),
+                   with --scope for the scope
+  --kafka-group G --kafka-topic T
+                   kafkamw's default scope: the consumer group and topic,
+                   KEY the message-id
+  --place P        the record was placed (WithPlacement) in P
   --stored         KEY is the stored record key itself ("idem:..."), as is
   --               every argument after this is positional (a KEY starting with -)
 
@@ -63,6 +75,10 @@ type cli struct {
 	yes      bool
 	scope    string
 	stored   bool
+	method   string
+	group    string
+	topic    string
+	place    string
 
 	in       *bufio.Reader
 	out, err io.Writer
@@ -80,6 +96,10 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs.BoolVar(&c.yes, "yes", false, "")
 	fs.StringVar(&c.scope, "scope", "", "")
 	fs.BoolVar(&c.stored, "stored", false, "")
+	fs.StringVar(&c.method, "grpc-method", "", "")
+	fs.StringVar(&c.group, "kafka-group", "", "")
+	fs.StringVar(&c.topic, "kafka-topic", "", "")
+	fs.StringVar(&c.place, "place", "", "")
 
 	pos, err := parse(fs, args)
 	if errors.Is(err, flag.ErrHelp) {
@@ -95,6 +115,13 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if len(pos) == 0 {
 		fmt.Fprint(stderr, usage)
 		return exitUsage
+	}
+	if pos[0] == "version" {
+		if len(pos) != 1 {
+			return c.usageErr("version takes no argument")
+		}
+		fmt.Fprintln(stdout, version())
+		return exitOK
 	}
 	if pos[0] == "ping" {
 		if len(pos) != 1 {
@@ -112,11 +139,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return c.usageErr(fmt.Sprintf("unknown command %q", cmd))
 	}
 	if pos[0] == "record" {
-		if c.stored && c.scope != "" {
-			return c.usageErr("--scope and --stored exclude each other")
-		}
-		if !c.stored {
-			key = idem.ScopedKey(c.scope, key)
+		if key, err = c.recordKey(key); err != nil {
+			return c.usageErr(err.Error())
 		}
 	}
 	if err := lockdriver.ValidateKey(key); err != nil {
@@ -152,6 +176,42 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	default:
 		return c.deleteRecord(ctx, st, key)
 	}
+}
+
+// recordKey returns the stored key of the record of key, as the key flags
+// say the middleware derived it.
+func (c *cli) recordKey(key string) (string, error) {
+	kafka := c.group != "" || c.topic != ""
+	switch {
+	case c.stored && (c.scope != "" || c.method != "" || kafka || c.place != ""):
+		return "", errors.New("--stored excludes the other key flags (--scope, --grpc-method, --kafka-group/--kafka-topic, --place)")
+	case c.stored:
+		return key, nil
+	case kafka && (c.group == "" || c.topic == ""):
+		return "", errors.New("--kafka-group and --kafka-topic go together")
+	case kafka && (c.scope != "" || c.method != ""):
+		return "", errors.New("--kafka-group/--kafka-topic exclude --scope and --grpc-method")
+	}
+	var stored string
+	switch {
+	case kafka:
+		stored = idem.ScopedKey("kafka\x00"+c.group+"\x00"+c.topic, key)
+	case c.method != "":
+		stored = idem.ScopedKey(c.scope, c.method+"\n"+key)
+	default:
+		stored = idem.ScopedKey(c.scope, key)
+	}
+	return idem.Placed(c.place, stored)
+}
+
+// version is the module's version as the build recorded it ("(devel)"
+// for a build from a checkout) and the Go version.
+func version() string {
+	v := "(unknown)"
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		v = bi.Main.Version
+	}
+	return "oncekit oncectl " + v + " " + runtime.Version()
 }
 
 // parse reads flags anywhere on the line and returns the positional

@@ -211,3 +211,38 @@ func TestErrors(t *testing.T) {
 		t.Errorf("--help: exit %d:\n%s", code, out)
 	}
 }
+
+// The key flags derive the stored key as each middleware does; bad
+// combinations are usage errors.
+func TestRecordKeyFlags(t *testing.T) {
+	placed, _ := idem.Placed("tv-1", idem.ScopedKey("user:ann", "k1"))
+	for _, tc := range []struct {
+		cli  cli
+		want string
+	}{
+		{cli{}, idem.ScopedKey("", "k1")},
+		{cli{scope: "user:ann"}, idem.ScopedKey("user:ann", "k1")},
+		{cli{scope: "user:ann", method: "/shop.Orders/Place"}, idem.ScopedKey("user:ann", "/shop.Orders/Place\nk1")},
+		{cli{group: "shipping", topic: "order.created"}, idem.ScopedKey("kafka\x00shipping\x00order.created", "k1")},
+		{cli{scope: "user:ann", place: "tv-1"}, placed},
+		{cli{stored: true}, "k1"},
+	} {
+		if got, err := tc.cli.recordKey("k1"); err != nil || got != tc.want {
+			t.Errorf("%+v: %q %v, want %q", tc.cli, got, err, tc.want)
+		}
+	}
+	for _, bad := range []cli{
+		{stored: true, scope: "s"}, {stored: true, place: "p"}, {group: "g"}, {topic: "t"},
+		{group: "g", topic: "t", scope: "s"}, {group: "g", topic: "t", method: "/a/b"}, {place: "a}b"},
+	} {
+		if got, err := bad.recordKey("k1"); err == nil {
+			t.Errorf("%+v: %q, want an error", bad, got)
+		}
+	}
+	if code, out, _ := oncectl(t, "", "version"); code != exitOK || !strings.HasPrefix(out, "oncekit oncectl ") || !strings.Contains(out, "go1.") {
+		t.Errorf("version: exit %d %q", code, out)
+	}
+	if code, _, errOut := oncectl(t, "", "record", "get", "k", "--kafka-group", "g", "--store", "redis://127.0.0.1:1"); code != exitUsage || !strings.Contains(errOut, "go together") {
+		t.Errorf("--kafka-group alone: exit %d %q", code, errOut)
+	}
+}
