@@ -77,6 +77,7 @@ type partition struct {
 // lane is one partition's messages in flight, in fetch (offset) order.
 type lane struct {
 	pending []*entry
+	base    int64         // offset before the lane's first message
 	last    int64         // offset of the latest message fetched
 	turn    chan struct{} // closed when the latest message's turn is over
 }
@@ -155,6 +156,28 @@ func (c *Consumer) Stats() Stats {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.stats
+}
+
+// Uncommitted returns, per topic and partition this Consumer reads, how
+// many messages it fetched whose offsets are not committed yet: in flight,
+// waiting for an earlier message of their partition, or done and waiting
+// for the commit. A partition stuck behind a slow or failing message grows
+// here (promobs.WatchConsumer exports it as a gauge).
+func (c *Consumer) Uncommitted() map[string]map[int]int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := map[string]map[int]int64{}
+	for p, l := range c.lanes {
+		from := l.base
+		if done, ok := c.committed[p]; ok && done > from {
+			from = done
+		}
+		if out[p.topic] == nil {
+			out[p.topic] = map[int]int64{}
+		}
+		out[p.topic][p.id] = max(l.last-from, 0)
+	}
+	return out
 }
 
 // Run reads and handles messages until ctx ends, Shutdown is called, the
@@ -299,7 +322,7 @@ func (c *Consumer) dispatch(ctx context.Context, msg kafka.Message, wg *sync.Wai
 		// finish, but only this lane's are committed from now on.
 		closed := make(chan struct{})
 		close(closed)
-		l = &lane{turn: closed}
+		l = &lane{turn: closed, base: msg.Offset - 1}
 		c.lanes[p] = l
 	}
 	l.last = msg.Offset

@@ -227,6 +227,9 @@ func TestPoisonWithoutDeadLetterStops(t *testing.T) {
 	if got := committed(t, brokers, topic, "g-"+topic, 1)[0]; got != 7 {
 		t.Errorf("committed offset %d, want 7 (up to the poison message, not past it)", got)
 	}
+	if u := c.Uncommitted()[topic][0]; u < 1 || u > 13 {
+		t.Errorf("%d messages uncommitted: want the poison message and at most the 12 behind it", u)
+	}
 }
 
 // Messages that cannot be keyed — an empty or malformed message-id, a key

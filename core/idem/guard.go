@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sync/atomic"
 	"time"
 
 	"github.com/oncekit/oncekit/core/lock/lockdriver"
@@ -68,7 +69,13 @@ type Guard struct {
 	observed  bool
 	driver    string
 	watchdog  watchdog // extends the claims of busy runs
+	inFlight  atomic.Int64
 }
+
+// InFlight returns how many runs of this Guard hold their claim now: the
+// work this process is doing under idempotency (promobs.WatchGuard
+// exports it as a gauge).
+func (g *Guard) InFlight() int64 { return g.inFlight.Load() }
 
 // NewGuard returns a Guard over store.
 func NewGuard(store Store, opts ...Option) (*Guard, error) {
@@ -234,6 +241,8 @@ func (g *Guard) begin(ctx context.Context, key, fingerprint string) (Claim, time
 }
 
 func (g *Guard) run(ctx context.Context, c Claim, valid time.Time, run func(context.Context) ([]byte, error)) (result []byte, replayed bool, err error) {
+	g.inFlight.Add(1)
+	defer g.inFlight.Add(-1)
 	slot := &effectSlot{}
 	rctx := context.WithValue(context.WithValue(ctx, fenceKey{}, c.Fence), storedKey{}, c.Key)
 	rctx, cancel := context.WithCancelCause(context.WithValue(rctx, effectKey{}, slot))

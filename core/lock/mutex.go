@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/oncekit/oncekit/core/observe"
@@ -52,7 +53,13 @@ type Mutex struct {
 	locker Locker
 	opts   mutexOptions
 	driver string
+	held   atomic.Int64
 }
+
+// Held returns how many leases taken through this Mutex are not released
+// yet (promobs.WatchMutex exports it as a gauge). A lease that was lost
+// counts until its Release.
+func (m *Mutex) Held() int64 { return m.held.Load() }
 
 // NewMutex returns a Mutex over l.
 func NewMutex(l Locker, opts ...MutexOption) (*Mutex, error) {
@@ -101,7 +108,9 @@ func (m *Mutex) lock(ctx context.Context, key string,
 		return nil, err
 	}
 	call.End(observe.Acquired, l.Fence(), nil)
+	m.held.Add(1)
 	h := &Held{
+		count:    &m.held,
 		Lease:    l,
 		ttl:      m.opts.ttl,
 		observer: m.opts.observer,
@@ -165,6 +174,7 @@ func (m *Mutex) Do(ctx context.Context, key string, fn func(ctx context.Context,
 // the watchdog, and Err tells why Done closed.
 type Held struct {
 	Lease
+	count    *atomic.Int64 // the Mutex's leases held
 	ttl      time.Duration
 	observer observe.Observer
 	driver   string
@@ -191,6 +201,7 @@ func (h *Held) Release(ctx context.Context) error {
 	h.mu.Unlock()
 	var call observe.Call
 	if first { // a repeated Release is not reported again
+		h.count.Add(-1)
 		ctx, call = observe.Begin(ctx, h.observer, observe.LockRelease, h.driver, h.Key())
 	}
 	err := h.Lease.Release(ctx)

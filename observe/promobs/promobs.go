@@ -2,6 +2,8 @@ package promobs
 
 import (
 	"context"
+	"strconv"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -43,10 +45,19 @@ func WithConstLabels(l prometheus.Labels) Option { return func(c *config) { c.la
 //	oncekit_idem_claims_total{driver,outcome}            acquired, replayed, in_flight, mismatch, invalid,
 //	                                                     canceled, stored, abandoned, lost
 //	oncekit_store_errors_total{driver,op}                operations the store failed
+//	oncekit_store_duration_seconds{driver,op}            store operations' latency: idem.begin, idem.complete,
+//	                                                     idem.abandon, lock.refresh, lock.release
 //	oncekit_middleware_requests_total{op,route,outcome}  HTTP requests, gRPC calls, Kafka messages
 //	oncekit_middleware_duration_seconds{op,route}        their duration
 //	oncekit_kafka_duplicates_skipped_total{route}        Kafka messages already processed (route: topic)
 //	oncekit_kafka_dead_lettered_total{route}             Kafka messages sent to the dead-letter topic
+//
+// Gauges of what a process holds now come from its Guards, Mutexes and
+// Consumers (WatchGuard, WatchMutex, WatchConsumer):
+//
+//	oncekit_idem_claims_in_flight{name}                  runs holding their claim
+//	oncekit_lock_leases_held{name}                       leases taken and not released
+//	oncekit_kafka_uncommitted_messages{name,topic,partition}  fetched, offset not committed yet
 //
 // No label ever holds a key. Route is the middleware's route pattern, gRPC
 // method or topic: a bounded set as long as the middleware is given
@@ -54,8 +65,17 @@ func WithConstLabels(l prometheus.Labels) Option { return func(c *config) { c.la
 type Observer struct {
 	acquire, release, refresh, claims, storeErrors, requests *prometheus.CounterVec
 	lost, duplicates, deadLettered                           *prometheus.CounterVec
-	wait, hold, handoff, duration                            *prometheus.HistogramVec
+	wait, hold, handoff, duration, storeDuration             *prometheus.HistogramVec
 	all                                                      []prometheus.Collector
+	cfg                                                      config
+	inFlight, leases, uncommitted                            *prometheus.Desc
+
+	mu        sync.Mutex
+	guards    map[string]interface{ InFlight() int64 }
+	mutexes   map[string]interface{ Held() int64 }
+	consumers map[string]interface {
+		Uncommitted() map[string]map[int]int64
+	}
 }
 
 // DefaultBuckets are the histogram buckets in seconds: 100 µs doubling to
@@ -68,7 +88,17 @@ func New(opts ...Option) *Observer {
 	for _, o := range opts {
 		o(&c)
 	}
-	o := &Observer{}
+	o := &Observer{cfg: c, guards: map[string]interface{ InFlight() int64 }{},
+		mutexes: map[string]interface{ Held() int64 }{},
+		consumers: map[string]interface {
+			Uncommitted() map[string]map[int]int64
+		}{}}
+	desc := func(sub, name, help string, labels ...string) *prometheus.Desc {
+		return prometheus.NewDesc(prometheus.BuildFQName(c.namespace, sub, name), help, labels, c.labels)
+	}
+	o.inFlight = desc("idem", "claims_in_flight", "Runs holding their idempotency claim now.", "name")
+	o.leases = desc("lock", "leases_held", "Leases taken through a Mutex and not released yet.", "name")
+	o.uncommitted = desc("kafka", "uncommitted_messages", "Messages fetched whose offsets are not committed yet.", "name", "topic", "partition")
 	counter := func(sub, name, help string, labels ...string) *prometheus.CounterVec {
 		v := prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: c.namespace, Subsystem: sub, Name: name, Help: help, ConstLabels: c.labels,
@@ -93,6 +123,7 @@ func New(opts ...Option) *Observer {
 		"Time from a release (path=local) or a release notice (path=notified) to the next holder.", "driver", "path")
 	o.claims = counter("idem", "claims_total", "Idempotency claims by outcome.", "driver", "outcome")
 	o.storeErrors = counter("store", "errors_total", "Operations the store failed or could not be reached for.", "driver", "op")
+	o.storeDuration = histogram("store", "duration_seconds", "Latency of store operations (claims, completions, refreshes, releases).", "driver", "op")
 	o.requests = counter("middleware", "requests_total", "Requests and messages through the middleware by outcome.", "op", "route", "outcome")
 	o.duration = histogram("middleware", "duration_seconds", "Duration of requests and messages through the middleware.", "op", "route")
 	o.duplicates = counter("kafka", "duplicates_skipped_total", "Kafka messages skipped as already processed.", "route")
@@ -100,17 +131,62 @@ func New(opts ...Option) *Observer {
 	return o
 }
 
+// WatchGuard exports g's runs in flight (idem.Guard.InFlight) as
+// claims_in_flight{name}. Watching another Guard under the same name
+// replaces it.
+func (o *Observer) WatchGuard(name string, g interface{ InFlight() int64 }) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.guards[name] = g
+}
+
+// WatchMutex exports m's leases held (lock.Mutex.Held) as
+// leases_held{name}.
+func (o *Observer) WatchMutex(name string, m interface{ Held() int64 }) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.mutexes[name] = m
+}
+
+// WatchConsumer exports c's messages not yet committed per partition
+// (kafkamw.Consumer.Uncommitted) as uncommitted_messages{name,topic,partition}.
+func (o *Observer) WatchConsumer(name string, c interface {
+	Uncommitted() map[string]map[int]int64
+}) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.consumers[name] = c
+}
+
 // Describe implements prometheus.Collector.
 func (o *Observer) Describe(ch chan<- *prometheus.Desc) {
 	for _, c := range o.all {
 		c.Describe(ch)
 	}
+	ch <- o.inFlight
+	ch <- o.leases
+	ch <- o.uncommitted
 }
 
 // Collect implements prometheus.Collector.
 func (o *Observer) Collect(ch chan<- prometheus.Metric) {
 	for _, c := range o.all {
 		c.Collect(ch)
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for name, g := range o.guards {
+		ch <- prometheus.MustNewConstMetric(o.inFlight, prometheus.GaugeValue, float64(g.InFlight()), name)
+	}
+	for name, m := range o.mutexes {
+		ch <- prometheus.MustNewConstMetric(o.leases, prometheus.GaugeValue, float64(m.Held()), name)
+	}
+	for name, c := range o.consumers {
+		for topic, parts := range c.Uncommitted() {
+			for p, n := range parts {
+				ch <- prometheus.MustNewConstMetric(o.uncommitted, prometheus.GaugeValue, float64(n), name, topic, strconv.Itoa(p))
+			}
+		}
 	}
 }
 
@@ -127,6 +203,12 @@ func (o *Observer) count(ev observe.Event) {
 	d, outcome := ev.Driver, string(ev.Outcome)
 	if ev.Outcome == observe.Error {
 		o.storeErrors.WithLabelValues(d, string(ev.Op)).Inc()
+	}
+	switch ev.Op {
+	case observe.IdemBegin, observe.IdemComplete, observe.IdemAbandon, observe.LockRefresh, observe.LockRelease:
+		if ev.Duration > 0 {
+			o.storeDuration.WithLabelValues(d, string(ev.Op)).Observe(ev.Duration.Seconds())
+		}
 	}
 	switch ev.Op {
 	case observe.LockAcquire:

@@ -246,3 +246,87 @@ func waitFor(t *testing.T, cond func() bool) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// The gauges read what the watched Guard, Mutex and Consumer hold at the
+// scrape, and store operations' latency is a histogram per operation.
+func TestGaugesAndStoreLatency(t *testing.T) {
+	metrics := promobs.New()
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(metrics)
+	ctx := t.Context()
+	store := memstore.New(memstore.WithObserver(metrics))
+	g, err := idem.NewGuard(store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := lock.NewMutex(store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics.WatchGuard("orders", g)
+	metrics.WatchMutex("skus", m)
+	metrics.WatchConsumer("shipping", uncommitted{"order.created": {0: 3, 1: 0}})
+
+	gauge := func(name string, labels ...string) float64 {
+		t.Helper()
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() != name {
+				continue
+			}
+		next:
+			for _, mt := range mf.GetMetric() {
+				for i := 0; i < len(labels); i += 2 {
+					found := false
+					for _, lp := range mt.GetLabel() {
+						if lp.GetName() == labels[i] && lp.GetValue() == labels[i+1] {
+							found = true
+						}
+					}
+					if !found {
+						continue next
+					}
+				}
+				return mt.GetGauge().GetValue()
+			}
+		}
+		t.Fatalf("no %s%v", name, labels)
+		return 0
+	}
+	h, err := m.Lock(ctx, "sku-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var during float64
+	if _, _, err := g.Do(ctx, "order-1", "fp", func(context.Context) ([]byte, error) {
+		during = gauge("oncekit_idem_claims_in_flight", "name", "orders")
+		return nil, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if after := gauge("oncekit_idem_claims_in_flight", "name", "orders"); during != 1 || after != 0 {
+		t.Errorf("claims in flight during the run %v, after it %v; want 1 and 0", during, after)
+	}
+	if v := gauge("oncekit_lock_leases_held", "name", "skus"); v != 1 {
+		t.Errorf("leases held %v, want 1", v)
+	}
+	if err := h.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if v := gauge("oncekit_lock_leases_held", "name", "skus"); v != 0 {
+		t.Errorf("leases held after the release %v, want 0", v)
+	}
+	if v := gauge("oncekit_kafka_uncommitted_messages", "name", "shipping", "topic", "order.created", "partition", "0"); v != 3 {
+		t.Errorf("uncommitted messages %v, want 3", v)
+	}
+	if n := testutil.CollectAndCount(metrics, "oncekit_store_duration_seconds"); n == 0 {
+		t.Error("no store latency histogram")
+	}
+}
+
+type uncommitted map[string]map[int]int64
+
+func (u uncommitted) Uncommitted() map[string]map[int]int64 { return u }
