@@ -153,6 +153,7 @@ func serve(f flags, o Options, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	metrics.WatchGuard("inventory", svc.Guard()) // oncekit_idem_claims_in_flight{name="inventory"}
 	var replicas []*inventory.Replica
 	defer func() {
 		for _, r := range replicas {
