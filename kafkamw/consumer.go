@@ -123,6 +123,9 @@ func NewConsumer(r Reader, guard *idem.Guard, handler Handler, opts ...Option) (
 			cfg.group = rc.GroupID
 		}
 	}
+	if g, ok := r.(interface{ GroupID() string }); ok && cfg.group == "" {
+		cfg.group = g.GroupID() // another client's adapter (kafkamw/franz)
+	}
 	if cfg.scope == nil {
 		if cfg.group == "" {
 			cfg.errs = append(cfg.errs, errors.New("no consumer group to scope keys by: use WithGroup or WithScope"))

@@ -1,0 +1,165 @@
+package kafkamw_test
+
+import (
+	"context"
+	"math/rand/v2"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/kafkamw"
+	"github.com/oncekit/oncekit/kafkamw/franz"
+	"github.com/oncekit/oncekit/kafkamw/kafkamwtest"
+	"github.com/oncekit/oncekit/storage/memstore"
+)
+
+// newFranzReader is a group member over franz-go with short timeouts, as
+// newReader is over kafka-go.
+func newFranzReader(t testing.TB, brokers []string, topic, group string) *franz.Reader {
+	r, err := franz.NewReader(kgo.SeedBrokers(brokers...), kgo.ConsumerGroup(group), kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(50*time.Millisecond),
+		kgo.SessionTimeout(6*time.Second), kgo.HeartbeatInterval(100*time.Millisecond), kgo.RebalanceTimeout(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.Close() })
+	return r
+}
+
+func newFranzWriter(t testing.TB, brokers []string, topic string) *franz.Writer {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ProducerLinger(time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return franz.NewWriter(cl, topic)
+}
+
+// The duplicates test on franz-go: messages written through a Producer
+// over franz.Writer, 20 % of them sent again, consumed through
+// franz.Reader: each unique message's effect once, every offset committed.
+func TestFranzDuplicatesRunOnce(t *testing.T) {
+	eachStore(t, func(t *testing.T, st idem.Store) {
+		brokers := kafkamwtest.Brokers(t)
+		const partitions, unique, dups = 4, 2000, 500
+		topic := kafkamwtest.Topic(t, brokers, partitions)
+		msgs, want := messages(unique, 0)
+		for range dups {
+			at := unique/2 + rand.N(len(msgs)-unique/2)
+			msgs = append(msgs[:at], append([]kafka.Message{message(rand.N(unique / 2))}, msgs[at:]...)...)
+		}
+		p, err := kafkamw.NewProducer(newFranzWriter(t, brokers, topic))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < len(msgs); i += 500 {
+			if err := p.Send(t.Context(), msgs[i:min(i+500, len(msgs))]...); err != nil {
+				t.Fatal(err)
+			}
+		}
+		eff := newEffects()
+		group := "g-" + topic
+		c, err := kafkamw.NewConsumer(newFranzReader(t, brokers, topic, group), newGuard(t, st),
+			func(ctx context.Context, m kafka.Message) error { eff.add(idOf(m)); return nil }, kafkamw.WithConcurrency(4))
+		if err != nil {
+			t.Fatal(err)
+		}
+		stop := run(t, c)
+		waitFor(t, 2*time.Minute, "every offset committed", func() bool {
+			s := c.Stats()
+			return s.Handled+s.Duplicates == unique+dups && allCommitted(t, brokers, topic, group, partitions)
+		})
+		if err := stop(); err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+		eff.check(t, want)
+		if s := c.Stats(); s.Handled != unique || s.Duplicates != dups {
+			t.Errorf("stats %+v: want %d handled, %d duplicates", s, unique, dups)
+		}
+	})
+}
+
+// A rebalance on franz-go: two members share four partitions, one shuts
+// down mid-stream and the other takes its partitions over. Every message's
+// effect happens once and every offset ends committed.
+func TestFranzRebalance(t *testing.T) {
+	brokers := kafkamwtest.Brokers(t)
+	const partitions, n = 4, 3000
+	topic := kafkamwtest.Topic(t, brokers, partitions)
+	msgs, want := messages(n, 0)
+	produce(t, newWriter(t, brokers, topic), msgs)
+	st := memstore.New()
+	eff := newEffects()
+	var handled atomic.Int64
+	handler := func(ctx context.Context, m kafka.Message) error {
+		eff.add(idOf(m))
+		handled.Add(1)
+		time.Sleep(200 * time.Microsecond)
+		return nil
+	}
+	group := "g-" + topic
+	newConsumer := func() (*kafkamw.Consumer, *franz.Reader) {
+		r := newFranzReader(t, brokers, topic, group)
+		c, err := kafkamw.NewConsumer(r, newGuard(t, st), handler, kafkamw.WithConcurrency(2))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c, r
+	}
+	a, _ := newConsumer()
+	b, rb := newConsumer()
+	stopA, stopB := run(t, a), run(t, b)
+	waitFor(t, time.Minute, "a third of the messages", func() bool { return handled.Load() >= n/3 })
+	if err := stopB(); err != nil {
+		t.Fatalf("the leaving member's Run: %v", err)
+	}
+	_ = rb.Close() // leaves the group: its partitions go to the other member
+	waitFor(t, 2*time.Minute, "every offset committed", func() bool {
+		return eff.distinct() == n && allCommitted(t, brokers, topic, group, partitions)
+	})
+	if err := stopA(); err != nil {
+		t.Fatal(err)
+	}
+	eff.check(t, want)
+	if b.Stats().Fetched == 0 {
+		t.Error("the second member never got a partition: no rebalance was tested")
+	}
+}
+
+// A dead letter written through franz.Writer carries the original and the
+// prefixed headers, as over kafka-go.
+func TestFranzDeadLetter(t *testing.T) {
+	brokers := kafkamwtest.Brokers(t)
+	topic, dlqTopic := kafkamwtest.Topic(t, brokers, 1), kafkamwtest.Topic(t, brokers, 1)
+	produce(t, newWriter(t, brokers, topic), []kafka.Message{message(0), message(1), message(2)})
+	c, err := kafkamw.NewConsumer(newFranzReader(t, brokers, topic, "g-"+topic), newGuard(t, memstore.New()),
+		func(ctx context.Context, m kafka.Message) error {
+			if idOf(m) == "m-1" {
+				return kafkamw.Permanent(context.DeadlineExceeded)
+			}
+			return nil
+		}, kafkamw.WithDeadLetter(newFranzWriter(t, brokers, dlqTopic), ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := run(t, c)
+	waitFor(t, time.Minute, "every offset committed", func() bool { return allCommitted(t, brokers, topic, "g-"+topic, 1) })
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	dl, err := newReader(t, brokers, dlqTopic, "").ReadMessage(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, p := headers(dl), kafkamw.DefaultDeadLetterPrefix
+	if idOf(dl) != "m-1" || h[p+kafkamw.HeaderOriginalTopic] != topic || h[p+kafkamw.HeaderOriginalOffset] != "1" ||
+		h[kafkamw.DefaultKeyHeader] != "m-1" || h[p+kafkamw.HeaderConsumerGroup] != "g-"+topic {
+		t.Errorf("dead letter %s: headers %v", idOf(dl), h)
+	}
+}
