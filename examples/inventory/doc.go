@@ -39,7 +39,11 @@
 //
 // The order.created event is written into an outbox by the sale itself and
 // relayed to Kafka by every replica (RelayOutbox); its message-id is the
-// order's ID, so the relays' duplicates are consumed once.
+// order's ID, so the relays' duplicates are consumed once. The order keeps
+// the trace context of the request that sold it (Order.Trace), and the
+// relay sends it in the message's headers: with OpenTelemetry set up
+// (a TracerProvider, a propagator, otelobs on the store), the sale, the
+// message and the shipment are one trace.
 //
 // # Running it
 //

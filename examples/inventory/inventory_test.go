@@ -14,6 +14,10 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/propagation"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -28,6 +32,8 @@ import (
 	"github.com/oncekit/oncekit/examples/inventory/flashsale"
 	"github.com/oncekit/oncekit/examples/inventory/inventorypb"
 	"github.com/oncekit/oncekit/grpcmw"
+	"github.com/oncekit/oncekit/kafkamw/kafkamwtest"
+	"github.com/oncekit/oncekit/observe/otelobs"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -451,4 +457,62 @@ func TestHealthAndReflection(t *testing.T) {
 		t.Errorf("reflection lists %q", services)
 	}
 	_ = stream.CloseSend()
+}
+
+// One trace follows an order: the HTTP request that sells it (its
+// http.request span), the order.created message the outbox relay sends
+// later (its headers carry the request's trace context, kept with the
+// order in the outbox), and the shipping consumer's "process" span.
+func TestOrderTraceThroughKafka(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	prevProp := otel.GetTextMapPropagator()
+	otel.SetTextMapPropagator(propagation.TraceContext{})
+	t.Cleanup(func() { otel.SetTextMapPropagator(prevProp) })
+
+	brokers := kafkamwtest.Brokers(t)
+	topic := kafkamwtest.Topic(t, brokers, 1)
+	store, backend, closeStore, err := inventory.Open("memory://", "trace:", otelobs.New(otelobs.WithTracerProvider(tp)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeStore()
+	svc, err := inventory.New(inventory.Config{Store: store, Backend: backend})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := inventory.Start(svc, "127.0.0.1:0", "127.0.0.1:0", &inventory.Kafka{Brokers: brokers, Topic: topic, Group: "shipping-" + topic})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Stop()
+	base := "http://" + r.HTTPAddr
+	if resp := do(t, "PUT", base+"/v1/items/tv-1", "", `{"stock":1}`); resp.status != 200 {
+		t.Fatalf("PUT item: %d %s", resp.status, resp.body)
+	}
+	if resp := do(t, "POST", base+"/v1/orders", "trace-1", order("tv-1", "ann", 1)); resp.status != 201 || strings.Contains(resp.body, "trace") {
+		t.Fatalf("POST order: %d %s", resp.status, resp.body)
+	}
+	var process, request []sdktrace.ReadOnlySpan
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		process, request = nil, nil
+		for _, s := range rec.Ended() {
+			switch s.Name() {
+			case "process " + topic:
+				process = append(process, s)
+			case "http.request":
+				request = append(request, s)
+			}
+		}
+		if len(process) > 0 {
+			break
+		}
+	}
+	if len(request) != 1 || len(process) != 1 {
+		t.Fatalf("%d http.request and %d process spans, want 1 and 1", len(request), len(process))
+	}
+	if got, want := process[0].SpanContext().TraceID(), request[0].SpanContext().TraceID(); got != want {
+		t.Errorf("the shipping consumer's span is in trace %s, the request's is %s", got, want)
+	}
 }

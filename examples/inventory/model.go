@@ -24,6 +24,12 @@ type Order struct {
 	User    string `json:"user"`
 	// Fence is the SKU lock's fence the sale was made under.
 	Fence uint64 `json:"fence"`
+	// Trace is the trace context of the request that placed the order
+	// (the OpenTelemetry propagator's fields, W3C traceparent by
+	// default), kept with the order in the outbox so that its
+	// order.created message, relayed later, continues the request's
+	// trace. Not part of the API's answers.
+	Trace map[string]string `json:"trace,omitempty"`
 }
 
 // Errors of the inventory.

@@ -119,7 +119,7 @@ func (s *Service) placeOrder(ctx context.Context, sku string, qty int64, user st
 	if !ok {
 		return Order{}, errors.New("inventory: an order runs under the idempotency middleware")
 	}
-	o := Order{OrderID: OrderID(key, sku), SKU: sku, Qty: qty, User: user}
+	o := Order{OrderID: OrderID(key, sku), SKU: sku, Qty: qty, User: user, Trace: traceOf(ctx)}
 	var lockFence uint64
 	if s.lockFree {
 		o.Fence, _ = idem.FenceFrom(ctx)
@@ -325,6 +325,7 @@ func (s *Service) httpGetOrder(w http.ResponseWriter, r *http.Request) {
 		httpError(w, err)
 		return
 	}
+	o.Trace = nil // internal: not part of the answer
 	writeJSON(w, http.StatusOK, o)
 }
 
@@ -382,6 +383,7 @@ func (s *Service) httpPostOrder(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Location", "/v1/orders/"+o.OrderID)
+	o.Trace = nil // internal: not part of the answer
 	writeJSON(w, http.StatusCreated, o)
 }
 

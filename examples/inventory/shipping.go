@@ -7,10 +7,23 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/oncekit/oncekit/core/idem"
 	"github.com/oncekit/oncekit/kafkamw"
 )
+
+// traceOf is the trace context in ctx, as the global propagator writes it
+// (nil when there is none).
+func traceOf(ctx context.Context) map[string]string {
+	c := propagation.MapCarrier{}
+	otel.GetTextMapPropagator().Inject(ctx, c)
+	if len(c) == 0 {
+		return nil
+	}
+	return c
+}
 
 // TopicOrderCreated is where sales are announced.
 const TopicOrderCreated = "order.created"
@@ -43,9 +56,16 @@ func (s *Service) relayOnce(ctx context.Context, p *kafkamw.Producer) error {
 		}
 		msgs := make([]kafka.Message, len(orders))
 		for i, o := range orders {
+			trace := o.Trace
+			o.Trace = nil // carried in the headers
 			body, _ := json.Marshal(o)
 			msgs[i] = kafka.Message{Key: []byte(o.SKU), Value: body,
 				Headers: []kafka.Header{{Key: kafkamw.DefaultKeyHeader, Value: []byte(o.OrderID)}}}
+			// The message continues the trace of the request that sold
+			// the order, not the relay's.
+			otel.GetTextMapPropagator().Inject(
+				otel.GetTextMapPropagator().Extract(context.Background(), propagation.MapCarrier(trace)),
+				kafkamw.HeaderCarrier{Msg: &msgs[i]})
 		}
 		if err := p.Send(ctx, msgs...); err != nil {
 			return err
