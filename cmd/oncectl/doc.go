@@ -6,6 +6,7 @@
 //	oncectl --store redis://localhost:6379 lock release sku-42 --force
 //	oncectl --store etcd://10.0.0.1:2379 record get REQUEST-KEY --scope tenant-7
 //	oncectl --store redlock://r1:6379,r2:6379,r3:6379 record delete REQUEST-KEY --yes
+//	oncectl --store postgres://db/orders record list --in-flight
 //
 // The store comes from --store or $ONCEKIT_STORE (any storage.Open URL:
 // redis://, rediss://, redis-cluster://, redis-sentinel://, redlock://,
@@ -19,7 +20,9 @@
 // httpmw; with --grpc-method /pkg.Service/Method for grpcmw; with
 // --kafka-group and --kafka-topic for kafkamw's default scope; --place for
 // a placed record (WithPlacement). Pass --stored to give the stored key
-// ("idem:...") itself. oncectl version prints the build's module version.
+// ("idem:...") itself. record list walks the store's records (idem.Lister;
+// --in-flight for the claims still running or stuck, --limit to bound it).
+// oncectl version prints the build's module version.
 //
 // Exit status: 0 done, 1 the operation failed or was declined, 2 bad usage.
 package main

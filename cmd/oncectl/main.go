@@ -30,6 +30,7 @@ Usage:
   oncectl version
   oncectl [flags] lock inspect KEY
   oncectl [flags] lock release KEY --force [--yes]
+  oncectl [flags] record list [--in-flight] [--limit N]
   oncectl [flags] record get KEY [KEY FLAGS]
   oncectl [flags] record delete KEY [KEY FLAGS] [--yes]
 
@@ -39,6 +40,8 @@ Flags (anywhere on the line):
   --timeout D      how long to wait for the store (default 5s)
   --force          required by lock release
   --yes            do not ask for confirmation
+  --in-flight      record list: only the claims in flight (runs going, or stuck)
+  --limit N        record list: at most N records (default 100)
 
 Key flags (how the middleware stored KEY, the key the client sent):
   --scope S        httpmw (and Guard users): idem.ScopedKey(S, KEY), S the
@@ -79,6 +82,8 @@ type cli struct {
 	group    string
 	topic    string
 	place    string
+	inFlight bool
+	limit    int
 
 	in       *bufio.Reader
 	out, err io.Writer
@@ -100,6 +105,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs.StringVar(&c.group, "kafka-group", "", "")
 	fs.StringVar(&c.topic, "kafka-topic", "", "")
 	fs.StringVar(&c.place, "place", "", "")
+	fs.BoolVar(&c.inFlight, "in-flight", false, "")
+	fs.IntVar(&c.limit, "limit", 100, "")
 
 	pos, err := parse(fs, args)
 	if errors.Is(err, flag.ErrHelp) {
@@ -128,6 +135,12 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			return c.usageErr("ping takes no argument")
 		}
 		return c.ping()
+	}
+	if len(pos) == 2 && pos[0] == "record" && pos[1] == "list" {
+		if c.limit < 1 {
+			return c.usageErr("--limit must be at least 1")
+		}
+		return c.listRecords()
 	}
 	if len(pos) != 3 {
 		return c.usageErr(fmt.Sprintf("%q: want a command, a subcommand and one KEY", strings.Join(pos, " ")))
@@ -401,7 +414,8 @@ type recordJSON struct {
 	Detail      string `json:"detail,omitempty"`
 }
 
-func (c *cli) printRecord(info idem.RecordInfo) int {
+// toJSON is info as printed.
+func toJSON(info idem.RecordInfo) recordJSON {
 	j := recordJSON{Key: info.Key, Found: info.Found, Fingerprint: info.Fingerprint, Token: info.Token,
 		Fence: info.Fence, Corrupt: info.Corrupt, Detail: info.Detail}
 	if info.Found && info.Corrupt == "" {
@@ -421,6 +435,67 @@ func (c *cli) printRecord(info idem.RecordInfo) int {
 			j.ResultBytes, j.Result = len(res), preview(res)
 		}
 	}
+	return j
+}
+
+// listRecords prints up to --limit records (with --in-flight: only the
+// claims in flight, the runs still going or stuck).
+func (c *cli) listRecords() int {
+	st, err := openStore(c.storeURL, c.timeout)
+	if err != nil {
+		return c.fail(err)
+	}
+	defer st.close()
+	l, ok := st.store.(idem.Lister)
+	if !ok {
+		return c.fail(fmt.Errorf("%T cannot list its records", st.store))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	defer cancel()
+	var out []recordJSON
+	var inspectErr error
+	err = l.ListKeys(ctx, func(key string) bool {
+		info, err := st.InspectRecord(ctx, key)
+		if err != nil {
+			inspectErr = err
+			return false
+		}
+		if !info.Found || (c.inFlight && (info.State != idem.InFlight || info.Corrupt != "")) {
+			return true
+		}
+		out = append(out, toJSON(info))
+		return len(out) < c.limit
+	})
+	if err = errors.Join(err, inspectErr); err != nil {
+		return c.fail(err)
+	}
+	if c.json {
+		if out == nil {
+			out = []recordJSON{}
+		}
+		return c.printJSON(out)
+	}
+	tw := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "KEY\tSTATE\tFENCE\tEXPIRES IN")
+	for _, j := range out {
+		state, in := strings.ReplaceAll(j.State, "_", " "), ""
+		if j.Corrupt != "" {
+			state = "corrupt"
+		}
+		if t, err := time.Parse(time.RFC3339Nano, j.Expires); err == nil {
+			in = ttl(time.Until(t))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", printable(j.Key), state, j.Fence, in)
+	}
+	_ = tw.Flush()
+	if len(out) == c.limit {
+		fmt.Fprintf(c.err, "the first %d records; --limit N for more\n", c.limit)
+	}
+	return exitOK
+}
+
+func (c *cli) printRecord(info idem.RecordInfo) int {
+	j := toJSON(info)
 	if c.json {
 		return c.printJSON(j)
 	}

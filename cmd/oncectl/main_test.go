@@ -154,6 +154,37 @@ func scenario(t *testing.T, url string) {
 	if code, out, _ := oncectl(t, "", "--store", url, "record", "get", req); code != exitOK || !regexp.MustCompile(`found\s+no`).MatchString(out) {
 		t.Errorf("record get without the scope finds another key (exit %d):\n%s", code, out)
 	}
+	// A claim left in flight (a run stuck, or still going) is listed with
+	// --in-flight; the completed record is not.
+	stuck := idem.ScopedKey("tenant-1", randKey("stuck-"))
+	if c, err := app.store.(idem.Store).Begin(ctx, stuck, "fp", time.Minute); err != nil || c.State != idem.Acquired {
+		t.Fatalf("Begin: %v %v", c.State, err)
+	}
+	listed := func(args ...string) map[string]string {
+		t.Helper()
+		code, out, errOut := oncectl(t, "", append([]string{"--store", url, "record", "list", "--json", "--limit", "100000", "--timeout", "60s"}, args...)...)
+		if code != exitOK {
+			t.Fatalf("record list %v: exit %d: %s", args, code, errOut)
+		}
+		var rs []recordJSON
+		if err := json.Unmarshal([]byte(out), &rs); err != nil {
+			t.Fatal(err)
+		}
+		m := map[string]string{}
+		for _, r := range rs {
+			m[r.Key] = r.State
+		}
+		return m
+	}
+	if all := listed(); all[stuck] != "in_flight" || all[idem.ScopedKey("tenant-1", req)] != "completed" {
+		t.Errorf("record list: the stuck claim %q and the completed record %q", all[stuck], all[idem.ScopedKey("tenant-1", req)])
+	}
+	if stuckOnly := listed("--in-flight"); stuckOnly[stuck] != "in_flight" || stuckOnly[idem.ScopedKey("tenant-1", req)] != "" {
+		t.Errorf("record list --in-flight: %v", stuckOnly)
+	}
+	if code, out, _ := oncectl(t, "", "--store", url, "record", "list", "--in-flight", "--limit", "100000", "--timeout", "60s"); code != exitOK || !strings.Contains(out, "in flight") {
+		t.Errorf("record list --in-flight as a table (exit %d):\n%s", code, out)
+	}
 	if code, _, errOut := oncectl(t, "", "--store", url, "record", "delete", req, "--scope", "tenant-1"); code != exitFail || !strings.Contains(errOut, "not deleted") {
 		t.Errorf("record delete without an answer: exit %d: %s", code, errOut)
 	}
@@ -199,6 +230,7 @@ func TestErrors(t *testing.T) {
 		{[]string{"record", "get", "k", "--store", "zk://127.0.0.1:1", "--timeout", "500ms"}, exitFail, "zkstore: connect"},
 		{[]string{"ping", "--store", "redis://127.0.0.1:1", "--timeout", "500ms"}, exitFail, "redisstore: ping"},
 		{[]string{"ping", "extra", "--store", "redis://127.0.0.1:1"}, exitUsage, "ping takes no argument"},
+		{[]string{"record", "list", "--limit", "0"}, exitUsage, "--limit"},
 		{[]string{"--", "lock", "inspect", "-k", "--store", "redis://127.0.0.1:1"}, exitUsage, "want a command"},
 	} {
 		t.Setenv("ONCEKIT_STORE", "")

@@ -53,3 +53,15 @@ type Inspector interface {
 	// ErrLockLost. It reports whether there was a record.
 	DeleteRecord(ctx context.Context, key string) (bool, error)
 }
+
+// Lister enumerates a store's records, for operators (oncectl record
+// list: the claims stuck in flight, say). Every oncekit driver implements
+// it.
+type Lister interface {
+	// ListKeys calls fn with the stored key of every record, in no
+	// particular order, until fn returns false. Records written or
+	// deleted meanwhile may or may not be seen; a key may be seen whose
+	// record has just expired (InspectRecord then finds none). It reads
+	// the whole key space in pages: for an operator, not a request path.
+	ListKeys(ctx context.Context, fn func(key string) bool) error
+}

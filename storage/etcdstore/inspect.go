@@ -3,6 +3,8 @@ package etcdstore
 import (
 	"context"
 	"fmt"
+	"net/url"
+	"strings"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -156,3 +158,32 @@ var (
 	_ lock.Inspector = (*Store)(nil)
 	_ idem.Inspector = (*Store)(nil)
 )
+
+// ListKeys implements idem.Lister: a keys-only range read of the record
+// prefix, 1000 keys a page.
+func (s *Store) ListKeys(ctx context.Context, fn func(key string) bool) error {
+	prefix := s.opts.recordPrefix
+	end := clientv3.GetPrefixRangeEnd(prefix)
+	from, last := prefix, ""
+	for {
+		resp, err := s.c.Get(ctx, from, clientv3.WithRange(end), clientv3.WithKeysOnly(),
+			clientv3.WithLimit(1000), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
+		if err != nil {
+			return fmt.Errorf("etcdstore: list records: %w", err)
+		}
+		for _, kv := range resp.Kvs {
+			dir, _, ok := strings.Cut(strings.TrimPrefix(string(kv.Key), prefix), "/")
+			if !ok || dir == last {
+				continue
+			}
+			last = dir
+			if key, err := url.PathUnescape(dir); err == nil && !fn(key) {
+				return nil
+			}
+		}
+		if !resp.More || len(resp.Kvs) == 0 {
+			return nil
+		}
+		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+	}
+}

@@ -88,3 +88,22 @@ var (
 	_ lock.Inspector = (*Store)(nil)
 	_ idem.Inspector = (*Store)(nil)
 )
+
+// ListKeys implements idem.Lister.
+func (s *Store) ListKeys(ctx context.Context, fn func(key string) bool) error {
+	s.mu.Lock()
+	keys := make([]string, 0, len(s.records))
+	for k := range s.records {
+		keys = append(keys, k)
+	}
+	s.mu.Unlock()
+	for _, k := range keys {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if !fn(k) {
+			return nil
+		}
+	}
+	return nil
+}

@@ -66,3 +66,12 @@ func (s *Store) DeleteRecord(ctx context.Context, key string) (bool, error) {
 	}
 	return ok, nil
 }
+
+// ListKeys implements idem.Lister: a SCAN of the record prefix (on every
+// primary of a Cluster).
+func (s *Store) ListKeys(ctx context.Context, fn func(key string) bool) error {
+	if err := rediskit.ListRecordKeys(ctx, s.raw, s.base.Records, fn); err != nil {
+		return fmt.Errorf("redisstore: list records: %w", err)
+	}
+	return nil
+}

@@ -2,6 +2,7 @@ package redlockstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -230,4 +231,33 @@ func highestFence(states []rediskit.RecordState, ok []bool, tok string) uint64 {
 		}
 	}
 	return top
+}
+
+// ListKeys implements idem.Lister: the keys of the records on any node
+// that answers, each once (a record on a minority of nodes is listed too;
+// InspectRecord says whether a majority agrees).
+func (s *Store) ListKeys(ctx context.Context, fn func(key string) bool) error {
+	seen := map[string]bool{}
+	var errs []error
+	stopped := false
+	for _, n := range s.nodes {
+		if stopped {
+			break
+		}
+		err := rediskit.ListRecordKeys(ctx, n.c, s.base.Records, func(key string) bool {
+			if seen[key] {
+				return true
+			}
+			seen[key] = true
+			stopped = !fn(key)
+			return !stopped
+		})
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", n.name, err))
+		}
+	}
+	if len(errs) > len(s.nodes)/2 {
+		return fmt.Errorf("redlockstore: list records: %w", errors.Join(errs...))
+	}
+	return nil
 }

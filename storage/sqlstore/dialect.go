@@ -37,6 +37,7 @@ type queries struct {
 	lockUpsert, lockSelect, lockSelectForUpdate, lockUpdate        string
 	queueHead, queueUpsert, queueDelete, queueCount                string
 	recUpsert, recSelect, recSelectForUpdate, recUpdate, recDelete string
+	recList                                                        string
 	queueHeadNow, notifyHead, peek                                 string
 	notify                                                         string // PostgreSQL only
 	cleanup                                                        [3]string
@@ -191,10 +192,11 @@ func newQueries(d Dialect, prefix string) queries {
 	q.recSelectForUpdate = q.recSelect + " FOR UPDATE"
 	q.recUpdate = "UPDATE " + records + " SET state = ?, fingerprint = ?, token = ?, fence = ?, expires_us = ?, result = ? WHERE record_key = ?"
 	q.recDelete = "DELETE FROM " + records + " WHERE record_key = ?"
+	q.recList = "SELECT record_key FROM " + records + " WHERE record_key > ? AND state <> 0 ORDER BY record_key LIMIT 1000"
 	if d == Postgres {
 		for _, s := range []*string{&q.lockUpsert, &q.lockSelect, &q.lockSelectForUpdate, &q.lockUpdate,
 			&q.queueHead, &q.queueUpsert, &q.queueDelete, &q.queueCount, &q.recUpsert, &q.recSelect,
-			&q.recSelectForUpdate, &q.recUpdate, &q.recDelete, &q.notify, &q.queueHeadNow, &q.notifyHead, &q.peek, &q.fastAcquire, &q.fastRelease, &q.fastBegin, &q.fastComplete, &q.cleanup[0], &q.cleanup[1], &q.cleanup[2]} {
+			&q.recSelectForUpdate, &q.recUpdate, &q.recDelete, &q.recList, &q.notify, &q.queueHeadNow, &q.notifyHead, &q.peek, &q.fastAcquire, &q.fastRelease, &q.fastBegin, &q.fastComplete, &q.cleanup[0], &q.cleanup[1], &q.cleanup[2]} {
 			*s = rebind(*s)
 		}
 	}

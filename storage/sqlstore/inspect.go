@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/oncekit/oncekit/core/idem"
@@ -122,3 +123,38 @@ var (
 	_ lock.Inspector = (*Store)(nil)
 	_ idem.Inspector = (*Store)(nil)
 )
+
+// ListKeys implements idem.Lister: the records table in key order, 1000
+// rows a page (rows left free by an abandoned claim are not records).
+func (s *Store) ListKeys(ctx context.Context, fn func(key string) bool) error {
+	after := []byte{}
+	for {
+		rows, err := s.db.QueryContext(ctx, s.q.recList, after)
+		if err != nil {
+			return fmt.Errorf("sqlstore: list records: %w", err)
+		}
+		var keys [][]byte
+		for rows.Next() {
+			var k []byte
+			if err := rows.Scan(&k); err != nil {
+				rows.Close()
+				return fmt.Errorf("sqlstore: list records: %w", err)
+			}
+			keys = append(keys, k)
+		}
+		err = rows.Err()
+		rows.Close()
+		if err != nil {
+			return fmt.Errorf("sqlstore: list records: %w", err)
+		}
+		for _, k := range keys {
+			if !fn(string(k)) {
+				return nil
+			}
+		}
+		if len(keys) < 1000 {
+			return nil
+		}
+		after = keys[len(keys)-1]
+	}
+}

@@ -227,3 +227,27 @@ var (
 	_ lock.Inspector = (*Store)(nil)
 	_ idem.Inspector = (*Store)(nil)
 )
+
+// ListKeys implements idem.Lister: the children of the 256 record
+// directories.
+func (s *Store) ListKeys(ctx context.Context, fn func(key string) bool) error {
+	for b := range 256 {
+		dir := fmt.Sprintf("%s/%02x", s.recordRoot(), b)
+		kids, err := call(ctx, s, func() ([]string, error) {
+			kids, _, err := s.conn.Children(dir)
+			return kids, err
+		}, nil)
+		if errors.Is(err, zk.ErrNoNode) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("zkstore: list records: %w", err)
+		}
+		for _, k := range kids {
+			if key, ok := unescape(k); ok && !fn(key) {
+				return nil
+			}
+		}
+	}
+	return nil
+}

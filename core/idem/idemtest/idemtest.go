@@ -72,6 +72,7 @@ func Run(t *testing.T, cfg Config) {
 	t.Run("EffectOnceAcrossCrash", s.effectAcrossCrash)
 	t.Run("InvalidKey", s.invalidKey)
 	t.Run("Inspect", s.inspect)
+	t.Run("ListKeys", s.listKeys)
 	t.Run("WatchdogKeepsLongRun", s.longRun)
 }
 
@@ -821,6 +822,49 @@ func (s *suite) inspect(t *testing.T) {
 		if c, err := st.Begin(ctx, bad, "fp", time.Second); err != nil || c.State != idem.Acquired {
 			t.Errorf("Begin after deleting the corrupt record: %v %v", c.State, err)
 		}
+	}
+}
+
+// listKeys checks idem.Lister, which every oncekit driver implements: an
+// in-flight and a completed record are listed, under keys with braces,
+// '%', '/' and a placed one among them, and fn returning false stops it.
+func (s *suite) listKeys(t *testing.T) {
+	st := s.cfg.NewStore(t)
+	l, ok := st.(idem.Lister)
+	if !ok {
+		t.Fatalf("%T does not implement idem.Lister", st)
+	}
+	ctx := ctxT(t, 20*time.Second)
+	base := key(t)
+	placed, _ := idem.Placed("sku-1", base+"-placed")
+	inFlight, completed := base+"-in-flight", base+"-{x}%2F/done"
+	want := map[string]bool{inFlight: true, completed: true, placed: true}
+	c, err := st.Begin(ctx, inFlight, "fp", 10*time.Second)
+	if err != nil || c.State != idem.Acquired {
+		t.Fatalf("Begin: %v %v", c.State, err)
+	}
+	for _, k := range []string{completed, placed} {
+		if _, _, err := guard(t, st).Do(ctx, k, "fp", func(context.Context) ([]byte, error) { return []byte("ok"), nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seen := map[string]bool{}
+	if err := l.ListKeys(ctx, func(k string) bool {
+		if want[k] {
+			seen[k] = true
+		}
+		return true
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for k := range want {
+		if !seen[k] {
+			t.Errorf("ListKeys did not list %q", k)
+		}
+	}
+	calls := 0
+	if err := l.ListKeys(ctx, func(string) bool { calls++; return false }); err != nil || calls != 1 {
+		t.Errorf("ListKeys with fn returning false: %d calls, %v; want 1", calls, err)
 	}
 }
 

@@ -5,6 +5,8 @@ import (
 	_ "embed"
 	"fmt"
 	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -190,4 +192,60 @@ func InspectRecord(ctx context.Context, c redis.Scripter, r Records, key string)
 func DeleteRecord(ctx context.Context, c redis.Scripter, r Records, key, mode string) (bool, error) {
 	n, err := deleteRecord.Run(ctx, c, []string{r.Record(key)}, r.Channel(key), mode).Int64()
 	return n == 1, err
+}
+
+// ListRecordKeys calls fn with the key of every record named under r on c
+// (a *redis.ClusterClient: on every primary), scanning in pages of 1000,
+// until fn returns false.
+func ListRecordKeys(ctx context.Context, c any, r Records, fn func(key string) bool) error {
+	match := globEscape(r.Prefix) + "{*"
+	stopped := false
+	scan := func(ctx context.Context, sc interface {
+		Scan(ctx context.Context, cursor uint64, match string, count int64) *redis.ScanCmd
+	}) error {
+		var cursor uint64
+		for !stopped {
+			names, next, err := sc.Scan(ctx, cursor, match, 1000).Result()
+			if err != nil {
+				return err
+			}
+			for _, name := range names {
+				if key, ok := r.KeyOf(name); ok && !fn(key) {
+					stopped = true
+					return nil
+				}
+			}
+			if cursor = next; cursor == 0 {
+				return nil
+			}
+		}
+		return nil
+	}
+	switch c := c.(type) {
+	case *redis.ClusterClient:
+		var mu sync.Mutex // fn is called from one primary at a time
+		return c.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error {
+			mu.Lock()
+			defer mu.Unlock()
+			return scan(ctx, n)
+		})
+	case interface {
+		Scan(ctx context.Context, cursor uint64, match string, count int64) *redis.ScanCmd
+	}:
+		return scan(ctx, c)
+	}
+	return fmt.Errorf("rediskit: cannot scan a %T", c)
+}
+
+// globEscape escapes the characters SCAN's MATCH pattern treats specially.
+func globEscape(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case '*', '?', '[', ']', '\\':
+			b.WriteByte('\\')
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
 }

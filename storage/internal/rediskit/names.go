@@ -73,6 +73,62 @@ func (r Records) Record(key string) string {
 	return r.Prefix + "{" + Tag(key) + "}"
 }
 
+// KeyOf returns the key whose record is named name (Record's inverse), and
+// false for a name that is no record's.
+func (r Records) KeyOf(name string) (string, bool) {
+	rest, ok := strings.CutPrefix(name, r.Prefix)
+	if !ok || !strings.HasPrefix(rest, "{") {
+		return "", false
+	}
+	end := strings.IndexByte(rest, '}')
+	var key string
+	switch {
+	case end < 0:
+		return "", false
+	case end == len(rest)-1: // {key}
+		key, ok = untag(rest[1:end])
+	case rest[end+1] == ':': // {place}:rest
+		var tail string
+		tail, ok = untag(rest[end+2:])
+		key = rest[:end+1] + tail
+	default:
+		return "", false
+	}
+	if !ok || r.Record(key) != name {
+		return "", false
+	}
+	return key, true
+}
+
+// untag is Tag's inverse; false for a string Tag cannot have made.
+func untag(s string) (string, bool) {
+	if !strings.Contains(s, "%") {
+		return s, !strings.ContainsAny(s, "{}")
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] != '%' {
+			b.WriteByte(s[i])
+			continue
+		}
+		if i+3 > len(s) {
+			return "", false
+		}
+		switch s[i : i+3] {
+		case "%7B":
+			b.WriteByte('{')
+		case "%7D":
+			b.WriteByte('}')
+		case "%25":
+			b.WriteByte('%')
+		default:
+			return "", false
+		}
+		i += 2
+	}
+	return b.String(), true
+}
+
 // Channel is where completion and abandonment of key are announced.
 func (r Records) Channel(key string) string { return recordChannel(r.Record(key)) }
 

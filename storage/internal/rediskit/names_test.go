@@ -25,3 +25,18 @@ func TestRecordNames(t *testing.T) {
 		t.Errorf("two keys share the record %q", a)
 	}
 }
+
+// KeyOf reverses Record, and refuses names that are no record's.
+func TestRecordKeyOf(t *testing.T) {
+	r := rediskit.Records{Prefix: "p:"}
+	for _, key := range []string{"idem:ab", "{sku-1}idem:a", "{sku-1}}x", "{}x", "x{a}", "%7B", "a%b", "{a}:x}", "{a}"} {
+		if got, ok := r.KeyOf(r.Record(key)); !ok || got != key {
+			t.Errorf("KeyOf(Record(%q)) = %q, %v", key, got, ok)
+		}
+	}
+	for _, name := range []string{"q:{a}", "p:a", "p:{a", "p:{a}x", "p:{a%}", "p:{a%7}", "p:{a}:%2"} {
+		if key, ok := r.KeyOf(name); ok {
+			t.Errorf("KeyOf(%q) = %q, want no key", name, key)
+		}
+	}
+}
