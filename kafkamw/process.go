@@ -234,19 +234,28 @@ func (c *Consumer) reject(ctx context.Context, msg kafka.Message, key string, ca
 		c.fail(&PoisonError{Topic: msg.Topic, Partition: msg.Partition, Offset: msg.Offset, Err: cause})
 		return observe.Error
 	}
-	rkey := idem.ScopedKey(c.cfg.scope(msg), "rejected\x00"+msg.Topic+"\x00"+strconv.Itoa(msg.Partition)+"\x00"+strconv.FormatInt(msg.Offset, 10))
+	return c.onceAt(ctx, msg, "rejected", func(ctx context.Context) ([]byte, error) {
+		select {
+		case <-prev:
+		case <-ctx.Done():
+			return nil, context.Cause(ctx)
+		}
+		if err := c.deadLetter(ctx, msg, key, cause, c.priorAttempts(msg)); err != nil {
+			return nil, err
+		}
+		return resultDeadLettered, nil
+	})
+}
+
+// onceAt runs write once for msg's coordinates — a rejection or a move has
+// no key of its own to be recorded under — and counts the outcome: a
+// redelivery of msg finds it done. While another member runs it (the old
+// owner after a rebalance) or the store does not answer, the partition
+// waits.
+func (c *Consumer) onceAt(ctx context.Context, msg kafka.Message, what string, write func(ctx context.Context) ([]byte, error)) observe.Outcome {
+	rkey := idem.ScopedKey(c.cfg.scope(msg), what+"\x00"+msg.Topic+"\x00"+strconv.Itoa(msg.Partition)+"\x00"+strconv.FormatInt(msg.Offset, 10))
 	for waits := 1; ; waits++ {
-		res, replayed, err := c.guard.Do(ctx, rkey, fingerprint(msg, c.cfg.dlqPrefix), func(ctx context.Context) ([]byte, error) {
-			select {
-			case <-prev:
-			case <-ctx.Done():
-				return nil, context.Cause(ctx)
-			}
-			if err := c.deadLetter(ctx, msg, key, cause, c.priorAttempts(msg)); err != nil {
-				return nil, err
-			}
-			return resultDeadLettered, nil
-		})
+		res, replayed, err := c.guard.Do(ctx, rkey, fingerprint(msg, c.cfg.dlqPrefix), write)
 		switch {
 		case ctx.Err() != nil:
 			return observe.Canceled
@@ -255,10 +264,23 @@ func (c *Consumer) reject(ctx context.Context, msg kafka.Message, key string, ca
 		case !errors.Is(err, idem.ErrInFlight):
 			c.add(&c.stats.StoreErrors)
 		}
-		// In flight elsewhere (the old owner after a rebalance), or the
-		// store did not answer: the partition waits.
 		if !c.sleep(ctx, min(waits, 4)) {
 			return observe.Canceled
+		}
+	}
+}
+
+// write writes m through w, retrying with backoff until it is written or
+// ctx ends, and counts it in n.
+func (c *Consumer) write(ctx context.Context, w Writer, m kafka.Message, n *int64) error {
+	for attempt := 1; ; attempt++ {
+		err := w.WriteMessages(ctx, m)
+		if err == nil {
+			c.add(n)
+			return nil
+		}
+		if !c.sleep(ctx, attempt) {
+			return err
 		}
 	}
 }
@@ -372,53 +394,27 @@ func (c *Consumer) outHeaders(msg kafka.Message, key string, cause error, attemp
 // handler failed attempts times in all, recorded under the message's
 // coordinates so that a redelivery of it is not moved again.
 func (c *Consumer) moveToRetry(ctx context.Context, msg kafka.Message, key string, cause error, attempts int) observe.Outcome {
-	rkey := idem.ScopedKey(c.cfg.scope(msg), "moved\x00"+msg.Topic+"\x00"+strconv.Itoa(msg.Partition)+"\x00"+strconv.FormatInt(msg.Offset, 10))
 	hs := append(c.outHeaders(msg, key, cause, attempts), kafka.Header{
 		Key:   c.cfg.dlqPrefix + HeaderRetryAt,
 		Value: []byte(strconv.FormatInt(time.Now().Add(c.cfg.retryDelay+time.Millisecond-1).UnixMilli(), 10)), // rounded up
 	})
 	moved := kafka.Message{Topic: c.cfg.retryTopic, Key: msg.Key, Value: msg.Value, Headers: hs}
-	for waits := 1; ; waits++ {
-		res, replayed, err := c.guard.Do(ctx, rkey, fingerprint(msg, c.cfg.dlqPrefix), func(ctx context.Context) ([]byte, error) {
-			for n := 1; ; n++ {
-				err := c.cfg.retry.WriteMessages(ctx, moved)
-				if err == nil {
-					c.add(&c.stats.Deferred)
-					return resultDeferred, nil
-				}
-				if !c.sleep(ctx, n) {
-					return nil, fmt.Errorf("kafkamw: move %s/%d@%d to the retry topic: %w", msg.Topic, msg.Partition, msg.Offset, err)
-				}
-			}
-		})
-		switch {
-		case ctx.Err() != nil:
-			return observe.Canceled
-		case err == nil:
-			return c.count(res, replayed)
-		case !errors.Is(err, idem.ErrInFlight):
-			c.add(&c.stats.StoreErrors)
+	return c.onceAt(ctx, msg, "moved", func(ctx context.Context) ([]byte, error) {
+		if err := c.write(ctx, c.cfg.retry, moved, &c.stats.Deferred); err != nil {
+			return nil, fmt.Errorf("kafkamw: move %s/%d@%d to the retry topic: %w", msg.Topic, msg.Partition, msg.Offset, err)
 		}
-		if !c.sleep(ctx, min(waits, 4)) {
-			return observe.Canceled
-		}
-	}
+		return resultDeferred, nil
+	})
 }
 
 // deadLetter publishes msg to the dead-letter destination, retrying until
 // it is written or ctx ends.
 func (c *Consumer) deadLetter(ctx context.Context, msg kafka.Message, key string, cause error, attempts int) error {
 	dl := kafka.Message{Topic: c.cfg.dlqTopic, Key: msg.Key, Value: msg.Value, Headers: c.outHeaders(msg, key, cause, attempts)}
-	for n := 1; ; n++ {
-		err := c.cfg.dlq.WriteMessages(ctx, dl)
-		if err == nil {
-			c.add(&c.stats.DeadLettered)
-			return nil
-		}
-		if !c.sleep(ctx, n) {
-			return fmt.Errorf("kafkamw: dead-letter %s/%d@%d: %w", msg.Topic, msg.Partition, msg.Offset, err)
-		}
+	if err := c.write(ctx, c.cfg.dlq, dl, &c.stats.DeadLettered); err != nil {
+		return fmt.Errorf("kafkamw: dead-letter %s/%d@%d: %w", msg.Topic, msg.Partition, msg.Offset, err)
 	}
+	return nil
 }
 
 func (c *Consumer) count(res []byte, replayed bool) observe.Outcome {

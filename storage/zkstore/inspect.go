@@ -167,6 +167,26 @@ func (s *Store) Cleanup(ctx context.Context) (int, error) {
 		return 0, fmt.Errorf("zkstore: cleanup: %w", err)
 	}
 	deleted := 0
+	err = s.eachRecord(ctx, func(path, key string) (bool, error) {
+		rec, st, err := s.read(ctx, key, path)
+		if err != nil || rec.expiresMs(st) > now {
+			return true, nil
+		}
+		_, err = call(ctx, s, func() (struct{}, error) { return struct{}{}, s.conn.Delete(path, st.Version) }, nil)
+		if err == nil {
+			deleted++
+		}
+		return true, ctx.Err()
+	})
+	if err != nil {
+		return deleted, fmt.Errorf("zkstore: cleanup: %w", err)
+	}
+	return deleted, nil
+}
+
+// eachRecord calls fn with the path and key of every record node, one
+// bucket directory at a time, until fn returns false or an error.
+func (s *Store) eachRecord(ctx context.Context, fn func(path, key string) (bool, error)) error {
 	for b := range 256 {
 		dir := fmt.Sprintf("%s/%02x", s.recordRoot(), b)
 		kids, err := call(ctx, s, func() ([]string, error) {
@@ -177,24 +197,19 @@ func (s *Store) Cleanup(ctx context.Context) (int, error) {
 			continue
 		}
 		if err != nil {
-			return deleted, fmt.Errorf("zkstore: cleanup: %w", err)
+			return err
 		}
 		for _, k := range kids {
-			path := dir + "/" + k
-			key, _ := unescape(k)
-			rec, st, err := s.read(ctx, key, path)
-			if err != nil || rec.expiresMs(st) > now {
+			key, ok := unescape(k)
+			if !ok {
 				continue
 			}
-			_, err = call(ctx, s, func() (struct{}, error) { return struct{}{}, s.conn.Delete(path, st.Version) }, nil)
-			if err == nil {
-				deleted++
-			} else if ctx.Err() != nil {
-				return deleted, fmt.Errorf("zkstore: cleanup: %w", ctx.Err())
+			if more, err := fn(dir+"/"+k, key); !more || err != nil {
+				return err
 			}
 		}
 	}
-	return deleted, nil
+	return nil
 }
 
 func (s *Store) startCleanup(every time.Duration) {
@@ -231,23 +246,8 @@ var (
 // ListKeys implements idem.Lister: the children of the 256 record
 // directories.
 func (s *Store) ListKeys(ctx context.Context, fn func(key string) bool) error {
-	for b := range 256 {
-		dir := fmt.Sprintf("%s/%02x", s.recordRoot(), b)
-		kids, err := call(ctx, s, func() ([]string, error) {
-			kids, _, err := s.conn.Children(dir)
-			return kids, err
-		}, nil)
-		if errors.Is(err, zk.ErrNoNode) {
-			continue
-		}
-		if err != nil {
-			return fmt.Errorf("zkstore: list records: %w", err)
-		}
-		for _, k := range kids {
-			if key, ok := unescape(k); ok && !fn(key) {
-				return nil
-			}
-		}
+	if err := s.eachRecord(ctx, func(_, key string) (bool, error) { return fn(key), nil }); err != nil {
+		return fmt.Errorf("zkstore: list records: %w", err)
 	}
 	return nil
 }
