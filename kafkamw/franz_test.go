@@ -151,15 +151,9 @@ func TestFranzDeadLetter(t *testing.T) {
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	dl, err := newReader(t, brokers, dlqTopic, "").ReadMessage(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, p := headers(dl), kafkamw.DefaultDeadLetterPrefix
-	if idOf(dl) != "m-1" || h[p+kafkamw.HeaderOriginalTopic] != topic || h[p+kafkamw.HeaderOriginalOffset] != "1" ||
-		h[kafkamw.DefaultKeyHeader] != "m-1" || h[p+kafkamw.HeaderConsumerGroup] != "g-"+topic {
+	dl, h := deadLetter(t, newReader(t, brokers, dlqTopic, ""))
+	if idOf(dl) != "m-1" || h[kafkamw.HeaderOriginalTopic] != topic || h[kafkamw.HeaderOriginalOffset] != "1" ||
+		h[kafkamw.HeaderConsumerGroup] != "g-"+topic || h[kafkamw.HeaderAttempts] != "1" {
 		t.Errorf("dead letter %s: headers %v", idOf(dl), h)
 	}
 }

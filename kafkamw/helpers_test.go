@@ -7,6 +7,7 @@ import (
 	"net"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -277,4 +278,23 @@ func run(t *testing.T, c *kafkamw.Consumer) (stop func() error) {
 	}
 	t.Cleanup(func() { _ = stop() })
 	return stop
+}
+
+// deadLetter reads the next message of the dead-letter topic and its
+// dead-letter headers by name, the default prefix removed.
+func deadLetter(t *testing.T, r *kafka.Reader) (kafka.Message, map[string]string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	m, err := r.ReadMessage(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := map[string]string{}
+	for _, hd := range m.Headers {
+		if name, ok := strings.CutPrefix(hd.Key, kafkamw.DefaultDeadLetterPrefix); ok {
+			h[name] = string(hd.Value)
+		}
+	}
+	return m, h
 }
