@@ -229,6 +229,11 @@ func WithDeadLetter(w Writer, topic string) Option {
 // read the original topic from the prefixed original-topic header of a
 // message carrying retry-at.) A move is recorded under the message's
 // coordinates: a redelivery of the original is not moved twice.
+//
+// A message without a key header (WithKeyHeader, WithKeyExtractor) is
+// keyed by its coordinates, which a move changes: on the retry topic it is
+// another key. Give messages keys (a Producer stamps them;
+// WithRequireKey) where a retry topic is used.
 func WithRetryTopic(w Writer, topic string, after int, delay time.Duration) Option {
 	return func(c *config) {
 		switch {
