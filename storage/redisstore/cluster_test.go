@@ -206,9 +206,11 @@ func clusterFailover(t *testing.T, acked bool) {
 	}
 	primary.Kill()
 	promoted := rc.WaitFailover("{"+key+"}", primary, 30*time.Second)
+	rc.WaitOK(30 * time.Second) // every live node knows
 	t.Logf("%s promoted after %s was killed", promoted.Addr, primary.Addr)
 
-	// retry asks again while the clients learn the new primary.
+	// retry asks again while the clients learn the new primary (the Store
+	// reloads a Cluster client's map when the slot's node refuses it).
 	retry := func(what string, f func() error) {
 		t.Helper()
 		var err error

@@ -145,7 +145,20 @@ func (b *Base) run(ctx context.Context, c redis.Scripter, s *redis.Script, keys 
 	if b.acked(s) {
 		return b.runAcked(ctx, c, s, keys, late, args...)
 	}
-	return Run(ctx, &b.BG, c, s, keys, late, args...)
+	cmd := Run(ctx, &b.BG, c, s, keys, late, args...)
+	if cc := clusterOf(c); cc != nil && isRefused(cmd.Err()) {
+		// The node that served the slot is down: its replica is taking
+		// over, and go-redis would keep dialling the dead node until its
+		// own periodic reload. Look at the cluster again now, so that the
+		// caller's retry goes to the new primary.
+		cc.ReloadState(context.WithoutCancel(ctx))
+	}
+	return cmd
+}
+
+// isRefused reports a connection the server refused: it is down.
+func isRefused(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "connection refused")
 }
 
 // AcquireArgs is one run of the acquire script.

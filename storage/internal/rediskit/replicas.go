@@ -129,7 +129,7 @@ func movedOrGone(err error) bool {
 			return true
 		}
 	}
-	return strings.Contains(msg, "connection refused")
+	return isRefused(err)
 }
 
 // pipeliner is a client that can send a pipeline to one server.
