@@ -17,6 +17,23 @@ import (
 	"github.com/oncekit/oncekit/storage/memstore"
 )
 
+// newReaderFunc makes a group member.
+type newReaderFunc func(t testing.TB, brokers []string, topic, group string) kafkamw.Reader
+
+// eachReader runs f with kafka-go's Reader and with franz-go's.
+func eachReader(t *testing.T, f func(t *testing.T, newR newReaderFunc)) {
+	t.Run("kafka-go", func(t *testing.T) {
+		f(t, func(t testing.TB, b []string, topic, group string) kafkamw.Reader {
+			return newReader(t, b, topic, group)
+		})
+	})
+	t.Run("franz-go", func(t *testing.T) {
+		f(t, func(t testing.TB, b []string, topic, group string) kafkamw.Reader {
+			return newFranzReader(t, b, topic, group)
+		})
+	})
+}
+
 // newFranzReader is a group member over franz-go with short timeouts, as
 // newReader is over kafka-go.
 func newFranzReader(t testing.TB, brokers []string, topic, group string) *franz.Reader {

@@ -73,49 +73,51 @@ func TestDuplicatesRunOnce(t *testing.T) {
 // Messages of one partition are handled in offset order, whatever the
 // pipeline depth and concurrency.
 func TestPartitionOrder(t *testing.T) {
-	brokers := kafkamwtest.Brokers(t)
-	const partitions, n = 3, 1500
-	topic := kafkamwtest.Topic(t, brokers, partitions)
-	msgs := make([]kafka.Message, n)
-	for i := range msgs {
-		msgs[i] = message(i)
-	}
-	produce(t, newWriter(t, brokers, topic), msgs)
+	eachReader(t, func(t *testing.T, newR newReaderFunc) {
+		brokers := kafkamwtest.Brokers(t)
+		const partitions, n = 3, 1500
+		topic := kafkamwtest.Topic(t, brokers, partitions)
+		msgs := make([]kafka.Message, n)
+		for i := range msgs {
+			msgs[i] = message(i)
+		}
+		produce(t, newWriter(t, brokers, topic), msgs)
 
-	var mu sync.Mutex
-	last := map[int]int64{}
-	var disorder, running, maxRunning atomic.Int64
-	var handled atomic.Int64
-	c, err := kafkamw.NewConsumer(newReader(t, brokers, topic, "g-"+topic), newGuard(t, memstore.New()),
-		func(ctx context.Context, m kafka.Message) error {
-			r := running.Add(1)
-			defer running.Add(-1)
-			for old := maxRunning.Load(); r > old && !maxRunning.CompareAndSwap(old, r); old = maxRunning.Load() {
-			}
-			mu.Lock()
-			if prev, ok := last[m.Partition]; ok && m.Offset <= prev {
-				disorder.Add(1)
-			}
-			last[m.Partition] = m.Offset
-			mu.Unlock()
-			time.Sleep(100 * time.Microsecond)
-			handled.Add(1)
-			return nil
-		}, kafkamw.WithConcurrency(8), kafkamw.WithPipeline(32))
-	if err != nil {
-		t.Fatal(err)
-	}
-	stop := run(t, c)
-	waitFor(t, time.Minute, "every message", func() bool { return handled.Load() == n })
-	if err := stop(); err != nil {
-		t.Fatal(err)
-	}
-	if d := disorder.Load(); d != 0 {
-		t.Errorf("%d messages handled before an earlier one of their partition", d)
-	}
-	if m := maxRunning.Load(); m > partitions {
-		t.Errorf("%d handlers ran at once with %d partitions", m, partitions)
-	}
+		var mu sync.Mutex
+		last := map[int]int64{}
+		var disorder, running, maxRunning atomic.Int64
+		var handled atomic.Int64
+		c, err := kafkamw.NewConsumer(newR(t, brokers, topic, "g-"+topic), newGuard(t, memstore.New()),
+			func(ctx context.Context, m kafka.Message) error {
+				r := running.Add(1)
+				defer running.Add(-1)
+				for old := maxRunning.Load(); r > old && !maxRunning.CompareAndSwap(old, r); old = maxRunning.Load() {
+				}
+				mu.Lock()
+				if prev, ok := last[m.Partition]; ok && m.Offset <= prev {
+					disorder.Add(1)
+				}
+				last[m.Partition] = m.Offset
+				mu.Unlock()
+				time.Sleep(100 * time.Microsecond)
+				handled.Add(1)
+				return nil
+			}, kafkamw.WithConcurrency(8), kafkamw.WithPipeline(32))
+		if err != nil {
+			t.Fatal(err)
+		}
+		stop := run(t, c)
+		waitFor(t, time.Minute, "every message", func() bool { return handled.Load() == n })
+		if err := stop(); err != nil {
+			t.Fatal(err)
+		}
+		if d := disorder.Load(); d != 0 {
+			t.Errorf("%d messages handled before an earlier one of their partition", d)
+		}
+		if m := maxRunning.Load(); m > partitions {
+			t.Errorf("%d handlers ran at once with %d partitions", m, partitions)
+		}
+	})
 }
 
 // A message whose handler always fails is dead-lettered after its attempts,
@@ -200,36 +202,38 @@ func headers(m kafka.Message) map[string]string {
 // Without a dead-letter destination a poison message stops the Consumer
 // with a *PoisonError, and nothing from it on is committed.
 func TestPoisonWithoutDeadLetterStops(t *testing.T) {
-	brokers := kafkamwtest.Brokers(t)
-	topic := kafkamwtest.Topic(t, brokers, 1)
-	msgs := make([]kafka.Message, 20)
-	for i := range msgs {
-		msgs[i] = message(i)
-	}
-	produce(t, newWriter(t, brokers, topic), msgs)
-	c, err := kafkamw.NewConsumer(newReader(t, brokers, topic, "g-"+topic), newGuard(t, memstore.New()),
-		func(ctx context.Context, m kafka.Message) error {
-			if idOf(m) == "m-7" {
-				return errors.New("boom")
-			}
-			return nil
-		}, kafkamw.WithRetry(2, time.Millisecond, time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	err = c.Run(ctx)
-	var pe *kafkamw.PoisonError
-	if !errors.As(err, &pe) || pe.Offset != 7 || pe.Partition != 0 || pe.Topic != topic {
-		t.Fatalf("Run: %v, want a *PoisonError for offset 7", err)
-	}
-	if got := committed(t, brokers, topic, "g-"+topic, 1)[0]; got != 7 {
-		t.Errorf("committed offset %d, want 7 (up to the poison message, not past it)", got)
-	}
-	if u := c.Uncommitted()[topic][0]; u < 1 || u > 13 {
-		t.Errorf("%d messages uncommitted: want the poison message and at most the 12 behind it", u)
-	}
+	eachReader(t, func(t *testing.T, newR newReaderFunc) {
+		brokers := kafkamwtest.Brokers(t)
+		topic := kafkamwtest.Topic(t, brokers, 1)
+		msgs := make([]kafka.Message, 20)
+		for i := range msgs {
+			msgs[i] = message(i)
+		}
+		produce(t, newWriter(t, brokers, topic), msgs)
+		c, err := kafkamw.NewConsumer(newR(t, brokers, topic, "g-"+topic), newGuard(t, memstore.New()),
+			func(ctx context.Context, m kafka.Message) error {
+				if idOf(m) == "m-7" {
+					return errors.New("boom")
+				}
+				return nil
+			}, kafkamw.WithRetry(2, time.Millisecond, time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		err = c.Run(ctx)
+		var pe *kafkamw.PoisonError
+		if !errors.As(err, &pe) || pe.Offset != 7 || pe.Partition != 0 || pe.Topic != topic {
+			t.Fatalf("Run: %v, want a *PoisonError for offset 7", err)
+		}
+		if got := committed(t, brokers, topic, "g-"+topic, 1)[0]; got != 7 {
+			t.Errorf("committed offset %d, want 7 (up to the poison message, not past it)", got)
+		}
+		if u := c.Uncommitted()[topic][0]; u < 1 || u > 13 {
+			t.Errorf("%d messages uncommitted: want the poison message and at most the 12 behind it", u)
+		}
+	})
 }
 
 // Messages that cannot be keyed — an empty or malformed message-id, a key
