@@ -163,14 +163,11 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return c.usageErr("lock release frees a key that someone holds; it needs --force")
 	}
 
-	st, err := openStore(c.storeURL, c.timeout)
-	if err != nil {
-		return c.fail(err)
-	}
-	defer st.close()
-	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
-	defer cancel()
+	return c.withStore(func(ctx context.Context, st *opened) int { return c.do(ctx, st, cmd, key) })
+}
 
+// do runs a lock or record command on key.
+func (c *cli) do(ctx context.Context, st *opened, cmd, key string) int {
 	switch cmd {
 	case "lock inspect":
 		info, err := st.InspectLock(ctx, key)
@@ -250,6 +247,12 @@ func parse(fs *flag.FlagSet, args []string) ([]string, error) {
 
 // ping checks that the store can serve: exit 0 and "ok", or 1 and why.
 func (c *cli) ping() int {
+	return c.withStore(func(ctx context.Context, st *opened) int { return c.pingStore(ctx, st) })
+}
+
+// withStore opens the store and runs f with it and a context bounded by
+// --timeout; a store that cannot be opened fails.
+func (c *cli) withStore(f func(ctx context.Context, st *opened) int) int {
 	st, err := openStore(c.storeURL, c.timeout)
 	if err != nil {
 		return c.fail(err)
@@ -257,6 +260,10 @@ func (c *cli) ping() int {
 	defer st.close()
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	defer cancel()
+	return f(ctx, st)
+}
+
+func (c *cli) pingStore(ctx context.Context, st *opened) int {
 	start := time.Now()
 	if err := st.Ping(ctx); err != nil {
 		return c.fail(err)
@@ -441,20 +448,17 @@ func toJSON(info idem.RecordInfo) recordJSON {
 // listRecords prints up to --limit records (with --in-flight: only the
 // claims in flight, the runs still going or stuck).
 func (c *cli) listRecords() int {
-	st, err := openStore(c.storeURL, c.timeout)
-	if err != nil {
-		return c.fail(err)
-	}
-	defer st.close()
+	return c.withStore(c.listStore)
+}
+
+func (c *cli) listStore(ctx context.Context, st *opened) int {
 	l, ok := st.store.(idem.Lister)
 	if !ok {
 		return c.fail(fmt.Errorf("%T cannot list its records", st.store))
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
-	defer cancel()
 	var out []recordJSON
 	var inspectErr error
-	err = l.ListKeys(ctx, func(key string) bool {
+	err := l.ListKeys(ctx, func(key string) bool {
 		info, err := st.InspectRecord(ctx, key)
 		if err != nil {
 			inspectErr = err

@@ -259,15 +259,24 @@ func clusterFailover(t *testing.T, acked bool) {
 	})
 	retry("Complete through the new primary", func() error { return first.Complete(ctx, claim, []byte("once"), time.Minute) })
 	retry("Release through the new primary", func() error { return held.Release(ctx) })
-	next, err := second.Acquire(ctx, key, time.Minute)
+	afterFailover(ctx, t, second, key, key, held.Fence())
+}
+
+// afterFailover checks, through a client of the new primary, that the
+// next holder of key gets a fence above the last one before the failover
+// and that record's claim, completed with "once" through the new primary,
+// is replayed.
+func afterFailover(ctx context.Context, t *testing.T, s *redisstore.Store, key, record string, before uint64) {
+	t.Helper()
+	next, err := s.Acquire(ctx, key, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer next.Release(context.Background())
-	if next.Fence() <= held.Fence() {
-		t.Errorf("fence after the failover %d, not above %d", next.Fence(), held.Fence())
+	if next.Fence() <= before {
+		t.Errorf("fence after the failover %d, not above %d", next.Fence(), before)
 	}
-	if c, err := second.Begin(ctx, key, "fp", time.Minute); err != nil || c.State != idem.Completed || string(c.Result) != "once" {
+	if c, err := s.Begin(ctx, record, "fp", time.Minute); err != nil || c.State != idem.Completed || string(c.Result) != "once" {
 		t.Errorf("replay after the failover: %+v %v", c, err)
 	}
 }

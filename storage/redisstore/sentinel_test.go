@@ -146,17 +146,7 @@ func TestFailover(t *testing.T) {
 			if err := first.Complete(ctx, claim, []byte("once"), time.Minute); err != nil {
 				t.Fatalf("Complete through the new primary: %v", err)
 			}
-			next, err := second.Acquire(ctx, key, time.Minute)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer next.Release(context.Background())
-			if next.Fence() <= held.Fence() {
-				t.Errorf("fence after the failover %d, not above %d", next.Fence(), held.Fence())
-			}
-			if c, err := second.Begin(ctx, record, "fp", time.Minute); err != nil || c.State != idem.Completed || string(c.Result) != "once" {
-				t.Errorf("replay after the failover: %+v %v", c, err)
-			}
+			afterFailover(ctx, t, second, key, record, held.Fence())
 		})
 	}
 }
