@@ -130,6 +130,7 @@ func (r *round[T]) rest(late func(answer[T])) {
 // none).
 type vote struct {
 	yes, no int
+	polled  int // nodes asked: the others never held the key for this round's token
 	failed  map[int]error
 	ctxErr  error
 }
@@ -139,7 +140,7 @@ type vote struct {
 // answered (or the timeout passed).
 func (s *Store) poll(ctx context.Context, idx []int, timeout time.Duration, all bool, call func(ctx context.Context, n *node) (bool, error)) vote {
 	r := newRound(s, idx, call)
-	var v vote
+	v := vote{polled: len(idx)}
 	v.ctxErr = r.collect(ctx, timeout, func(a answer[bool]) bool {
 		switch {
 		case a.err != nil:
@@ -159,14 +160,16 @@ func (s *Store) poll(ctx context.Context, idx []int, timeout time.Duration, all 
 
 // verdict turns a vote on a held key into the error of op: nil with a
 // majority of yes, lost (lock.ErrLockLost or idem.ErrLockLost) when a
-// majority no longer held it, ctx's error, or a *QuorumError.
+// majority no longer held it, ctx's error, or a *QuorumError. Nodes the
+// round did not ask (a re-entry asks only the nodes its hold counted)
+// count as no: they never held the key for it.
 func (s *Store) verdict(op, key string, v vote, lost error) error {
 	switch {
 	case v.yes >= s.quorum:
 		return nil
 	case v.ctxErr != nil:
 		return fmt.Errorf("redlockstore: %s %q: %w", op, key, v.ctxErr)
-	case v.no > len(s.nodes)-s.quorum:
+	case v.no+len(s.nodes)-v.polled > len(s.nodes)-s.quorum:
 		return fmt.Errorf("redlockstore: %s %q: %w", op, key, lost)
 	default:
 		return s.quorumError(op, key, v.yes, v.failed)
