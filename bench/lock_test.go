@@ -261,17 +261,19 @@ func contendedPausing(b *testing.B, lockers []locker, cc *commandCounter, worker
 	b.ReportMetric(float64(cc.n.Load()-cmds0)/float64(b.N), "cmds/acquire")
 }
 
-// scriptCounter counts the acquire-script calls a client sends: the acquire
-// attempts, whether they succeed or not.
+// scriptCounter counts the acquire-script calls a client sends (either
+// script: a first attempt's short one, and the full one): the acquire
+// attempts, whether they succeed or not (a first attempt that leaves the
+// decision to the full script counts twice).
 type scriptCounter struct {
-	sha string
-	n   atomic.Int64
+	shas []string
+	n    atomic.Int64
 }
 
 func (c *scriptCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (c *scriptCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if args := cmd.Args(); len(args) > 1 && (cmd.Name() == "evalsha" && args[1] == c.sha || cmd.Name() == "eval") {
+		if args := cmd.Args(); len(args) > 1 && (cmd.Name() == "evalsha" && slices.Contains(c.shas, args[1].(string)) || cmd.Name() == "eval") {
 			c.n.Add(1)
 		}
 		return next(ctx, cmd)
@@ -281,20 +283,25 @@ func (c *scriptCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redi
 	return next
 }
 
-// acquireScriptSHA is the SHA of redisstore's acquire script, which Redis
-// is asked to run by (EVALSHA): the script as the driver embeds it, read
-// from the repository (the driver's kit is internal to storage/).
-func acquireScriptSHA(b *testing.B) string {
+// acquireScriptSHAs are the SHAs of redisstore's acquire scripts (a first
+// attempt's and the full one), which Redis is asked to run by (EVALSHA):
+// the scripts as the driver embeds them, read from the repository (the
+// driver's kit is internal to storage/).
+func acquireScriptSHAs(b *testing.B) []string {
 	b.Helper()
-	var src []byte
-	for _, f := range []string{"acquire_fast.lua", "fence.lua", "acquire.lua"} {
-		part, err := os.ReadFile(filepath.Join("..", "storage", "internal", "rediskit", "lua", f))
-		if err != nil {
-			b.Fatal(err)
+	var shas []string
+	for _, last := range []string{"acquire_new.lua", "acquire.lua"} {
+		var src []byte
+		for _, f := range []string{"acquire_fast.lua", "fence.lua", last} {
+			part, err := os.ReadFile(filepath.Join("..", "storage", "internal", "rediskit", "lua", f))
+			if err != nil {
+				b.Fatal(err)
+			}
+			src = append(src, part...)
 		}
-		src = append(src, part...)
+		shas = append(shas, fmt.Sprintf("%x", sha1.Sum(src)))
 	}
-	return fmt.Sprintf("%x", sha1.Sum(src))
+	return shas
 }
 
 // BenchmarkWakeups64: 64 goroutines wait for one key, spread over procs
@@ -305,7 +312,7 @@ func BenchmarkWakeups64(b *testing.B) {
 	addr := testenv.RedisAddrs(b, 1)[0]
 	for _, procs := range []int{1, 4, 16} {
 		b.Run(fmt.Sprintf("procs=%d", procs), func(b *testing.B) {
-			sc := &scriptCounter{sha: acquireScriptSHA(b)}
+			sc := &scriptCounter{shas: acquireScriptSHAs(b)}
 			cc := &commandCounter{}
 			lockers := make([]locker, procs)
 			for i := range lockers {

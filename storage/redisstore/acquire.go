@@ -74,7 +74,7 @@ func (s *Store) takeKept(ctx context.Context, key string, ttl time.Duration, own
 	}
 	cctx, cancel := lockdriver.CleanupContext(ctx)
 	defer cancel()
-	if _, err := s.base.Release(cctx, s.client, key, letGo, false, 0, 0); err != nil {
+	if _, err := s.base.Release(cctx, s.client, key, letGo, false, 0, 0, false); err != nil {
 		return nil, errors.Join(lock.ErrNotAcquired, fmt.Errorf("redisstore: acquire %q: let go of the kept hold: %w", key, err))
 	}
 	return nil, nil
@@ -273,7 +273,7 @@ func (s *Store) isAbandoned(tok string) bool {
 func (s *Store) releaseToken(key, tok string) {
 	ctx, cancel := context.WithTimeout(context.Background(), lockdriver.ReleaseTimeout)
 	defer cancel()
-	_, _ = s.base.Release(ctx, s.client, key, tok, false, 0, 0)
+	_, _ = s.base.Release(ctx, s.client, key, tok, false, 0, 0, false)
 }
 
 // leaveQueue removes this Store from key's waiting queue.
@@ -303,7 +303,7 @@ func (s *Store) attempt(ctx context.Context, key, tok string, ttl time.Duration,
 	undo := func(tok string) {
 		cctx, cancel := lockdriver.CleanupContext(ctx)
 		defer cancel()
-		_, _ = s.base.Release(cctx, s.client, key, tok, false, 0, 0)
+		_, _ = s.base.Release(cctx, s.client, key, tok, false, 0, 0, false)
 	}
 	late := func(r rediskit.AcquireReply) { // the reply to a call ctx gave up on
 		switch r.Code {
@@ -328,7 +328,7 @@ func (s *Store) attempt(ctx context.Context, key, tok string, ttl time.Duration,
 			}
 			return nil, nil, fmt.Errorf("redisstore: acquire %q: %w", key, err)
 		case took:
-			return s.newLease(key, tok, 0, 0, start, ttl, owner), nil, nil
+			return s.newLease(key, tok, 0, 0, true, start, ttl, owner), nil, nil
 		}
 	}
 	r, err := s.base.Acquire(ctx, s.client, rediskit.AcquireArgs{
@@ -354,9 +354,9 @@ func (s *Store) attempt(ctx context.Context, key, tok string, ttl time.Duration,
 	}
 	switch r.Code {
 	case rediskit.AcquireTaken:
-		return s.newLease(key, tok, uint64(r.N), r.Clock, start, ttl, owner), nil, nil
+		return s.newLease(key, tok, uint64(r.N), r.Clock, r.Plain, start, ttl, owner), nil, nil
 	case rediskit.AcquireReentered:
-		return s.newLease(key, r.Token, uint64(r.N), 0, start, ttl, owner), nil, nil
+		return s.newLease(key, r.Token, uint64(r.N), 0, false, start, ttl, owner), nil, nil
 	case rediskit.AcquireBusy:
 		if seen != nil {
 			*seen = max(*seen, r.Floor)
@@ -393,7 +393,7 @@ func (s *Store) granted(key string, own *redisnotify.Watcher, w *waiter, sent ti
 		switch {
 		case ok && tok == w.token && l == nil:
 			if fence > w.seen && time.Now().Before(sent.Add(w.ttl)) {
-				l = s.newLease(key, tok, fence, 0, sent, w.ttl, w.owner) // valid from the attempt
+				l = s.newLease(key, tok, fence, 0, false, sent, w.ttl, w.owner) // valid from the attempt
 			}
 		case ok && tok == w.token: // a second grant to w: the first was taken
 		default:

@@ -165,7 +165,9 @@ func (s *Store) reuseLocked(ls *local, key string, l *lease, deadline time.Time,
 		return nil
 	}
 	ls.handOffs++
-	return s.makeLease(key, l.Token(), l.hold, l.used+1, deadline, "")
+	h := l.hold
+	h.plain = false // a key passed on is hot: its release goes to the full script at once
+	return s.makeLease(key, l.Token(), h, l.used+1, deadline, "")
 }
 
 // mayReuse reports whether l's hold may serve another lease without a round

@@ -32,14 +32,15 @@ type hold struct {
 	fence uint64    // the fence Redis issued for the token (rediskit's fence.lua)
 	clock int64     // the server's clock (µs) when it issued fence, or 0 when not known
 	took  time.Time // when the Store learnt it took the key from Redis (WithMaxLocalHold counts from it)
+	plain bool      // taken by a first attempt, and not passed on since (rediskit.Base.Release)
 }
 
 // newLease returns a held lease whose local deadline is start + ttl:
 // counted from before the request was sent, it never passes after the
 // server's own expiry. fence is the fence Redis issued, at clock (µs; 0
 // when not known).
-func (s *Store) newLease(key, tok string, fence uint64, clock int64, start time.Time, ttl time.Duration, owner string) *lease {
-	return s.makeLease(key, tok, hold{fence: fence, clock: clock, took: time.Now()}, 0, start.Add(ttl), owner)
+func (s *Store) newLease(key, tok string, fence uint64, clock int64, plain bool, start time.Time, ttl time.Duration, owner string) *lease {
+	return s.makeLease(key, tok, hold{fence: fence, clock: clock, took: time.Now(), plain: plain}, 0, start.Add(ttl), owner)
 }
 
 // makeLease returns a held lease on h with fence h.fence + used (0 when
@@ -102,7 +103,7 @@ func (l *lease) StoreRelease(ctx context.Context) error {
 	if done, err := l.s.handOff(ctx, l); done {
 		return err
 	}
-	code, err := l.s.base.Release(ctx, l.s.client, l.Key(), l.Token(), false, 0, l.hold.clock)
+	code, err := l.s.base.Release(ctx, l.s.client, l.Key(), l.Token(), false, 0, l.hold.clock, l.hold.plain)
 	if err == nil {
 		l.s.recent.LetGo(l.Key())
 	}

@@ -79,6 +79,7 @@ type acquireRound struct {
 	start     time.Time
 	taken     map[int]int64 // the nodes taken: their fences
 	clocks    map[int]int64 // ... and their clocks in µs when they issued them
+	plain     map[int]bool  // ... and those taken by a first attempt (rediskit.AcquireReply.Plain)
 	busy      map[int]int64 // the nodes held by another token: their PTTLs
 	reentered map[int]int64 // the nodes an owner re-entered: its fence there
 	reTok     map[int]string
@@ -93,7 +94,7 @@ type acquireRound struct {
 // every node, so that they order waiters alike).
 func (s *Store) sendAcquire(ctx context.Context, v *votes, ttl time.Duration, queued bool, place int64) *acquireRound {
 	owner := lock.Owner(ctx)
-	ar := &acquireRound{start: time.Now(), taken: map[int]int64{}, clocks: map[int]int64{}, busy: map[int]int64{}, reentered: map[int]int64{}, reTok: map[int]string{}}
+	ar := &acquireRound{start: time.Now(), taken: map[int]int64{}, clocks: map[int]int64{}, plain: map[int]bool{}, busy: map[int]int64{}, reentered: map[int]int64{}, reTok: map[int]string{}}
 	nt := s.nodeTimeout(ttl)
 	deadline := ar.start.Add(nt)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
@@ -109,7 +110,7 @@ func (s *Store) sendAcquire(ctx context.Context, v *votes, ttl time.Duration, qu
 		case a.err != nil:
 		case a.v.Code == rediskit.AcquireTaken:
 			if v.took(a.node) {
-				ar.taken[a.node], ar.clocks[a.node] = a.v.N, a.v.Clock
+				ar.taken[a.node], ar.clocks[a.node], ar.plain[a.node] = a.v.N, a.v.Clock, a.v.Plain
 			}
 		case a.v.Code == rediskit.AcquireReentered:
 			ar.reentered[a.node], ar.reTok[a.node] = a.v.N, a.v.Token
@@ -187,6 +188,10 @@ func (s *Store) grant(ctx context.Context, v *votes, ar *acquireRound, ttl time.
 	l.clocks = make(map[*node]int64, len(ar.clocks))
 	for i, c := range ar.clocks {
 		l.clocks[s.nodes[i]] = c
+	}
+	l.plain = make(map[*node]bool, len(ar.plain))
+	for i, p := range ar.plain {
+		l.plain[s.nodes[i]] = p
 	}
 	v.mu.Lock()
 	v.lease = l
@@ -363,7 +368,7 @@ func (s *Store) leaveQueues(key string, idx []int, wait time.Duration) {
 // taken by no granted hold).
 func (s *Store) releaseNodes(key, tok string, idx []int, wait time.Duration, quiet bool, floor uint64) {
 	r := newRound(s, idx, func(ctx context.Context, n *node) (rediskit.ReleaseCode, error) {
-		return s.base.Release(ctx, n.c, key, tok, quiet, floor, 0)
+		return s.base.Release(ctx, n.c, key, tok, quiet, floor, 0, false)
 	})
 	r.settle(wait)
 }

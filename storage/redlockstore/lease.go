@@ -26,8 +26,10 @@ type lease struct {
 	// this hold, for the release to save reading them (rediskit's
 	// Base.Release); nil when not known.
 	clocks map[*node]int64
-	took   time.Time // when the Store learnt it took the key from the nodes
-	hot    bool      // taken by a non-owner right after this Store let the key go: kept on Release
+	// plain are the nodes its hold took by a first attempt (Base.Release).
+	plain map[*node]bool
+	took  time.Time // when the Store learnt it took the key from the nodes
+	hot   bool      // taken by a non-owner right after this Store let the key go: kept on Release
 
 	// passed is set when the Store kept the lease's hold (kept.go): the
 	// token on the nodes is no longer this lease's to refresh or release.
@@ -96,7 +98,7 @@ func (l *lease) StoreRelease(ctx context.Context) error {
 	}
 	v := s.poll(ctx, l.targets(), s.nodeTimeout(max(l.Remaining(), time.Millisecond)), false,
 		func(ctx context.Context, n *node) (bool, error) {
-			code, err := s.base.Release(ctx, n.c, l.Key(), l.Token(), false, l.base, l.clocks[n])
+			code, err := s.base.Release(ctx, n.c, l.Key(), l.Token(), false, l.base, l.clocks[n], l.plain[n])
 			return code.Ours(), err
 		})
 	err := s.verdict("release", l.Key(), v, lock.ErrLockLost)

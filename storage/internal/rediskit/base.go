@@ -185,12 +185,30 @@ func (b *Base) Acquire(ctx context.Context, c redis.Scripter, a AcquireArgs, lat
 	// The queue is passed on every attempt: a caller outside it must not
 	// take a key reserved for the waiter a release just woke.
 	lock := b.Keys.Lock(a.Key) // every other name of the key is the lock's with a suffix
-	keys := []string{lock, lock + ":owner", lock + ":q", lock + ":qx"}
 	deadline := b.ServerDeadline(c, a.Deadline)
 	fenced := 1
 	if a.Unfenced {
 		fenced = 0
 	}
+	var onLate func(*redis.Cmd)
+	if late != nil {
+		onLate = func(cmd *redis.Cmd) {
+			if r, err := ParseAcquire(valueOf(cmd)); err == nil {
+				late(r)
+			}
+		}
+	}
+	if a.Owner == "" && !a.Queued {
+		// A first attempt: one key and four arguments decide the common
+		// cases (lua/acquire_new.lua).
+		cmd := b.run(ctx, c, AcquireNew, []string{lock}, onLate, a.Token, a.TTL.Milliseconds(), deadline, fenced)
+		if !undecided(cmd) {
+			r, err := ParseAcquire(cmd)
+			r.Plain = err == nil && r.Code == AcquireTaken
+			return r, err
+		}
+	}
+	keys := []string{lock, lock + ":owner", lock + ":q", lock + ":qx"}
 	member, owner := argEmpty, argEmpty
 	if a.Queued {
 		member = b.Member
@@ -203,14 +221,6 @@ func (b *Base) Acquire(ctx context.Context, c redis.Scripter, a AcquireArgs, lat
 		grantable = "1"
 	}
 	args := []any{a.Token, a.TTL.Milliseconds(), deadline, fenced, owner, member, b.args.placeLife, a.Place, b.args.wakeGrace, grantable}
-	var onLate func(*redis.Cmd)
-	if late != nil {
-		onLate = func(cmd *redis.Cmd) {
-			if r, err := ParseAcquire(valueOf(cmd)); err == nil {
-				late(r)
-			}
-		}
-	}
 	return ParseAcquire(b.run(ctx, c, Acquire, keys, onLate, args...))
 }
 
@@ -253,14 +263,24 @@ func (b *Base) TakeNew(ctx context.Context, c SetNXer, key, tok string, ttl time
 // higher (Redlock: the lease's fence, the highest of its nodes'). clock is
 // the reading of c's server clock that came with the token's fence
 // (AcquireReply.Clock), or 0: a fence at or below it is known to be behind
-// the clock, and the release saves reading it.
-func (b *Base) Release(ctx context.Context, c redis.Scripter, key, tok string, quiet bool, floor uint64, clock int64) (ReleaseCode, error) {
-	return b.release(ctx, c, b.Keys.Lock(key), tok, quiet, floor, clock)
+// the clock, and the release saves reading it. plain says that tok took the
+// key by a first attempt (AcquireReply.Plain, or TakeNew) and the hold
+// was not passed on since: such a key seldom carries flags, and the
+// release tries the short script first (lua/release_new.lua), which
+// leaves a key with flags to the full one — a second round trip.
+func (b *Base) Release(ctx context.Context, c redis.Scripter, key, tok string, quiet bool, floor uint64, clock int64, plain bool) (ReleaseCode, error) {
+	return b.release(ctx, c, b.Keys.Lock(key), tok, quiet, floor, clock, plain)
 }
 
 // release is Release by the lock's Redis name: every other name of the key
 // is the lock's with a suffix (see Keys).
-func (b *Base) release(ctx context.Context, c redis.Scripter, lock, tok string, quiet bool, floor uint64, clock int64) (ReleaseCode, error) {
+func (b *Base) release(ctx context.Context, c redis.Scripter, lock, tok string, quiet bool, floor uint64, clock int64, plain bool) (ReleaseCode, error) {
+	if plain {
+		cmd := b.run(ctx, c, ReleaseNew, []string{lock}, nil, tok, floor, max(clock, 0))
+		if !undecided(cmd) {
+			return ParseRelease(cmd)
+		}
+	}
 	keys := []string{lock, lock + ":owner", lock + ":q", lock + ":qx"}
 	grants := "0"
 	if b.Grants && !quiet {
@@ -270,7 +290,7 @@ func (b *Base) release(ctx context.Context, c redis.Scripter, lock, tok string, 
 	if quiet {
 		mode = b.args.quiet
 	}
-	return ParseRelease(b.run(ctx, c, Release, keys, nil, tok, lock+":release", mode, b.args.wakeGrace, grants, floor, max(clock, 0)))
+	return ParseRelease(b.run(ctx, c, Release, keys, nil, tok, floor, max(clock, 0), lock+":release", mode, b.args.wakeGrace, grants))
 }
 
 // ReleaseOrphanGrant gives back a key that a release granted to this Store
@@ -283,7 +303,7 @@ func (b *Base) ReleaseOrphanGrant(ctx context.Context, c redis.Scripter, channel
 	if !ok || !okTok || !strings.HasPrefix(lock, b.Keys.Prefix) {
 		return
 	}
-	_, _ = b.release(ctx, c, lock, tok, false, 0, 0)
+	_, _ = b.release(ctx, c, lock, tok, false, 0, 0, false)
 }
 
 // ParseGrant reads a grant message, "g|<token>|<fence>" (release.lua).

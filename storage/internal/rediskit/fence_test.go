@@ -38,7 +38,7 @@ func TestLockKeyFence(t *testing.T) {
 	}
 	release := func(tok string, clock int64) {
 		t.Helper()
-		if code, err := b.Release(ctx, c, key, tok, false, 0, clock); err != nil || code != ReleaseFreed {
+		if code, err := b.Release(ctx, c, key, tok, false, 0, clock, true); err != nil || code != ReleaseFreed {
 			t.Fatalf("release %s: %v %v", tok, code, err)
 		}
 	}
@@ -106,7 +106,7 @@ func takeMany(t *testing.T, c *redis.Client, b *Base, key string, n int, keep bo
 			tok := fmt.Sprintf("t%d", done+i)
 			cmds = append(cmds, Acquire.Run(ctx, p, lockNames(b, key), tok, 60_000, 0, 1, "", "", 0, 0, 0, 0))
 			if !keep || done+i < n-1 {
-				Release.Run(ctx, p, lockNames(b, key), tok, b.Keys.Channel(key), "n", 0, 0, 0, 0)
+				Release.Run(ctx, p, lockNames(b, key), tok, 0, 0, b.Keys.Channel(key), "n", 0, 0)
 			}
 		}
 		if _, err := p.Exec(ctx); err != nil {
@@ -268,7 +268,8 @@ func TestReleaseKeepsWaitersFlag(t *testing.T) {
 		if r := take("b", true); r.Code != AcquireBusy { // b's process joins the queue
 			t.Fatalf("unfenced=%v: take b: %+v, want busy", unfenced, r)
 		}
-		if code, err := b.Release(ctx, c, key, "a", false, 0, 0); err != nil || code != ReleaseFreed {
+		// The key is flagged: the short script leaves it to the full one.
+		if code, err := b.Release(ctx, c, key, "a", false, 0, 0, true); err != nil || code != ReleaseFreed {
 			t.Fatalf("unfenced=%v: release a: %v %v", unfenced, code, err)
 		}
 		if v := c.Get(ctx, lk).Val(); !strings.HasPrefix(v, "~|") || !strings.HasSuffix(v, "|w") {

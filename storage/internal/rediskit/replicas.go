@@ -27,7 +27,7 @@ type Replication struct {
 // script that grants, keeps or completes a lease or a claim; not a
 // release, whose loss in a failover only keeps a key held until its TTL.
 func (b *Base) acked(script *redis.Script) bool {
-	return b.Replication.Replicas > 0 && script != Release && script != LeaveQueue
+	return b.Replication.Replicas > 0 && script != Release && script != ReleaseNew && script != LeaveQueue
 }
 
 // runAcked runs script and WAIT in one pipeline on the primary that holds

@@ -31,6 +31,22 @@ type AcquireReply struct {
 	Token string
 	Floor uint64 // AcquireBusy: every fence issued before the reply is at most Floor
 	Clock int64  // AcquireTaken: the server's clock in µs
+	// Plain: taken by a first attempt's short script (lua/acquire_new.lua):
+	// the key had no flags then, and its release may try the short one
+	// too (Base.Release).
+	Plain bool
+}
+
+// undecided reports the reply of AcquireNew or ReleaseNew that leaves the
+// decision to the full script: -2, alone or in a one-element array.
+func undecided(cmd *redis.Cmd) bool {
+	switch v := valueOf(cmd).Val().(type) {
+	case int64:
+		return v == -2
+	case []any:
+		return len(v) == 1 && v[0] == int64(-2)
+	}
+	return false
 }
 
 // ParseAcquire reads the acquire script's reply.

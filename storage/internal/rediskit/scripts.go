@@ -48,6 +48,10 @@ var (
 	idemFinishFastLua string
 	//go:embed lua/idem_begin_fast.lua
 	idemBeginFastLua string
+	//go:embed lua/acquire_new.lua
+	acquireNewLua string
+	//go:embed lua/release_new.lua
+	releaseNewLua string
 )
 
 // The scripts; their KEYS and ARGV are documented at the top of each file.
@@ -56,8 +60,14 @@ var (
 // no set-up; the others start with lua/head.lua. Every one that reads a
 // lock key or a record then has lua/fence.lua (the values' forms and the
 // fences), those that announce on pub/sub lua/prelude.lua, those that read
-// a record lua/claim.lua.
+// a record lua/claim.lua. AcquireNew and ReleaseNew are the fast paths of
+// Acquire and Release alone, sent with one key and a few arguments: a
+// first attempt and a release of a key without flags, the path of every
+// new key, need no more; when they cannot decide, the caller runs the
+// full script.
 var (
+	AcquireNew   = redis.NewScript(acquireFastLua + fenceLua + acquireNewLua)
+	ReleaseNew   = redis.NewScript(releaseFastLua + releaseNewLua)
 	Acquire      = redis.NewScript(acquireFastLua + fenceLua + acquireLua)
 	Release      = redis.NewScript(releaseFastLua + preludeLua + fenceLua + releaseLua)
 	Refresh      = redis.NewScript(headLua + fenceLua + refreshLua)

@@ -1,24 +1,27 @@
 -- KEYS[1] lock key, KEYS[2] owner hash, KEYS[3] waiting queue, KEYS[4]
 -- its expiries (see acquire.lua; one hash tag).
--- ARGV[1] token, ARGV[2] release channel (same hash tag),
--- ARGV[3] pub/sub mode: "s" sharded, "c" classic, "a" by server version,
+-- ARGV[1] token,
+-- ARGV[2] a fence the key's tombstone keeps at least (Redlock: the lease's
+-- fence, the highest of its nodes'), or '0'.
+-- ARGV[3] a reading of this server's clock (µs) taken when the caller's
+-- fence was issued, or '0': a fence at or below it is behind the clock, so
+-- the common case deletes the key without reading the clock again.
+-- (ARGV[1..3] are release_new.lua's: the two scripts share their fast
+-- path, release_fast.lua.)
+-- ARGV[4] release channel (same hash tag),
+-- ARGV[5] pub/sub mode: "s" sharded, "c" classic, "a" by server version,
 --         "n" none (a quiet release: nobody is woken),
--- ARGV[4] how long, in milliseconds, the member woken keeps its place
+-- ARGV[6] how long, in milliseconds, the member woken keeps its place
 -- unless it tries again (which a waiting process does at once, and which
 -- renews the place): a process that died while queued is then woken once
 -- and skipped by later releases, not for its place's whole life,
--- ARGV[5] '1': grant the key to the first live member if it asked for
+-- ARGV[7] '1': grant the key to the first live member if it asked for
 -- grants (acquire.lua recorded its token and TTL): the key is set to its
 -- token with a new fence, it leaves the queue, and "g|<token>|<fence>" is
 -- announced on its channel, so that it holds the key without another round
 -- trip. A member is live when its place has not expired and someone
 -- receives on its channel (a process that died has no subscription left):
 -- a grant nobody receives is not made, and the member is dropped.
--- ARGV[6] a fence the key's tombstone keeps at least (Redlock: the lease's
--- fence, the highest of its nodes'), or '0'.
--- ARGV[7] a reading of this server's clock (µs) taken when the caller's
--- fence was issued, or '0': a fence at or below it is behind the clock, so
--- the common case deletes the key without reading the clock again.
 -- The key becomes a tombstone with its last fence (fence.lua). Only when
 -- a process joined the queue (flag 'w') is the queue read: the release is
 -- announced on the first live member's own channel ("<channel>:<member>"),
@@ -39,8 +42,8 @@ if has(flags, 'o') and redis.call('HGET', KEYS[2], 't') == ARGV[1] then
   end
   redis.call('DEL', KEYS[2])
 end
-f = math.max(f, tonumber(ARGV[6]))
-local pub = publisher(ARGV[3])
+f = math.max(f, tonumber(ARGV[2]))
+local pub = publisher(ARGV[5])
 if not has(flags, 'w') then
   tombstone(KEYS[1], f, '')
   return 1
@@ -60,13 +63,13 @@ if redis.REDIS_VERSION_NUM then -- 7.0+: effects replication, TIME is allowed
     local m = head[1]
     local exp = tonumber(redis.call('HGET', KEYS[4], m))
     local g = nil
-    if ARGV[5] == '1' and f > 0 then
+    if ARGV[7] == '1' and f > 0 then
       g = redis.call('HGET', KEYS[4], m .. '|g')
     end
     if exp and exp > now and g then
       local gtok, ttl = string.match(g, '^([^|]+)|(%d+)')
       local nf = next_fence(f)
-      if gtok and redis.call(pub, ARGV[2] .. ':' .. m, 'g|' .. gtok .. '|' .. fmt(nf)) > 0 then
+      if gtok and redis.call(pub, ARGV[4] .. ':' .. m, 'g|' .. gtok .. '|' .. fmt(nf)) > 0 then
         redis.call('ZREM', KEYS[3], m)
         redis.call('HDEL', KEYS[4], m, m .. '|g')
         redis.call('SET', KEYS[1], lock_value(gtok, nf, waiters_flag(KEYS[3])), 'PX', ttl)
@@ -74,8 +77,8 @@ if redis.REDIS_VERSION_NUM then -- 7.0+: effects replication, TIME is allowed
       end
       -- Nobody receives for it: a dead member, dropped below.
     elseif exp and exp > now then
-      redis.call(pub, ARGV[2] .. ':' .. m, ARGV[1])
-      local grace = tonumber(ARGV[4])
+      redis.call(pub, ARGV[4] .. ':' .. m, ARGV[1])
+      local grace = tonumber(ARGV[6])
       if grace > 0 and exp > now + grace then
         redis.call('HSET', KEYS[4], m, now + grace)
       end
@@ -88,7 +91,7 @@ if redis.REDIS_VERSION_NUM then -- 7.0+: effects replication, TIME is allowed
   end
 end
 if not woken then
-  redis.call(pub, ARGV[2], ARGV[1])
+  redis.call(pub, ARGV[4], ARGV[1])
 end
 tombstone(KEYS[1], f, waiters_flag(KEYS[3]))
 return 1

@@ -1,0 +1,30 @@
+-- A first attempt at a key, by a caller with no owner and outside the
+-- queue: acquire_fast.lua, then this, with KEYS[1] the lock key and ARGV[1]
+-- token, ARGV[2] TTL in milliseconds, ARGV[3] the caller's deadline in Unix
+-- milliseconds or 0, ARGV[4] "0" for no fence (acquire.lua's first four).
+-- It is acquire.lua's common case sent with one key and four arguments
+-- instead of four and ten: every argument costs the client and the server
+-- work on the path of every new key. It answers as acquire.lua does for
+-- such a caller — taken {1, fence, clock}, held {0, PTTL, floor}, too late
+-- {-1, 0} — or {-2} when only acquire.lua can decide: a tombstone that
+-- says processes are queued (the key may be reserved for the one a release
+-- woke), the caller's own token (Redlock re-asking a node), or a server
+-- before Redis 7.0.
+if fast_prev == nil then
+  return {-2}
+end
+local tok, f, flags = lock_parse(fast_prev)
+if tok == ARGV[1] or (not tok and has(flags, 'w')) then
+  return {-2}
+end
+if tok then
+  return {0, redis.call('PTTL', KEYS[1]), f}
+end
+-- A tombstone: free, with its last fence.
+local nf, clock = 0, 0
+if ARGV[4] ~= '0' then
+  nf = next_fence(f)
+  clock = clock_us()
+end
+redis.call('SET', KEYS[1], lock_value(ARGV[1], nf, ''), 'PX', ARGV[2])
+return {1, nf, clock}

@@ -1,0 +1,136 @@
+package rediskit
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/oncekit/oncekit/internal/testenv"
+)
+
+// A first attempt (no owner, outside the queue) runs the short acquire
+// script, and a release of a plainly taken key the short release script;
+// each answers as the full script would, and leaves to it the cases only
+// it can decide — the full script's answer is the one returned. Plain
+// marks only a take the short script made.
+func TestShortScriptsAnswerAsTheFullOnes(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: testenv.RedisAddrs(t, 1)[0]})
+	defer c.Close()
+	ctx := context.Background()
+	b := &Base{}
+	b.Init(Options{Prefix: fmt.Sprintf("short-test:%d:", time.Now().UnixNano()), MaxBackoff: 100 * time.Millisecond})
+	take := func(key, tok string, a AcquireArgs) AcquireReply {
+		t.Helper()
+		a.Key, a.Token = key, tok
+		if a.TTL == 0 {
+			a.TTL = time.Minute
+		}
+		r, err := b.Acquire(ctx, c, a, nil)
+		if err != nil {
+			t.Fatalf("take %s %s: %v", key, tok, err)
+		}
+		return r
+	}
+	release := func(key, tok string, clock int64) ReleaseCode {
+		t.Helper()
+		code, err := b.Release(ctx, c, key, tok, false, 0, clock, true)
+		if err != nil {
+			t.Fatalf("release %s %s: %v", key, tok, err)
+		}
+		return code
+	}
+	now := func() int64 {
+		tm, err := c.Time(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tm.UnixMicro()
+	}
+
+	t.Run("new key", func(t *testing.T) {
+		r := take("new", "a", AcquireArgs{})
+		if r.Code != AcquireTaken || !r.Plain || r.N <= 0 || r.N != r.Clock {
+			t.Fatalf("%+v, want a plain take with the clock as fence", r)
+		}
+		if code := release("new", "b", 0); code != ReleaseNotOurs {
+			t.Errorf("another token's release: %v, want not ours", code)
+		}
+		if code := release("new", "a", r.Clock); code != ReleaseFreed {
+			t.Errorf("release: %v, want freed", code)
+		}
+		if n := c.Exists(ctx, b.Keys.Lock("new")).Val(); n != 0 {
+			t.Errorf("a released key behind the clock is still there")
+		}
+		if code := release("new", "a", 0); code != ReleaseNotOurs {
+			t.Errorf("a second release: %v, want not ours", code)
+		}
+	})
+	t.Run("held", func(t *testing.T) {
+		first := take("held", "a", AcquireArgs{})
+		r := take("held", "b", AcquireArgs{})
+		if r.Code != AcquireBusy || r.Plain || r.Floor != uint64(first.N) || r.N <= 0 {
+			t.Fatalf("%+v, want busy with the holder's fence %d as floor", r, first.N)
+		}
+		// The holder asks again with its own token (Redlock re-asking a
+		// node): the full script renews it.
+		if r := take("held", "a", AcquireArgs{}); r.Code != AcquireTaken || r.Plain || r.N != first.N {
+			t.Fatalf("the holder's own token: %+v, want taken (renewed) by the full script, fence %d", r, first.N)
+		}
+	})
+	t.Run("tombstone ahead of the clock", func(t *testing.T) {
+		ahead := now() + int64(time.Hour/time.Microsecond)
+		c.Set(ctx, b.Keys.Lock("tomb"), fmt.Sprintf("~|%d|", ahead), time.Minute)
+		r := take("tomb", "a", AcquireArgs{})
+		if r.Code != AcquireTaken || !r.Plain || r.N != ahead+1 {
+			t.Fatalf("%+v, want a plain take with fence %d", r, ahead+1)
+		}
+		if code := release("tomb", "a", r.Clock); code != ReleaseFreed {
+			t.Fatalf("release: %v", code)
+		}
+		if v := c.Get(ctx, b.Keys.Lock("tomb")).Val(); v != fmt.Sprintf("~|%d|", ahead+1) {
+			t.Errorf("released key ahead of the clock holds %q, want its tombstone", v)
+		}
+	})
+	t.Run("tombstone with queued processes", func(t *testing.T) {
+		// A process is queued and was just woken: the key is reserved for
+		// it, which only the full script knows.
+		lk := b.Keys.Lock("queued")
+		c.Set(ctx, lk, "~|5|w", time.Minute)
+		c.ZAdd(ctx, b.Keys.Queue("queued"), redis.Z{Score: 1, Member: "other"})
+		c.HSet(ctx, b.Keys.QueueExpiry("queued"), "other", now()/1000+b.wakeGrace()/2)
+		r := take("queued", "a", AcquireArgs{})
+		if r.Code != AcquireBusy || r.Plain {
+			t.Fatalf("%+v, want busy: reserved for the woken process", r)
+		}
+		c.Del(ctx, b.Keys.Queue("queued"), b.Keys.QueueExpiry("queued"))
+		r = take("queued", "a", AcquireArgs{})
+		if r.Code != AcquireTaken || r.Plain || r.N <= 5 {
+			t.Fatalf("%+v, want taken by the full script", r)
+		}
+	})
+	t.Run("unfenced", func(t *testing.T) {
+		r := take("unfenced", "a", AcquireArgs{Unfenced: true})
+		if r.Code != AcquireTaken || !r.Plain || r.N != 0 || r.Clock != 0 {
+			t.Fatalf("%+v, want a plain take with fence 0", r)
+		}
+		if code := release("unfenced", "a", 0); code != ReleaseFreed {
+			t.Fatalf("release: %v", code)
+		}
+	})
+	t.Run("too late", func(t *testing.T) {
+		// A deadline is sent once the server's clock has been measured.
+		for b.ServerDeadline(c, time.Now()) == 0 {
+			time.Sleep(10 * time.Millisecond)
+		}
+		r := take("late", "a", AcquireArgs{Deadline: time.Now().Add(-time.Minute)})
+		if r.Code != AcquireLate {
+			t.Fatalf("%+v, want late", r)
+		}
+		if n := c.Exists(ctx, b.Keys.Lock("late")).Val(); n != 0 {
+			t.Errorf("a late attempt took the key")
+		}
+	})
+}
