@@ -31,9 +31,9 @@ type AcquireReply struct {
 	Token string
 	Floor uint64 // AcquireBusy: every fence issued before the reply is at most Floor
 	Clock int64  // AcquireTaken: the server's clock in µs
-	// Plain: taken by a first attempt's short script (lua/acquire_new.lua):
-	// the key had no flags then, and its release may try the short one
-	// too (Base.Release).
+	// Plain: taken by a first attempt's short script (lua/acquire_new.lua)
+	// and left without flags: its release may try the short one too
+	// (Base.Release).
 	Plain bool
 }
 
@@ -67,7 +67,7 @@ func ParseAcquire(cmd *redis.Cmd) (AcquireReply, error) {
 	if ok {
 		r.N, ok = v[1].(int64)
 	}
-	if ok && r.Code == AcquireTaken && len(v) == 3 {
+	if ok && r.Code == AcquireTaken && len(v) >= 3 {
 		r.Clock, ok = v[2].(int64)
 	}
 	if ok && r.Code == AcquireBusy && len(v) == 3 {

@@ -60,11 +60,10 @@ var (
 // no set-up; the others start with lua/head.lua. Every one that reads a
 // lock key or a record then has lua/fence.lua (the values' forms and the
 // fences), those that announce on pub/sub lua/prelude.lua, those that read
-// a record lua/claim.lua. AcquireNew and ReleaseNew are the fast paths of
-// Acquire and Release alone, sent with one key and a few arguments: a
-// first attempt and a release of a key without flags, the path of every
-// new key, need no more; when they cannot decide, the caller runs the
-// full script.
+// a record lua/claim.lua. AcquireNew and ReleaseNew are Acquire for a
+// first attempt and Release for a key without flags, sent with fewer keys
+// and arguments (three and five, one and three): the path of every new key
+// needs no more. When they cannot decide, the caller runs the full script.
 var (
 	AcquireNew   = redis.NewScript(acquireFastLua + fenceLua + acquireNewLua)
 	ReleaseNew   = redis.NewScript(releaseFastLua + releaseNewLua)

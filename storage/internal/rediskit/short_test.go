@@ -96,19 +96,34 @@ func TestShortScriptsAnswerAsTheFullOnes(t *testing.T) {
 	})
 	t.Run("tombstone with queued processes", func(t *testing.T) {
 		// A process is queued and was just woken: the key is reserved for
-		// it, which only the full script knows.
+		// it.
 		lk := b.Keys.Lock("queued")
 		c.Set(ctx, lk, "~|5|w", time.Minute)
 		c.ZAdd(ctx, b.Keys.Queue("queued"), redis.Z{Score: 1, Member: "other"})
 		c.HSet(ctx, b.Keys.QueueExpiry("queued"), "other", now()/1000+b.wakeGrace()/2)
 		r := take("queued", "a", AcquireArgs{})
-		if r.Code != AcquireBusy || r.Plain {
+		if r.Code != AcquireBusy || r.Plain || r.Floor != 5 {
 			t.Fatalf("%+v, want busy: reserved for the woken process", r)
 		}
-		c.Del(ctx, b.Keys.Queue("queued"), b.Keys.QueueExpiry("queued"))
+		// Its place ran out: the key is free, and keeps the flag while the
+		// queue has members.
+		c.HSet(ctx, b.Keys.QueueExpiry("queued"), "other", now()/1000-1)
 		r = take("queued", "a", AcquireArgs{})
 		if r.Code != AcquireTaken || r.Plain || r.N <= 5 {
-			t.Fatalf("%+v, want taken by the full script", r)
+			t.Fatalf("%+v, want taken, not plain (flagged)", r)
+		}
+		if v := c.Get(ctx, lk).Val(); v != fmt.Sprintf("a|%d|w", r.N) {
+			t.Errorf("taken key holds %q, want it flagged", v)
+		}
+		// Released by the short script, which leaves a flagged key to the
+		// full one.
+		if code := release("queued", "a", r.Clock); code != ReleaseFreed {
+			t.Fatalf("release: %v", code)
+		}
+		c.Del(ctx, b.Keys.Queue("queued"), b.Keys.QueueExpiry("queued"))
+		r = take("queued", "b", AcquireArgs{})
+		if r.Code != AcquireTaken || !r.Plain {
+			t.Fatalf("%+v, want a plain take once nobody is queued", r)
 		}
 	})
 	t.Run("unfenced", func(t *testing.T) {

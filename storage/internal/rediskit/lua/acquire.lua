@@ -81,28 +81,10 @@ if not prev then
   end
 end
 local tok, f, flags = lock_parse(prev)
--- reservedFor returns the milliseconds left of a woken first waiter's
--- grace when the key is reserved for another member than the caller.
-local function reservedFor()
-  local grace = tonumber(ARGV[9])
-  if grace <= 0 then
-    return 0
-  end
-  local head = redis.call('ZRANGE', KEYS[3], 0, 0)
-  if #head == 0 or head[1] == member then
-    return 0
-  end
-  local exp = tonumber(redis.call('HGET', KEYS[4], head[1]) or '0')
-  local now = clock_ms()
-  if exp > now and exp <= now + grace then
-    return exp - now
-  end
-  return 0
-end
 local reserved = 0
 if not tok then -- a tombstone: free, with its last fence
   if has(flags, 'w') then
-    reserved = reservedFor()
+    reserved = reserved_for(KEYS[3], KEYS[4], member, tonumber(ARGV[9]))
   end
   if reserved == 0 then
     local nf = 0

@@ -80,6 +80,24 @@ local function set_nx_get(key, v, px)
   end
   return old
 end
+-- reserved_for returns the milliseconds left of a woken first waiter's
+-- grace (see release.lua) when a free key is reserved for another member
+-- of its waiting queue q (expiries qx) than member.
+local function reserved_for(q, qx, member, grace)
+  if grace <= 0 then
+    return 0
+  end
+  local head = redis.call('ZRANGE', q, 0, 0)
+  if #head == 0 or head[1] == member then
+    return 0
+  end
+  local exp = tonumber(redis.call('HGET', qx, head[1]) or '0')
+  local now = clock_ms()
+  if exp > now and exp <= now + grace then
+    return exp - now
+  end
+  return 0
+end
 -- waiters_flag is 'w' while the key's waiting queue q has members, else ''.
 local function waiters_flag(q)
   if redis.call('EXISTS', q) == 1 then
