@@ -33,9 +33,14 @@
 // Every operation is one Lua script, embedded in the binary and sent as
 // EVALSHA; each starts with a fast path that decides the common case with
 // the fewest calls: TryAcquire and an uncontended Acquire of a free key
-// (TIME, SET NX GET PX: Redis 7.0 or later; one more GET before 7.0),
-// Refresh (compare token, PEXPIRE), and Release of a key nobody waits for
-// (GET, TIME, DEL). Redis 6.2 is the oldest server supported.
+// (TIME, SET NX GET PX), Refresh (compare token, PEXPIRE), and Release of
+// a key nobody waits for (GET, DEL; TIME too when the fence may be ahead
+// of the server's clock). A first attempt at a key and the release of a
+// key taken that way are sent as short scripts, with the lock key (and
+// its queue's two keys) and a few arguments; a key with flags is left to
+// the full script, a second round trip. Redis 6.2 is the oldest server
+// supported; before 7.0 (no SET NX GET) every first attempt takes that
+// second round trip.
 //
 // # Contexts
 //
