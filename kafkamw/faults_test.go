@@ -19,6 +19,7 @@ import (
 	"github.com/oncekit/oncekit/core/idem"
 	"github.com/oncekit/oncekit/internal/testenv"
 	"github.com/oncekit/oncekit/kafkamw"
+	"github.com/oncekit/oncekit/kafkamw/franz"
 	"github.com/oncekit/oncekit/kafkamw/kafkamwtest"
 	"github.com/oncekit/oncekit/storage/redisstore"
 )
@@ -38,6 +39,7 @@ const (
 	childTopicEnv   = "KAFKAMW_TEST_TOPIC"
 	childRedisEnv   = "KAFKAMW_TEST_REDIS"
 	childPrefixEnv  = "KAFKAMW_TEST_PREFIX"
+	childClientEnv  = "KAFKAMW_TEST_CLIENT" // "franz-go" or kafka-go's
 )
 
 // countOnce is the handler's effect: it counts the message in a Redis hash,
@@ -68,7 +70,19 @@ func runChild() {
 			return err
 		}
 		topic := os.Getenv(childTopicEnv)
-		r := kafka.NewReader(readerConfig([]string{os.Getenv(childBrokersEnv)}, topic, "g-"+topic))
+		var r interface {
+			kafkamw.Reader
+			Close() error
+		}
+		if os.Getenv(childClientEnv) == "franz-go" {
+			fr, err := franz.NewReader(franzReaderOpts([]string{os.Getenv(childBrokersEnv)}, topic, "g-"+topic)...)
+			if err != nil {
+				return err
+			}
+			r = fr
+		} else {
+			r = kafka.NewReader(readerConfig([]string{os.Getenv(childBrokersEnv)}, topic, "g-"+topic))
+		}
 		defer r.Close()
 		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 		defer stop()
@@ -91,8 +105,15 @@ func runChild() {
 }
 
 // A consumer process killed with SIGKILL mid-stream, again and again, and
-// restarted: every message's effect happens exactly once and none is lost.
+// restarted: every message's effect happens exactly once and none is lost,
+// on kafka-go's Reader and on franz-go's.
 func TestKilledConsumer(t *testing.T) {
+	for _, client := range []string{"kafka-go", "franz-go"} {
+		t.Run(client, func(t *testing.T) { killedConsumer(t, client) })
+	}
+}
+
+func killedConsumer(t *testing.T, kind string) {
 	brokers := kafkamwtest.Brokers(t)
 	addr := testenv.RedisAddrs(t, 1)[0]
 	const partitions, unique, dups, kills = 4, 2500, 500, 4
@@ -106,7 +127,7 @@ func TestKilledConsumer(t *testing.T) {
 	start := func() *exec.Cmd {
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
 		cmd.Env = append(os.Environ(), childEnv+"=1", childBrokersEnv+"="+brokers[0], childTopicEnv+"="+topic,
-			childRedisEnv+"="+addr, childPrefixEnv+"="+prefix)
+			childRedisEnv+"="+addr, childPrefixEnv+"="+prefix, childClientEnv+"="+kind)
 		cmd.Stderr = os.Stderr
 		out, err := cmd.StdoutPipe()
 		if err != nil {
@@ -207,8 +228,12 @@ func TestRebalance(t *testing.T) {
 
 // The store going away (its server paused) stops the handlers' completions
 // and so the commits; when it is back, the consumer goes on, and every
-// effect happened once.
+// effect happened once. On kafka-go's Reader and on franz-go's.
 func TestStoreAway(t *testing.T) {
+	eachReader(t, storeAway)
+}
+
+func storeAway(t *testing.T, newR newReaderFunc) {
 	brokers := kafkamwtest.Brokers(t)
 	srv := testenv.StartRedis(t)
 	const unique = 600
@@ -225,7 +250,7 @@ func TestStoreAway(t *testing.T) {
 	defer st.Close()
 	const effects = "effects"
 	handler := countHandler(effects, time.Millisecond)
-	c, err := kafkamw.NewConsumer(newReader(t, brokers, topic, "g-"+topic), newGuard(t, st),
+	c, err := kafkamw.NewConsumer(newR(t, brokers, topic, "g-"+topic), newGuard(t, st),
 		func(ctx context.Context, m kafka.Message) error {
 			time.Sleep(time.Millisecond)
 			return handler(ctx, m)

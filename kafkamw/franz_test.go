@@ -37,14 +37,20 @@ func eachReader(t *testing.T, f func(t *testing.T, newR newReaderFunc)) {
 // newFranzReader is a group member over franz-go with short timeouts, as
 // newReader is over kafka-go.
 func newFranzReader(t testing.TB, brokers []string, topic, group string) *franz.Reader {
-	r, err := franz.NewReader(kgo.SeedBrokers(brokers...), kgo.ConsumerGroup(group), kgo.ConsumeTopics(topic),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(50*time.Millisecond),
-		kgo.SessionTimeout(6*time.Second), kgo.HeartbeatInterval(100*time.Millisecond), kgo.RebalanceTimeout(2*time.Second))
+	r, err := franz.NewReader(franzReaderOpts(brokers, topic, group)...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = r.Close() })
 	return r
+}
+
+// franzReaderOpts are newFranzReader's options (also the consumer
+// processes' of TestKilledConsumer).
+func franzReaderOpts(brokers []string, topic, group string) []kgo.Opt {
+	return []kgo.Opt{kgo.SeedBrokers(brokers...), kgo.ConsumerGroup(group), kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(50 * time.Millisecond),
+		kgo.SessionTimeout(6 * time.Second), kgo.HeartbeatInterval(100 * time.Millisecond), kgo.RebalanceTimeout(2 * time.Second)}
 }
 
 func newFranzWriter(t testing.TB, brokers []string, topic string) *franz.Writer {
