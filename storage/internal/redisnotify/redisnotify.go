@@ -99,6 +99,7 @@ type channel struct {
 	watchers map[*Watcher]struct{}
 	ready    chan struct{} // closed when the server confirmed the subscription
 	isReady  bool
+	idle     *time.Timer // set while nobody watches: the unsubscribe to come
 }
 
 // subscribeClient is what a pub/sub connection is opened on.
@@ -219,6 +220,10 @@ func (s *Subscriber) Watch(ctx context.Context, name string) (*Watcher, error) {
 	}
 	ch := s.chans[name]
 	fresh := ch == nil
+	if ch != nil && ch.idle != nil {
+		ch.idle.Stop() // watched again within its linger: still subscribed
+		ch.idle = nil
+	}
 	if fresh {
 		conn := s.conns[shard]
 		if conn == nil {
@@ -256,37 +261,49 @@ func (s *Subscriber) Watch(ctx context.Context, name string) (*Watcher, error) {
 	return w, nil
 }
 
-// Unwatch removes a waiter; the last one out unsubscribes the channel
-// (unless a new waiter subscribed it again meanwhile).
+// Linger is how long a channel stays subscribed after its last waiter
+// left: a process that waits for a key again and again (a hot key taken in
+// turns by several processes) subscribes to it once, not once per wait —
+// one command and one round trip less per wait on every node. A grant that
+// arrives meanwhile finds no waiter and goes to OnOrphanGrant's function,
+// as one arriving just after an unsubscribe always did.
+const Linger = time.Second
+
+// Unwatch removes a waiter; Linger after the last one left, the channel is
+// unsubscribed (unless a new waiter watches it again meanwhile).
 func (s *Subscriber) Unwatch(w *Watcher) {
 	if w.ch == nil {
 		return
 	}
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	delete(w.ch.watchers, w)
-	last := len(w.ch.watchers) == 0 && s.chans[w.name] == w.ch
-	if last {
-		delete(s.chans, w.name)
-	}
-	closed, sharded := s.isClosed, s.sharded
-	s.mu.Unlock()
-	if !last || closed {
+	if len(w.ch.watchers) > 0 || s.chans[w.name] != w.ch || s.isClosed || w.ch.idle != nil {
 		return
 	}
+	ch := w.ch
+	ch.idle = time.AfterFunc(Linger, func() { s.unsubscribe(w.name, ch) })
+}
+
+// unsubscribe ends channel name's subscription ch if nobody watched it
+// again since its linger began.
+func (s *Subscriber) unsubscribe(name string, ch *channel) {
 	s.io.Lock()
 	defer s.io.Unlock()
 	s.mu.Lock()
-	again := s.chans[w.name] != nil
-	s.mu.Unlock()
-	if again {
+	if s.chans[name] != ch || len(ch.watchers) > 0 || ch.idle == nil || s.isClosed {
+		s.mu.Unlock()
 		return
 	}
+	delete(s.chans, name)
+	sharded := s.sharded
+	s.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), subscribeWait)
 	defer cancel()
 	if sharded {
-		_ = w.ch.conn.ps.SUnsubscribe(ctx, w.name)
+		_ = ch.conn.ps.SUnsubscribe(ctx, name)
 	} else {
-		_ = w.ch.conn.ps.Unsubscribe(ctx, w.name)
+		_ = ch.conn.ps.Unsubscribe(ctx, name)
 	}
 }
 
@@ -461,6 +478,11 @@ func (s *Subscriber) Close() error {
 	}
 	s.isClosed = true
 	close(s.closed)
+	for _, ch := range s.chans {
+		if ch.idle != nil {
+			ch.idle.Stop()
+		}
+	}
 	conns := s.conns
 	s.conns = nil
 	s.mu.Unlock()
