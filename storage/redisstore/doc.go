@@ -75,7 +75,10 @@
 // key only if the announcement reaches someone (a dead process's
 // subscription went with its connections; it is dropped instead). A waiter
 // that gives up gives back a grant to its token, one already made or one
-// still on its way. An owner's waiter (lock.WithOwner) is woken instead,
+// still on its way. A process keeps a channel subscribed for a second after
+// its last waiter on it left, so that waiting for the same key again costs
+// no new subscription; a grant that reaches it meanwhile is given back the
+// same way. An owner's waiter (lock.WithOwner) is woken instead,
 // and tries: the key then stays reserved for that member until it tries
 // again or a grace of 4 × the max backoff runs out: any other caller finds
 // it busy meanwhile, so a process that releases and at once asks again

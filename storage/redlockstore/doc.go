@@ -43,8 +43,9 @@
 // key's general channel is used when nobody is queued. As on redisstore,
 // the key then stays reserved on that node for the woken member until it
 // tries again or its grace runs out (bounded barging). A waiter subscribes
-// on every node before it joins the queues, and polls while a
-// subscription is unconfirmed. A waiter leaves the queues when it gives
+// on every node before it joins the queues (a subscription stays a second
+// after its last waiter left, for the process's next wait), and polls
+// while a subscription is unconfirmed. A waiter leaves the queues when it gives
 // up, and the nodes it did not take when it wins. A node that leaves
 // requests unanswered for half a second (paused, partitioned) or whose
 // last request failed is not waited for by rounds whose outcome it can no
