@@ -337,12 +337,6 @@ func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (loc
 	var once sync.Once
 	unlock := func() { once.Do(func() { s.local.Unlock(key) }) }
 	w := &waiting{s: s, key: key, ttl: ttl, onEnd: unlock, backoff: s.base.MinBackoff, votes: s.newVotes(key)}
-	if s.subscribedAll(w.channels()...) {
-		// Still subscribed from a wait a moment ago (the key is taken in
-		// turns): the first attempt joins the queues if the key is held,
-		// one round instead of two.
-		w.subscribe()
-	}
 	l, err := w.run(ctx)
 	if err != nil {
 		unlock()

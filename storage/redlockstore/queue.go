@@ -107,41 +107,13 @@ func (w *waiting) checkQuorum(err error) error {
 // first attempt and the subscription is not missed, and from now on a
 // release wakes only the first waiting process.
 func (w *waiting) join(out outcome) bool {
-	w.subscribe()
+	w.watch = w.s.watchChannels(w.s.base.Keys.Channel(w.key), w.s.base.OwnChannel(w.key))
+	w.queued, w.place = true, time.Now().UnixMicro()
 	if out.err == nil && !out.split {
 		return true
 	}
 	w.joinNow = out.err == nil // after settling the split
 	return false
-}
-
-// channels are the key's release channel and this Store's own.
-func (w *waiting) channels() []string {
-	return []string{w.s.base.Keys.Channel(w.key), w.s.base.OwnChannel(w.key)}
-}
-
-// subscribe watches the channels on every node and makes the waiter's next
-// attempts members of the key's waiting queues.
-func (w *waiting) subscribe() {
-	w.watch = w.s.watchChannels(w.channels()...)
-	w.queued, w.place = true, time.Now().UnixMicro()
-}
-
-// subscribedAll reports whether every node that is not suspect is
-// subscribed to every one of channels already (redisnotify keeps a
-// channel a moment after its last waiter).
-func (s *Store) subscribedAll(channels ...string) bool {
-	for _, n := range s.nodes {
-		if n.isSuspect() {
-			continue
-		}
-		for _, c := range channels {
-			if !n.sub.Live(c) {
-				return false
-			}
-		}
-	}
-	return true
 }
 
 // won reports a notified hand-off.

@@ -285,16 +285,6 @@ func (s *Subscriber) Unwatch(w *Watcher) {
 	ch.idle = time.AfterFunc(Linger, func() { s.unsubscribe(w.name, ch) })
 }
 
-// Live reports whether channel name is subscribed, confirmed by the
-// server, with or without waiters (within its linger): a Watch of it now
-// costs no request.
-func (s *Subscriber) Live(name string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	ch := s.chans[name]
-	return ch != nil && ch.isReady && !s.isClosed
-}
-
 // unsubscribe ends channel name's subscription ch if nobody watched it
 // again since its linger began.
 func (s *Subscriber) unsubscribe(name string, ch *channel) {
