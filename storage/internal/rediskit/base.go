@@ -198,19 +198,17 @@ func (b *Base) Acquire(ctx context.Context, c redis.Scripter, a AcquireArgs, lat
 			}
 		}
 	}
-	q := lock + ":q"
 	if a.Owner == "" && !a.Queued {
-		// A first attempt: three keys and five arguments decide it
-		// (lua/acquire_new.lua).
-		cmd := b.run(ctx, c, AcquireNew, []string{lock, q, q + "x"}, onLate, a.Token, a.TTL.Milliseconds(), deadline, fenced, b.args.wakeGrace)
+		// A first attempt: one key and four arguments decide it
+		// (lua/acquire_new.lua) unless a process is queued for the key.
+		cmd := b.run(ctx, c, AcquireNew, []string{lock}, onLate, a.Token, a.TTL.Milliseconds(), deadline, fenced)
 		if !undecided(cmd) {
 			r, err := ParseAcquire(cmd)
-			// A take whose reply has a fourth element left the key flagged.
-			v, _ := valueOf(cmd).Val().([]any)
-			r.Plain = err == nil && r.Code == AcquireTaken && len(v) == 3
+			r.Plain = err == nil && r.Code == AcquireTaken
 			return r, err
 		}
 	}
+	q := lock + ":q"
 	keys := []string{lock, lock + ":owner", q, q + "x"}
 	member, owner := argEmpty, argEmpty
 	if a.Queued {

@@ -31,9 +31,9 @@ type AcquireReply struct {
 	Token string
 	Floor uint64 // AcquireBusy: every fence issued before the reply is at most Floor
 	Clock int64  // AcquireTaken: the server's clock in µs
-	// Plain: taken by a first attempt's short script (lua/acquire_new.lua)
-	// and left without flags: its release may try the short one too
-	// (Base.Release).
+	// Plain: taken by a first attempt's short script (lua/acquire_new.lua),
+	// which takes only a key without flags: its release may try the short
+	// one too (Base.Release).
 	Plain bool
 }
 

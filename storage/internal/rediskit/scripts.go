@@ -62,7 +62,7 @@ var (
 // fences), those that announce on pub/sub lua/prelude.lua, those that read
 // a record lua/claim.lua. AcquireNew and ReleaseNew are Acquire for a
 // first attempt and Release for a key without flags, sent with fewer keys
-// and arguments (three and five, one and three): the path of every new key
+// and arguments (one key and four, one and three): the path of every new key
 // needs no more. When they cannot decide, the caller runs the full script.
 var (
 	AcquireNew   = redis.NewScript(acquireFastLua + fenceLua + acquireNewLua)

@@ -3,10 +3,10 @@
 -- lately in one call (SET NX GET, Redis 7.0+). When that does not decide,
 -- the rest of the script (fence.lua, acquire.lua) goes on from what it
 -- found (fast_prev; nil when the fast path did not run). acquire_new.lua
--- runs it with three keys and five arguments (#KEYS == 3).
+-- runs it with one key and four arguments (#KEYS == 1).
 local clock_read = nil
 local fast_prev = nil
-if (#KEYS == 3 or (ARGV[5] == '' and ARGV[6] == '')) and redis.REDIS_VERSION_NUM then
+if (#KEYS == 1 or (ARGV[5] == '' and ARGV[6] == '')) and redis.REDIS_VERSION_NUM then
   local first = 0
   if ARGV[4] ~= '0' or ARGV[3] ~= '0' then
     local t = redis.call('TIME')
