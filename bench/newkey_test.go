@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -30,41 +31,73 @@ import (
 
 // serverCommands is the sum of total_commands_processed over addrs.
 func serverCommands(b *testing.B, addrs []string) int64 {
+	cmds, _ := serverStats(b, addrs)
+	return cmds
+}
+
+// serverStats is the sum over addrs of total_commands_processed and of
+// the servers' CPU time (used_cpu_user + used_cpu_sys).
+func serverStats(b *testing.B, addrs []string) (cmds int64, cpu time.Duration) {
 	b.Helper()
-	var total int64
 	for _, a := range addrs {
 		c := redis.NewClient(&redis.Options{Addr: a})
-		info, err := c.Info(context.Background(), "stats").Result()
+		info, err := c.Info(context.Background(), "stats", "cpu").Result()
 		c.Close()
 		if err != nil {
 			b.Fatal(err)
 		}
 		for line := range strings.SplitSeq(info, "\n") {
-			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "total_commands_processed:"); ok {
+			name, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+			if !ok {
+				continue
+			}
+			switch name {
+			case "total_commands_processed":
 				n, err := strconv.ParseInt(v, 10, 64)
 				if err != nil {
 					b.Fatal(err)
 				}
-				total += n
+				cmds += n
+			case "used_cpu_user", "used_cpu_sys":
+				f, err := strconv.ParseFloat(v, 64)
+				if err != nil {
+					b.Fatal(err)
+				}
+				cpu += time.Duration(f * float64(time.Second))
 			}
 		}
 	}
-	return total
+	return cmds, cpu
+}
+
+// processCPU is the CPU time this process has used so far (user and
+// system): per cycle, the client's cost of a library, which a machine
+// whose cores the clients and the servers share turns into throughput.
+func processCPU(b *testing.B) time.Duration {
+	b.Helper()
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // cycles runs b.N cycles of work spread over workers goroutines (each
 // calls work with its index and a fresh cycle number) and reports cycles/s
-// and, for Redis servers addrs (none for other stores), the server
-// commands per cycle. Each of the two INFO calls
+// and the client's CPU time per cycle (this process's, the servers' not
+// included) and, for Redis servers addrs (none for other stores), the
+// server commands and the servers' CPU time per cycle. Each of the two INFO calls
 // counts as one command; they are taken off.
 func cycles(b *testing.B, addrs []string, workers int, work func(w int, i int64) error) {
 	b.Helper()
 	var next atomic.Int64
 	var failed atomic.Value
 	var cmds0 int64
+	var scpu0 time.Duration
 	if len(addrs) > 0 {
-		cmds0 = serverCommands(b, addrs)
+		cmds0, scpu0 = serverStats(b, addrs)
 	}
+	cpu0 := processCPU(b)
 	b.ResetTimer()
 	start := time.Now()
 	var wg sync.WaitGroup
@@ -84,14 +117,17 @@ func cycles(b *testing.B, addrs []string, workers int, work func(w int, i int64)
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
+	cpu := processCPU(b) - cpu0
 	b.StopTimer()
 	if err, _ := failed.Load().(error); err != nil {
 		b.Fatal(err)
 	}
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "cycles/s")
+	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "client-cpu-µs/cycle")
 	if len(addrs) > 0 {
-		cmds := serverCommands(b, addrs) - cmds0 - int64(len(addrs))
-		b.ReportMetric(float64(cmds)/float64(b.N), "server-cmds/cycle")
+		cmds, scpu := serverStats(b, addrs)
+		b.ReportMetric(float64(cmds-cmds0-int64(len(addrs)))/float64(b.N), "server-cmds/cycle")
+		b.ReportMetric(float64((scpu-scpu0).Microseconds())/float64(b.N), "server-cpu-µs/cycle")
 	}
 }
 
