@@ -107,7 +107,7 @@ func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (loc
 			return l, nil
 		}
 	}
-	w := &waiter{ttl: ttl, owner: owner, token: token.New(), ev: make(chan event, 1)}
+	w := &waiter{ttl: ttl, owner: owner, token: token.New()}
 	s.mu.Lock()
 	ls := s.localLocked(key)
 	s.markHotLocked(key, ls)
@@ -116,6 +116,7 @@ func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (loc
 		s.mu.Unlock()
 		return s.compete(ctx, key, ls, w)
 	}
+	w.ev = make(chan event, 1) // hand-offs and turns come to queued waiters only
 	w.elem = ls.queue.PushBack(w)
 	s.mu.Unlock()
 	return s.waitLocally(ctx, key, ls, w)
@@ -305,20 +306,27 @@ func (s *Store) attempt(ctx context.Context, key, tok string, ttl time.Duration,
 		defer cancel()
 		_, _ = s.base.Release(cctx, s.client, key, tok, false, 0, 0, false)
 	}
-	late := func(r rediskit.AcquireReply) { // the reply to a call ctx gave up on
-		switch r.Code {
-		case rediskit.AcquireTaken:
-			undo(tok)
-		case rediskit.AcquireReentered:
-			undo(r.Token)
+	// late and undoLate handle the reply to a call ctx gave up on; a ctx
+	// that cannot end needs neither (nor their allocations).
+	var late func(rediskit.AcquireReply)
+	var undoLate func()
+	if ctx.Done() != nil {
+		late = func(r rediskit.AcquireReply) {
+			switch r.Code {
+			case rediskit.AcquireTaken:
+				undo(tok)
+			case rediskit.AcquireReentered:
+				undo(r.Token)
+			}
 		}
+		undoLate = func() { undo(tok) }
 	}
 	if plain && owner == "" && !queued {
 		// Unfenced, a blocking Acquire's first attempt is a plain SET NX,
 		// which takes a free key in one command; a key that exists in any
 		// form goes on to the script. (Not TryAcquire, for which a held
 		// key must cost one round trip.)
-		took, err := s.base.TakeNew(ctx, s.setNX, key, tok, ttl, func() { undo(tok) })
+		took, err := s.base.TakeNew(ctx, s.setNX, key, tok, ttl, undoLate)
 		switch {
 		case err != nil && ctx.Err() != nil:
 			return nil, nil, lockdriver.NotAcquired(ctx)

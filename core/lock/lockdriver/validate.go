@@ -83,10 +83,20 @@ func CleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	return BoundedContext(ctx, time.Now().Add(ReleaseTimeout))
 }
 
-// boundedKey marks a BoundedContext; the value is its Done channel.
+// boundedKey marks a BoundedContext: its Value is the context itself.
 type boundedKey struct{}
 
-type boundedMark struct{ done <-chan struct{} }
+// bounded is a BoundedContext: a deadline over ctx's values, which answers
+// its own boundedKey (one wrapper instead of a value context and a mark:
+// this is made on every Release).
+type bounded struct{ context.Context }
+
+func (b *bounded) Value(key any) any {
+	if key == (boundedKey{}) {
+		return b
+	}
+	return b.Context.Value(key)
+}
 
 // BoundedContext returns a context that keeps ctx's values but not its
 // cancellation and ends at deadline — and at no other time before its
@@ -97,10 +107,8 @@ type boundedMark struct{ done <-chan struct{} }
 // request under it on the caller's goroutine, instead of on a background
 // one that lets the caller return the moment the context is cancelled.
 func BoundedContext(ctx context.Context, deadline time.Time) (context.Context, context.CancelFunc) {
-	m := &boundedMark{}
-	c, cancel := context.WithDeadline(context.WithValue(context.WithoutCancel(ctx), boundedKey{}, m), deadline)
-	m.done = c.Done()
-	return c, cancel
+	c, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
+	return &bounded{c}, cancel
 }
 
 // DeadlineOnly reports whether ctx can end only at its deadline: it never
@@ -111,8 +119,8 @@ func DeadlineOnly(ctx context.Context) bool {
 	if done == nil {
 		return true
 	}
-	m, _ := ctx.Value(boundedKey{}).(*boundedMark)
-	return m != nil && m.done == done
+	b, _ := ctx.Value(boundedKey{}).(*bounded)
+	return b != nil && b.Done() == done
 }
 
 // TokenPrefixLen is how much of a holder's token is shown to operators

@@ -1,6 +1,7 @@
 package keep
 
 import (
+	"hash/maphash"
 	"sync"
 	"time"
 )
@@ -20,55 +21,69 @@ const CoolFor = 100 * time.Millisecond
 // Recent remembers when a Store last let each key go, for HotFor, and which
 // keys are cooling down (CoolFor). The zero value is ready to use; it is
 // safe for concurrent use.
+//
+// It is a fixed table of RecentSlots entries, one per key by a hash of the
+// key, and a key let go overwrites whichever key had its slot: a service
+// that takes a new key for every request lets thousands of keys go each
+// second, and the table costs it one lookup per release and nothing to
+// sweep. What it forgets is harmless: a hot key pushed out by another is
+// not kept on its next release (one round trip more), a cooling one may be
+// kept again sooner.
 type Recent struct {
-	mu      sync.Mutex
-	at      map[string]recent
-	sweepAt int // the size at which old entries are next swept out
+	mu    sync.Mutex
+	slots []recent // RecentSlots, made on first use
 }
 
+// RecentSlots is the size of a Recent's table.
+const RecentSlots = 1024
+
 type recent struct {
-	letGo, coolUntil time.Time
+	key              string
+	letGo, coolUntil time.Duration // since epoch (monotonic); coolUntil 0: not cooling
+}
+
+// epoch is what Recent's times count from: monotonic, and never 0.
+var epoch = time.Now().Add(-time.Hour)
+
+var seed = maphash.MakeSeed()
+
+// slotLocked returns key's slot, making the table on first use.
+func (r *Recent) slotLocked(key string) *recent {
+	if r.slots == nil {
+		r.slots = make([]recent, RecentSlots)
+	}
+	return &r.slots[maphash.String(seed, key)%RecentSlots]
 }
 
 // LetGo notes that the Store has just let key go.
 func (r *Recent) LetGo(key string) {
-	r.note(key, func(e *recent, now time.Time) { e.letGo = now })
+	now := time.Since(epoch)
+	r.mu.Lock()
+	e := r.slotLocked(key)
+	if e.key != key {
+		*e = recent{key: key}
+	}
+	e.letGo = now
+	r.mu.Unlock()
 }
 
 // Wasted notes that the Store let key go after keeping it for nothing: it
 // is not hot for CoolFor.
 func (r *Recent) Wasted(key string) {
-	r.note(key, func(e *recent, now time.Time) { e.letGo, e.coolUntil = now, now.Add(CoolFor) })
-}
-
-func (r *Recent) note(key string, set func(*recent, time.Time)) {
-	now := time.Now()
+	now := time.Since(epoch)
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.at == nil {
-		r.at, r.sweepAt = make(map[string]recent), 1024
-	}
-	if len(r.at) >= r.sweepAt {
-		for k, e := range r.at {
-			if now.Sub(e.letGo) >= HotFor && now.After(e.coolUntil) {
-				delete(r.at, k)
-			}
-		}
-		r.sweepAt = max(1024, 2*len(r.at))
-	}
-	e := r.at[key]
-	set(&e, now)
-	r.at[key] = e
+	*r.slotLocked(key) = recent{key: key, letGo: now, coolUntil: now + CoolFor}
+	r.mu.Unlock()
 }
 
 // Hot reports whether the Store let key go less than HotFor ago, and the
 // key is not cooling down.
 func (r *Recent) Hot(key string) bool {
+	now := time.Since(epoch)
 	r.mu.Lock()
-	e, ok := r.at[key]
+	e := *r.slotLocked(key)
 	r.mu.Unlock()
-	now := time.Now()
-	return ok && now.Sub(e.letGo) < HotFor && now.After(e.coolUntil)
+	return e.key == key && now-e.letGo < HotFor && now >= e.coolUntil
 }
 
 // ReservedFences is how many lease fences one fence issued by the server

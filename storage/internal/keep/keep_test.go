@@ -20,9 +20,8 @@ func TestRecent(t *testing.T) {
 		t.Fatal("a key whose kept hold went unused is hot while it cools")
 	}
 	r.mu.Lock()
-	e := r.at["k"]
-	e.letGo, e.coolUntil = time.Now().Add(-HotFor), time.Now().Add(-time.Millisecond)
-	r.at["k"] = e
+	e := r.slotLocked("k")
+	e.letGo, e.coolUntil = time.Since(epoch)-HotFor, time.Since(epoch)-time.Millisecond
 	r.mu.Unlock()
 	if r.Hot("k") {
 		t.Fatal("a key let go HotFor ago is hot")
@@ -33,24 +32,35 @@ func TestRecent(t *testing.T) {
 	}
 }
 
-func TestRecentSweeps(t *testing.T) {
+// A key that shares its slot with one let go since is forgotten, never
+// mistaken for the other; the table does not grow.
+func TestRecentForgets(t *testing.T) {
 	var r Recent
-	for i := range 5000 {
-		r.LetGo(fmt.Sprint(i))
-	}
+	r.LetGo("k")
 	r.mu.Lock()
-	for k, e := range r.at { // all old now
-		e.letGo = time.Now().Add(-2 * HotFor)
-		r.at[k] = e
-	}
+	slot := r.slotLocked("k")
 	r.mu.Unlock()
-	for i := range 2 * 5000 {
+	other := ""
+	for i := 0; other == ""; i++ {
+		k := fmt.Sprint("other", i)
+		r.mu.Lock()
+		if r.slotLocked(k) == slot {
+			other = k
+		}
+		r.mu.Unlock()
+	}
+	if r.Hot(other) {
+		t.Fatalf("%q is hot by the entry of the key sharing its slot", other)
+	}
+	r.LetGo(other)
+	if r.Hot("k") || !r.Hot(other) {
+		t.Fatalf("after %q took the slot: k hot %v, %q hot %v", other, r.Hot("k"), other, r.Hot(other))
+	}
+	for i := range 5 * RecentSlots {
 		r.LetGo(fmt.Sprint("new", i))
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if _, ok := r.at["1"]; ok || len(r.at) > 2*5000 {
-		t.Errorf("%d entries after a sweep, old ones kept: %v", len(r.at), ok)
+	if len(r.slots) != RecentSlots {
+		t.Errorf("%d slots, want %d", len(r.slots), RecentSlots)
 	}
 }
 
