@@ -251,8 +251,14 @@ func (g *Guard) run(ctx context.Context, c Claim, valid time.Time, run func(cont
 	// context: a client that hangs up must not free the key while its
 	// handler still runs.
 	wd := g.watch(context.WithoutCancel(rctx), c, valid, cancel)
-	cleanup, cancelCleanup := lockdriver.CleanupContext(ctx)
-	defer cancelCleanup()
+	// giveBack abandons the claim under a clean-up context made when it
+	// is needed: a fresh ReleaseTimeout however long run took, and no timer
+	// on the path that completes.
+	giveBack := func() error {
+		cleanup, cancelCleanup := lockdriver.CleanupContext(ctx)
+		defer cancelCleanup()
+		return g.abandon(cleanup, c)
+	}
 
 	returned := false
 	defer func() {
@@ -263,7 +269,7 @@ func (g *Guard) run(ctx context.Context, c Claim, valid time.Time, run func(cont
 		// the key back at once rather than at the end of its lease.
 		p := recover()
 		wd.stop()
-		_ = g.abandon(cleanup, c)
+		_ = giveBack()
 		if p != nil {
 			panic(p)
 		}
@@ -280,19 +286,19 @@ func (g *Guard) run(ctx context.Context, c Claim, valid time.Time, run func(cont
 		return nil, false, errors.Join(fmt.Errorf("idem: %q: claim lost while running: %w", c.Key, ErrLockLost), runErr)
 	}
 	if runErr != nil && (g.final == nil || !g.final(runErr)) {
-		if err := g.abandon(cleanup, c); err != nil && !errors.Is(err, ErrLockLost) {
+		if err := giveBack(); err != nil && !errors.Is(err, ErrLockLost) {
 			return nil, false, errors.Join(runErr, err)
 		}
 		return nil, false, runErr
 	}
 	enc := encodeOutcome(res, runErr)
 	if len(enc)-2 > g.maxResult {
-		_ = g.abandon(cleanup, c)
+		_ = giveBack()
 		return nil, false, fmt.Errorf("%w: %d bytes, limit %d", ErrResultTooLarge, len(enc)-2, g.maxResult)
 	}
 	if err := g.complete(ctx, c, enc, valid, effect); err != nil {
 		if refusedCompletion(err) {
-			_ = g.abandon(cleanup, c) // still ours, and nothing was written
+			_ = giveBack() // still ours, and nothing was written
 		}
 		return nil, false, err
 	}

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/lock/lockdriver"
 	"github.com/oncekit/oncekit/storage/memstore"
 )
 
@@ -206,6 +207,40 @@ func TestCompleteRetriedWhileClaimAlive(t *testing.T) {
 	}
 	if _, _, err := g.Do(t.Context(), "order-2", "fp", run); err == nil || !strings.Contains(err.Error(), "not stored") {
 		t.Fatalf("Do with a store down for good: %v; want an error saying the result was not stored", err)
+	}
+}
+
+// ctxStore's Abandon honours its context, as a network store's requests do.
+type ctxStore struct{ idem.Store }
+
+func (s ctxStore) Abandon(ctx context.Context, c idem.Claim) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return s.Store.Abandon(ctx, c)
+}
+
+// A run that fails after longer than lockdriver.ReleaseTimeout still gives
+// its key back at once: the clean-up context is made when the run is over,
+// not before it (one made before would have ended already, and the key
+// would stay in flight until its lease ran out).
+func TestLongFailedRunGivesKeyBack(t *testing.T) {
+	t.Parallel()
+	st := ctxStore{memstore.New()}
+	g, err := idem.NewGuard(st, idem.WithTTL(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	failed := errors.New("payment declined")
+	_, _, err = g.Do(t.Context(), "long", "fp", func(ctx context.Context) ([]byte, error) {
+		time.Sleep(lockdriver.ReleaseTimeout + 100*time.Millisecond) // the watchdog keeps the claim
+		return nil, failed
+	})
+	if !errors.Is(err, failed) {
+		t.Fatalf("Do: %v, want the run's error", err)
+	}
+	if c, err := st.Begin(t.Context(), "long", "fp", time.Minute); err != nil || c.State != idem.Acquired {
+		t.Fatalf("after the failed run: state %v (%v), want the key free to claim", c.State, err)
 	}
 }
 

@@ -52,3 +52,49 @@ func TestDeadlineOnly(t *testing.T) {
 		t.Errorf("a BoundedContext past its deadline: %v", short.Err())
 	}
 }
+
+func TestReleaseContext(t *testing.T) {
+	// Background and TODO share one bounded context for a moment.
+	a, cancelA := lockdriver.ReleaseContext(context.Background())
+	defer cancelA()
+	b, cancelB := lockdriver.ReleaseContext(context.TODO())
+	cancelB() // a caller's cancel does not end the shared context
+	deadline, ok := a.Deadline()
+	if left := time.Until(deadline); !ok || left > lockdriver.ReleaseTimeout || left < lockdriver.ReleaseTimeout-time.Second {
+		t.Errorf("a Release without a context of its own: deadline in %v (set %v), want about %v", left, ok, lockdriver.ReleaseTimeout)
+	}
+	if a != b || b.Err() != nil || !lockdriver.DeadlineOnly(a) {
+		t.Errorf("shared %v, ended %v, deadline only %v", a == b, b.Err(), lockdriver.DeadlineOnly(a))
+	}
+
+	// Values are kept, in a context of the caller's own.
+	v, cancelV := lockdriver.ReleaseContext(context.WithValue(context.Background(), ctxKey{}, "v"))
+	defer cancelV()
+	if _, ok := v.Deadline(); !ok || v.Value(ctxKey{}) != "v" || v == a || !lockdriver.DeadlineOnly(v) {
+		t.Error("a context with values lost them or got no deadline")
+	}
+
+	// A deadline of the caller's is kept; a cancellable context gets one.
+	timed, cancelTimed := context.WithTimeout(context.Background(), time.Hour)
+	defer cancelTimed()
+	if c, cancel := lockdriver.ReleaseContext(timed); c != timed {
+		t.Error("a context with a deadline was replaced")
+	} else {
+		cancel()
+	}
+	live, cancelLive := context.WithCancel(context.Background())
+	c, cancel := lockdriver.ReleaseContext(live)
+	if _, ok := c.Deadline(); !ok || lockdriver.DeadlineOnly(c) {
+		t.Error("a cancellable context got no deadline, or lost its cancellation")
+	}
+	cancelLive()
+	<-c.Done()
+	cancel()
+
+	// An ended context gets a clean-up context that has not ended.
+	c, cancel = lockdriver.ReleaseContext(live)
+	defer cancel()
+	if c.Err() != nil || !lockdriver.DeadlineOnly(c) {
+		t.Errorf("a Release after its context ended: %v", c.Err())
+	}
+}

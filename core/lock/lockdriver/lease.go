@@ -265,17 +265,8 @@ func (l *Lease) Release(ctx context.Context) error {
 	if l.State() == Released {
 		return nil
 	}
-	var cancel context.CancelFunc
-	if _, bounded := ctx.Deadline(); ctx.Err() != nil {
-		ctx, cancel = CleanupContext(ctx)
-		defer cancel()
-	} else if !bounded && ctx.Done() == nil {
-		ctx, cancel = BoundedContext(ctx, time.Now().Add(ReleaseTimeout))
-		defer cancel()
-	} else if !bounded {
-		ctx, cancel = context.WithTimeout(ctx, ReleaseTimeout)
-		defer cancel()
-	}
+	ctx, cancel := ReleaseContext(ctx)
+	defer cancel()
 	err := l.cfg.Store.StoreRelease(ctx)
 	switch {
 	case err == nil:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/oncekit/oncekit/core/lock"
@@ -109,6 +110,49 @@ func (b *bounded) Value(key any) any {
 func BoundedContext(ctx context.Context, deadline time.Time) (context.Context, context.CancelFunc) {
 	c, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
 	return &bounded{c}, cancel
+}
+
+// releaseEpoch is how long one shared context bounds the Releases of
+// callers without a context of their own (ReleaseContext).
+const releaseEpoch = 100 * time.Millisecond
+
+// shared is the BoundedContext those Releases share: made every
+// releaseEpoch, never cancelled before its deadline (its timer ends it).
+var shared struct {
+	mu     sync.Mutex
+	ctx    context.Context
+	cancel context.CancelFunc // kept for vet; the deadline ends it
+	until  time.Time
+}
+
+// ReleaseContext returns the context a Release under ctx runs in, and the
+// function to call when it is over: ctx itself when it has a deadline;
+// CleanupContext when it has ended already; ctx within ReleaseTimeout when
+// it has no deadline. context.Background and context.TODO, the usual
+// context of a deferred Release, share one BoundedContext for
+// releaseEpoch (a deadline between ReleaseTimeout - releaseEpoch and
+// ReleaseTimeout away): a timer and a context per Release are the
+// larger part of what the call costs beyond the request.
+func ReleaseContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, bounded := ctx.Deadline(); bounded && ctx.Err() == nil {
+		return ctx, func() {}
+	}
+	switch {
+	case ctx.Err() != nil:
+		return CleanupContext(ctx)
+	case ctx == context.Background() || ctx == context.TODO():
+		now := time.Now()
+		shared.mu.Lock()
+		defer shared.mu.Unlock()
+		if shared.ctx == nil || now.After(shared.until) {
+			shared.ctx, shared.cancel = BoundedContext(context.Background(), now.Add(ReleaseTimeout))
+			shared.until = now.Add(releaseEpoch)
+		}
+		return shared.ctx, func() {}
+	case ctx.Done() == nil:
+		return BoundedContext(ctx, time.Now().Add(ReleaseTimeout))
+	}
+	return context.WithTimeout(ctx, ReleaseTimeout)
 }
 
 // DeadlineOnly reports whether ctx can end only at its deadline: it never
