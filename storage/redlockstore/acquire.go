@@ -23,10 +23,12 @@ type votes struct {
 	key string
 	tok string
 
-	mu     sync.Mutex
-	nodes  map[int]bool
-	gaveUp bool
-	lease  *lease
+	mu      sync.Mutex
+	nodes   map[int]bool
+	gaveUp  bool
+	lease   *lease
+	ending  bool  // the hold's last release is under way (end)
+	pending []int // nodes late answers took meanwhile, released after it
 }
 
 func (s *Store) newVotes(key string) *votes {
@@ -34,10 +36,26 @@ func (s *Store) newVotes(key string) *votes {
 }
 
 // took records that node i holds the token; it reports false (and releases
-// the node) when the votes are no longer wanted.
+// the node) when the votes are no longer wanted: given up, or their lease
+// ended and its hold did not go on.
+//
+// A hold the Store kept (kept.go) goes on under the same token in later
+// leases, and a late answer to one of this token's rounds — an earlier
+// round of the same wait, whose node the winning round counted again — may
+// be a node of that hold: releasing it would take the hold below a majority
+// while one of its leases is live. Such a node is recorded; the hold's
+// last release asks every node. A late answer that comes while that
+// release is under way (end) is released once it is over: released before,
+// the node would answer that release "not ours", and a hold released in
+// full would be reported lost.
 func (v *votes) took(i int) bool {
 	v.mu.Lock()
-	over := v.gaveUp || (v.lease != nil && v.lease.State() != lockdriver.Live)
+	if v.ending {
+		v.pending = append(v.pending, i)
+		v.mu.Unlock()
+		return false
+	}
+	over := v.gaveUp || (v.lease != nil && v.lease.State() != lockdriver.Live && !v.lease.passed.Load())
 	if !over {
 		v.nodes[i] = true
 	}
@@ -46,6 +64,30 @@ func (v *votes) took(i int) bool {
 		v.s.releaseNodes(v.key, v.tok, []int{i}, 0, false, 0)
 	}
 	return !over
+}
+
+// end marks the votes' hold as being released on the nodes: the votes are
+// no longer wanted. It returns the function to call once that release is
+// over, which releases the nodes late answers took meanwhile; after it, a
+// late answer's node is released at once.
+func (v *votes) end() (ended func()) {
+	if v == nil {
+		return func() {}
+	}
+	v.mu.Lock()
+	v.gaveUp, v.ending = true, true
+	v.nodes = map[int]bool{}
+	v.mu.Unlock()
+	return func() {
+		v.mu.Lock()
+		v.ending = false
+		idx := v.pending
+		v.pending = nil
+		v.mu.Unlock()
+		if len(idx) > 0 {
+			v.s.releaseNodes(v.key, v.tok, idx, 0, false, 0)
+		}
+	}
 }
 
 // giveUp releases every node the token took, waiting up to wait. Quiet
@@ -184,6 +226,7 @@ func (s *Store) grant(ctx context.Context, v *votes, ar *acquireRound, ttl time.
 		}
 	}
 	l := s.newLease(v.key, v.tok, fence, 0, ar.start.Add(ttl-s.drift(ttl)), onEnd, nil)
+	l.votes = v
 	l.took = time.Now() // WithMaxLocalHold counts from here
 	l.clocks = make(map[*node]int64, len(ar.clocks))
 	for i, c := range ar.clocks {

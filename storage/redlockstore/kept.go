@@ -36,6 +36,7 @@ func (s *Store) mayReuse(l *lease) bool {
 
 // letGo releases a kept hold nobody took on the nodes.
 func (s *Store) letGo(l *lease) {
+	defer l.votes.end()()
 	s.recent.Wasted(l.Key())
 	s.releaseNodes(l.Key(), l.Token(), s.all(), 0, false, l.base)
 }
@@ -51,9 +52,10 @@ func (s *Store) takeKept(key string, ttl time.Duration) lock.Lease {
 	}
 	if s.mayReuse(prev) && time.Until(deadline) >= ttl-ttl/8 {
 		l := s.newLease(key, prev.Token(), prev.base, prev.used+1, deadline, nil, nil)
-		l.took, l.hot, l.clocks = prev.took, true, prev.clocks
+		l.took, l.hot, l.clocks, l.votes = prev.took, true, prev.clocks, prev.votes
 		return l
 	}
+	defer prev.votes.end()()
 	s.recent.LetGo(key)
 	s.releaseNodes(key, prev.Token(), s.all(), s.nodeTimeout(ttl), false, prev.base)
 	return nil
@@ -62,6 +64,8 @@ func (s *Store) takeKept(key string, ttl time.Duration) lock.Lease {
 // releaseKept lets every kept hold go, for Close.
 func (s *Store) releaseKept() {
 	for _, l := range s.kept.Close() {
+		ended := l.votes.end()
 		s.releaseNodes(l.Key(), l.Token(), s.all(), 0, false, l.base)
+		ended()
 	}
 }

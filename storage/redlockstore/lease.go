@@ -29,6 +29,7 @@ type lease struct {
 	// plain are the nodes its hold took by a first attempt (Base.Release).
 	plain map[*node]bool
 	took  time.Time // when the Store learnt it took the key from the nodes
+	votes *votes    // the round's votes that took the hold (nil for a re-entry): ended with the hold
 	hot   bool      // taken by a non-owner right after this Store let the key go: kept on Release
 
 	// passed is set when the Store kept the lease's hold (kept.go): the
@@ -96,11 +97,13 @@ func (l *lease) StoreRelease(ctx context.Context) error {
 	if l.passed.Load() || s.keep(l) {
 		return nil // kept now, or released already: its hold went on
 	}
+	ended := l.votes.end() // the hold ends here (see votes.took)
 	v := s.poll(ctx, l.targets(), s.nodeTimeout(max(l.Remaining(), time.Millisecond)), false,
 		func(ctx context.Context, n *node) (bool, error) {
 			code, err := s.base.Release(ctx, n.c, l.Key(), l.Token(), false, l.base, l.clocks[n], l.plain[n])
 			return code.Ours(), err
 		})
+	ended()
 	err := s.verdict("release", l.Key(), v, lock.ErrLockLost)
 	if err == nil {
 		s.recent.LetGo(l.Key())
