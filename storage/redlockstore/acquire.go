@@ -123,6 +123,7 @@ type acquireRound struct {
 	clocks    map[int]int64 // ... and their clocks in µs when they issued them
 	plain     map[int]bool  // ... and those taken by a first attempt (rediskit.AcquireReply.Plain)
 	busy      map[int]int64 // the nodes held by another token: their PTTLs
+	crowded   int           // ... of which the nodes where processes wait in the key's queue
 	reentered map[int]int64 // the nodes an owner re-entered: its fence there
 	reTok     map[int]string
 	failed    map[int]error
@@ -158,6 +159,9 @@ func (s *Store) sendAcquire(ctx context.Context, v *votes, ttl time.Duration, qu
 			ar.reentered[a.node], ar.reTok[a.node] = a.v.N, a.v.Token
 		case a.v.Code == rediskit.AcquireBusy:
 			ar.busy[a.node] = a.v.N
+			if a.v.Crowded {
+				ar.crowded++
+			}
 		default:
 			r.failed[a.node] = errLate
 		}
@@ -194,6 +198,11 @@ func (s *Store) attempt(ctx context.Context, v *votes, ttl time.Duration, onEnd 
 		return outcome{err: lockdriver.NotAcquired(ctx)}
 	}
 	if len(ar.taken) < s.quorum {
+		if ar.crowded >= s.quorum && !s.recent.Hot(v.key) {
+			// Processes queued for a key this Store did not just let go:
+			// it is taken in turns between processes.
+			s.crowded.Mark(v.key)
+		}
 		leader := s.leaderNode(v.key)
 		_, isLeader := ar.taken[leader]
 		pttl, rival := ar.busy[leader]
@@ -380,6 +389,12 @@ func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (loc
 	var once sync.Once
 	unlock := func() { once.Do(func() { s.local.Unlock(key) }) }
 	w := &waiting{s: s, key: key, ttl: ttl, onEnd: unlock, backoff: s.base.MinBackoff, votes: s.newVotes(key)}
+	if s.crowded.Marked(key) {
+		// Processes were queued for the key a moment ago, on a majority
+		// of the nodes: it is taken in turns. Queue from the first
+		// attempt, one round instead of two per turn.
+		w.subscribe()
+	}
 	l, err := w.run(ctx)
 	if err != nil {
 		unlock()

@@ -45,7 +45,13 @@
 // tries again or its grace runs out (bounded barging). A waiter subscribes
 // on every node before it joins the queues (a subscription stays a second
 // after its last waiter left, for the process's next wait), and polls
-// while a subscription is unconfirmed. A waiter leaves the queues when it gives
+// while a subscription is unconfirmed. A first attempt that finds the key
+// held and other processes queued on a majority of the nodes marks the key
+// for a second: the Store's next waits for it join the queues in their
+// first round (one round per turn instead of two when processes take a
+// key in turns; a key only this process takes is never marked, since a
+// member of the queues sends every release down the queue's longer path).
+// A waiter leaves the queues when it gives
 // up, and the nodes it did not take when it wins. A node that leaves
 // requests unanswered for half a second (paused, partitioned) or whose
 // last request failed is not waited for by rounds whose outcome it can no

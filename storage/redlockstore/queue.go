@@ -107,13 +107,20 @@ func (w *waiting) checkQuorum(err error) error {
 // first attempt and the subscription is not missed, and from now on a
 // release wakes only the first waiting process.
 func (w *waiting) join(out outcome) bool {
-	w.watch = w.s.watchChannels(w.s.base.Keys.Channel(w.key), w.s.base.OwnChannel(w.key))
-	w.queued, w.place = true, time.Now().UnixMicro()
+	w.subscribe()
 	if out.err == nil && !out.split {
 		return true
 	}
 	w.joinNow = out.err == nil // after settling the split
 	return false
+}
+
+// subscribe watches the key's release channel and this Store's own on
+// every node, and makes the waiter's next attempts members of the key's
+// waiting queues.
+func (w *waiting) subscribe() {
+	w.watch = w.s.watchChannels(w.s.base.Keys.Channel(w.key), w.s.base.OwnChannel(w.key))
+	w.queued, w.place = true, time.Now().UnixMicro()
 }
 
 // won reports a notified hand-off.

@@ -69,3 +69,66 @@ func TestSplitWaitEndsWithRivalReservation(t *testing.T) {
 			waited.Round(time.Millisecond))
 	}
 }
+
+// A process that found other processes queued for a key on a majority of
+// the nodes waits for it next time as a member of the queues from its first
+// round: one round per wait instead of two. (A process that only takes the
+// key itself never queues early: see keep.Marks in Acquire.)
+func TestCrowdedKeyQueuedFromFirstRound(t *testing.T) {
+	addrs := testenv.RedisAddrs(t, 5)[:5]
+	var rt counter
+	a := newStore(t, clients(t, addrs, &rt))
+	b := newStore(t, clients(t, addrs))
+	c := newStore(t, clients(t, addrs))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	key := fmt.Sprintf("crowded-%d", time.Now().UnixNano())
+
+	// turn: b holds the key, c waits in its queues, and a asks for it;
+	// requests is how many requests a sent before it was waiting.
+	turn := func() (requests int64) {
+		t.Helper()
+		held, err := b.Acquire(ctx, key, 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cGot := make(chan error, 1)
+		go func() {
+			l, err := c.Acquire(ctx, key, 10*time.Second)
+			if err == nil {
+				time.Sleep(10 * time.Millisecond)
+				err = l.Release(ctx)
+			}
+			cGot <- err
+		}()
+		time.Sleep(200 * time.Millisecond) // c queued on the nodes
+		before := rt.N.Load()
+		aGot := make(chan error, 1)
+		go func() {
+			l, err := a.Acquire(ctx, key, 10*time.Second)
+			if err == nil {
+				err = l.Release(ctx)
+			}
+			aGot <- err
+		}()
+		time.Sleep(200 * time.Millisecond) // a waiting
+		requests = rt.N.Load() - before
+		if err := held.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for _, ch := range []chan error{cGot, aGot} {
+			if err := <-ch; err != nil {
+				t.Fatal(err)
+			}
+		}
+		time.Sleep(50 * time.Millisecond) // a's release is not recent any more
+		return requests
+	}
+	nodes := int64(len(addrs))
+	if n := turn(); n < 2*nodes {
+		t.Errorf("first wait: %d requests before waiting, want at least two rounds (%d): a first attempt, then one in the queues", n, 2*nodes)
+	}
+	if n := turn(); n != nodes {
+		t.Errorf("the key seen crowded: %d requests before waiting, want one round (%d) in the queues", n, nodes)
+	}
+}

@@ -43,6 +43,7 @@ type Store struct {
 	linger   time.Duration
 	handOffs keep.HandOffs
 	recent   keep.Recent        // when this Store last let each key go (lease.hot)
+	crowded  keep.Marks         // keys whose queues held processes lately (Acquire)
 	kept     keep.Holds[*lease] // holds kept after their Release (kept.go)
 
 	closed    chan struct{}
@@ -148,6 +149,7 @@ func New(clients []Client, opts ...Option) (*Store, error) {
 		closed:   make(chan struct{}),
 		linger:   o.linger,
 		handOffs: keep.HandOffs{Max: o.maxHandOffs, Hold: o.maxHold},
+		crowded:  keep.Marks{For: redisnotify.Linger}, // while the subscriptions linger
 	}
 	s.base.Init(o.Options)
 	if o.fenced && o.maxHandOffs > 0 {

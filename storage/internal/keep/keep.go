@@ -108,3 +108,43 @@ type HandOffs struct {
 func (h HandOffs) Left(n int, took time.Time) bool {
 	return h.Max > 0 && (n < h.Max || time.Since(took) < h.Hold)
 }
+
+// Marks remembers which keys were marked in the last For, in a fixed table
+// like Recent's (a key marked overwrites whichever key had its slot, and
+// is forgotten). The zero value with For set is ready to use; it is safe
+// for concurrent use.
+type Marks struct {
+	For time.Duration
+
+	mu    sync.Mutex
+	slots []mark // RecentSlots, made on first use
+}
+
+type mark struct {
+	key string
+	at  time.Duration // since epoch
+}
+
+func (m *Marks) slotLocked(key string) *mark {
+	if m.slots == nil {
+		m.slots = make([]mark, RecentSlots)
+	}
+	return &m.slots[maphash.String(seed, key)%RecentSlots]
+}
+
+// Mark marks key now.
+func (m *Marks) Mark(key string) {
+	now := time.Since(epoch)
+	m.mu.Lock()
+	*m.slotLocked(key) = mark{key: key, at: now}
+	m.mu.Unlock()
+}
+
+// Marked reports whether key was marked less than For ago.
+func (m *Marks) Marked(key string) bool {
+	now := time.Since(epoch)
+	m.mu.Lock()
+	e := *m.slotLocked(key)
+	m.mu.Unlock()
+	return e.key == key && now-e.at < m.For
+}

@@ -81,3 +81,18 @@ func TestHandOffsLeft(t *testing.T) {
 		t.Error("Max 0 allows a hand-off")
 	}
 }
+
+func TestMarks(t *testing.T) {
+	m := Marks{For: 50 * time.Millisecond}
+	if m.Marked("k") {
+		t.Fatal("a key never marked is marked")
+	}
+	m.Mark("k")
+	if !m.Marked("k") || m.Marked("other") {
+		t.Fatalf("after marking k: k %v, other %v", m.Marked("k"), m.Marked("other"))
+	}
+	time.Sleep(m.For)
+	if m.Marked("k") {
+		t.Fatal("a mark older than For still counts")
+	}
+}

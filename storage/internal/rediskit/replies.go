@@ -35,6 +35,9 @@ type AcquireReply struct {
 	// which takes only a key without flags: its release may try the short
 	// one too (Base.Release).
 	Plain bool
+	// Crowded: AcquireBusy from a first attempt (lua/acquire_new.lua), and
+	// processes wait in the key's queue: the key is taken in turns.
+	Crowded bool
 }
 
 // undecided reports the reply of AcquireNew or ReleaseNew that leaves the
@@ -70,10 +73,15 @@ func ParseAcquire(cmd *redis.Cmd) (AcquireReply, error) {
 	if ok && r.Code == AcquireTaken && len(v) >= 3 {
 		r.Clock, ok = v[2].(int64)
 	}
-	if ok && r.Code == AcquireBusy && len(v) == 3 {
+	if ok && r.Code == AcquireBusy && (len(v) == 3 || len(v) == 4) {
 		var floor int64
 		floor, ok = v[2].(int64)
 		r.Floor = uint64(max(floor, 0))
+		if ok && len(v) == 4 {
+			var queued int64
+			queued, ok = v[3].(int64)
+			r.Crowded = queued == 1
+		}
 	}
 	if ok && r.Code == AcquireReentered {
 		ok = len(v) == 3

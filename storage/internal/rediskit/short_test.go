@@ -71,8 +71,13 @@ func TestShortScriptsAnswerAsTheFullOnes(t *testing.T) {
 	t.Run("held", func(t *testing.T) {
 		first := take("held", "a", AcquireArgs{})
 		r := take("held", "b", AcquireArgs{})
-		if r.Code != AcquireBusy || r.Plain || r.Floor != uint64(first.N) || r.N <= 0 {
-			t.Fatalf("%+v, want busy with the holder's fence %d as floor", r, first.N)
+		if r.Code != AcquireBusy || r.Plain || r.Crowded || r.Floor != uint64(first.N) || r.N <= 0 {
+			t.Fatalf("%+v, want busy with the holder's fence %d as floor, nobody queued", r, first.N)
+		}
+		// Held with processes queued: the reply says so.
+		c.Set(ctx, b.Keys.Lock("crowded"), "x|5|w", time.Minute)
+		if r := take("crowded", "b", AcquireArgs{}); r.Code != AcquireBusy || !r.Crowded || r.Floor != 5 {
+			t.Fatalf("a held key with processes queued: %+v, want busy and crowded", r)
 		}
 		// The holder asks again with its own token (Redlock re-asking a
 		// node): the full script renews it.

@@ -6,7 +6,8 @@
 -- four arguments instead of four and ten: every key and argument costs the
 -- client and the server work on the path of every new key (each declared
 -- key measurably so on the server). It answers as acquire.lua does — taken
--- {1, fence, clock}, held {0, PTTL, floor}, too late {-1, 0} — or {-2}
+-- {1, fence, clock}, held {0, PTTL, floor} (with a fourth element, 1, when
+-- processes wait in the key's queue), too late {-1, 0} — or {-2}
 -- when only acquire.lua can decide: a key whose tombstone says a process
 -- is queued (a release may have reserved it for the waiter it woke, and a
 -- take must carry the flag on), the caller's own token (Redlock re-asking a
@@ -19,6 +20,9 @@ if tok == ARGV[1] then
   return {-2}
 end
 if tok then
+  if has(flags, 'w') then
+    return {0, redis.call('PTTL', KEYS[1]), f, 1}
+  end
   return {0, redis.call('PTTL', KEYS[1]), f}
 end
 if flags ~= '' then
