@@ -97,7 +97,14 @@ func (l *lease) StoreRelease(ctx context.Context) error {
 	if l.passed.Load() || s.keep(l) {
 		return nil // kept now, or released already: its hold went on
 	}
-	ended := l.votes.end() // the hold ends here (see votes.took)
+	ended := func() {}
+	if l.used > 0 {
+		// The last lease of a hold the Store kept: the hold ends here, and
+		// late answers for its token give their nodes back (votes.took).
+		// (A hold that was never kept ends with its first lease, which
+		// took tells from its state.)
+		ended = l.votes.end()
+	}
 	v := s.poll(ctx, l.targets(), s.nodeTimeout(max(l.Remaining(), time.Millisecond)), false,
 		func(ctx context.Context, n *node) (bool, error) {
 			code, err := s.base.Release(ctx, n.c, l.Key(), l.Token(), false, l.base, l.clocks[n], l.plain[n])
