@@ -76,3 +76,76 @@ func evalshaStats(b *testing.B, c *redis.Client) (usec, calls float64) {
 	}
 	return usec, calls
 }
+
+// BenchmarkScriptCost: what a script costs this Redis against plain
+// commands, per cycle on a new key, in client and server CPU (see cycles);
+// every cycle ends with an UNLINK of the key. "plain" is SET NX PX + SET PX
+// (the Guard.Do control); "scripts" a claim and a completion shaped like
+// oncekit's (TIME + SET NX GET PX; GET + SET PX); "empty" two scripts that
+// only return; "keys-1" and "keys-3" the claim script alone, sent with one
+// declared key and four arguments or with three keys and five (the
+// script's work is the same).
+func BenchmarkScriptCost(b *testing.B) {
+	addr := testenv.RedisAddrs(b, 1)[0]
+	claim := redis.NewScript(`local t = redis.call('TIME')
+local c = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local p = redis.call('SET', KEYS[1], 'R1|i|' .. c .. '||' .. ARGV[1] .. '|2|fp', 'NX', 'GET', 'PX', ARGV[2])
+if not p then return {1, c, c} end
+return {0}`)
+	complete := redis.NewScript(`local v = redis.call('GET', KEYS[1])
+if v then redis.call('SET', KEYS[1], 'R1|c|' .. ARGV[1], 'PX', ARGV[2]) return 1 end
+return 0`)
+	empty := redis.NewScript(`return 1`)
+	for _, workers := range []int{1, 16} {
+		for _, mode := range []string{"plain", "scripts", "empty", "keys-1", "keys-3"} {
+			b.Run(fmt.Sprintf("workers=%d/%s", workers, mode), func(b *testing.B) {
+				cs := make([]*redis.Client, workers)
+				ctx := context.Background()
+				for w := range cs {
+					cs[w], _ = client(b, addr)
+					for _, s := range []*redis.Script{claim, complete, empty} {
+						if err := s.Load(ctx, cs[w]).Err(); err != nil {
+							b.Fatal(err)
+						}
+					}
+				}
+				prefix := benchKey("script-cost")
+				cycles(b, []string{addr}, workers, func(w int, i int64) error {
+					c, key := cs[w], prefix+":"+strconv.FormatInt(i, 10)
+					switch mode {
+					case "plain":
+						if err := c.SetNX(ctx, key, "R1|i|1||tok|2|fp", 10*time.Second).Err(); err != nil {
+							return err
+						}
+						if err := c.Set(ctx, key, `R1|c|tok{"order":1001}`, time.Minute).Err(); err != nil {
+							return err
+						}
+					case "scripts":
+						if err := claim.EvalSha(ctx, c, []string{key}, "tok", 10000).Err(); err != nil {
+							return err
+						}
+						if err := complete.EvalSha(ctx, c, []string{key}, `tok{"order":1001}`, 60000).Err(); err != nil {
+							return err
+						}
+					case "empty":
+						if err := empty.EvalSha(ctx, c, []string{key}, "tok", 10000).Err(); err != nil {
+							return err
+						}
+						if err := empty.EvalSha(ctx, c, []string{key}, "tok", 60000).Err(); err != nil {
+							return err
+						}
+					case "keys-1":
+						if err := claim.EvalSha(ctx, c, []string{key}, "tok", 10000, 0, 1).Err(); err != nil {
+							return err
+						}
+					default:
+						if err := claim.EvalSha(ctx, c, []string{key, key + ":q", key + ":qx"}, "tok", 10000, 0, 1, 100).Err(); err != nil {
+							return err
+						}
+					}
+					return c.Unlink(ctx, key).Err()
+				})
+			})
+		}
+	}
+}
