@@ -31,10 +31,10 @@ const CoolFor = 100 * time.Millisecond
 // kept again sooner.
 type Recent struct {
 	mu    sync.Mutex
-	slots []recent // RecentSlots, made on first use
+	table table[recent]
 }
 
-// RecentSlots is the size of a Recent's table.
+// RecentSlots is the size of the tables of Recent and Marks.
 const RecentSlots = 1024
 
 type recent struct {
@@ -47,19 +47,24 @@ var epoch = time.Now().Add(-time.Hour)
 
 var seed = maphash.MakeSeed()
 
-// slotLocked returns key's slot, making the table on first use.
-func (r *Recent) slotLocked(key string) *recent {
-	if r.slots == nil {
-		r.slots = make([]recent, RecentSlots)
+// table is a fixed table of RecentSlots entries, one per key by a hash of
+// the key; entries of other keys may share a slot, and each entry says
+// which key it is for. Not safe for concurrent use.
+type table[E any] struct{ slots []E }
+
+// slot returns key's slot, making the table on first use.
+func (t *table[E]) slot(key string) *E {
+	if t.slots == nil {
+		t.slots = make([]E, RecentSlots)
 	}
-	return &r.slots[maphash.String(seed, key)%RecentSlots]
+	return &t.slots[maphash.String(seed, key)%RecentSlots]
 }
 
 // LetGo notes that the Store has just let key go.
 func (r *Recent) LetGo(key string) {
 	now := time.Since(epoch)
 	r.mu.Lock()
-	e := r.slotLocked(key)
+	e := r.table.slot(key)
 	if e.key != key {
 		*e = recent{key: key}
 	}
@@ -72,7 +77,7 @@ func (r *Recent) LetGo(key string) {
 func (r *Recent) Wasted(key string) {
 	now := time.Since(epoch)
 	r.mu.Lock()
-	*r.slotLocked(key) = recent{key: key, letGo: now, coolUntil: now + CoolFor}
+	*r.table.slot(key) = recent{key: key, letGo: now, coolUntil: now + CoolFor}
 	r.mu.Unlock()
 }
 
@@ -81,7 +86,7 @@ func (r *Recent) Wasted(key string) {
 func (r *Recent) Hot(key string) bool {
 	now := time.Since(epoch)
 	r.mu.Lock()
-	e := *r.slotLocked(key)
+	e := *r.table.slot(key)
 	r.mu.Unlock()
 	return e.key == key && now-e.letGo < HotFor && now >= e.coolUntil
 }
@@ -117,7 +122,7 @@ type Marks struct {
 	For time.Duration
 
 	mu    sync.Mutex
-	slots []mark // RecentSlots, made on first use
+	table table[mark]
 }
 
 type mark struct {
@@ -125,18 +130,11 @@ type mark struct {
 	at  time.Duration // since epoch
 }
 
-func (m *Marks) slotLocked(key string) *mark {
-	if m.slots == nil {
-		m.slots = make([]mark, RecentSlots)
-	}
-	return &m.slots[maphash.String(seed, key)%RecentSlots]
-}
-
 // Mark marks key now.
 func (m *Marks) Mark(key string) {
 	now := time.Since(epoch)
 	m.mu.Lock()
-	*m.slotLocked(key) = mark{key: key, at: now}
+	*m.table.slot(key) = mark{key: key, at: now}
 	m.mu.Unlock()
 }
 
@@ -144,7 +142,7 @@ func (m *Marks) Mark(key string) {
 func (m *Marks) Marked(key string) bool {
 	now := time.Since(epoch)
 	m.mu.Lock()
-	e := *m.slotLocked(key)
+	e := *m.table.slot(key)
 	m.mu.Unlock()
 	return e.key == key && now-e.at < m.For
 }

@@ -20,7 +20,7 @@ func TestRecent(t *testing.T) {
 		t.Fatal("a key whose kept hold went unused is hot while it cools")
 	}
 	r.mu.Lock()
-	e := r.slotLocked("k")
+	e := r.table.slot("k")
 	e.letGo, e.coolUntil = time.Since(epoch)-HotFor, time.Since(epoch)-time.Millisecond
 	r.mu.Unlock()
 	if r.Hot("k") {
@@ -38,13 +38,13 @@ func TestRecentForgets(t *testing.T) {
 	var r Recent
 	r.LetGo("k")
 	r.mu.Lock()
-	slot := r.slotLocked("k")
+	slot := r.table.slot("k")
 	r.mu.Unlock()
 	other := ""
 	for i := 0; other == ""; i++ {
 		k := fmt.Sprint("other", i)
 		r.mu.Lock()
-		if r.slotLocked(k) == slot {
+		if r.table.slot(k) == slot {
 			other = k
 		}
 		r.mu.Unlock()
@@ -59,8 +59,8 @@ func TestRecentForgets(t *testing.T) {
 	for i := range 5 * RecentSlots {
 		r.LetGo(fmt.Sprint("new", i))
 	}
-	if len(r.slots) != RecentSlots {
-		t.Errorf("%d slots, want %d", len(r.slots), RecentSlots)
+	if len(r.table.slots) != RecentSlots {
+		t.Errorf("%d slots, want %d", len(r.table.slots), RecentSlots)
 	}
 }
 
