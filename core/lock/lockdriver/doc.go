@@ -15,7 +15,9 @@
 //   - Input checks (Validate, ValidateKey, ValidateTTL, ValidateOwner) with
 //     the errors of package lock.
 //   - CleanupContext and ReleaseTimeout, for clean-up that must run after
-//     the caller's context has ended; BoundedContext and DeadlineOnly, for
-//     work that only a deadline may cut short.
+//     the caller's context has ended; ReleaseContext, the context a
+//     Release runs in (shared for callers without one of their own);
+//     BoundedContext and DeadlineOnly, for work that only a deadline may
+//     cut short.
 //   - TokenPrefix, how a token is shown to operators.
 package lockdriver
