@@ -29,6 +29,11 @@ type votes struct {
 	lease   *lease
 	ending  bool  // the hold's last release is under way (end)
 	pending []int // nodes late answers took meanwhile, released after it
+
+	// plain lets an unfenced first attempt take free nodes with a plain
+	// SET NX (sendAcquire): a blocking Acquire's, not TryAcquire's, for
+	// which a held key must cost one request per node.
+	plain bool
 }
 
 func (s *Store) newVotes(key string) *votes {
@@ -145,7 +150,24 @@ func (s *Store) sendAcquire(ctx context.Context, v *votes, ttl time.Duration, qu
 	}
 	args := rediskit.AcquireArgs{Key: v.key, Token: v.tok, TTL: ttl, Deadline: deadline,
 		Unfenced: !s.redlock.fenced, Owner: owner, Queued: queued, Place: place}
+	// Unfenced, a first attempt at a key this Store has not seen contended
+	// lately is a plain SET NX on each node (below).
+	plain := v.plain && args.Unfenced && owner == "" && !queued && !s.recent.Hot(v.key) && !s.crowded.Marked(v.key)
 	r := newRound(s, s.all(), func(ctx context.Context, n *node) (rediskit.AcquireReply, error) {
+		if sn, ok := n.c.(rediskit.SetNXer); ok && plain {
+			// As redsync's: a key that exists in any form goes on to the
+			// script (a second request to the node, which is why a key seen
+			// contended skips this). A take that lands after the round
+			// gave up is given back when its answer comes, or expires:
+			// see votes.took.
+			took, err := s.base.TakeNew(ctx, sn, v.key, v.tok, ttl, nil)
+			switch {
+			case err != nil:
+				return rediskit.AcquireReply{}, err
+			case took:
+				return rediskit.AcquireReply{Code: rediskit.AcquireTaken, Plain: true}, nil
+			}
+		}
 		return s.base.Acquire(ctx, n.c, args, nil)
 	})
 	ar.ctxErr = r.collect(ctx, nt, func(a answer[rediskit.AcquireReply]) bool {
@@ -389,13 +411,18 @@ func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (loc
 	var once sync.Once
 	unlock := func() { once.Do(func() { s.local.Unlock(key) }) }
 	w := &waiting{s: s, key: key, ttl: ttl, onEnd: unlock, backoff: s.base.MinBackoff, votes: s.newVotes(key)}
-	if s.crowded.Marked(key) {
+	w.votes.plain = true
+	early := s.crowded.Marked(key)
+	if early {
 		// Processes were queued for the key a moment ago, on a majority
 		// of the nodes: it is taken in turns. Queue from the first
 		// attempt, one round instead of two per turn.
 		w.subscribe()
 	}
 	l, err := w.run(ctx)
+	if early && w.waited {
+		s.crowded.Mark(key) // still taken in turns: no first attempt saw it
+	}
 	if err != nil {
 		unlock()
 		return nil, err

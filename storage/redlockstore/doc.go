@@ -86,7 +86,10 @@
 // from its clock again, above everything it issued before as long as its
 // clock did not step back; every majority still meets a node whose fence
 // is above T. WithoutFencing takes the keys without issuing fences
-// (Fence() is then 0) for callers that only need exclusion.
+// (Fence() is then 0) for callers that only need exclusion; a blocking
+// Acquire's first attempt at a key not seen contended lately is then a
+// plain SET NX per node, as redsync's (a node that has the key in any form
+// gets the script next).
 //
 // # Hot keys
 //

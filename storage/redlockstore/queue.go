@@ -35,6 +35,7 @@ type waiting struct {
 	backoff   time.Duration
 	candidate int       // extra rounds spent completing a split majority
 	joinNow   bool      // try again at once, as a member of the queues
+	waited    bool      // an attempt found the key held
 	lastErr   error     // the last failed round, for the final error
 	noQuorum  time.Time // since when rounds have failed for want of a quorum
 	woken     time.Time // when the last release notice woke us
@@ -52,6 +53,9 @@ func (w *waiting) run(ctx context.Context) (l *lease, err error) {
 		if out.lease != nil {
 			w.won(ctx, out)
 			return out.lease, nil
+		}
+		if out.busy != nil {
+			w.waited = true
 		}
 		w.woken = time.Time{}
 		if out.err != nil && ctx.Err() == nil {

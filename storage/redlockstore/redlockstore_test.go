@@ -1,6 +1,10 @@
 package redlockstore_test
 
 import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -101,4 +105,84 @@ func TestHandOffReported(t *testing.T) {
 	addrs := testenv.RedisAddrs(t, 5)[:5]
 	ev := testenv.NewEvents()
 	testenv.CheckHandOff(t, newStore(t, clients(t, addrs)), newStore(t, clients(t, addrs), redlockstore.WithObserver(ev)), ev, observe.Notified)
+}
+
+// names records the names of the commands a client sends about keys
+// containing match.
+type names struct {
+	mu    sync.Mutex
+	match string
+	got   []string
+}
+
+func (n *names) note(cmd redis.Cmder) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, a := range cmd.Args() {
+		if s, ok := a.(string); ok && n.match != "" && strings.Contains(s, n.match) {
+			n.got = append(n.got, cmd.Name())
+			return
+		}
+	}
+}
+
+func (n *names) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (n *names) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		n.note(cmd)
+		return next(ctx, cmd)
+	}
+}
+
+func (n *names) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, c := range cmds {
+			n.note(c)
+		}
+		return next(ctx, cmds)
+	}
+}
+
+func (n *names) take() []string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.got
+}
+
+// Unfenced, a new key is taken with one plain SET NX per node, as redsync
+// takes it; fenced, the script reads each node's clock for the fence.
+func TestUnfencedNewKeyPlainSet(t *testing.T) {
+	addrs := testenv.RedisAddrs(t, 5)[:5]
+	for _, mode := range []struct {
+		name string
+		opts []redlockstore.Option
+		want string
+	}{
+		{"unfenced", []redlockstore.Option{redlockstore.WithoutFencing()}, "set"},
+		{"fenced", nil, "evalsha"},
+	} {
+		t.Run(mode.name, func(t *testing.T) {
+			key := fmt.Sprintf("plain-%d", time.Now().UnixNano())
+			n := names{match: key}
+			s := newStore(t, clients(t, addrs, &n), mode.opts...)
+			ctx := context.Background()
+			testenv.AcquireRelease(ctx, t, s, "warm-"+key, time.Second) // scripts loaded
+			time.Sleep(50 * time.Millisecond)
+			n.mu.Lock()
+			n.got = nil
+			n.match = "{" + key + "}" // the new key's names only
+			n.mu.Unlock()
+			l, err := s.Acquire(ctx, key, 10*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Release(ctx)
+			time.Sleep(50 * time.Millisecond) // the nodes that answered after the majority
+			got := n.take()
+			if len(got) != len(addrs) || slices.ContainsFunc(got, func(c string) bool { return c != mode.want }) {
+				t.Errorf("a new key sent %v, want one %s per node", got, mode.want)
+			}
+		})
+	}
 }
