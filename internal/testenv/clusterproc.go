@@ -34,10 +34,12 @@ func StartRedisCluster(tb testing.TB, primaries, replicas int) *RedisCluster {
 	for range primaries * (1 + replicas) {
 		p := &RedisProcess{tb: tb, port: freePort(tb), dir: tb.TempDir()}
 		p.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(p.port))
+		// The cluster bus gets a free port of its own: the default, the
+		// port + 10000, may be any other socket's ephemeral port.
 		p.args = []string{"--port", strconv.Itoa(p.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
 			"--dir", p.dir, "--logfile", filepath.Join(p.dir, "redis.log"),
 			"--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(p.dir, "nodes.conf"),
-			"--cluster-node-timeout", "1000"}
+			"--cluster-port", strconv.Itoa(freePort(tb)), "--cluster-node-timeout", "1000"}
 		p.Start()
 		tb.Cleanup(p.Kill)
 		rc.Nodes = append(rc.Nodes, p)
