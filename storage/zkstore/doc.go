@@ -57,7 +57,12 @@
 //     the servers did. Refresh and Release of such a lease report
 //     lock.ErrLockLost.
 //
-// A waiter (Acquire) whose context ends deletes its node; a node whose
+// A waiter (Acquire) whose context ends deletes its node before it
+// returns — also when its context ended while the request that creates the
+// node was on the wire: it waits for that answer, within the clean-up bound
+// (lockdriver.ReleaseTimeout), so that once it has returned its key is free
+// of it. A Begin whose context ends that way gives its claim back the same
+// way. A node whose
 // creation's answer was lost with the connection is found again by the
 // token in its name and deleted (Curator's protected mode). Deletions the
 // ensemble cannot take now are retried until it confirms them or the

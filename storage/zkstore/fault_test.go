@@ -83,3 +83,87 @@ func ctxT(t *testing.T, d time.Duration) context.Context {
 	t.Cleanup(cancel)
 	return ctx
 }
+
+// A waiter whose deadline passes while its request to join the queue is
+// held on the wire leaves nothing behind once Acquire has returned: the
+// key's queue never gets a node of it afterwards (before, the node was
+// created after the return and deleted later in the background, so a
+// TryAcquire in between found the key busy).
+func TestCancelledJoinLeavesNothingBehind(t *testing.T) {
+	proxy := testenv.StartProxy(t, testenv.ZooKeeperAddrs(t)[0])
+	cut := connectTo(t, proxy.Addr)
+	other := connect(t)
+	key := "cancelled-join-" + time.Now().Format(time.RFC3339Nano)
+	held, err := other.Acquire(ctxT(t, 10*time.Second), key, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release(context.Background())
+
+	proxy.Stall()
+	resumed := make(chan struct{})
+	time.AfterFunc(300*time.Millisecond, func() { proxy.Resume(); close(resumed) })
+	_, err = cut.Acquire(ctxT(t, 100*time.Millisecond), key, time.Minute)
+	if !errors.Is(err, lock.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Acquire past its deadline: %v, want ErrNotAcquired and DeadlineExceeded", err)
+	}
+	kids, _, changed, err := other.Conn().ChildrenW(zkstore.LockDir(other, key))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(kids) != 1 {
+		t.Errorf("the key's queue once the cancelled Acquire returned: %v, want the holder's node only", kids)
+	}
+	<-resumed
+	select {
+	case ev := <-changed:
+		t.Fatalf("the key's queue changed after the cancelled Acquire had returned: %v", ev)
+	case <-time.After(500 * time.Millisecond):
+	}
+}
+
+// A Begin whose deadline passes while its create is held on the wire gives
+// its claim back before it returns: the record is never there afterwards.
+func TestCancelledBeginLeavesNothingBehind(t *testing.T) {
+	proxy := testenv.StartProxy(t, testenv.ZooKeeperAddrs(t)[0])
+	cut := connectTo(t, proxy.Addr)
+	other := connect(t)
+	key := "cancelled-begin-" + time.Now().Format(time.RFC3339Nano)
+	// The record's bucket directory exists: the held request is the create.
+	c, err := other.Begin(ctxT(t, 10*time.Second), key, "fp", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = other.Abandon(ctxT(t, 10*time.Second), c)
+
+	proxy.Stall()
+	resumed := make(chan struct{})
+	time.AfterFunc(300*time.Millisecond, func() { proxy.Resume(); close(resumed) })
+	if _, err := cut.Begin(ctxT(t, 100*time.Millisecond), key, "fp", time.Minute); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Begin past its deadline: %v, want DeadlineExceeded", err)
+	}
+	there, _, changed, err := other.Conn().ExistsW(zkstore.RecordPath(other, key))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if there {
+		t.Error("the record is there once the cancelled Begin returned")
+	}
+	<-resumed
+	select {
+	case ev := <-changed:
+		t.Fatalf("the record changed after the cancelled Begin had returned: %v", ev)
+	case <-time.After(500 * time.Millisecond):
+	}
+}
+
+// connectTo is connect through addr (a proxy).
+func connectTo(t *testing.T, addr string) *zkstore.Store {
+	t.Helper()
+	s, err := zkstore.Connect(ctxT(t, 10*time.Second), []string{addr}, zkstore.WithSessionTimeout(sessionTimeout))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}

@@ -164,7 +164,11 @@ func (s *Store) Begin(ctx context.Context, key, fingerprint string, lease time.D
 				&zk.CreateRequest{Path: path, Data: data, Acl: zk.WorldACL(zk.PermAll)},
 				&zk.SetDataRequest{Path: path, Data: data, Version: -1}, // its Stat carries the zxid: the fence
 			)
-		}, nil)
+		}, func(r []zk.MultiResponse, err error) { // a claim ctx gave up on: given back
+			if err == nil && len(r) == 2 && r[1].Stat != nil {
+				s.deleteVersion(path, r[1].Stat.Version)
+			}
+		})
 		switch {
 		case err == nil && len(r) == 2 && r[1].Stat != nil:
 			return acquired(r[1].Stat), nil

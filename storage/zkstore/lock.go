@@ -110,7 +110,7 @@ func (s *Store) reenter(ctx context.Context, key, dir string, ttl time.Duration,
 		return s.conn.Create(node, data, zk.FlagEphemeral, zk.WorldACL(zk.PermAll))
 	}, func(_ string, err error) {
 		if err == nil {
-			s.forget(node)
+			s.deleteNow(context.Background(), node)
 		}
 	})
 	if err != nil {
@@ -153,6 +153,15 @@ func (s *Store) deleteNow(ctx context.Context, node string) {
 	if err != nil && !errors.Is(err, zk.ErrNoNode) {
 		s.forget(node)
 	}
+}
+
+// deleteVersion deletes path if it is still at version: a claim whose
+// caller gave up before its answer came. Within the clean-up bound; a
+// failure leaves the claim to its lease.
+func (s *Store) deleteVersion(path string, version int32) {
+	cctx, cancel := lockdriver.CleanupContext(context.Background())
+	defer cancel()
+	_, _ = call(cctx, s, func() (struct{}, error) { return struct{}{}, s.conn.Delete(path, version) }, nil)
 }
 
 // errRequeue: the acquisition's node went with a lost session; it joins
@@ -231,9 +240,9 @@ func (s *Store) enqueue(ctx context.Context, key, dir string, ttl time.Duration,
 // delete it once empty); it is created when missing.
 func (s *Store) create(ctx context.Context, dir, tok string, ttl time.Duration, owner string) (string, uint64, error) {
 	data := lockData(lockInfo{ttl: ttl, token: tok, owner: owner})
-	late := func(r []zk.MultiResponse, err error) { // the node of a call ctx gave up on
+	undo := func(r []zk.MultiResponse, err error) { // the node of a call ctx gave up on
 		if err == nil && len(r) == 2 && r[0].Error == nil {
-			s.forget(r[0].String)
+			s.deleteNow(context.Background(), r[0].String)
 		}
 	}
 	for range 8 {
@@ -242,7 +251,7 @@ func (s *Store) create(ctx context.Context, dir, tok string, ttl time.Duration, 
 				&zk.CreateRequest{Path: dir + "/" + tok + "-", Data: data, Acl: zk.WorldACL(zk.PermAll), Flags: zk.FlagEphemeral | zk.FlagSequence},
 				&zk.SetDataRequest{Path: dir, Data: nil, Version: -1},
 			)
-		}, late)
+		}, undo)
 		if errors.Is(err, zk.ErrNoNode) {
 			_, err := call(ctx, s, func() (string, error) {
 				return s.conn.CreateContainer(dir, nil, zk.FlagContainer, zk.WorldACL(zk.PermAll))
@@ -257,7 +266,7 @@ func (s *Store) create(ctx context.Context, dir, tok string, ttl time.Duration, 
 				s.forgetCreated(dir, tok) // the reply may have been lost after the node was made
 			}
 			// (A create whose reply a cancelled ctx gave up on is deleted by
-			// late.)
+			// undo.)
 			return "", 0, err
 		}
 		if len(r) != 2 || r[1].Stat == nil {

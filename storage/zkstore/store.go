@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/go-zookeeper/zk"
+	"github.com/oncekit/oncekit/core/lock/lockdriver"
 
 	"github.com/oncekit/oncekit/storage/internal/bg"
 )
@@ -253,13 +254,20 @@ func (s *Store) endAll() {
 }
 
 // call runs f, a blocking request of the ZooKeeper client, and returns its
-// result or ctx's error as soon as ctx ends. A request that returns after
-// ctx ended goes on in the background; late, if set, receives its result.
+// result or ctx's error once ctx ends.
+//
+// undo, if set, undoes what a request ctx gave up on did (the node of a
+// create): the call then waits for the answer within the clean-up bound of
+// ctx (lockdriver.CleanupContext) and runs undo before it returns, so that a
+// cancelled Acquire leaves nothing behind once it has returned. An answer
+// that does not come within that bound is undone in the background when it
+// comes. Without undo, the request goes on in the background and the call
+// returns at once.
 //
 // A request is also given up after twice the session timeout (the client
 // can hold a request across a reconnection; by then the session is over
 // anyway), with ErrRequestTimeout.
-func call[T any](ctx context.Context, s *Store, f func() (T, error), late func(T, error)) (T, error) {
+func call[T any](ctx context.Context, s *Store, f func() (T, error), undo func(T, error)) (T, error) {
 	var zero T
 	if err := ctx.Err(); err != nil {
 		return zero, err
@@ -284,12 +292,24 @@ func call[T any](ctx context.Context, s *Store, f func() (T, error), late func(T
 	case <-t.C:
 		err = ErrRequestTimeout
 	}
-	if late != nil {
-		s.bg.Go(func() {
-			r := <-ch
-			late(r.v, r.err)
-		})
+	if undo == nil {
+		return zero, err
 	}
+	if err != ErrRequestTimeout {
+		cctx, cancel := lockdriver.CleanupContext(ctx)
+		defer cancel()
+		select {
+		case r := <-ch:
+			undo(r.v, r.err)
+			return zero, err
+		case <-cctx.Done():
+		case <-t.C:
+		}
+	}
+	s.bg.Go(func() {
+		r := <-ch
+		undo(r.v, r.err)
+	})
 	return zero, err
 }
 
