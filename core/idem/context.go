@@ -11,6 +11,28 @@ type storedKey struct{}
 
 type waitKey struct{}
 
+// runValues carries what a Guard's run finds in its context — the claim's
+// fence and stored key, the run's effect slot — in one value instead of a
+// context.WithValue each: it is made for every claim a Guard runs.
+type runValues struct {
+	context.Context
+	fence uint64
+	key   string
+	slot  effectSlot
+}
+
+func (v *runValues) Value(key any) any {
+	switch key.(type) {
+	case fenceKey:
+		return v.fence
+	case storedKey:
+		return v.key
+	case effectKey:
+		return &v.slot
+	}
+	return v.Context.Value(key)
+}
+
 // KeyFrom returns the stored key of the claim a Guard's run executes under
 // (the same on every retry of the request or message),
 // from the ctx the Guard passed to it. An effect that lives outside the

@@ -243,9 +243,9 @@ func (g *Guard) begin(ctx context.Context, key, fingerprint string) (Claim, time
 func (g *Guard) run(ctx context.Context, c Claim, valid time.Time, run func(context.Context) ([]byte, error)) (result []byte, replayed bool, err error) {
 	g.inFlight.Add(1)
 	defer g.inFlight.Add(-1)
-	slot := &effectSlot{}
-	rctx := context.WithValue(context.WithValue(ctx, fenceKey{}, c.Fence), storedKey{}, c.Key)
-	rctx, cancel := context.WithCancelCause(context.WithValue(rctx, effectKey{}, slot))
+	vctx := &runValues{Context: ctx, fence: c.Fence, key: c.Key}
+	slot := &vctx.slot
+	rctx, cancel := context.WithCancelCause(vctx)
 	defer cancel(nil)
 	// The claim lives until run returns, whatever happens to the caller's
 	// context: a client that hangs up must not free the key while its

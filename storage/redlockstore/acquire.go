@@ -34,6 +34,18 @@ type votes struct {
 	// SET NX (sendAcquire): a blocking Acquire's, not TryAcquire's, for
 	// which a held key must cost one request per node.
 	plain bool
+
+	// takes are how each node took the token, for the release (its
+	// arguments: see releaseArgs); by node index, made by the first take.
+	takes []take
+}
+
+// take is how a node took the votes' token: its clock when it issued its
+// fence, and whether by a first attempt (rediskit.AcquireReply's Clock
+// and Plain).
+type take struct {
+	clock rediskit.ClockReading
+	plain bool
 }
 
 func (s *Store) newVotes(key string) *votes {
@@ -53,7 +65,8 @@ func (s *Store) newVotes(key string) *votes {
 // release is under way (end) is released once it is over: released before,
 // the node would answer that release "not ours", and a hold released in
 // full would be reported lost.
-func (v *votes) took(i int) bool {
+func (v *votes) took(i int, r rediskit.AcquireReply) bool {
+	t := take{clock: rediskit.ReadClock(r.Clock), plain: r.Plain}
 	v.mu.Lock()
 	if v.ending {
 		v.pending = append(v.pending, i)
@@ -63,12 +76,35 @@ func (v *votes) took(i int) bool {
 	over := v.gaveUp || (v.lease != nil && v.lease.State() != lockdriver.Live && !v.lease.passed.Load())
 	if !over {
 		v.nodes[i] = true
+		if v.takes == nil {
+			v.takes = make([]take, len(v.s.nodes))
+		}
+		v.takes[i] = t
 	}
 	v.mu.Unlock()
 	if over {
 		v.s.releaseNodes(v.key, v.tok, []int{i}, 0, false, 0)
 	}
 	return !over
+}
+
+// releaseArgs are the arguments of rediskit.Base.Release that follow
+// from how node i took the votes' token: a lower bound on its clock now
+// (rediskit.ClockReading.Floor: with it, the release reads the node's
+// clock only if the hold's fence may still be ahead of it), and whether the
+// short release script fits. Zero for a node of unknown take, or no votes
+// (an owner's re-entry).
+func (v *votes) releaseArgs(i int) (clock int64, plain bool) {
+	if v == nil {
+		return 0, false
+	}
+	v.mu.Lock()
+	var t take
+	if v.takes != nil {
+		t = v.takes[i]
+	}
+	v.mu.Unlock()
+	return t.clock.Floor(), t.plain
 }
 
 // end marks the votes' hold as being released on the nodes: the votes are
@@ -126,7 +162,6 @@ type acquireRound struct {
 	start     time.Time
 	taken     map[int]int64 // the nodes taken: their fences
 	clocks    map[int]int64 // ... and their clocks in µs when they issued them
-	plain     map[int]bool  // ... and those taken by a first attempt (rediskit.AcquireReply.Plain)
 	busy      map[int]int64 // the nodes held by another token: their PTTLs
 	crowded   int           // ... of which the nodes where processes wait in the key's queue
 	reentered map[int]int64 // the nodes an owner re-entered: its fence there
@@ -142,7 +177,7 @@ type acquireRound struct {
 // every node, so that they order waiters alike).
 func (s *Store) sendAcquire(ctx context.Context, v *votes, ttl time.Duration, queued bool, place int64) *acquireRound {
 	owner := lock.Owner(ctx)
-	ar := &acquireRound{start: time.Now(), taken: map[int]int64{}, clocks: map[int]int64{}, plain: map[int]bool{}, busy: map[int]int64{}, reentered: map[int]int64{}, reTok: map[int]string{}}
+	ar := &acquireRound{start: time.Now(), taken: map[int]int64{}, clocks: map[int]int64{}, busy: map[int]int64{}, reentered: map[int]int64{}, reTok: map[int]string{}}
 	nt := s.nodeTimeout(ttl)
 	deadline := ar.start.Add(nt)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
@@ -174,8 +209,8 @@ func (s *Store) sendAcquire(ctx context.Context, v *votes, ttl time.Duration, qu
 		switch {
 		case a.err != nil:
 		case a.v.Code == rediskit.AcquireTaken:
-			if v.took(a.node) {
-				ar.taken[a.node], ar.clocks[a.node], ar.plain[a.node] = a.v.N, a.v.Clock, a.v.Plain
+			if v.took(a.node, a.v) {
+				ar.taken[a.node], ar.clocks[a.node] = a.v.N, a.v.Clock
 			}
 		case a.v.Code == rediskit.AcquireReentered:
 			ar.reentered[a.node], ar.reTok[a.node] = a.v.N, a.v.Token
@@ -197,7 +232,7 @@ func (s *Store) sendAcquire(ctx context.Context, v *votes, ttl time.Duration, qu
 		switch {
 		case a.err != nil:
 		case a.v.Code == rediskit.AcquireTaken:
-			v.took(a.node)
+			v.took(a.node, a.v)
 		case a.v.Code == rediskit.AcquireReentered: // a re-entry nobody counted
 			s.releaseNodes(v.key, a.v.Token, []int{a.node}, 0, false, 0)
 		}
@@ -259,14 +294,6 @@ func (s *Store) grant(ctx context.Context, v *votes, ar *acquireRound, ttl time.
 	l := s.newLease(v.key, v.tok, fence, 0, ar.start.Add(ttl-s.drift(ttl)), onEnd, nil)
 	l.votes = v
 	l.took = time.Now() // WithMaxLocalHold counts from here
-	l.clocks = make(map[*node]int64, len(ar.clocks))
-	for i, c := range ar.clocks {
-		l.clocks[s.nodes[i]] = c
-	}
-	l.plain = make(map[*node]bool, len(ar.plain))
-	for i, p := range ar.plain {
-		l.plain[s.nodes[i]] = p
-	}
 	v.mu.Lock()
 	v.lease = l
 	v.mu.Unlock()

@@ -52,7 +52,7 @@ func (s *Store) takeKept(key string, ttl time.Duration) lock.Lease {
 	}
 	if s.mayReuse(prev) && time.Until(deadline) >= ttl-ttl/8 {
 		l := s.newLease(key, prev.Token(), prev.base, prev.used+1, deadline, nil, nil)
-		l.took, l.hot, l.clocks, l.votes = prev.took, true, prev.clocks, prev.votes
+		l.took, l.hot, l.votes = prev.took, true, prev.votes
 		return l
 	}
 	defer prev.votes.end()()

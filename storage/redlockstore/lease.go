@@ -22,15 +22,9 @@ type lease struct {
 	// fences T × HoldFences + 0, 1, … (rediskit.Base.LeaseFence), used
 	// being this lease's (0 unfenced).
 	base, used uint64
-	// clocks are the nodes' clocks (µs) when they issued their fences for
-	// this hold, for the release to save reading them (rediskit's
-	// Base.Release); nil when not known.
-	clocks map[*node]int64
-	// plain are the nodes its hold took by a first attempt (Base.Release).
-	plain map[*node]bool
-	took  time.Time // when the Store learnt it took the key from the nodes
-	votes *votes    // the round's votes that took the hold (nil for a re-entry): ended with the hold
-	hot   bool      // taken by a non-owner right after this Store let the key go: kept on Release
+	took       time.Time // when the Store learnt it took the key from the nodes
+	votes      *votes    // the round's votes that took the hold (nil for a re-entry): ended with the hold
+	hot        bool      // taken by a non-owner right after this Store let the key go: kept on Release
 
 	// passed is set when the Store kept the lease's hold (kept.go): the
 	// token on the nodes is no longer this lease's to refresh or release.
@@ -107,7 +101,8 @@ func (l *lease) StoreRelease(ctx context.Context) error {
 	}
 	v := s.poll(ctx, l.targets(), s.nodeTimeout(max(l.Remaining(), time.Millisecond)), false,
 		func(ctx context.Context, n *node) (bool, error) {
-			code, err := s.base.Release(ctx, n.c, l.Key(), l.Token(), false, l.base, l.clocks[n], l.plain[n])
+			clock, plain := l.votes.releaseArgs(n.index)
+			code, err := s.base.Release(ctx, n.c, l.Key(), l.Token(), false, l.base, clock, plain)
 			return code.Ours(), err
 		})
 	ended()

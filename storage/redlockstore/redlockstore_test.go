@@ -186,3 +186,61 @@ func TestUnfencedNewKeyPlainSet(t *testing.T) {
 		})
 	}
 }
+
+// A fenced release reads a node's clock only when it cannot tell that the
+// node's clock has passed the hold's fence: the hold's fence is the
+// highest of the nodes' clocks when they took the key, and a node that
+// read its clock earlier has it from the time passed since its answer
+// came. Five servers of the test's own, so that INFO commandstats counts
+// only this test's TIME calls: one per node to take a new key, none more
+// to release it after a hold longer than the spread of the readings.
+func TestFencedReleaseSkipsClockRead(t *testing.T) {
+	var addrs []string
+	for range 5 {
+		addrs = append(addrs, testenv.StartRedis(t).Addr)
+	}
+	cs := clients(t, addrs)
+	s := newStore(t, cs)
+	ctx := context.Background()
+	timeCalls := func() (n int) {
+		for _, c := range cs {
+			info, err := c.(*redis.Client).Info(ctx, "commandstats").Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for line := range strings.Lines(info) {
+				if rest, ok := strings.CutPrefix(line, "cmdstat_time:calls="); ok {
+					var calls int
+					fmt.Sscanf(rest, "%d", &calls)
+					n += calls
+				}
+			}
+		}
+		return n
+	}
+	key := fmt.Sprintf("clock-%d", time.Now().UnixNano())
+	testenv.AcquireRelease(ctx, t, s, "warm-"+key, time.Second) // scripts loaded, clocks measured
+	time.Sleep(50 * time.Millisecond)
+	before := timeCalls()
+	l, err := s.Acquire(ctx, key, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(20 * time.Millisecond) // far longer than the nodes' readings are apart
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond) // the nodes that answered after the majority
+	if got := timeCalls() - before; got != len(addrs) {
+		t.Errorf("a fenced new key read the nodes' clocks %d times, want %d (once per node, to take it)", got, len(addrs))
+	}
+	// And the fences still go forward on every node: a new holder's is above.
+	next, err := s.Acquire(ctx, key, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer next.Release(ctx)
+	if next.Fence() <= l.Fence() {
+		t.Errorf("fence after the release %d, not above %d", next.Fence(), l.Fence())
+	}
+}

@@ -51,6 +51,7 @@ type Store struct {
 }
 
 type node struct {
+	index   int // in Store.nodes
 	name    string
 	c       Client
 	sub     *redisnotify.Subscriber
@@ -169,7 +170,7 @@ func New(clients []Client, opts ...Option) (*Store, error) {
 			}
 			seen[name] = true
 		}
-		s.nodes = append(s.nodes, &node{name: name, c: c, sub: redisnotify.New(c, o.PubSub)})
+		s.nodes = append(s.nodes, &node{index: len(s.nodes), name: name, c: c, sub: redisnotify.New(c, o.PubSub)})
 	}
 	return s, nil
 }

@@ -80,3 +80,36 @@ func (b *Base) measure(c redis.Scripter, ck *clock) {
 		ck.measured.Store(b.now().UnixNano())
 	})
 }
+
+// A ClockReading is a server's clock in microseconds, as a script reported
+// it (AcquireReply.Clock), and when its reply reached this process. The
+// zero ClockReading is no reading.
+type ClockReading struct {
+	US int64     // the server's clock, µs; 0: none
+	At time.Time // when the reply came (with the monotonic reading)
+}
+
+// ReadClock is a reading of us taken from a reply received now.
+func ReadClock(us int64) ClockReading {
+	if us <= 0 {
+		return ClockReading{}
+	}
+	return ClockReading{US: us, At: time.Now()}
+}
+
+// Floor is a lower bound on the server's clock now, in µs, for a release
+// to skip reading it (Base.Release's clock): the reading, plus the time
+// that has passed here since its reply came less 1 % (clock rates differ
+// by far less; a reading older than its reply is already allowed for).
+// It assumes what the fences already do: the server's clock does not step
+// back. 0 for no reading.
+func (c ClockReading) Floor() int64 {
+	if c.US <= 0 {
+		return 0
+	}
+	d := time.Since(c.At)
+	if d <= 0 {
+		return c.US
+	}
+	return c.US + (d - d/100).Microseconds()
+}
