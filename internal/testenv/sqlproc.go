@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"fmt"
@@ -118,14 +119,32 @@ func (p *PostgresProcess) Start() {
 
 // Kill stops the server with SIGKILL, its backends with it, as a crash
 // does; the data stays for the next Start.
+//
+// Every backend of PostgreSQL is a session leader of its own (setsid), so
+// the postmaster's process group does not hold them: left alone, they exit
+// when they notice the postmaster gone — under load, after a restart has
+// already found their shared memory still attached and refused to start.
+// So the postmaster is stopped first (it forks no more), its children are
+// listed and killed with it, and Kill returns once they are all gone.
 func (p *PostgresProcess) Kill() {
 	if p.cmd == nil || p.cmd.Process == nil {
 		return
 	}
-	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+	pid := p.cmd.Process.Pid
+	_ = syscall.Kill(-pid, syscall.SIGSTOP)
+	kids := childrenOf(pid)
+	_ = syscall.Kill(-pid, syscall.SIGKILL)
+	for _, k := range kids {
+		_ = syscall.Kill(k, syscall.SIGKILL)
+	}
 	_ = p.cmd.Wait()
 	p.cmd = nil
-	// The backends are gone with their group; wait until the port is free.
+	for _, k := range kids {
+		for deadline := time.Now().Add(10 * time.Second); alive(k) && time.Now().Before(deadline); {
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	// Wait until the port is free.
 	for range 100 {
 		c, err := net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p.port)), 100*time.Millisecond)
 		if err != nil {
@@ -233,4 +252,45 @@ func (p *MariaDBProcess) Kill() {
 	_ = p.cmd.Process.Kill()
 	_ = p.cmd.Wait()
 	p.cmd = nil
+}
+
+// childrenOf lists the processes whose parent is pid (from /proc).
+func childrenOf(pid int) []int {
+	dirs, _ := os.ReadDir("/proc")
+	var kids []int
+	for _, d := range dirs {
+		k, err := strconv.Atoi(d.Name())
+		if err != nil {
+			continue
+		}
+		if ppid, _, ok := procStat(k); ok && ppid == pid {
+			kids = append(kids, k)
+		}
+	}
+	return kids
+}
+
+// alive reports whether process pid still runs (a zombie has let go of
+// its memory and does not count).
+func alive(pid int) bool {
+	_, state, ok := procStat(pid)
+	return ok && state != 'Z' && state != 'X'
+}
+
+// procStat reads a process's parent and state from /proc/<pid>/stat.
+func procStat(pid int) (ppid int, state byte, ok bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, 0, false
+	}
+	// "<pid> (<comm>) <state> <ppid> ...": comm may hold spaces and parentheses.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 || i+2 >= len(b) {
+		return 0, 0, false
+	}
+	var st string
+	if _, err := fmt.Sscanf(string(b[i+2:]), "%s %d", &st, &ppid); err != nil || st == "" {
+		return 0, 0, false
+	}
+	return ppid, st[0], true
 }
