@@ -102,6 +102,10 @@ func (l *lease) StoreRelease(ctx context.Context) error {
 	v := s.poll(ctx, l.targets(), s.nodeTimeout(max(l.Remaining(), time.Millisecond)), false,
 		func(ctx context.Context, n *node) (bool, error) {
 			clock, plain := l.votes.releaseArgs(n.index)
+			// The short release script only for the hold's first lease: a
+			// hold kept for later leases is one that other processes
+			// wait for, whose key carries their flag by then.
+			plain = plain && l.used == 0
 			code, err := s.base.Release(ctx, n.c, l.Key(), l.Token(), false, l.base, clock, plain)
 			return code.Ours(), err
 		})
