@@ -36,8 +36,9 @@ type votes struct {
 	plain bool
 
 	// takes are how each node took the token, for the release (its
-	// arguments: see releaseArgs); by node index, made by the first take.
+	// arguments: see releasePlan); by node index, made by the first take.
 	takes []take
+	ttl   time.Duration // of the last round sent
 }
 
 // take is how a node took the votes' token: its clock when it issued its
@@ -88,23 +89,92 @@ func (v *votes) took(i int, r rediskit.AcquireReply) bool {
 	return !over
 }
 
-// releaseArgs are the arguments of rediskit.Base.Release that follow
-// from how node i took the votes' token: a lower bound on its clock now
-// (rediskit.ClockReading.Floor: with it, the release reads the node's
-// clock only if the hold's fence may still be ahead of it), and whether the
-// short release script fits. Zero for a node of unknown take, or no votes
-// (an owner's re-entry).
-func (v *votes) releaseArgs(i int) (clock int64, plain bool) {
+// releaseArg is what a hold's release sends one node, beyond the key and
+// token: the fence floor to keep (rediskit.Base.Release's floor: the
+// hold's fence, or 0), a lower bound on the node's clock now, and whether
+// the short release script fits.
+type releaseArg struct {
+	floor uint64
+	clock int64
+	plain bool
+}
+
+// releasePlan is what the release of the votes' hold, whose fence is
+// floor (0 unfenced), sends each node (by node index).
+//
+// A later holder's fence must come out above floor. Its majority meets any
+// majority of the nodes, so it is enough that on a majority S of them no
+// fence at or below floor can be issued after the release. S is the nodes
+// whose clock is known to have passed floor (the reading each gave when it
+// took the token, plus the time passed since: ClockReading.Floor), which
+// issue at least their clock; and, where those are too few, nodes the
+// token holds whose clock was at most half the TTL behind floor, on which the
+// release leaves a tombstone of floor while it is still ahead of their
+// clock (they read it to tell). Should such a node's release fail, its
+// key expires a TTL after its reading, when its clock has passed floor.
+// (fenceOf refuses a hold whose fence runs further ahead of a node's
+// clock.) Every other node is released with no fence kept and no clock
+// read (rediskit.ClockPassed): the common case, where the hold's fence
+// came from another node's clock a few microseconds ahead, and where the
+// nodes that answered after the majority are not yet known to have taken
+// the token. When S cannot be made from what is known, every node keeps
+// the floor; without votes (an owner's re-entry), too.
+//
+// It is made before end, which forgets the token's nodes.
+func (v *votes) releasePlan(floor uint64, quorum, nodes int) []releaseArg {
+	plan := make([]releaseArg, nodes)
+	for i := range plan {
+		plan[i].floor = floor
+	}
 	if v == nil {
-		return 0, false
+		return plan
 	}
 	v.mu.Lock()
-	var t take
-	if v.takes != nil {
-		t = v.takes[i]
+	known := make([]bool, nodes)
+	reading := make([]int64, nodes)
+	allPlain := true
+	for i, t := range v.takes {
+		if !v.nodes[i] {
+			continue // not (or no longer) the token's
+		}
+		known[i], reading[i] = true, t.clock.US
+		plan[i].clock, plan[i].plain = t.clock.Floor(), t.plain
+		allPlain = allPlain && t.plain
 	}
+	ttl := v.ttl
 	v.mu.Unlock()
-	return t.clock.Floor(), t.plain
+	if floor == 0 {
+		return plan
+	}
+	inS := make([]bool, nodes)
+	size := 0
+	for i, a := range plan {
+		if known[i] && a.clock > 0 && uint64(a.clock) >= floor {
+			inS[i] = true
+			size++
+		}
+	}
+	for i, a := range plan {
+		if size >= quorum {
+			break
+		}
+		if known[i] && !inS[i] && a.clock > 0 && time.Duration(int64(floor)-reading[i])*time.Microsecond <= ttl/2 {
+			inS[i] = true
+			size++
+		}
+	}
+	if size < quorum {
+		return plan
+	}
+	for i := range plan {
+		if !inS[i] {
+			plan[i].floor, plan[i].clock = 0, rediskit.ClockPassed
+			if !known[i] {
+				plan[i].plain = allPlain
+			}
+		}
+	}
+	return plan
 }
 
 // end marks the votes' hold as being released on the nodes: the votes are
@@ -183,6 +253,9 @@ func (s *Store) sendAcquire(ctx context.Context, v *votes, ttl time.Duration, qu
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
+	v.mu.Lock()
+	v.ttl = ttl
+	v.mu.Unlock()
 	args := rediskit.AcquireArgs{Key: v.key, Token: v.tok, TTL: ttl, Deadline: deadline,
 		Unfenced: !s.redlock.fenced, Owner: owner, Queued: queued, Place: place}
 	// Unfenced, a first attempt at a key this Store has not seen contended

@@ -91,6 +91,7 @@ func (l *lease) StoreRelease(ctx context.Context) error {
 	if l.passed.Load() || s.keep(l) {
 		return nil // kept now, or released already: its hold went on
 	}
+	plan := l.votes.releasePlan(l.base, s.quorum, len(s.nodes))
 	ended := func() {}
 	if l.used > 0 {
 		// The last lease of a hold the Store kept: the hold ends here, and
@@ -101,12 +102,11 @@ func (l *lease) StoreRelease(ctx context.Context) error {
 	}
 	v := s.poll(ctx, l.targets(), s.nodeTimeout(max(l.Remaining(), time.Millisecond)), false,
 		func(ctx context.Context, n *node) (bool, error) {
-			clock, plain := l.votes.releaseArgs(n.index)
+			a := plan[n.index]
 			// The short release script only for the hold's first lease: a
 			// hold kept for later leases is one that other processes
 			// wait for, whose key carries their flag by then.
-			plain = plain && l.used == 0
-			code, err := s.base.Release(ctx, n.c, l.Key(), l.Token(), false, l.base, clock, plain)
+			code, err := s.base.Release(ctx, n.c, l.Key(), l.Token(), false, a.floor, a.clock, a.plain && l.used == 0)
 			return code.Ours(), err
 		})
 	ended()
