@@ -27,7 +27,10 @@
 // deleted and made again.
 //
 // Acquire is two requests when the key is free (the create, a listing);
-// TryAcquire on a held key is one (a listing) plus one to read the
+// TryAcquire on a held key is a listing, a sync with the leader and the
+// listing again (a session reads from its own server, which may not have
+// applied a release another server has confirmed; the sync makes a key
+// released before the call began read as free), plus one to read the
 // holder's remaining TTL; Release is one delete. Every write is a quorum
 // write with a disk sync on the members, about a millisecond on a quiet
 // machine: a key changes hands a few hundred times a second, about as fast

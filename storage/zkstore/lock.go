@@ -24,8 +24,9 @@ const lostState = lockdriver.Lost
 // sequential node's name.
 const seqLen = 10
 
-// TryAcquire implements lock.Locker: one request when the key is held by
-// another (two to report its remaining TTL), three when it is free.
+// TryAcquire implements lock.Locker: three requests when the key is held
+// by another (a read, a sync with the leader and the read again), four to
+// report its remaining TTL; three when it is free.
 func (s *Store) TryAcquire(ctx context.Context, key string, ttl time.Duration) (lock.Lease, error) {
 	return s.acquire(ctx, key, ttl, false)
 }
@@ -53,8 +54,18 @@ func (s *Store) acquire(ctx context.Context, key string, ttl time.Duration, wait
 	}
 	if !wait {
 		// A key with anyone queued or holding is not free: the first in
-		// the queue holds it or is about to.
+		// the queue holds it or is about to. The server this session reads
+		// from may not have applied a release another session's server
+		// already confirmed (ZooKeeper reads are served locally): a key
+		// that looks taken is looked at again after a sync with the
+		// leader, so that a release that returned before this call began
+		// is seen.
 		sn, err := s.children(ctx, dir)
+		if err == nil && !sn.free() {
+			if err = s.sync(ctx, dir); err == nil {
+				sn, err = s.children(ctx, dir)
+			}
+		}
 		if err != nil {
 			return nil, s.acquireErr(ctx, key, err)
 		}
@@ -277,6 +288,16 @@ func (s *Store) create(ctx context.Context, dir, tok string, ttl time.Duration, 
 	return "", 0, errors.New("the key's directory kept disappearing")
 }
 
+// sync makes the server this session reads from catch up with the
+// leader on path: reads after it see every write confirmed before it.
+func (s *Store) sync(ctx context.Context, path string) error {
+	_, err := call(ctx, s, func() (string, error) { return s.conn.Sync(path) }, nil)
+	if errors.Is(err, zk.ErrNoNode) {
+		return nil
+	}
+	return err
+}
+
 // children lists dir's queue and re-entry holds (empty for a missing
 // directory).
 func (s *Store) children(ctx context.Context, dir string) (snapshot, error) {
@@ -330,6 +351,9 @@ func anchorOf(name string) string {
 // holders returns the nodes that hold the key — the re-entry nodes of a
 // hold whose queue node is gone, or else the first queue node with its
 // re-entry nodes — and the first of them ("" when the key is free).
+// free reports whether nobody holds or waits for the key.
+func (sn snapshot) free() bool { return len(sn.queue) == 0 && len(sn.holds) == 0 }
+
 func (sn snapshot) holders() (first string, group []string) {
 	head := ""
 	if len(sn.queue) > 0 {
