@@ -18,7 +18,8 @@
 // has passed its fence — any later take issues at least the clock, which is
 // then above it — and otherwise (a fence issued faster than the clock
 // moves, or carried over from a server whose clock ran ahead) leaves a
-// tombstone "~|<fence>|<flags>" for a minute. Fences therefore rise with
+// tombstone "~|<fence>|<flags>" that expires when the clock passes the
+// fence (a minute, while flags must be kept). Fences therefore rise with
 // every take, also after the key expired, after a tombstone lived out its
 // life, and after a restart without persistence, as long as the server's
 // clock does not step back. Nothing is kept for a key nobody holds: no

@@ -38,7 +38,6 @@ type votes struct {
 	// takes are how each node took the token, for the release (its
 	// arguments: see releasePlan); by node index, made by the first take.
 	takes []take
-	ttl   time.Duration // of the last round sent
 }
 
 // take is how a node took the votes' token: its clock when it issued its
@@ -75,6 +74,7 @@ func (v *votes) took(i int, r rediskit.AcquireReply) bool {
 		return false
 	}
 	over := v.gaveUp || (v.lease != nil && v.lease.State() != lockdriver.Live && !v.lease.passed.Load())
+	floor := v.floor()
 	if !over {
 		v.nodes[i] = true
 		if v.takes == nil {
@@ -84,9 +84,21 @@ func (v *votes) took(i int, r rediskit.AcquireReply) bool {
 	}
 	v.mu.Unlock()
 	if over {
-		v.s.releaseNodes(v.key, v.tok, []int{i}, 0, false, 0)
+		v.s.releaseNodes(v.key, v.tok, []int{i}, 0, false, floor)
 	}
 	return !over
+}
+
+// floor is the fence a node the votes' token took must keep when it is
+// released: the granted hold's T (0 unfenced, or before a hold was
+// granted). A node that answers late keeps it too, so that every node the
+// hold took keeps it: a later majority meets them also when some lost
+// their data. v.mu is held.
+func (v *votes) floor() uint64 {
+	if v.lease == nil {
+		return 0
+	}
+	return v.lease.base
 }
 
 // releaseArg is what a hold's release sends one node, beyond the key and
@@ -102,26 +114,21 @@ type releaseArg struct {
 // releasePlan is what the release of the votes' hold, whose fence is
 // floor (0 unfenced), sends each node (by node index).
 //
-// A later holder's fence must come out above floor. Its majority meets any
-// majority of the nodes, so it is enough that on a majority S of them no
-// fence at or below floor can be issued after the release. S is the nodes
-// whose clock is known to have passed floor (the reading each gave when it
-// took the token, plus the time passed since: ClockReading.Floor), which
-// issue at least their clock; and, where those are too few, nodes the
-// token holds whose clock was at most half the TTL behind floor, on which the
-// release leaves a tombstone of floor while it is still ahead of their
-// clock (they read it to tell). Should such a node's release fail, its
-// key expires a TTL after its reading, when its clock has passed floor.
-// (fenceOf refuses a hold whose fence runs further ahead of a node's
-// clock.) Every other node is released with no fence kept and no clock
-// read (rediskit.ClockPassed): the common case, where the hold's fence
-// came from another node's clock a few microseconds ahead, and where the
-// nodes that answered after the majority are not yet known to have taken
-// the token. When S cannot be made from what is known, every node keeps
-// the floor; without votes (an owner's re-entry), too.
+// Every node keeps floor as the key's last fence until its own clock has
+// passed it (rediskit.Base.Release), so that a later holder's fence, a
+// maximum over a majority that meets the nodes this one took, comes out
+// above it — also when up to N − quorum of them lose their data. A node
+// known to have taken the token is sent a lower bound on its clock now
+// (the reading it gave then, plus the time passed since:
+// ClockReading.Floor): at or past floor, its key is deleted; short of
+// floor, the key becomes a tombstone of floor that expires when its clock
+// passes it. Neither reads the clock. A node whose take is not known yet
+// (its answer came after the majority, or has not come) reads its clock
+// to tell, if the token holds it. Without votes (an owner's re-entry),
+// every node reads its clock.
 //
 // It is made before end, which forgets the token's nodes.
-func (v *votes) releasePlan(floor uint64, quorum, nodes int) []releaseArg {
+func (v *votes) releasePlan(floor uint64, nodes int) []releaseArg {
 	plan := make([]releaseArg, nodes)
 	for i := range plan {
 		plan[i].floor = floor
@@ -130,48 +137,19 @@ func (v *votes) releasePlan(floor uint64, quorum, nodes int) []releaseArg {
 		return plan
 	}
 	v.mu.Lock()
-	known := make([]bool, nodes)
-	reading := make([]int64, nodes)
-	allPlain := true
+	defer v.mu.Unlock()
+	known, allPlain := false, true
 	for i, t := range v.takes {
 		if !v.nodes[i] {
 			continue // not (or no longer) the token's
 		}
-		known[i], reading[i] = true, t.clock.US
 		plan[i].clock, plan[i].plain = t.clock.Floor(), t.plain
-		allPlain = allPlain && t.plain
-	}
-	ttl := v.ttl
-	v.mu.Unlock()
-	if floor == 0 {
-		return plan
-	}
-	inS := make([]bool, nodes)
-	size := 0
-	for i, a := range plan {
-		if known[i] && a.clock > 0 && uint64(a.clock) >= floor {
-			inS[i] = true
-			size++
-		}
-	}
-	for i, a := range plan {
-		if size >= quorum {
-			break
-		}
-		if known[i] && !inS[i] && a.clock > 0 && time.Duration(int64(floor)-reading[i])*time.Microsecond <= ttl/2 {
-			inS[i] = true
-			size++
-		}
-	}
-	if size < quorum {
-		return plan
+		known, allPlain = true, allPlain && t.plain
 	}
 	for i := range plan {
-		if !inS[i] {
-			plan[i].floor, plan[i].clock = 0, rediskit.ClockPassed
-			if !known[i] {
-				plan[i].plain = allPlain
-			}
+		if plan[i].clock == 0 {
+			// Taken, if at all, by the same attempts as the known nodes.
+			plan[i].plain = known && allPlain
 		}
 	}
 	return plan
@@ -188,6 +166,7 @@ func (v *votes) end() (ended func()) {
 	v.mu.Lock()
 	v.gaveUp, v.ending = true, true
 	v.nodes = map[int]bool{}
+	floor := v.floor()
 	v.mu.Unlock()
 	return func() {
 		v.mu.Lock()
@@ -196,7 +175,7 @@ func (v *votes) end() (ended func()) {
 		v.pending = nil
 		v.mu.Unlock()
 		if len(idx) > 0 {
-			v.s.releaseNodes(v.key, v.tok, idx, 0, false, 0)
+			v.s.releaseNodes(v.key, v.tok, idx, 0, false, floor)
 		}
 	}
 }
@@ -209,9 +188,10 @@ func (v *votes) giveUp(wait time.Duration, quiet bool) {
 	v.gaveUp = true
 	idx := indexes(v.nodes)
 	v.nodes = map[int]bool{}
+	floor := v.floor()
 	v.mu.Unlock()
 	if len(idx) > 0 {
-		v.s.releaseNodes(v.key, v.tok, idx, wait, quiet, 0)
+		v.s.releaseNodes(v.key, v.tok, idx, wait, quiet, floor)
 	}
 }
 
@@ -253,9 +233,6 @@ func (s *Store) sendAcquire(ctx context.Context, v *votes, ttl time.Duration, qu
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
-	v.mu.Lock()
-	v.ttl = ttl
-	v.mu.Unlock()
 	args := rediskit.AcquireArgs{Key: v.key, Token: v.tok, TTL: ttl, Deadline: deadline,
 		Unfenced: !s.redlock.fenced, Owner: owner, Queued: queued, Place: place}
 	// Unfenced, a first attempt at a key this Store has not seen contended

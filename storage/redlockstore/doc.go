@@ -24,9 +24,9 @@
 // that node's clock) takes nothing.
 //
 // Refresh extends the key on every node and succeeds with a majority.
-// Release frees it on every node (keeping the lease's fence on a majority
-// where the node's clock has not passed it, see below) and announces the
-// release on each where someone waits.
+// Release frees it on every node (keeping the lease's fence where the
+// node's clock has not passed it, see below) and announces the release on
+// each where someone waits.
 // Acquire waits for a release message from any node, for the remaining TTL
 // of the nodes that stand between it and a majority, or at most the recheck
 // interval. A split vote (competing clients each took some nodes, none a
@@ -66,35 +66,34 @@
 // is no more than TTL/2 ahead of the clock of every node it took (each
 // node's reply carries its clock); otherwise the acquisition gives the
 // nodes back and fails with a *ClockSkewError (errors.Is ErrClockSkew and
-// lock.ErrNotAcquired). Complete and Abandon of a claim carry T to every
-// node, which keeps it as the key's last fence while its own clock has not
-// passed it. Release does so on a majority S of the nodes the lease's token
-// holds: first the nodes whose clock is known to have passed T (the clock
-// each reported when it took the key, plus the time passed since its
-// answer, less 1 %), which need nothing kept; then as many others as a
-// majority needs, each of which reads its clock to tell whether to keep
-// T. The other nodes are released as plain deletes. In the common case
-// T came from one node's clock a few microseconds ahead of the others',
-// and the release reads no clock or one.
+// lock.ErrNotAcquired). Release, and Complete and Abandon of a claim,
+// carry T to every node, which keeps it as the key's last fence while its
+// own clock has not passed it. A release knows that of each node whose
+// answer it has: the clock the node reported when it took the key, plus
+// the time passed since its answer, less 1 %, is a lower bound on its
+// clock now. Past T, the node's key is deleted; short of T, it becomes a
+// tombstone of T that expires when the node's clock passes T. Neither
+// reads the clock; only a node whose answer had not come when the release
+// began reads its clock to tell.
 //
-// Why this is sound: take two granted leases A and B, A's first. B's
-// majority meets A's S in a node n (two majorities of the same nodes
-// meet), and on n A's key came first (the node enforces SET NX). If A
-// released n, n kept T(A) or its clock had passed T(A), so B's fence on n,
-// at least max(last + 1, clock), is above T(A). If A's key expired on n,
-// it did so a TTL after it was set, by n's clock; T(A) was at most TTL/2
-// ahead of that clock (checked when A was granted, and for a node that
-// answered later before it joins S), so n's clock had passed T(A) before
-// B took n. Either way T(B), a maximum that includes n's fence, exceeds
-// T(A): fences are unique and ordered as the keys were held. The argument
-// needs each node's clock not to step back and to run at its rate to
-// within TTL/2 over a TTL (and within 1 % of the client's over a hold) —
-// not the nodes' clocks to agree with each other, nor the client's.
+// Why this is sound: take two granted leases A and B. Their majorities
+// share a node n, and on n the two keys existed at different times (the
+// node enforces SET NX), say A's first. If A released n, n kept T(A) or
+// its clock had passed T(A), so B's fence on n, at least max(last + 1,
+// clock), is above T(A). If A's key expired on n, it did so a TTL after it
+// was set, by n's clock; when A was granted, T(A) was at most TTL/2 ahead
+// of that clock, so n's clock had passed T(A) before B took n. Either way
+// T(B), a maximum that includes n's fence, exceeds T(A): fences are unique
+// and ordered as the keys were held. The argument needs each node's clock
+// not to step back and to run at its rate to within TTL/2 over a TTL (and
+// within 1 % of the client's over a hold) — not the nodes' clocks to agree
+// with each other, nor the client's.
 //
 // A node that loses its data (a restart without persistence) issues fences
 // from its clock again, above everything it issued before as long as its
-// clock did not step back; every majority still meets a node whose fence
-// is above T. WithoutFencing takes the keys without issuing fences
+// clock did not step back; as long as no more than N − quorum of the nodes
+// a hold took lose theirs before their clocks pass T, every majority still
+// meets a node that kept T. WithoutFencing takes the keys without issuing fences
 // (Fence() is then 0) for callers that only need exclusion; a blocking
 // Acquire's first attempt at a key not seen contended lately is then a
 // plain SET NX per node, as redsync's (a node that has the key in any form

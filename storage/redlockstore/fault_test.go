@@ -276,6 +276,71 @@ func waitAll(t *testing.T, c *cluster, key string) {
 	}
 }
 
+// A released hold's fence stays on every node that took it while the
+// node's clock has not passed it, so that up to N − quorum of them can
+// restart empty right after the release and the next fence is still above
+// it. The nodes start with tombstones 800 ms ahead of their clocks, so the
+// hold's fence T is ahead of every clock; the release is at once, before
+// the nodes that answered after the majority are known to have taken the
+// key.
+func TestReleasedFenceKeptOnEveryNode(t *testing.T) {
+	c := newCluster(t, 5)
+	ctx := ctxT(t, time.Minute)
+	const name = "oncekit:redlock:{kept-fence}"
+	s := newStore(t, c.clients(t))
+	testenv.AcquireRelease(ctx, t, s, "warm", time.Second) // scripts loaded, clocks measured
+	rcs := make([]*redis.Client, len(c.addrs))
+	for i, a := range c.addrs {
+		rcs[i] = redis.NewClient(&redis.Options{Addr: a})
+		defer rcs[i].Close()
+		now, err := rcs[i].Time(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		rcs[i].Set(ctx, name, fmt.Sprintf("~|%d|", now.Add(800*time.Millisecond).UnixMicro()), time.Minute)
+	}
+	l, err := s.Acquire(ctx, "kept-fence", 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	base := l.Fence() / 128 // the hold's T (128 lease fences per hold)
+	for i, rc := range rcs {
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			v, err := rc.Get(ctx, name).Result()
+			var f uint64
+			if err == nil && strings.HasPrefix(v, "~|") {
+				fmt.Sscanf(v, "~|%d|", &f)
+			}
+			if f >= base {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("node %d kept %q (%v) after the release, want a tombstone of at least %d", i, v, err, base)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	for _, p := range c.procs[:2] {
+		p.Kill()
+		p.Start() // empty: no persistence
+	}
+	c.procs[2].Pause() // the next majority: the two empty nodes and one of the rest
+	defer c.procs[2].Resume()
+	next, err := newStore(t, c.clients(t)).Acquire(ctx, "kept-fence", 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.procs[2].Resume()
+	defer next.Release(context.Background())
+	if next.Fence() <= l.Fence() {
+		t.Errorf("fence after two empty restarts %d, not above the released hold's %d", next.Fence(), l.Fence())
+	}
+}
+
 // Fences only grow across successive holders, however the rounds
 // interleave: nodes start with very different last fences (tombstones up to
 // 400 ms ahead of their clocks); for each acquisition up to two random

@@ -91,7 +91,7 @@ func (l *lease) StoreRelease(ctx context.Context) error {
 	if l.passed.Load() || s.keep(l) {
 		return nil // kept now, or released already: its hold went on
 	}
-	plan := l.votes.releasePlan(l.base, s.quorum, len(s.nodes))
+	plan := l.votes.releasePlan(l.base, len(s.nodes))
 	ended := func() {}
 	if l.used > 0 {
 		// The last lease of a hold the Store kept: the hold ends here, and

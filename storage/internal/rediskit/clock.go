@@ -2,7 +2,6 @@ package rediskit
 
 import (
 	"context"
-	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -81,12 +80,6 @@ func (b *Base) measure(c redis.Scripter, ck *clock) {
 		ck.measured.Store(b.now().UnixNano())
 	})
 }
-
-// ClockPassed is a clock argument for Base.Release that says no fence
-// needs keeping on this server: the release deletes the key without
-// reading the clock, whatever its fence. (Redlock: the nodes outside the
-// majority that keeps a hold's fence.)
-const ClockPassed int64 = math.MaxInt64
 
 // A ClockReading is a server's clock in microseconds, as a script reported
 // it (AcquireReply.Clock), and when its reply reached this process. The

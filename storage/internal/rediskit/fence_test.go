@@ -321,3 +321,55 @@ func TestBeginReplies(t *testing.T) {
 		t.Errorf("duplicate of an in-flight claim: %+v", r)
 	}
 }
+
+// A release given a lower bound on the server's clock (the reading that
+// came with the fence, or one moved on since) keeps a fence that is ahead
+// of it by less than a tombstone's life in a tombstone that expires once
+// the clock has passed the fence, and reads no clock to tell.
+func TestReleaseTombstoneExpiresWithFence(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: testenv.StartRedis(t).Addr}) // private: its TIME calls are ours
+	defer c.Close()
+	ctx := context.Background()
+	b := &Base{}
+	b.Init(Options{Prefix: "tomb-test:"})
+	const key = "k"
+	lk := b.Keys.Lock(key)
+	timeCalls := func() (n int) {
+		info := c.Info(ctx, "commandstats").Val()
+		if i := strings.Index(info, "cmdstat_time:calls="); i >= 0 {
+			fmt.Sscanf(info[i+len("cmdstat_time:calls="):], "%d", &n)
+		}
+		return n
+	}
+	now := c.Time(ctx).Val().UnixMicro()
+	ahead := now + 300_000
+	c.Set(ctx, lk, fmt.Sprintf("~|%d|", ahead), time.Minute)
+	r, err := b.Acquire(ctx, c, AcquireArgs{Key: key, Token: "a", TTL: time.Minute}, nil)
+	if err != nil || r.Code != AcquireTaken || r.N != ahead+1 {
+		t.Fatalf("take: %+v %v, want fence %d", r, err, ahead+1)
+	}
+	before := timeCalls()
+	if code, err := b.Release(ctx, c, key, "a", false, 0, r.Clock, true); err != nil || code != ReleaseFreed {
+		t.Fatalf("release: %v %v", code, err)
+	}
+	if got := timeCalls() - before; got != 0 {
+		t.Errorf("the release read the clock %d times, want none", got)
+	}
+	if v := c.Get(ctx, lk).Val(); v != fmt.Sprintf("~|%d|", ahead+1) {
+		t.Errorf("released value %q, want a tombstone of %d", v, ahead+1)
+	}
+	want := time.Duration(ahead+1-r.Clock)*time.Microsecond + 2*time.Millisecond
+	if pttl := c.PTTL(ctx, lk).Val(); pttl <= want-50*time.Millisecond || pttl > want {
+		t.Errorf("tombstone PTTL %s, want about %s (until the clock passes the fence)", pttl, want)
+	}
+	for c.Exists(ctx, lk).Val() == 1 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if clock := c.Time(ctx).Val().UnixMicro(); clock <= ahead+1 {
+		t.Errorf("the tombstone expired at %d, before the clock passed its fence %d", clock, ahead+1)
+	}
+	r2, err := b.Acquire(ctx, c, AcquireArgs{Key: key, Token: "b", TTL: time.Minute}, nil)
+	if err != nil || r2.Code != AcquireTaken || r2.N <= ahead+1 {
+		t.Errorf("take after the tombstone expired: %+v %v, want a fence above %d", r2, err, ahead+1)
+	}
+}

@@ -10,17 +10,30 @@ if not fast_v or string.sub(fast_v, 1, #ARGV[1] + 1) ~= ARGV[1] .. '|' then
 end
 if string.byte(fast_v, -1) == 124 then -- ends with '|': no flags
   local f = math.max(tonumber(string.sub(fast_v, #ARGV[1] + 2, -2)) or 0, tonumber(ARGV[2]))
-  -- The clock is read only when the fence may be ahead of it: not for an
-  -- unfenced key (0), nor for a fence at or below ARGV[3], a reading of
-  -- this server's clock the caller was given when its fence was issued
-  -- (the clock has moved on since).
-  local ahead = f > tonumber(ARGV[3])
-  if ahead then
-    local t = redis.call('TIME')
-    ahead = f >= tonumber(t[1]) * 1000000 + tonumber(t[2])
+  -- ARGV[3] is a lower bound on this server's clock now (µs; 0: none),
+  -- which the caller was given with its fence (and may have moved on by
+  -- the time passed since). A fence at or below it is behind the clock:
+  -- the key is deleted. A fence above it by less than a tombstone's life
+  -- is kept in a tombstone that expires once the clock has passed it,
+  -- with no clock read (Redis expires a key when its clock, in ms, is
+  -- past the expiry: at least f here). Otherwise, or with no bound, the
+  -- clock is read.
+  local c = tonumber(ARGV[3])
+  if f <= c then
+    redis.call('DEL', KEYS[1])
+    return 1
   end
-  if ahead then
-    redis.call('SET', KEYS[1], '~|' .. string.format('%d', f) .. '|', 'PX', 60000)
+  local px = 60000
+  if c > 0 and f - c < 59000000 then
+    px = math.floor((f - c) / 1000) + 2
+  else
+    local t = redis.call('TIME')
+    if f < tonumber(t[1]) * 1000000 + tonumber(t[2]) then
+      px = 0
+    end
+  end
+  if px > 0 then
+    redis.call('SET', KEYS[1], '~|' .. string.format('%d', f) .. '|', 'PX', px)
   else
     redis.call('DEL', KEYS[1])
   end
