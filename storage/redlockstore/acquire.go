@@ -35,17 +35,12 @@ type votes struct {
 	// which a held key must cost one request per node.
 	plain bool
 
-	// takes are how each node took the token, for the release (its
-	// arguments: see releasePlan); by node index, made by the first take.
-	takes []take
-}
-
-// take is how a node took the votes' token: its clock when it issued its
-// fence, and whether by a first attempt (rediskit.AcquireReply's Clock
-// and Plain).
-type take struct {
-	clock rediskit.ClockReading
-	plain bool
+	// per is what is known of each node (by index) for the hold's
+	// release: see release.go. Made by the first round.
+	per []perNode
+	// landed, when not nil, is closed when the next answer is recorded
+	// (a release waits for one: votes.await).
+	landed chan struct{}
 }
 
 func (s *Store) newVotes(key string) *votes {
@@ -68,6 +63,15 @@ func (s *Store) newVotes(key string) *votes {
 func (v *votes) took(i int, r rediskit.AcquireReply) bool {
 	t := take{clock: rediskit.ReadClock(r.Clock), plain: r.Plain}
 	v.mu.Lock()
+	p := v.node(i)
+	p.take = t
+	if p.awaiting > 0 {
+		// A release is waiting for this node's answers: it releases the
+		// node itself (release.go).
+		p.caught = true
+		v.mu.Unlock()
+		return false
+	}
 	if v.ending {
 		v.pending = append(v.pending, i)
 		v.mu.Unlock()
@@ -77,10 +81,6 @@ func (v *votes) took(i int, r rediskit.AcquireReply) bool {
 	floor := v.floor()
 	if !over {
 		v.nodes[i] = true
-		if v.takes == nil {
-			v.takes = make([]take, len(v.s.nodes))
-		}
-		v.takes[i] = t
 	}
 	v.mu.Unlock()
 	if over {
@@ -99,60 +99,6 @@ func (v *votes) floor() uint64 {
 		return 0
 	}
 	return v.lease.base
-}
-
-// releaseArg is what a hold's release sends one node, beyond the key and
-// token: the fence floor to keep (rediskit.Base.Release's floor: the
-// hold's fence, or 0), a lower bound on the node's clock now, and whether
-// the short release script fits.
-type releaseArg struct {
-	floor uint64
-	clock int64
-	plain bool
-}
-
-// releasePlan is what the release of the votes' hold, whose fence is
-// floor (0 unfenced), sends each node (by node index).
-//
-// Every node keeps floor as the key's last fence until its own clock has
-// passed it (rediskit.Base.Release), so that a later holder's fence, a
-// maximum over a majority that meets the nodes this one took, comes out
-// above it — also when up to N − quorum of them lose their data. A node
-// known to have taken the token is sent a lower bound on its clock now
-// (the reading it gave then, plus the time passed since:
-// ClockReading.Floor): at or past floor, its key is deleted; short of
-// floor, the key becomes a tombstone of floor that expires when its clock
-// passes it. Neither reads the clock. A node whose take is not known yet
-// (its answer came after the majority, or has not come) reads its clock
-// to tell, if the token holds it. Without votes (an owner's re-entry),
-// every node reads its clock.
-//
-// It is made before end, which forgets the token's nodes.
-func (v *votes) releasePlan(floor uint64, nodes int) []releaseArg {
-	plan := make([]releaseArg, nodes)
-	for i := range plan {
-		plan[i].floor = floor
-	}
-	if v == nil {
-		return plan
-	}
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	known, allPlain := false, true
-	for i, t := range v.takes {
-		if !v.nodes[i] {
-			continue // not (or no longer) the token's
-		}
-		plan[i].clock, plan[i].plain = t.clock.Floor(), t.plain
-		known, allPlain = true, allPlain && t.plain
-	}
-	for i := range plan {
-		if plan[i].clock == 0 {
-			// Taken, if at all, by the same attempts as the known nodes.
-			plan[i].plain = known && allPlain
-		}
-	}
-	return plan
 }
 
 // end marks the votes' hold as being released on the nodes: the votes are
@@ -238,6 +184,7 @@ func (s *Store) sendAcquire(ctx context.Context, v *votes, ttl time.Duration, qu
 	// Unfenced, a first attempt at a key this Store has not seen contended
 	// lately is a plain SET NX on each node (below).
 	plain := v.plain && args.Unfenced && owner == "" && !queued && !s.recent.Hot(v.key) && !s.crowded.Marked(v.key)
+	v.sending(s.all())
 	r := newRound(s, s.all(), func(ctx context.Context, n *node) (rediskit.AcquireReply, error) {
 		if sn, ok := n.c.(rediskit.SetNXer); ok && plain {
 			// As redsync's: a key that exists in any form goes on to the
@@ -272,6 +219,7 @@ func (s *Store) sendAcquire(ctx context.Context, v *votes, ttl time.Duration, qu
 		default:
 			r.failed[a.node] = errLate
 		}
+		v.answered(a.node, a.err != nil)
 		// An owner's round waits for every answer (or the timeout): the
 		// re-entries it does not use are given back.
 		return owner == "" && (len(ar.taken) >= s.quorum || len(ar.busy)+len(r.failed) > len(s.nodes)-s.quorum ||
@@ -286,6 +234,7 @@ func (s *Store) sendAcquire(ctx context.Context, v *votes, ttl time.Duration, qu
 		case a.v.Code == rediskit.AcquireReentered: // a re-entry nobody counted
 			s.releaseNodes(v.key, a.v.Token, []int{a.node}, 0, false, 0)
 		}
+		v.answered(a.node, a.err != nil)
 	})
 	return ar
 }

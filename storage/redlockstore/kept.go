@@ -36,9 +36,8 @@ func (s *Store) mayReuse(l *lease) bool {
 
 // letGo releases a kept hold nobody took on the nodes.
 func (s *Store) letGo(l *lease) {
-	defer l.votes.end()()
 	s.recent.Wasted(l.Key())
-	s.releaseNodes(l.Key(), l.Token(), s.all(), 0, false, l.base)
+	s.releaseHeld(l, 0)
 }
 
 // takeKept serves an Acquire of key for ttl (not an owner's) from the hold
@@ -55,17 +54,24 @@ func (s *Store) takeKept(key string, ttl time.Duration) lock.Lease {
 		l.took, l.hot, l.votes = prev.took, true, prev.votes
 		return l
 	}
-	defer prev.votes.end()()
 	s.recent.LetGo(key)
-	s.releaseNodes(key, prev.Token(), s.all(), s.nodeTimeout(ttl), false, prev.base)
+	s.releaseHeld(prev, s.nodeTimeout(ttl))
 	return nil
 }
 
 // releaseKept lets every kept hold go, for Close.
 func (s *Store) releaseKept() {
 	for _, l := range s.kept.Close() {
-		ended := l.votes.end()
-		s.releaseNodes(l.Key(), l.Token(), s.all(), 0, false, l.base)
-		ended()
+		s.releaseHeld(l, 0)
 	}
+}
+
+// releaseHeld ends a kept hold and releases it on every node (the fence
+// kept: see release.go), waiting up to wait for the answers.
+func (s *Store) releaseHeld(l *lease, wait time.Duration) {
+	nt := s.nodeTimeout(max(l.Remaining(), time.Millisecond))
+	call := s.releaseCall(l.votes, l.Key(), l.Token(), l.base, false, nt/2)
+	ended := l.votes.end()
+	newRound(s, s.all(), call).settle(wait)
+	ended()
 }

@@ -91,7 +91,11 @@ func (l *lease) StoreRelease(ctx context.Context) error {
 	if l.passed.Load() || s.keep(l) {
 		return nil // kept now, or released already: its hold went on
 	}
-	plan := l.votes.releasePlan(l.base, len(s.nodes))
+	nt := s.nodeTimeout(max(l.Remaining(), time.Millisecond))
+	// The short release script only for the hold's first lease: a hold
+	// kept for later leases is one that other processes wait for, whose
+	// key carries their flag by then.
+	call := s.releaseCall(l.votes, l.Key(), l.Token(), l.base, l.used == 0, nt/2)
 	ended := func() {}
 	if l.used > 0 {
 		// The last lease of a hold the Store kept: the hold ends here, and
@@ -100,15 +104,10 @@ func (l *lease) StoreRelease(ctx context.Context) error {
 		// took tells from its state.)
 		ended = l.votes.end()
 	}
-	v := s.poll(ctx, l.targets(), s.nodeTimeout(max(l.Remaining(), time.Millisecond)), false,
-		func(ctx context.Context, n *node) (bool, error) {
-			a := plan[n.index]
-			// The short release script only for the hold's first lease: a
-			// hold kept for later leases is one that other processes
-			// wait for, whose key carries their flag by then.
-			code, err := s.base.Release(ctx, n.c, l.Key(), l.Token(), false, a.floor, a.clock, a.plain && l.used == 0)
-			return code.Ours(), err
-		})
+	v := s.poll(ctx, l.targets(), nt, false, func(ctx context.Context, n *node) (bool, error) {
+		code, err := call(ctx, n)
+		return code.Ours(), err
+	})
 	ended()
 	err := s.verdict("release", l.Key(), v, lock.ErrLockLost)
 	if err == nil {

@@ -1,6 +1,7 @@
 package redlockstore
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -9,17 +10,19 @@ import (
 
 // A fenced release keeps the hold's fence on every node: each node whose
 // take is known is sent a lower bound on its clock (so that it reads no
-// clock), every other node none (it reads its clock if the token holds
-// it). No node is let off the fence.
+// clock); a node whose answer is on its way is waited for; a node that
+// answered every request without being taken is sent nothing; any other
+// is sent no bound (it reads its clock if the token holds it). No node is
+// let off the fence.
 func TestReleasePlan(t *testing.T) {
 	const floor = 1_000_000         // µs
 	at := time.Now().Add(time.Hour) // no time passed since the readings
 	mk := func(clocks ...int64) *votes {
-		v := &votes{nodes: map[int]bool{}, takes: make([]take, len(clocks))}
+		v := &votes{nodes: map[int]bool{}, per: make([]perNode, len(clocks))}
 		for i, c := range clocks {
 			if c > 0 {
 				v.nodes[i] = true
-				v.takes[i] = take{clock: rediskit.ClockReading{US: c, At: at}, plain: true}
+				v.per[i].take = take{clock: rediskit.ClockReading{US: c, At: at}, plain: true}
 			}
 		}
 		return v
@@ -33,12 +36,26 @@ func TestReleasePlan(t *testing.T) {
 		}
 	}
 	t.Run("known and unknown takes", func(t *testing.T) {
-		clocks := []int64{floor, floor - 100, floor + 50, 0, 0}
-		check(t, mk(clocks...).releasePlan(floor, 5), clocks, []bool{true, true, true, true, true})
+		clocks := []int64{floor, floor - 100, floor + 50, 0, 0, 0}
+		v := mk(clocks...)
+		v.per[3].flying = 1    // its answer is on its way
+		v.per[4].unsure = true // its request failed: it may have taken the node
+		plan := v.releasePlan(floor, 6)
+		check(t, plan, clocks, []bool{true, true, true, true, true, true})
+		var kinds []string
+		for _, a := range plan {
+			kinds = append(kinds, map[bool]string{true: "await"}[a.await]+map[bool]string{true: "skip"}[a.skip])
+		}
+		if want := []string{"", "", "", "await", "", "skip"}; !slices.Equal(kinds, want) {
+			t.Errorf("kinds %q, want %q", kinds, want)
+		}
+		if v.per[3].awaiting != 1 {
+			t.Errorf("node 3 awaited by %d releases, want 1", v.per[3].awaiting)
+		}
 	})
 	t.Run("a take by the full script", func(t *testing.T) {
 		v := mk(floor-1, floor, floor-2, 0, 0)
-		v.takes[1].plain = false
+		v.per[1].take.plain = false
 		check(t, v.releasePlan(floor, 5), []int64{floor - 1, floor, floor - 2, 0, 0}, []bool{true, false, true, false, false})
 	})
 	t.Run("nodes given back", func(t *testing.T) {
@@ -52,7 +69,7 @@ func TestReleasePlan(t *testing.T) {
 	})
 	t.Run("time passed since a reading", func(t *testing.T) {
 		v := mk(floor-10_000, 0, 0)
-		v.takes[0].clock.At = time.Now().Add(-time.Second)
+		v.per[0].take.clock.At = time.Now().Add(-time.Second)
 		got := v.releasePlan(floor, 3)[0].clock
 		if lo := int64(floor - 10_000 + 980_000); got < lo || got > floor-10_000+1_000_000 {
 			t.Errorf("clock bound %d, want the reading plus 99 %% of the second since (≥ %d)", got, lo)

@@ -199,7 +199,9 @@ func TestUnfencedNewKeyPlainSet(t *testing.T) {
 // read its clock earlier has it from the time passed since its answer
 // came. Five servers of the test's own, so that INFO commandstats counts
 // only this test's TIME calls: one per node to take a new key, none more
-// to release it after a hold longer than the spread of the readings.
+// to release it — also at once, when the nodes that answered after the
+// majority are released once their answers have come — and one script
+// per node each way.
 func TestFencedReleaseSkipsClockRead(t *testing.T) {
 	var addrs []string
 	for range 5 {
@@ -208,45 +210,50 @@ func TestFencedReleaseSkipsClockRead(t *testing.T) {
 	cs := clients(t, addrs)
 	s := newStore(t, cs)
 	ctx := context.Background()
-	timeCalls := func() (n int) {
+	calls := func(cmd string) (n int) {
 		for _, c := range cs {
 			info, err := c.(*redis.Client).Info(ctx, "commandstats").Result()
 			if err != nil {
 				t.Fatal(err)
 			}
 			for line := range strings.Lines(info) {
-				if rest, ok := strings.CutPrefix(line, "cmdstat_time:calls="); ok {
-					var calls int
-					fmt.Sscanf(rest, "%d", &calls)
-					n += calls
+				if rest, ok := strings.CutPrefix(line, "cmdstat_"+cmd+":calls="); ok {
+					var k int
+					fmt.Sscanf(rest, "%d", &k)
+					n += k
 				}
 			}
 		}
 		return n
 	}
-	key := fmt.Sprintf("clock-%d", time.Now().UnixNano())
-	testenv.AcquireRelease(ctx, t, s, "warm-"+key, time.Second) // scripts loaded, clocks measured
+	testenv.AcquireRelease(ctx, t, s, "warm", time.Second) // scripts loaded, clocks measured
 	time.Sleep(50 * time.Millisecond)
-	before := timeCalls()
-	l, err := s.Acquire(ctx, key, 10*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(20 * time.Millisecond) // far longer than the nodes' readings are apart
-	if err := l.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(50 * time.Millisecond) // the nodes that answered after the majority
-	if got := timeCalls() - before; got != len(addrs) {
-		t.Errorf("a fenced new key read the nodes' clocks %d times, want %d (once per node, to take it)", got, len(addrs))
-	}
-	// And the fences still go forward on every node: a new holder's is above.
-	next, err := s.Acquire(ctx, key, 10*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer next.Release(ctx)
-	if next.Fence() <= l.Fence() {
-		t.Errorf("fence after the release %d, not above %d", next.Fence(), l.Fence())
+	for _, hold := range []time.Duration{20 * time.Millisecond, 0} {
+		key := fmt.Sprintf("clock-%s", hold)
+		time0, eval0 := calls("time"), calls("evalsha")
+		l, err := s.Acquire(ctx, key, 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(hold)
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(50 * time.Millisecond) // the nodes that answered after the majority
+		if got := calls("time") - time0; got != len(addrs) {
+			t.Errorf("hold %s: a fenced new key read the nodes' clocks %d times, want %d (once per node, to take it)", hold, got, len(addrs))
+		}
+		if got := calls("evalsha") - eval0; got != 2*len(addrs) {
+			t.Errorf("hold %s: %d scripts ran, want %d (one take and one release per node)", hold, got, 2*len(addrs))
+		}
+		// And the fences still go forward on every node: a new holder's is above.
+		next, err := s.Acquire(ctx, key, 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if next.Fence() <= l.Fence() {
+			t.Errorf("hold %s: fence after the release %d, not above %d", hold, next.Fence(), l.Fence())
+		}
+		next.Release(ctx)
 	}
 }
