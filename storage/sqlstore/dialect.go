@@ -3,6 +3,7 @@ package sqlstore
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"io"
@@ -303,7 +304,20 @@ func retryable(err error) bool {
 func serverAnswer(err error) bool {
 	var pg *pgconn.PgError
 	var my *mysql.MySQLError
-	return (errors.As(err, &pg) || errors.As(err, &my)) && !retryable(err)
+	return (errors.As(err, &pg) || errors.As(err, &my)) && !retryable(err) && !serverGoing(err)
+}
+
+// serverGoing reports an error the server sends as it drops the
+// connection (PostgreSQL: a connection exception, or the server shutting
+// down or crashing; MySQL: shutdown in progress): not an answer to the
+// statement.
+func serverGoing(err error) bool {
+	var pg *pgconn.PgError
+	if errors.As(err, &pg) {
+		return strings.HasPrefix(pg.Code, "08") || pg.Code == "57P01" || pg.Code == "57P02" || pg.Code == "57P03"
+	}
+	var my *mysql.MySQLError
+	return errors.As(err, &my) && my.Number == 1053
 }
 
 // missingTable reports the error of a statement on a table that does not
@@ -323,6 +337,17 @@ func fault(err error) bool {
 	var ne net.Error
 	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.As(err, &ne) ||
 		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || errors.Is(err, sql.ErrConnDone)
+}
+
+// connectionLost reports a fault of the way to the database, not the
+// caller's context ending: no connection could be made, or the one in use
+// failed or was cut (a server that crashed or restarted).
+func connectionLost(err error) bool {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	var ce *pgconn.ConnectError
+	return fault(err) || serverGoing(err) || errors.As(err, &ce) || errors.Is(err, mysql.ErrInvalidConn) || errors.Is(err, driver.ErrBadConn)
 }
 
 // validPrefix reports whether p is a safe table prefix: letters, digits

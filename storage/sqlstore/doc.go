@@ -100,4 +100,11 @@
 // the server's clock reads the same in every session. The Store uses the
 // server's default isolation level: every decision rests on rows it has
 // locked, which every level reads as committed.
+//
+// A statement that gets no answer — no connection could be made, or the
+// server crashed or restarted while it was sent — fails with an error that
+// says "no answer from the database" and wraps the driver's. It is not
+// sent again: it may have run. (database/sql already retries, on a new
+// connection, a statement the driver knows was never sent.) The Guard
+// retries a completion for as long as its claim is valid.
 package sqlstore

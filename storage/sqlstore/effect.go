@@ -94,7 +94,7 @@ func effectError(ctx context.Context, tx *sql.Tx, key string, err error) error {
 		return err // the whole transaction runs again
 	case serverAnswer(err):
 		return stop(&idem.EffectFailedError{Key: key, Err: err})
-	case fault(err) || errors.Is(err, driver.ErrBadConn):
+	case fault(err) || serverGoing(err) || errors.Is(err, driver.ErrBadConn):
 		return err
 	}
 	if _, probe := tx.ExecContext(ctx, "SELECT 1"); probe != nil && !serverAnswer(probe) {

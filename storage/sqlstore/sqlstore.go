@@ -236,8 +236,11 @@ func (s *Store) Migrate(ctx context.Context) error {
 // errWrap names the driver, the operation and the key, and says what to do
 // about a missing table.
 func (s *Store) errWrap(op, key string, err error) error {
-	if missingTable(err) {
+	switch {
+	case missingTable(err):
 		return fmt.Errorf("sqlstore: %s %q: %w (run Store.Migrate to create the tables)", op, key, err)
+	case connectionLost(err):
+		return fmt.Errorf("sqlstore: %s %q: no answer from the database (the connection failed or was cut; a statement already sent may have run): %w", op, key, err)
 	}
 	return fmt.Errorf("sqlstore: %s %q: %w", op, key, err)
 }
