@@ -122,12 +122,14 @@ if member ~= '' then
   local life = tonumber(ARGV[7])
   local place = tonumber(ARGV[8])
   if place == 0 then place = now end
-  redis.call('ZADD', KEYS[3], 'NX', place, member)
-  redis.call('HSET', KEYS[4], member, now + life)
+  local joined = redis.call('ZADD', KEYS[3], 'NX', place, member)
   if ARGV[10] == '1' and ARGV[5] == '' then
-    redis.call('HSET', KEYS[4], member .. '|g', ARGV[1] .. '|' .. ARGV[2])
+    redis.call('HSET', KEYS[4], member, now + life, member .. '|g', ARGV[1] .. '|' .. ARGV[2])
   else
-    redis.call('HDEL', KEYS[4], member .. '|g')
+    redis.call('HSET', KEYS[4], member, now + life)
+    if joined == 0 then -- a member that just joined has none: every removal drops it
+      redis.call('HDEL', KEYS[4], member .. '|g')
+    end
   end
   redis.call('PEXPIRE', KEYS[3], 2 * life)
   redis.call('PEXPIRE', KEYS[4], 2 * life)

@@ -43,7 +43,7 @@ for i = 1, n do
   if wflag[i] then
     if member ~= '' then
       redis.call('ZREM', KEYS[3 * i - 1], member)
-      redis.call('HDEL', KEYS[3 * i], member)
+      redis.call('HDEL', KEYS[3 * i], member, member .. '|g')
     end
     fl = waiters_flag(KEYS[3 * i - 1])
   end
