@@ -61,10 +61,12 @@ if redis.REDIS_VERSION_NUM then -- 7.0+: effects replication, TIME is allowed
   end
   while #head > 0 do
     local m = head[1]
-    local exp = tonumber(redis.call('HGET', KEYS[4], m))
-    local g = nil
+    local exp, g
     if ARGV[7] == '1' and f > 0 then
-      g = redis.call('HGET', KEYS[4], m .. '|g')
+      local v = redis.call('HMGET', KEYS[4], m, m .. '|g')
+      exp, g = tonumber(v[1]), v[2]
+    else
+      exp = tonumber(redis.call('HGET', KEYS[4], m))
     end
     if exp and exp > now and g then
       local gtok, ttl = string.match(g, '^([^|]+)|(%d+)')
@@ -93,5 +95,15 @@ end
 if not woken then
   redis.call(pub, ARGV[4], ARGV[1])
 end
-tombstone(KEYS[1], f, waiters_flag(KEYS[3]))
+-- The queue still has members when one was woken (it keeps its place);
+-- when the loop above found none left, it is empty.
+local flag
+if woken then
+  flag = 'w'
+elseif redis.REDIS_VERSION_NUM then
+  flag = ''
+else
+  flag = waiters_flag(KEYS[3])
+end
+tombstone(KEYS[1], f, flag)
 return 1
