@@ -42,7 +42,11 @@
 // the first live member of its queue, on that process's own channel; the
 // key's general channel is used when nobody is queued. As on redisstore,
 // the key then stays reserved on that node for the woken member until it
-// tries again or its grace runs out (bounded barging). A waiter subscribes
+// tries again or its grace runs out (bounded barging). A member woken on
+// its own channel tries again once a majority of the nodes have announced
+// the release there (or 3 ms after the first did): the first node's
+// message can come before the others have processed the release, and an
+// attempt sent at once would find the key still held there. A waiter subscribes
 // on every node before it joins the queues (a subscription stays a second
 // after its last waiter left, for the process's next wait), and polls
 // while a subscription is unconfirmed. A first attempt that finds the key

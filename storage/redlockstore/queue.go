@@ -203,8 +203,13 @@ func (w *waiting) backOff(ctx context.Context, out outcome) error {
 		// waiter is in no queue yet, so no release would wake it.
 		wait, w.joinNow = 0, false
 	}
+	w.watch.announced.Store(0)
 	if err := w.sleep(ctx, wait, wake); err != nil {
 		return err
+	}
+	if !w.woken.IsZero() && w.watch.personal.Load() {
+		w.gather()
+		return nil
 	}
 	if wake != nil && w.backoff > w.s.base.MinBackoff && !w.watch.personal.Load() {
 		// Woken on the general channel, with contention since this waiter
@@ -215,6 +220,33 @@ func (w *waiting) backOff(ctx context.Context, out outcome) error {
 		return w.sleep(ctx, rand.N(w.backoff+1), nil)
 	}
 	return nil
+}
+
+// gatherWait bounds how long a waiter woken on its own channel waits for
+// the release to be announced by a majority of the nodes (gather). The
+// releaser sends to every node at once, so the messages come within the
+// spread of the nodes' answers; the bound only matters when messages are
+// lost, and then the attempt goes ahead as it would have without waiting.
+const gatherWait = 3 * time.Millisecond
+
+// gather waits, after a release woke this waiter on its own channel, until
+// a majority of the nodes have announced it there, or gatherWait passed.
+// The first node's message can come before the other nodes have processed
+// the release (the releaser sends to all at once): an attempt sent at
+// once would find the key still held on them, and lose a round.
+func (w *waiting) gather() {
+	if w.watch.announced.Load() >= int32(w.s.quorum) || w.watch.deaf() {
+		return // a majority announced it, or some node may not tell us
+	}
+	t := time.NewTimer(gatherWait)
+	defer t.Stop()
+	for w.watch.announced.Load() < int32(w.s.quorum) {
+		select {
+		case <-w.watch.wake:
+		case <-t.C:
+			return
+		}
+	}
 }
 
 // sleep waits d, or until wake (if not nil) receives.
@@ -244,7 +276,8 @@ func (w *waiting) sleep(ctx context.Context, d time.Duration, wake <-chan struct
 // every node: a message from any of them wakes it.
 type multiWatch struct {
 	wake      chan struct{}
-	personal  atomic.Bool // the last wake came on this Store's own channel
+	personal  atomic.Bool  // the last wake came on this Store's own channel
+	announced atomic.Int32 // messages on this Store's own channel since the waiter last slept
 	stop      chan struct{}
 	want      int32        // subscriptions asked for
 	confirmed atomic.Int32 // subscriptions the servers confirmed
@@ -309,6 +342,9 @@ func (s *Store) watchOne(ctx context.Context, mw *multiWatch, n *node, channel s
 			select {
 			case <-w.Wake():
 				mw.personal.Store(personal)
+				if personal {
+					mw.announced.Add(1)
+				}
 				select {
 				case mw.wake <- struct{}{}:
 				default:

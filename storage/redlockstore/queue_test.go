@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/oncekit/oncekit/internal/testenv"
+	"github.com/oncekit/oncekit/storage/internal/rediskit"
 	"github.com/oncekit/oncekit/storage/redlockstore"
 )
 
@@ -130,5 +131,72 @@ func TestCrowdedKeyQueuedFromFirstRound(t *testing.T) {
 	}
 	if n := turn(); n != nodes {
 		t.Errorf("the key seen crowded: %d requests before waiting, want one round (%d) in the queues", n, nodes)
+	}
+}
+
+// delayRelease holds back the release scripts a client sends by d: a node
+// that processes a release later than the others.
+type delayRelease struct{ d time.Duration }
+
+func (h delayRelease) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h delayRelease) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if args := cmd.Args(); cmd.Name() == "evalsha" && len(args) > 1 &&
+			(args[1] == rediskit.Release.Hash() || args[1] == rediskit.ReleaseNew.Hash()) {
+			time.Sleep(h.d)
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h delayRelease) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// A waiter woken on its own channel by the first node that processed a
+// release waits until a majority of the nodes have announced it before it
+// tries again: the other nodes may not have processed the release yet, and
+// an attempt sent at once would find the key still held on them and cost
+// a round. Here four of the five nodes get the holder's release 300 µs
+// after the first; the waiter takes the key in one round.
+func TestWokenWaiterWaitsForMajority(t *testing.T) {
+	addrs := testenv.RedisAddrs(t, 5)[:5]
+	cs := clients(t, addrs)
+	late := clients(t, addrs[1:], delayRelease{300 * time.Microsecond})
+	holder := newStore(t, append(cs[:1:1], late...))
+	var rt counter
+	waiter := newStore(t, clients(t, addrs, &rt))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	key := fmt.Sprintf("gather-%d", time.Now().UnixNano())
+	for round := range 5 {
+		held, err := holder.Acquire(ctx, key, 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan error, 1)
+		go func() {
+			l, err := waiter.Acquire(ctx, key, 10*time.Second)
+			if err == nil {
+				err = l.Release(ctx)
+			}
+			got <- err
+		}()
+		time.Sleep(200 * time.Millisecond) // the waiter queued on the nodes
+		before := rt.N.Load()
+		if err := held.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-got; err != nil {
+			t.Fatal(err)
+		}
+		// One round to take the key and one to release it, and the queues
+		// left on the nodes the round did not count (at most two): a
+		// second round to take it would make at least 15.
+		if n, most := rt.N.Load()-before, int64(2*len(addrs)+2); n > most {
+			t.Errorf("round %d: the woken waiter sent %d requests to take and release the key, want at most %d (one round to take it)", round, n, most)
+		}
+		time.Sleep(50 * time.Millisecond) // neither Store's release is recent any more
 	}
 }
