@@ -176,7 +176,9 @@ func (v *votes) await(i int, a releaseArg, bound time.Duration, closed <-chan st
 // on one node, the fence floor kept (see releasePlan); short allows the
 // short release script where the node's take fits it. A node whose
 // answers are still on their way is waited for up to bound first; a node
-// the token never took answers no without a request.
+// the token never took answers no without a request. The call must then be
+// made on every node the plan marked await (a hold with votes is released
+// on all nodes): until it is, a late answer from such a node is left to it.
 func (s *Store) releaseCall(v *votes, key, tok string, floor uint64, short bool, bound time.Duration) func(ctx context.Context, n *node) (rediskit.ReleaseCode, error) {
 	plan := v.releasePlan(floor, len(s.nodes))
 	return func(ctx context.Context, n *node) (rediskit.ReleaseCode, error) {
