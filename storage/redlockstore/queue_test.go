@@ -191,10 +191,10 @@ func TestWokenWaiterWaitsForMajority(t *testing.T) {
 		if err := <-got; err != nil {
 			t.Fatal(err)
 		}
-		// One round to take the key and one to release it, and the queues
-		// left on the nodes the round did not count (at most two): a
-		// second round to take it would make at least 15.
-		if n, most := rt.N.Load()-before, int64(2*len(addrs)+2); n > most {
+		// One round to take the key and one to release it, and a few
+		// clean-up requests (the queues left on the nodes the round did
+		// not count); a second round to take it makes at least 15.
+		if n, most := rt.N.Load()-before, int64(3*len(addrs)-1); n > most {
 			t.Errorf("round %d: the woken waiter sent %d requests to take and release the key, want at most %d (one round to take it)", round, n, most)
 		}
 		time.Sleep(50 * time.Millisecond) // neither Store's release is recent any more
