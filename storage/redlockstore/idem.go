@@ -120,7 +120,7 @@ func (s *Store) sendBegin(ctx context.Context, key, fingerprint, tok string, lea
 	b.failed = r.failed
 	claimed := b.claimed()
 	r.rest(func(a answer[rediskit.BeginReply]) { // a node claimed after the claim failed is given back
-		f.landed(a.node) // before the abandon below, which would wait for it
+		defer f.landed(a.node)
 		if a.err == nil && a.v.Code == rediskit.BeginClaimed && !claimed {
 			s.finishNodes(context.Background(), key, tok, rediskit.Abandon, time.Millisecond, nil, []int{a.node}, 0)
 		}
