@@ -146,9 +146,7 @@
 //
 // Store is also an idem.Store: each node keeps the record redisstore keeps;
 // a claim holds with a majority of nodes, a completed record found on any
-// node wins, and Complete, Abandon and Extend need a majority. They reach a
-// node whose answer to the claim was still on its way once that answer has
-// come, so that the claim is not left in flight there. A claim's
+// node wins, and Complete, Abandon and Extend need a majority. A claim's
 // fence is a lock's: the highest its majority issued, checked against
 // their clocks, so Begin on a fresh key is one round.
 package redlockstore

@@ -3,8 +3,6 @@ package redlockstore
 import (
 	"context"
 	"fmt"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/oncekit/oncekit/core/idem"
@@ -91,13 +89,11 @@ func (b *beginRound) claimed() bool {
 func (s *Store) sendBegin(ctx context.Context, key, fingerprint, tok string, lease time.Duration) *beginRound {
 	n := len(s.nodes)
 	b := &beginRound{quorum: s.quorum, claims: map[int]int64{}, clocks: map[int]int64{}, counts: map[rediskit.BeginCode]int{}}
-	f := s.flights.start(tok, n)
 	r := newRound(s, s.all(), func(ctx context.Context, nd *node) (rediskit.BeginReply, error) {
 		return s.base.Begin(ctx, nd.c, key, fingerprint, tok, lease, nil)
 	})
 	answers := 0
 	b.ctxErr = r.collect(ctx, s.nodeTimeout(lease), func(a answer[rediskit.BeginReply]) bool {
-		defer f.landed(a.node)
 		answers++
 		if a.err != nil {
 			return len(r.failed) > n-s.quorum
@@ -120,7 +116,6 @@ func (s *Store) sendBegin(ctx context.Context, key, fingerprint, tok string, lea
 	b.failed = r.failed
 	claimed := b.claimed()
 	r.rest(func(a answer[rediskit.BeginReply]) { // a node claimed after the claim failed is given back
-		defer f.landed(a.node)
 		if a.err == nil && a.v.Code == rediskit.BeginClaimed && !claimed {
 			s.finishNodes(context.Background(), key, tok, rediskit.Abandon, time.Millisecond, nil, []int{a.node}, 0)
 		}
@@ -132,16 +127,8 @@ func (s *Store) sendBegin(ctx context.Context, key, fingerprint, tok string, lea
 // node (or the timeout), so that a completion reaches as many as it can.
 // The record keeps the fence floor on each node (a claim's fence: see
 // fenceOf; 0 for a claim never granted).
-//
-// A node whose answer to the claim's Begin is still on its way is sent
-// op once that answer has come (or half the node timeout passed): sent at
-// once, op could reach the node before the claim, find nothing, and leave
-// the claim in flight there until its lease ran out.
 func (s *Store) finishNodes(ctx context.Context, key, tok string, op rediskit.FinishOp, d time.Duration, result []byte, idx []int, floor uint64) vote {
-	nt := s.nodeTimeout(max(d, time.Second))
-	f := s.flights.of(tok)
-	return s.poll(ctx, idx, nt, true, func(ctx context.Context, n *node) (bool, error) {
-		f.await(n.index, nt/2, s.closed)
+	return s.poll(ctx, idx, s.nodeTimeout(max(d, time.Second)), true, func(ctx context.Context, n *node) (bool, error) {
 		return s.base.Finish(ctx, n.c, key, tok, op, d, result, floor)
 	})
 }
@@ -219,65 +206,4 @@ func (s *Store) Abandon(ctx context.Context, c idem.Claim) error { return s.fin.
 // on a majority of the nodes (else idem.ErrLockLost).
 func (s *Store) Extend(ctx context.Context, c idem.Claim, lease time.Duration) error {
 	return s.fin.Extend(ctx, c, lease)
-}
-
-// flights are the Begin rounds whose answers are not all in yet, by the
-// claim's token: what a finish of the claim waits for (finishNodes).
-type flights struct{ m sync.Map } // token -> *flight
-
-// flight is one Begin round: done[i] is closed once node i's answer (or
-// failure) has been handled.
-type flight struct {
-	f    *flights
-	tok  string
-	done []chan struct{}
-	left atomic.Int32
-}
-
-// start records a Begin round for tok to n nodes.
-func (fs *flights) start(tok string, n int) *flight {
-	f := &flight{f: fs, tok: tok, done: make([]chan struct{}, n)}
-	for i := range f.done {
-		f.done[i] = make(chan struct{})
-	}
-	f.left.Store(int32(n))
-	fs.m.Store(tok, f)
-	return f
-}
-
-// of is tok's round while answers are still on their way, else nil.
-func (fs *flights) of(tok string) *flight {
-	if v, ok := fs.m.Load(tok); ok {
-		return v.(*flight)
-	}
-	return nil
-}
-
-// landed records that node i's answer has been handled; the round is
-// forgotten with its last answer.
-func (f *flight) landed(i int) {
-	close(f.done[i])
-	if f.left.Add(-1) == 0 {
-		f.f.m.Delete(f.tok)
-	}
-}
-
-// await waits until node i's answer has been handled, bound passes or
-// closed closes. A nil flight has nothing on its way.
-func (f *flight) await(i int, bound time.Duration, closed <-chan struct{}) {
-	if f == nil {
-		return
-	}
-	select {
-	case <-f.done[i]:
-		return
-	default:
-	}
-	t := time.NewTimer(bound)
-	defer t.Stop()
-	select {
-	case <-f.done[i]:
-	case <-t.C:
-	case <-closed:
-	}
 }

@@ -2,8 +2,6 @@ package redlockstore_test
 
 import (
 	"context"
-	"fmt"
-	"strings"
 	"testing"
 	"time"
 
@@ -39,35 +37,4 @@ func TestIdemConformance(t *testing.T) {
 			}
 		},
 	})
-}
-
-// A Guard.Do that runs nothing long completes its record on every node,
-// also on the nodes whose claim answered after the majority: none keeps an
-// in-flight record until its lease runs out.
-func TestCompletedOnEveryNode(t *testing.T) {
-	var addrs []string
-	for range 5 {
-		addrs = append(addrs, testenv.StartRedis(t).Addr)
-	}
-	s := newStore(t, clients(t, addrs))
-	g, err := idem.NewGuard(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	for i := range 20 {
-		key := idem.ScopedKey("t", fmt.Sprintf("k%d", i))
-		if _, _, err := g.Do(ctx, key, "fp", func(context.Context) ([]byte, error) { return []byte("ok"), nil }); err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(20 * time.Millisecond) // the answers after the majority
-		for n, a := range addrs {
-			c := redis.NewClient(&redis.Options{Addr: a})
-			v, _ := c.Get(ctx, "oncekit:redlock-idem:{"+key+"}").Result()
-			c.Close()
-			if !strings.HasPrefix(v, "R1|c|") {
-				t.Fatalf("%s: node %d keeps %q, want the completed record", key, n, v)
-			}
-		}
-	}
 }

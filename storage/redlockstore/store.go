@@ -47,7 +47,6 @@ type Store struct {
 	kept     keep.Holds[*lease] // holds kept after their Release (kept.go)
 
 	closed    chan struct{}
-	flights   flights // Begin rounds with answers still on their way (idem.go)
 	closeOnce sync.Once
 }
 
