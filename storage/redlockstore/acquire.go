@@ -159,6 +159,7 @@ type acquireRound struct {
 	taken     map[int]int64 // the nodes taken: their fences
 	clocks    map[int]int64 // ... and their clocks in µs when they issued them
 	busy      map[int]int64 // the nodes held by another token: their PTTLs
+	busyQ     int           // ... of which the key's queue nodes (queueNode)
 	crowded   int           // ... of which the nodes where processes wait in the key's queue
 	reentered map[int]int64 // the nodes an owner re-entered: its fence there
 	reTok     map[int]string
@@ -200,6 +201,11 @@ func (s *Store) sendAcquire(ctx context.Context, v *votes, ttl time.Duration, qu
 				return rediskit.AcquireReply{Code: rediskit.AcquireTaken, Plain: true}, nil
 			}
 		}
+		if queued && !s.queueNode(v.key, n.index) {
+			a := args
+			a.Queued = false // not a queue node: the short script
+			return s.base.Acquire(ctx, n.c, a, nil)
+		}
 		return s.base.Acquire(ctx, n.c, args, nil)
 	})
 	ar.ctxErr = r.collect(ctx, nt, func(a answer[rediskit.AcquireReply]) bool {
@@ -213,8 +219,11 @@ func (s *Store) sendAcquire(ctx context.Context, v *votes, ttl time.Duration, qu
 			ar.reentered[a.node], ar.reTok[a.node] = a.v.N, a.v.Token
 		case a.v.Code == rediskit.AcquireBusy:
 			ar.busy[a.node] = a.v.N
-			if a.v.Crowded {
-				ar.crowded++
+			if s.queueNode(v.key, a.node) {
+				ar.busyQ++
+				if a.v.Crowded {
+					ar.crowded++
+				}
 			}
 		default:
 			r.failed[a.node] = errLate
@@ -254,9 +263,11 @@ func (s *Store) attempt(ctx context.Context, v *votes, ttl time.Duration, onEnd 
 		return outcome{err: lockdriver.NotAcquired(ctx)}
 	}
 	if len(ar.taken) < s.quorum {
-		if ar.crowded >= s.quorum && !s.recent.Hot(v.key) {
-			// Processes queued for a key this Store did not just let go:
-			// it is taken in turns between processes.
+		if ar.crowded > 0 && 2*ar.crowded > ar.busyQ && !s.recent.Hot(v.key) {
+			// Processes queued on most of the key's queue nodes that
+			// answered (a round ends with the first majority of answers,
+			// which may include one queue node), for a key this Store did
+			// not just let go: it is taken in turns between processes.
 			s.crowded.Mark(v.key)
 		}
 		leader := s.leaderNode(v.key)

@@ -36,21 +36,26 @@
 // back without announcing it and wait. Waiters that met contention spread
 // their next attempts over a jittered backoff window. Goroutines of one
 // Store waiting for one key queue up locally, and only the first competes
-// on the nodes. Waiting processes queue on every node, in the order they
-// began waiting (a sorted set per key, the place given by the client so
-// that every node orders them alike), and a release on a node wakes only
+// on the nodes. Waiting processes queue on the key's queue nodes — its
+// leader node and the quorum − 1 nodes after it — in the order they began
+// waiting (a sorted set per key, the place given by the client so that
+// every node orders them alike), and a release on a queue node wakes only
 // the first live member of its queue, on that process's own channel; the
-// key's general channel is used when nobody is queued. As on redisstore,
-// the key then stays reserved on that node for the woken member until it
-// tries again or its grace runs out (bounded barging). A member woken on
-// its own channel tries again once a majority of the nodes have announced
-// the release there (or 3 ms after the first did): the first node's
-// message can come before the others have processed the release, and an
-// attempt sent at once would find the key still held there. A waiter subscribes
-// on every node before it joins the queues (a subscription stays a second
-// after its last waiter left, for the process's next wait), and polls
-// while a subscription is unconfirmed. A first attempt that finds the key
-// held and other processes queued on a majority of the nodes marks the key
+// key's general channel is used when nobody is queued. On the other nodes
+// the key is taken and released as a key nobody waits for (the short
+// scripts, no announcement). As on redisstore, the key then stays reserved
+// on each queue node for the woken member until it tries again or its
+// grace runs out (bounded barging): every majority includes a queue node,
+// so nobody else can take the key meanwhile. A member woken on its own
+// channel tries again once a majority of the nodes have announced the
+// release there — every queue node (or 3 ms after the first did): the
+// first node's message can come before the others have processed the
+// release, and an attempt sent at once would find the key still held
+// there. A waiter subscribes on the queue nodes before it joins the queues
+// (a subscription stays a second after its last waiter left, for the
+// process's next wait), and polls while a subscription is unconfirmed. A
+// first attempt that finds the key held and other processes queued on
+// most of the queue nodes that answered marks the key
 // for a second: the Store's next waits for it join the queues in their
 // first round (one round per turn instead of two when processes take a
 // key in turns; a key only this process takes is never marked, since a

@@ -152,7 +152,7 @@ func (s *Store) WaitChange(ctx context.Context, key string, until time.Time) err
 		return fmt.Errorf("redlockstore: wait for %q: %w", key, lock.ErrClosed)
 	default:
 	}
-	mw := s.watchChannels(s.base.Records.Channel(key))
+	mw := s.watchChannels(s.all(), s.base.Records.Channel(key))
 	defer mw.close()
 	// Look once more: the record may have changed before the subscription.
 	if st, err := s.peek(ctx, key); err != nil || st != "i" {

@@ -123,7 +123,8 @@ func (w *waiting) join(out outcome) bool {
 // every node, and makes the waiter's next attempts members of the key's
 // waiting queues.
 func (w *waiting) subscribe() {
-	w.watch = w.s.watchChannels(w.s.base.Keys.Channel(w.key), w.s.base.OwnChannel(w.key))
+	// Only the key's queue nodes announce its releases (queueNode).
+	w.watch = w.s.watchChannels(w.s.queueNodes(w.key), w.s.base.Keys.Channel(w.key), w.s.base.OwnChannel(w.key))
 	w.queued, w.place = true, time.Now().UnixMicro()
 }
 
@@ -148,7 +149,7 @@ func (w *waiting) leave(won bool) {
 	if !w.queued {
 		return
 	}
-	idx := w.s.all()
+	idx := w.s.queueNodes(w.key)
 	if won {
 		idx = slices.DeleteFunc(idx, func(i int) bool { return slices.Contains(w.taken, i) })
 	}
@@ -230,7 +231,8 @@ func (w *waiting) backOff(ctx context.Context, out outcome) error {
 const gatherWait = 3 * time.Millisecond
 
 // gather waits, after a release woke this waiter on its own channel, until
-// a majority of the nodes have announced it there, or gatherWait passed.
+// a majority of the nodes have announced it there — every queue node, the
+// only ones that announce — or gatherWait passed.
 // The first node's message can come before the other nodes have processed
 // the release (the releaser sends to all at once): an attempt sent at
 // once would find the key still held on them, and lose a round.
@@ -288,19 +290,20 @@ type multiWatch struct {
 // than sleep the whole recheck interval.
 func (mw *multiWatch) deaf() bool { return mw.confirmed.Load() < mw.want }
 
-// watchChannels subscribes to channels on every node and returns once
+// watchChannels subscribes to channels on the nodes in idx and returns once
 // every subscription is confirmed, or could not be made, or after the node
 // timeout for the slow ones; suspect nodes (paused, unreachable) are not
 // waited for. A waiter joins the key's queues only after this: a release
 // announced on its own channel before it listens would be lost, and cost
 // it the recheck interval. A message on any channel, from any node, wakes
 // the waiter.
-func (s *Store) watchChannels(channels ...string) *multiWatch {
-	mw := &multiWatch{wake: make(chan struct{}, 1), stop: make(chan struct{}), want: int32(len(s.nodes) * len(channels))}
+func (s *Store) watchChannels(idx []int, channels ...string) *multiWatch {
+	mw := &multiWatch{wake: make(chan struct{}, 1), stop: make(chan struct{}), want: int32(len(idx) * len(channels))}
 	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan struct{}, len(s.nodes)*len(channels))
+	ready := make(chan struct{}, len(idx)*len(channels))
 	waitFor := 0
-	for _, n := range s.nodes {
+	for _, i := range idx {
+		n := s.nodes[i]
 		if !n.isSuspect() {
 			waitFor += len(channels)
 		}

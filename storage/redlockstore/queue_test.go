@@ -200,3 +200,136 @@ func TestWokenWaiterWaitsForMajority(t *testing.T) {
 		time.Sleep(50 * time.Millisecond) // neither Store's release is recent any more
 	}
 }
+
+// queueNodes is what the Store picks as key's queue nodes among n: the
+// key's leader node (FNV-1a of the key, modulo n) and the quorum − 1
+// nodes after it.
+func queueNodes(key string, n int) map[int]bool {
+	h := fnv.New32a()
+	h.Write([]byte(key))
+	leader := int(h.Sum32() % uint32(n))
+	q := map[int]bool{}
+	for i := range n/2 + 1 {
+		q[(leader+i)%n] = true
+	}
+	return q
+}
+
+// Waiting processes queue on the key's queue nodes only — a majority —
+// and the other nodes keep the key as a key nobody waits for (no queue,
+// no flag), so that a hand-off costs them the short scripts. The woken
+// waiter still gets the key.
+func TestWaitersQueueOnQueueNodesOnly(t *testing.T) {
+	addrs := testenv.RedisAddrs(t, 5)[:5]
+	cs := clients(t, addrs)
+	holder, waiter := newStore(t, cs), newStore(t, clients(t, addrs))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	key := fmt.Sprintf("queue-nodes-%d", time.Now().UnixNano())
+	qn := queueNodes(key, len(addrs))
+
+	held, err := holder.Acquire(ctx, key, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		l, err := waiter.Acquire(ctx, key, 10*time.Second)
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		got <- err
+	}()
+	time.Sleep(200 * time.Millisecond) // the waiter queued
+	lockKey, q := "oncekit:redlock:{"+key+"}", "oncekit:redlock:{"+key+"}:q"
+	for i, c := range cs {
+		c := c.(*redis.Client)
+		members, err := c.ZCard(ctx, q).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, err := c.Get(ctx, lockKey).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		flagged := v[len(v)-1] == 'w'
+		if qn[i] && (members != 1 || !flagged) {
+			t.Errorf("queue node %d: %d queued, value %q; want the waiter queued and the key flagged", i, members, v)
+		}
+		if !qn[i] && (members != 0 || flagged) {
+			t.Errorf("node %d (not a queue node): %d queued, value %q; want no queue and no flag", i, members, v)
+		}
+	}
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("the waiter was not woken by the release")
+	}
+}
+
+// A key a release reserved on its queue nodes for the waiter it woke
+// cannot be taken by another process meanwhile (bounded barging): every
+// majority includes a queue node. Here the key is free on every node, and
+// reserved on the queue nodes for a woken member that has not come yet.
+func TestReservationOnQueueNodesBarsOthers(t *testing.T) {
+	addrs := testenv.RedisAddrs(t, 5)[:5]
+	cs := clients(t, addrs)
+	s := newStore(t, cs)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	key := fmt.Sprintf("reserved-q-%d", time.Now().UnixNano())
+	lockKey, q, qx := "oncekit:redlock:{"+key+"}", "oncekit:redlock:{"+key+"}:q", "oncekit:redlock:{"+key+"}:qx"
+	for i := range queueNodes(key, len(cs)) {
+		c := cs[i].(*redis.Client)
+		now, err := c.Time(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		// What a release leaves for the member it woke: a tombstone that
+		// says a process is queued, and the member's grace.
+		if err := c.Set(ctx, lockKey, "~|0|w", time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.ZAdd(ctx, q, redis.Z{Score: 0, Member: "woken"}).Err(); err != nil {
+			t.Fatal(err)
+		}
+		// (The grace is 4 × the maximum backoff, 400 ms here.)
+		if err := c.HSet(ctx, qx, "woken", now.Add(300*time.Millisecond).UnixMilli()).Err(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Del(context.Background(), lockKey, q, qx) })
+	}
+	if l, err := s.TryAcquire(ctx, key, 10*time.Second); err == nil {
+		l.Release(ctx)
+		t.Fatal("TryAcquire took a key reserved on its queue nodes for a woken waiter")
+	}
+	// The nodes it took (answers that came after its round ended
+	// included) are given back.
+	for i, c := range cs {
+		if queueNodes(key, len(cs))[i] {
+			continue
+		}
+		for deadline := time.Now().Add(time.Second); ; time.Sleep(5 * time.Millisecond) {
+			v, err := c.(*redis.Client).Get(ctx, lockKey).Result()
+			if err == redis.Nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("node %d: the failed attempt left the key as %q (%v)", i, v, err)
+			}
+		}
+	}
+	// Once the grace has run out, the key is free for anyone.
+	time.Sleep(400 * time.Millisecond)
+	l, err := s.TryAcquire(ctx, key, 10*time.Second)
+	if err != nil {
+		t.Fatalf("after the grace: %v", err)
+	}
+	l.Release(ctx)
+}

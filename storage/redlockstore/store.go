@@ -246,6 +246,28 @@ func (s *Store) leaderNode(key string) int {
 	return int(h.Sum32() % uint32(len(s.nodes)))
 }
 
+// queueNode reports whether node i keeps key's waiting queue: the key's
+// leader node and the quorum − 1 nodes after it. Waiting processes queue
+// on these nodes only, and only their releases wake anyone: on the other
+// nodes a key is taken and released with the short scripts, as a key
+// nobody waits for. Every majority includes a queue node, so a key a
+// release reserves there for the member it woke cannot be taken by anyone
+// else meanwhile (bounded barging).
+func (s *Store) queueNode(key string, i int) bool {
+	return (i-s.leaderNode(key)+len(s.nodes))%len(s.nodes) < s.quorum
+}
+
+// queueNodes lists key's queue nodes (queueNode).
+func (s *Store) queueNodes(key string) []int {
+	idx := make([]int, 0, s.quorum)
+	for i := range s.nodes {
+		if s.queueNode(key, i) {
+			idx = append(idx, i)
+		}
+	}
+	return idx
+}
+
 func (s *Store) quorumError(op, key string, got int, failed map[int]error) *QuorumError {
 	e := &QuorumError{Op: op, Key: key, Need: s.quorum, Got: got, Failed: map[string]error{}}
 	for i, err := range failed {

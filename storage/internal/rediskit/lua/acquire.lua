@@ -83,8 +83,12 @@ end
 local tok, f, flags = lock_parse(prev)
 local reserved = 0
 if not tok then -- a tombstone: free, with its last fence
+  local head
   if has(flags, 'w') then
-    reserved = reserved_for(KEYS[3], KEYS[4], member, tonumber(ARGV[9]))
+    -- The first two members: whether the key is reserved for another,
+    -- and whether anyone else stays queued once the caller has left.
+    head = redis.call('ZRANGE', KEYS[3], 0, 1)
+    reserved = reserved_for(KEYS[3], KEYS[4], member, tonumber(ARGV[9]), head)
   end
   if reserved == 0 then
     local nf = 0
@@ -92,9 +96,8 @@ if not tok then -- a tombstone: free, with its last fence
       nf = next_fence(f)
     end
     local fl = oflag
-    if has(flags, 'w') then
-      leave()
-      fl = fl .. waiters_flag(KEYS[3])
+    if has(flags, 'w') and head[1] and (head[1] ~= member or head[2]) then
+      fl = fl .. 'w' -- others stay queued once the caller left (taken)
     end
     redis.call('SET', KEYS[1], lock_value(ARGV[1], nf, fl), 'PX', ARGV[2])
     return taken(nf)

@@ -83,11 +83,15 @@ end
 -- reserved_for returns the milliseconds left of a woken first waiter's
 -- grace (see release.lua) when a free key is reserved for another member
 -- of its waiting queue q (expiries qx) than member.
-local function reserved_for(q, qx, member, grace)
+-- head, when given, is the queue's first members as ZRANGE q 0 n read
+-- them (acquire.lua reads two: it also tells whether others remain).
+local function reserved_for(q, qx, member, grace, head)
   if grace <= 0 then
     return 0
   end
-  local head = redis.call('ZRANGE', q, 0, 0)
+  if not head then
+    head = redis.call('ZRANGE', q, 0, 0)
+  end
   if #head == 0 or head[1] == member then
     return 0
   end

@@ -56,7 +56,12 @@ local woken = false
 if redis.REDIS_VERSION_NUM then -- 7.0+: effects replication, TIME is allowed
   local head = redis.call('ZRANGE', KEYS[3], 0, 0)
   local now = 0
-  if #head > 0 then
+  if tonumber(ARGV[3]) > 0 then
+    -- A lower bound on the clock (ARGV[3]) will do: a member whose place
+    -- ran out a moment ago is woken once more, and a grace set from it
+    -- ends a moment early.
+    now = math.floor(tonumber(ARGV[3]) / 1000)
+  elseif #head > 0 then
     now = clock_ms()
   end
   while #head > 0 do
