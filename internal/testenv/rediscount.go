@@ -11,16 +11,17 @@ import (
 
 // RedisCounter is a go-redis hook that counts the requests a client sends,
 // except those that set up a connection (HELLO, CLIENT SETINFO, CLIENT
-// MAINT_NOTIFICATIONS), which go-redis sends once per new connection. A
-// pipeline counts as one request.
+// MAINT_NOTIFICATIONS), which go-redis sends once per new connection, and
+// the other set-up requests of setup. A pipeline counts as one request.
 type RedisCounter struct{ N atomic.Int64 }
 
-// setup reports connection set-up and clock reading (TIME, once a minute
-// per client, in the background: see rediskit.Base.ServerDeadline), which
-// the round-trip counts leave out.
+// setup reports connection set-up, clock reading (TIME, once a minute
+// per client, in the background: see rediskit.Base.ServerDeadline) and the
+// server's version (INFO, once per node when a Store first subscribes
+// there: see redisnotify), which the round-trip counts leave out.
 func setup(cmd redis.Cmder) bool {
 	n := cmd.Name()
-	return n == "hello" || n == "client" || n == "time"
+	return n == "hello" || n == "client" || n == "time" || n == "info"
 }
 
 // DialHook implements redis.Hook.

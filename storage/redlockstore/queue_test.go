@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"hash/fnv"
+	"slices"
 	"testing"
 	"time"
 
@@ -129,9 +130,18 @@ func TestCrowdedKeyQueuedFromFirstRound(t *testing.T) {
 	if n := turn(); n < 2*nodes {
 		t.Errorf("first wait: %d requests before waiting, want at least two rounds (%d): a first attempt, then one in the queues", n, 2*nodes)
 	}
-	if n := turn(); n != nodes {
-		t.Errorf("the key seen crowded: %d requests before waiting, want one round (%d) in the queues", n, nodes)
+	// The mark lasts a second: on a loaded machine a turn can take longer
+	// than that, and its wait begins with a first attempt again. A Store
+	// that never queues early never sends one round.
+	var counts []int64
+	for range 3 {
+		n := turn()
+		if n == nodes {
+			return
+		}
+		counts = append(counts, n)
 	}
+	t.Errorf("the key seen crowded: %v requests before waiting in three turns, want one round (%d) in the queues", counts, nodes)
 }
 
 // delayRelease holds back the release scripts a client sends by d: a node
@@ -218,11 +228,15 @@ func queueNodes(key string, n int) map[int]bool {
 // Waiting processes queue on the key's queue nodes only — a majority —
 // and the other nodes keep the key as a key nobody waits for (no queue,
 // no flag), so that a hand-off costs them the short scripts. The woken
-// waiter still gets the key.
+// waiter still gets the key. The queue nodes follow the nodes' addresses,
+// not the order a process lists them in: the waiter here lists them in
+// reverse.
 func TestWaitersQueueOnQueueNodesOnly(t *testing.T) {
 	addrs := testenv.RedisAddrs(t, 5)[:5]
 	cs := clients(t, addrs)
-	holder, waiter := newStore(t, cs), newStore(t, clients(t, addrs))
+	reversed := slices.Clone(addrs)
+	slices.Reverse(reversed)
+	holder, waiter := newStore(t, cs), newStore(t, clients(t, reversed))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	key := fmt.Sprintf("queue-nodes-%d", time.Now().UnixNano())

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -37,6 +38,8 @@ type Store struct {
 	fin     rediskit.Finisher // idem.Store's Complete, Abandon and Extend
 	redlock redlockOptions
 	nodes   []*node
+	ring    []int // the nodes' indexes in the order of their names (keyRing)
+	rank    []int // ... and each node's place in it
 	quorum  int
 	local   keyq.Queue // one competitor per key in this Store
 
@@ -172,7 +175,26 @@ func New(clients []Client, opts ...Option) (*Store, error) {
 		}
 		s.nodes = append(s.nodes, &node{index: len(s.nodes), name: name, c: c, sub: redisnotify.New(c, o.PubSub)})
 	}
+	s.keyRing(len(seen) == len(clients))
 	return s, nil
+}
+
+// keyRing orders the nodes for leaderNode and queueNode: by address when
+// every client has one, so that processes which list the same servers in
+// different orders still agree on each key's leader and queue nodes;
+// otherwise in the order given.
+func (s *Store) keyRing(byName bool) {
+	s.ring = make([]int, len(s.nodes))
+	for i := range s.ring {
+		s.ring[i] = i
+	}
+	if byName {
+		slices.SortFunc(s.ring, func(a, b int) int { return strings.Compare(s.nodes[a].name, s.nodes[b].name) })
+	}
+	s.rank = make([]int, len(s.nodes))
+	for r, i := range s.ring {
+		s.rank[i] = r
+	}
 }
 
 // FromClients turns go-redis clients, one per node, into New's argument:
@@ -239,22 +261,23 @@ func (s *Store) all() []int {
 }
 
 // leaderNode is the node whose holder wins a split vote on key: every
-// client agrees on it, and one client at a time can hold it.
+// client agrees on it (keyRing), and one client at a time can hold it.
 func (s *Store) leaderNode(key string) int {
 	h := fnv.New32a()
 	h.Write([]byte(key))
-	return int(h.Sum32() % uint32(len(s.nodes)))
+	return s.ring[h.Sum32()%uint32(len(s.nodes))]
 }
 
 // queueNode reports whether node i keeps key's waiting queue: the key's
-// leader node and the quorum − 1 nodes after it. Waiting processes queue
+// leader node and the quorum − 1 nodes after it (keyRing). Waiting processes queue
 // on these nodes only, and only their releases wake anyone: on the other
 // nodes a key is taken and released with the short scripts, as a key
 // nobody waits for. Every majority includes a queue node, so a key a
 // release reserves there for the member it woke cannot be taken by anyone
 // else meanwhile (bounded barging).
 func (s *Store) queueNode(key string, i int) bool {
-	return (i-s.leaderNode(key)+len(s.nodes))%len(s.nodes) < s.quorum
+	n := len(s.nodes)
+	return (s.rank[i]-s.rank[s.leaderNode(key)]+n)%n < s.quorum
 }
 
 // queueNodes lists key's queue nodes (queueNode).
