@@ -37,7 +37,8 @@
 // their next attempts over a jittered backoff window. Goroutines of one
 // Store waiting for one key queue up locally, and only the first competes
 // on the nodes. Waiting processes queue on the key's queue nodes — its
-// leader node and the quorum − 1 nodes after it — in the order they began
+// leader node and the quorum − 1 nodes after it, in the order of the
+// nodes' addresses, whatever order a process lists them in — in the order they began
 // waiting (a sorted set per key, the place given by the client so that
 // every node orders them alike), and a release on a queue node wakes only
 // the first live member of its queue, on that process's own channel; the
