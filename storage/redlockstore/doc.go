@@ -155,4 +155,13 @@
 // node wins, and Complete, Abandon and Extend need a majority. A claim's
 // fence is a lock's: the highest its majority issued, checked against
 // their clocks, so Begin on a fresh key is one round.
+//
+// Because a completed record on any node wins, a Complete that fails —
+// idem.ErrLockLost when the claim is no longer held on a majority (its
+// lease ran out, or the record was deleted meanwhile), or a *QuorumError —
+// may still have stored the result on the nodes where the claim was
+// still held, and a later Begin that reaches one of them replays it. The
+// run did happen; a replay of its result is the safer answer than a
+// second run. A completion counted only once a majority stored it would
+// need a second write per Complete.
 package redlockstore
