@@ -161,6 +161,7 @@ type acquireRound struct {
 	busy      map[int]int64 // the nodes held by another token: their PTTLs
 	busyQ     int           // ... of which the key's queue nodes (queueNode)
 	crowded   int           // ... of which the nodes where processes wait in the key's queue
+	asked     int           // how many nodes the round asked
 	reentered map[int]int64 // the nodes an owner re-entered: its fence there
 	reTok     map[int]string
 	failed    map[int]error
@@ -171,8 +172,9 @@ type acquireRound struct {
 // token: SET NX PX with the node's next fence, or a renewal
 // where the token already holds the key. A waiter (queued) joins the key's
 // waiting queue on the nodes where the key is held, at place (the same on
-// every node, so that they order waiters alike).
-func (s *Store) sendAcquire(ctx context.Context, v *votes, ttl time.Duration, queued bool, place int64) *acquireRound {
+// every node, so that they order waiters alike). only, when not nil, is
+// the nodes to ask instead of all of them.
+func (s *Store) sendAcquire(ctx context.Context, v *votes, ttl time.Duration, queued bool, place int64, only []int) *acquireRound {
 	owner := lock.Owner(ctx)
 	ar := &acquireRound{start: time.Now(), taken: map[int]int64{}, clocks: map[int]int64{}, busy: map[int]int64{}, reentered: map[int]int64{}, reTok: map[int]string{}}
 	nt := s.nodeTimeout(ttl)
@@ -185,8 +187,13 @@ func (s *Store) sendAcquire(ctx context.Context, v *votes, ttl time.Duration, qu
 	// Unfenced, a first attempt at a key this Store has not seen contended
 	// lately is a plain SET NX on each node (below).
 	plain := v.plain && args.Unfenced && owner == "" && !queued && !s.recent.Hot(v.key) && !s.crowded.Marked(v.key)
-	v.sending(s.all())
-	r := newRound(s, s.all(), func(ctx context.Context, n *node) (rediskit.AcquireReply, error) {
+	idx := only
+	if idx == nil {
+		idx = s.all()
+	}
+	ar.asked = len(idx)
+	v.sending(idx)
+	r := newRound(s, idx, func(ctx context.Context, n *node) (rediskit.AcquireReply, error) {
 		if sn, ok := n.c.(rediskit.SetNXer); ok && plain {
 			// As redsync's: a key that exists in any form goes on to the
 			// script (a second request to the node, which is why a key seen
@@ -252,8 +259,10 @@ func (s *Store) sendAcquire(ctx context.Context, v *votes, ttl time.Duration, qu
 // granted with a majority and validity left (and, fenced, nodes whose
 // clocks agree with the fence: see fenceOf). On failure the caller
 // decides whether to keep the votes for another round or give them up.
-func (s *Store) attempt(ctx context.Context, v *votes, ttl time.Duration, onEnd func(), queued bool, place int64) outcome {
-	ar := s.sendAcquire(ctx, v, ttl, queued, place)
+// only, when not nil, is the nodes to ask (a majority: a waiter that
+// expects the key held asks the key's queue nodes only).
+func (s *Store) attempt(ctx context.Context, v *votes, ttl time.Duration, onEnd func(), queued bool, place int64, only []int) outcome {
+	ar := s.sendAcquire(ctx, v, ttl, queued, place, only)
 	if lock.Owner(ctx) != "" && len(ar.reentered) > 0 {
 		if l := s.reenter(v, ar, ttl, onEnd); l != nil {
 			return outcome{lease: l}
@@ -273,7 +282,7 @@ func (s *Store) attempt(ctx context.Context, v *votes, ttl time.Duration, onEnd 
 		leader := s.leaderNode(v.key)
 		_, isLeader := ar.taken[leader]
 		pttl, rival := ar.busy[leader]
-		busy := &lock.BusyError{Key: v.key, TTL: s.holdWait(ar.busy)}
+		busy := &lock.BusyError{Key: v.key, TTL: s.holdWait(ar.busy, ar.asked)}
 		switch {
 		case len(ar.failed) > 0 && len(ar.taken)+len(ar.failed) >= s.quorum:
 			return outcome{split: len(ar.taken) > 0, leader: isLeader, err: s.quorumError("acquire", v.key, len(ar.taken), ar.failed)}
@@ -388,7 +397,7 @@ func (s *Store) TryAcquire(ctx context.Context, key string, ttl time.Duration) (
 		}
 	}
 	v := s.newVotes(key)
-	out := s.attempt(ctx, v, ttl, nil, false, 0)
+	out := s.attempt(ctx, v, ttl, nil, false, 0, nil)
 	if out.lease == nil {
 		v.giveUp(s.nodeTimeout(ttl), false)
 	}
@@ -437,7 +446,7 @@ func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (loc
 		// An owner first tries the key directly: it may hold it already,
 		// here or in another process, and must not queue behind itself.
 		v := s.newVotes(key)
-		if out := s.attempt(ctx, v, ttl, nil, false, 0); out.lease != nil {
+		if out := s.attempt(ctx, v, ttl, nil, false, 0, nil); out.lease != nil {
 			return out.lease, nil
 		}
 		v.giveUp(s.nodeTimeout(ttl), false)
@@ -451,6 +460,7 @@ func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (loc
 	w.votes.plain = true
 	early := s.crowded.Marked(key)
 	if early {
+		w.held = true // taken in turns: most likely held now
 		// Processes were queued for the key a moment ago, on a majority
 		// of the nodes: it is taken in turns. Queue from the first
 		// attempt, one round instead of two per turn.

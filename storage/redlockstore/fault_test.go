@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -624,6 +625,62 @@ func TestClientClockSkew(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
+		})
+	}
+}
+
+// queueNodesByAddr is queueNodes for nodes listed in any order: the Store
+// ranks them by address.
+func queueNodesByAddr(key string, addrs []string) []int {
+	sorted := slices.Clone(addrs)
+	slices.Sort(sorted)
+	var idx []int
+	for r := range queueNodes(key, len(addrs)) {
+		idx = append(idx, slices.Index(addrs, sorted[r]))
+	}
+	return idx
+}
+
+// Two of a key's three queue nodes down (paused or stopped): waiters that
+// expect the key held ask the queue nodes only, and must still get it —
+// when the holder releases (woken by the one queue node left) and when it
+// never does (its lease runs out, and a round to the queue nodes cannot
+// make a majority).
+func TestQueueNodesDown(t *testing.T) {
+	for _, fault := range []string{"paused", "stopped"} {
+		t.Run(fault, func(t *testing.T) {
+			c := newCluster(t, 5)
+			ls := lockers(t, c, 3)
+			key := "queue-down-" + fault
+			contend(t, ls, key, 3, 5)
+			for _, i := range queueNodesByAddr(key, c.addrs)[1:] {
+				if fault == "paused" {
+					c.procs[i].Pause()
+					defer c.procs[i].Resume()
+				} else {
+					c.procs[i].Kill()
+				}
+			}
+			contend(t, ls, key, 4, 10)
+
+			ctx := ctxT(t, time.Minute)
+			held, err := ls[0].Acquire(ctx, key, time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = held // never released: its lease runs out
+			start := time.Now()
+			l, err := ls[1].Acquire(ctx, key, time.Second)
+			if err != nil {
+				t.Fatalf("waiting out a lease with two queue nodes down: %v", err)
+			}
+			if d := time.Since(start); d > 5*time.Second {
+				t.Errorf("the waiter got the key %s after a 1 s lease", d.Round(time.Millisecond))
+			}
+			if l.Fence() <= held.Fence() {
+				t.Errorf("fence %d after the expired holder's %d", l.Fence(), held.Fence())
+			}
+			_ = l.Release(ctx)
 		})
 	}
 }

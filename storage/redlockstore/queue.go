@@ -35,6 +35,7 @@ type waiting struct {
 	backoff   time.Duration
 	candidate int       // extra rounds spent completing a split majority
 	joinNow   bool      // try again at once, as a member of the queues
+	held      bool      // the last round found the key held: the next, unless woken, asks the queue nodes only
 	waited    bool      // an attempt found the key held
 	lastErr   error     // the last failed round, for the final error
 	noQuorum  time.Time // since when rounds have failed for want of a quorum
@@ -49,7 +50,16 @@ func (w *waiting) run(ctx context.Context) (l *lease, err error) {
 	defer func() { w.leave(l != nil) }()
 	nt := w.s.nodeTimeout(w.ttl)
 	for {
-		out := w.s.attempt(ctx, w.votes, w.ttl, w.onEnd, w.queued, w.place)
+		var only []int
+		if w.queued && w.held && w.woken.IsZero() {
+			// The key was held and no release has woken us: this round
+			// joins the queues (or finds the holder gone), and the queue
+			// nodes are a majority — the other nodes would only answer
+			// busy.
+			only = w.s.queueNodes(w.key)
+		}
+		out := w.s.attempt(ctx, w.votes, w.ttl, w.onEnd, w.queued, w.place, only)
+		w.held = out.busy != nil && !out.split && out.err == nil
 		if out.lease != nil {
 			w.won(ctx, out)
 			return out.lease, nil

@@ -300,9 +300,10 @@ func (s *Store) quorumError(op, key string, got int, failed map[int]error) *Quor
 }
 
 // holdWait is how long until enough busy nodes free up for a majority: the
-// k-th smallest remaining TTL among them, or -1 if one has no expiry.
-func (s *Store) holdWait(busy map[int]int64) time.Duration {
-	need := s.quorum - (len(s.nodes) - len(busy))
+// k-th smallest remaining TTL among them, or -1 if one has no expiry. The
+// round asked asked nodes; those that did not answer busy count as free.
+func (s *Store) holdWait(busy map[int]int64, asked int) time.Duration {
+	need := s.quorum - (asked - len(busy))
 	if need <= 0 {
 		return 0
 	}
