@@ -133,7 +133,9 @@ func TestExclusionUnderFaults(t *testing.T) {
 			leader.Kill()
 			time.Sleep(ttl)
 			leader.Start()
-			leader.WaitServing(30 * time.Second)
+			// A JVM start and an election on a loaded 2-core machine
+			// (every test package runs at once): as long as a partition's.
+			leader.WaitServing(60 * time.Second)
 			return at, time.Now()
 		})
 		x.repeat(2, "one ZooKeeper member partitioned from the others", func() (time.Time, time.Time) {

@@ -187,14 +187,20 @@ func (m *ZooKeeperMember) WaitServing(timeout time.Duration) {
 			return
 		}
 		if time.Now().After(deadline) {
-			log, _ := os.ReadFile(filepath.Join(m.dir, "zk.log"))
-			if len(log) > 3000 {
-				log = log[len(log)-3000:]
-			}
-			m.tb.Fatalf("zookeeper %d at %s not serving after %s:\n%s", m.ID, m.Addr, timeout, log)
+			m.tb.Fatalf("zookeeper %d at %s not serving after %s (mode %q)\nzk.log:\n%s\nstdout.log:\n%s",
+				m.ID, m.Addr, timeout, m.Mode(), m.logTail("zk.log"), m.logTail("stdout.log"))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// logTail is the end of one of the member's log files.
+func (m *ZooKeeperMember) logTail(name string) []byte {
+	log, _ := os.ReadFile(filepath.Join(m.dir, name))
+	if len(log) > 3000 {
+		log = log[len(log)-3000:]
+	}
+	return log
 }
 
 // ZooKeeperLeader returns the member that says it leads, waiting up to

@@ -105,20 +105,13 @@ func TestCrowdedKeyQueuedFromFirstRound(t *testing.T) {
 		}()
 		time.Sleep(200 * time.Millisecond) // c queued on the nodes
 		before := rt.N.Load()
-		aGot := make(chan error, 1)
-		go func() {
-			l, err := a.Acquire(ctx, key, 10*time.Second)
-			if err == nil {
-				err = l.Release(ctx)
-			}
-			aGot <- err
-		}()
+		aGot := acquireReleasing(ctx, a, key)
 		time.Sleep(200 * time.Millisecond) // a waiting
 		requests = rt.N.Load() - before
 		if err := held.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
-		for _, ch := range []chan error{cGot, aGot} {
+		for _, ch := range []<-chan error{cGot, aGot} {
 			if err := <-ch; err != nil {
 				t.Fatal(err)
 			}
@@ -187,14 +180,7 @@ func TestWokenWaiterWaitsForMajority(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got := make(chan error, 1)
-		go func() {
-			l, err := waiter.Acquire(ctx, key, 10*time.Second)
-			if err == nil {
-				err = l.Release(ctx)
-			}
-			got <- err
-		}()
+		got := acquireReleasing(ctx, waiter, key)
 		time.Sleep(200 * time.Millisecond) // the waiter queued on the nodes
 		before := rt.N.Load()
 		if err := held.Release(ctx); err != nil {
@@ -248,14 +234,7 @@ func TestWaitersQueueOnQueueNodesOnly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := make(chan error, 1)
-	go func() {
-		l, err := waiter.Acquire(ctx, key, 10*time.Second)
-		if err == nil {
-			err = l.Release(ctx)
-		}
-		got <- err
-	}()
+	got := acquireReleasing(ctx, waiter, key)
 	time.Sleep(200 * time.Millisecond) // the waiter queued
 	lockKey, q := "oncekit:redlock:{"+key+"}", "oncekit:redlock:{"+key+"}:q"
 	for i, c := range cs {
@@ -348,4 +327,18 @@ func TestReservationOnQueueNodesBarsOthers(t *testing.T) {
 		t.Fatalf("after the grace: %v", err)
 	}
 	l.Release(ctx)
+}
+
+// acquireReleasing acquires key on s in the background (for 10 s) and
+// releases it at once; the channel gets the error of either, or nil.
+func acquireReleasing(ctx context.Context, s *redlockstore.Store, key string) <-chan error {
+	got := make(chan error, 1)
+	go func() {
+		l, err := s.Acquire(ctx, key, 10*time.Second)
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		got <- err
+	}()
+	return got
 }
