@@ -28,7 +28,7 @@ type waiting struct {
 	onEnd func() // frees the Store's local queue slot
 
 	votes     *votes
-	watch     *multiWatch // release channels on every node, once subscribed
+	watch     *multiWatch // release channels on the queue nodes, once subscribed
 	queued    bool        // a member of the key's waiting queues
 	place     int64       // its place in them: when it began waiting (µs)
 	taken     []int       // the nodes of the lease acquired
@@ -115,7 +115,7 @@ func (w *waiting) checkQuorum(err error) error {
 	return nil
 }
 
-// join subscribes on every node — to the key's release channel and to
+// join subscribes on the key's queue nodes — to the key's release channel and to
 // this Store's own — and makes the waiter a member of the key's waiting
 // queues. It reports whether to try again at once: a release between the
 // first attempt and the subscription is not missed, and from now on a
@@ -130,7 +130,7 @@ func (w *waiting) join(out outcome) bool {
 }
 
 // subscribe watches the key's release channel and this Store's own on
-// every node, and makes the waiter's next attempts members of the key's
+// key's queue nodes, and makes the waiter's next attempts members of the key's
 // waiting queues.
 func (w *waiting) subscribe() {
 	// Only the key's queue nodes announce its releases (queueNode).
@@ -149,7 +149,7 @@ func (w *waiting) won(ctx context.Context, out outcome) {
 	}
 }
 
-// leave closes the subscriptions and leaves the queues: every node when
+// leave closes the subscriptions and leaves the queues: every queue node when
 // leaving without the key, the nodes not taken (where the place stayed)
 // with it.
 func (w *waiting) leave(won bool) {
@@ -285,7 +285,7 @@ func (w *waiting) sleep(ctx context.Context, d time.Duration, wake <-chan struct
 }
 
 // multiWatch is a waiter's subscription to a key's release channels on
-// every node: a message from any of them wakes it.
+// several nodes: a message from any of them wakes it.
 type multiWatch struct {
 	wake      chan struct{}
 	personal  atomic.Bool  // the last wake came on this Store's own channel
