@@ -234,9 +234,22 @@ func TestWaitersQueueOnQueueNodesOnly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	lockKey, q := "oncekit:redlock:{"+key+"}", "oncekit:redlock:{"+key+"}:q"
+	// Acquire returns with a majority; the other nodes' answers may still
+	// be on their way (a waiter sent first would take those nodes for a
+	// moment). Wait until the holder holds every node.
+	for i, c := range cs {
+		for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+			if n, err := c.(*redis.Client).Exists(ctx, lockKey).Result(); err == nil && n == 1 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("node %d: the holder's key is not there", i)
+			}
+		}
+	}
 	got := acquireReleasing(ctx, waiter, key)
 	time.Sleep(200 * time.Millisecond) // the waiter queued
-	lockKey, q := "oncekit:redlock:{"+key+"}", "oncekit:redlock:{"+key+"}:q"
 	for i, c := range cs {
 		c := c.(*redis.Client)
 		members, err := c.ZCard(ctx, q).Result()
