@@ -308,7 +308,7 @@ func TestReservationOnQueueNodesBarsOthers(t *testing.T) {
 			t.Fatal(err)
 		}
 		// (The grace is 4 × the maximum backoff, 400 ms here.)
-		if err := c.HSet(ctx, qx, "woken", now.Add(300*time.Millisecond).UnixMilli()).Err(); err != nil {
+		if err := c.HSet(ctx, qx, "woken", now.Add(395*time.Millisecond).UnixMilli()).Err(); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { c.Del(context.Background(), lockKey, q, qx) })
@@ -334,7 +334,7 @@ func TestReservationOnQueueNodesBarsOthers(t *testing.T) {
 		}
 	}
 	// Once the grace has run out, the key is free for anyone.
-	time.Sleep(400 * time.Millisecond)
+	time.Sleep(450 * time.Millisecond)
 	l, err := s.TryAcquire(ctx, key, 10*time.Second)
 	if err != nil {
 		t.Fatalf("after the grace: %v", err)
