@@ -151,6 +151,7 @@ type outcome struct {
 	rivalTTL time.Duration   // ... for this long (its PTTL; -1: no expiry)
 	err      error           // a *QuorumError, a ctx error, or a failed fencing round
 	taken    []int           // the nodes the round took (a lease's majority)
+	failed   bool            // some node failed to answer (or was not waited for)
 }
 
 // acquireRound is what one acquisition round's nodes answered.
@@ -289,7 +290,7 @@ func (s *Store) attempt(ctx context.Context, v *votes, ttl time.Duration, onEnd 
 		case len(ar.taken) > 0:
 			return outcome{split: true, leader: isLeader, rival: rival, rivalTTL: ttlOf(pttl), busy: busy}
 		default:
-			return outcome{busy: busy}
+			return outcome{busy: busy, failed: len(ar.failed) > 0}
 		}
 	}
 	return s.grant(ctx, v, ar, ttl, onEnd)

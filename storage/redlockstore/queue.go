@@ -35,7 +35,7 @@ type waiting struct {
 	backoff   time.Duration
 	candidate int       // extra rounds spent completing a split majority
 	joinNow   bool      // try again at once, as a member of the queues
-	held      bool      // the last round found the key held: the next, unless woken, asks the queue nodes only
+	held      bool      // the last round found the key held, every node answering: the next, unless woken, asks the queue nodes only
 	waited    bool      // an attempt found the key held
 	lastErr   error     // the last failed round, for the final error
 	noQuorum  time.Time // since when rounds have failed for want of a quorum
@@ -59,7 +59,9 @@ func (w *waiting) run(ctx context.Context) (l *lease, err error) {
 			only = w.s.queueNodes(w.key)
 		}
 		out := w.s.attempt(ctx, w.votes, w.ttl, w.onEnd, w.queued, w.place, only)
-		w.held = out.busy != nil && !out.split && out.err == nil
+		// Held as far as every node asked could tell: a round with a node
+		// down may not reach a majority of the queue nodes at all.
+		w.held = out.busy != nil && !out.split && out.err == nil && !out.failed
 		if out.lease != nil {
 			w.won(ctx, out)
 			return out.lease, nil
