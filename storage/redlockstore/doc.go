@@ -52,10 +52,11 @@
 // release there — every queue node (or 3 ms after the first did): the
 // first node's message can come before the others have processed the
 // release, and an attempt sent at once would find the key still held
-// there. A waiter whose last round found the key held, and that no
-// release has woken since (its first round in the queues, a recheck), asks
-// the queue nodes only: they are a majority, and the other nodes would
-// only answer busy; any other outcome sends its next round to every node.
+// there. A waiter whose last round found the key held (with no node
+// failing), and that no release has woken since (its first round in the
+// queues, a recheck), asks the queue nodes only: they are a majority, and
+// the other nodes would only answer busy; any other outcome sends its
+// next round to every node.
 // A waiter subscribes on the queue nodes before it joins the queues
 // (a subscription stays a second after its last waiter left, for the
 // process's next wait), and polls while a subscription is unconfirmed. A
