@@ -2,6 +2,12 @@ package lock
 
 import "sync"
 
+// MaxFence bounds every fence a driver issues: fences are below 2^53, so a
+// Lua script (whose numbers are doubles), JSON and JavaScript hold and
+// compare them exactly, as Go's uint64 does. The conformance suite checks
+// it on every driver.
+const MaxFence = 1<<53 - 1
+
 // FenceGate is the resource side of fencing: it remembers, per resource
 // name, the highest fence it has admitted and refuses anything lower. A
 // holder whose lease ran out (a GC pause, a stalled VM) and whose key was

@@ -19,9 +19,12 @@ type LockInfo struct {
 	Holds int
 	// Fence is the holder's fence, or when the key is free the last one the
 	// store issued for it (0 when it never issued one or does not keep it).
-	// Redlock keeps a fence per node and reports the highest among the
-	// nodes holding the key: at least the holder's, and above it when a
-	// node answered after the holder had its majority.
+	// Redis reserves a range of fences for each take (the leases its
+	// process hands the key to without a round trip take the next ones)
+	// and reports the last of the range: at least the holder's. Redlock
+	// keeps a fence per node and reports the highest among the nodes
+	// holding the key: at least the holder's, and above it when a node
+	// answered after the holder had its majority.
 	Fence uint64
 	// TTL is the holder's remaining time; -1 for a key without expiry.
 	TTL time.Duration

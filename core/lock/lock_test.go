@@ -250,3 +250,71 @@ func TestMutexWaitTimeout(t *testing.T) {
 		t.Error("a negative wait timeout was accepted")
 	}
 }
+
+// A driver that returns a lease which has already ended (its TTL ran out
+// while it waited): Do never runs fn on it, gives it back, and asks again.
+func TestMutexDoRefusesEndedLease(t *testing.T) {
+	store := memstore.New()
+	d := &bornEnded{Locker: store, dead: 2}
+	m, err := lock.NewMutex(d, lock.WithTTL(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ran int
+	err = m.Do(t.Context(), "k", func(ctx context.Context, l lock.Lease) error {
+		ran++
+		select {
+		case <-l.Done():
+			t.Error("fn ran on a lease that had ended")
+		default:
+		}
+		return nil
+	})
+	if err != nil || ran != 1 {
+		t.Fatalf("Do = %v, fn ran %d times; want nil, once", err, ran)
+	}
+	if d.calls != 3 {
+		t.Errorf("Acquire called %d times, want 3 (two ended leases given back)", d.calls)
+	}
+	// Every ended lease was released: the key is free.
+	l, err := store.TryAcquire(t.Context(), "k", time.Second)
+	if err != nil {
+		t.Fatalf("key left held: %v", err)
+	}
+	_ = l.Release(t.Context())
+
+	// A driver that only ever returns ended leases: Lock gives up with
+	// ErrNotAcquired instead of spinning.
+	d = &bornEnded{Locker: store, dead: 1 << 30}
+	m, _ = lock.NewMutex(d, lock.WithTTL(time.Second))
+	if _, err := m.TryLock(t.Context(), "k"); !errors.Is(err, lock.ErrNotAcquired) {
+		t.Errorf("TryLock over ended leases = %v, want ErrNotAcquired", err)
+	}
+}
+
+// bornEnded's first dead leases end before Acquire returns them.
+type bornEnded struct {
+	lock.Locker
+	dead, calls int
+}
+
+func (b *bornEnded) Acquire(ctx context.Context, key string, ttl time.Duration) (lock.Lease, error) {
+	return b.TryAcquire(ctx, key, ttl)
+}
+
+func (b *bornEnded) TryAcquire(ctx context.Context, key string, ttl time.Duration) (lock.Lease, error) {
+	b.calls++
+	l, err := b.Locker.TryAcquire(ctx, key, ttl)
+	if err != nil || b.calls > b.dead {
+		return l, err
+	}
+	return ended{l}, nil
+}
+
+// ended is a lease whose Done is closed: what a driver returns when the
+// lease's deadline passed before the call returned.
+type ended struct{ lock.Lease }
+
+var closedCh = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+func (ended) Done() <-chan struct{} { return closedCh }

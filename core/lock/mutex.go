@@ -102,7 +102,7 @@ func (m *Mutex) lock(ctx context.Context, key string,
 		octx, cancel = context.WithTimeout(octx, m.opts.wait)
 		defer cancel()
 	}
-	l, err := acquire(octx, key, m.opts.ttl)
+	l, err := acquireLive(octx, key, m.opts.ttl, acquire)
 	if err != nil {
 		call.End(acquireOutcome(err), 0, err)
 		return nil, err
@@ -122,6 +122,35 @@ func (m *Mutex) lock(ctx context.Context, key string,
 	}
 	go h.watchdog()
 	return h, nil
+}
+
+// acquireLive acquires key and returns the lease only while it is live: a
+// lease that has already ended when the driver returns it (its TTL ran out
+// during a long wait, a loss noticed at once) is given back and the key
+// asked for again, until ctx ends. A driver should never return one (the
+// conformance suite checks it); the Mutex, and so Do, makes sure.
+func acquireLive(ctx context.Context, key string, ttl time.Duration,
+	acquire func(context.Context, string, time.Duration) (Lease, error)) (Lease, error) {
+	for attempt := 1; ; attempt++ {
+		l, err := acquire(ctx, key, ttl)
+		if err != nil {
+			return nil, err
+		}
+		select {
+		case <-l.Done():
+		default:
+			return l, nil
+		}
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		_ = l.Release(rctx)
+		cancel()
+		if err := ctx.Err(); err != nil {
+			return nil, errors.Join(ErrNotAcquired, err)
+		}
+		if attempt == 8 {
+			return nil, fmt.Errorf("lock: acquire %q: %w: the driver returned %d leases that had already ended", key, ErrNotAcquired, attempt)
+		}
+	}
 }
 
 // Do acquires key, runs fn while the lease is kept alive, and releases it.

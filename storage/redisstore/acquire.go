@@ -336,7 +336,7 @@ func (s *Store) attempt(ctx context.Context, key, tok string, ttl time.Duration,
 			}
 			return nil, nil, fmt.Errorf("redisstore: acquire %q: %w", key, err)
 		case took:
-			return s.newLease(key, tok, 0, 0, true, start, ttl, owner), nil, nil
+			return s.newLease(key, tok, 0, 0, 0, true, start, ttl, owner), nil, nil
 		}
 	}
 	r, err := s.base.Acquire(ctx, s.client, rediskit.AcquireArgs{
@@ -362,9 +362,9 @@ func (s *Store) attempt(ctx context.Context, key, tok string, ttl time.Duration,
 	}
 	switch r.Code {
 	case rediskit.AcquireTaken:
-		return s.newLease(key, tok, uint64(r.N), r.Clock, r.Plain, start, ttl, owner), nil, nil
+		return s.newLease(key, tok, uint64(r.N), r.Fences, r.Clock, r.Plain, start, ttl, owner), nil, nil
 	case rediskit.AcquireReentered:
-		return s.newLease(key, r.Token, uint64(r.N), 0, false, start, ttl, owner), nil, nil
+		return s.newLease(key, r.Token, uint64(r.N), 1, 0, false, start, ttl, owner), nil, nil
 	case rediskit.AcquireBusy:
 		if seen != nil {
 			*seen = max(*seen, r.Floor)
@@ -397,11 +397,11 @@ func (s *Store) granted(key string, own *redisnotify.Watcher, w *waiter, sent ti
 	var l *lease
 	var others []string
 	for _, g := range own.Grants() {
-		tok, fence, ok := rediskit.ParseGrant(g)
+		tok, fence, fences, ok := rediskit.ParseGrant(g)
 		switch {
 		case ok && tok == w.token && l == nil:
 			if fence > w.seen && time.Now().Before(sent.Add(w.ttl)) {
-				l = s.newLease(key, tok, fence, 0, false, sent, w.ttl, w.owner) // valid from the attempt
+				l = s.newLease(key, tok, fence, fences, 0, false, sent, w.ttl, w.owner) // valid from the attempt
 			}
 		case ok && tok == w.token: // a second grant to w: the first was taken
 		default:
@@ -417,7 +417,7 @@ func (s *Store) granted(key string, own *redisnotify.Watcher, w *waiter, sent ti
 // will use it.
 func (s *Store) giveBackAbandoned(key string, grants []string) {
 	for _, g := range grants {
-		if tok, _, ok := rediskit.ParseGrant(g); ok && s.isAbandoned(tok) {
+		if tok, _, _, ok := rediskit.ParseGrant(g); ok && s.isAbandoned(tok) {
 			s.base.BG.Go(func() { s.releaseToken(key, tok) })
 		}
 	}

@@ -33,8 +33,9 @@ func TestConformanceCluster(t *testing.T) {
 			counters.Store(lock.Locker(s), rt)
 			return s
 		},
-		RoundTrips: func(l lock.Locker) int64 { c, _ := counters.Load(l); return c.(*counter).N.Load() },
-		Reentrant:  true,
+		RoundTrips:   func(l lock.Locker) int64 { c, _ := counters.Load(l); return c.(*counter).N.Load() },
+		Reentrant:    true,
+		FenceAtLeast: true, // InspectLock reports the hold's last fence
 	})
 }
 

@@ -110,7 +110,7 @@ func (s *Store) handOff(ctx context.Context, l *lease) (bool, error) {
 	s.mu.Unlock()
 
 	start := time.Now()
-	code, fence, err := s.base.Transfer(ctx, s.client, key, l.Token(), w.token, w.ttl, w.owner)
+	code, fence, fences, err := s.base.Transfer(ctx, s.client, key, l.Token(), w.token, w.ttl, w.owner)
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -124,7 +124,7 @@ func (s *Store) handOff(ctx context.Context, l *lease) (bool, error) {
 	}
 	switch code {
 	case rediskit.TransferDone:
-		next := s.makeLease(key, w.token, hold{fence: uint64(fence), took: l.hold.took},
+		next := s.makeLease(key, w.token, hold{fence: fence, fences: fences, took: l.hold.took},
 			0, start.Add(w.ttl), w.owner)
 		ls.holder = next
 		ls.handOffs++
@@ -173,7 +173,7 @@ func (s *Store) reuseLocked(ls *local, key string, l *lease, deadline time.Time,
 // mayReuse reports whether l's hold may serve another lease without a round
 // trip.
 func (s *Store) mayReuse(ls *local, l *lease) bool {
-	return l.owner == "" && l.used+1 < s.base.LeasesPerHold() && s.handOffs.Left(ls.handOffs, l.hold.took)
+	return l.owner == "" && (s.unfenced || l.used+1 < l.hold.fences) && s.handOffs.Left(ls.handOffs, l.hold.took)
 }
 
 // kept is a hold of this Store on a key whose lease was released, kept for

@@ -17,7 +17,7 @@ type lease struct {
 	s     *Store
 	owner string // the lock.WithOwner identity it was taken with, or ""
 	hold  hold   // the Store's tenure of the key in Redis the lease is part of
-	used  uint64 // which of the hold's leases this is, from 0: its fence is LeaseFence(hold.fence, used)
+	used  uint64 // which of the hold's leases this is, from 0: its fence is hold.fence + used
 
 	// passed is set when the lease handed its hold on to a next lease, or
 	// to the Store to keep (handoff.go): the token in Redis is no longer
@@ -29,25 +29,26 @@ type lease struct {
 // hold is one tenure of a token of this Store on a key in Redis, which
 // local hand-offs without a round trip pass from lease to lease.
 type hold struct {
-	fence uint64    // the fence Redis issued for the token (rediskit's fence.lua)
-	clock int64     // the server's clock (µs) when it issued fence, or 0 when not known
-	took  time.Time // when the Store learnt it took the key from Redis (WithMaxLocalHold counts from it)
-	plain bool      // taken by a first attempt, and not passed on since (rediskit.Base.Release)
+	fence  uint64    // the first fence Redis issued for the token (rediskit's fence.lua)
+	fences uint64    // how many: the hold serves leases with fences fence … fence + fences − 1
+	clock  int64     // the server's clock (µs) when it issued fence, or 0 when not known
+	took   time.Time // when the Store learnt it took the key from Redis (WithMaxLocalHold counts from it)
+	plain  bool      // taken by a first attempt, and not passed on since (rediskit.Base.Release)
 }
 
 // newLease returns a held lease whose local deadline is start + ttl:
 // counted from before the request was sent, it never passes after the
-// server's own expiry. fence is the fence Redis issued, at clock (µs; 0
-// when not known).
-func (s *Store) newLease(key, tok string, fence uint64, clock int64, plain bool, start time.Time, ttl time.Duration, owner string) *lease {
-	return s.makeLease(key, tok, hold{fence: fence, clock: clock, took: time.Now(), plain: plain}, 0, start.Add(ttl), owner)
+// server's own expiry. fence is the first of the fences fences Redis
+// issued, at clock (µs; 0 when not known).
+func (s *Store) newLease(key, tok string, fence, fences uint64, clock int64, plain bool, start time.Time, ttl time.Duration, owner string) *lease {
+	return s.makeLease(key, tok, hold{fence: fence, fences: fences, clock: clock, took: time.Now(), plain: plain}, 0, start.Add(ttl), owner)
 }
 
 // makeLease returns a held lease on h with fence h.fence + used (0 when
 // the Store is unfenced).
 func (s *Store) makeLease(key, tok string, h hold, used uint64, deadline time.Time, owner string) *lease {
 	l := &lease{s: s, owner: owner, hold: h, used: used}
-	fence := s.base.LeaseFence(h.fence, used)
+	fence := h.fence + used
 	if s.unfenced {
 		fence = 0
 	}

@@ -163,7 +163,7 @@ func (s *Store) attemptAll(ctx context.Context, keys []string, ttl time.Duration
 		for i, k := range keys {
 			// The multi-key script reserves no fences: no local hand-off
 			// without a round trip.
-			l := s.makeLease(k, toks[i], hold{fence: uint64(v[1+i]), took: start}, 0, start.Add(ttl), "")
+			l := s.makeLease(k, toks[i], hold{fence: uint64(v[1+i]), fences: 1, took: start}, 0, start.Add(ttl), "")
 			s.adopt(l)
 			leases[i] = l
 		}

@@ -80,6 +80,7 @@ func TestConformance(t *testing.T) {
 				},
 				RoundTrips:    func(l lock.Locker) int64 { c, _ := counters.Load(l); return c.(*counter).N.Load() },
 				Reentrant:     true,
+				FenceAtLeast:  true, // InspectLock reports the hold's last fence
 				Unfenced:      mode.unfenced,
 				HolderProcess: mode.name == "auto",
 			})

@@ -34,8 +34,9 @@ func TestSentinelConformance(t *testing.T) {
 	admin := failoverClient(t, sentinels, master)
 	t.Run("locks", func(t *testing.T) {
 		locktest.Run(t, locktest.Config{
-			NewLocker: func(t *testing.T) lock.Locker { return newStore(t, failoverClient(t, sentinels, master), opts...) },
-			Reentrant: true,
+			NewLocker:    func(t *testing.T) lock.Locker { return newStore(t, failoverClient(t, sentinels, master), opts...) },
+			Reentrant:    true,
+			FenceAtLeast: true, // InspectLock reports the hold's last fence
 		})
 	})
 	t.Run("idem", func(t *testing.T) {

@@ -132,11 +132,8 @@ func New(client Client, opts ...Option) (*Store, error) {
 	// be lost in a failover; the woken process takes it with a write that
 	// waits.
 	s.base.Grants = o.replication.Replicas == 0
-	if o.maxHandOffs > 0 {
-		s.base.HoldFences = keep.ReservedFences
-	}
 	s.sub.OnOrphanGrant(func(channel, payload string) {
-		if tok, _, ok := rediskit.ParseGrant(payload); !ok || !s.isAbandoned(tok) {
+		if tok, _, _, ok := rediskit.ParseGrant(payload); !ok || !s.isAbandoned(tok) {
 			return
 		}
 		s.base.BG.Go(func() {

@@ -90,7 +90,7 @@ func (v *votes) took(i int, r rediskit.AcquireReply) bool {
 }
 
 // floor is the fence a node the votes' token took must keep when it is
-// released: the granted hold's T (0 unfenced, or before a hold was
+// released: the last of the granted hold's fences (0 unfenced, or before a hold was
 // granted). A node that answers late keeps it too, so that every node the
 // hold took keeps it: a later majority meets them also when some lost
 // their data. v.mu is held.
@@ -98,7 +98,7 @@ func (v *votes) floor() uint64 {
 	if v.lease == nil {
 		return 0
 	}
-	return v.lease.base
+	return v.lease.floor()
 }
 
 // end marks the votes' hold as being released on the nodes: the votes are

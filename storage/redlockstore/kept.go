@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/oncekit/oncekit/core/lock"
+	"github.com/oncekit/oncekit/storage/internal/rediskit"
 )
 
 // This file keeps a hot key's hold after a Release, for the Store's own
@@ -31,7 +32,7 @@ func (s *Store) keep(l *lease) bool {
 // owner's re-entry, with a reserved fence left (fenced mode), and within
 // WithMaxLocalHandOffs and WithMaxLocalHold.
 func (s *Store) mayReuse(l *lease) bool {
-	return l.nodes == nil && (!s.redlock.fenced || l.used+1 < s.base.LeasesPerHold()) && s.handOffs.Left(int(l.used), l.took)
+	return l.nodes == nil && (!s.redlock.fenced || l.used+1 < rediskit.HoldFences) && s.handOffs.Left(int(l.used), l.took)
 }
 
 // letGo releases a kept hold nobody took on the nodes.
@@ -70,7 +71,7 @@ func (s *Store) releaseKept() {
 // kept: see release.go), waiting up to wait for the answers.
 func (s *Store) releaseHeld(l *lease, wait time.Duration) {
 	nt := s.nodeTimeout(max(l.Remaining(), time.Millisecond))
-	call := s.releaseCall(l.votes, l.Key(), l.Token(), l.base, false, nt/2)
+	call := s.releaseCall(l.votes, l.Key(), l.Token(), l.floor(), false, nt/2)
 	ended := l.votes.end()
 	newRound(s, s.all(), call).settle(wait)
 	ended()

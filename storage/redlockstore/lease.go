@@ -8,6 +8,7 @@ import (
 
 	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/core/lock/lockdriver"
+	"github.com/oncekit/oncekit/storage/internal/rediskit"
 )
 
 // lease is one acquisition on a majority of the nodes. Its lifecycle is
@@ -18,9 +19,9 @@ type lease struct {
 	nodes []int // an owner's re-entry: the nodes it counted; nil: all
 
 	// The hold's fences (fenced mode): base is the fence T of the
-	// acquisition (fenceOf); the hold's leases take the lease
-	// fences T × HoldFences + 0, 1, … (rediskit.Base.LeaseFence), used
-	// being this lease's (0 unfenced).
+	// acquisition (fenceOf); the hold's leases take the fences T + 0, 1,
+	// …, T + rediskit.HoldFences − 1, used being this lease's (0
+	// unfenced). Releases leave every node the last of them (floor).
 	base, used uint64
 	took       time.Time // when the Store learnt it took the key from the nodes
 	votes      *votes    // the round's votes that took the hold (nil for a re-entry): ended with the hold
@@ -40,7 +41,7 @@ func (s *Store) newLease(key, tok string, base, used uint64, deadline time.Time,
 	l := &lease{s: s, nodes: nodes, base: base, used: used}
 	var fence uint64
 	if s.redlock.fenced {
-		fence = s.base.LeaseFence(base, used)
+		fence = base + used
 	}
 	cfg := lockdriver.Config{Driver: "redlockstore", Key: key, Token: tok, Fence: fence, Deadline: deadline, Store: l}
 	if onEnd != nil {
@@ -48,6 +49,16 @@ func (s *Store) newLease(key, tok string, base, used uint64, deadline time.Time,
 	}
 	l.Lease.Init(cfg)
 	return l
+}
+
+// floor is the fence every node the hold took keeps once it is released:
+// the last of the hold's fences (0 unfenced). A node issues the next hold
+// a fence above it (see fenceOf).
+func (l *lease) floor() uint64 {
+	if l.base == 0 {
+		return 0
+	}
+	return l.base + rediskit.HoldFences - 1
 }
 
 // targets are the nodes the lease's rounds go to.
@@ -95,7 +106,7 @@ func (l *lease) StoreRelease(ctx context.Context) error {
 	// The short release script only for the hold's first lease: a hold
 	// kept for later leases is one that other processes wait for, whose
 	// key carries their flag by then.
-	call := s.releaseCall(l.votes, l.Key(), l.Token(), l.base, l.used == 0, nt/2)
+	call := s.releaseCall(l.votes, l.Key(), l.Token(), l.floor(), l.used == 0, nt/2)
 	ended := func() {}
 	if l.used > 0 {
 		// The last lease of a hold the Store kept: the hold ends here, and

@@ -156,9 +156,6 @@ func New(clients []Client, opts ...Option) (*Store, error) {
 		crowded:  keep.Marks{For: redisnotify.Linger}, // while the subscriptions linger
 	}
 	s.base.Init(o.Options)
-	if o.fenced && o.maxHandOffs > 0 {
-		s.base.HoldFences = keep.ReservedFences // the fences of kept holds' leases (kept.go)
-	}
 	s.fin.FinishClaim = s.finishClaim
 	seen := map[string]bool{}
 	for i, c := range clients {

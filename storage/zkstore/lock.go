@@ -196,7 +196,16 @@ func (s *Store) enqueue(ctx context.Context, key, dir string, ttl time.Duration,
 	giveUp := func() { s.deleteNow(ctx, node) }
 	recheck := time.NewTimer(s.timeout)
 	defer recheck.Stop()
-	for {
+	for waited := false; ; waited = true {
+		// The lease counts from when the key became this acquisition's,
+		// not from when it began waiting (a lease counted from before a
+		// wait longer than its TTL would be born ended): from before the
+		// node was made when it was first at once, else from before the
+		// listing that found it first. Nobody else times the lease: its
+		// node stays first until it is deleted or its session ends.
+		if waited {
+			start = time.Now()
+		}
 		sn, err := s.children(ctx, dir)
 		if err != nil {
 			giveUp()

@@ -48,7 +48,9 @@ type Config struct {
 	Unfenced bool
 
 	// FenceAtLeast says InspectLock reports a fence at least the holder's
-	// rather than exactly it: a quorum driver whose nodes each keep their
+	// rather than exactly it: a driver that reports the last fence the
+	// holder's hold reserved (Redis: see lock.LockInfo), or a quorum
+	// driver whose nodes each keep their
 	// own fence (Redlock: the lease's fence is the highest of the majority
 	// it waited for, and a node that answered later may keep a higher one).
 	FenceAtLeast bool
@@ -89,6 +91,7 @@ func Run(t *testing.T, cfg Config) {
 	t.Run("TryAcquireHeld", s.tryAcquireHeld)
 	t.Run("Symmetry", s.symmetry)
 	t.Run("NoDeadlock", s.noDeadlock)
+	t.Run("LongWaitLiveLease", s.longWaitLiveLease)
 	t.Run("FastHandOff", s.fastHandOff)
 	t.Run("Cancellation", s.cancellation)
 	t.Run("DoneCloses", s.doneCloses)
@@ -192,7 +195,8 @@ func isClosed(ch <-chan struct{}) bool {
 // Lockers. Inside the critical section a counter is updated by a load, a
 // yield and a store (atomic operations, so the race detector stays quiet,
 // but not an atomic update: overlapping holders lose increments), and the
-// fences seen must be strictly increasing.
+// fences seen must be strictly increasing and at most lock.MaxFence (a
+// fence gate in a Lua script compares them as doubles).
 func (s *suite) exclusion(t *testing.T) {
 	const goroutines, cycles = 32, 100
 	k := key(t)
@@ -226,7 +230,7 @@ func (s *suite) exclusion(t *testing.T) {
 					if f != 0 {
 						fenceErrs.Add(1)
 					}
-				} else if f <= lastFence.Load() {
+				} else if f <= lastFence.Load() || f > lock.MaxFence {
 					fenceErrs.Add(1)
 				}
 				lastFence.Store(f)
@@ -252,7 +256,7 @@ func (s *suite) exclusion(t *testing.T) {
 		t.Errorf("%d acquisitions found another holder inside the critical section", n)
 	}
 	if n := fenceErrs.Load(); n != 0 {
-		t.Errorf("%d fences were not greater than the previous holder's (or not 0 when unfenced)", n)
+		t.Errorf("%d fences were not greater than the previous holder's, or above lock.MaxFence (or not 0 when unfenced)", n)
 	}
 }
 
@@ -337,6 +341,47 @@ func (s *suite) noDeadlock(t *testing.T) {
 	}
 	if !s.cfg.Unfenced && lease.Fence() <= abandoned.Fence() {
 		t.Errorf("fence %d not greater than the abandoned lease's %d", lease.Fence(), abandoned.Fence())
+	}
+}
+
+// longWaitLiveLease: a waiter that waited longer than its TTL (the holder
+// kept the key alive with a Mutex) gets a live lease, counted from when
+// the key became its own, not from when it began waiting: not ended when
+// Acquire returns, still live a third of the TTL later without a Refresh,
+// and its Release succeeds.
+func (s *suite) longWaitLiveLease(t *testing.T) {
+	const ttl = 400 * time.Millisecond
+	k := key(t)
+	holder, waiter := s.cfg.NewLocker(t), s.cfg.NewLocker(t)
+	m, err := lock.NewMutex(holder, lock.WithTTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := m.Lock(ctxTimeout(t, 10*time.Second), k)
+	if err != nil {
+		t.Fatalf("holder: %v", err)
+	}
+	released := make(chan error, 1)
+	go func() {
+		time.Sleep(3 * ttl) // the waiter waits three of its TTLs
+		released <- h.Release(context.Background())
+	}()
+	lease, err := waiter.Acquire(ctxTimeout(t, 10*time.Second+s.cfg.Lag), k, ttl)
+	if err := <-released; err != nil {
+		t.Fatalf("holder's Release: %v", err)
+	}
+	if err != nil {
+		t.Fatalf("Acquire after a wait longer than the TTL: %v", err)
+	}
+	if isClosed(lease.Done()) {
+		t.Fatalf("Acquire returned a lease that had already ended")
+	}
+	time.Sleep(ttl / 3)
+	if isClosed(lease.Done()) {
+		t.Fatalf("the lease ended %s after Acquire returned it, well within its %s TTL", ttl/3, ttl)
+	}
+	if err := lease.Release(ctxTimeout(t, 5*time.Second)); err != nil {
+		t.Errorf("Release of the live lease: %v", err)
 	}
 }
 

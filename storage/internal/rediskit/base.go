@@ -43,15 +43,6 @@ type Base struct {
 	// deployment; not Redlock, where a majority of nodes must agree).
 	Grants bool
 
-	// HoldFences is how many lease fences one fence issued by Redis (see
-	// lua/fence.lua) stands for: a hold that Redis issued fence c serves
-	// leases with fences c × HoldFences + 0, 1, …, HoldFences − 1 (local
-	// hand-offs, which need no round trip), and every later hold's fence
-	// is above c, so its lease fences are above all of those. Redis moves
-	// a key's fence by one per take, floored by the server's clock in
-	// microseconds. 0 or 1: one lease per hold (no hand-offs).
-	HoldFences uint64
-
 	// Replication, when it asks for replicas, follows every write that
 	// grants, keeps or completes a lease or a claim with a WAIT in the
 	// same round trip (see replicas.go).
@@ -61,21 +52,16 @@ type Base struct {
 	args   scriptArgs
 }
 
-// LeaseFence is the fence of the used-th lease (from 0) of a hold that
-// Redis issued counter value counter.
-func (b *Base) LeaseFence(counter, used uint64) uint64 {
-	return counter*max(b.HoldFences, 1) + used
-}
+// HoldFences is how many fences one take of a lock key reserves at most
+// (lua/fence.lua's hold_fences): a hold's leases take its fences in turn,
+// the first from the take and the others from local hand-offs, which need
+// no round trip. A hold in Redis serves as many leases as it has fences.
+const HoldFences = 128
 
-// LeasesPerHold is how many leases one hold may serve (HoldFences).
-func (b *Base) LeasesPerHold() uint64 { return max(b.HoldFences, 1) }
-
-// InspectLock is InspectLock with the fence in lease fences: the first
-// fence of the latest hold.
+// InspectLock is InspectLock on b's keys: the fence is the last of the
+// latest hold's fences.
 func (b *Base) InspectLock(ctx context.Context, c redis.Scripter, key string) (LockState, error) {
-	st, err := InspectLock(ctx, c, b.Keys, key)
-	st.Fence = b.LeaseFence(st.Fence, 0)
-	return st, err
+	return InspectLock(ctx, c, b.Keys, key)
 }
 
 // Init sets b up with o, which the driver has validated.
@@ -300,25 +286,30 @@ func (b *Base) release(ctx context.Context, c redis.Scripter, lock, tok string, 
 // does. Messages that are not such a grant are ignored.
 func (b *Base) ReleaseOrphanGrant(ctx context.Context, c redis.Scripter, channel, payload string) {
 	lock, ok := strings.CutSuffix(channel, ":release:"+b.Member)
-	tok, _, okTok := ParseGrant(payload)
+	tok, _, _, okTok := ParseGrant(payload)
 	if !ok || !okTok || !strings.HasPrefix(lock, b.Keys.Prefix) {
 		return
 	}
 	_, _ = b.release(ctx, c, lock, tok, false, 0, 0, false)
 }
 
-// ParseGrant reads a grant message, "g|<token>|<fence>" (release.lua).
-func ParseGrant(msg string) (tok string, fence uint64, ok bool) {
+// ParseGrant reads a grant message, "g|<token>|<fence>|<fences>"
+// (release.lua): the granted hold's first fence and how many it has.
+func ParseGrant(msg string) (tok string, fence, fences uint64, ok bool) {
 	rest, ok := strings.CutPrefix(msg, redisnotify.GrantPrefix)
 	if !ok {
-		return "", 0, false
+		return "", 0, 0, false
 	}
-	tok, f, ok := strings.Cut(rest, "|")
-	if !ok || tok == "" {
-		return "", 0, false
+	parts := strings.Split(rest, "|")
+	if len(parts) != 3 || parts[0] == "" {
+		return "", 0, 0, false
 	}
-	fence, err := strconv.ParseUint(f, 10, 64)
-	return tok, fence, err == nil
+	fence, err1 := strconv.ParseUint(parts[1], 10, 64)
+	fences, err2 := strconv.ParseUint(parts[2], 10, 64)
+	if err1 != nil || err2 != nil || fences == 0 {
+		return "", 0, 0, false
+	}
+	return parts[0], fence, fences, true
 }
 
 // Refresh runs the refresh script: it reports whether tok still held key
@@ -329,7 +320,7 @@ func (b *Base) Refresh(ctx context.Context, c redis.Scripter, key, tok string, t
 
 // Transfer runs the transfer script: key passes from token from to token
 // to (owner toOwner) for ttl without being let go.
-func (b *Base) Transfer(ctx context.Context, c redis.Scripter, key, from, to string, ttl time.Duration, toOwner string) (TransferCode, int64, error) {
+func (b *Base) Transfer(ctx context.Context, c redis.Scripter, key, from, to string, ttl time.Duration, toOwner string) (TransferCode, uint64, uint64, error) {
 	return ParseTransfer(Transfer.Run(ctx, c, []string{b.Keys.Lock(key), b.Keys.Owner(key)},
 		from, to, ttl.Milliseconds(), toOwner))
 }

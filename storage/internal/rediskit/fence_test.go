@@ -12,13 +12,15 @@ import (
 	"github.com/oncekit/oncekit/internal/testenv"
 )
 
-// A lock key carries its last fence: a take of a new key issues the
-// server's clock in µs; a release deletes the key once the clock has passed
-// its fence (any later take issues at least the clock), and the next take
-// issues a higher fence. A fence that runs ahead of the clock (a tombstone
-// restored from a server whose clock ran ahead) is kept: the next take
-// issues it + 1, and its release leaves a tombstone with that fence for a
-// minute. A value of no form of ours counts as held.
+// A lock key carries the last fence it issued: a take of a new key
+// issues a hold HoldFences fences from the server's clock in µs; a release
+// deletes the key once the clock has passed the last of them (any later
+// take issues at least the clock), keeps it in a tombstone until then, and
+// the next take issues a higher fence. A fence that runs ahead of the
+// clock (a tombstone restored from a server whose clock ran ahead) is
+// kept: the next take issues it + 1, one fence only, and its release
+// leaves a tombstone with that fence for a minute. A value of no form of
+// ours counts as held.
 func TestLockKeyFence(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: testenv.RedisAddrs(t, 1)[0]})
 	defer c.Close()
@@ -43,21 +45,36 @@ func TestLockKeyFence(t *testing.T) {
 		}
 	}
 	r := take("a")
-	if r.Code != AcquireTaken || r.N != r.Clock || r.Clock <= 0 {
-		t.Fatalf("new key: %+v, want taken with the clock as fence", r)
+	if r.Code != AcquireTaken || r.N != r.Clock || r.Clock <= 0 || r.Fences != HoldFences {
+		t.Fatalf("new key: %+v, want taken with the clock as first fence and %d fences", r, HoldFences)
 	}
-	if v := c.Get(ctx, lk).Val(); v != fmt.Sprintf("a|%d|", r.N) {
-		t.Errorf("held value %q", v)
+	last := r.N + HoldFences - 1
+	if v := c.Get(ctx, lk).Val(); v != fmt.Sprintf("a|%d|", last) {
+		t.Errorf("held value %q, want the hold's last fence %d", v, last)
 	}
-	release("a", r.Clock) // the fence is the clock reading: deleted without reading the clock again
+	release("a", r.Clock) // the clock has not passed the hold's last fence: a tombstone until it has
+	if v, pttl := c.Get(ctx, lk).Val(), c.PTTL(ctx, lk).Val(); v != fmt.Sprintf("~|%d|", last) || pttl <= 0 || pttl > 3*time.Millisecond {
+		t.Errorf("released at once: %q for %s, want a tombstone with fence %d for at most 3ms", v, pttl, last)
+	}
+	time.Sleep(5 * time.Millisecond)
+	if n := c.Exists(ctx, lk).Val(); n != 0 {
+		t.Errorf("tombstone %q outlived the clock passing its fence", c.Get(ctx, lk).Val())
+	}
+	r1 := take("a1")
+	if r1.Code != AcquireTaken || r1.N <= last {
+		t.Errorf("retake: %+v, want a fence above %d", r1, last)
+	}
+	release("a1", r1.Clock+HoldFences) // the fence is below the clock reading: deleted without reading the clock again
 	if n := c.Exists(ctx, lk).Val(); n != 0 {
 		t.Errorf("released key left %q, want it deleted (the clock passed its fence)", c.Get(ctx, lk).Val())
 	}
+	r = r1
 	r2 := take("a2")
-	if r2.Code != AcquireTaken || r2.N <= r.N {
-		t.Errorf("retake: %+v, want a fence above %d", r2, r.N)
+	if r2.Code != AcquireTaken || r2.N <= r.N+HoldFences-1 {
+		t.Errorf("retake: %+v, want a fence above %d", r2, r.N+HoldFences-1)
 	}
-	release("a2", 0) // no clock reading given: the release reads the clock
+	time.Sleep(time.Millisecond) // the clock passes the hold's fences
+	release("a2", 0)             // no clock reading given: the release reads the clock
 	if n := c.Exists(ctx, lk).Val(); n != 0 {
 		t.Errorf("released key left %q, want it deleted (the clock passed its fence)", c.Get(ctx, lk).Val())
 	}
@@ -65,8 +82,8 @@ func TestLockKeyFence(t *testing.T) {
 	for _, withClock := range []bool{false, true} {
 		c.Set(ctx, lk, fmt.Sprintf("~|%d|", ahead), time.Minute)
 		rb := take("b")
-		if rb.Code != AcquireTaken || rb.N != ahead+1 || rb.Clock >= rb.N {
-			t.Errorf("tombstone %d: %+v, want fence %d ahead of the clock", ahead, rb, ahead+1)
+		if rb.Code != AcquireTaken || rb.N != ahead+1 || rb.Clock >= rb.N || rb.Fences != 1 {
+			t.Errorf("tombstone %d: %+v, want one fence, %d, ahead of the clock", ahead, rb, ahead+1)
 		}
 		clock := int64(0)
 		if withClock {
@@ -117,7 +134,7 @@ func takeMany(t *testing.T, c *redis.Client, b *Base, key string, n int, keep bo
 			if err != nil || r.Code != AcquireTaken {
 				t.Fatalf("take: %+v %v", r, err)
 			}
-			top = max(top, uint64(r.N))
+			top = max(top, uint64(r.N)+r.Fences-1)
 		}
 	}
 	return top
@@ -132,20 +149,22 @@ func lockNames(b *Base, key string) []string {
 // lost — the server loses its data (FLUSHALL, as an empty restart or a
 // lossy failover does), or the last holder's key expires: the next lease's
 // fence is above every lease fence of every hold before, hand-offs
-// included. A key's fence moves by one per take, slower than the server's
-// clock in microseconds, so the clock floor it falls back to is above it.
+// included. A take reserves fences less than HoldFences µs past the clock,
+// and a key's fence moves by one per take beyond that, slower than the
+// server's clock in microseconds, so the clock floor it falls back to is
+// above it.
 func TestFencesOutrunNoClock(t *testing.T) {
 	p := testenv.StartRedis(t)
 	c := redis.NewClient(&redis.Options{Addr: p.Addr})
 	defer c.Close()
 	ctx := context.Background()
-	b := &Base{HoldFences: 128}
+	b := &Base{}
 	b.Init(Options{Prefix: "oncekit:lock:"})
 	for _, lose := range []string{"flushall", "expiry"} {
 		t.Run(lose, func(t *testing.T) {
 			key := "hot-" + lose
 			top := takeMany(t, c, b, key, 100_000, lose == "expiry")
-			highest := b.LeaseFence(top, b.LeasesPerHold()-1) // its last local hand-off
+			highest := top // the last hold's last local hand-off
 			switch lose {
 			case "flushall":
 				if err := c.FlushAll(ctx).Err(); err != nil {
@@ -161,7 +180,7 @@ func TestFencesOutrunNoClock(t *testing.T) {
 			if err != nil || r.Code != AcquireTaken {
 				t.Fatalf("take after %s: %+v %v", lose, r, err)
 			}
-			if f := b.LeaseFence(uint64(r.N), 0); f <= highest {
+			if f := uint64(r.N); f <= highest {
 				t.Errorf("after 100,000 takes and %s, fence %d is not above %d, issued before", lose, f, highest)
 			}
 		})
@@ -371,5 +390,35 @@ func TestReleaseTombstoneExpiresWithFence(t *testing.T) {
 	r2, err := b.Acquire(ctx, c, AcquireArgs{Key: key, Token: "b", TTL: time.Minute}, nil)
 	if err != nil || r2.Code != AcquireTaken || r2.N <= ahead+1 {
 		t.Errorf("take after the tombstone expired: %+v %v, want a fence above %d", r2, err, ahead+1)
+	}
+}
+
+// The scripts reserve as many fences per take as the drivers hand out
+// (HoldFences): fence.lua's issue, and acquire_fast.lua, which runs
+// before fence.lua is defined.
+func TestHoldFencesAgree(t *testing.T) {
+	if want := fmt.Sprintf("local hold_fences = %d\n", HoldFences); !strings.Contains(fenceLua, want) {
+		t.Errorf("fence.lua does not say %q", want)
+	}
+	if want := fmt.Sprintf("last = first + %d ", HoldFences-1); !strings.Contains(acquireFastLua, want) {
+		t.Errorf("acquire_fast.lua does not say %q", want)
+	}
+}
+
+// Fences fit in 53 bits, so that a script (Lua numbers are doubles), JSON
+// or JavaScript compares them exactly: a hold's last fence is a moment
+// past the server's clock in µs, about 2^51 today.
+func TestFencesBelow2To53(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: testenv.RedisAddrs(t, 1)[0]})
+	defer c.Close()
+	b := &Base{}
+	b.Init(Options{Prefix: fmt.Sprintf("fence53-test:%d:", time.Now().UnixNano())})
+	r, err := b.Acquire(t.Context(), c, AcquireArgs{Key: "k", Token: "a", TTL: time.Minute}, nil)
+	if err != nil || r.Code != AcquireTaken {
+		t.Fatalf("take: %+v %v", r, err)
+	}
+	defer c.Del(context.Background(), b.Keys.Lock("k"))
+	if last := uint64(r.N) + r.Fences - 1; last >= 1<<53 {
+		t.Errorf("last fence %d is not below 2^53", last)
 	}
 }

@@ -16,8 +16,9 @@ const (
 	// AcquireBusy: another token holds the key; N is its PTTL in ms and
 	// Floor the highest fence the key's counter had issued or reserved.
 	AcquireBusy AcquireCode = 0
-	// AcquireTaken: the key is ours; N is the fence, Clock the server's
-	// clock in µs when it was issued (0 unfenced).
+	// AcquireTaken: the key is ours; N is the hold's first fence, Fences
+	// how many it has (N … N + Fences − 1; 0 unfenced), Clock the server's
+	// clock in µs when they were issued (0 unfenced).
 	AcquireTaken AcquireCode = 1
 	// AcquireReentered: the owner holds the key and one more hold is
 	// counted; N is the owner's fence, Token the owner's token.
@@ -31,6 +32,9 @@ type AcquireReply struct {
 	Token string
 	Floor uint64 // AcquireBusy: every fence issued before the reply is at most Floor
 	Clock int64  // AcquireTaken: the server's clock in µs
+	// Fences is, for AcquireTaken, how many fences the hold has, from N
+	// (at least 1 when fenced; see lua/fence.lua).
+	Fences uint64
 	// Plain: taken by a first attempt's short script (lua/acquire_new.lua),
 	// which takes only a key without flags: its release may try the short
 	// one too (Base.Release).
@@ -72,6 +76,14 @@ func ParseAcquire(cmd *redis.Cmd) (AcquireReply, error) {
 	}
 	if ok && r.Code == AcquireTaken && len(v) >= 3 {
 		r.Clock, ok = v[2].(int64)
+	}
+	if ok && r.Code == AcquireTaken {
+		r.Fences = 1
+		if len(v) >= 4 {
+			var n int64
+			n, ok = v[3].(int64)
+			r.Fences = uint64(max(n, 1))
+		}
 	}
 	if ok && r.Code == AcquireBusy && (len(v) == 3 || len(v) == 4) {
 		var floor int64
@@ -132,24 +144,32 @@ type TransferCode int64
 const (
 	// TransferNotOurs: the current token no longer held the key.
 	TransferNotOurs TransferCode = 0
-	// TransferDone: the key now holds the next token; N is its fence.
+	// TransferDone: the key now holds the next token, with a new hold's
+	// fences.
 	TransferDone TransferCode = 1
 	// TransferHoldReturned: one of an owner's holds was given back and
 	// others remain; nothing was handed on.
 	TransferHoldReturned TransferCode = 2
 )
 
-// ParseTransfer reads the transfer script's reply: its code and the new
-// fence.
-func ParseTransfer(cmd *redis.Cmd) (TransferCode, int64, error) {
+// ParseTransfer reads the transfer script's reply: its code and, for
+// TransferDone, the new hold's first fence and how many it has.
+func ParseTransfer(cmd *redis.Cmd) (TransferCode, uint64, uint64, error) {
 	v, err := cmd.Int64Slice()
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
-	if len(v) != 2 || v[0] < int64(TransferNotOurs) || v[0] > int64(TransferHoldReturned) {
-		return 0, 0, fmt.Errorf("unexpected transfer script reply %v", v)
+	ok := len(v) >= 2 && v[0] >= int64(TransferNotOurs) && v[0] <= int64(TransferHoldReturned) && v[1] >= 0
+	if ok && TransferCode(v[0]) == TransferDone {
+		ok = len(v) == 3 && v[2] >= 1
 	}
-	return TransferCode(v[0]), v[1], nil
+	if !ok {
+		return 0, 0, 0, fmt.Errorf("unexpected transfer script reply %v", v)
+	}
+	if TransferCode(v[0]) != TransferDone {
+		return TransferCode(v[0]), 0, 0, nil
+	}
+	return TransferDone, uint64(v[1]), uint64(v[2]), nil
 }
 
 // ParseFlag reads the reply of the scripts that answer 1 (done: extended,

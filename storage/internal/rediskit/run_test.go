@@ -100,12 +100,12 @@ func TestReleaseOrphanGrant(t *testing.T) {
 		return st.Token != ""
 	}
 	take("a", "tok-a")
-	b.ReleaseOrphanGrant(ctx, c, b.Keys.MemberChannel("a", "someone-else"), "g|tok-a|1")
+	b.ReleaseOrphanGrant(ctx, c, b.Keys.MemberChannel("a", "someone-else"), "g|tok-a|1|1")
 	b.ReleaseOrphanGrant(ctx, c, b.Keys.MemberChannel("a", b.Member), "tok-a") // a plain wake, not a grant
 	if !held("a") {
 		t.Fatal("a message that was not this Store's grant released the key")
 	}
-	b.ReleaseOrphanGrant(ctx, c, b.Keys.MemberChannel("a", b.Member), "g|tok-a|1")
+	b.ReleaseOrphanGrant(ctx, c, b.Keys.MemberChannel("a", b.Member), "g|tok-a|1|1")
 	if held("a") {
 		t.Error("an orphan grant was not given back")
 	}

@@ -58,7 +58,7 @@ func TestShortScriptsAnswerAsTheFullOnes(t *testing.T) {
 		if code := release("new", "b", 0); code != ReleaseNotOurs {
 			t.Errorf("another token's release: %v, want not ours", code)
 		}
-		if code := release("new", "a", r.Clock); code != ReleaseFreed {
+		if code := release("new", "a", r.Clock+HoldFences); code != ReleaseFreed { // the clock passed the hold's fences
 			t.Errorf("release: %v, want freed", code)
 		}
 		if n := c.Exists(ctx, b.Keys.Lock("new")).Val(); n != 0 {
@@ -71,8 +71,9 @@ func TestShortScriptsAnswerAsTheFullOnes(t *testing.T) {
 	t.Run("held", func(t *testing.T) {
 		first := take("held", "a", AcquireArgs{})
 		r := take("held", "b", AcquireArgs{})
-		if r.Code != AcquireBusy || r.Plain || r.Crowded || r.Floor != uint64(first.N) || r.N <= 0 {
-			t.Fatalf("%+v, want busy with the holder's fence %d as floor, nobody queued", r, first.N)
+		last := first.N + int64(first.Fences) - 1
+		if r.Code != AcquireBusy || r.Plain || r.Crowded || r.Floor != uint64(last) || r.N <= 0 {
+			t.Fatalf("%+v, want busy with the holder's last fence %d as floor, nobody queued", r, last)
 		}
 		// Held with processes queued: the reply says so.
 		c.Set(ctx, b.Keys.Lock("crowded"), "x|5|w", time.Minute)
@@ -81,8 +82,8 @@ func TestShortScriptsAnswerAsTheFullOnes(t *testing.T) {
 		}
 		// The holder asks again with its own token (Redlock re-asking a
 		// node): the full script renews it.
-		if r := take("held", "a", AcquireArgs{}); r.Code != AcquireTaken || r.Plain || r.N != first.N {
-			t.Fatalf("the holder's own token: %+v, want taken (renewed) by the full script, fence %d", r, first.N)
+		if r := take("held", "a", AcquireArgs{}); r.Code != AcquireTaken || r.Plain || r.N != last || r.Fences != 1 {
+			t.Fatalf("the holder's own token: %+v, want taken (renewed) by the full script, its last fence %d", r, last)
 		}
 	})
 	t.Run("tombstone ahead of the clock", func(t *testing.T) {
@@ -117,7 +118,7 @@ func TestShortScriptsAnswerAsTheFullOnes(t *testing.T) {
 		if r.Code != AcquireTaken || r.Plain || r.N <= 5 {
 			t.Fatalf("%+v, want taken, not plain (flagged)", r)
 		}
-		if v := c.Get(ctx, lk).Val(); v != fmt.Sprintf("a|%d|w", r.N) {
+		if v := c.Get(ctx, lk).Val(); v != fmt.Sprintf("a|%d|w", r.N+int64(r.Fences)-1) {
 			t.Errorf("taken key holds %q, want it flagged", v)
 		}
 		// Released by the short script, which leaves a flagged key to the

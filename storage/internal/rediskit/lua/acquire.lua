@@ -20,12 +20,15 @@
 -- a process that releases and at once asks again cannot take the key back
 -- from the waiter woken for it.
 -- Returns
---   {1, fence, clock}      taken (fence: see fence.lua; clock: the
+--   {1, fence, clock, n}   taken (fence: see fence.lua; clock: the
 --                          server's clock in µs when the fence was issued,
---                          0 unfenced, for Redlock's check of its nodes);
---   {1, fence, clock}      ARGV[1] already holds the key (Redlock keeps the
---                          nodes it took while it settles a split vote):
---                          its expiry is renewed;
+--                          0 unfenced, for Redlock's check of its nodes;
+--                          n: the hold's fences are fence .. fence + n − 1,
+--                          0 unfenced);
+--   {1, fence, clock, 1}   ARGV[1] already holds the key (Redlock keeps the
+--                          nodes it took while it settles a split vote; a
+--                          grant whose message was missed): its expiry is
+--                          renewed, and the fence is the key's last;
 --   {2, fence, token}      re-entered: the owner ARGV[5] holds the key, one
 --                          more hold is counted, the expiry is at least TTL;
 --   {0, holder's PTTL, floor}
@@ -56,28 +59,28 @@ local oflag = ''
 if ARGV[5] ~= '' then
   oflag = 'o'
 end
-local function taken(f)
+local function taken(f, last)
   if ARGV[5] ~= '' then
     redis.call('HSET', KEYS[2], 'o', ARGV[5], 't', ARGV[1], 'n', 1, 'f', fmt(f))
     redis.call('PEXPIRE', KEYS[2], ARGV[2])
   end
   leave()
   if fenced then
-    return {1, f, clock_us()}
+    return {1, f, clock_us(), last - f + 1}
   end
-  return {1, f, 0}
+  return {1, f, 0, 0}
 end
 -- A key nobody holds or held lately: one call (acquire_fast.lua made it
 -- already for a caller with no owner, outside the queue).
-local first = 0
+local first, first_last = 0, 0
 if fenced then
-  first = clock_us()
+  first, first_last = issue(0)
 end
 local prev = fast_prev
 if not prev then
-  prev = set_nx_get(KEYS[1], lock_value(ARGV[1], first, oflag), ARGV[2])
+  prev = set_nx_get(KEYS[1], lock_value(ARGV[1], first_last, oflag), ARGV[2])
   if not prev then
-    return taken(first)
+    return taken(first, first_last)
   end
 end
 local tok, f, flags = lock_parse(prev)
@@ -91,23 +94,23 @@ if not tok then -- a tombstone: free, with its last fence
     reserved = reserved_for(KEYS[3], KEYS[4], member, tonumber(ARGV[9]), head)
   end
   if reserved == 0 then
-    local nf = 0
+    local nf, last = 0, 0
     if fenced then
-      nf = next_fence(f)
+      nf, last = issue(f)
     end
     local fl = oflag
     if has(flags, 'w') and head[1] and (head[1] ~= member or head[2]) then
       fl = fl .. 'w' -- others stay queued once the caller left (taken)
     end
-    redis.call('SET', KEYS[1], lock_value(ARGV[1], nf, fl), 'PX', ARGV[2])
-    return taken(nf)
+    redis.call('SET', KEYS[1], lock_value(ARGV[1], last, fl), 'PX', ARGV[2])
+    return taken(nf, last)
   end
 elseif tok == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   if fenced then
-    return {1, f, clock_us()}
+    return {1, f, clock_us(), 1} -- the key's last fence: one lease's worth
   end
-  return {1, f, 0}
+  return {1, f, 0, 0}
 elseif ARGV[5] ~= '' and has(flags, 'o') then
   local own = redis.call('HMGET', KEYS[2], 'o', 't', 'f')
   if own[1] == ARGV[5] and own[2] == tok then

@@ -29,10 +29,10 @@ if flags ~= '' then
   return {-2}
 end
 -- A tombstone with no flags: free, with its last fence.
-local nf, clock = 0, 0
+local nf, last, clock = 0, 0, 0
 if ARGV[4] ~= '0' then
-  nf = next_fence(f)
+  nf, last = issue(f)
   clock = clock_us()
 end
-redis.call('SET', KEYS[1], lock_value(ARGV[1], nf, ''), 'PX', ARGV[2])
-return {1, nf, clock}
+redis.call('SET', KEYS[1], lock_value(ARGV[1], last, ''), 'PX', ARGV[2])
+return {1, nf, clock, last - nf + 1}

@@ -11,17 +11,23 @@
 -- only then). The fence lives in the key itself: a new key costs one
 -- write, a release one delete, and no second key is kept per lock.
 --
--- Fences. A take issues max(last fence + 1, the server's clock in µs).
--- The clock floor keeps fences going forward where the last fence is gone
--- — a new key, a tombstone that lived out its life, a holder's key that
--- expired, a restart without persistence — as long as the server's clock
--- does not step back: a server runs far fewer scripts per second on one
--- key than its clock counts microseconds, so every fence issued is at most
--- the clock when it was issued, and the clock has moved on by the time the
--- key can be taken again (a key that expired did so a TTL later).
--- Drivers that hand a hold on locally scale these values themselves
--- (rediskit.Base.LeaseFence): the fences of local hand-offs never pass
--- through Redis.
+-- Fences. A take of a lock issues the fences start .. last of a hold:
+-- start = max(last fence + 1, the server's clock in µs), and up to
+-- hold_fences of them, never reaching more than hold_fences − 1 µs past
+-- the clock (issue). The key keeps the last of them; the hold's leases
+-- take start, start + 1, … (local hand-offs, with no round trip), so
+-- every later take issues above all of them. The clock floor keeps
+-- fences going forward where the last fence is gone — a new key, a
+-- tombstone that lived out its life, a holder's key that expired, a
+-- restart without persistence — as long as the server's clock does not
+-- step back: a server runs far fewer scripts per second on one key than
+-- its clock counts microseconds, and a take reserves ahead of the clock
+-- by less than hold_fences µs, so every fence issued is at most a moment
+-- past the clock when it was issued, and the clock has moved on by the
+-- time the key can be taken again (a key that expired did so a TTL
+-- later). Fences stay near the clock in µs (about 2^51 today), below 2^53:
+-- a script (Lua numbers are doubles), JSON or JavaScript compares them
+-- exactly. Claims (records) issue one fence each (next_fence).
 -- (Scripts are replicated by their effects, the default from Redis 5.0,
 -- so a write may follow TIME.)
 -- clock_us is the server's clock in microseconds, read once per script:
@@ -67,6 +73,15 @@ local function lock_value(tok, f, flags)
 end
 local function next_fence(last)
   return math.max(last + 1, clock_us())
+end
+-- How many fences one take of a lock reserves at most (rediskit.HoldFences).
+local hold_fences = 128
+-- issue returns the first and the last fence of a take of a lock key whose
+-- last fence was last: the key keeps the last.
+local function issue(last)
+  local c = clock_us()
+  local start = math.max(last + 1, c)
+  return start, math.max(start, c + hold_fences - 1)
 end
 -- set_nx_get sets key to v for px ms unless it exists, and returns what it
 -- found (false: it was set). One call from Redis 7.0 (SET NX GET).
@@ -117,8 +132,13 @@ end
 -- keyspace holds nothing for a released key: any later take issues at
 -- least the clock, which is then above f.
 local function tombstone(key, f, flags)
-  if flags ~= '' or (f > 0 and f >= clock_us()) then
+  if flags ~= '' then
     redis.call('SET', key, lock_value('~', f, flags), 'PX', tomb_life)
+  elseif f > 0 and f >= clock_us() then
+    -- Kept until the clock has passed f (Redis expires a key once its
+    -- clock, in ms, is past the expiry).
+    local px = math.min(tomb_life, math.floor((f - clock_us()) / 1000) + 2)
+    redis.call('SET', key, lock_value('~', f, flags), 'PX', px)
   else
     redis.call('DEL', key)
   end

@@ -75,11 +75,11 @@ if redis.REDIS_VERSION_NUM then -- 7.0+: effects replication, TIME is allowed
     end
     if exp and exp > now and g then
       local gtok, ttl = string.match(g, '^([^|]+)|(%d+)')
-      local nf = next_fence(f)
-      if gtok and redis.call(pub, ARGV[4] .. ':' .. m, 'g|' .. gtok .. '|' .. fmt(nf)) > 0 then
+      local nf, last = issue(f)
+      if gtok and redis.call(pub, ARGV[4] .. ':' .. m, 'g|' .. gtok .. '|' .. fmt(nf) .. '|' .. fmt(last - nf + 1)) > 0 then
         redis.call('ZREM', KEYS[3], m)
         redis.call('HDEL', KEYS[4], m, m .. '|g')
-        redis.call('SET', KEYS[1], lock_value(gtok, nf, waiters_flag(KEYS[3])), 'PX', ttl)
+        redis.call('SET', KEYS[1], lock_value(gtok, last, waiters_flag(KEYS[3])), 'PX', ttl)
         return 1
       end
       -- Nobody receives for it: a dead member, dropped below.

@@ -4,7 +4,8 @@
 -- KEYS[1] lock key, KEYS[2] owner hash (one hash tag)
 -- ARGV[1] current token, ARGV[2] next token, ARGV[3] ttl in milliseconds,
 -- ARGV[4] the next waiter's owner, or ""
--- Returns {1, fence} when handed off (the key's last fence + 1); {2, 0}
+-- Returns {1, fence, n} when handed off (the fences fence .. fence + n − 1
+-- of a new hold: see issue in fence.lua); {2, 0}
 -- when the current token is an owner's with other holds left (one hold
 -- given back, nothing handed over); {0, 0} when the current token no
 -- longer holds the key.
@@ -18,7 +19,7 @@ if has(flags, 'o') and redis.call('HGET', KEYS[2], 't') == ARGV[1] then
   end
   redis.call('DEL', KEYS[2])
 end
-local nf = f + 1
+local nf, last = issue(f)
 local fl = ''
 if has(flags, 'w') then
   fl = 'w'
@@ -28,5 +29,5 @@ if ARGV[4] ~= '' then
   redis.call('HSET', KEYS[2], 'o', ARGV[4], 't', ARGV[2], 'n', 1, 'f', fmt(nf))
   redis.call('PEXPIRE', KEYS[2], ARGV[3])
 end
-redis.call('SET', KEYS[1], lock_value(ARGV[2], nf, fl), 'PX', ARGV[3])
-return {1, nf}
+redis.call('SET', KEYS[1], lock_value(ARGV[2], last, fl), 'PX', ARGV[3])
+return {1, nf, last - nf + 1}
