@@ -54,7 +54,7 @@ func TestSoak(t *testing.T) {
 		done := make(chan *flashsale.Report, 1)
 		targets, grpcs := append([]string(nil), dep.httpTargets...), append([]string(nil), dep.grpcTargets...)
 		go func() {
-			rep, err := flashsale.Run(t.Context(), flashsale.Config{Targets: targets, GRPC: grpcs, Buyers: 500, Stock: 120,
+			rep, err := flashsale.Run(t.Context(), flashsale.Config{Targets: targets, GRPC: grpcs, Buyers: 500, Stock: 120, AllowRefused: true,
 				DupRate: 0.3, Shipping: time.Minute, Attempts: 60})
 			if err != nil {
 				t.Error(err)

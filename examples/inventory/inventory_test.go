@@ -49,6 +49,9 @@ var stores = map[string]func(t *testing.T) string{
 	"redis-cluster": func(t *testing.T) string {
 		return "redis-cluster://" + strings.Join(servers(t, "REDIS_CLUSTER_ADDRS", 3), ",")
 	},
+	"redis-sentinel": func(t *testing.T) string {
+		return "redis-sentinel://" + strings.Join(servers(t, "REDIS_SENTINEL_ADDRS", 3), ",") + "?master_name=" + servers(t, "REDIS_SENTINEL_MASTER", 1)[0]
+	},
 	"redlock":  func(t *testing.T) string { return "redlock://" + strings.Join(servers(t, "REDIS_ADDRS", 5), ",") },
 	"etcd":     func(t *testing.T) string { return "etcd://" + strings.Join(servers(t, "ETCD_ENDPOINTS", 1), ",") },
 	"postgres": func(t *testing.T) string { return servers(t, "POSTGRES_URL", 1)[0] },
@@ -350,6 +353,34 @@ func TestFlashSale(t *testing.T) {
 	})
 	for _, name := range []string{"memory", "redis", "redis-cluster", "redlock", "postgres", "mysql"} {
 		t.Run(name+"/lock-free", func(t *testing.T) { flashSale(t, openLockFree(t, stores[name](t))) })
+	}
+}
+
+// A flash sale as a new user tries it: one replica, HTTP only, 200 buyers
+// at once with distinct keys for 8 units, under the SKU lock. Every answer
+// is a sale (201) or sold_out (409): none may refuse a live holder's sale
+// (effect_refused, stale_fence), on every store and every Redis
+// deployment (one server, Sentinel, Cluster).
+func TestFlashSaleEveryAnswerASale(t *testing.T) {
+	for _, name := range []string{"memory", "redis", "redis-sentinel", "redis-cluster", "redlock", "etcd", "postgres", "mysql", "zk"} {
+		t.Run(name, func(t *testing.T) {
+			svc := open(t, stores[name](t))
+			r, err := inventory.Start(svc, "127.0.0.1:0", "127.0.0.1:0", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(r.Stop)
+			rep, err := flashsale.Run(context.Background(), flashsale.Config{Targets: []string{"http://" + r.HTTPAddr},
+				Buyers: 200, Stock: 8, DupRate: -1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !rep.OK() || rep.Sold != 8 || rep.Confirmed != 8 || rep.SoldOut != 192 || rep.Refused != 0 {
+				var out strings.Builder
+				rep.Print(&out)
+				t.Errorf("report:\n%s", out.String())
+			}
+		})
 	}
 }
 

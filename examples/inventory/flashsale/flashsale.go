@@ -49,6 +49,13 @@ type Config struct {
 	Progress io.Writer
 	// Attempts bounds each buyer's tries of one request (default 30).
 	Attempts int
+	// AllowRefused accepts answers that refused a sale's effect (409
+	// effect_refused or conflict: the sale's lock or claim was lost
+	// before it committed, nothing was sold). Buyers retry them either
+	// way; without AllowRefused the report fails on any, since without
+	// faults every answer must be a sale or sold_out. Set it for sales
+	// that pause a replica past its TTL.
+	AllowRefused bool
 }
 
 // outcome of one request.
@@ -82,6 +89,7 @@ type run struct {
 	grpc     []inventorypb.InventoryClient
 	begin    time.Time
 	requests atomic.Int64
+	refused  atomic.Int64 // answers that refused a sale's effect
 	mu       sync.Mutex
 	samples  []sample
 	answers  map[string][]answer // key -> every final answer it got
@@ -254,6 +262,9 @@ func (r *run) orderHTTP(ctx context.Context, key, user string, replica int) answ
 			r.record(s)
 			return answer{outcome: soldOut, body: string(b)}
 		case resp.StatusCode >= 500, resp.StatusCode == http.StatusConflict, resp.StatusCode == http.StatusTooManyRequests:
+			if resp.StatusCode == http.StatusConflict && (p.Code == "effect_refused" || p.Code == "conflict") {
+				r.refused.Add(1)
+			}
 			s.outcome = retryable
 			r.record(s)
 			last = fmt.Sprintf("%d %s", resp.StatusCode, p.Code)
@@ -291,6 +302,9 @@ func (r *run) orderGRPC(ctx context.Context, key, user string, replica int) answ
 			r.record(s)
 			return answer{outcome: soldOut, body: st.Message()}
 		case st.Code() == codes.Unavailable, st.Code() == codes.Aborted, st.Code() == codes.DeadlineExceeded:
+			if st.Code() == codes.Aborted && (reason(st) == "conflict" || strings.Contains(st.Message(), "effect was refused")) {
+				r.refused.Add(1)
+			}
 			s.outcome = retryable
 			r.record(s)
 			last = st.String()

@@ -24,6 +24,7 @@ type Report struct {
 	Unhandled int64 // buyers with no final answer
 	Replays   int64 // responses marked replayed
 	Retried   int64 // responses that made a buyer try again (in flight, busy, unavailable)
+	Refused   int64 // of which answers that refused the sale's effect (lock or claim lost): must be 0 without faults
 
 	Sold      int64 // units sold, as the item says
 	Left      int64 // units left, as the item says
@@ -120,13 +121,17 @@ func (run *run) report(ctx context.Context, elapsed time.Duration) (*Report, err
 		}
 		rep.Orders, rep.Shipments = stats.Orders-run.before.Orders, stats.Shipments-run.before.Shipments
 	}
-	rep.check()
+	rep.Refused = run.refused.Load()
+	rep.check(run.cfg.AllowRefused)
 	return rep, nil
 }
 
 // check fills Failures.
-func (r *Report) check() {
+func (r *Report) check(allowRefused bool) {
 	fail := func(format string, args ...any) { r.Failures = append(r.Failures, fmt.Sprintf(format, args...)) }
+	if r.Refused > 0 && !allowRefused {
+		fail("%d answers refused a sale's effect (effect_refused or conflict: a live holder's fence or claim refused)", r.Refused)
+	}
 	if r.Sold > r.Stock || r.Left < 0 {
 		r.Oversold = max(r.Sold-r.Stock, -r.Left)
 		fail("oversold: %d units sold of %d (%d left)", r.Sold, r.Stock, r.Left)
@@ -171,6 +176,7 @@ func (r *Report) Print(w io.Writer) {
 	row("sold out (409)", r.SoldOut)
 	row("replays", r.Replays)
 	row("retried answers", r.Retried)
+	row("refused effects (409)", r.Refused)
 	row("units sold", r.Sold)
 	row("oversold", r.Oversold)
 	row("duplicate executions", r.DupExec)
