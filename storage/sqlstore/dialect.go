@@ -70,7 +70,10 @@ func nowUS(d Dialect) string {
 	if d == Postgres {
 		return "CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000000 AS BIGINT)"
 	}
-	return "CAST(UNIX_TIMESTAMP(NOW(6)) * 1000000 AS SIGNED)"
+	// From UTC_TIMESTAMP, whatever the session's time zone: UNIX_TIMESTAMP
+	// of the local NOW() reads a repeated autumn hour as its first pass,
+	// an hour back.
+	return "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))"
 }
 
 func newQueries(d Dialect, prefix string) queries {
@@ -146,13 +149,15 @@ func newQueries(d Dialect, prefix string) queries {
 	if d == MySQL {
 		// ON DUPLICATE KEY UPDATE assigns left to right, each assignment
 		// seeing the ones before: token goes first, on the row's old
-		// values; the rest follow only where it now holds our token.
+		// values; the rest follow only where it now holds our token. The
+		// statement reports whether it took the row by LAST_INSERT_ID:
+		// the fence it issued, or 0 (myTaken).
 		won := "token = VALUES(token)"
 		q.myAcquire = "INSERT INTO " + locks + " (lock_key, token, owner, holds, fence, expires_us)" +
 			" VALUES (?, ?, ?, 1, LAST_INSERT_ID(" + now + "), " + now + " + ?) ON DUPLICATE KEY UPDATE" +
 			" token = IF((token = '' OR expires_us <= " + now + ") AND NOT EXISTS (SELECT 1 FROM " + waiters +
 			" w WHERE w.lock_key = ? AND w.expires_us > " + now + "), VALUES(token), token)," +
-			" fence = IF(" + won + ", LAST_INSERT_ID(GREATEST(fence + 1, " + now + ")), fence)," +
+			" fence = IF(" + won + ", LAST_INSERT_ID(GREATEST(fence + 1, " + now + ")), fence + LAST_INSERT_ID(0))," +
 			" owner = IF(" + won + ", VALUES(owner), owner), holds = IF(" + won + ", 1, holds)," +
 			" expires_us = IF(" + won + ", VALUES(expires_us), expires_us)"
 		q.myRelease = "UPDATE " + locks + " SET token = '', owner = '', holds = 0, expires_us = " + now +
@@ -161,7 +166,7 @@ func newQueries(d Dialect, prefix string) queries {
 			" VALUES (?, 1, ?, ?, LAST_INSERT_ID(" + now + "), " + now + " + ?, NULL) ON DUPLICATE KEY UPDATE" +
 			" token = IF(state = 0 OR (state IN (1, 2) AND expires_us <= " + now + "), VALUES(token), token)," +
 			" state = IF(" + won + ", 1, state), fingerprint = IF(" + won + ", VALUES(fingerprint), fingerprint)," +
-			" fence = IF(" + won + ", LAST_INSERT_ID(GREATEST(fence + 1, " + now + ")), fence)," +
+			" fence = IF(" + won + ", LAST_INSERT_ID(GREATEST(fence + 1, " + now + ")), fence + LAST_INSERT_ID(0))," +
 			" expires_us = IF(" + won + ", VALUES(expires_us), expires_us), result = IF(" + won + ", NULL, result)"
 		q.myComplete = "UPDATE " + records + " SET state = 2, token = '', expires_us = " + now + " + ?, result = ?" +
 			" WHERE record_key = ? AND state = 1 AND token = ? AND expires_us > " + now

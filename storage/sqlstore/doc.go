@@ -33,7 +33,7 @@
 // A lock is a row: the holder's token, its owner and hold count, the
 // fence of the latest acquisition and the expiry, all by the database
 // server's clock (microseconds since the epoch, clock_timestamp() on
-// PostgreSQL, NOW(6) on MySQL), never a client's. The row's lock
+// PostgreSQL, UTC_TIMESTAMP(6) on MySQL, whatever the session's time zone), never a client's. The row's lock
 // serialises everything about one key and nothing else. An expired row is taken over by the next acquirer; the fence is
 // max(last fence + 1, the server's clock in µs), and a released key's row
 // is deleted only once the clock has passed its fence, so fences never go

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/oncekit/oncekit/core/idem"
 )
 
@@ -76,6 +78,14 @@ func (s *Store) CompleteInTx(ctx context.Context, tx *sql.Tx, c idem.Claim, resu
 		var st stopErr
 		if errors.As(err, &st) {
 			return st.err
+		}
+		var pg *pgconn.PgError
+		if errors.As(err, &pg) && pg.Code == "40001" {
+			// The caller's transaction reads a snapshot older than the
+			// claim's last write (an Extend by the watchdog): at REPEATABLE
+			// READ or SERIALIZABLE it can never complete the claim.
+			return fmt.Errorf("sqlstore: complete %q in the caller's transaction: %w; a transaction at REPEATABLE READ or SERIALIZABLE cannot complete a claim written after its snapshot (the watchdog extends claims while they run): begin it at READ COMMITTED (sql.TxOptions{Isolation: sql.LevelReadCommitted})",
+				c.Key, err)
 		}
 		return s.errWrap("complete", c.Key, err)
 	}

@@ -85,9 +85,11 @@ func (s *Store) Begin(ctx context.Context, key, fingerprint string, lease time.D
 			if c, ok := claimOf(key, fingerprint, r); ok {
 				return c, nil
 			}
-		case !errors.Is(err, sql.ErrNoRows):
+		case !errors.Is(err, sql.ErrNoRows) && !retryable(err):
 			return idem.Claim{}, s.errWrap("begin", key, err)
 		}
+		// (A serialization failure, under a session default of
+		// REPEATABLE READ: the transaction below, at READ COMMITTED.)
 	}
 	if s.q.myBegin != "" {
 		// A look without locks answers a duplicate (one round trip); a
@@ -107,11 +109,7 @@ func (s *Store) Begin(ctx context.Context, key, fingerprint string, lease time.D
 			if err != nil && !retryable(err) {
 				return idem.Claim{}, s.errWrap("begin", key, err)
 			}
-			if n, _ := affected(res, err); n == 1 || n == 2 {
-				fence, err := res.LastInsertId()
-				if err != nil {
-					return idem.Claim{}, s.errWrap("begin", key, err)
-				}
+			if fence, ok := myTaken(res, err); ok {
 				return idem.Claim{Key: key, State: idem.Acquired, Fingerprint: fingerprint, Token: tok, Fence: uint64(fence), Expires: start.Add(lease)}, nil
 			}
 		}
@@ -199,7 +197,7 @@ func (s *Store) complete(ctx context.Context, c idem.Claim, result []byte, reten
 		_, _, records := s.Tables()
 		var n int
 		err := s.db.QueryRowContext(ctx, s.q.fastComplete, us(retention), result, []byte(c.Key), c.Token, records, keyHash(c.Key)).Scan(&n, new(sql.NullString))
-		if err != nil {
+		if err != nil && !retryable(err) {
 			return s.errWrap("complete", c.Key, err)
 		}
 		if n == 1 {

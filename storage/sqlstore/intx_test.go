@@ -2,7 +2,9 @@ package sqlstore_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -155,5 +157,35 @@ func TestCleanup(t *testing.T) {
 				t.Errorf("the expired key: %v", err)
 			}
 		})
+	}
+}
+
+// CompleteInTx in a caller's transaction at REPEATABLE READ whose snapshot
+// predates the claim's last write (the watchdog extended it): PostgreSQL
+// refuses the update, every time, and the error says what to do.
+func TestCompleteInTxRepeatableReadSaysWhy(t *testing.T) {
+	s := migrated(t, databases(t)["postgres"])
+	ctx := t.Context()
+	key := "intx-rr-" + time.Now().Format(time.RFC3339Nano)
+	c, err := s.Begin(ctx, key, "fp", 10*time.Second)
+	if err != nil || c.State != idem.Acquired {
+		t.Fatalf("Begin: %+v %v", c, err)
+	}
+	tx, err := s.DB().BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	_, _, records := s.Tables()
+	var n int
+	if err := tx.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+records).Scan(&n); err != nil { // the snapshot
+		t.Fatal(err)
+	}
+	if err := s.Extend(ctx, c, 10*time.Second); err != nil { // the watchdog, meanwhile
+		t.Fatal(err)
+	}
+	err = s.CompleteInTx(ctx, tx, c, []byte("r"), time.Minute)
+	if err == nil || !strings.Contains(err.Error(), "READ COMMITTED") {
+		t.Fatalf("CompleteInTx at REPEATABLE READ after an Extend = %v, want an error that names READ COMMITTED", err)
 	}
 }

@@ -206,9 +206,11 @@ func (s *Store) attempt(ctx context.Context, key string, ttl time.Duration, owne
 		if err == nil {
 			return grant{token: tok, fence: fence}, nil
 		}
-		if !errors.Is(err, sql.ErrNoRows) {
+		if !errors.Is(err, sql.ErrNoRows) && !retryable(err) {
 			return grant{}, s.errWrap("acquire", key, err)
 		}
+		// (A serialization failure, under a session default of
+		// REPEATABLE READ: the transaction below, at READ COMMITTED.)
 	}
 	if s.q.myAcquire != "" && !queued {
 		tok := token.New()
@@ -216,11 +218,7 @@ func (s *Store) attempt(ctx context.Context, key string, ttl time.Duration, owne
 		if err != nil && !retryable(err) {
 			return grant{}, s.errWrap("acquire", key, err)
 		}
-		if n, _ := affected(res, err); n == 1 || n == 2 { // inserted, or taken over
-			fence, err := res.LastInsertId()
-			if err != nil {
-				return grant{}, s.errWrap("acquire", key, err)
-			}
+		if fence, ok := myTaken(res, err); ok { // inserted, or taken over
 			return grant{token: tok, fence: fence}, nil
 		}
 	}
@@ -274,7 +272,7 @@ func (s *Store) headAcquire(ctx context.Context, key string, ttl time.Duration, 
 		var fence int64
 		err := s.db.QueryRowContext(ctx, s.q.headAcquire, []byte(key), tok, []byte{}, us(ttl), waiter).Scan(&fence)
 		switch {
-		case errors.Is(err, sql.ErrNoRows):
+		case errors.Is(err, sql.ErrNoRows), retryable(err): // (not taken: the caller's transaction looks)
 			return grant{}, false, nil
 		case err != nil:
 			return grant{}, false, s.errWrap("acquire", key, err)
@@ -300,6 +298,19 @@ func (s *Store) headAcquire(ctx context.Context, key string, ttl time.Duration, 
 }
 
 // affected is the rows a statement affected, 0 after an error.
+// myTaken reports whether a MySQL statement that takes a row with
+// LAST_INSERT_ID(fence) took it, and the fence: the statements set
+// LAST_INSERT_ID(0) when they leave the row as it was. Not the count of
+// affected rows, which depends on the connection (clientFoundRows=true
+// counts a row the statement found and left as it was).
+func myTaken(res sql.Result, err error) (int64, bool) {
+	if err != nil {
+		return 0, false
+	}
+	fence, err := res.LastInsertId()
+	return fence, err == nil && fence > 0
+}
+
 func affected(res sql.Result, err error) (int64, error) {
 	if err != nil {
 		return 0, err
@@ -399,10 +410,10 @@ func (l *lease) StoreRelease(ctx context.Context) error {
 	var head string
 	if s.q.fastRelease != "" {
 		res, err := s.db.ExecContext(ctx, s.q.fastRelease, []byte(l.key), l.Token())
-		if err != nil {
+		if err != nil && !retryable(err) {
 			return s.errWrap("release", l.key, err)
 		}
-		if n, _ := res.RowsAffected(); n == 1 {
+		if n, _ := affected(res, err); n == 1 {
 			locks, _, _ := s.Tables()
 			// Best effort: a waiter not woken looks again within a second.
 			if err := s.db.QueryRowContext(ctx, s.q.notifyHead, locks, []byte(l.key)).Scan(&head, new(string)); err == nil {

@@ -267,8 +267,20 @@ func (s *Store) inTx(ctx context.Context, op, key string, f func(tx *sql.Tx) err
 	}
 }
 
+// ownTx is the isolation of the Store's own transactions: READ COMMITTED
+// on PostgreSQL, whatever the server's or the session's default (at
+// REPEATABLE READ or SERIALIZABLE, the row it updates after another
+// transaction did fails with a serialization error every time the key is
+// contended); MySQL's default, whose locking reads see the latest rows.
+func (s *Store) ownTx() *sql.TxOptions {
+	if s.dialect == Postgres {
+		return &sql.TxOptions{Isolation: sql.LevelReadCommitted}
+	}
+	return nil
+}
+
 func (s *Store) tryTx(ctx context.Context, f func(tx *sql.Tx) error) error {
-	tx, err := s.db.BeginTx(ctx, nil)
+	tx, err := s.db.BeginTx(ctx, s.ownTx())
 	if err != nil {
 		return err
 	}

@@ -4,7 +4,9 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"net/url"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -35,6 +37,25 @@ func TestMain(m *testing.M) {
 // databases are the servers every test runs on, by name.
 func databases(t *testing.T) map[string]string {
 	return map[string]string{"postgres": testenv.PostgresURL(t), "mysql": testenv.MySQLURL(t)}
+}
+
+// suiteDatabases are databases plus the connection settings the
+// conformance suites must pass under too: MySQL with clientFoundRows=true
+// (an ON DUPLICATE KEY UPDATE that changes nothing reports a row), and
+// PostgreSQL whose sessions default to REPEATABLE READ.
+func suiteDatabases(t *testing.T) map[string]string {
+	dbs := databases(t)
+	dbs["mysql-found-rows"] = withParam(dbs["mysql"], "clientFoundRows=true")
+	dbs["postgres-repeatable-read"] = withParam(dbs["postgres"], "options="+strings.ReplaceAll(url.QueryEscape(`-c default_transaction_isolation=repeatable\ read`), "+", "%20"))
+	return dbs
+}
+
+// withParam adds a query parameter to a URL.
+func withParam(u, param string) string {
+	if strings.Contains(u, "?") {
+		return u + "&" + param
+	}
+	return u + "?" + param
 }
 
 // open returns a Store on url with its own connection pool (as another
@@ -72,7 +93,7 @@ func execSQL(t testing.TB, s *sqlstore.Store, query string, args ...any) sql.Res
 func rebind(s *sqlstore.Store, query string) string { return s.Dialect().Rebind(query) }
 
 func TestConformance(t *testing.T) {
-	for name, url := range databases(t) {
+	for name, url := range suiteDatabases(t) {
 		t.Run(name, func(t *testing.T) {
 			migrated(t, url)
 			t.Setenv(holderURLEnv, url)
@@ -86,7 +107,7 @@ func TestConformance(t *testing.T) {
 }
 
 func TestIdemConformance(t *testing.T) {
-	for name, url := range databases(t) {
+	for name, url := range suiteDatabases(t) {
 		t.Run(name, func(t *testing.T) {
 			admin := migrated(t, url)
 			_, _, records := admin.Tables()
