@@ -23,6 +23,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/examples/inventory"
 	"github.com/oncekit/oncekit/examples/inventory/inventorypb"
 	"github.com/oncekit/oncekit/grpcmw"
 )
@@ -262,7 +263,7 @@ func (r *run) orderHTTP(ctx context.Context, key, user string, replica int) answ
 			r.record(s)
 			return answer{outcome: soldOut, body: string(b)}
 		case resp.StatusCode >= 500, resp.StatusCode == http.StatusConflict, resp.StatusCode == http.StatusTooManyRequests:
-			if resp.StatusCode == http.StatusConflict && (p.Code == "effect_refused" || p.Code == "conflict") {
+			if resp.StatusCode == http.StatusConflict && (p.Code == "effect_refused" || p.Code == "conflict") && !soldOutAtCommit(string(b)) {
 				r.refused.Add(1)
 			}
 			s.outcome = retryable
@@ -302,7 +303,7 @@ func (r *run) orderGRPC(ctx context.Context, key, user string, replica int) answ
 			r.record(s)
 			return answer{outcome: soldOut, body: st.Message()}
 		case st.Code() == codes.Unavailable, st.Code() == codes.Aborted, st.Code() == codes.DeadlineExceeded:
-			if st.Code() == codes.Aborted && (reason(st) == "conflict" || strings.Contains(st.Message(), "effect was refused")) {
+			if st.Code() == codes.Aborted && (reason(st) == "conflict" || strings.Contains(st.Message(), "effect was refused")) && !soldOutAtCommit(st.Message()) {
 				r.refused.Add(1)
 			}
 			s.outcome = retryable
@@ -316,6 +317,14 @@ func (r *run) orderGRPC(ctx context.Context, key, user string, replica int) answ
 		}
 	}
 	return r.fail("order %s over gRPC: no final answer after %d attempts (last: %s)", key, r.cfg.Attempts, last)
+}
+
+// soldOutAtCommit reports a refusal whose reason is sold_out: a lock-free
+// sale checks the stock, then commits the sale with its record in one
+// step that checks it again, and the units may have gone in between. The
+// buyer's retry gets sold_out; nothing was refused that should not be.
+func soldOutAtCommit(answer string) bool {
+	return strings.Contains(answer, "sold_out") || strings.Contains(answer, inventory.ErrSoldOut.Error())
 }
 
 func reason(st *status.Status) string {
