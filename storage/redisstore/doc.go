@@ -99,14 +99,17 @@
 // When a lease of the Store is released while another goroutine of the
 // same Store waits, the key is handed to it without being let go, and
 // usually without a round trip: the next lease continues the Store's hold
-// (same token in Redis, same expiry) with the hold's next fence. A Store
-// that hands keys on scales the fence c that Redis issues for a hold: the hold's leases take the fences 128c, 128c + 1, …,
-// 128c + 127, and every later hold's c is higher, so fences still rise with
-// every lease while the fence in Redis moves by one per take and stays
-// below the server's clock in microseconds (its floor after a loss). A hold
-// with less than 7/8 of the next lease's TTL left, or with its 128 fences
-// spent, is handed on in one round trip instead (new token, new fence, new
-// expiry).
+// (same token in Redis, same expiry) with the hold's next fence. Each take
+// in Redis reserves the fences the hold's leases take: from
+// max(last + 1, the server's clock in µs), up to 128 of them but never
+// more than 127 µs past the clock (a key taken faster gets fewer), and the
+// key keeps the last; every later take issues above it, so fences rise
+// with every lease, stay near the clock in µs (below 2^53, lock.MaxFence:
+// a Lua fence check compares them exactly) and cannot outrun the clock,
+// their floor after a loss. Every Store reserves alike, whatever its
+// options. A hold with less than 7/8 of the next lease's TTL left, or with
+// its fences spent, is handed on in one round trip instead (new token, new
+// fences, new expiry).
 //
 // A key this Store asks for again within 10 ms of letting it go is hot
 // here (a loop, a stream of orders for one item), unless a kept hold of it

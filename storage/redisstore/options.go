@@ -119,13 +119,10 @@ func WithObserver(obs observe.Observer) Option { return func(o *options) { o.Obs
 // go so that other processes can take it: n hand-offs in a row, or as many
 // as start within d after the Store took the key from Redis, whichever is
 // more. A hand-off needs no round trip while the hold has more than 7/8 of
-// the next lease's TTL left and fewer than 128 hand-offs behind it, and one
-// otherwise; either way the next lease gets a higher fence. n = 0 turns
-// hand-offs off: every Release lets the key go. Defaults 16 and 1 ms.
-//
-// A Store that hands keys on scales the fence c Redis issues for a
-// hold: the hold's leases take the fences 128c + 0, 1, …, 127, and
-// lock.Inspector reports 128c. n = 0 keeps the bare fences Redis issues.
+// the next lease's TTL left and reserved fences left (up to 128 per take:
+// see the package doc), and one otherwise; either way the next lease gets
+// a higher fence. n = 0 turns hand-offs off: every Release lets the key
+// go. Fences are the same whatever n is. Defaults 16 and 1 ms.
 func WithMaxLocalHandOffs(n int) Option { return func(o *options) { o.maxHandOffs = n } }
 
 // WithMaxLocalHold: see WithMaxLocalHandOffs.

@@ -122,8 +122,9 @@
 // the nodes for WithLinger (default 100 µs), and the Store's next Acquire
 // of the key in that moment takes it with no round: the same token on the
 // same nodes, the hold's validity, and the next of the hold's 128 fences
-// (128T, 128T + 1, …, 128T + 127 for the hold's fence T; every later T
-// is above it by the argument above). Within WithMaxLocalHandOffs
+// (T, T + 1, …, T + 127 for the hold's fence T; its release leaves every
+// node T + 127, and a node whose key expired issues at least its clock, a
+// TTL on, so every later T is above them by the argument above). Within WithMaxLocalHandOffs
 // leases in a row (default 16) or as many as start within WithMaxLocalHold
 // of taking the key (default 1 ms), whichever is more, the key is then
 // released so that waiting processes get their turn. The price: the key
