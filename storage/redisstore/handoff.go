@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -115,6 +116,20 @@ func (s *Store) handOff(ctx context.Context, l *lease) (bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	ls.handingOff = false
+	if errors.Is(err, rediskit.ErrNotReplicated) {
+		// The key passed to the waiter's token on the primary, which its
+		// replicas did not acknowledge: l has let it go, and the waiter
+		// competes in Redis with that token, which renews the key and
+		// waits for the replicas again (or gives the key back).
+		if ls.holder == l {
+			ls.holder = nil
+		}
+		ls.handOffs = 0
+		l.EndQuietly(lockdriver.Released)
+		ls.competitors++
+		w.ev <- event{}
+		return true, nil
+	}
 	if err != nil {
 		// The key's state is unknown: l may still hold it, so the caller
 		// may retry Release; the waiter competes in Redis meanwhile.

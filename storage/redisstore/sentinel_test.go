@@ -151,3 +151,71 @@ func TestFailover(t *testing.T) {
 		})
 	}
 }
+
+// A key handed from one lease of a Store to another of its goroutines in
+// one round trip (the hold had less than 7/8 of the waiter's TTL left)
+// is a grant too: with WithReplicas, the waiter holds it only once a
+// replica has its token. Replication is held while the holder releases:
+// the waiter must not get a lease until it is resumed, and then its token
+// is on the replica.
+func TestFailoverHandOff(t *testing.T) {
+	g := testenv.StartSentinelGroup(t, 1)
+	s := newStore(t, failoverClient(t, g.SentinelAddrs(), g.Master), redisstore.WithReplicas(1, 300*time.Millisecond))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	const key, ttl = "handoff-key", 2 * time.Second
+	a, err := s.Acquire(ctx, key, ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		l   lock.Lease
+		err error
+	}
+	waited := make(chan result, 1)
+	go func() {
+		l, err := s.Acquire(ctx, key, ttl) // a goroutine of the same Store: queued locally
+		waited <- result{l, err}
+	}()
+	time.Sleep(400 * time.Millisecond) // the hold has less than 7/8 of ttl left: a hand-off in one round trip
+	primary := g.Primary()
+	var replica *testenv.RedisProcess
+	for _, p := range g.Servers {
+		if p != primary {
+			replica = p
+		}
+	}
+	g.HoldReplication()
+	if err := a.Release(ctx); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	var got result
+	select {
+	case got = <-waited:
+		if got.err == nil {
+			t.Fatalf("the waiter got the key (fence %d) while the replicas could not acknowledge the hand-off", got.l.Fence())
+		}
+		if !errors.Is(got.err, redisstore.ErrNotReplicated) {
+			t.Fatalf("waiter: %v, want ErrNotReplicated", got.err)
+		}
+	case <-time.After(time.Second):
+	}
+	g.ResumeReplication()
+	if got.l == nil && got.err == nil {
+		got = <-waited // still waiting: it takes the key now
+	} else {
+		got.l, got.err = s.Acquire(ctx, key, ttl)
+	}
+	if got.err != nil {
+		t.Fatalf("after replication resumed: %v", got.err)
+	}
+	defer got.l.Release(context.Background())
+	if got.l.Fence() <= a.Fence() {
+		t.Errorf("fence %d after %d", got.l.Fence(), a.Fence())
+	}
+	rc := redis.NewClient(&redis.Options{Addr: replica.Addr})
+	defer rc.Close()
+	if tok, _ := lockValue(t, rc, "oncekit:lock:{"+key+"}"); tok != got.l.Token() {
+		t.Errorf("the replica has token %q for the key, want the new holder's %q", tok, got.l.Token())
+	}
+}

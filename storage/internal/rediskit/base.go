@@ -319,9 +319,11 @@ func (b *Base) Refresh(ctx context.Context, c redis.Scripter, key, tok string, t
 }
 
 // Transfer runs the transfer script: key passes from token from to token
-// to (owner toOwner) for ttl without being let go.
+// to (owner toOwner) for ttl without being let go. With Replication, the
+// hand-off waits for the replicas as a take does: ErrNotReplicated says
+// the key passed to to on the primary only.
 func (b *Base) Transfer(ctx context.Context, c redis.Scripter, key, from, to string, ttl time.Duration, toOwner string) (TransferCode, uint64, uint64, error) {
-	return ParseTransfer(Transfer.Run(ctx, c, []string{b.Keys.Lock(key), b.Keys.Owner(key)},
+	return ParseTransfer(b.run(ctx, c, Transfer, []string{b.Keys.Lock(key), b.Keys.Owner(key)}, nil,
 		from, to, ttl.Milliseconds(), toOwner))
 }
 

@@ -101,6 +101,9 @@ func wrote(script *redis.Script, cmd *redis.Cmd) bool {
 	case Refresh, IdemFinish:
 		ok, err := ParseFlag(cmd)
 		return err != nil || ok
+	case Transfer:
+		code, _, _, err := ParseTransfer(cmd)
+		return err != nil || code == TransferDone
 	}
 	return true // effects and the rest: wait
 }
