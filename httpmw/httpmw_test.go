@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -1021,5 +1022,37 @@ func TestCommitWithUnstoredResponse(t *testing.T) {
 				}
 			})
 		})
+	}
+}
+
+// callerTxEffect stands for sqlstore.InTx: an effect whose transaction the
+// caller commits after Guard.Do returns.
+type callerTxEffect struct{}
+
+func (callerTxEffect) CallerCommits() {}
+
+// An effect the caller's own transaction would commit (sqlstore.InTx) is
+// refused under the middleware, which answers as soon as Guard.Do
+// returns: Commit says so, the handler answers its error, and nothing is
+// stored, so the retry runs again.
+func TestCommitRefusesCallerTransaction(t *testing.T) {
+	mw := newMW(t, memstore.New(), nil)
+	var commitErr error
+	h := mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if commitErr = httpmw.Commit(w, callerTxEffect{}); commitErr != nil {
+			http.Error(w, commitErr.Error(), http.StatusInternalServerError)
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+	}))
+	req := httptest.NewRequest(http.MethodPost, "/orders", strings.NewReader("{}"))
+	req.Header.Set("Idempotency-Key", "caller-tx")
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	if !errors.Is(commitErr, idem.ErrCallerCommits) {
+		t.Fatalf("Commit of a caller-committed effect = %v, want idem.ErrCallerCommits", commitErr)
+	}
+	if rec.Code != http.StatusInternalServerError {
+		t.Errorf("status %d, want the handler's 500", rec.Code)
 	}
 }

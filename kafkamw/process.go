@@ -124,7 +124,7 @@ func (c *Consumer) process(ctx context.Context, msg kafka.Message, key string, k
 	move := false
 	for {
 		var herr error
-		res, replayed, err := c.guard.Do(ctx, key, fp, func(ctx context.Context) ([]byte, error) {
+		res, replayed, err := c.guard.Do(idem.AnswersOnReturn(ctx), key, fp, func(ctx context.Context) ([]byte, error) {
 			if err := c.turn(ctx, prev); err != nil {
 				return nil, err
 			}

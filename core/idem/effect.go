@@ -10,9 +10,7 @@ import (
 // EffectStore is a Store that can commit a run's effect together with its
 // record: one Redis script in the record's hash slot (redisstore.Effect),
 // one etcd transaction (etcdstore.Effect), one critical section
-// (memstore.Effect). An SQL store takes the same shape with an effect of
-// type func(*sql.Tx) error, run in the transaction that completes the
-// record.
+// (memstore.Effect), one SQL transaction (sqlstore.Effect).
 //
 // Both are written, or neither: a process that dies after the run never
 // leaves the effect done and the record in flight, so the retry that
@@ -28,6 +26,35 @@ type EffectStore interface {
 }
 
 type effectKey struct{}
+
+// CallerCommits is implemented by effects that the caller's own
+// transaction commits after Guard.Do returns (sqlstore.InTx): the record
+// is completed in that transaction, and only its commit makes the run's
+// result stored.
+type CallerCommits interface {
+	CallerCommits()
+}
+
+// ErrCallerCommits refuses an effect that the caller commits
+// (CallerCommits) in a run whose answer is released as soon as Guard.Do
+// returns (AnswersOnReturn: httpmw, grpcmw, kafkamw): the client would
+// have its answer, or the message its offset, before the commit that
+// makes it true, and a handler that commits the transaction itself
+// commits its writes before the record, which then fails to complete.
+// Commit the effect with the record instead (sqlstore.Effect: the
+// Store's own transaction runs it and commits it with the record before
+// the answer is released).
+var ErrCallerCommits = errors.New("idem: an effect the caller's transaction commits (sqlstore.InTx) cannot be committed under middleware that answers when the run's Guard.Do returns; use the store's own transaction (sqlstore.Effect)")
+
+type answersKey struct{}
+
+// AnswersOnReturn marks ctx, passed to Guard.Do, as a run whose answer
+// the caller releases as soon as Do returns — what the middlewares do:
+// Commit inside the run then refuses effects the caller would commit
+// later (ErrCallerCommits).
+func AnswersOnReturn(ctx context.Context) context.Context {
+	return context.WithValue(ctx, answersKey{}, true)
+}
 
 // effectSlot holds the effect a run attached with Commit.
 type effectSlot struct {
@@ -49,6 +76,9 @@ func Commit(ctx context.Context, effect any) error {
 		return errors.New("idem: Commit outside a Guard's run")
 	case effect == nil:
 		return errors.New("idem: Commit of a nil effect")
+	}
+	if _, callerCommits := effect.(CallerCommits); callerCommits && ctx.Value(answersKey{}) != nil {
+		return ErrCallerCommits
 	}
 	slot.mu.Lock()
 	defer slot.mu.Unlock()

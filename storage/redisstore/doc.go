@@ -146,6 +146,11 @@
 // refreshes or completes a lease or a claim is followed, in the same round
 // trip, by WAIT n timeout, and a lease or claim that fewer than n replicas
 // acknowledged is given back and the call fails with ErrNotReplicated.
+// A hand-off between goroutines of the Store in one round trip waits the
+// same way (TestFailoverHandOff), and so does a replay: Begin returns a
+// completed record only once the replicas have it, so a completion whose
+// WAIT failed is neither reported stored by the Guard nor replayed to a
+// duplicate until they do (TestFailoverCompletionAcknowledged).
 // Fences are written by the same scripts. WAIT is not fsync (WAITAOF
 // needs Redis 7.2): a write acknowledged by replicas that are all lost
 // with the primary can still be lost. Releases do not wait: a release lost

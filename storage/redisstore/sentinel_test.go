@@ -203,7 +203,11 @@ func TestFailoverHandOff(t *testing.T) {
 	g.ResumeReplication()
 	if got.l == nil && got.err == nil {
 		got = <-waited // still waiting: it takes the key now
-	} else {
+	}
+	// The replica catches up on what was held back: until it has, a take
+	// is still refused.
+	for deadline := time.Now().Add(10 * time.Second); got.err != nil && errors.Is(got.err, redisstore.ErrNotReplicated) && time.Now().Before(deadline); {
+		time.Sleep(100 * time.Millisecond)
 		got.l, got.err = s.Acquire(ctx, key, ttl)
 	}
 	if got.err != nil {
@@ -217,5 +221,52 @@ func TestFailoverHandOff(t *testing.T) {
 	defer rc.Close()
 	if tok, _ := lockValue(t, rc, "oncekit:lock:{"+key+"}"); tok != got.l.Token() {
 		t.Errorf("the replica has token %q for the key, want the new holder's %q", tok, got.l.Token())
+	}
+}
+
+// With WithReplicas a completion counts only once a replica has it: a run
+// whose record the replicas cannot acknowledge is not reported stored
+// (the Guard's check for a record stored already reads the completed
+// record, which must wait for the replicas too), and no duplicate is
+// replayed the unacknowledged record; once replication resumes, the
+// duplicate replays it.
+func TestFailoverCompletionAcknowledged(t *testing.T) {
+	g := testenv.StartSentinelGroup(t, 1)
+	s := newStore(t, failoverClient(t, g.SentinelAddrs(), g.Master), redisstore.WithReplicas(1, 300*time.Millisecond))
+	guard, err := idem.NewGuard(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	const key = "completion-acked"
+	runs := 0
+	_, replayed, err := guard.Do(ctx, key, "fp", func(context.Context) ([]byte, error) {
+		runs++
+		g.HoldReplication() // the claim was acknowledged; its completion will not be
+		return []byte("placed"), nil
+	})
+	if err == nil {
+		t.Fatalf("Do = nil error (replayed %v) for a completion no replica acknowledged", replayed)
+	}
+	if res, replayed, err := guard.Do(ctx, key, "fp", func(context.Context) ([]byte, error) {
+		runs++
+		return []byte("again"), nil
+	}); err == nil {
+		t.Fatalf("a duplicate got %q (replayed %v) while no replica had the record", res, replayed)
+	}
+	g.ResumeReplication()
+	var res []byte
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		res, replayed, err = guard.Do(ctx, key, "fp", func(context.Context) ([]byte, error) {
+			runs++
+			return []byte("again"), nil
+		})
+		if err == nil || time.Now().After(deadline) {
+			break
+		}
+	}
+	if err != nil || string(res) != "placed" || !replayed || runs != 1 {
+		t.Fatalf("after replication resumed: %q replayed=%v %v, %d runs; want the first run's result replayed, one run", res, replayed, err, runs)
 	}
 }

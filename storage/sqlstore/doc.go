@@ -26,7 +26,21 @@
 // (idem.ErrLockLost). When the application's framework owns the
 // transaction, idem.Commit(ctx, sqlstore.InTx(tx)) completes the record in
 // it instead — the caller commits after Guard.Do returns — and
-// Store.CompleteInTx does the same for code that calls Begin itself.
+// Store.CompleteInTx does the same for code that calls Begin itself. Not
+// under httpmw, grpcmw or kafkamw, which answer when Guard.Do returns,
+// before that commit: there Commit refuses InTx (idem.ErrCallerCommits),
+// and sqlstore.Effect is the way. A caller's transaction must run at READ
+// COMMITTED: at REPEATABLE READ or SERIALIZABLE it cannot complete a
+// claim the watchdog extended after its snapshot (CompleteInTx says so).
+//
+// Pool sizing with InTx: while a run's transaction holds one of the
+// pool's connections, the Guard's Begin, Extend and Complete need
+// another. With as many concurrent runs as the pool has connections
+// (sql.DB.SetMaxOpenConns), every Extend waits for a connection until its
+// lease runs out and every run is cut off: give the pool at least twice
+// the concurrent runs, or give the Store a pool of its own (New with a
+// second *sql.DB on the same database). sqlstore.Effect needs one
+// connection per run.
 //
 // # Locks
 //

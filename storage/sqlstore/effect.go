@@ -53,7 +53,10 @@ func (s *Store) CompleteWith(ctx context.Context, c idem.Claim, result []byte, r
 // txEffect is InTx's effect.
 type txEffect struct{ tx *sql.Tx }
 
-// InTx is an effect for idem.Commit (or httpmw.Commit) when the caller's
+// CallerCommits implements idem.CallerCommits: the caller commits tx.
+func (txEffect) CallerCommits() {}
+
+// InTx is an effect for idem.Commit when the caller's
 // framework owns the transaction the run writes in: the Guard completes
 // the record inside tx when the run returns, and the caller commits tx
 // after Guard.Do returns — the record is completed if, and only if, tx
@@ -61,6 +64,11 @@ type txEffect struct{ tx *sql.Tx }
 // runs out; the retry then runs again. Until tx ends, a duplicate's Begin
 // waits on the record's row lock. tx must be a transaction on the Store's
 // database.
+//
+// Not under httpmw, grpcmw or kafkamw, which answer as soon as Guard.Do
+// returns, before the caller could commit: Commit refuses it there
+// (idem.ErrCallerCommits); use Effect, which the Store commits with the
+// record before the answer is released.
 func InTx(tx *sql.Tx) any { return txEffect{tx} }
 
 // CompleteInTx completes c's record inside tx, a transaction the caller

@@ -189,3 +189,23 @@ func TestCompleteInTxRepeatableReadSaysWhy(t *testing.T) {
 		t.Fatalf("CompleteInTx at REPEATABLE READ after an Extend = %v, want an error that names READ COMMITTED", err)
 	}
 }
+
+// InTx's effect is one the caller commits: the middlewares refuse it
+// (idem.ErrCallerCommits) instead of answering before that commit.
+func TestInTxRefusedUnderMiddleware(t *testing.T) {
+	if _, ok := sqlstore.InTx(nil).(idem.CallerCommits); !ok {
+		t.Fatal("sqlstore.InTx's effect is not an idem.CallerCommits")
+	}
+	g, err := idem.NewGuard(migrated(t, databases(t)["postgres"]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var commitErr error
+	_, _, err = g.Do(idem.AnswersOnReturn(t.Context()), "intx-mw-"+time.Now().Format(time.RFC3339Nano), "fp", func(ctx context.Context) ([]byte, error) {
+		commitErr = idem.Commit(ctx, sqlstore.InTx(nil))
+		return nil, commitErr
+	})
+	if !errors.Is(commitErr, idem.ErrCallerCommits) || !errors.Is(err, idem.ErrCallerCommits) {
+		t.Fatalf("Commit(InTx) under a middleware's run = %v (Do %v), want idem.ErrCallerCommits", commitErr, err)
+	}
+}

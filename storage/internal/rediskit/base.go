@@ -345,8 +345,12 @@ func (b *Base) Begin(ctx context.Context, c redis.Scripter, key, fingerprint, to
 			}
 		}
 	}
+	acked := "0"
+	if b.Replication.Replicas > 0 {
+		acked = "1" // a replay, too, only once the replicas have the record
+	}
 	return ParseBegin(b.run(ctx, c, IdemBegin, []string{b.Records.Record(key)}, onLate,
-		fingerprint, tok, lease.Milliseconds()))
+		fingerprint, tok, lease.Milliseconds(), acked))
 }
 
 // Finish runs the idem_finish script: op on the claim of tok, if it still

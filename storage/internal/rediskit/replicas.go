@@ -97,7 +97,7 @@ func wrote(script *redis.Script, cmd *redis.Cmd) bool {
 		return err != nil || r.Code == AcquireTaken || r.Code == AcquireReentered
 	case IdemBegin:
 		r, err := ParseBegin(cmd)
-		return err != nil || r.Code == BeginClaimed
+		return err != nil || r.Code == BeginClaimed || r.Code == BeginCompleted
 	case Refresh, IdemFinish:
 		ok, err := ParseFlag(cmd)
 		return err != nil || ok

@@ -1,6 +1,8 @@
 -- Claims an idempotency key, or reports its record (see claim.lua).
 -- KEYS[1] record
--- ARGV[1] fingerprint, ARGV[2] token, ARGV[3] lease in milliseconds
+-- ARGV[1] fingerprint, ARGV[2] token, ARGV[3] lease in milliseconds,
+-- ARGV[4] '1' when the caller waits for replicas (a replay then writes:
+-- see replay_pttl in idem_begin_fast.lua)
 -- Returns {1, fence, clock} claimed (clock: the server's clock in µs when
 -- the fence was issued, for Redlock's check of its nodes); {2, pttl} in
 -- flight; {3, pttl, result} completed; {4, pttl} another fingerprint;
@@ -34,6 +36,6 @@ if r.s == 'i' then
   return {2, pttl}
 end
 if r.s == 'c' then
-  return {3, pttl, r.r}
+  return {3, replay_pttl(), r.r}
 end
 return {-2, 'record state ' .. r.s}

@@ -5,6 +5,18 @@
 -- found (fast_prev; nil when the fast path did not run).
 local clock_read = nil
 local fast_prev = nil
+-- replay_pttl is the record's PTTL for a replay. With ARGV[4] '1' (the
+-- caller waits for replicas after the script: WAIT) it also writes the
+-- record's expiry again, unchanged: a write this connection's WAIT then
+-- waits for, and with it the completion's, which another client wrote and
+-- replication streams before it.
+local function replay_pttl()
+  local pttl = redis.call('PTTL', KEYS[1])
+  if ARGV[4] == '1' and pttl > 0 then
+    redis.call('PEXPIRE', KEYS[1], pttl)
+  end
+  return pttl
+end
 do
   local t = redis.call('TIME')
   clock_read = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -20,7 +32,7 @@ if redis.REDIS_VERSION_NUM then
   if type(fast_prev) == 'string' then
     local n, p = string.match(fast_prev, '^R1|c|%d+|%a*||(%d+)|()')
     if n and tonumber(n) == #ARGV[1] and string.sub(fast_prev, p, p + #ARGV[1] - 1) == ARGV[1] then
-      return {3, redis.call('PTTL', KEYS[1]), string.sub(fast_prev, p + #ARGV[1])}
+      return {3, replay_pttl(), string.sub(fast_prev, p + #ARGV[1])}
     end
   end
 end
