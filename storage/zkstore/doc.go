@@ -55,7 +55,13 @@
 //     loses its connection to the ensemble, as Curator's standard policy
 //     treats SUSPENDED as lost. The client notices within two thirds of the
 //     session timeout (its read timeout), before the servers can expire the
-//     session. If the session survives the disconnection, the Store
+//     session — unless a send blocked in a large write holds its pings
+//     back, which delays that to about 4/3 of the timeout. So the Store
+//     keeps its own liveness clock: while it holds leases it asks the
+//     ensemble something every sixth of the session timeout, and when
+//     nothing was answered for two thirds of it, every lease ends.
+//   - A waiter's lease counts from when the key became its own, not from
+//     when it began waiting. If the session survives the disconnection, the Store
 //     deletes the ended leases' nodes as soon as it is back; if it expired,
 //     the servers did. Refresh and Release of such a lease report
 //     lock.ErrLockLost.
@@ -101,7 +107,10 @@
 // completes and a TTL node's cannot. A completion's Effect (znode writes
 // with versions as conditions) joins the multi-operation transaction that
 // completes the record. Results are limited to MaxResultBytes (ZooKeeper's
-// request limit, jute.maxbuffer, is 1 MiB by default).
+// request limit, jute.maxbuffer, is 1 MiB by default), and a completion
+// whose effect would make the request larger fails as an
+// *idem.EffectFailedError before it is sent (sent, it would drop the
+// session's connection, and every retry again).
 //
 // # Limits
 //

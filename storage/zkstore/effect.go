@@ -26,6 +26,33 @@ type Effect struct {
 	Reason string // why a failed operation refuses the effect; default "condition failed"
 }
 
+// maxRequestBytes is the largest request the Store sends: ZooKeeper's
+// default jute.maxbuffer (1 MiB − 1), less room for the framing.
+const maxRequestBytes = 1<<20 - 1024
+
+// multiSize is an upper bound on the encoded size of a multi request of
+// ops (jute: lengths and fields of 4 or 8 bytes, per-op headers).
+func multiSize(ops []any) int {
+	n := 16
+	for _, op := range ops {
+		n += 16
+		switch o := op.(type) {
+		case *zk.CreateRequest:
+			n += 12 + len(o.Path) + len(o.Data)
+			for _, a := range o.Acl {
+				n += 12 + len(a.Scheme) + len(a.ID)
+			}
+		case *zk.SetDataRequest:
+			n += 12 + len(o.Path) + len(o.Data)
+		case *zk.DeleteRequest:
+			n += 8 + len(o.Path)
+		case *zk.CheckVersionRequest:
+			n += 8 + len(o.Path)
+		}
+	}
+	return n
+}
+
 // CompleteWith implements idem.EffectStore: the record's completion and
 // the Effect in one transaction (one request when this Store made the
 // claim's last write, after a read otherwise).
@@ -76,6 +103,13 @@ func (s *Store) CompleteWith(ctx context.Context, c idem.Claim, result []byte, r
 		}
 		data := record{completed: true, fence: c.Fence, dur: retention, token: c.Token, fingerprint: c.Fingerprint, result: result}.encode()
 		ops := append([]any{&zk.SetDataRequest{Path: path, Data: data, Version: version}}, e.Ops...)
+		if n := multiSize(ops); n > maxRequestBytes {
+			// Sent, it would drop the session's connection (the servers
+			// refuse a request over jute.maxbuffer), and every retry
+			// again: an answer, not a fault.
+			return &idem.EffectFailedError{Key: c.Key, Err: fmt.Errorf(
+				"zkstore: the completion with its effect encodes to about %d bytes, over ZooKeeper's request limit of %d (jute.maxbuffer)", n, maxRequestBytes)}
+		}
 		r, err := call(ctx, s, func() ([]zk.MultiResponse, error) { return s.conn.Multi(ops...) }, nil)
 		if err == nil {
 			s.versions.Delete(c.Token)

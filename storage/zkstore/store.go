@@ -7,6 +7,7 @@ import (
 	"log"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -43,6 +44,12 @@ type Store struct {
 
 	cleanupStop chan struct{}
 	cleanupDone chan struct{}
+
+	// answered is when the ensemble last answered a request (Unix ns):
+	// the liveness clock (liveness.go).
+	answered     atomic.Int64
+	livenessDone chan struct{}
+	ping         atomic.Pointer[pingFunc] // the liveness request: conn.Exists (tests stall it)
 }
 
 // Connect opens a session with the ensemble at servers ("host:port") and
@@ -75,6 +82,8 @@ func Connect(ctx context.Context, servers []string, opts ...Option) (*Store, err
 		return nil, fmt.Errorf("zkstore: connect: %w", err)
 	}
 	s.conn = conn
+	ping := pingFunc(conn.Exists)
+	s.ping.Store(&ping)
 	select {
 	case <-s.connected:
 	case <-ctx.Done():
@@ -88,6 +97,7 @@ func Connect(ctx context.Context, servers []string, opts ...Option) (*Store, err
 	if o.cleanup > 0 {
 		s.startCleanup(o.cleanup)
 	}
+	s.startLiveness()
 	return s, nil
 }
 
@@ -110,6 +120,7 @@ func (s *Store) Close() error {
 	close(s.closing)
 	s.mu.Unlock()
 	s.stopCleanup()
+	<-s.livenessDone
 	s.endAll()
 	s.conn.Close()
 	s.bg.Wait()
@@ -128,6 +139,7 @@ func (s *Store) onEvent(ev zk.Event) {
 	}
 	switch ev.State {
 	case zk.StateHasSession:
+		s.noteAnswer()
 		s.connOnce.Do(func() { close(s.connected) })
 		s.sweep()
 	case zk.StateDisconnected, zk.StateExpired:
@@ -286,6 +298,9 @@ func call[T any](ctx context.Context, s *Store, f func() (T, error), undo func(T
 	var err error
 	select {
 	case r := <-ch:
+		if answerErr(r.err) {
+			s.noteAnswer()
+		}
 		return r.v, r.err
 	case <-ctx.Done():
 		err = ctx.Err()

@@ -2,6 +2,7 @@ package zkstore_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -177,5 +178,79 @@ func TestCleanupDeletesExpiredRecords(t *testing.T) {
 	}
 	if info, err := s.InspectRecord(ctx, "kb"); err != nil || !info.Found || info.State != idem.Completed {
 		t.Errorf("the live record after Cleanup: %+v %v", info, err)
+	}
+}
+
+// A completion whose effect would make the request larger than ZooKeeper
+// accepts (jute.maxbuffer, 1 MiB) fails as an answer before it is sent:
+// sent, it dropped the session's connection, and every retry again, which
+// ended the Store's leases each time. The claim stays the run's, and the
+// session keeps working.
+func TestOversizedEffectRefusedBeforeSending(t *testing.T) {
+	s := connect(t)
+	ctx := t.Context()
+	key := "oversized-" + time.Now().Format("150405.000000")
+	c, err := s.Begin(ctx, key, "fp", 10*time.Second)
+	if err != nil || c.State != idem.Acquired {
+		t.Fatalf("Begin: %+v %v", c, err)
+	}
+	held, err := s.Acquire(ctx, key+"-lock", 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release(context.Background())
+	big := make([]byte, 600<<10)
+	effect := zkstore.Effect{Ops: []any{&zk.CreateRequest{Path: "/oncekit-oversized-" + time.Now().Format("150405.000000"),
+		Data: big, Acl: zk.WorldACL(zk.PermAll)}}}
+	err = s.CompleteWith(ctx, c, make([]byte, 500<<10), time.Minute, effect)
+	var failed *idem.EffectFailedError
+	if !errors.As(err, &failed) || !strings.Contains(err.Error(), "request limit") {
+		t.Fatalf("CompleteWith of a 1.1 MB request = %v, want an EffectFailedError naming the request limit", err)
+	}
+	select {
+	case <-held.Done():
+		t.Fatal("the session's lease ended: the request was sent and dropped the connection")
+	default:
+	}
+	if err := s.Complete(ctx, c, []byte("small"), time.Minute); err != nil {
+		t.Fatalf("Complete after the refused effect: %v", err)
+	}
+}
+
+// The Store's own liveness clock: while it holds a lease it asks the
+// ensemble something every sixth of the session timeout, and when nothing
+// was answered for two thirds of it the lease ends — before the servers
+// could expire the session and hand the key on, however late the client
+// library reports the connection lost (a send blocked in a large write
+// delays that to about 4/3 of the timeout). The stall is made by holding
+// the Store's liveness requests back; the connection itself stays up, so
+// only the Store's clock can end the lease.
+func TestLivenessClockEndsLeases(t *testing.T) {
+	s := connect(t)
+	ctx := t.Context()
+	key := "liveness-" + time.Now().Format("150405.000000")
+	l, err := s.Acquire(ctx, key, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(context.Background())
+	// Answered pings keep an idle lease alive past the silence bound.
+	time.Sleep(sessionTimeout)
+	select {
+	case <-l.Done():
+		t.Fatal("an idle lease ended while the ensemble answered")
+	default:
+	}
+	release := make(chan struct{})
+	defer close(release)
+	stalled := time.Now()
+	zkstore.StallPings(s, release)
+	select {
+	case <-l.Done():
+		if d := time.Since(stalled); d > sessionTimeout {
+			t.Errorf("the lease ended %s after the ensemble stopped answering, want within 2/3 of the %s session timeout (and a tick)", d, sessionTimeout)
+		}
+	case <-time.After(4 * sessionTimeout / 3):
+		t.Fatal("the lease outlived 4/3 of the session timeout with nothing answered")
 	}
 }
