@@ -100,7 +100,10 @@
 // by the servers' clock: the node's modification time plus the lease or
 // retention, compared with the modification time of a write to
 // "<root>/clock" when this process's clock says the record may have
-// expired. A claim's fence is the zxid of the write that claimed it. A
+// expired — both stamped by the same leader: a record last written under
+// a leader an election replaced is written again instead (its time
+// restarts under the current leader, a lease or retention later at most),
+// since two machines' clocks are never compared. A claim's fence is the zxid of the write that claimed it. A
 // record whose retention ended is replaced by the next Begin of its key;
 // Cleanup (or WithCleanup) deletes expired records in the background — TTL
 // nodes are not used, because a record's time to live changes when it

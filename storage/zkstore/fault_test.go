@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncekit/oncekit/core/idem"
 	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/internal/testenv"
 	"github.com/oncekit/oncekit/storage/zkstore"
@@ -166,4 +167,52 @@ func connectTo(t *testing.T, addr string) *zkstore.Store {
 	}
 	t.Cleanup(func() { s.Close() })
 	return s
+}
+
+// A record stamped by a leader that an election replaced is written again
+// by the next Begin that finds its lease over, not taken over: the two
+// leaders' clocks are never compared (on one machine they agree, so here
+// the takeover waits one lease more than it needs to; across machines
+// whose clocks disagree by more than a lease, it is what keeps a live
+// claim its own). The holder finishes its claim after the rewrite.
+func TestRecordStampedByFormerLeader(t *testing.T) {
+	members := testenv.StartZooKeeper(t, 3)
+	var addrs []string
+	for _, m := range members {
+		addrs = append(addrs, m.Addr)
+	}
+	ctx := ctxT(t, 60*time.Second)
+	connectTo := func() *zkstore.Store {
+		s, err := zkstore.Connect(ctx, addrs, zkstore.WithSessionTimeout(4*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	}
+	holder := connectTo()
+	const key, lease = "former-leader", time.Second
+	c, err := holder.Begin(ctx, key, "fp", lease)
+	if err != nil || c.State != idem.Acquired {
+		t.Fatalf("Begin: %+v %v", c, err)
+	}
+	testenv.ZooKeeperLeader(t, members).Kill()
+	testenv.ZooKeeperLeader(t, members) // a new leader, a new epoch
+	time.Sleep(lease + 200*time.Millisecond)
+	other := connectTo()
+	var c2 idem.Claim
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if c2, err = other.Begin(ctx, key, "fp", lease); err == nil || time.Now().After(deadline) {
+			break // (the ensemble may refuse requests while it settles)
+		}
+	}
+	if err != nil || c2.State != idem.InFlight {
+		t.Fatalf("Begin after the lease ran out under a former leader: %v %v, want in flight (stamped again, not taken over)", c2.State, err)
+	}
+	if err := holder.Complete(ctx, c, []byte("once"), time.Minute); err != nil {
+		t.Fatalf("the holder's Complete after the rewrite: %v", err)
+	}
+	if c3, err := other.Begin(ctx, key, "fp", lease); err != nil || c3.State != idem.Completed || string(c3.Result) != "once" {
+		t.Fatalf("Begin after the holder completed: %+v %v, want the result replayed", c3, err)
+	}
 }

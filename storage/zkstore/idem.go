@@ -123,19 +123,54 @@ func (r record) fenceOf(st *zk.Stat) uint64 {
 // clock (Unix ms).
 func (r record) expiresMs(st *zk.Stat) int64 { return st.Mtime + r.dur.Milliseconds() }
 
-// expired reports whether a record whose lease or retention ends at exp
-// (the servers' clock) has ended: at once when this process's clock says
-// it has not (a clock behind the servers' only keeps a record a little
-// longer), else by asking the servers' clock.
-func (s *Store) expired(ctx context.Context, exp int64) (bool, error) {
+// verdict is what a record's lease or retention has come to.
+type verdict int
+
+const (
+	live    verdict = iota // not ended
+	ended                  // ended, by the clock of the leader that stamped it
+	restamp                // stamped by an earlier leader: write it again before judging
+)
+
+// judge decides a record last written at st, whose lease or retention
+// ends at exp by the clock of the leader that stamped st.Mtime, against
+// now. A record stamped under an earlier leader is never judged ended by
+// the current leader's clock — the two machines' clocks may disagree by
+// more than a lease, and a live claim would be taken over — but written
+// again (restamp): its time restarts under the current leader, so it ends
+// at most one lease or retention later than it would have.
+func judge(exp int64, st *zk.Stat, now serverClock) verdict {
+	switch {
+	case now.ms < exp:
+		return live
+	case epochOf(st.Mzxid) != now.epoch:
+		return restamp
+	}
+	return ended
+}
+
+// expired judges a record (judge): at once live when this process's
+// clock says it has not ended (a clock behind the servers' only keeps a
+// record a little longer), else by asking the servers' clock.
+func (s *Store) expired(ctx context.Context, exp int64, st *zk.Stat) (verdict, error) {
 	if time.Now().UnixMilli() < exp {
-		return false, nil
+		return live, nil
 	}
 	now, err := s.serverNow(ctx)
 	if err != nil {
-		return false, err
+		return live, err
 	}
-	return now >= exp, nil
+	return judge(exp, st, now), nil
+}
+
+// restampRecord writes rec back unchanged but for its fence, made
+// explicit (a new write moves the node's mzxid), so that the current
+// leader stamps its time; the claim's holder reads it and goes on. It
+// returns the new Stat, or ErrBadVersion/ErrNoNode when the record
+// changed meanwhile.
+func (s *Store) restampRecord(ctx context.Context, path string, rec record, st *zk.Stat) (*zk.Stat, error) {
+	rec.fence = rec.fenceOf(st)
+	return call(ctx, s, func() (*zk.Stat, error) { return s.conn.Set(path, rec.encode(), st.Version) }, nil)
 }
 
 // Begin implements idem.Store: one request for a new key (a transaction
@@ -188,11 +223,21 @@ func (s *Store) Begin(ctx context.Context, key, fingerprint string, lease time.D
 			return idem.Claim{}, s.idemErr(ctx, "begin", key, err)
 		}
 		exp := rec.expiresMs(st)
-		gone, err := s.expired(ctx, exp)
+		v, err := s.expired(ctx, exp, st)
 		if err != nil {
 			return idem.Claim{}, s.idemErr(ctx, "begin", key, err)
 		}
-		if !gone {
+		if v == restamp {
+			nst, err := s.restampRecord(ctx, path, rec, st)
+			switch {
+			case errors.Is(err, zk.ErrBadVersion) || errors.Is(err, zk.ErrNoNode):
+				continue // written or deleted meanwhile: look again
+			case err != nil:
+				return idem.Claim{}, s.idemErr(ctx, "begin", key, err)
+			}
+			exp, v = rec.expiresMs(nst), live
+		}
+		if v == live {
 			c := idem.Claim{Key: key, Fingerprint: fingerprint, Expires: time.UnixMilli(exp)}
 			switch {
 			case rec.fingerprint != fingerprint:

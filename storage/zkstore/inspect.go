@@ -127,9 +127,9 @@ func (s *Store) InspectRecord(ctx context.Context, key string) (idem.RecordInfo,
 		return idem.RecordInfo{}, fmt.Errorf("zkstore: inspect %q: %w", key, err)
 	}
 	exp := rec.expiresMs(st)
-	if gone, err := s.expired(ctx, exp); err != nil {
+	if v, err := s.expired(ctx, exp, st); err != nil {
 		return idem.RecordInfo{}, fmt.Errorf("zkstore: inspect %q: %w", key, err)
-	} else if gone {
+	} else if v == ended {
 		return info, nil
 	}
 	info.Found, info.Fingerprint, info.Fence, info.Expires = true, rec.fingerprint, rec.fenceOf(st), time.UnixMilli(exp)
@@ -169,8 +169,15 @@ func (s *Store) Cleanup(ctx context.Context) (int, error) {
 	deleted := 0
 	err = s.eachRecord(ctx, func(path, key string) (bool, error) {
 		rec, st, err := s.read(ctx, key, path)
-		if err != nil || rec.expiresMs(st) > now {
+		if err != nil {
 			return true, nil
+		}
+		switch judge(rec.expiresMs(st), st, now) {
+		case live:
+			return true, nil
+		case restamp: // stamped by an earlier leader: judged at a later cleanup
+			_, _ = s.restampRecord(ctx, path, rec, st)
+			return true, ctx.Err()
 		}
 		_, err = call(ctx, s, func() (struct{}, error) { return struct{}{}, s.conn.Delete(path, st.Version) }, nil)
 		if err == nil {

@@ -361,22 +361,30 @@ func (s *Store) ensure(ctx context.Context, paths ...string) error {
 	return nil
 }
 
-// serverNow is the ensemble's clock (Unix ms): the modification time of a
-// write the call makes to "<root>/clock". Record expiries are judged by it,
-// never by this process's clock.
-func (s *Store) serverNow(ctx context.Context) (int64, error) {
+// serverClock is a reading of the ensemble's clock: the leader's, in Unix
+// ms, and the epoch of that leader (a zxid's high 32 bits).
+type serverClock struct{ ms, epoch int64 }
+
+// epochOf is the leader epoch zxid was issued in.
+func epochOf(zxid int64) int64 { return zxid >> 32 }
+
+// serverNow is the ensemble's clock: the modification time of a write the
+// call makes to "<root>/clock", stamped by the leader, and its epoch.
+// Record expiries are judged by it, never by this process's clock, and
+// only against times the same leader stamped (judge).
+func (s *Store) serverNow(ctx context.Context) (serverClock, error) {
 	p := s.root + "/clock"
 	st, err := call(ctx, s, func() (*zk.Stat, error) { return s.conn.Set(p, nil, -1) }, nil)
 	if errors.Is(err, zk.ErrNoNode) {
 		if _, err := call(ctx, s, func() (string, error) { return s.conn.Create(p, nil, 0, zk.WorldACL(zk.PermAll)) }, nil); err != nil && !errors.Is(err, zk.ErrNodeExists) {
-			return 0, err
+			return serverClock{}, err
 		}
 		st, err = call(ctx, s, func() (*zk.Stat, error) { return s.conn.Set(p, nil, -1) }, nil)
 	}
 	if err != nil {
-		return 0, err
+		return serverClock{}, err
 	}
-	return st.Mtime, nil
+	return serverClock{ms: st.Mtime, epoch: epochOf(st.Mzxid)}, nil
 }
 
 func (s *Store) lockRoot() string   { return s.root + "/lock" }
