@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/oncekit/oncekit/internal/testenv"
 	"github.com/oncekit/oncekit/storage/sqlstore"
@@ -77,5 +78,39 @@ func loadParisZone(t *testing.T, mysqlURL string) {
 	load.Stdin = strings.NewReader(string(sqlText))
 	if out, err := load.CombinedOutput(); err != nil {
 		t.Fatalf("loading the zone: %v: %s", err, out)
+	}
+}
+
+// A table prefix with a schema ("app.oncekit_") migrates and works: index
+// names take no schema (an index lives in its table's), so Migrate writes
+// them without it.
+func TestSchemaQualifiedPrefix(t *testing.T) {
+	for name, u := range databases(t) {
+		t.Run(name, func(t *testing.T) {
+			schema := "oncekit_schema_test"
+			admin := open(t, u)
+			if name == "postgres" {
+				if _, err := admin.DB().Exec("CREATE SCHEMA IF NOT EXISTS " + schema); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				pu, err := url.Parse(u)
+				if err != nil {
+					t.Fatal(err)
+				}
+				schema = strings.TrimPrefix(pu.Path, "/") // the test database (MYSQL_URL)
+			}
+			s := migrated(t, u, sqlstore.WithTablePrefix(schema+".q_"))
+			if err := s.Migrate(context.Background()); err != nil { // again: IF NOT EXISTS
+				t.Fatalf("second Migrate: %v", err)
+			}
+			l, err := s.TryAcquire(t.Context(), "schema-qualified", time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := l.Release(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+		})
 	}
 }

@@ -201,7 +201,9 @@ func (s *Store) Schema() []string {
 			}
 		}
 		if len(lines) > 0 {
-			out = append(out, strings.ReplaceAll(strings.Join(lines, "\n"), "{prefix}", s.prefix))
+			// Index names take no schema: an index lives in its table's.
+			index := s.prefix[strings.LastIndex(s.prefix, ".")+1:]
+			out = append(out, strings.NewReplacer("{prefix}", s.prefix, "{index}", index).Replace(strings.Join(lines, "\n")))
 		}
 	}
 	return out

@@ -1,5 +1,6 @@
 -- oncekit's tables on MySQL 8 and MariaDB 10.6+. {prefix} is the table
--- prefix (sqlstore.WithTablePrefix, default "oncekit_"). Keys, owners and
+-- prefix (sqlstore.WithTablePrefix, default "oncekit_"), {index} the same
+-- without its schema (an index lives in its table's). Keys, owners and
 -- fingerprints are binary: any Go string, compared byte for byte (never by
 -- a case-insensitive collation). Times are microseconds since the Unix
 -- epoch by the server's clock.
@@ -11,7 +12,7 @@ CREATE TABLE IF NOT EXISTS {prefix}locks (
 	holds      INT            NOT NULL,
 	fence      BIGINT         NOT NULL,
 	expires_us BIGINT         NOT NULL,
-	INDEX {prefix}locks_expires (expires_us)
+	INDEX {index}locks_expires (expires_us)
 ) ENGINE = InnoDB;
 
 CREATE TABLE IF NOT EXISTS {prefix}lock_waiters (
@@ -20,8 +21,8 @@ CREATE TABLE IF NOT EXISTS {prefix}lock_waiters (
 	seq        BIGINT         NOT NULL,
 	expires_us BIGINT         NOT NULL,
 	PRIMARY KEY (lock_key, waiter),
-	INDEX {prefix}lock_waiters_seq (lock_key, seq),
-	INDEX {prefix}lock_waiters_expires (expires_us)
+	INDEX {index}lock_waiters_seq (lock_key, seq),
+	INDEX {index}lock_waiters_expires (expires_us)
 ) ENGINE = InnoDB;
 
 CREATE TABLE IF NOT EXISTS {prefix}records (
@@ -32,5 +33,5 @@ CREATE TABLE IF NOT EXISTS {prefix}records (
 	fence       BIGINT         NOT NULL,
 	expires_us  BIGINT         NOT NULL,
 	result      LONGBLOB,
-	INDEX {prefix}records_expires (expires_us)
+	INDEX {index}records_expires (expires_us)
 ) ENGINE = InnoDB;

@@ -1,5 +1,6 @@
 -- oncekit's tables on PostgreSQL. {prefix} is the table prefix
--- (sqlstore.WithTablePrefix, default "oncekit_"). Keys, owners and
+-- (sqlstore.WithTablePrefix, default "oncekit_"), {index} the same without
+-- its schema (an index lives in its table's). Keys, owners and
 -- fingerprints are bytes: any Go string, compared byte for byte.
 -- Times are microseconds since the Unix epoch by the server's clock.
 
@@ -11,7 +12,7 @@ CREATE TABLE IF NOT EXISTS {prefix}locks (
 	fence      bigint NOT NULL,
 	expires_us bigint NOT NULL
 );
-CREATE INDEX IF NOT EXISTS {prefix}locks_expires ON {prefix}locks (expires_us);
+CREATE INDEX IF NOT EXISTS {index}locks_expires ON {prefix}locks (expires_us);
 
 CREATE TABLE IF NOT EXISTS {prefix}lock_waiters (
 	lock_key   bytea  NOT NULL,
@@ -20,8 +21,8 @@ CREATE TABLE IF NOT EXISTS {prefix}lock_waiters (
 	expires_us bigint NOT NULL,
 	PRIMARY KEY (lock_key, waiter)
 );
-CREATE INDEX IF NOT EXISTS {prefix}lock_waiters_seq ON {prefix}lock_waiters (lock_key, seq);
-CREATE INDEX IF NOT EXISTS {prefix}lock_waiters_expires ON {prefix}lock_waiters (expires_us);
+CREATE INDEX IF NOT EXISTS {index}lock_waiters_seq ON {prefix}lock_waiters (lock_key, seq);
+CREATE INDEX IF NOT EXISTS {index}lock_waiters_expires ON {prefix}lock_waiters (expires_us);
 
 CREATE TABLE IF NOT EXISTS {prefix}records (
 	record_key  bytea    PRIMARY KEY,
@@ -32,4 +33,4 @@ CREATE TABLE IF NOT EXISTS {prefix}records (
 	expires_us  bigint   NOT NULL,
 	result      bytea
 );
-CREATE INDEX IF NOT EXISTS {prefix}records_expires ON {prefix}records (expires_us);
+CREATE INDEX IF NOT EXISTS {index}records_expires ON {prefix}records (expires_us);
