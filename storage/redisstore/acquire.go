@@ -400,7 +400,11 @@ func (s *Store) granted(key string, own *redisnotify.Watcher, w *waiter, sent ti
 		tok, fence, fences, ok := rediskit.ParseGrant(g)
 		switch {
 		case ok && tok == w.token && l == nil:
-			if fence > w.seen && time.Now().Before(sent.Add(w.ttl)) {
+			// A grant with less than half its validity left (the attempt it
+			// counts from was sent long before the key became w's) is not
+			// used: w's next attempt, with the token the key holds, renews
+			// it to a full TTL.
+			if fence > w.seen && time.Until(sent.Add(w.ttl)) > w.ttl/2 {
 				l = s.newLease(key, tok, fence, fences, 0, false, sent, w.ttl, w.owner) // valid from the attempt
 			}
 		case ok && tok == w.token: // a second grant to w: the first was taken
