@@ -4,6 +4,7 @@ import (
 	"net"
 	"sync"
 	"testing"
+	"time"
 )
 
 // Proxy forwards TCP connections from its own loopback address to a
@@ -14,6 +15,7 @@ type Proxy struct {
 	Addr   string // where clients connect
 	target string
 	ln     net.Listener
+	redial time.Duration // how long a connection waits for target to listen
 
 	mu      sync.Mutex
 	stalled chan struct{} // non-nil while stalled; closed by Resume
@@ -24,15 +26,32 @@ type Proxy struct {
 // StartProxy starts a proxy to target, closed at tb's cleanup.
 func StartProxy(tb testing.TB, target string) *Proxy {
 	tb.Helper()
+	return startProxy(tb, target, 0)
+}
+
+func startProxy(tb testing.TB, target string, redial time.Duration) *Proxy {
+	tb.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		tb.Fatal(err)
 	}
-	p := &Proxy{Addr: ln.Addr().String(), target: target, ln: ln, conns: map[net.Conn]struct{}{}}
+	p := &Proxy{Addr: ln.Addr().String(), target: target, ln: ln, redial: redial, conns: map[net.Conn]struct{}{}}
 	p.wg.Add(1)
 	go p.accept()
 	tb.Cleanup(p.close)
 	return p
+}
+
+// StartPeerProxy is StartProxy for a link between two servers of one
+// cluster: a connection accepted while target does not listen yet waits
+// up to two seconds for it instead of being closed at once. Without the
+// proxy the peer's dial would be refused and retried; an accepted
+// connection that closes at once is read as a peer that failed (a
+// ZooKeeper follower that dials its new leader before the leader's port
+// is open gives up on it and waits out the leader's initLimit).
+func StartPeerProxy(tb testing.TB, target string) *Proxy {
+	tb.Helper()
+	return startProxy(tb, target, 2*time.Second)
 }
 
 // Stall stops forwarding on every connection, present and future.
@@ -61,18 +80,36 @@ func (p *Proxy) accept() {
 		if err != nil {
 			return
 		}
-		s, err := net.Dial("tcp", p.target)
-		if err != nil {
-			_ = c.Close()
-			continue
-		}
-		if !p.track(c, s) {
-			return
-		}
-		p.wg.Add(2)
-		go p.pipe(s, c)
-		go p.pipe(c, s)
+		p.wg.Add(1)
+		go p.connect(c)
 	}
+}
+
+// connect dials target for c and forwards between them.
+func (p *Proxy) connect(c net.Conn) {
+	defer p.wg.Done()
+	deadline := time.Now().Add(p.redial)
+	s, err := net.Dial("tcp", p.target)
+	for err != nil && time.Now().Before(deadline) && p.open() {
+		time.Sleep(20 * time.Millisecond)
+		s, err = net.Dial("tcp", p.target)
+	}
+	if err != nil {
+		_ = c.Close()
+		return
+	}
+	if !p.track(c, s) {
+		return
+	}
+	p.wg.Add(2)
+	go p.pipe(s, c)
+	go p.pipe(c, s)
+}
+
+func (p *Proxy) open() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.conns != nil
 }
 
 func (p *Proxy) track(cs ...net.Conn) bool {

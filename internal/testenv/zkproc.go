@@ -61,8 +61,8 @@ func StartZooKeeper(tb testing.TB, n int) []*ZooKeeperMember {
 			}
 			// i reaches j through proxies that belong to both: cutting
 			// either off stalls them.
-			q := StartProxy(tb, fmt.Sprintf("127.0.0.1:%d", p.quorum))
-			e := StartProxy(tb, fmt.Sprintf("127.0.0.1:%d", p.election))
+			q := StartPeerProxy(tb, fmt.Sprintf("127.0.0.1:%d", p.quorum))
+			e := StartPeerProxy(tb, fmt.Sprintf("127.0.0.1:%d", p.election))
 			m.links = append(m.links, q, e)
 			members[j].links = append(members[j].links, q, e)
 			servers = append(servers, fmt.Sprintf("server.%d=%s:%s", j+1, q.Addr, portOf(e.Addr)))
