@@ -5,7 +5,9 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -21,8 +23,10 @@ import (
 )
 
 // Locks and idempotency on SQL, side by side with what people write by
-// hand there and with the Redis driver, in one run. Each worker has its
-// own connection pool (a process of its own).
+// hand there, in one run. Each worker has its own Store and connection
+// pool, as a process of its own would. stmts/cycle is what the server
+// counted: PostgreSQL's pg_stat_statements calls (BEGIN and COMMIT count),
+// MariaDB's Questions.
 
 // sqlDatabases are the servers of the run, by name.
 func sqlDatabases(b *testing.B) map[string]string {
@@ -42,14 +46,100 @@ func sqlStore(b *testing.B, url string) *sqlstore.Store {
 	return s
 }
 
+// stmtCounter reads how many statements a database server has run.
+type stmtCounter func() int64
+
+func newStmtCounter(b *testing.B, s *sqlstore.Store) stmtCounter {
+	db := s.DB()
+	if s.Dialect() == sqlstore.Postgres {
+		// (scripts/services.sh preloads the extension.)
+		if _, err := db.Exec("CREATE EXTENSION IF NOT EXISTS pg_stat_statements"); err != nil {
+			b.Logf("no statement counts: %v", err)
+			return nil
+		}
+		return func() int64 {
+			var n int64
+			if err := db.QueryRow("SELECT sum(calls)::bigint FROM pg_stat_statements").Scan(&n); err != nil {
+				b.Fatal(err)
+			}
+			return n - 1 // (this one)
+		}
+	}
+	return func() int64 {
+		var name string
+		var n int64
+		if err := db.QueryRow("SHOW GLOBAL STATUS LIKE 'Questions'").Scan(&name, &n); err != nil {
+			b.Fatal(err)
+		}
+		return n - 1
+	}
+}
+
+// sqlRun runs b.N cycles of work across workers, each pausing pause after
+// each cycle, and reports cycles/s, the latency of the timed part of a
+// cycle (work returns it) and the statements per cycle.
+func sqlRun(b *testing.B, count stmtCounter, workers int, pause time.Duration, work func(w int, i int64) (time.Duration, error)) {
+	b.Helper()
+	var (
+		next   atomic.Int64
+		failed atomic.Value
+		mu     sync.Mutex
+		lat    = make([]time.Duration, 0, b.N)
+		wg     sync.WaitGroup
+	)
+	var stmts0 int64
+	if count != nil {
+		stmts0 = count()
+	}
+	b.ResetTimer()
+	start := time.Now()
+	for w := range workers {
+		wg.Go(func() {
+			local := make([]time.Duration, 0, b.N/workers+1)
+			defer func() { mu.Lock(); lat = append(lat, local...); mu.Unlock() }()
+			for {
+				i := next.Add(1)
+				if i > int64(b.N) {
+					return
+				}
+				d, err := work(w, i)
+				if err != nil {
+					failed.Store(err)
+					return
+				}
+				local = append(local, d)
+				if pause > 0 {
+					time.Sleep(pause)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	b.StopTimer()
+	if err, _ := failed.Load().(error); err != nil {
+		b.Fatal(err)
+	}
+	slices.Sort(lat)
+	pct := func(p float64) float64 {
+		return float64(lat[min(len(lat)-1, int(p*float64(len(lat))))].Microseconds()) / 1000
+	}
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "cycles/s")
+	b.ReportMetric(pct(0.50), "p50-ms")
+	b.ReportMetric(pct(0.99), "p99-ms")
+	if count != nil {
+		b.ReportMetric(float64(count()-stmts0)/float64(b.N), "stmts/cycle")
+	}
+}
+
 // sqlLock is one way to take and give back a lock on SQL.
 type sqlLock func(ctx context.Context, key string) (release func() error, err error)
 
-// uniqueInsertLock is the source material's MySQL lock: a table whose
-// primary key refuses a second holder, an owner checked on delete, a
-// retry every millisecond while the key is taken (no expiry, no fence,
-// no queue).
-func uniqueInsertLock(b *testing.B, s *sqlstore.Store, db *sql.DB) sqlLock {
+// seedLock is the source material's MySQL lock: a table whose primary key
+// refuses a second holder, an owner checked on delete, a retry every
+// millisecond while the key is taken (no expiry, no fence, no queue).
+func seedLock(b *testing.B, s *sqlstore.Store) sqlLock {
+	db := s.DB()
 	keyType := "VARCHAR(512) CHARACTER SET binary"
 	if s.Dialect() == sqlstore.Postgres {
 		keyType = "text"
@@ -57,10 +147,8 @@ func uniqueInsertLock(b *testing.B, s *sqlstore.Store, db *sql.DB) sqlLock {
 	if _, err := db.Exec("CREATE TABLE IF NOT EXISTS bench_unique_lock (k " + keyType + " PRIMARY KEY, owner " + keyType + " NOT NULL)"); err != nil {
 		b.Fatal(err)
 	}
-	ins, del := "INSERT INTO bench_unique_lock (k, owner) VALUES (?, ?)", "DELETE FROM bench_unique_lock WHERE k = ? AND owner = ?"
-	if s.Dialect() == sqlstore.Postgres {
-		ins, del = "INSERT INTO bench_unique_lock (k, owner) VALUES ($1, $2)", "DELETE FROM bench_unique_lock WHERE k = $1 AND owner = $2"
-	}
+	ins := s.Dialect().Rebind("INSERT INTO bench_unique_lock (k, owner) VALUES (?, ?)")
+	del := s.Dialect().Rebind("DELETE FROM bench_unique_lock WHERE k = ? AND owner = ?")
 	var n atomic.Int64
 	return func(ctx context.Context, key string) (func() error, error) {
 		owner := strconv.FormatInt(n.Add(1), 10)
@@ -81,9 +169,27 @@ func uniqueInsertLock(b *testing.B, s *sqlstore.Store, db *sql.DB) sqlLock {
 	}
 }
 
+// advisorySessionLock is pg_advisory_lock on a connection held for the
+// lock's life: the server queues the waiters.
+func advisorySessionLock(db *sql.DB) sqlLock {
+	return func(ctx context.Context, key string) (func() error, error) {
+		conn, err := db.Conn(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := conn.ExecContext(ctx, "SELECT pg_advisory_lock(hashtext($1))", key); err != nil {
+			_ = conn.Close()
+			return nil, err
+		}
+		return func() error {
+			_, err := conn.ExecContext(ctx, "SELECT pg_advisory_unlock(hashtext($1))", key)
+			return errors.Join(err, conn.Close())
+		}, nil
+	}
+}
+
 // advisoryXactLock is PostgreSQL's transaction-scoped advisory lock: the
-// lock lives exactly as long as one transaction, the critical section runs
-// inside it, and waiting is the server's own.
+// lock lives exactly as long as one transaction.
 func advisoryXactLock(db *sql.DB) sqlLock {
 	return func(ctx context.Context, key string) (func() error, error) {
 		tx, err := db.BeginTx(ctx, nil)
@@ -109,47 +215,73 @@ func oncekitSQLLock(s *sqlstore.Store) sqlLock {
 }
 
 // BenchmarkSQLLock: acquire + release on PostgreSQL and MySQL, a new key
-// every cycle by one worker, and one hot key taken by 16 workers in turn,
-// through oncekit's sqlstore, the unique-key insert lock, and (PostgreSQL)
-// pg_advisory_xact_lock.
+// every cycle (1 and 16 workers), and one hot key taken by 16 workers in
+// turn (with and without a 1 ms pause after each cycle), through oncekit's
+// sqlstore, the seed lock (a unique-key insert retried every millisecond)
+// and, on PostgreSQL, pg_advisory_lock on a held connection and
+// pg_advisory_xact_lock. Each worker is a process of its own (its own
+// pool). The latency is the acquisition's.
 func BenchmarkSQLLock(b *testing.B) {
 	for _, dbName := range []string{"postgres", "mysql"} {
 		url := sqlDatabases(b)[dbName]
-		impls := []string{"oncekit", "unique-insert"}
+		impls := []string{"oncekit", "seed-lock"}
 		if dbName == "postgres" {
-			impls = append(impls, "advisory-xact")
+			impls = append(impls, "advisory-session", "advisory-xact")
 		}
 		for _, c := range []struct {
 			name    string
 			workers int
 			hot     bool
-		}{{"new-key/workers=1", 1, false}, {"hot-key/workers=16", 16, true}} {
+			pause   time.Duration
+		}{
+			{"new-key/workers=1", 1, false, 0},
+			{"new-key/workers=16", 16, false, 0},
+			{"hot-key/procs=16", 16, true, 0},
+			{"hot-key-pause-1ms/procs=16", 16, true, time.Millisecond},
+		} {
 			for _, impl := range impls {
 				b.Run(fmt.Sprintf("%s/%s/%s", dbName, c.name, impl), func(b *testing.B) {
 					locks := make([]sqlLock, c.workers)
+					var count stmtCounter
 					for w := range locks {
 						s := sqlStore(b, url)
+						if w == 0 {
+							count = newStmtCounter(b, s)
+						}
 						switch impl {
 						case "oncekit":
 							locks[w] = oncekitSQLLock(s)
-						case "unique-insert":
-							locks[w] = uniqueInsertLock(b, s, s.DB())
+						case "seed-lock":
+							locks[w] = seedLock(b, s)
+						case "advisory-session":
+							locks[w] = advisorySessionLock(s.DB())
 						default:
 							locks[w] = advisoryXactLock(s.DB())
 						}
 					}
 					prefix := fmt.Sprintf("bench-sql-lock:%s:%d", impl, time.Now().UnixNano())
 					ctx := context.Background()
-					cycles(b, nil, c.workers, func(w int, i int64) error {
+					for w := range locks { // connections made, statements prepared
+						release, err := locks[w](ctx, prefix+":warm:"+strconv.Itoa(w))
+						if err != nil {
+							b.Fatal(err)
+						}
+						if err := release(); err != nil {
+							b.Fatal(err)
+						}
+					}
+					sqlRun(b, count, c.workers, c.pause, func(w int, i int64) (time.Duration, error) {
 						key := prefix
 						if !c.hot {
 							key += ":" + strconv.FormatInt(i, 10)
 						}
+						t0 := time.Now()
 						release, err := locks[w](ctx, key)
 						if err != nil {
-							return err
+							return 0, err
 						}
-						return release()
+						d := time.Since(t0)
+						return d, release()
 					})
 				})
 			}
@@ -157,50 +289,129 @@ func BenchmarkSQLLock(b *testing.B) {
 	}
 }
 
-// BenchmarkSQLGuard: Guard.Do of a new key, and a replay of a completed
-// one, by one worker, on PostgreSQL and MySQL and on the Redis driver.
+// handWritten is the idempotency a team writes by hand on SQL (as Stripe
+// describes it): a row inserted for a new key (ON CONFLICT DO NOTHING,
+// MySQL's INSERT IGNORE), updated with the result when the work is done;
+// a duplicate reads the row.
+type handWritten struct {
+	db                   *sql.DB
+	claim, finish, reads string
+}
+
+func newHandWritten(b *testing.B, s *sqlstore.Store) *handWritten {
+	db := s.DB()
+	h := &handWritten{db: db}
+	if s.Dialect() == sqlstore.Postgres {
+		if _, err := db.Exec("CREATE TABLE IF NOT EXISTS bench_idem (k text PRIMARY KEY, state text NOT NULL, result bytea)"); err != nil {
+			b.Fatal(err)
+		}
+		h.claim = "INSERT INTO bench_idem (k, state) VALUES ($1, 'started') ON CONFLICT DO NOTHING"
+		h.finish = "UPDATE bench_idem SET state = 'done', result = $1 WHERE k = $2"
+		h.reads = "SELECT state, result FROM bench_idem WHERE k = $1"
+	} else {
+		if _, err := db.Exec("CREATE TABLE IF NOT EXISTS bench_idem (k VARCHAR(512) CHARACTER SET binary PRIMARY KEY, state VARCHAR(16) NOT NULL, result BLOB)"); err != nil {
+			b.Fatal(err)
+		}
+		h.claim = "INSERT IGNORE INTO bench_idem (k, state) VALUES (?, 'started')"
+		h.finish = "UPDATE bench_idem SET state = 'done', result = ? WHERE k = ?"
+		h.reads = "SELECT state, result FROM bench_idem WHERE k = ?"
+	}
+	return h
+}
+
+// do runs fn once for key and stores its result, or reads the stored
+// one: replayed tells which.
+func (h *handWritten) do(ctx context.Context, key string, fn func() []byte) (replayed bool, err error) {
+	res, err := h.db.ExecContext(ctx, h.claim, key)
+	if err != nil {
+		return false, err
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		var state string
+		var result []byte
+		return true, h.db.QueryRowContext(ctx, h.reads, key).Scan(&state, &result)
+	}
+	_, err = h.db.ExecContext(ctx, h.finish, fn(), key)
+	return false, err
+}
+
+// BenchmarkSQLGuard: Guard.Do of a new key and a replay of a completed
+// one, by 1 and 16 workers, on PostgreSQL and MySQL, against the
+// hand-written version on the same database (and the Redis driver for
+// scale).
 func BenchmarkSQLGuard(b *testing.B) {
-	stores := []string{"postgres", "mysql", "redis"}
 	for _, mode := range []string{"new-key", "replay"} {
-		for _, name := range stores {
-			b.Run(mode+"/"+name, func(b *testing.B) {
-				var st idem.Store
+		for _, workers := range []int{1, 16} {
+			for _, name := range []string{"postgres", "mysql", "redis"} {
+				impls := []string{"oncekit", "hand-written"}
 				if name == "redis" {
-					c, _ := client(b, testenv.RedisAddrs(b, 1)[0])
-					rs, err := redisstore.New(c)
-					if err != nil {
-						b.Fatal(err)
-					}
-					st = rs
-				} else {
-					st = sqlStore(b, sqlDatabases(b)[name])
+					impls = impls[:1]
 				}
-				g, err := idem.NewGuard(st)
-				if err != nil {
-					b.Fatal(err)
+				for _, impl := range impls {
+					b.Run(fmt.Sprintf("%s/workers=%d/%s/%s", mode, workers, name, impl), func(b *testing.B) {
+						sqlGuardCase(b, mode, workers, name, impl)
+					})
 				}
-				prefix := fmt.Sprintf("bench-sql-guard:%d", time.Now().UnixNano())
-				ctx := context.Background()
-				run := func(context.Context) ([]byte, error) { return []byte("ok"), nil }
-				if mode == "replay" {
-					if _, _, err := g.Do(ctx, prefix, "fp", run); err != nil {
-						b.Fatal(err)
-					}
-				}
-				cycles(b, nil, 1, func(_ int, i int64) error {
-					key := prefix
-					if mode == "new-key" {
-						key += ":" + strconv.FormatInt(i, 10)
-					}
-					_, replayed, err := g.Do(ctx, key, "fp", run)
-					if err == nil && replayed != (mode == "replay") {
-						err = fmt.Errorf("replayed=%v in %s", replayed, mode)
-					}
-					return err
-				})
-			})
+			}
 		}
 	}
+}
+
+func sqlGuardCase(b *testing.B, mode string, workers int, name, impl string) {
+	do := make([]func(ctx context.Context, key string) (bool, error), workers)
+	var count stmtCounter
+	run := func(context.Context) ([]byte, error) { return []byte("ok"), nil }
+	for w := range do {
+		var st idem.Store
+		if name == "redis" {
+			c, _ := client(b, testenv.RedisAddrs(b, 1)[0])
+			rs, err := redisstore.New(c)
+			if err != nil {
+				b.Fatal(err)
+			}
+			st = rs
+		} else {
+			s := sqlStore(b, sqlDatabases(b)[name])
+			if w == 0 {
+				count = newStmtCounter(b, s)
+			}
+			if impl == "hand-written" {
+				h := newHandWritten(b, s)
+				do[w] = func(ctx context.Context, key string) (bool, error) {
+					return h.do(ctx, key, func() []byte { return []byte("ok") })
+				}
+				continue
+			}
+			st = s
+		}
+		g, err := idem.NewGuard(st)
+		if err != nil {
+			b.Fatal(err)
+		}
+		do[w] = func(ctx context.Context, key string) (bool, error) {
+			_, replayed, err := g.Do(ctx, key, "fp", run)
+			return replayed, err
+		}
+	}
+	prefix := fmt.Sprintf("bench-sql-guard:%s:%d", impl, time.Now().UnixNano())
+	ctx := context.Background()
+	for w := range do { // connections made; the replayed key stored
+		if _, err := do[w](ctx, prefix); err != nil {
+			b.Fatal(err)
+		}
+	}
+	sqlRun(b, count, workers, 0, func(w int, i int64) (time.Duration, error) {
+		key := prefix
+		if mode == "new-key" {
+			key += ":" + strconv.FormatInt(i, 10)
+		}
+		t0 := time.Now()
+		replayed, err := do[w](ctx, key)
+		if err == nil && replayed != (mode == "replay") {
+			err = fmt.Errorf("replayed=%v in %s", replayed, mode)
+		}
+		return time.Since(t0), err
+	})
 }
 
 var _ lock.Locker = (*sqlstore.Store)(nil)

@@ -314,7 +314,7 @@ postgres_up() {
 	as_user "$user" "$bin/initdb" -D "$dir/data" --auth=trust -U postgres -E UTF8 --no-sync >"$dir/initdb.log" 2>&1 \
 		|| die "initdb failed (see $dir/initdb.log)"
 	as_user "$user" "$bin/pg_ctl" -D "$dir/data" -l "$dir/postgres.log" -w -t "$READY_TIMEOUT" \
-		-o "-h 127.0.0.1 -p $POSTGRES_PORT -k $dir -c fsync=off -c max_connections=300" start >/dev/null \
+		-o "-h 127.0.0.1 -p $POSTGRES_PORT -k $dir -c fsync=off -c max_connections=300 -c shared_preload_libraries=pg_stat_statements" start >/dev/null \
 		|| die "postgres did not start (see $dir/postgres.log)"
 	head -1 "$dir/data/postmaster.pid" >"$RUN_DIR/postgres.pid"
 	log "postgres ready on port $POSTGRES_PORT"

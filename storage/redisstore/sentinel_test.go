@@ -269,3 +269,36 @@ func TestFailoverCompletionAcknowledged(t *testing.T) {
 		t.Fatalf("Begin after replication resumed: %+v %v, want the completed record replayed", got, err)
 	}
 }
+
+// With WithReplicas a first attempt that finds the key busy wrote nothing
+// and reports the key busy, also on a connection whose last write the
+// replicas have not acknowledged (its pipelined WAIT counts too few).
+func TestBusyFirstAttemptWithHeldReplication(t *testing.T) {
+	g := testenv.StartSentinelGroup(t, 1)
+	holder := newStore(t, failoverClient(t, g.SentinelAddrs(), g.Master), redisstore.WithReplicas(1, 300*time.Millisecond))
+	one := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: g.Master, SentinelAddrs: g.SentinelAddrs(), PoolSize: 1,
+		ContextTimeoutEnabled: true, DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second})
+	t.Cleanup(func() { _ = one.Close() })
+	other := newStore(t, one, redisstore.WithReplicas(1, 300*time.Millisecond))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	const key = "busy-first-attempt"
+	l, err := holder.TryAcquire(ctx, key, time.Minute)
+	for deadline := time.Now().Add(10 * time.Second); errors.Is(err, redisstore.ErrNotReplicated) && time.Now().Before(deadline); {
+		l, err = holder.TryAcquire(ctx, key, time.Minute) // a loaded machine's replica may lag past the timeout
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(context.Background())
+	g.HoldReplication()
+	defer g.ResumeReplication()
+	if _, err := other.TryAcquire(ctx, "busy-first-attempt-other", time.Minute); !errors.Is(err, redisstore.ErrNotReplicated) {
+		t.Fatalf("a take while replication is held: %v, want ErrNotReplicated", err)
+	}
+	_, err = other.TryAcquire(ctx, key, time.Minute)
+	var busy *lock.BusyError
+	if !errors.As(err, &busy) {
+		t.Fatalf("TryAcquire of a held key on that connection: %v, want a BusyError", err)
+	}
+}

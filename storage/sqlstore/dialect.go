@@ -46,6 +46,7 @@ type queries struct {
 	// case of each operation in one round trip; anything else falls back
 	// to the transaction.
 	fastAcquire, fastRelease, fastBegin, fastComplete string
+	releaseNotify                                     string // PostgreSQL: fastRelease and notifyHead in one statement
 	// MySQL's: one statement each, answering by the rows it affected and
 	// by LAST_INSERT_ID(expr), which carries the fence a take issued.
 	myAcquire, myRelease, myBegin, myComplete string
@@ -132,16 +133,33 @@ func newQueries(d Dialect, prefix string) queries {
 		// which this statement's snapshot would not.
 		q.fastRelease = "UPDATE " + locks + " SET token = '', owner = ''::bytea, holds = 0, expires_us = " + now +
 			" WHERE lock_key = ? AND token = ? AND holds = 1 AND expires_us > " + now
+		// The same in one statement with the notification, when nobody
+		// changed the row since the statement's snapshot was taken (its
+		// xmin is the one read then): a waiter queues in a transaction that
+		// changes the row, so one that queued while this statement waited
+		// for the row's lock fails the check, and the two statements above
+		// run instead. Otherwise the snapshot has every queued waiter.
+		q.releaseNotify = "WITH b AS (SELECT xmin AS x FROM " + locks + " WHERE lock_key = $1)," +
+			" u AS (UPDATE " + locks + " l SET token = '', owner = ''::bytea, holds = 0, expires_us = " + now + " FROM b" +
+			" WHERE l.lock_key = $1 AND l.token = $2 AND l.holds = 1 AND l.expires_us > " + now + " AND l.xmin = b.x RETURNING 1)," +
+			" h AS (" + strings.Replace(q.queueHeadNowRaw(waiters, now), "?", "$1", 1) + ")" +
+			" SELECT (SELECT count(*) FROM u), (SELECT waiter FROM h WHERE EXISTS (SELECT 1 FROM u))," +
+			" (SELECT pg_notify($3, waiter) FROM h WHERE EXISTS (SELECT 1 FROM u))"
 		// A free, expired or never-seen record: claimed; else the record
-		// as it was before the statement, for the caller to read.
-		q.fastBegin = "WITH c AS (INSERT INTO " + records + " AS r (record_key, state, fingerprint, token, fence, expires_us)" +
-			" SELECT ?, 1, ?, ?, n.now, n.now + ? FROM (SELECT " + now + " AS now) n" +
+		// as it was before the statement, for the caller to read. A record
+		// live in the statement's snapshot (a duplicate of a claim in
+		// flight, a replay) is only read: no row lock, so duplicates of
+		// one key do not queue behind each other.
+		q.fastBegin = "WITH cur AS (SELECT state, expires_us FROM " + records + " WHERE record_key = $1)," +
+			" c AS (INSERT INTO " + records + " AS r (record_key, state, fingerprint, token, fence, expires_us)" +
+			" SELECT $1, 1, $2, $3, n.now, n.now + $4 FROM (SELECT " + now + " AS now) n" +
+			" WHERE NOT EXISTS (SELECT 1 FROM cur WHERE cur.state IN (1, 2) AND cur.expires_us > n.now)" +
 			" ON CONFLICT (record_key) DO UPDATE SET state = 1, fingerprint = EXCLUDED.fingerprint, token = EXCLUDED.token," +
 			" fence = GREATEST(r.fence + 1, EXCLUDED.fence), expires_us = EXCLUDED.expires_us, result = NULL" +
 			" WHERE r.state = 0 OR (r.state IN (1, 2) AND r.expires_us <= EXCLUDED.fence) RETURNING fence)" +
 			" SELECT true, 1, ''::bytea, '', fence, 0::bigint, NULL::bytea, 0::bigint FROM c" +
 			" UNION ALL SELECT false, " + recCols + " FROM " + records +
-			" WHERE record_key = ? AND NOT EXISTS (SELECT 1 FROM c)"
+			" WHERE record_key = $1 AND NOT EXISTS (SELECT 1 FROM c)"
 		q.fastComplete = "WITH u AS (UPDATE " + records + " SET state = 2, token = '', expires_us = " + now + " + ?, result = ?" +
 			" WHERE record_key = ? AND state = 1 AND token = ? AND expires_us > " + now + " RETURNING record_key)" +
 			" SELECT (SELECT count(*) FROM u), (SELECT pg_notify(?, ?) FROM u)"
@@ -185,10 +203,10 @@ func newQueries(d Dialect, prefix string) queries {
 	}
 	q.lockSelect = "SELECT " + lockCols + " FROM " + locks + " WHERE lock_key = ?"
 	q.lockSelectForUpdate = q.lockSelect + " FOR UPDATE"
-	q.lockUpdate = "UPDATE " + locks + " SET token = ?, owner = ?, holds = ?, fence = ?, expires_us = ? WHERE lock_key = ?"
+	q.lockUpdate = "UPDATE " + locks + " SET token = ?, owner = ?, holds = ?, fence = ?, expires_us = ? WHERE lock_key = ? AND token = ? AND fence = ?"
 	q.queueHead = "SELECT waiter FROM " + waiters + " WHERE lock_key = ? AND expires_us > ? ORDER BY seq, waiter LIMIT 1"
 	q.queueHeadNow = "SELECT waiter FROM " + waiters + " WHERE lock_key = ? AND expires_us > " + now + " ORDER BY seq, waiter LIMIT 1"
-	q.peek = "SELECT (SELECT token FROM " + locks + " WHERE lock_key = ? AND token <> '' AND expires_us > " + now + "), (" + q.queueHeadNow + ")," +
+	q.peek = "SELECT (SELECT expires_us - " + now + " FROM " + locks + " WHERE lock_key = ? AND token <> '' AND expires_us > " + now + "), (" + q.queueHeadNow + ")," +
 		" (SELECT COUNT(*) FROM " + waiters + " w WHERE w.lock_key = ? AND w.expires_us > " + now +
 		" AND w.seq < (SELECT seq FROM " + waiters + " WHERE lock_key = ? AND waiter = ?))"
 	q.notifyHead = "SELECT h.waiter, pg_notify(?, h.waiter) FROM (" + q.queueHeadNow + ") h"
@@ -196,13 +214,13 @@ func newQueries(d Dialect, prefix string) queries {
 	q.queueCount = "SELECT COUNT(*) FROM " + waiters + " WHERE lock_key = ? AND expires_us > " + now
 	q.recSelect = "SELECT " + recCols + " FROM " + records + " WHERE record_key = ?"
 	q.recSelectForUpdate = q.recSelect + " FOR UPDATE"
-	q.recUpdate = "UPDATE " + records + " SET state = ?, fingerprint = ?, token = ?, fence = ?, expires_us = ?, result = ? WHERE record_key = ?"
+	q.recUpdate = "UPDATE " + records + " SET state = ?, fingerprint = ?, token = ?, fence = ?, expires_us = ?, result = ? WHERE record_key = ? AND token = ? AND fence = ?"
 	q.recDelete = "DELETE FROM " + records + " WHERE record_key = ?"
 	q.recList = "SELECT record_key FROM " + records + " WHERE record_key > ? AND state <> 0 ORDER BY record_key LIMIT 1000"
 	if d == Postgres {
 		for _, s := range []*string{&q.lockUpsert, &q.lockSelect, &q.lockSelectForUpdate, &q.lockUpdate,
 			&q.queueHead, &q.queueUpsert, &q.queueDelete, &q.queueCount, &q.recUpsert, &q.recSelect,
-			&q.recSelectForUpdate, &q.recUpdate, &q.recDelete, &q.recList, &q.notify, &q.queueHeadNow, &q.notifyHead, &q.peek, &q.fastAcquire, &q.fastRelease, &q.fastBegin, &q.fastComplete, &q.cleanup[0], &q.cleanup[1], &q.cleanup[2]} {
+			&q.recSelectForUpdate, &q.recUpdate, &q.recDelete, &q.recList, &q.notify, &q.queueHeadNow, &q.notifyHead, &q.peek, &q.fastAcquire, &q.fastRelease, &q.fastComplete, &q.cleanup[0], &q.cleanup[1], &q.cleanup[2]} {
 			*s = rebind(*s)
 		}
 	}

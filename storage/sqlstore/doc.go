@@ -56,9 +56,11 @@
 // cleanup, a minute past their fence: a statement that read the clock
 // before it got a row's lock must never find the row gone). The common
 // cases are one statement each, in one round trip: taking a key that is
-// free with nobody queued, a first waiter taking the free key, releasing
-// the last hold (plus one statement on PostgreSQL that notifies the first
-// waiter), claiming a free record and completing it. Everything else
+// free with nobody queued (also Acquire's first look), a first waiter
+// taking the free key, releasing the last hold (on PostgreSQL with the
+// notification of the first waiter; a second statement notifies it when a
+// waiter queued while the release waited for the row), claiming a free
+// record and completing it. Everything else
 // (re-entry, a held key, a refresh, an effect) is a transaction that locks
 // the row first.
 //
@@ -74,7 +76,13 @@
 // when the key is free and theirs. Expect a hand-off in ~5 ms on MySQL and
 // each waiting process to make 20–200 small reads a second. Every waiter
 // renews its place once a second; a waiter that died holds its place (and
-// a free key it is first in line for) for at most three seconds.
+// a free key it is first in line for) for at most three seconds. A waiter
+// keeps its place while the database does not answer (a crash, a restart,
+// a cut connection) for up to those three seconds, asking again every
+// 20–250 ms: after a short outage it takes the key in its turn instead of
+// failing and leaving its place to block its own retry. The first waiter
+// sleeps until the holder's expiry at most, re-read at every look: a
+// holder that extended its lease and then died frees the key on time.
 //
 // # Why not advisory locks
 //

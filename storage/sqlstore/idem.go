@@ -60,6 +60,13 @@ func (r recordRow) remaining() time.Duration {
 	return time.Duration(r.expires-r.now) * time.Microsecond
 }
 
+// setRecord writes key's record, which tx has locked and read as r (see
+// setLock).
+func (s *Store) setRecord(ctx context.Context, tx *sql.Tx, key string, r recordRow, state int, fp []byte, tok string, fence, expires int64, result []byte) error {
+	res, err := tx.ExecContext(ctx, s.q.recUpdate, state, fp, tok, fence, expires, result, []byte(key), r.token, r.fence)
+	return s.matchedOne(res, err, "record", key)
+}
+
 // Begin implements idem.Store: one transaction.
 func (s *Store) Begin(ctx context.Context, key, fingerprint string, lease time.Duration) (idem.Claim, error) {
 	if err := lockdriver.Validate(key, lease); err != nil {
@@ -75,7 +82,7 @@ func (s *Store) Begin(ctx context.Context, key, fingerprint string, lease time.D
 		tok := token.New()
 		var claimed bool
 		var r recordRow
-		err := s.db.QueryRowContext(ctx, s.q.fastBegin, []byte(key), []byte(fingerprint), tok, us(lease), []byte(key)).
+		err := s.db.QueryRowContext(ctx, s.q.fastBegin, []byte(key), []byte(fingerprint), tok, us(lease)).
 			Scan(&claimed, &r.state, &r.fp, &r.token, &r.fence, &r.expires, &r.result, &r.now)
 		switch {
 		case err == nil && claimed:
@@ -129,7 +136,7 @@ func (s *Store) Begin(ctx context.Context, key, fingerprint string, lease time.D
 		}
 		c = idem.Claim{Key: key, Fingerprint: fingerprint}
 		tok, fence := token.New(), max(r.fence+1, r.now)
-		if _, err := tx.ExecContext(ctx, s.q.recUpdate, stateInFlight, []byte(fingerprint), tok, fence, r.now+us(lease), nil, []byte(key)); err != nil {
+		if err := s.setRecord(ctx, tx, key, r, stateInFlight, []byte(fingerprint), tok, fence, r.now+us(lease), nil); err != nil {
 			return err
 		}
 		c.State, c.Token, c.Fence, c.Expires = idem.Acquired, tok, uint64(fence), start.Add(lease)
@@ -243,7 +250,7 @@ func (s *Store) completeTx(ctx context.Context, tx *sql.Tx, c idem.Claim, result
 	if result == nil {
 		result = []byte{}
 	}
-	if _, err := tx.ExecContext(ctx, s.q.recUpdate, stateCompleted, r.fp, "", r.fence, r.now+us(retention), result, []byte(c.Key)); err != nil {
+	if err := s.setRecord(ctx, tx, c.Key, r, stateCompleted, r.fp, "", r.fence, r.now+us(retention), result); err != nil {
 		return err
 	}
 	_, _, records := s.Tables()
@@ -273,7 +280,7 @@ func (s *Store) freeRecord(ctx context.Context, tx *sql.Tx, key string, r record
 	if r.corrupt() != "" {
 		_, err = tx.ExecContext(ctx, s.q.recDelete, []byte(key))
 	} else {
-		_, err = tx.ExecContext(ctx, s.q.recUpdate, stateFree, []byte{}, "", r.fence, r.now, nil, []byte(key))
+		err = s.setRecord(ctx, tx, key, r, stateFree, []byte{}, "", r.fence, r.now, nil)
 	}
 	if err != nil {
 		return err
@@ -295,7 +302,7 @@ func (s *Store) Extend(ctx context.Context, c idem.Claim, lease time.Duration) e
 		if err != nil {
 			return err
 		}
-		_, err = tx.ExecContext(ctx, s.q.recUpdate, r.state, r.fp, r.token, r.fence, r.now+us(lease), nil, []byte(c.Key))
+		err = s.setRecord(ctx, tx, c.Key, r, r.state, r.fp, r.token, r.fence, r.now+us(lease), nil)
 		return err
 	})
 }

@@ -93,7 +93,8 @@ func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (loc
 	defer func() { unsubscribe() }()
 	began := time.Now()
 	renewed := time.Time{}
-	queued := false // this waiter has a place in the key's queue
+	queued := false      // this waiter has a place in the key's queue
+	var faulty time.Time // when the database stopped answering, zero while it answers
 	// With notifications (PostgreSQL and pgx), the first look is a
 	// transaction on the key's row, which queues the waiter in the same
 	// step that finds the key held: the release that follows sees it and
@@ -103,18 +104,32 @@ func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (loc
 	// itself first, takes the row lock, so a crowd of waiters never queues
 	// in the database's lock wait ahead of the hand-off.
 	look := s.listen || owner != "" // an owner re-enters a key it holds at once
+	if !look && s.q.myAcquire != "" {
+		// MySQL: a free key nobody waits for is taken by the first
+		// statement, as TryAcquire takes it.
+		start := time.Now()
+		g, ok, err := s.myTake(ctx, key, ttl, owner)
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return nil, lockdriver.NotAcquired(ctx, err)
+		case err != nil:
+			return nil, err
+		case ok:
+			return s.newLease(key, g, start.Add(ttl)), nil
+		}
+	}
 	for n := 0; ; n++ {
 		var g grant
 		start := time.Now()
 		if !look {
-			free, first, ahead, err := s.peek(ctx, key, waiter)
+			busy, first, ahead, err := s.peek(ctx, key, waiter)
 			switch {
 			case err != nil:
 				look = true
-			case free && first:
+			case busy == 0 && first:
 				look = true
 			default:
-				g.first, g.ahead = first, ahead
+				g.busy, g.first, g.ahead = busy, first, ahead
 				if time.Since(renewed) >= s.waiterTTL/3 {
 					if err := s.queueAlone(ctx, key, waiter); err != nil {
 						look = true
@@ -127,6 +142,21 @@ func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (loc
 		if look {
 			var err error
 			g, err = s.attempt(ctx, key, ttl, owner, waiter, queued)
+			if err != nil && queued && connectionLost(err) && ctx.Err() == nil {
+				// The database went away (a crash, a restart, a cut
+				// connection): a waiter that has a place keeps it, and asks
+				// again until its place would have expired, rather than
+				// leave it behind for its retry to queue after.
+				if faulty.IsZero() {
+					faulty = start
+				}
+				if pause := faultPause(time.Since(faulty)); time.Since(faulty)+pause < s.waiterTTL {
+					if sleepCtx(ctx, pause) {
+						continue
+					}
+					err = ctx.Err()
+				}
+			}
 			if err != nil {
 				s.leaveQueue(ctx, key, waiter, queued || n > 0)
 				if ctx.Err() != nil {
@@ -134,6 +164,7 @@ func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (loc
 				}
 				return nil, err
 			}
+			faulty = time.Time{}
 			renewed, queued = start, g.token == ""
 		}
 		if g.token != "" {
@@ -181,16 +212,47 @@ func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (loc
 	}
 }
 
-// peek reads, without locks, whether key is free, whether waiter is first
-// in its queue (or the queue is empty), and how many live waiters are
-// queued before it.
-func (s *Store) peek(ctx context.Context, key, waiter string) (free, first bool, ahead int, err error) {
-	var holder, head sql.NullString
-	err = s.db.QueryRowContext(ctx, s.q.peek, []byte(key), []byte(key), []byte(key), []byte(key), waiter).Scan(&holder, &head, &ahead)
-	if err != nil {
-		return false, false, 0, err
+// faultPause is how long a waiter that keeps its place waits before it
+// asks again, by how long the database has not answered: 20 ms for the
+// first 100 ms, 100 ms for the first second, 250 ms after that.
+func faultPause(since time.Duration) time.Duration {
+	switch {
+	case since < 100*time.Millisecond:
+		return 20 * time.Millisecond
+	case since < time.Second:
+		return 100 * time.Millisecond
 	}
-	return !holder.Valid, !head.Valid || head.String == waiter, ahead, nil
+	return 250 * time.Millisecond
+}
+
+// sleepCtx waits d, or until ctx ends; it reports whether d passed.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// peek reads, without locks, the holder's TTL (0 when key is free),
+// whether waiter is first in its queue (or the queue is empty), and how
+// many live waiters are queued before it. The first waiter sleeps until
+// the holder's expiry at most: a holder that extended its lease since the
+// waiter's last look is not missed by a second.
+func (s *Store) peek(ctx context.Context, key, waiter string) (busy time.Duration, first bool, ahead int, err error) {
+	var remaining sql.NullInt64
+	var head sql.NullString
+	err = s.db.QueryRowContext(ctx, s.q.peek, []byte(key), []byte(key), []byte(key), []byte(key), waiter).Scan(&remaining, &head, &ahead)
+	if err != nil {
+		return 0, false, 0, err
+	}
+	if remaining.Valid {
+		busy = max(time.Duration(remaining.Int64)*time.Microsecond, time.Microsecond)
+	}
+	return busy, !head.Valid || head.String == waiter, ahead, nil
 }
 
 // attempt takes key if it is free and no other live waiter is queued
@@ -213,13 +275,8 @@ func (s *Store) attempt(ctx context.Context, key string, ttl time.Duration, owne
 		// REPEATABLE READ: the transaction below, at READ COMMITTED.)
 	}
 	if s.q.myAcquire != "" && !queued {
-		tok := token.New()
-		res, err := s.db.ExecContext(ctx, s.q.myAcquire, []byte(key), tok, []byte(owner), us(ttl), []byte(key))
-		if err != nil && !retryable(err) {
-			return grant{}, s.errWrap("acquire", key, err)
-		}
-		if fence, ok := myTaken(res, err); ok { // inserted, or taken over
-			return grant{token: tok, fence: fence}, nil
+		if g, ok, err := s.myTake(ctx, key, ttl, owner); err != nil || ok {
+			return g, err
 		}
 	}
 	if queued && waiter != "" && owner == "" {
@@ -238,8 +295,7 @@ func (s *Store) attempt(ctx context.Context, key string, ttl time.Duration, owne
 		}
 		if r.held() && owner != "" && string(r.owner) == owner { // re-entry: one more hold of the same grant
 			g = grant{token: r.token, fence: r.fence}
-			_, err := tx.ExecContext(ctx, s.q.lockUpdate, r.token, r.owner, r.holds+1, r.fence, max(r.expires, r.now+us(ttl)), []byte(key))
-			return err
+			return s.setLock(ctx, tx, key, r, r.token, r.owner, r.holds+1, r.fence, max(r.expires, r.now+us(ttl)))
 		}
 		var head string
 		if err := tx.QueryRowContext(ctx, s.q.queueHead, []byte(key), r.now).Scan(&head); err != nil && !errors.Is(err, sql.ErrNoRows) {
@@ -253,7 +309,7 @@ func (s *Store) attempt(ctx context.Context, key string, ttl time.Duration, owne
 			return s.queue(ctx, tx, key, waiter)
 		}
 		g = grant{token: token.New(), fence: max(r.fence+1, r.now)}
-		if _, err := tx.ExecContext(ctx, s.q.lockUpdate, g.token, []byte(owner), 1, g.fence, r.now+us(ttl), []byte(key)); err != nil {
+		if err := s.setLock(ctx, tx, key, r, g.token, []byte(owner), 1, g.fence, r.now+us(ttl)); err != nil {
 			return err
 		}
 		if head != "" {
@@ -262,6 +318,21 @@ func (s *Store) attempt(ctx context.Context, key string, ttl time.Duration, owne
 		return err
 	})
 	return g, err
+}
+
+// myTake is MySQL's one statement that takes key if it is free (or
+// expired, or never seen) and nobody is queued for it; ok reports whether
+// it did.
+func (s *Store) myTake(ctx context.Context, key string, ttl time.Duration, owner string) (g grant, ok bool, err error) {
+	tok := token.New()
+	res, err := s.db.ExecContext(ctx, s.q.myAcquire, []byte(key), tok, []byte(owner), us(ttl), []byte(key))
+	if err != nil && !retryable(err) {
+		return grant{}, false, s.errWrap("acquire", key, err)
+	}
+	if fence, ok := myTaken(res, err); ok { // inserted, or taken over
+		return grant{token: tok, fence: fence}, true, nil
+	}
+	return grant{}, false, nil
 }
 
 // headAcquire takes key for waiter if it is free and waiter is first in
@@ -394,8 +465,7 @@ func (l *lease) StoreRefresh(ctx context.Context, ttl time.Duration) (time.Time,
 		if r.holds > 1 {
 			exp = max(exp, r.expires)
 		}
-		_, err = tx.ExecContext(ctx, s.q.lockUpdate, r.token, r.owner, r.holds, r.fence, exp, []byte(l.key))
-		return err
+		return s.setLock(ctx, tx, l.key, r, r.token, r.owner, r.holds, r.fence, exp)
 	})
 	if err != nil {
 		return time.Time{}, err
@@ -408,6 +478,20 @@ func (l *lease) StoreRefresh(ctx context.Context, ttl time.Duration) (time.Time,
 func (l *lease) StoreRelease(ctx context.Context) error {
 	s := l.s
 	var head string
+	if s.q.releaseNotify != "" {
+		locks, _, _ := s.Tables()
+		var n int
+		var waiter sql.NullString
+		err := s.db.QueryRowContext(ctx, s.q.releaseNotify, []byte(l.key), l.Token(), locks).Scan(&n, &waiter, new(sql.NullString))
+		if err != nil && !retryable(err) {
+			return s.errWrap("release", l.key, err)
+		}
+		if n == 1 {
+			s.wakeWaiter(waiter.String)
+			return nil
+		}
+		// Not ours, or the row changed meanwhile: the statements below.
+	}
 	if s.q.fastRelease != "" {
 		res, err := s.db.ExecContext(ctx, s.q.fastRelease, []byte(l.key), l.Token())
 		if err != nil && !retryable(err) {
@@ -440,8 +524,7 @@ func (l *lease) StoreRelease(ctx context.Context) error {
 			return l.lost("release")
 		}
 		if r.holds > 1 {
-			_, err = tx.ExecContext(ctx, s.q.lockUpdate, r.token, r.owner, r.holds-1, r.fence, r.expires, []byte(l.key))
-			return err
+			return s.setLock(ctx, tx, l.key, r, r.token, r.owner, r.holds-1, r.fence, r.expires)
 		}
 		head, err = s.freeLock(ctx, tx, l.key, r)
 		return err
@@ -452,12 +535,33 @@ func (l *lease) StoreRelease(ctx context.Context) error {
 	return err
 }
 
+// setLock writes key's row, which tx has locked and read as r: the update
+// names the row by its key, token and fence as read, and fails if it
+// matched nothing (on PostgreSQL; MySQL's count of affected rows depends
+// on the connection's settings).
+func (s *Store) setLock(ctx context.Context, tx *sql.Tx, key string, r lockRow, tok string, owner []byte, holds int, fence, expires int64) error {
+	res, err := tx.ExecContext(ctx, s.q.lockUpdate, tok, owner, holds, fence, expires, []byte(key), r.token, r.fence)
+	return s.matchedOne(res, err, "lock", key)
+}
+
+// matchedOne checks that an update of a row its transaction had locked
+// and read matched it.
+func (s *Store) matchedOne(res sql.Result, err error, what, key string) error {
+	if err != nil || s.dialect != Postgres {
+		return err
+	}
+	if n, err := res.RowsAffected(); err != nil || n != 1 {
+		return stop(fmt.Errorf("sqlstore: the %s row of %q changed under its row lock (%d rows matched, %v): is another program writing oncekit's tables?", what, key, n, err))
+	}
+	return nil
+}
+
 // freeLock frees a key whose row tx holds: the row stays, free and
 // keeping its fence, for the cleanup (see cleanupGrace). It notifies the
 // first waiter and returns it, for the caller to wake in this process once
 // tx has committed.
 func (s *Store) freeLock(ctx context.Context, tx *sql.Tx, key string, r lockRow) (string, error) {
-	if _, err := tx.ExecContext(ctx, s.q.lockUpdate, "", []byte{}, 0, r.fence, r.now, []byte(key)); err != nil {
+	if err := s.setLock(ctx, tx, key, r, "", []byte{}, 0, r.fence, r.now); err != nil {
 		return "", err
 	}
 	return s.notifyHead(ctx, tx, key)

@@ -56,7 +56,7 @@ func multiSize(ops []any) int {
 // CompleteWith implements idem.EffectStore: the record's completion and
 // the Effect in one transaction (one request when this Store made the
 // claim's last write, after a read otherwise).
-func (s *Store) CompleteWith(ctx context.Context, c idem.Claim, result []byte, retention time.Duration, effect any) error {
+func (s *Store) CompleteWith(ctx context.Context, c idem.Claim, result []byte, retention time.Duration, effect any) (err error) {
 	e, ok := effect.(Effect)
 	if p, isPtr := effect.(*Effect); isPtr && p != nil {
 		e, ok = *p, true
@@ -81,10 +81,15 @@ func (s *Store) CompleteWith(ctx context.Context, c idem.Claim, result []byte, r
 	if c.Token == "" {
 		return lost
 	}
+	defer func() {
+		if errors.Is(err, idem.ErrLockLost) {
+			s.versions.forget(c.Token)
+		}
+	}()
 	path := s.recordPath(c.Key)
 	version := int32(-2)
-	if v, ok := s.versions.Load(c.Token); ok {
-		version = v.(int32)
+	if v, ok := s.versions.load(c.Token); ok {
+		version = v
 	}
 	for attempt := range 3 {
 		if version == -2 || attempt > 0 {
@@ -112,7 +117,7 @@ func (s *Store) CompleteWith(ctx context.Context, c idem.Claim, result []byte, r
 		}
 		r, err := call(ctx, s, func() ([]zk.MultiResponse, error) { return s.conn.Multi(ops...) }, nil)
 		if err == nil {
-			s.versions.Delete(c.Token)
+			s.versions.forget(c.Token)
 			return nil
 		}
 		if len(r) != len(ops) {

@@ -18,3 +18,6 @@ func StallPings(s *Store, release <-chan struct{}) {
 	})
 	s.ping.Store(&stalled)
 }
+
+// CachedVersions is how many claims' record versions s remembers.
+func CachedVersions(s *Store) int { return s.versions.size() }

@@ -190,7 +190,7 @@ func (s *Store) Begin(ctx context.Context, key, fingerprint string, lease time.D
 		tok := token.New()
 		data := record{dur: lease, token: tok, fingerprint: fingerprint}.encode()
 		acquired := func(st *zk.Stat) idem.Claim {
-			s.versions.Store(tok, st.Version)
+			s.versions.store(tok, st.Version, lease)
 			return idem.Claim{Key: key, State: idem.Acquired, Fingerprint: fingerprint, Token: tok,
 				Fence: uint64(st.Mzxid), Expires: start.Add(lease)}
 		}
@@ -285,20 +285,20 @@ func (s *Store) Complete(ctx context.Context, c idem.Claim, result []byte, reten
 	if len(result) > MaxResultBytes {
 		return fmt.Errorf("zkstore: complete %q: %w: %d bytes, ZooKeeper's limit here %d", c.Key, idem.ErrResultTooLarge, len(result), MaxResultBytes)
 	}
-	err := s.finish(ctx, c, "complete", func(rec record) ([]byte, bool) {
+	err := s.finish(ctx, c, "complete", retention, func(rec record) ([]byte, bool) {
 		rec.completed, rec.dur, rec.result = true, retention, result
 		return rec.encode(), true
 	})
 	if err == nil {
-		s.versions.Delete(c.Token)
+		s.versions.forget(c.Token)
 	}
 	return err
 }
 
 // Abandon implements idem.Store: it deletes the claim's record.
 func (s *Store) Abandon(ctx context.Context, c idem.Claim) error {
-	err := s.finish(ctx, c, "abandon", func(record) ([]byte, bool) { return nil, false })
-	s.versions.Delete(c.Token)
+	err := s.finish(ctx, c, "abandon", 0, func(record) ([]byte, bool) { return nil, false })
+	s.versions.forget(c.Token)
 	return err
 }
 
@@ -308,7 +308,7 @@ func (s *Store) Extend(ctx context.Context, c idem.Claim, lease time.Duration) e
 	if err := lockdriver.ValidateTTL(lease); err != nil {
 		return err
 	}
-	return s.finish(ctx, c, "extend", func(rec record) ([]byte, bool) {
+	return s.finish(ctx, c, "extend", lease, func(rec record) ([]byte, bool) {
 		rec.dur = lease
 		return rec.encode(), true
 	})
@@ -321,10 +321,15 @@ func (s *Store) Extend(ctx context.Context, c idem.Claim, lease time.Duration) e
 // lease to have ended by the servers' clock) or it was deleted; a claim
 // whose lease ended but that nobody took over still finishes, as no other
 // run can have started.
-func (s *Store) finish(ctx context.Context, c idem.Claim, op string, next func(record) ([]byte, bool)) error {
+func (s *Store) finish(ctx context.Context, c idem.Claim, op string, lease time.Duration, next func(record) ([]byte, bool)) (err error) {
 	if err := lockdriver.ValidateKey(c.Key); err != nil {
 		return err
 	}
+	defer func() {
+		if errors.Is(err, idem.ErrLockLost) {
+			s.versions.forget(c.Token)
+		}
+	}()
 	lost := fmt.Errorf("zkstore: %s %q: %w", op, c.Key, idem.ErrLockLost)
 	if c.Token == "" {
 		return lost
@@ -332,8 +337,8 @@ func (s *Store) finish(ctx context.Context, c idem.Claim, op string, next func(r
 	path := s.recordPath(c.Key)
 	mine := record{fence: c.Fence, token: c.Token, fingerprint: c.Fingerprint}
 	version := int32(-2) // unknown
-	if v, ok := s.versions.Load(c.Token); ok {
-		version = v.(int32)
+	if v, ok := s.versions.load(c.Token); ok {
+		version = v
 	}
 	for attempt := 0; attempt < 2; attempt++ {
 		if version == -2 || attempt == 1 {
@@ -355,7 +360,7 @@ func (s *Store) finish(ctx context.Context, c idem.Claim, op string, next func(r
 			var st *zk.Stat
 			st, err = call(ctx, s, func() (*zk.Stat, error) { return s.conn.Set(path, data, version) }, nil)
 			if err == nil {
-				s.versions.Store(c.Token, st.Version)
+				s.versions.store(c.Token, st.Version, lease)
 			}
 		} else {
 			_, err = call(ctx, s, func() (struct{}, error) { return struct{}{}, s.conn.Delete(path, version) }, nil)

@@ -2,10 +2,12 @@ package zkstore_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
 
+	"github.com/oncekit/oncekit/core/idem"
 	"github.com/oncekit/oncekit/internal/testenv"
 	"github.com/oncekit/oncekit/storage/zkstore"
 )
@@ -52,5 +54,46 @@ func TestTryAcquireAfterReleaseOnAnotherServer(t *testing.T) {
 	}
 	if busy > 0 {
 		t.Errorf("%d of %d TryAcquires right after a release on another server found the key busy", busy, rounds)
+	}
+}
+
+// A claim found lost (another Begin took its record over once its lease
+// had ended) leaves nothing behind in the Store that held it, whichever
+// way its holder learns it: Extend, Complete or CompleteWith.
+func TestLostClaimForgotten(t *testing.T) {
+	ctx := ctxT(t, 30*time.Second)
+	for _, finish := range []string{"extend", "complete", "complete-with"} {
+		t.Run(finish, func(t *testing.T) {
+			holder, other := connect(t), connect(t)
+			key := "lost-claim-" + finish + "-" + time.Now().Format(time.RFC3339Nano)
+			c, err := holder.Begin(ctx, key, "fp", 100*time.Millisecond)
+			if err != nil || c.State != idem.Acquired {
+				t.Fatalf("Begin: %+v %v", c, err)
+			}
+			if n := zkstore.CachedVersions(holder); n != 1 {
+				t.Fatalf("%d cached versions while the claim is held, want 1", n)
+			}
+			var c2 idem.Claim
+			for c2.State != idem.Acquired {
+				time.Sleep(50 * time.Millisecond)
+				if c2, err = other.Begin(ctx, key, "fp", time.Minute); err != nil {
+					t.Fatal(err)
+				}
+			}
+			switch finish {
+			case "extend":
+				err = holder.Extend(ctx, c, time.Minute)
+			case "complete":
+				err = holder.Complete(ctx, c, []byte("late"), time.Minute)
+			default:
+				err = holder.CompleteWith(ctx, c, []byte("late"), time.Minute, zkstore.Effect{})
+			}
+			if !errors.Is(err, idem.ErrLockLost) {
+				t.Fatalf("%s of the lost claim: %v, want ErrLockLost", finish, err)
+			}
+			if n := zkstore.CachedVersions(holder); n != 0 {
+				t.Errorf("%d cached versions after the claim was found lost, want 0", n)
+			}
+		})
 	}
 }

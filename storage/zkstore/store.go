@@ -37,10 +37,7 @@ type Store struct {
 	closing   chan struct{} // closed by Close
 	connOnce  sync.Once
 
-	// versions remembers the version of each record this Store last
-	// wrote for a claim it holds (by token), so that Complete and Extend
-	// write in one round trip; a stale one costs a read and a retry.
-	versions sync.Map // token -> int32
+	versions versionCache // of the records of the claims it holds
 
 	cleanupStop chan struct{}
 	cleanupDone chan struct{}

@@ -92,7 +92,7 @@ func (b *Base) runAcked(ctx context.Context, c redis.Scripter, script *redis.Scr
 // caller relies on.
 func wrote(script *redis.Script, cmd *redis.Cmd) bool {
 	switch script {
-	case Acquire:
+	case Acquire, AcquireNew:
 		r, err := ParseAcquire(cmd)
 		return err != nil || r.Code == AcquireTaken || r.Code == AcquireReentered
 	case IdemBegin:

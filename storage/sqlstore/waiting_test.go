@@ -1,0 +1,165 @@
+package sqlstore_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/lock"
+	"github.com/oncekit/oncekit/internal/testenv"
+)
+
+// The first waiter takes a key at its holder's expiry even when the holder
+// extended its lease after the waiter's last look: a waiter that had
+// slept until the old expiry reads the new one and sleeps until then, not
+// until its next renewal (a second later on PostgreSQL, where waiters are
+// woken by releases and nothing wakes them at an expiry).
+func TestFirstWaiterWakesAtExtendedExpiry(t *testing.T) {
+	for name, url := range databases(t) {
+		t.Run(name, func(t *testing.T) {
+			holder, waiter := migrated(t, url), open(t, url)
+			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+			defer cancel()
+			key := "extended-expiry:" + time.Now().Format(time.RFC3339Nano)
+			l, err := holder.TryAcquire(ctx, key, time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			type got struct {
+				at  time.Time
+				l   lock.Lease
+				err error
+			}
+			done := make(chan got, 1)
+			go func() {
+				wl, err := waiter.Acquire(ctx, key, time.Minute)
+				done <- got{time.Now(), wl, err}
+			}()
+			time.Sleep(300 * time.Millisecond)
+			refreshed := time.Now()
+			if err := l.Refresh(ctx, time.Second); err != nil {
+				t.Fatal(err)
+			}
+			// The holder stops here, as one that died would: its lease
+			// ends a second after the refresh.
+			g := <-done
+			if g.err != nil {
+				t.Fatal(g.err)
+			}
+			defer g.l.Release(context.Background())
+			if late := g.at.Sub(refreshed.Add(time.Second)); late > 350*time.Millisecond {
+				t.Errorf("the waiter took the key %v after the holder's extended lease ended, want at once (it slept past the expiry it had not read)", late.Round(time.Millisecond))
+			}
+		})
+	}
+}
+
+// restartableDB is a database server of the test's own that it can crash
+// and start again (testenv.StartPostgres, testenv.StartMariaDB).
+type restartableDB interface {
+	restartable
+	url() string
+}
+
+type postgresProc struct{ *testenv.PostgresProcess }
+
+func (p postgresProc) url() string { return p.URL }
+
+type mariaProc struct{ *testenv.MariaDBProcess }
+
+func (p mariaProc) url() string { return p.URL }
+
+// A queued waiter keeps its place while the database crashes and comes
+// back: its Acquire asks again until the server answers, and takes the
+// key when the holder releases it, instead of failing and leaving its
+// place behind — a place that a retry, queued after it, would have waited
+// out (the key free for seconds with waiters queued).
+func TestWaiterKeepsItsPlaceThroughARestart(t *testing.T) {
+	for name, start := range map[string]func(t *testing.T) restartableDB{
+		"postgres": func(t *testing.T) restartableDB { return postgresProc{testenv.StartPostgres(t)} },
+		"mysql":    func(t *testing.T) restartableDB { return mariaProc{testenv.StartMariaDB(t)} },
+	} {
+		t.Run(name, func(t *testing.T) {
+			srv := start(t)
+			holder, waiter := migrated(t, srv.url()), open(t, srv.url())
+			ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+			defer cancel()
+			const key = "restart-waiter"
+			l, err := holder.TryAcquire(ctx, key, 30*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan error, 1)
+			var wl lock.Lease
+			go func() {
+				var err error
+				wl, err = waiter.Acquire(ctx, key, time.Minute)
+				done <- err
+			}()
+			time.Sleep(300 * time.Millisecond) // queued
+			srv.Kill()
+			time.Sleep(time.Second)
+			srv.Start()
+			for {
+				err := l.Release(ctx)
+				if err == nil {
+					break
+				}
+				if errors.Is(err, lock.ErrLockLost) || ctx.Err() != nil {
+					t.Fatalf("the holder's release after the restart: %v", err)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Fatalf("the waiter's Acquire across the restart: %v, want the key once the holder released it", err)
+				}
+				defer wl.Release(context.Background())
+			case <-time.After(2 * time.Second):
+				t.Fatal("the waiter did not take the key within 2 s of its release")
+			}
+			if wl.Fence() <= l.Fence() {
+				t.Errorf("the waiter's fence %d is not above the holder's %d", wl.Fence(), l.Fence())
+			}
+		})
+	}
+}
+
+// A duplicate of a completed record reads it without the row's lock: it
+// answers while another transaction holds that lock (duplicates of one
+// key do not queue behind each other, nor behind a slow writer).
+func TestReplayTakesNoRowLock(t *testing.T) {
+	for name, url := range databases(t) {
+		t.Run(name, func(t *testing.T) {
+			s := migrated(t, url)
+			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+			defer cancel()
+			key := "replay-no-lock:" + time.Now().Format(time.RFC3339Nano)
+			c, err := s.Begin(ctx, key, "fp", time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Complete(ctx, c, []byte("done"), time.Hour); err != nil {
+				t.Fatal(err)
+			}
+			_, _, records := s.Tables()
+			tx, err := s.DB().BeginTx(ctx, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tx.Rollback()
+			if _, err := tx.ExecContext(ctx, rebind(s, "SELECT state FROM "+records+" WHERE record_key = ? FOR UPDATE"), []byte(key)); err != nil {
+				t.Fatal(err)
+			}
+			bctx, bcancel := context.WithTimeout(ctx, 3*time.Second)
+			defer bcancel()
+			got, err := s.Begin(bctx, key, "fp", time.Minute)
+			if err != nil || got.State != idem.Completed || string(got.Result) != "done" {
+				t.Fatalf("Begin of a completed key while its row is locked: %+v %v, want the result at once", got, err)
+			}
+		})
+	}
+}
