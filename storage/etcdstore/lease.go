@@ -46,14 +46,10 @@ type lease struct {
 // fencesPerEntry scales fences: an entry's leases (the first, and those a
 // kept entry serves, kept.go) take revision × fencesPerEntry + 0, 1, …, so
 // every lease of a later entry, whose create revision is higher, has a
-// higher fence. A Store that keeps no entries (WithMaxLocalHandOffs(0))
-// uses 1: fences are then the bare revisions, as before keeping existed.
-func (s *Store) fencesPerEntry() uint64 {
-	if s.opts.maxHandOffs == 0 {
-		return 1
-	}
-	return keep.ReservedFences
-}
+// higher fence. Every Store scales alike, whatever its options: a Store
+// that keeps no entries (WithMaxLocalHandOffs(0)) issuing bare revisions
+// next to one that scales them would hand a later holder a lower fence.
+func (s *Store) fencesPerEntry() uint64 { return keep.ReservedFences }
 
 // newLease returns a held lease, the used+1-th of its entry: its fence is
 // the entry's create revision × fencesPerEntry + used.

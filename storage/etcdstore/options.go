@@ -47,10 +47,9 @@ func WithLinger(d time.Duration) Option { return func(o *options) { o.linger = d
 // WithMaxLocalHandOffs and WithMaxLocalHold bound how long a kept entry
 // (WithLinger) serves this Store's leases: n leases in a row, or as many
 // as start within d of taking the key, whichever is more, and at most 127
-// per entry. n = 0 turns keeping off, and makes fences the bare create
-// revisions (rather than 128 × them: the way to roll this version out
-// next to older Stores, whose fences are bare revisions). Defaults 16 and
-// 1 ms.
+// per entry. n = 0 turns keeping off (fences stay 128 × the entry's
+// create revision, as on every Store, so that Stores with and without it
+// can share keys). Defaults 16 and 1 ms.
 func WithMaxLocalHandOffs(n int) Option { return func(o *options) { o.maxHandOffs = n } }
 
 // WithMaxLocalHold: see WithMaxLocalHandOffs.

@@ -264,9 +264,8 @@ func TestLateRefreshSparesKeptHold(t *testing.T) {
 	}
 }
 
-// WithMaxLocalHandOffs(0) reserves no fences: the counter stays a plain
-// number, which Stores older than the reservations read (the upgrade path
-// the README gives).
+// WithMaxLocalHandOffs(0) keeps nothing, and its fences are every Store's
+// (a hold's range): Stores with and without hand-offs can share keys.
 func TestNoHandOffsPlainCounter(t *testing.T) {
 	admin := newClient(t)
 	a := newStore(t, newClient(t), redisstore.WithMaxLocalHandOffs(0))
