@@ -238,6 +238,9 @@ func (s *Store) Migrate(ctx context.Context) error {
 // errWrap names the driver, the operation and the key, and says what to do
 // about a missing table.
 func (s *Store) errWrap(op, key string, err error) error {
+	if key == "" { // (Migrate)
+		return fmt.Errorf("sqlstore: %s: %w", op, err)
+	}
 	switch {
 	case missingTable(err):
 		return fmt.Errorf("sqlstore: %s %q: %w (run Store.Migrate to create the tables)", op, key, err)
