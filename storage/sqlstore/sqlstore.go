@@ -238,16 +238,17 @@ func (s *Store) Migrate(ctx context.Context) error {
 // errWrap names the driver, the operation and the key, and says what to do
 // about a missing table.
 func (s *Store) errWrap(op, key string, err error) error {
-	if key == "" { // (Migrate)
-		return fmt.Errorf("sqlstore: %s: %w", op, err)
+	what := op
+	if key != "" { // (Migrate has none)
+		what = fmt.Sprintf("%s %q", op, key)
 	}
 	switch {
 	case missingTable(err):
-		return fmt.Errorf("sqlstore: %s %q: %w (run Store.Migrate to create the tables)", op, key, err)
+		return fmt.Errorf("sqlstore: %s: %w (run Store.Migrate to create the tables)", what, err)
 	case connectionLost(err):
-		return fmt.Errorf("sqlstore: %s %q: no answer from the database (the connection failed or was cut; a statement already sent may have run): %w", op, key, err)
+		return fmt.Errorf("sqlstore: %s: no answer from the database (the connection failed or was cut; a statement already sent may have run): %w", what, err)
 	}
-	return fmt.Errorf("sqlstore: %s %q: %w", op, key, err)
+	return fmt.Errorf("sqlstore: %s: %w", what, err)
 }
 
 // inTx runs f in a transaction and commits it, running it again (up to
