@@ -47,6 +47,7 @@ type queries struct {
 	// to the transaction.
 	fastAcquire, fastRelease, fastBegin, fastComplete string
 	releaseNotify                                     string // PostgreSQL: fastRelease and notifyHead in one statement
+	watch                                             string // PostgreSQL: a duplicate marks the record it waits for
 	// MySQL's: one statement each, answering by the rows it affected and
 	// by LAST_INSERT_ID(expr), which carries the fence a take issued.
 	myAcquire, myRelease, myBegin, myComplete string
@@ -93,7 +94,7 @@ func newQueries(d Dialect, prefix string) queries {
 			" ON CONFLICT (record_key) DO UPDATE SET record_key = EXCLUDED.record_key RETURNING " + recCols
 		q.queueUpsert = "INSERT INTO " + waiters + " (lock_key, waiter, seq, expires_us) VALUES (?, ?, " + now + ", " + now + " + ?)" +
 			" ON CONFLICT (lock_key, waiter) DO UPDATE SET expires_us = EXCLUDED.expires_us"
-		q.notify = "SELECT pg_notify(?, ?)"
+		q.notify = "SELECT pg_notify(?, ?) FROM " + records + " WHERE record_key = ? AND watched"
 		q.cleanup = [3]string{
 			"DELETE FROM " + locks + " WHERE lock_key IN (SELECT lock_key FROM " + locks +
 				" WHERE expires_us < " + old + " AND fence < " + old + " LIMIT ? FOR UPDATE SKIP LOCKED)",
@@ -160,9 +161,20 @@ func newQueries(d Dialect, prefix string) queries {
 			" SELECT true, 1, ''::bytea, '', fence, 0::bigint, NULL::bytea, 0::bigint FROM c" +
 			" UNION ALL SELECT false, " + recCols + " FROM " + records +
 			" WHERE record_key = $1 AND NOT EXISTS (SELECT 1 FROM c)"
+		// A completion notifies only when a duplicate waits for the record
+		// (watched): NOTIFY serialises the commits of every transaction
+		// that sends one. The UPDATE's RETURNING reads the row's latest
+		// version, so a duplicate that marked it while this statement
+		// waited for the row's lock is seen.
 		q.fastComplete = "WITH u AS (UPDATE " + records + " SET state = 2, token = '', expires_us = " + now + " + ?, result = ?" +
-			" WHERE record_key = ? AND state = 1 AND token = ? AND expires_us > " + now + " RETURNING record_key)" +
-			" SELECT (SELECT count(*) FROM u), (SELECT pg_notify(?, ?) FROM u)"
+			" WHERE record_key = ? AND state = 1 AND token = ? AND expires_us > " + now + " RETURNING watched)" +
+			" SELECT (SELECT count(*) FROM u), (SELECT pg_notify(?, ?) FROM u WHERE watched)"
+		// A duplicate's look before it waits: it marks the record in
+		// flight watched (once), and reads it as the statement's snapshot
+		// had it, with whether it marked it.
+		q.watch = "WITH u AS (UPDATE " + records + " SET watched = true WHERE record_key = $1 AND state = 1" +
+			" AND expires_us > " + now + " AND NOT watched RETURNING 1)" +
+			" SELECT state, expires_us, watched, " + now + ", (SELECT count(*) FROM u) FROM " + records + " WHERE record_key = $1"
 	}
 	if d == MySQL {
 		// ON DUPLICATE KEY UPDATE assigns left to right, each assignment

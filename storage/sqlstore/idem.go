@@ -321,7 +321,23 @@ func (s *Store) WaitChange(ctx context.Context, key string, until time.Time) err
 		// and the subscription, whose wake-up nobody heard.
 		var state int
 		var expires, now int64
-		err := s.db.QueryRowContext(ctx, s.q.recSelect, []byte(key)).Scan(&state, new([]byte), new(string), new(int64), &expires, new([]byte), &now)
+		var err error
+		if s.listen {
+			// Marked watched, the record's finish will notify us; a
+			// record in flight that another statement changed while this
+			// one ran (neither marked by us nor before) is looked at again.
+			var watched bool
+			var marked int
+			err = s.db.QueryRowContext(ctx, s.q.watch, []byte(key)).Scan(&state, &expires, &watched, &now, &marked)
+			if err == nil && state == stateInFlight && expires > now && !watched && marked == 0 {
+				if !sleepCtx(ctx, time.Millisecond) {
+					return ctx.Err()
+				}
+				continue
+			}
+		} else {
+			err = s.db.QueryRowContext(ctx, s.q.recSelect, []byte(key)).Scan(&state, new([]byte), new(string), new(int64), &expires, new([]byte), &now)
+		}
 		if err != nil || state != stateInFlight || expires <= now {
 			return ctx.Err() // a store error is the caller's Begin's to report
 		}

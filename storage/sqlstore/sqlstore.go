@@ -224,7 +224,16 @@ func (s *Store) Migrate(ctx context.Context) error {
 					return err
 				}
 			}
-			return nil
+			// A records table made before the watched column: added (only
+			// then, as ALTER TABLE locks the table).
+			_, _, records := s.Tables()
+			var has bool
+			if err := tx.QueryRowContext(ctx, "SELECT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass($1)"+
+				" AND attname = 'watched' AND NOT attisdropped)", records).Scan(&has); err != nil || has {
+				return err
+			}
+			_, err := tx.ExecContext(ctx, "ALTER TABLE "+records+" ADD COLUMN watched boolean NOT NULL DEFAULT false")
+			return err
 		})
 	}
 	for _, stmt := range s.Schema() { // MySQL's DDL commits on its own
@@ -306,12 +315,13 @@ func (e stopErr) Error() string { return e.err.Error() }
 func stop(err error) error { return stopErr{err} }
 
 // notifyTx wakes, on PostgreSQL, the waiters of a record in every process
-// when tx commits.
+// when tx commits, if one marked it watched (tx holds the row's lock: a
+// duplicate's mark either came first or finds the record finished).
 func (s *Store) notifyTx(ctx context.Context, tx *sql.Tx, channel, key string) error {
 	if s.dialect != Postgres {
 		return nil
 	}
-	_, err := tx.ExecContext(ctx, s.q.notify, channel, keyHash(key))
+	_, err := tx.ExecContext(ctx, s.q.notify, channel, keyHash(key), []byte(key))
 	return err
 }
 

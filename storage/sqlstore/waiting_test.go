@@ -2,13 +2,16 @@ package sqlstore_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/oncekit/oncekit/core/idem"
 	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/internal/testenv"
+	"github.com/oncekit/oncekit/storage/sqlstore"
 )
 
 // The first waiter takes a key at its holder's expiry even when the holder
@@ -161,5 +164,62 @@ func TestReplayTakesNoRowLock(t *testing.T) {
 				t.Fatalf("Begin of a completed key while its row is locked: %+v %v, want the result at once", got, err)
 			}
 		})
+	}
+}
+
+// On PostgreSQL a duplicate waiting for a claim is woken by its
+// completion's notification (a completion notifies only records a
+// duplicate marked watched), not by its one-second look.
+func TestDuplicateWokenByCompletion(t *testing.T) {
+	s, dup := migrated(t, testenv.PostgresURL(t)), open(t, testenv.PostgresURL(t))
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	for _, finish := range []string{"complete", "complete-with-effect", "abandon"} {
+		t.Run(finish, func(t *testing.T) {
+			key := "woken-" + finish + ":" + time.Now().Format(time.RFC3339Nano)
+			c, err := s.Begin(ctx, key, "fp", time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			woken := make(chan time.Time, 1)
+			go func() {
+				_ = dup.WaitChange(ctx, key, time.Now().Add(20*time.Second))
+				woken <- time.Now()
+			}()
+			time.Sleep(100 * time.Millisecond)
+			done := time.Now()
+			switch finish {
+			case "complete":
+				err = s.Complete(ctx, c, []byte("r"), time.Minute)
+			case "complete-with-effect":
+				err = s.CompleteWith(ctx, c, []byte("r"), time.Minute, sqlstore.Effect(func(context.Context, *sql.Tx) error { return nil }))
+			default:
+				err = s.Abandon(ctx, c)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if late := (<-woken).Sub(done); late > 500*time.Millisecond {
+				t.Errorf("the duplicate returned %v after the %s, want at once (notified)", late.Round(time.Millisecond), finish)
+			}
+		})
+	}
+}
+
+// A records table made before the watched column gets it from Migrate.
+func TestMigrateAddsWatchedColumn(t *testing.T) {
+	prefix := "upgrade_" + strconv.FormatInt(time.Now().UnixNano()%1e9, 10) + "_"
+	s := migrated(t, testenv.PostgresURL(t), sqlstore.WithTablePrefix(prefix))
+	execSQL(t, s, "ALTER TABLE "+prefix+"records DROP COLUMN watched")
+	if err := s.Migrate(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	c, err := s.Begin(ctx, "k", "fp", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Complete(ctx, c, []byte("r"), time.Minute); err != nil {
+		t.Fatalf("Complete after the upgrade: %v", err)
 	}
 }

@@ -31,6 +31,7 @@ CREATE TABLE IF NOT EXISTS {prefix}records (
 	token       text     NOT NULL,
 	fence       bigint   NOT NULL,
 	expires_us  bigint   NOT NULL,
-	result      bytea
+	result      bytea,
+	watched     boolean  NOT NULL DEFAULT false -- a duplicate waits for it: its finish sends NOTIFY
 );
 CREATE INDEX IF NOT EXISTS {index}records_expires ON {prefix}records (expires_us);
