@@ -16,7 +16,7 @@ import (
 // An order endpoint behind a chi router: the retry of a request gets the
 // first response back, marked as replayed, and the handler runs once.
 func Example() {
-	store := memstore.New() // or redisstore, redlockstore, etcdstore
+	store := memstore.New() // or redisstore, redlockstore, etcdstore, sqlstore, zkstore
 	guard, err := idem.NewGuard(store)
 	if err != nil {
 		panic(err)

@@ -67,7 +67,9 @@
 // The record of a message and its handler's effect are written at
 // different moments unless they commit together: pass the effect to
 // idem.Commit (a Redis script of redisstore.Effect, an etcd transaction of
-// etcdstore.Effect, a memstore function) and both happen or neither. An
+// etcdstore.Effect, an SQL transaction of sqlstore.Effect, a ZooKeeper
+// multi-operation of zkstore.Effect, a memstore function) and both happen
+// or neither. An
 // effect elsewhere keyed on idem.KeyFrom(ctx) (a unique column, a
 // conditional write) is once at its resource. Any other effect is at least
 // once: a consumer killed after the effect and before the record runs it

@@ -17,6 +17,12 @@
 //	redlock://[user:password@]host:port,host:port,host:port
 //	                                               Redlock over N independent Redis servers
 //	etcd://[user:password@]host:port,...           an etcd cluster
+//	postgres://user:password@host:port/dbname      PostgreSQL (pgx's parameters: sslmode=...)
+//	mysql://user:password@host:port/dbname         MySQL 8 or MariaDB (go-sql-driver/mysql's parameters)
+//	zk://host:port,...[/root][?session_timeout=10s] a ZooKeeper ensemble (znodes under root, default /oncekit)
+//
+// The SQL forms create their tables if missing (migrate=false skips that)
+// and take prefix=P as the table prefix (default oncekit_).
 //
 // The Redis forms are go-redis' own (redis.ParseURL, ParseClusterURL,
 // ParseFailoverURL), written with the hosts comma-separated: every option
@@ -26,10 +32,10 @@
 // (the idempotency record prefix), and for TLS ca=FILE (PEM certificates to
 // trust; it turns TLS on), cert=FILE and key=FILE (a client certificate).
 //
-// The Store returned is the driver itself (a *redisstore.Store,
-// *redlockstore.Store, *etcdstore.Store or *memstore.Store, with the
-// capabilities each has, such as idem.EffectStore), whose Close also closes
-// the clients Open made. RedisClient, RedlockClients and EtcdClient return
+// The Store returned carries the driver's methods and capabilities (such
+// as idem.EffectStore: assert the interface, not the driver's type, which
+// Open wraps for the clients it made), and its Close also closes the
+// clients Open made. RedisClient, RedlockClients and EtcdClient return
 // those clients, for an application that keeps its own data beside the
 // driver's.
 package storage

@@ -29,9 +29,9 @@
 // does depends on the effect:
 //
 //   - An effect in the idempotency store commits with the record (Commit,
-//     EffectStore: one Redis script, one etcd transaction, one memstore
-//     critical section; an SQL store would take func(*sql.Tx) error): both
-//     or neither, so it runs once.
+//     EffectStore: one Redis script, one etcd transaction, one SQL
+//     transaction, one ZooKeeper multi-operation, one memstore critical
+//     section): both or neither, so it runs once.
 //   - An effect elsewhere, keyed on the stored key the run reads with
 //     KeyFrom (a unique column, a conditional write), runs once at its
 //     resource.
@@ -42,7 +42,7 @@
 // shared by many keys (a SKU's stock) takes the fence of a lock on that
 // resource instead (package lock).
 //
-// Every driver — storage/memstore, redisstore, redlockstore, etcdstore —
-// is an idem.Store and an idem.Waiter, and passes the conformance suite in
-// core/idem/idemtest.
+// Every driver — storage/memstore, redisstore, redlockstore, etcdstore,
+// sqlstore, zkstore — is an idem.Store and an idem.Waiter, and passes the
+// conformance suite in core/idem/idemtest.
 package idem

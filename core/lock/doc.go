@@ -21,7 +21,9 @@
 // not even when a store loses its counters (a Redis restart without
 // persistence, a lossy failover, an expired counter): Redis counters are
 // raised to at least the server's clock in microseconds, etcd fences are
-// revisions, memstore starts from the clock. Fencing only writes does not
+// revisions, SQL fences are at least the database server's clock in
+// microseconds, ZooKeeper fences are zxids, memstore starts from the
+// clock. Fencing only writes does not
 // protect a read-modify-write whose read came before a pause: fence the
 // read too, or make the write a compare-and-set on what was read.
 //
@@ -42,8 +44,9 @@
 //
 // storage/memstore (in-process), storage/redisstore (one Redis, Sentinel or
 // Cluster), storage/redlockstore (N independent Redis servers, majority
-// quorum) and storage/etcdstore (etcd v3). Every driver passes the
-// conformance suite in core/lock/locktest.
+// quorum), storage/etcdstore (etcd v3), storage/sqlstore (PostgreSQL,
+// MySQL 8 or MariaDB) and storage/zkstore (ZooKeeper). Every driver passes
+// the conformance suite in core/lock/locktest.
 //
 // # Owners
 //

@@ -6,7 +6,7 @@
 // It is the embedded default for single-process services, demos and tests
 // of code that uses oncekit, and the reference semantics the other drivers
 // are checked against. It does not coordinate separate processes: for that,
-// use redisstore, redlockstore or etcdstore.
+// use redisstore, redlockstore, etcdstore, sqlstore or zkstore.
 //
 // Waiters are served in FIFO order: a release hands the key directly to the
 // longest-waiting Acquire. Fences come from one counter shared by all keys
