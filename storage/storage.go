@@ -445,7 +445,7 @@ func (c common) zk(ctx context.Context, u *url.URL) (Store, error) {
 	if len(q) > 0 || c.prefix != "" || c.recordPrefix != "" || c.tls != nil || u.User != nil {
 		return nil, fmt.Errorf("storage: store URL %q: zk:// takes the root as its path and no parameter but session_timeout", u.Redacted())
 	}
-	opts := []zkstore.Option{zkstore.WithSessionTimeout(session)}
+	opts := []zkstore.Option{zkstore.WithSessionTimeout(session), zkstore.WithObserver(c.opts.observer)}
 	if root := strings.TrimSuffix(u.Path, "/"); root != "" {
 		opts = append(opts, zkstore.WithRoot(root))
 	}

@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/oncekit/oncekit/core/idem"
 	"github.com/oncekit/oncekit/core/lock"
+	"github.com/oncekit/oncekit/core/observe"
 	"github.com/oncekit/oncekit/internal/testenv"
 	"github.com/oncekit/oncekit/storage"
 )
@@ -35,11 +37,15 @@ func TestOpenEachForm(t *testing.T) {
 		t.Run(scheme, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 			defer cancel()
-			st, err := storage.Open(ctx, url, storage.WithTimeout(5*time.Second))
+			obs := &endCounter{}
+			st, err := storage.Open(ctx, url, storage.WithTimeout(5*time.Second), storage.WithObserver(obs))
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer st.Close()
+			if observe.ObserverOf(st) != obs || observe.DriverOf(st) == "" {
+				t.Errorf("the store's observer %v (driver %q), want the one given to Open", observe.ObserverOf(st), observe.DriverOf(st))
+			}
 			if got := storage.Scheme(st); got != scheme {
 				t.Errorf("Scheme = %q, want %q", got, scheme)
 			}
@@ -82,9 +88,19 @@ func TestOpenEachForm(t *testing.T) {
 					t.Errorf("Do %d: %q replayed=%v err=%v", i, res, replayed, err)
 				}
 			}
+			if obs.n.Load() == 0 {
+				t.Error("the Guard reported nothing to the observer given to Open")
+			}
 		})
 	}
 }
+
+// endCounter counts the operations an Observer saw end.
+type endCounter struct{ n atomic.Int64 }
+
+func (c *endCounter) Start(ctx context.Context, _ observe.Event) context.Context { return ctx }
+func (c *endCounter) End(context.Context, observe.Event)                         { c.n.Add(1) }
+func (c *endCounter) Record(context.Context, observe.Event)                      {}
 
 // withParam adds a query parameter to url.
 func withParam(url, param string) string {

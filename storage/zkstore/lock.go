@@ -15,6 +15,7 @@ import (
 
 	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/core/lock/lockdriver"
+	"github.com/oncekit/oncekit/core/observe"
 	"github.com/oncekit/oncekit/storage/internal/token"
 )
 
@@ -183,6 +184,7 @@ var errRequeue = errors.New("requeue")
 // waiting, gives up unless it is first at once).
 func (s *Store) enqueue(ctx context.Context, key, dir string, ttl time.Duration, owner string, wait bool) (lock.Lease, error) {
 	start := time.Now()
+	began := start
 	tok := token.New()
 	gen := s.generation()
 	node, fence, err := s.create(ctx, dir, tok, ttl, owner)
@@ -218,6 +220,12 @@ func (s *Store) enqueue(ctx context.Context, key, dir string, ttl time.Duration,
 			return nil, errRequeue
 		case first == name:
 			if l := s.grant(key, tok, node, fence, gen, start, ttl, owner, 0); l != nil {
+				if waited {
+					observe.Record(ctx, s.observer, observe.Event{
+						Op: observe.LockHandOff, Driver: driverName, Key: key, Outcome: observe.Notified,
+						Fence: fence, Duration: time.Since(began),
+					})
+				}
 				return l, nil
 			}
 			giveUp()

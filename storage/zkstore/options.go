@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/go-zookeeper/zk"
+
+	"github.com/oncekit/oncekit/core/observe"
 )
 
 // Option configures a Store.
@@ -16,6 +18,7 @@ type options struct {
 	sessionTimeout time.Duration
 	logger         zk.Logger
 	cleanup        time.Duration
+	observer       observe.Observer
 }
 
 func defaultOptions() options {
@@ -36,6 +39,11 @@ func WithSessionTimeout(d time.Duration) Option { return func(o *options) { o.se
 // WithLogger sends the ZooKeeper client's log lines to l (StdLogger: the
 // standard log package). Default: dropped.
 func WithLogger(l zk.Logger) Option { return func(o *options) { o.logger = l } }
+
+// WithObserver sets where the Store reports hand-offs (a waiter that got
+// the key), and where the lock.Mutex and idem.Guard built on it report
+// their operations (see package observe). Default: none.
+func WithObserver(obs observe.Observer) Option { return func(o *options) { o.observer = obs } }
 
 // WithCleanup deletes records whose retention (or in-flight lease) ended,
 // every interval, in the background (see Store.Cleanup). Default off:

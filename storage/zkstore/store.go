@@ -12,6 +12,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 	"github.com/oncekit/oncekit/core/lock/lockdriver"
+	"github.com/oncekit/oncekit/core/observe"
 
 	"github.com/oncekit/oncekit/storage/internal/bg"
 )
@@ -21,10 +22,11 @@ import (
 // safe for concurrent use; Close ends the session, and with it every lease
 // of the Store.
 type Store struct {
-	conn    *zk.Conn
-	timeout time.Duration // the session timeout asked for
-	root    string
-	bg      bg.Group
+	conn     *zk.Conn
+	timeout  time.Duration // the session timeout asked for
+	root     string
+	observer observe.Observer
+	bg       bg.Group
 
 	mu       sync.Mutex
 	leases   map[*lease]struct{} // live leases, ended when the session may be lost
@@ -49,6 +51,14 @@ type Store struct {
 	ping         atomic.Pointer[pingFunc] // the liveness request: conn.Exists (tests stall it)
 }
 
+const driverName = "zookeeper"
+
+// DriverName implements observe.Source.
+func (s *Store) DriverName() string { return driverName }
+
+// Observer implements observe.Source: the Observer of WithObserver.
+func (s *Store) Observer() observe.Observer { return s.observer }
+
 // Connect opens a session with the ensemble at servers ("host:port") and
 // returns a Store over it, once the session is established (or ctx ends).
 func Connect(ctx context.Context, servers []string, opts ...Option) (*Store, error) {
@@ -65,6 +75,7 @@ func Connect(ctx context.Context, servers []string, opts ...Option) (*Store, err
 	s := &Store{
 		timeout:   o.sessionTimeout,
 		root:      o.root,
+		observer:  o.observer,
 		leases:    make(map[*lease]struct{}),
 		connected: make(chan struct{}),
 		closing:   make(chan struct{}),
