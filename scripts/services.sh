@@ -16,6 +16,8 @@
 #   ONCEKIT_KAFKA_PORT    the Kafka-protocol broker (cmd/kfake), default 9092
 #   ONCEKIT_POSTGRES_PORT PostgreSQL, default 15432
 #   ONCEKIT_MYSQL_PORT    MariaDB (the MySQL protocol), default 13306
+#   ONCEKIT_PGBOUNCER_PORT pgbouncer in transaction pooling mode in front of
+#                         that PostgreSQL, default 16432
 #   ONCEKIT_ZK_PORTS      client ports of a three-member ZooKeeper ensemble,
 #                         default "2181 2182 2183" (quorum and election ports:
 #                         client port + 10000 and + 20000)
@@ -30,6 +32,7 @@ read -r ETCD_PORT ETCD_PEER_PORT <<<"${ONCEKIT_ETCD_PORTS:-2379 2380}"
 KAFKA_PORT=${ONCEKIT_KAFKA_PORT:-9092}
 POSTGRES_PORT=${ONCEKIT_POSTGRES_PORT:-15432}
 MYSQL_PORT=${ONCEKIT_MYSQL_PORT:-13306}
+PGBOUNCER_PORT=${ONCEKIT_PGBOUNCER_PORT:-16432}
 ZK_PORTS=${ONCEKIT_ZK_PORTS:-"2181 2182 2183"}
 RUN_DIR=${ONCEKIT_RUN_DIR:-/tmp/oncekit-services}
 # The SQL servers refuse to run as root: they run as their own system users,
@@ -79,7 +82,7 @@ stop_pidfile() {
 	rm -f "$file"
 	[[ $pid =~ ^[0-9]+$ ]] || return 0
 	alive "$pid" || return 0
-	tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qE '(redis-server|etcd|kfake|postgres|mariadbd|QuorumPeerMain)' || return 0
+	tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qE '(redis-server|etcd|kfake|postgres|mariadbd|QuorumPeerMain|pgbouncer)' || return 0
 	kill -CONT "$pid" 2>/dev/null || true # a paused (SIGSTOP) test server
 	kill -TERM "$pid" 2>/dev/null || true
 	for _ in $(seq 50); do alive "$pid" || { log "stopped $name (pid $pid)"; return 0; }; sleep 0.1; done
@@ -320,6 +323,46 @@ postgres_up() {
 	log "postgres ready on port $POSTGRES_PORT"
 }
 
+# pgbouncer in transaction pooling mode in front of the PostgreSQL above:
+# the set-up where session state (LISTEN, session advisory locks, named
+# prepared statements) does not survive a transaction.
+pgbouncer_up() {
+	local dir="$SQL_DIR/pgbouncer" user=postgres
+	[[ $(id -u) == 0 ]] || user=$(id -un)
+	command -v pgbouncer >/dev/null || [[ -x /usr/sbin/pgbouncer ]] || apt_install pgbouncer
+	stop_pidfile "$RUN_DIR/pgbouncer.pid" "stale pgbouncer"
+	port_busy "$PGBOUNCER_PORT" && die "port $PGBOUNCER_PORT is in use by a process this script did not start (set ONCEKIT_PGBOUNCER_PORT to another port)"
+	rm -rf "$dir"
+	mkdir -p "$dir"
+	echo '"postgres" ""' >"$dir/userlist.txt"
+	cat >"$dir/pgbouncer.ini" <<-EOF
+	[databases]
+	postgres = host=127.0.0.1 port=$POSTGRES_PORT dbname=postgres
+	[pgbouncer]
+	listen_addr = 127.0.0.1
+	listen_port = $PGBOUNCER_PORT
+	unix_socket_dir =
+	auth_type = trust
+	auth_file = $dir/userlist.txt
+	pool_mode = transaction
+	max_client_conn = 2000
+	default_pool_size = 40
+	pidfile = $dir/pgbouncer.pid
+	logfile = $dir/pgbouncer.log
+	EOF
+	[[ $(id -u) == 0 ]] && chown -R "$user" "$dir"
+	as_user "$user" /usr/sbin/pgbouncer -d "$dir/pgbouncer.ini" >/dev/null 2>&1 \
+		|| die "pgbouncer did not start (see $dir/pgbouncer.log)"
+	for _ in $(seq 100); do port_busy "$PGBOUNCER_PORT" && break; sleep 0.1; done
+	port_busy "$PGBOUNCER_PORT" || die "pgbouncer not listening on $PGBOUNCER_PORT (see $dir/pgbouncer.log)"
+	cp "$dir/pgbouncer.pid" "$RUN_DIR/pgbouncer.pid"
+	log "pgbouncer ready on port $PGBOUNCER_PORT (transaction pooling)"
+}
+
+pgbouncer_down() {
+	stop_pidfile "$RUN_DIR/pgbouncer.pid" "pgbouncer"
+}
+
 postgres_down() {
 	local bin dir="$SQL_DIR/postgres" user=postgres
 	[[ $(id -u) == 0 ]] || user=$(id -un)
@@ -466,6 +509,7 @@ print_env() {
 	echo "export KAFKA_BROKERS=127.0.0.1:$KAFKA_PORT"
 	echo "export POSTGRES_URL=postgres://postgres@127.0.0.1:$POSTGRES_PORT/postgres?sslmode=disable"
 	echo "export MYSQL_URL=mysql://root@127.0.0.1:$MYSQL_PORT/oncekit"
+	echo "export PGBOUNCER_URL=postgres://postgres@127.0.0.1:$PGBOUNCER_PORT/postgres?sslmode=disable"
 	addrs=""
 	for port in $ZK_PORTS; do addrs+="${addrs:+,}127.0.0.1:$port"; done
 	echo "export ZOOKEEPER_ADDRS=$addrs"
@@ -505,8 +549,8 @@ status() {
 }
 
 case ${1:-} in
-up) redis_up; cluster_up; sentinel_up; etcd_up; kafka_up; postgres_up; mysql_up; zk_up ;;
-down) zk_down; mysql_down; postgres_down; kafka_down; etcd_down; sentinel_down; cluster_down; redis_down ;;
+up) redis_up; cluster_up; sentinel_up; etcd_up; kafka_up; postgres_up; pgbouncer_up; mysql_up; zk_up ;;
+down) zk_down; mysql_down; pgbouncer_down; postgres_down; kafka_down; etcd_down; sentinel_down; cluster_down; redis_down ;;
 status) status ;;
 env) print_env ;;
 *) echo "usage: $0 up|down|status|env" >&2; exit 2 ;;

@@ -39,8 +39,8 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // stores are the store URLs the service runs on: every driver. The
-// servers come from REDIS_ADDRS, REDIS_CLUSTER_ADDRS, ETCD_ENDPOINTS, POSTGRES_URL, MYSQL_URL and
-// ZOOKEEPER_ADDRS (comma-separated, as
+// servers come from REDIS_ADDRS, REDIS_CLUSTER_ADDRS, ETCD_ENDPOINTS, POSTGRES_URL, MYSQL_URL,
+// PGBOUNCER_URL and ZOOKEEPER_ADDRS (comma-separated, as
 // `make services-up` prints them); a store whose servers are not named is
 // skipped, or fails under ONCEKIT_REQUIRE_SERVERS=1.
 var stores = map[string]func(t *testing.T) string{
@@ -56,7 +56,12 @@ var stores = map[string]func(t *testing.T) string{
 	"etcd":     func(t *testing.T) string { return "etcd://" + strings.Join(servers(t, "ETCD_ENDPOINTS", 1), ",") },
 	"postgres": func(t *testing.T) string { return servers(t, "POSTGRES_URL", 1)[0] },
 	"mysql":    func(t *testing.T) string { return servers(t, "MYSQL_URL", 1)[0] },
-	"zk":       func(t *testing.T) string { return "zk://" + strings.Join(servers(t, "ZOOKEEPER_ADDRS", 1), ",") },
+	// PostgreSQL behind pgbouncer in transaction pooling mode: waiters
+	// poll (no LISTEN), statements are not prepared by name.
+	"postgres-pgbouncer": func(t *testing.T) string {
+		return servers(t, "PGBOUNCER_URL", 1)[0] + "&notify=false&default_query_exec_mode=exec"
+	},
+	"zk": func(t *testing.T) string { return "zk://" + strings.Join(servers(t, "ZOOKEEPER_ADDRS", 1), ",") },
 }
 
 // servers returns the first n addresses listed in env, or skips t.
@@ -80,7 +85,7 @@ func servers(t *testing.T, env string, n int) []string {
 }
 
 func eachStore(t *testing.T, f func(t *testing.T, url string)) {
-	for _, name := range []string{"memory", "redis", "redis-cluster", "redlock", "etcd", "postgres", "mysql", "zk"} {
+	for _, name := range []string{"memory", "redis", "redis-cluster", "redlock", "etcd", "postgres", "postgres-pgbouncer", "mysql", "zk"} {
 		t.Run(name, func(t *testing.T) { f(t, stores[name](t)) })
 	}
 }
@@ -351,7 +356,7 @@ func TestFlashSale(t *testing.T) {
 	eachStore(t, func(t *testing.T, url string) {
 		flashSale(t, open(t, url))
 	})
-	for _, name := range []string{"memory", "redis", "redis-cluster", "redlock", "postgres", "mysql"} {
+	for _, name := range []string{"memory", "redis", "redis-cluster", "redlock", "postgres", "postgres-pgbouncer", "mysql"} {
 		t.Run(name+"/lock-free", func(t *testing.T) { flashSale(t, openLockFree(t, stores[name](t))) })
 	}
 }
@@ -362,7 +367,7 @@ func TestFlashSale(t *testing.T) {
 // (effect_refused, stale_fence), on every store and every Redis
 // deployment (one server, Sentinel, Cluster).
 func TestFlashSaleEveryAnswerASale(t *testing.T) {
-	for _, name := range []string{"memory", "redis", "redis-sentinel", "redis-cluster", "redlock", "etcd", "postgres", "mysql", "zk"} {
+	for _, name := range []string{"memory", "redis", "redis-sentinel", "redis-cluster", "redlock", "etcd", "postgres", "postgres-pgbouncer", "mysql", "zk"} {
 		t.Run(name, func(t *testing.T) {
 			svc := open(t, stores[name](t))
 			r, err := inventory.Start(svc, "127.0.0.1:0", "127.0.0.1:0", nil)

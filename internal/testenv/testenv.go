@@ -96,6 +96,14 @@ func PostgresURL(tb testing.TB) string {
 	return addrs(tb, "POSTGRES_URL", 1)[0]
 }
 
+// PgBouncerURL returns the URL of pgbouncer in transaction pooling mode in
+// front of the test PostgreSQL server, from PGBOUNCER_URL, or skips (fails
+// under ONCEKIT_REQUIRE_SERVERS=1).
+func PgBouncerURL(tb testing.TB) string {
+	tb.Helper()
+	return addrs(tb, "PGBOUNCER_URL", 1)[0]
+}
+
 // MySQLURL returns the test MariaDB/MySQL server's URL from MYSQL_URL
 // (mysql://user[:password]@host:port/db), or skips (fails under
 // ONCEKIT_REQUIRE_SERVERS=1).

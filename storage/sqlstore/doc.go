@@ -129,4 +129,24 @@
 // sent again: it may have run. (database/sql already retries, on a new
 // connection, a statement the driver knows was never sent.) The Guard
 // retries a completion for as long as its claim is valid.
+//
+// # Behind pgbouncer
+//
+// In transaction pooling mode (pool_mode = transaction) a connection
+// pooler keeps no session state between transactions: no LISTEN, no
+// named prepared statements, no session advisory locks. Every operation
+// here is one statement or one transaction, so both suites pass through
+// it with two settings in the URL:
+//
+//	postgres://user@pgbouncer:6432/db?notify=false&default_query_exec_mode=exec
+//
+// notify=false (WithoutNotify) makes waiters poll as on MySQL: the first
+// waiter every WithPollInterval/10 (5 ms), so a hand-off takes a few
+// milliseconds instead of a notification's fraction of one.
+// default_query_exec_mode=exec is pgx's: unnamed statements, one round
+// trip each. Without notify=false, LISTEN runs on whichever server
+// connection the pooler lends for that one statement, and the
+// notifications go astray: waiters then wait up to a second per look
+// (the conformance suites time out). Session pooling (pool_mode =
+// session) needs neither setting.
 package sqlstore

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -23,6 +24,13 @@ import (
 // go-sql-driver/mysql's DSN parameters as its query. Open pings the
 // database; it does not create the tables (see Migrate).
 func Open(ctx context.Context, rawURL string, opts ...Option) (*Store, error) {
+	rawURL, notify, err := cutNotify(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	if !notify {
+		opts = append(opts, WithoutNotify())
+	}
 	db, err := OpenDB(rawURL)
 	if err != nil {
 		return nil, err
@@ -45,6 +53,27 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Store, error) {
 // backends nor opens a connection per transaction once the burst ends.
 // One of them is the Store's LISTEN connection on PostgreSQL.
 const DefaultMaxConns = 32
+
+// cutNotify takes oncekit's notify=BOOL parameter out of a postgres URL
+// (pgx would send it to the server as a setting).
+func cutNotify(rawURL string) (string, bool, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
+		return rawURL, true, nil // (OpenDB says what is wrong)
+	}
+	q := u.Query()
+	v := q.Get("notify")
+	if v == "" {
+		return rawURL, true, nil
+	}
+	notify, err := strconv.ParseBool(v)
+	if err != nil {
+		return "", false, fmt.Errorf("sqlstore: %s: notify=%q is not a boolean", redact(rawURL), v)
+	}
+	q.Del("notify")
+	u.RawQuery = q.Encode()
+	return u.String(), notify, nil
+}
 
 // OpenDB opens a *sql.DB for rawURL (see Open) without pinging it, with a
 // pool of DefaultMaxConns connections (change it with SetMaxOpenConns and

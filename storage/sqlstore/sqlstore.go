@@ -38,6 +38,7 @@ type Store struct {
 	maxResult       int
 	onCleanupError  func(error)
 	listen          bool
+	noNotify        bool // WithoutNotify
 
 	hub *hub
 
@@ -76,6 +77,13 @@ func WithTablePrefix(p string) Option { return func(s *Store) { s.prefix = p } }
 // WithObserver sets where the Store, and the lock.Mutex and idem.Guard
 // built on it, report their operations (see package observe).
 func WithObserver(o observe.Observer) Option { return func(s *Store) { s.observer = o } }
+
+// WithoutNotify makes waiters on PostgreSQL poll, as they do on MySQL,
+// instead of listening for the NOTIFY of a release or a completion: for a
+// connection pooler in transaction mode (pgbouncer's pool_mode =
+// transaction), which does not keep a LISTEN session. Open and
+// storage.Open take it as notify=false in the URL.
+func WithoutNotify() Option { return func(s *Store) { s.noNotify = true } }
 
 // WithPollInterval bounds how long a waiter sleeps between two looks at a
 // held key (or an in-flight record) when nothing wakes it: on MySQL, which
@@ -143,7 +151,7 @@ func New(db *sql.DB, opts ...Option) (*Store, error) {
 	}
 	s.q = newQueries(s.dialect, s.prefix)
 	_, isPgx := db.Driver().(*stdlib.Driver)
-	s.listen = s.dialect == Postgres && isPgx
+	s.listen = s.dialect == Postgres && isPgx && !s.noNotify
 	s.hub = newHub()
 	if s.listen {
 		s.wg.Go(s.listenLoop)

@@ -42,9 +42,14 @@ func databases(t *testing.T) map[string]string {
 // suiteDatabases are databases plus the connection settings the
 // conformance suites must pass under too: MySQL with clientFoundRows=true
 // (an ON DUPLICATE KEY UPDATE that changes nothing reports a row), and
-// PostgreSQL whose sessions default to REPEATABLE READ.
+// PostgreSQL whose sessions default to REPEATABLE READ, and PostgreSQL
+// behind pgbouncer in transaction pooling mode (no LISTEN, no named
+// prepared statements: notify=false and pgx's exec mode).
 func suiteDatabases(t *testing.T) map[string]string {
 	dbs := databases(t)
+	if os.Getenv("PGBOUNCER_URL") != "" || testenv.Required() {
+		dbs["postgres-pgbouncer"] = withParam(testenv.PgBouncerURL(t), "notify=false&default_query_exec_mode=exec")
+	}
 	dbs["mysql-found-rows"] = withParam(dbs["mysql"], "clientFoundRows=true")
 	dbs["postgres-repeatable-read"] = withParam(dbs["postgres"], "options="+strings.ReplaceAll(url.QueryEscape(`-c default_transaction_isolation=repeatable\ read`), "+", "%20"))
 	return dbs
