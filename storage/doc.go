@@ -22,7 +22,9 @@
 //	zk://host:port,...[/root][?session_timeout=10s] a ZooKeeper ensemble (znodes under root, default /oncekit)
 //
 // The SQL forms create their tables if missing (migrate=false skips that)
-// and take prefix=P as the table prefix (default oncekit_).
+// and take prefix=P as the table prefix (default oncekit_); behind
+// pgbouncer in transaction mode, add notify=false&default_query_exec_mode=exec
+// (see package sqlstore).
 //
 // The Redis forms are go-redis' own (redis.ParseURL, ParseClusterURL,
 // ParseFailoverURL), written with the hosts comma-separated: every option

@@ -48,7 +48,8 @@ and replicas=N (replica_timeout=1s): every lease and claim waits for N
 replicas (redisstore.WithReplicas).
 SQL forms create their tables if missing (migrate=false skips that) and
 take prefix=P as the table prefix (default oncekit_); TLS through the
-driver's own parameters. zk:// waits for a session (within the timeout)
+driver's own parameters. Behind pgbouncer in transaction mode add
+notify=false&default_query_exec_mode=exec. zk:// waits for a session (within the timeout)
 and takes no other parameter.
 Every other form takes:
   prefix=P          the lock key prefix
