@@ -536,6 +536,9 @@ status() {
 		if [[ -n $pid ]] && alive "$pid"; then echo "${pg%%:*} :${pg#*:} running (pid $pid)"
 		else echo "${pg%%:*} :${pg#*:} stopped"; fi
 	done
+	pid=$(cat "$RUN_DIR/pgbouncer.pid" 2>/dev/null || true)
+	if [[ -n $pid ]] && alive "$pid"; then echo "pgbouncer :$PGBOUNCER_PORT running (pid $pid)"
+	else echo "pgbouncer :$PGBOUNCER_PORT stopped"; fi
 	pid=$(cat "$RUN_DIR/kafka/kfake.pid" 2>/dev/null || true)
 	if [[ -n $pid ]] && alive "$pid"; then echo "kfake :$KAFKA_PORT running (pid $pid)"
 	else echo "kfake :$KAFKA_PORT stopped"; fi
