@@ -111,7 +111,7 @@ func (m *Mutex) lock(ctx context.Context, key string,
 	m.held.Add(1)
 	h := &Held{
 		count:    &m.held,
-		Lease:    l,
+		lease:    l,
 		ttl:      m.opts.ttl,
 		observer: m.opts.observer,
 		driver:   m.driver,
@@ -198,11 +198,13 @@ func (m *Mutex) Do(ctx context.Context, key string, fn func(ctx context.Context,
 	}
 }
 
-// Held is a lease taken through a Mutex. It embeds the driver's Lease, so
-// Key, Token, Fence and Done behave as documented there; Release also stops
-// the watchdog, and Err tells why Done closed.
+// Held is a lease taken through a Mutex: Key, Token, Fence, Refresh, Done
+// and Deadline are the driver's lease's, as documented on Lease; Release
+// also stops the watchdog, and Err tells why Done closed. The driver's
+// lease itself is not reachable: a Release that bypassed the watchdog
+// would be reported as a loss.
 type Held struct {
-	Lease
+	lease    Lease
 	count    *atomic.Int64 // the Mutex's leases held
 	ttl      time.Duration
 	observer observe.Observer
@@ -219,6 +221,27 @@ type Held struct {
 	lost     error
 }
 
+// Key implements Lease.
+func (h *Held) Key() string { return h.lease.Key() }
+
+// Token implements Lease.
+func (h *Held) Token() string { return h.lease.Token() }
+
+// Fence implements Lease.
+func (h *Held) Fence() uint64 { return h.lease.Fence() }
+
+// Refresh implements Lease: it extends the lease now, besides the
+// watchdog's own refreshes.
+func (h *Held) Refresh(ctx context.Context, ttl time.Duration) error {
+	return h.lease.Refresh(ctx, ttl)
+}
+
+// Done implements Lease.
+func (h *Held) Done() <-chan struct{} { return h.lease.Done() }
+
+// Deadline implements Lease.
+func (h *Held) Deadline() time.Time { return h.lease.Deadline() }
+
 // Release stops the watchdog, waiting until it has stopped, and releases the
 // lease. Like Lease.Release it works with a cancelled ctx.
 func (h *Held) Release(ctx context.Context) error {
@@ -233,7 +256,7 @@ func (h *Held) Release(ctx context.Context) error {
 		h.count.Add(-1)
 		ctx, call = observe.Begin(ctx, h.observer, observe.LockRelease, h.driver, h.Key())
 	}
-	err := h.Lease.Release(ctx)
+	err := h.lease.Release(ctx)
 	if errors.Is(err, ErrLockLost) {
 		h.markLost()
 	}
@@ -291,7 +314,7 @@ func (h *Held) watchdog() {
 		// an unreachable store must not delay Lost by up to TTL/3.
 		select {
 		case <-h.stop:
-		case <-h.Lease.Done():
+		case <-h.lease.Done():
 			h.mu.Lock()
 			released := h.released
 			h.mu.Unlock()
@@ -309,7 +332,7 @@ func (h *Held) watchdog() {
 		select {
 		case <-h.stop:
 			return
-		case <-h.Lease.Done():
+		case <-h.lease.Done():
 			h.mu.Lock()
 			released := h.released
 			h.mu.Unlock()
@@ -321,7 +344,7 @@ func (h *Held) watchdog() {
 		}
 		rctx, rcancel := context.WithTimeout(ctx, interval)
 		rctx, call := observe.Begin(rctx, h.observer, observe.LockRefresh, h.driver, h.Key())
-		err := h.Lease.Refresh(rctx, h.ttl)
+		err := h.lease.Refresh(rctx, h.ttl)
 		rcancel()
 		call.End(leaseOutcome(err), h.Fence(), err)
 		switch {
@@ -378,3 +401,5 @@ func jitter(d time.Duration) time.Duration {
 	}
 	return d - time.Duration(span/2) + time.Duration(rand.Int64N(span))
 }
+
+var _ Lease = (*Held)(nil)
