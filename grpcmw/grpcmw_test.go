@@ -266,12 +266,19 @@ func TestStoredErrorsReplayedWithDetails(t *testing.T) {
 func TestClientTimeoutThenRetry(t *testing.T) {
 	eachStore(t, func(t *testing.T, st idem.Store) {
 		var running, overlaps atomic.Int32
+		release := make(chan struct{})
 		o := &orders{place: func(context.Context, *testpb.PlaceRequest, int64) (*testpb.PlaceReply, error) {
 			if running.Add(1) > 1 {
 				overlaps.Add(1)
 			}
 			defer running.Add(-1)
-			time.Sleep(900 * time.Millisecond) // ignores the client's deadline
+			// Ignores the client's deadline, and runs past several TTLs:
+			// until the test has retried (a loaded machine's sleep could
+			// otherwise outlast a fixed run time).
+			select {
+			case <-release:
+			case <-time.After(10 * time.Second):
+			}
 			return &testpb.PlaceReply{OrderId: "slow"}, nil
 		}}
 		c := serve(t, st, o, []idem.Option{idem.WithTTL(300 * time.Millisecond)}, nil)
@@ -281,12 +288,18 @@ func TestClientTimeoutThenRetry(t *testing.T) {
 		if status.Code(err) != codes.DeadlineExceeded {
 			t.Fatalf("first call: %v, want its deadline", err)
 		}
-		time.Sleep(500 * time.Millisecond)
+		time.Sleep(500 * time.Millisecond) // the claim outlives its 300 ms TTL
 		if _, err := c.Place(withKey(ctxT(t, 5*time.Second), "k-slow"), &testpb.PlaceRequest{}); status.Code(err) != codes.Aborted {
 			t.Errorf("retry while the first call runs: %v, want Aborted", err)
 		}
-		time.Sleep(time.Second)
-		r, err := c.Place(withKey(ctxT(t, 5*time.Second), "k-slow"), &testpb.PlaceRequest{})
+		close(release)
+		var r *testpb.PlaceReply
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			r, err = c.Place(withKey(ctxT(t, 5*time.Second), "k-slow"), &testpb.PlaceRequest{})
+			if status.Code(err) != codes.Aborted || time.Now().After(deadline) {
+				break // (Aborted until the first call has stored its reply)
+			}
+		}
 		if err != nil || r.OrderId != "slow" {
 			t.Errorf("retry after the first call: %v %v; want its reply", r, err)
 		}
