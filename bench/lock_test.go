@@ -246,19 +246,25 @@ func contendedPausing(b *testing.B, lockers []locker, cc *commandCounter, worker
 	if err, _ := failed.Load().(error); err != nil {
 		b.Fatal(err)
 	}
-	slices.Sort(lat)
-	pct := func(p float64) float64 {
-		if len(lat) == 0 {
-			return 0
-		}
-		return float64(lat[min(len(lat)-1, int(p*float64(len(lat))))].Microseconds()) / 1000
-	}
+	pct := percentilesMs(lat)
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "cycles/s")
 	b.ReportMetric(pct(0.50), "p50-ms")
 	b.ReportMetric(pct(0.99), "p99-ms")
 	b.ReportMetric(pct(0.999), "p99.9-ms")
 	b.ReportMetric(pct(1), "max-ms")
 	b.ReportMetric(float64(cc.n.Load()-cmds0)/float64(b.N), "cmds/acquire")
+}
+
+// percentilesMs sorts lat and returns its p-th percentile in ms (p in
+// [0, 1]; 0 for no latencies).
+func percentilesMs(lat []time.Duration) func(p float64) float64 {
+	slices.Sort(lat)
+	return func(p float64) float64 {
+		if len(lat) == 0 {
+			return 0
+		}
+		return float64(lat[min(len(lat)-1, int(p*float64(len(lat))))].Microseconds()) / 1000
+	}
 }
 
 // scriptCounter counts the acquire-script calls a client sends (either
