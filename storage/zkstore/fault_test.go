@@ -108,6 +108,12 @@ func TestCancelledJoinLeavesNothingBehind(t *testing.T) {
 	if !errors.Is(err, lock.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Acquire past its deadline: %v, want ErrNotAcquired and DeadlineExceeded", err)
 	}
+	// other may talk to a follower the cancelled Acquire's clean-up has
+	// not reached yet: a sync first makes the read see every write
+	// committed before it (ZooKeeper reads are not linearizable otherwise).
+	if _, err := other.Conn().Sync(zkstore.LockDir(other, key)); err != nil {
+		t.Fatal(err)
+	}
 	kids, _, changed, err := other.Conn().ChildrenW(zkstore.LockDir(other, key))
 	if err != nil {
 		t.Fatal(err)
@@ -142,6 +148,11 @@ func TestCancelledBeginLeavesNothingBehind(t *testing.T) {
 	time.AfterFunc(300*time.Millisecond, func() { proxy.Resume(); close(resumed) })
 	if _, err := cut.Begin(ctxT(t, 100*time.Millisecond), key, "fp", time.Minute); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Begin past its deadline: %v, want DeadlineExceeded", err)
+	}
+	// A sync first, as in TestCancelledJoinLeavesNothingBehind: other may
+	// talk to a follower behind the clean-up's delete.
+	if _, err := other.Conn().Sync(zkstore.RecordPath(other, key)); err != nil {
+		t.Fatal(err)
 	}
 	there, _, changed, err := other.Conn().ExistsW(zkstore.RecordPath(other, key))
 	if err != nil {
