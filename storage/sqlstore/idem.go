@@ -82,7 +82,7 @@ func (s *Store) Begin(ctx context.Context, key, fingerprint string, lease time.D
 		tok := token.New()
 		var claimed bool
 		var r recordRow
-		err := s.db.QueryRowContext(ctx, s.q.fastBegin, []byte(key), []byte(fingerprint), tok, us(lease)).
+		err := s.queryRow(ctx, s.q.fastBegin, []byte(key), []byte(fingerprint), tok, us(lease)).
 			Scan(&claimed, &r.state, &r.fp, &r.token, &r.fence, &r.expires, &r.result, &r.now)
 		switch {
 		case err == nil && claimed:
@@ -102,7 +102,7 @@ func (s *Store) Begin(ctx context.Context, key, fingerprint string, lease time.D
 		// A look without locks answers a duplicate (one round trip); a
 		// free key is claimed by one statement (a second).
 		var r recordRow
-		err := s.db.QueryRowContext(ctx, s.q.recSelect, []byte(key)).Scan(&r.state, &r.fp, &r.token, &r.fence, &r.expires, &r.result, &r.now)
+		err := s.queryRow(ctx, s.q.recSelect, []byte(key)).Scan(&r.state, &r.fp, &r.token, &r.fence, &r.expires, &r.result, &r.now)
 		r.found = err == nil
 		if err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return idem.Claim{}, s.errWrap("begin", key, err)
@@ -203,7 +203,7 @@ func (s *Store) complete(ctx context.Context, c idem.Claim, result []byte, reten
 		}
 		_, _, records := s.Tables()
 		var n int
-		err := s.db.QueryRowContext(ctx, s.q.fastComplete, us(retention), result, []byte(c.Key), c.Token, records, keyHash(c.Key)).Scan(&n, new(sql.NullString))
+		err := s.queryRow(ctx, s.q.fastComplete, us(retention), result, []byte(c.Key), c.Token, records, keyHash(c.Key)).Scan(&n, new(sql.NullString))
 		if err != nil && !retryable(err) {
 			return s.errWrap("complete", c.Key, err)
 		}
@@ -328,7 +328,7 @@ func (s *Store) WaitChange(ctx context.Context, key string, until time.Time) err
 			// one ran (neither marked by us nor before) is looked at again.
 			var watched bool
 			var marked int
-			err = s.db.QueryRowContext(ctx, s.q.watch, []byte(key)).Scan(&state, &expires, &watched, &now, &marked)
+			err = s.queryRow(ctx, s.q.watch, []byte(key)).Scan(&state, &expires, &watched, &now, &marked)
 			if err == nil && state == stateInFlight && expires > now && !watched && marked == 0 {
 				if !sleepCtx(ctx, time.Millisecond) {
 					return ctx.Err()
@@ -336,7 +336,7 @@ func (s *Store) WaitChange(ctx context.Context, key string, until time.Time) err
 				continue
 			}
 		} else {
-			err = s.db.QueryRowContext(ctx, s.q.recSelect, []byte(key)).Scan(&state, new([]byte), new(string), new(int64), &expires, new([]byte), &now)
+			err = s.queryRow(ctx, s.q.recSelect, []byte(key)).Scan(&state, new([]byte), new(string), new(int64), &expires, new([]byte), &now)
 		}
 		if err != nil || state != stateInFlight || expires <= now {
 			return ctx.Err() // a store error is the caller's Begin's to report

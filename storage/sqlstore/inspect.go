@@ -19,13 +19,13 @@ func (s *Store) InspectLock(ctx context.Context, key string) (lock.LockInfo, err
 		return lock.LockInfo{}, err
 	}
 	var r lockRow
-	err := s.db.QueryRowContext(ctx, s.q.lockSelect, []byte(key)).Scan(&r.token, &r.owner, &r.holds, &r.fence, &r.expires, &r.now)
+	err := s.queryRow(ctx, s.q.lockSelect, []byte(key)).Scan(&r.token, &r.owner, &r.holds, &r.fence, &r.expires, &r.now)
 	r.found = err == nil
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return lock.LockInfo{}, s.errWrap("inspect", key, err)
 	}
 	info := lockInfo(key, r)
-	if err := s.db.QueryRowContext(ctx, s.q.queueCount, []byte(key)).Scan(&info.Waiters); err != nil {
+	if err := s.queryRow(ctx, s.q.queueCount, []byte(key)).Scan(&info.Waiters); err != nil {
 		return lock.LockInfo{}, s.errWrap("inspect", key, err)
 	}
 	return info, nil
@@ -74,7 +74,7 @@ func (s *Store) InspectRecord(ctx context.Context, key string) (idem.RecordInfo,
 		return idem.RecordInfo{}, err
 	}
 	var r recordRow
-	err := s.db.QueryRowContext(ctx, s.q.recSelect, []byte(key)).Scan(&r.state, &r.fp, &r.token, &r.fence, &r.expires, &r.result, &r.now)
+	err := s.queryRow(ctx, s.q.recSelect, []byte(key)).Scan(&r.state, &r.fp, &r.token, &r.fence, &r.expires, &r.result, &r.now)
 	r.found = err == nil
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return idem.RecordInfo{}, s.errWrap("inspect", key, err)

@@ -245,7 +245,7 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 func (s *Store) peek(ctx context.Context, key, waiter string) (busy time.Duration, first bool, ahead int, err error) {
 	var remaining sql.NullInt64
 	var head sql.NullString
-	err = s.db.QueryRowContext(ctx, s.q.peek, []byte(key), []byte(key), []byte(key), []byte(key), waiter).Scan(&remaining, &head, &ahead)
+	err = s.queryRow(ctx, s.q.peek, []byte(key), []byte(key), []byte(key), []byte(key), waiter).Scan(&remaining, &head, &ahead)
 	if err != nil {
 		return 0, false, 0, err
 	}
@@ -264,7 +264,7 @@ func (s *Store) attempt(ctx context.Context, key string, ttl time.Duration, owne
 		// transaction below handles the rest (held, re-entry, a queue).
 		tok := token.New()
 		var fence int64
-		err := s.db.QueryRowContext(ctx, s.q.fastAcquire, []byte(key), tok, []byte(owner), us(ttl)).Scan(&fence)
+		err := s.queryRow(ctx, s.q.fastAcquire, []byte(key), tok, []byte(owner), us(ttl)).Scan(&fence)
 		if err == nil {
 			return grant{token: tok, fence: fence}, nil
 		}
@@ -341,7 +341,7 @@ func (s *Store) headAcquire(ctx context.Context, key string, ttl time.Duration, 
 	tok := token.New()
 	if s.dialect == Postgres {
 		var fence int64
-		err := s.db.QueryRowContext(ctx, s.q.headAcquire, []byte(key), tok, []byte{}, us(ttl), waiter).Scan(&fence)
+		err := s.queryRow(ctx, s.q.headAcquire, []byte(key), tok, []byte{}, us(ttl), waiter).Scan(&fence)
 		switch {
 		case errors.Is(err, sql.ErrNoRows), retryable(err): // (not taken: the caller's transaction looks)
 			return grant{}, false, nil
@@ -482,7 +482,7 @@ func (l *lease) StoreRelease(ctx context.Context) error {
 		locks, _, _ := s.Tables()
 		var n int
 		var waiter sql.NullString
-		err := s.db.QueryRowContext(ctx, s.q.releaseNotify, []byte(l.key), l.Token(), locks).Scan(&n, &waiter, new(sql.NullString))
+		err := s.queryRow(ctx, s.q.releaseNotify, []byte(l.key), l.Token(), locks).Scan(&n, &waiter, new(sql.NullString))
 		if err != nil && !retryable(err) {
 			return s.errWrap("release", l.key, err)
 		}
@@ -500,7 +500,7 @@ func (l *lease) StoreRelease(ctx context.Context) error {
 		if n, _ := affected(res, err); n == 1 {
 			locks, _, _ := s.Tables()
 			// Best effort: a waiter not woken looks again within a second.
-			if err := s.db.QueryRowContext(ctx, s.q.notifyHead, locks, []byte(l.key)).Scan(&head, new(string)); err == nil {
+			if err := s.queryRow(ctx, s.q.notifyHead, locks, []byte(l.key)).Scan(&head, new(string)); err == nil {
 				s.wakeWaiter(head)
 			}
 			return nil

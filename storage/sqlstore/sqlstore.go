@@ -38,6 +38,7 @@ type Store struct {
 	maxResult       int
 	onCleanupError  func(error)
 	listen          bool
+	pgx             bool // db's driver is pgx's stdlib: queryRow goes through pgx itself
 	noNotify        bool // WithoutNotify
 
 	hub *hub
@@ -150,8 +151,8 @@ func New(db *sql.DB, opts ...Option) (*Store, error) {
 		return nil, err
 	}
 	s.q = newQueries(s.dialect, s.prefix)
-	_, isPgx := db.Driver().(*stdlib.Driver)
-	s.listen = s.dialect == Postgres && isPgx && !s.noNotify
+	_, s.pgx = db.Driver().(*stdlib.Driver)
+	s.listen = s.dialect == Postgres && s.pgx && !s.noNotify
 	s.hub = newHub()
 	if s.listen {
 		s.wg.Go(s.listenLoop)
