@@ -51,6 +51,10 @@ type queries struct {
 	// MySQL's: one statement each, answering by the rows it affected and
 	// by LAST_INSERT_ID(expr), which carries the fence a take issued.
 	myAcquire, myRelease, myBegin, myComplete string
+	// myBeginReturning is myBegin answering with the record as the
+	// statement left it (MariaDB 10.5 and later: INSERT ... RETURNING),
+	// so that a duplicate or a replay needs no read before it.
+	myBeginReturning string
 	// headAcquire: the first queued waiter takes the free key and leaves
 	// the queue (PostgreSQL: one statement; MySQL: it, then queueDelete).
 	headAcquire string
@@ -198,6 +202,7 @@ func newQueries(d Dialect, prefix string) queries {
 			" state = IF(" + won + ", 1, state), fingerprint = IF(" + won + ", VALUES(fingerprint), fingerprint)," +
 			" fence = IF(" + won + ", LAST_INSERT_ID(GREATEST(fence + 1, " + now + ")), fence + LAST_INSERT_ID(0))," +
 			" expires_us = IF(" + won + ", VALUES(expires_us), expires_us), result = IF(" + won + ", NULL, result)"
+		q.myBeginReturning = "SET STATEMENT innodb_lock_wait_timeout = 0 FOR " + q.myBegin + " RETURNING " + recCols
 		q.myComplete = "UPDATE " + records + " SET state = 2, token = '', expires_us = " + now + " + ?, result = ?" +
 			" WHERE record_key = ? AND state = 1 AND token = ? AND expires_us > " + now
 	}
@@ -353,6 +358,13 @@ func serverGoing(err error) bool {
 	}
 	var my *mysql.MySQLError
 	return errors.As(err, &my) && my.Number == 1053
+}
+
+// unsupported reports MySQL's refusal of a statement's syntax (1064) or
+// of it in the prepared-statement protocol (1295).
+func unsupported(err error) bool {
+	var my *mysql.MySQLError
+	return errors.As(err, &my) && (my.Number == 1064 || my.Number == 1295)
 }
 
 // missingTable reports the error of a statement on a table that does not

@@ -54,3 +54,20 @@ func TestConnectionLostErrors(t *testing.T) {
 		})
 	}
 }
+
+func TestReturningVersion(t *testing.T) {
+	for v, want := range map[string]bool{
+		"10.11.6-MariaDB-0+deb12u1": true,
+		"10.5.0-MariaDB":            true,
+		"5.5.5-10.6.12-MariaDB-log": true,
+		"10.4.32-MariaDB":           false,
+		"11.4.2-MariaDB":            true,
+		"8.0.36":                    false,
+		"8.4.0-commercial":          false,
+		"MariaDB":                   false,
+	} {
+		if got := returningVersion(v); got != want {
+			t.Errorf("returningVersion(%q) = %v, want %v", v, got, want)
+		}
+	}
+}

@@ -2,3 +2,7 @@ package sqlstore
 
 // NowUS is the statements' reading of the server's clock, for tests.
 var NowUS = nowUS
+
+// WithoutReturning makes a MySQL Store claim records as it does on MySQL 8
+// (a read, then an upsert), on MariaDB too.
+func WithoutReturning() Option { return func(s *Store) { s.noReturning = true } }

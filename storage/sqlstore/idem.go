@@ -98,7 +98,36 @@ func (s *Store) Begin(ctx context.Context, key, fingerprint string, lease time.D
 		// (A serialization failure, under a session default of
 		// REPEATABLE READ: the transaction below, at READ COMMITTED.)
 	}
-	if s.q.myBegin != "" {
+	read := s.q.myBegin != "" // MySQL: the read-first claim below
+	if read && s.returning(ctx) && s.replays.Load() <= 0 {
+		// MariaDB: one statement claims a free record or answers with the
+		// one that holds the key (its token is then not ours). It does not
+		// wait for the row's lock (a writer's effect transaction, another
+		// duplicate): a row locked now is answered by the read below,
+		// which takes no lock. While most Begins of this Store find their
+		// key held (a burst of retries), the read goes first (see seen).
+		tok := token.New()
+		var r recordRow
+		err := s.queryRow(ctx, s.q.myBeginReturning, []byte(key), []byte(fingerprint), tok, us(lease)).
+			Scan(&r.state, &r.fp, &r.token, &r.fence, &r.expires, &r.result, &r.now)
+		switch {
+		case err == nil && r.token == tok && r.state == stateInFlight:
+			s.seen(false)
+			return idem.Claim{Key: key, State: idem.Acquired, Fingerprint: fingerprint, Token: tok, Fence: uint64(r.fence), Expires: start.Add(lease)}, nil
+		case err == nil:
+			r.found = true
+			if c, ok := claimOf(key, fingerprint, r); ok {
+				s.seen(true)
+				return c, nil
+			}
+			read = false // a corrupt record: the transaction below reports it
+		case unsupported(err):
+			s.myReturning.Store(2) // (a proxy or a protocol that refuses it)
+		case !retryable(err):
+			return idem.Claim{}, s.errWrap("begin", key, err)
+		}
+	}
+	if read {
 		// A look without locks answers a duplicate (one round trip); a
 		// free key is claimed by one statement (a second).
 		var r recordRow
@@ -108,8 +137,10 @@ func (s *Store) Begin(ctx context.Context, key, fingerprint string, lease time.D
 			return idem.Claim{}, s.errWrap("begin", key, err)
 		}
 		if c, ok := claimOf(key, fingerprint, r); ok {
+			s.seen(true)
 			return c, nil
 		}
+		s.seen(false)
 		if r.corrupt() == "" {
 			tok := token.New()
 			res, err := s.db.ExecContext(ctx, s.q.myBegin, []byte(key), []byte(fingerprint), tok, us(lease))
@@ -143,6 +174,24 @@ func (s *Store) Begin(ctx context.Context, key, fingerprint string, lease time.D
 		return nil
 	})
 	return c, err
+}
+
+// seen counts a MySQL Begin that found its key held (held) or not, into a
+// score bounded to ±8: above 0, most recent Begins were duplicates, and
+// the next one reads before it claims (one statement, no row lock, for a
+// duplicate; three for a new key); otherwise it claims at once (two for a
+// new key, one with a wait for the row's lock for a duplicate).
+func (s *Store) seen(held bool) {
+	for {
+		n := s.replays.Load()
+		m := n - 1
+		if held {
+			m = n + 1
+		}
+		if m < -8 || m > 8 || s.replays.CompareAndSwap(n, m) {
+			return
+		}
+	}
 }
 
 // claimOf is the answer to a Begin that found r holding key: a live

@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -38,8 +39,11 @@ type Store struct {
 	maxResult       int
 	onCleanupError  func(error)
 	listen          bool
-	pgx             bool // db's driver is pgx's stdlib: queryRow goes through pgx itself
-	noNotify        bool // WithoutNotify
+	pgx             bool         // db's driver is pgx's stdlib: queryRow goes through pgx itself
+	myReturning     atomic.Int32 // MySQL: 0 not asked yet, 1 the server takes INSERT ... RETURNING, 2 not (Store.returning)
+	noReturning     bool         // (tests: the path without RETURNING, as on MySQL 8)
+	replays         atomic.Int64 // MySQL: whether recent Begins found their key held (Store.seen)
+	noNotify        bool         // WithoutNotify
 
 	hub *hub
 
@@ -399,4 +403,41 @@ func (s *Store) Ping(ctx context.Context) error {
 		return fmt.Errorf("sqlstore: ping: %w", err)
 	}
 	return nil
+}
+
+// returning reports whether the MySQL server takes INSERT ... RETURNING
+// (MariaDB 10.5 and later; MySQL 8 does not), asking it once: SELECT
+// VERSION(). A failed question is asked again next time, and answers
+// false meanwhile.
+func (s *Store) returning(ctx context.Context) bool {
+	if s.noReturning {
+		return false
+	}
+	switch s.myReturning.Load() {
+	case 1:
+		return true
+	case 2:
+		return false
+	}
+	var v string
+	if err := s.db.QueryRowContext(ctx, "SELECT VERSION()").Scan(&v); err != nil {
+		return false
+	}
+	ok := returningVersion(v)
+	s.myReturning.Store(map[bool]int32{true: 1, false: 2}[ok])
+	return ok
+}
+
+// returningVersion reports whether a server of VERSION() v is MariaDB
+// 10.5 or later, e.g. "10.11.6-MariaDB-0+deb12u1".
+func returningVersion(v string) bool {
+	if !strings.Contains(v, "MariaDB") {
+		return false
+	}
+	v = strings.TrimPrefix(v, "5.5.5-") // the prefix older clients were given
+	var major, minor int
+	if _, err := fmt.Sscanf(v, "%d.%d", &major, &minor); err != nil {
+		return false
+	}
+	return major > 10 || major == 10 && minor >= 5
 }

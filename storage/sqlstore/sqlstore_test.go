@@ -41,7 +41,8 @@ func databases(t *testing.T) map[string]string {
 
 // suiteDatabases are databases plus the connection settings the
 // conformance suites must pass under too: MySQL with clientFoundRows=true
-// (an ON DUPLICATE KEY UPDATE that changes nothing reports a row), and
+// (an ON DUPLICATE KEY UPDATE that changes nothing reports a row; the
+// idempotency suite runs it without INSERT ... RETURNING, as on MySQL 8), and
 // PostgreSQL whose sessions default to REPEATABLE READ, and PostgreSQL
 // behind pgbouncer in transaction pooling mode (no LISTEN, no named
 // prepared statements: notify=false and pgx's exec mode).
@@ -117,8 +118,14 @@ func TestIdemConformance(t *testing.T) {
 			admin := migrated(t, url)
 			_, _, records := admin.Tables()
 			createCounters(t, admin)
+			var opts []sqlstore.Option
+			if name == "mysql-found-rows" {
+				// The claim MySQL 8 makes (no INSERT ... RETURNING), on
+				// MariaDB; "mysql" runs MariaDB's.
+				opts = append(opts, sqlstore.WithoutReturning())
+			}
 			idemtest.Run(t, idemtest.Config{
-				NewStore: func(t *testing.T) idem.Store { return open(t, url) },
+				NewStore: func(t *testing.T) idem.Store { return open(t, url, opts...) },
 				Corrupt: func(t *testing.T, key string) {
 					execSQL(t, admin, "INSERT INTO "+records+" (record_key, state, fingerprint, token, fence, expires_us) VALUES (?, 7, ?, 'x', 1, ?)",
 						[]byte(key), []byte("garbage"), time.Now().Add(time.Hour).UnixMicro())
