@@ -60,7 +60,11 @@
 // taking the free key, releasing the last hold (on PostgreSQL with the
 // notification of the first waiter; a second statement notifies it when a
 // waiter queued while the release waited for the row), claiming a free
-// record and completing it. Everything else
+// record and completing it (on MySQL 8 a claim reads first: two), and
+// answering a duplicate or a replay (a read without locks). On pgx these
+// statements go through the pool's pgx connection itself rather than
+// database/sql's rows, which would start a goroutine per query under a
+// context that can end. Everything else
 // (re-entry, a held key, a refresh, an effect) is a transaction that locks
 // the row first.
 //
