@@ -37,7 +37,12 @@
 // The Store returned carries the driver's methods and capabilities (such
 // as idem.EffectStore: assert the interface, not the driver's type, which
 // Open wraps for the clients it made), and its Close also closes the
-// clients Open made. RedisClient, RedlockClients and EtcdClient return
+// clients Open made. Every driver closes alike: after Close, TryAcquire,
+// Acquire and Begin fail with an error matching lock.ErrClosed, an Acquire
+// waiting for a key gives up with it, a lease taken before can still be
+// released (on a driver whose connection Close ended, it expires by its
+// TTL instead), and a second Close returns nil; both conformance suites
+// check it. RedisClient, RedlockClients and EtcdClient return
 // those clients, for an application that keeps its own data beside the
 // driver's.
 package storage

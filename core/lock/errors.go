@@ -29,7 +29,9 @@ var ErrInvalidOwner = errors.New("lock: invalid owner")
 // on a driver that does not implement owner reentrancy.
 var ErrReentrancyUnsupported = errors.New("lock: owner reentrancy not supported by this driver")
 
-// ErrClosed reports a call on a Locker after its Close.
+// ErrClosed reports a call on a Locker (or an idempotency store) after
+// its Close: every driver returns it for TryAcquire, Acquire and Begin, and
+// to an Acquire that was waiting when Close was called.
 var ErrClosed = errors.New("lock: locker closed")
 
 // ErrStaleFence reports that a resource refused a write because a newer

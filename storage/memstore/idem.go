@@ -101,6 +101,9 @@ func (s *Store) Begin(ctx context.Context, key, fingerprint string, lease time.D
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.closed {
+		return idem.Claim{}, closedErr("begin", key)
+	}
 	r := s.recordLocked(key)
 	if r == nil {
 		if !s.evictLocked(1, 0) {
@@ -203,6 +206,10 @@ func (s *Store) Extend(ctx context.Context, c idem.Claim, lease time.Duration) e
 // is completed, abandoned or expires, or ctx ends.
 func (s *Store) WaitChange(ctx context.Context, key string, until time.Time) error {
 	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return closedErr("wait for", key)
+	}
 	r := s.recordLocked(key)
 	if r == nil || r.done {
 		s.mu.Unlock()
@@ -219,6 +226,8 @@ func (s *Store) WaitChange(ctx context.Context, key string, until time.Time) err
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
+	case <-s.closing:
+		return closedErr("wait for", key)
 	}
 }
 

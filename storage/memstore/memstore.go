@@ -27,6 +27,9 @@ type Store struct {
 	maxBytes    int64
 
 	observer observe.Observer
+
+	closed  bool          // Close was called: new calls fail with lock.ErrClosed
+	closing chan struct{} // closed by Close: waiters give up
 }
 
 // Defaults of the bounds on idempotency records.
@@ -57,10 +60,25 @@ func WithMaxRecords(n int) Option { return func(s *Store) { s.maxRecords = n } }
 // DefaultMaxBytes (256 MiB).
 func WithMaxBytes(n int64) Option { return func(s *Store) { s.maxBytes = n } }
 
-// Close implements io.Closer, so that every driver closes alike (see
-// package storage). A memory Store holds nothing to release: it stays
-// usable after Close.
-func (s *Store) Close() error { return nil }
+// Close implements io.Closer, as every driver does (see package storage):
+// after it, Acquire, TryAcquire, Begin and WaitChange fail with an error
+// matching lock.ErrClosed, and Acquires waiting for a key give up with it.
+// Leases and claims taken before can still be released, completed or
+// abandoned. Close is idempotent.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.closed {
+		s.closed = true
+		close(s.closing)
+	}
+	return nil
+}
+
+// closedErr is the error of a call op on key after Close.
+func closedErr(op, key string) error {
+	return fmt.Errorf("memstore: %s %q: %w", op, key, lock.ErrClosed)
+}
 
 // DriverName implements observe.Source: "memory".
 func (s *Store) DriverName() string { return "memory" }
@@ -70,7 +88,7 @@ func (s *Store) Observer() observe.Observer { return s.observer }
 
 // New returns an empty Store.
 func New(opts ...Option) *Store {
-	s := &Store{locks: make(map[string]*entry), maxRecords: DefaultMaxRecords, maxBytes: DefaultMaxBytes}
+	s := &Store{locks: make(map[string]*entry), maxRecords: DefaultMaxRecords, maxBytes: DefaultMaxBytes, closing: make(chan struct{})}
 	for _, o := range opts {
 		o(s)
 	}
@@ -131,6 +149,9 @@ func (s *Store) TryAcquire(ctx context.Context, key string, ttl time.Duration) (
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.closed {
+		return nil, closedErr("try acquire", key)
+	}
 	e := s.entryLocked(key)
 	if h := e.holder; h != nil {
 		if owner != "" && h.owner == owner {
@@ -164,6 +185,10 @@ func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (loc
 		return nil, err
 	}
 	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, closedErr("acquire", key)
+	}
 	e := s.entryLocked(key)
 	if h := e.holder; h == nil {
 		l := s.grantLocked(key, e, ttl, owner)
@@ -186,6 +211,7 @@ func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (loc
 		})
 		return l, nil
 	case <-ctx.Done():
+	case <-s.closing:
 	}
 	s.mu.Lock()
 	if w.elem != nil { // still queued: leave the queue, nothing to undo
@@ -193,6 +219,9 @@ func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (loc
 		w.elem = nil
 		s.dropIfIdleLocked(key, e)
 		s.mu.Unlock()
+		if ctx.Err() == nil {
+			return nil, closedErr("acquire", key)
+		}
 		return nil, errors.Join(lock.ErrNotAcquired, ctx.Err())
 	}
 	s.mu.Unlock()

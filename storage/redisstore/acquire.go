@@ -21,6 +21,9 @@ func (s *Store) TryAcquire(ctx context.Context, key string, ttl time.Duration) (
 	if err != nil {
 		return nil, err
 	}
+	if err := s.closedErr("try acquire", key); err != nil {
+		return nil, err
+	}
 	if l, err := s.takeKept(ctx, key, ttl, owner); l != nil || err != nil {
 		return l, err
 	}
@@ -89,6 +92,9 @@ func (s *Store) takeKept(ctx context.Context, key string, ttl time.Duration, own
 func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (lock.Lease, error) {
 	owner, err := lockdriver.CheckAcquire(ctx, key, ttl)
 	if err != nil {
+		return nil, err
+	}
+	if err := s.closedErr("acquire", key); err != nil {
 		return nil, err
 	}
 	if l, err := s.takeKept(ctx, key, ttl, owner); l != nil || err != nil {

@@ -27,6 +27,9 @@ func (s *Store) Begin(ctx context.Context, key, fingerprint string, lease time.D
 	if err := lockdriver.Validate(key, lease); err != nil {
 		return idem.Claim{}, err
 	}
+	if err := s.closedErr("begin", key); err != nil {
+		return idem.Claim{}, err
+	}
 	tok := token.New()
 	now := time.Now()
 	giveBack := func() { // a claim the caller will never use

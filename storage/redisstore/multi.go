@@ -30,6 +30,9 @@ func (s *Store) AcquireAll(ctx context.Context, keys []string, ttl time.Duration
 	if err := ctx.Err(); err != nil {
 		return nil, lockdriver.NotAcquired(ctx)
 	}
+	if s.closed.Load() {
+		return nil, fmt.Errorf("redisstore: acquire all: %w", lock.ErrClosed)
+	}
 	// The call waits in the queue of the key in its way as a member of its
 	// own (not the Store's: its turn is not a single-key waiter's), woken
 	// on its own channel like any waiter, or on the general channel.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -40,6 +41,7 @@ type Client = rediskit.Client
 // WithMaxLocalHandOffs times in a row before the key is let go so that
 // other processes get their turn.
 type Store struct {
+	closed   atomic.Bool       // Close was called: new calls fail with lock.ErrClosed
 	base     rediskit.Base     // what both Redis drivers share (options, names, script calls)
 	fin      rediskit.Finisher // idem.Store's Complete, Abandon and Extend
 	client   Client            // scripts go through it: auto-pipelined when the client can pipeline
@@ -153,6 +155,7 @@ func New(client Client, opts ...Option) (*Store, error) {
 // Leases taken earlier stay valid and can still be refreshed and released.
 // Close does not close the client.
 func (s *Store) Close() error {
+	s.closed.Store(true)
 	s.releaseKept()
 	err := s.sub.Close()
 	s.base.BG.Wait()
@@ -160,6 +163,14 @@ func (s *Store) Close() error {
 }
 
 const driverName = "redis"
+
+// closedErr reports a call op on key after Close, nil before.
+func (s *Store) closedErr(op, key string) error {
+	if !s.closed.Load() {
+		return nil
+	}
+	return fmt.Errorf("redisstore: %s %q: %w", op, key, lock.ErrClosed)
+}
 
 // DriverName implements observe.Source: "redis".
 func (s *Store) DriverName() string { return driverName }

@@ -26,6 +26,11 @@ func (s *Store) Begin(ctx context.Context, key, fingerprint string, lease time.D
 	if err := lockdriver.Validate(key, lease); err != nil {
 		return idem.Claim{}, err
 	}
+	select {
+	case <-s.closed:
+		return idem.Claim{}, fmt.Errorf("redlockstore: begin %q: %w", key, lock.ErrClosed)
+	default:
+	}
 	tok := token.New()
 	now := time.Now()
 	b := s.sendBegin(ctx, key, fingerprint, tok, lease)

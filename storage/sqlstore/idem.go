@@ -75,6 +75,9 @@ func (s *Store) Begin(ctx context.Context, key, fingerprint string, lease time.D
 	if err := ctx.Err(); err != nil {
 		return idem.Claim{}, err
 	}
+	if err := s.closedErr("begin", key); err != nil {
+		return idem.Claim{}, err
+	}
 	start := time.Now()
 	if s.q.fastBegin != "" {
 		// One statement claims a free record, or reads the record that
@@ -362,6 +365,9 @@ func (s *Store) Extend(ctx context.Context, c idem.Claim, lease time.Duration) e
 // looks once a second besides); on MySQL it looks without locks, after
 // 2 ms and then less often, up to every WithPollInterval.
 func (s *Store) WaitChange(ctx context.Context, key string, until time.Time) error {
+	if err := s.closedErr("wait for", key); err != nil {
+		return err
+	}
 	_, _, records := s.Tables()
 	woken, unsubscribe := s.hub.subscribe(records, keyHash(key))
 	defer unsubscribe()
@@ -408,6 +414,9 @@ func (s *Store) WaitChange(ctx context.Context, key string, until time.Time) err
 		case <-ctx.Done():
 			t.Stop()
 			return ctx.Err()
+		case <-s.stop:
+			t.Stop()
+			return s.closedErr("wait for", key)
 		}
 	}
 }

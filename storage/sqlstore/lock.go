@@ -61,6 +61,9 @@ func (s *Store) TryAcquire(ctx context.Context, key string, ttl time.Duration) (
 	if err != nil {
 		return nil, err
 	}
+	if err := s.closedErr("try acquire", key); err != nil {
+		return nil, err
+	}
 	start := time.Now()
 	g, err := s.attempt(ctx, key, ttl, owner, "", false)
 	switch {
@@ -85,6 +88,9 @@ func (s *Store) TryAcquire(ctx context.Context, key string, ttl time.Duration) (
 func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (lock.Lease, error) {
 	owner, err := lockdriver.CheckAcquire(ctx, key, ttl)
 	if err != nil {
+		return nil, err
+	}
+	if err := s.closedErr("acquire", key); err != nil {
 		return nil, err
 	}
 	locks, _, _ := s.Tables()
@@ -203,11 +209,16 @@ func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (loc
 			look = true
 		case <-t.C:
 		case <-ctx.Done():
+		case <-s.stop:
 		}
 		t.Stop()
 		if ctx.Err() != nil {
 			s.leaveQueue(ctx, key, waiter, true)
 			return nil, lockdriver.NotAcquired(ctx)
+		}
+		if err := s.closedErr("acquire", key); err != nil {
+			s.leaveQueue(ctx, key, waiter, true) // (fails at once if Close closed the database)
+			return nil, err
 		}
 	}
 }

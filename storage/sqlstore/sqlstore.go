@@ -15,6 +15,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5/stdlib"
 
+	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/core/observe"
 )
 
@@ -168,8 +169,12 @@ func New(db *sql.DB, opts ...Option) (*Store, error) {
 }
 
 // Close stops the Store's background work (the LISTEN connection, the
-// cleanup loop) and, for a Store made by Open, closes its database.
-// Leases and claims still held expire in the database by their TTL.
+// cleanup loop) and, for a Store made by Open, closes its database. After
+// it, Acquire, TryAcquire, Begin and WaitChange fail with an error
+// matching lock.ErrClosed, and Acquires waiting for a key give up with it.
+// Leases and claims still held expire in the database by their TTL (a
+// Store over a database it does not own can still release them). Close
+// is idempotent.
 func (s *Store) Close() error {
 	s.stopOnce.Do(func() { close(s.stop) })
 	s.wg.Wait()
@@ -178,6 +183,25 @@ func (s *Store) Close() error {
 		return s.db.Close()
 	}
 	return nil
+}
+
+// closed reports whether Close was called.
+func (s *Store) closed() bool {
+	select {
+	case <-s.stop:
+		return true
+	default:
+		return false
+	}
+}
+
+// closedErr reports a call op on key after Close (lock.ErrClosed), nil
+// before.
+func (s *Store) closedErr(op, key string) error {
+	if !s.closed() {
+		return nil
+	}
+	return fmt.Errorf("sqlstore: %s %q: %w", op, key, lock.ErrClosed)
 }
 
 // DB returns the database the Store works on.
@@ -265,6 +289,8 @@ func (s *Store) errWrap(op, key string, err error) error {
 		what = fmt.Sprintf("%s %q", op, key)
 	}
 	switch {
+	case s.closed():
+		return fmt.Errorf("sqlstore: %s: %w (%w)", what, lock.ErrClosed, err)
 	case missingTable(err):
 		return fmt.Errorf("sqlstore: %s: %w (run Store.Migrate to create the tables)", what, err)
 	case connectionLost(err):

@@ -10,6 +10,7 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/core/lock/lockdriver"
 	"github.com/oncekit/oncekit/storage/internal/token"
 )
@@ -179,6 +180,9 @@ func (s *Store) restampRecord(ctx context.Context, path string, rec record, st *
 // lease or retention ended.
 func (s *Store) Begin(ctx context.Context, key, fingerprint string, lease time.Duration) (idem.Claim, error) {
 	if err := lockdriver.Validate(key, lease); err != nil {
+		return idem.Claim{}, err
+	}
+	if err := s.closedErr("begin", key); err != nil {
 		return idem.Claim{}, err
 	}
 	if len(fingerprint) > 1<<16-1 {
@@ -385,6 +389,9 @@ func (s *Store) WaitChange(ctx context.Context, key string, until time.Time) err
 	if err := lockdriver.ValidateKey(key); err != nil {
 		return err
 	}
+	if err := s.closedErr("wait for", key); err != nil {
+		return err
+	}
 	type res struct {
 		ok bool
 		ch <-chan zk.Event
@@ -414,6 +421,9 @@ func (s *Store) WaitChange(ctx context.Context, key string, until time.Time) err
 func (s *Store) idemErr(ctx context.Context, op, key string, err error) error {
 	if ctx.Err() != nil && !errors.Is(err, ctx.Err()) {
 		err = errors.Join(ctx.Err(), err)
+	}
+	if s.isClosed() {
+		return fmt.Errorf("zkstore: %s %q: %w (%w)", op, key, lock.ErrClosed, err)
 	}
 	return fmt.Errorf("zkstore: %s %q: %w", op, key, err)
 }

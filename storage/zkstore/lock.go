@@ -43,6 +43,9 @@ func (s *Store) acquire(ctx context.Context, key string, ttl time.Duration, wait
 	if err != nil {
 		return nil, err
 	}
+	if err := s.closedErr("acquire", key); err != nil {
+		return nil, err
+	}
 	dir := s.lockDir(key)
 	if owner != "" {
 		// An owner first looks whether it holds the key already, here or
@@ -417,7 +420,29 @@ func (s *Store) acquireErr(ctx context.Context, key string, err error) error {
 	if ctx.Err() != nil {
 		return lockdriver.NotAcquired(ctx)
 	}
+	if s.isClosed() {
+		return fmt.Errorf("zkstore: acquire %q: %w (%w)", key, lock.ErrClosed, err)
+	}
 	return fmt.Errorf("zkstore: acquire %q: %w", key, err)
+}
+
+// isClosed reports whether Close was called.
+func (s *Store) isClosed() bool {
+	select {
+	case <-s.closing:
+		return true
+	default:
+		return false
+	}
+}
+
+// closedErr reports a call op on key after Close (lock.ErrClosed), nil
+// before.
+func (s *Store) closedErr(op, key string) error {
+	if !s.isClosed() {
+		return nil
+	}
+	return fmt.Errorf("zkstore: %s %q: %w", op, key, lock.ErrClosed)
 }
 
 // generation counts the disconnections: a lease taken across one may have

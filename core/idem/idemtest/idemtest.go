@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"runtime"
 	"strings"
 	"sync"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/core/lock/lockdriver"
 )
 
@@ -74,6 +76,7 @@ func Run(t *testing.T, cfg Config) {
 	t.Run("Inspect", s.inspect)
 	t.Run("ListKeys", s.listKeys)
 	t.Run("WatchdogKeepsLongRun", s.longRun)
+	t.Run("Closed", s.closed) // last: NewStore may return one shared Store
 }
 
 type suite struct{ cfg Config }
@@ -906,5 +909,26 @@ func (s *suite) longRun(t *testing.T) {
 	res, replayed, err := guard(t, other).Do(ctxT(t, 5*time.Second), k, "fp", nil)
 	if err != nil || !replayed || string(res) != "long" {
 		t.Errorf("after the long run: %q %v %v", res, replayed, err)
+	}
+}
+
+// closed: after Close, a Store refuses Begin with an error matching
+// lock.ErrClosed; a second Close is not an error.
+func (s *suite) closed(t *testing.T) {
+	st := s.cfg.NewStore(t)
+	c, ok := st.(io.Closer)
+	if !ok {
+		t.Fatalf("%T has no Close method: every driver closes alike", st)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if _, err := st.Begin(ctx, "idemtest-closed", "fp", time.Minute); !errors.Is(err, lock.ErrClosed) {
+		t.Errorf("Begin after Close: %v, want lock.ErrClosed", err)
+	}
+	if err := c.Close(); err != nil {
+		t.Errorf("a second Close: %v, want nil", err)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -110,6 +111,7 @@ func Run(t *testing.T, cfg Config) {
 	t.Run("Reentrancy", s.reentrancy)
 	t.Run("Inspect", s.inspect)
 	t.Run("HolderProcessFaults", s.holderProcessFaults)
+	t.Run("Closed", s.closed) // last: NewLocker may return one shared Locker
 }
 
 type suite struct{ cfg Config }
@@ -1027,5 +1029,55 @@ func (s *suite) inspect(t *testing.T) {
 	}
 	if again, err := other.ForceRelease(ctx, k); err != nil || again.Held {
 		t.Errorf("ForceRelease of a free key = %+v, %v; want not held", again, err)
+	}
+}
+
+// closed: after Close, a Locker refuses TryAcquire and Acquire with an
+// error matching lock.ErrClosed, and an Acquire that was waiting for a key
+// when Close was called gives up with it (within seconds, not at its
+// context's end). A lease taken before Close can still be released.
+func (s *suite) closed(t *testing.T) {
+	l := s.cfg.NewLocker(t)
+	c, ok := l.(io.Closer)
+	if !ok {
+		t.Fatalf("%T has no Close method: every driver closes alike", l)
+	}
+	k := key(t)
+	holder := s.cfg.NewLocker(t)
+	held, err := holder.Acquire(ctxTimeout(t, 10*time.Second), k, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waited := make(chan error, 1)
+	go func() {
+		wl, err := l.Acquire(ctxTimeout(t, time.Minute), k, time.Minute)
+		if err == nil {
+			_ = wl.Release(context.Background())
+		}
+		waited <- err
+	}()
+	time.Sleep(200 * time.Millisecond) // (the waiter is queued by now, or about to be)
+	if err := c.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	select {
+	case err := <-waited:
+		if !errors.Is(err, lock.ErrClosed) {
+			t.Errorf("an Acquire waiting when its Locker was closed: %v, want lock.ErrClosed", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("an Acquire waiting when its Locker was closed still waits 10 s later")
+	}
+	if _, err := l.TryAcquire(ctxTimeout(t, 10*time.Second), key(t), time.Minute); !errors.Is(err, lock.ErrClosed) {
+		t.Errorf("TryAcquire after Close: %v, want lock.ErrClosed", err)
+	}
+	if _, err := l.Acquire(ctxTimeout(t, 10*time.Second), key(t), time.Minute); !errors.Is(err, lock.ErrClosed) {
+		t.Errorf("Acquire after Close: %v, want lock.ErrClosed", err)
+	}
+	if err := c.Close(); err != nil {
+		t.Errorf("a second Close: %v, want nil", err)
+	}
+	if err := held.Release(ctxTimeout(t, 10*time.Second)); err != nil && !errors.Is(err, lock.ErrClosed) {
+		t.Errorf("Release of a lease taken before its Locker was closed: %v", err)
 	}
 }
