@@ -63,7 +63,7 @@ func run(args []string, stdout, stderr io.Writer, o Options) int {
 	fs := flag.NewFlagSet("inventory", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&f.store, "store", env("INVENTORY_STORE", "memory://"), "the oncekit store URL (see below; env INVENTORY_STORE)")
-	fs.StringVar(&f.kafka, "kafka", env("KAFKA_BROKERS", ""), `Kafka brokers, comma-separated; "embedded" starts one in this process; "" runs without Kafka (env KAFKA_BROKERS)`)
+	fs.StringVar(&f.kafka, "kafka", env("KAFKA_BROKERS", ""), `Kafka brokers, comma-separated; "embedded" starts one in this process; "" runs without Kafka (env KAFKA_BROKERS; --demo without this flag starts an embedded one)`)
 	fs.StringVar(&f.httpAddr, "http", "127.0.0.1:8080", "HTTP address of the first replica")
 	fs.StringVar(&f.grpcAddr, "grpc", "127.0.0.1:9090", "gRPC address of the first replica")
 	fs.IntVar(&f.replicas, "replicas", 1, "replicas in this process (each on the next ports)")
@@ -96,7 +96,9 @@ func run(args []string, stdout, stderr io.Writer, o Options) int {
 		// A run of its own in shared servers: fresh keys, topic and group.
 		run := fmt.Sprintf("demo-%d", time.Now().UnixNano())
 		f.prefix, f.topic, f.group = "inventory:"+run+":", "order.created."+run, "shipping."+run
-		if f.kafka == "" {
+		kafkaSet := false // --kafka "" runs the demo without Kafka
+		fs.Visit(func(fl *flag.Flag) { kafkaSet = kafkaSet || fl.Name == "kafka" })
+		if f.kafka == "" && !kafkaSet {
 			f.kafka = "embedded"
 		}
 	}

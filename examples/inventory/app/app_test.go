@@ -22,6 +22,16 @@ func TestDemo(t *testing.T) {
 	}
 }
 
+// --demo --kafka "" sells without Kafka, as the flag's help says (without
+// the flag the demo starts an embedded broker).
+func TestDemoWithoutKafka(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	code := run([]string{"--demo", "--store", "memory://", "--kafka", "", "--buyers", "60", "--stock", "10"}, &stdout, &stderr, Options{})
+	if code != 0 || !strings.Contains(stdout.String(), "PASS") || !strings.Contains(stderr.String(), "kafka none") {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
+	}
+}
+
 // A bad store URL or an unreachable server is one clear line and exit 1.
 func TestBadStore(t *testing.T) {
 	for url, want := range map[string]string{
