@@ -183,7 +183,7 @@ func (s *Store) Begin(ctx context.Context, key, fingerprint string, lease time.D
 // score bounded to ±8: above 0, most recent Begins were duplicates, and
 // the next one reads before it claims (one statement, no row lock, for a
 // duplicate; three for a new key); otherwise it claims at once (two for a
-// new key, one with a wait for the row's lock for a duplicate).
+// new key; one for a duplicate, or two when its row is locked).
 func (s *Store) seen(held bool) {
 	for {
 		n := s.replays.Load()

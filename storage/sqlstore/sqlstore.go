@@ -449,9 +449,12 @@ func (s *Store) returning(ctx context.Context) bool {
 	if err := s.db.QueryRowContext(ctx, "SELECT VERSION()").Scan(&v); err != nil {
 		return false
 	}
-	ok := returningVersion(v)
-	s.myReturning.Store(map[bool]int32{true: 1, false: 2}[ok])
-	return ok
+	if !returningVersion(v) {
+		s.myReturning.Store(2)
+		return false
+	}
+	s.myReturning.Store(1)
+	return true
 }
 
 // returningVersion reports whether a server of VERSION() v is MariaDB
