@@ -892,13 +892,20 @@ func TestKeyExtractor(t *testing.T) {
 func TestClientTimeoutThenRetry(t *testing.T) {
 	eachStore(t, func(t *testing.T, st idem.Store) {
 		var running, runs, overlaps atomic.Int32
+		release := make(chan struct{})
 		handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			runs.Add(1)
 			if running.Add(1) > 1 {
 				overlaps.Add(1)
 			}
 			defer running.Add(-1)
-			time.Sleep(900 * time.Millisecond) // ignores the client's cancellation, as many handlers do
+			// Ignores the client's cancellation, as many handlers do, and
+			// runs past several TTLs: until the test has retried (a loaded
+			// machine's sleep could otherwise outlast a fixed run time).
+			select {
+			case <-release:
+			case <-time.After(10 * time.Second):
+			}
 			w.WriteHeader(http.StatusCreated)
 		})
 		srv := httptest.NewServer(newMW(t, st, []idem.Option{idem.WithTTL(300 * time.Millisecond)})(handler))
@@ -916,12 +923,20 @@ func TestClientTimeoutThenRetry(t *testing.T) {
 		if _, err := send(100 * time.Millisecond); err == nil {
 			t.Fatal("the first request did not time out")
 		}
-		time.Sleep(500 * time.Millisecond)
+		time.Sleep(500 * time.Millisecond) // the claim outlives its 300 ms TTL
 		if code, err := send(5 * time.Second); err != nil || code != http.StatusConflict {
 			t.Errorf("retry while the first run goes on: %d %v; want 409 in flight", code, err)
 		}
-		time.Sleep(time.Second)
-		if code, err := send(5 * time.Second); err != nil || code != http.StatusCreated {
+		close(release)
+		var code int
+		var err error
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			code, err = send(5 * time.Second)
+			if err != nil || code != http.StatusConflict || time.Now().After(deadline) {
+				break // (409 until the first run has stored its answer)
+			}
+		}
+		if err != nil || code != http.StatusCreated {
 			t.Errorf("retry after the first run: %d %v; want its 201 replayed", code, err)
 		}
 		if runs.Load() != 1 || overlaps.Load() != 0 {
