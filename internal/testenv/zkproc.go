@@ -204,10 +204,12 @@ func (m *ZooKeeperMember) logTail(name string) []byte {
 }
 
 // ZooKeeperLeader returns the member that says it leads, waiting up to
-// 20 s for an election to settle.
+// 60 s for an election to settle (a few seconds alone; a machine busy
+// with every package's tests has taken over 20 s). It fails with each
+// member's mode and log when none leads by then.
 func ZooKeeperLeader(tb testing.TB, members []*ZooKeeperMember) *ZooKeeperMember {
 	tb.Helper()
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
 	for {
 		for _, m := range members {
 			if m.cmd != nil && m.Mode() == "leader" {
@@ -215,7 +217,11 @@ func ZooKeeperLeader(tb testing.TB, members []*ZooKeeperMember) *ZooKeeperMember
 			}
 		}
 		if time.Now().After(deadline) {
-			tb.Fatal("no zookeeper member leads")
+			var b strings.Builder
+			for _, m := range members {
+				fmt.Fprintf(&b, "\nzookeeper %d at %s (running %t, mode %q)\nzk.log:\n%s\n", m.ID, m.Addr, m.cmd != nil, m.Mode(), m.logTail("zk.log"))
+			}
+			tb.Fatalf("no zookeeper member leads after 60 s%s", b.String())
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

@@ -192,7 +192,7 @@ func TestRecordStampedByFormerLeader(t *testing.T) {
 	for _, m := range members {
 		addrs = append(addrs, m.Addr)
 	}
-	ctx := ctxT(t, 60*time.Second)
+	ctx := ctxT(t, 150*time.Second)
 	connectTo := func() *zkstore.Store {
 		s, err := zkstore.Connect(ctx, addrs, zkstore.WithSessionTimeout(4*time.Second))
 		if err != nil {
@@ -212,7 +212,7 @@ func TestRecordStampedByFormerLeader(t *testing.T) {
 	time.Sleep(lease + 200*time.Millisecond)
 	other := connectTo()
 	var c2 idem.Claim
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+	for deadline := time.Now().Add(40 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 		if c2, err = other.Begin(ctx, key, "fp", lease); err == nil || time.Now().After(deadline) {
 			break // (the ensemble may refuse requests while it settles)
 		}
