@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/examples/inventory/inventorypb"
 	"github.com/oncekit/oncekit/grpcmw"
 )
@@ -160,8 +161,13 @@ func grpcError(err error) error {
 		return withReason(codes.FailedPrecondition, "sold_out", "not enough stock")
 	case errors.Is(err, ErrStaleFence), errors.Is(err, idem.ErrEffectRefused):
 		return withReason(codes.Aborted, "conflict", "the sale lost its lock before it committed; nothing was sold, retry")
+	case errors.Is(err, lock.ErrNotAcquired), errors.Is(err, context.DeadlineExceeded):
+		return withReason(codes.Unavailable, "busy", "the item is busy; retry")
 	}
-	if _, ok := status.FromError(err); ok {
+	// A status of this service's own passes as it is; one wrapped inside
+	// (an etcd client's "code = Unknown" from a request the lock wait cut
+	// off) is the store's, not the caller's: retryable.
+	if _, ok := err.(interface{ GRPCStatus() *status.Status }); ok {
 		return err
 	}
 	return withReason(codes.Unavailable, "store_unavailable", err.Error())
