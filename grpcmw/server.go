@@ -104,11 +104,11 @@ func (s *server) stored(ctx context.Context, fullMethod, key string, req any) (s
 				"(return the caller's principal, or use Unscoped)", fullMethod)
 		}
 	}
-	stored := idem.ScopedKey(scope, fullMethod+"\n"+key)
-	if s.cfg.place == nil || req == nil {
-		return stored, nil
+	place := ""
+	if s.cfg.place != nil && req != nil {
+		place = s.cfg.place(ctx, req)
 	}
-	stored, err := idem.Placed(s.cfg.place(ctx, req), stored)
+	stored, err := idem.StoredKey(scope, fullMethod, key, place)
 	if err != nil {
 		return "", status.Errorf(codes.InvalidArgument, "grpcmw: %s: %v", fullMethod, err)
 	}

@@ -150,14 +150,15 @@ func (m *middleware) handle(ctx context.Context, w http.ResponseWriter, r *http.
 			return observe.Invalid, errors.New("httpmw: the scope function returned an empty scope; return the principal, or use Unscoped")
 		}
 	}
-	stored := idem.ScopedKey(scope, key)
+	place := ""
 	if m.cfg.place != nil {
-		place := m.cfg.place(r)
+		place = m.cfg.place(r)
 		r.Body = io.NopCloser(bytes.NewReader(body)) // the placement may have read it
-		if stored, err = idem.Placed(place, stored); err != nil {
-			writeProblem(w, http.StatusBadRequest, CodeKeyInvalid, fmt.Sprintf("The request cannot be placed: %v.", err), 0)
-			return observe.Invalid, nil
-		}
+	}
+	stored, err := idem.StoredKey(scope, "", key, place)
+	if err != nil {
+		writeProblem(w, http.StatusBadRequest, CodeKeyInvalid, fmt.Sprintf("The request cannot be placed: %v.", err), 0)
+		return observe.Invalid, nil
 	}
 	ctx = m.cfg.common.Context(ctx)
 

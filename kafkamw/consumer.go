@@ -136,7 +136,7 @@ func NewConsumer(r Reader, guard *idem.Guard, handler Handler, opts ...Option) (
 			if g == "" {
 				g = group
 			}
-			return "kafka\x00" + g + "\x00" + topic
+			return idem.KafkaScope(g, topic)
 		}
 	}
 	if err := cfg.check(); err != nil {

@@ -77,11 +77,11 @@ func (c *Consumer) keyOf(msg kafka.Message) (string, error) {
 		}
 		raw = "offset\x00" + msg.Topic + "\x00" + strconv.Itoa(msg.Partition) + "\x00" + strconv.FormatInt(msg.Offset, 10)
 	}
-	stored := idem.ScopedKey(c.cfg.scope(msg), raw)
-	if c.cfg.place == nil {
-		return stored, nil
+	place := ""
+	if c.cfg.place != nil {
+		place = c.cfg.place(msg)
 	}
-	stored, err := idem.Placed(c.cfg.place(msg), stored)
+	stored, err := idem.StoredKey(c.cfg.scope(msg), "", raw, place)
 	if err != nil {
 		return "", fmt.Errorf("kafkamw: %w: %w", idem.ErrInvalidKey, err)
 	}

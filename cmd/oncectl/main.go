@@ -202,16 +202,10 @@ func (c *cli) recordKey(key string) (string, error) {
 	case kafka && (c.scope != "" || c.method != ""):
 		return "", errors.New("--kafka-group/--kafka-topic exclude --scope and --grpc-method")
 	}
-	var stored string
-	switch {
-	case kafka:
-		stored = idem.ScopedKey("kafka\x00"+c.group+"\x00"+c.topic, key)
-	case c.method != "":
-		stored = idem.ScopedKey(c.scope, c.method+"\n"+key)
-	default:
-		stored = idem.ScopedKey(c.scope, key)
+	if kafka {
+		return idem.StoredKey(idem.KafkaScope(c.group, c.topic), "", key, c.place)
 	}
-	return idem.Placed(c.place, stored)
+	return idem.StoredKey(c.scope, c.method, key, c.place)
 }
 
 // version is the module's version as the build recorded it ("(devel)"

@@ -23,6 +23,27 @@ func ScopedKey(scope, key string) string {
 	return "idem:" + hex.EncodeToString(h.Sum(nil))
 }
 
+// StoredKey is the key a middleware stores a request's or a message's
+// record under, the one formula httpmw, grpcmw, kafkamw and oncectl share:
+// ScopedKey of the scope and the client's key, with gRPC's full method
+// name before the key (method "" for HTTP and Kafka), placed at place
+// (Placed; "" for none). Records are found again only while it stays the
+// same: it never changes.
+//
+//	HTTP:  StoredKey(scope, "", key, place)
+//	gRPC:  StoredKey(scope, "/shop.Orders/Place", key, place)
+//	Kafka: StoredKey(KafkaScope(group, topic), "", messageID, place)
+func StoredKey(scope, method, key, place string) (string, error) {
+	if method != "" {
+		key = method + "\n" + key
+	}
+	return Placed(place, ScopedKey(scope, key))
+}
+
+// KafkaScope is kafkamw's default scope of a message's key: its consumer
+// group and its (original) topic.
+func KafkaScope(group, topic string) string { return "kafka\x00" + group + "\x00" + topic }
+
 // Fingerprint hashes the parts of a request that make it "the same
 // request" (method, route, body...) into a hex SHA-256. Parts are
 // length-prefixed, so their boundaries count.
