@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/segmentio/kafka-go"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
@@ -27,7 +28,9 @@ import (
 	"github.com/oncekit/oncekit/kafkamw"
 	"github.com/oncekit/oncekit/kafkamw/kafkamwtest"
 	"github.com/oncekit/oncekit/storage"
+	"github.com/oncekit/oncekit/storage/etcdstore"
 	"github.com/oncekit/oncekit/storage/memstore"
+	"github.com/oncekit/oncekit/storage/redisstore"
 )
 
 // What a request carries that must never reach storage or logs in clear:
@@ -112,9 +115,9 @@ func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 func dump(t *testing.T, o storage.Store) []string {
 	ctx := context.Background()
 	var out []string
-	switch {
-	case storage.RedisClient(o) != nil:
-		rc := storage.RedisClient(o)
+	switch d := o.(type) {
+	case *redisstore.Store:
+		rc := d.Client().(redis.UniversalClient)
 		iter := rc.Scan(ctx, 0, "oncekit:*", 1000).Iterator()
 		for iter.Next(ctx) {
 			k := iter.Val()
@@ -134,8 +137,8 @@ func dump(t *testing.T, o storage.Store) []string {
 		if err := iter.Err(); err != nil {
 			t.Fatal(err)
 		}
-	case storage.EtcdClient(o) != nil:
-		resp, err := storage.EtcdClient(o).Get(ctx, "oncekit/", clientv3.WithPrefix())
+	case *etcdstore.Store:
+		resp, err := d.Client().Get(ctx, "oncekit/", clientv3.WithPrefix())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -2,12 +2,18 @@
 # Checks that imports point down the layers users were promised, and that
 # the example users copy builds outside this repository:
 #
-#   core  <-  storage/internal  <-  drivers  <-  storage (Open)  <-  middleware, cmd, examples
+#   core  <-  storage/driver, storage/internal  <-  drivers  <-  storage/all
+#   storage (Open) imports storage/driver and memstore only, so a program
+#   links the drivers it imports (each registers its URL schemes)
 #
 # - core imports the standard library and core only;
+# - storage/driver (the contract and the scheme registry) imports core only;
 # - storage/internal imports no driver, no storage, no middleware;
-# - a driver imports no other driver, no storage, no middleware;
-# - storage (Open) imports no middleware; the middleware import no driver,
+# - a driver imports no other driver, no storage, no middleware (only core,
+#   storage/internal and storage/driver);
+# - storage (Open) imports core, storage/driver and memstore (memory:// is
+#   always there), never another driver; storage/all imports the drivers;
+# - the middleware import no driver,
 #   no storage and no other middleware (what they share is internal/mwcore);
 # - nothing under examples/ imports an internal/ package, tests included.
 # Test files may import what their tests need (test servers, drivers), except
@@ -29,10 +35,16 @@ while read -r pkg imports; do
 			[[ $imp == $mod/core* ]] || bad "$pkg imports $imp (core imports only core)" ;;
 		$mod/storage/internal*)
 			[[ $imp == $mod/core* || $imp == $mod/storage/internal* ]] || bad "$pkg imports $imp (storage/internal imports only core and itself)" ;;
+		$mod/storage/driver)
+			[[ $imp == $mod/core* ]] || bad "$pkg imports $imp (storage/driver imports only core)" ;;
 		$mod/storage/*store)
-			[[ $imp == $mod/core* || $imp == $mod/storage/internal* ]] || bad "$pkg imports $imp (a driver imports only core and storage/internal)" ;;
+			[[ $imp == $mod/core* || $imp == $mod/storage/internal* || $imp == $mod/storage/driver ]] ||
+				bad "$pkg imports $imp (a driver imports only core, storage/internal and storage/driver)" ;;
 		$mod/storage)
-			[[ $imp == $mod/core* || $imp == $mod/storage/*store ]] || bad "$pkg imports $imp (storage imports only core and the drivers)" ;;
+			[[ $imp == $mod/core* || $imp == $mod/storage/driver || $imp == $mod/storage/memstore ]] ||
+				bad "$pkg imports $imp (storage imports only core, storage/driver and memstore: the others register themselves)" ;;
+		$mod/storage/all)
+			[[ $imp == $mod/storage/*store ]] || bad "$pkg imports $imp (storage/all imports only the drivers)" ;;
 		$mod/httpmw* | $mod/grpcmw* | $mod/kafkamw*)
 			root=$(cut -d/ -f1-4 <<<"$pkg")
 			[[ $imp == $mod/core* || $imp == $root || $imp == $root/* || $imp == $mod/internal/mwcore ]] ||

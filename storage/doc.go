@@ -1,11 +1,22 @@
 // Package storage opens any oncekit driver from a URL, one form for every
 // store: what configuration files, flags and environment variables hold.
 //
+//	import _ "github.com/oncekit/oncekit/storage/all" // every driver; or only the one you use
+//
 //	st, err := storage.Open(ctx, os.Getenv("ONCEKIT_STORE")) // e.g. "redis://127.0.0.1:6379"
 //	if err != nil { ... }
 //	defer st.Close()
 //	guard, err := idem.NewGuard(st)       // st is an idem.Store
 //	mutex, err := lock.NewMutex(st)       // and a lock.Locker
+//
+// Drivers register their schemes when their package is imported, as
+// database/sql drivers do, so a program links only the clients of the
+// drivers it imports: storage/redisstore (redis://, rediss:// and their
+// -cluster and -sentinel forms), storage/redlockstore (redlock://),
+// storage/etcdstore (etcd://), storage/sqlstore (postgres://, mysql://),
+// storage/zkstore (zk://), or storage/all for all of them. memory://
+// (storage/memstore) is always there. A URL whose driver was not imported fails with an error
+// naming the package to import.
 //
 // The forms:
 //
@@ -34,15 +45,16 @@
 // (the idempotency record prefix), and for TLS ca=FILE (PEM certificates to
 // trust; it turns TLS on), cert=FILE and key=FILE (a client certificate).
 //
-// The Store returned carries the driver's methods and capabilities (such
-// as idem.EffectStore: assert the interface, not the driver's type, which
-// Open wraps for the clients it made), and its Close also closes the
-// clients Open made. Every driver closes alike: after Close, TryAcquire,
-// Acquire and Begin fail with an error matching lock.ErrClosed, an Acquire
-// waiting for a key gives up with it, a lease taken before can still be
-// released (on a driver whose connection Close ended, it expires by its
-// TTL instead), and a second Close returns nil; both conformance suites
-// check it. RedisClient, RedlockClients and EtcdClient return
-// those clients, for an application that keeps its own data beside the
-// driver's.
+// The Store returned is the driver's own (*redisstore.Store for the Redis
+// forms, *redlockstore.Store, *etcdstore.Store, *sqlstore.Store,
+// *zkstore.Store, *memstore.Store), with all its methods and capabilities,
+// and its Close also closes the clients Open made. Those clients are the
+// driver's Client (redisstore, etcdstore), Clients (redlockstore), DB
+// (sqlstore) and Conn (zkstore), for an application that keeps its own
+// data beside the driver's. Every driver closes alike: after Close,
+// TryAcquire, Acquire and Begin fail with an error matching
+// lock.ErrClosed, an Acquire waiting for a key gives up with it, a lease
+// taken before can still be released (on a driver whose connection Close
+// ended, it expires by its TTL instead), and a second Close returns nil;
+// both conformance suites check it.
 package storage

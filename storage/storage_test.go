@@ -3,16 +3,28 @@ package storage_test
 import (
 	"context"
 	"errors"
+	"os/exec"
+	"path/filepath"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/oncekit/oncekit/core/idem"
 	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/core/observe"
 	"github.com/oncekit/oncekit/internal/testenv"
 	"github.com/oncekit/oncekit/storage"
+	_ "github.com/oncekit/oncekit/storage/all"
+	"github.com/oncekit/oncekit/storage/etcdstore"
+	"github.com/oncekit/oncekit/storage/memstore"
+	"github.com/oncekit/oncekit/storage/redisstore"
+	"github.com/oncekit/oncekit/storage/redlockstore"
+	"github.com/oncekit/oncekit/storage/sqlstore"
+	"github.com/oncekit/oncekit/storage/zkstore"
 )
 
 // Every form opens the driver it names, which takes a lock and runs a
@@ -46,27 +58,7 @@ func TestOpenEachForm(t *testing.T) {
 			if observe.ObserverOf(st) != obs || observe.DriverOf(st) == "" {
 				t.Errorf("the store's observer %v (driver %q), want the one given to Open", observe.ObserverOf(st), observe.DriverOf(st))
 			}
-			if got := storage.Scheme(st); got != scheme {
-				t.Errorf("Scheme = %q, want %q", got, scheme)
-			}
-			switch scheme {
-			case "redis", "redis-cluster", "redis-sentinel":
-				if storage.RedisClient(st) == nil {
-					t.Error("RedisClient is nil")
-				}
-			case "redlock":
-				if n := len(storage.RedlockClients(st)); n != 3 {
-					t.Errorf("%d Redlock clients, want 3", n)
-				}
-			case "etcd":
-				if storage.EtcdClient(st) == nil {
-					t.Error("EtcdClient is nil")
-				}
-			case "postgres", "mysql":
-				if storage.SQLDB(st) == nil {
-					t.Error("SQLDB is nil")
-				}
-			}
+			checkDriver(t, scheme, st)
 			if err := st.Ping(ctx); err != nil {
 				t.Errorf("Ping: %v", err)
 			}
@@ -92,6 +84,42 @@ func TestOpenEachForm(t *testing.T) {
 				t.Error("the Guard reported nothing to the observer given to Open")
 			}
 		})
+	}
+}
+
+// checkDriver checks that Open returned the driver itself, with the
+// clients it made.
+func checkDriver(t *testing.T, scheme string, st storage.Store) {
+	t.Helper()
+	switch scheme {
+	case "memory":
+		if _, ok := st.(*memstore.Store); !ok {
+			t.Errorf("memory:// opened a %T", st)
+		}
+	case "redis", "redis-cluster", "redis-sentinel":
+		if r, ok := st.(*redisstore.Store); !ok || r.Client() == nil {
+			t.Errorf("%s:// opened a %T", scheme, st)
+		} else if _, ok := r.Client().(redis.UniversalClient); !ok {
+			t.Errorf("%s://'s client is a %T", scheme, r.Client())
+		}
+	case "redlock":
+		if r, ok := st.(*redlockstore.Store); !ok || len(r.Clients()) != 3 {
+			t.Errorf("redlock:// opened a %T", st)
+		}
+	case "etcd":
+		if e, ok := st.(*etcdstore.Store); !ok || e.Client() == nil {
+			t.Errorf("etcd:// opened a %T", st)
+		}
+	case "postgres", "mysql":
+		if q, ok := st.(*sqlstore.Store); !ok || q.DB() == nil || string(q.Dialect()) != scheme {
+			t.Errorf("%s:// opened a %T", scheme, st)
+		}
+	case "zk":
+		if z, ok := st.(*zkstore.Store); !ok || z.Conn() == nil {
+			t.Errorf("zk:// opened a %T", st)
+		}
+	default:
+		t.Fatalf("no check for %s://", scheme)
 	}
 }
 
@@ -154,7 +182,8 @@ func TestOpenRejectsBadURLs(t *testing.T) {
 		"zk://127.0.0.1:2181?prefix=x":                          "no parameter but session_timeout",
 		"redis://127.0.0.1:6379?replicas=0":                     "at least 1",
 		"redis://127.0.0.1:6379?replicas=1&replica_timeout=-1s": "positive duration",
-		"etcd://127.0.0.1:2379?replicas=1":                      "for redis forms",
+		"etcd://127.0.0.1:2379?replicas=1":                      "no parameter but",
+		"redis://127.0.0.1:6379?replica_timeout=1s":             "goes with replicas=N",
 	} {
 		st, err := storage.Open(context.Background(), url)
 		if err == nil {
@@ -181,8 +210,10 @@ func TestOpenSentinelForm(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	if storage.Scheme(st) != "redis-sentinel" || storage.RedisClient(st) == nil {
-		t.Errorf("Scheme %q, client %v", storage.Scheme(st), storage.RedisClient(st))
+	if r, ok := st.(*redisstore.Store); !ok {
+		t.Errorf("opened a %T", st)
+	} else if _, ok := r.Client().(*redis.Client); !ok {
+		t.Errorf("the client is a %T, want go-redis' failover *redis.Client", r.Client())
 	}
 }
 
@@ -199,5 +230,36 @@ func TestPingUnreachable(t *testing.T) {
 		}
 		cancel()
 		st.Close()
+	}
+}
+
+// A program that imports storage and one driver links that driver's client
+// only, and Open names the package to import for a form whose driver the
+// program left out.
+func TestOneDriverLinksOneClient(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds a program")
+	}
+	goTool := filepath.Join(runtime.GOROOT(), "bin", "go")
+	deps, err := exec.Command(goTool, "list", "-deps", "./testdata/redisonly").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, deps)
+	}
+	if !strings.Contains(string(deps), "github.com/redis/go-redis/v9\n") {
+		t.Fatalf("the Redis-only program does not link go-redis:\n%s", deps)
+	}
+	for _, heavy := range []string{"github.com/jackc/pgx", "github.com/go-sql-driver/mysql", "go.etcd.io/etcd", "github.com/go-zookeeper/zk",
+		"github.com/oncekit/oncekit/storage/sqlstore", "github.com/oncekit/oncekit/storage/etcdstore"} {
+		if strings.Contains(string(deps), heavy) {
+			t.Errorf("the Redis-only program links %s", heavy)
+		}
+	}
+	out, err := exec.Command(goTool, "run", "./testdata/redisonly").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go run: %v\n%s", err, out)
+	}
+	want := "*redisstore.Store\n" + `storage: store URL scheme "postgres" needs its driver: import _ "github.com/oncekit/oncekit/storage/sqlstore" (or storage/all for every driver)` + "\n"
+	if string(out) != want {
+		t.Errorf("the Redis-only program printed\n%s\nwant\n%s", out, want)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/oncekit/oncekit/core/idem"
 	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/storage"
+	_ "github.com/oncekit/oncekit/storage/all" // oncectl takes every store URL
 )
 
 // store is what oncectl needs of a driver.

@@ -4,9 +4,17 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/redis/go-redis/v9"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/oncekit/oncekit/core/observe"
 	"github.com/oncekit/oncekit/storage"
+	"github.com/oncekit/oncekit/storage/etcdstore"
+	"github.com/oncekit/oncekit/storage/memstore"
+	"github.com/oncekit/oncekit/storage/redisstore"
+	"github.com/oncekit/oncekit/storage/redlockstore"
 	"github.com/oncekit/oncekit/storage/sqlstore"
+	"github.com/oncekit/oncekit/storage/zkstore"
 )
 
 // StoreHelp describes the store URLs Open takes.
@@ -25,24 +33,24 @@ func Open(url, prefix string, obs observe.Observer) (store Store, backend Backen
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	switch scheme := storage.Scheme(st); scheme {
-	case "memory":
+	switch d := st.(type) {
+	case *memstore.Store:
 		backend = NewMemory()
-	case "redis", "redis-sentinel", "redis-cluster":
-		backend = NewRedis(storage.RedisClient(st), prefix)
-	case "redlock":
-		backend = NewRedisKeyed(storage.RedlockClients(st)[0], prefix)
-	case "etcd":
-		backend = NewEtcd(storage.EtcdClient(st), prefix)
-	case "zk":
-		z, err := NewZooKeeper(storage.ZooKeeperConn(st), prefix)
+	case *redisstore.Store: // one server, a Sentinel group or a Cluster
+		backend = NewRedis(d.Client().(redis.UniversalClient), prefix)
+	case *redlockstore.Store:
+		backend = NewRedisKeyed(d.Clients()[0].(redis.UniversalClient), prefix)
+	case *etcdstore.Store:
+		backend = NewEtcd(d.Client().(*clientv3.Client), prefix)
+	case *zkstore.Store:
+		z, err := NewZooKeeper(d.Conn(), prefix)
 		if err != nil {
 			_ = st.Close()
 			return nil, nil, nil, err
 		}
 		backend = z
-	case "postgres", "mysql":
-		sq := NewSQL(storage.SQLDB(st), sqlstore.Dialect(scheme), prefix)
+	case *sqlstore.Store:
+		sq := NewSQL(d.DB(), d.Dialect(), prefix)
 		if err := sq.Migrate(context.Background()); err != nil {
 			_ = st.Close()
 			return nil, nil, nil, err
@@ -50,7 +58,7 @@ func Open(url, prefix string, obs observe.Observer) (store Store, backend Backen
 		backend = sq
 	default:
 		_ = st.Close()
-		return nil, nil, nil, fmt.Errorf("inventory: the example does not run on %s://", scheme)
+		return nil, nil, nil, fmt.Errorf("inventory: the example does not run on %s", observe.DriverOf(st))
 	}
 	return st, backend, func() { _ = st.Close() }, nil
 }

@@ -57,6 +57,9 @@ type Store struct {
 	kept     keep.Holds[*lease] // entries kept after their Release (kept.go)
 
 	bg bg.Group
+
+	owned   func() error // closes the client storage.Open made (nil for New's)
+	ownOnce sync.Once
 }
 
 // session is one etcd lease that keys are bound to: the keys of every
@@ -99,8 +102,8 @@ func (s *Store) Observer() observe.Observer { return s.opts.observer }
 
 // Close revokes the session leases, which deletes every key of the Store
 // at once (kept entries too, see WithLinger), ends its leases (Done
-// closes), and waits for background work.
-// It does not close the client.
+// closes), and waits for background work. It does not close a client
+// given to New; a Store storage.Open made closes the client it opened.
 func (s *Store) Close() error {
 	s.kept.Close() // the revokes below delete the kept entries
 	s.mu.Lock()
@@ -124,8 +127,15 @@ func (s *Store) Close() error {
 	s.closeBeats()
 	s.stopClaimTimers()
 	s.bg.Wait()
+	if s.owned != nil {
+		s.ownOnce.Do(func() { errs = append(errs, s.owned()) })
+	}
 	return errors.Join(errs...)
 }
+
+// Client returns the client the Store was made with (for a Store that
+// storage.Open made, the *clientv3.Client it opened).
+func (s *Store) Client() Client { return s.c }
 
 // ttlClass is the session a lease of ttl is bound to: ttl rounded up to
 // whole seconds (etcd leases count in seconds, and etcd raises very short
@@ -288,6 +298,11 @@ func (s *Store) lockPrefix(key string) string {
 // when nobody holds or waits for it; otherwise the holder's entry is read
 // for its remaining TTL.
 func (s *Store) TryAcquire(ctx context.Context, key string, ttl time.Duration) (lock.Lease, error) {
+	return lockdriver.Seal(s.tryAcquire(ctx, key, ttl))
+}
+
+// tryAcquire is TryAcquire before its lease is sealed.
+func (s *Store) tryAcquire(ctx context.Context, key string, ttl time.Duration) (lock.Lease, error) {
 	if err := s.check(ctx, key, ttl); err != nil {
 		return nil, err
 	}
@@ -351,6 +366,11 @@ func (s *Store) TryAcquire(ctx context.Context, key string, ttl time.Duration) (
 // wakes exactly one waiter. The fence is the entry's create revision. If
 // the session lease is lost while it waits, it starts over in a new one.
 func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (lock.Lease, error) {
+	return lockdriver.Seal(s.acquireLease(ctx, key, ttl))
+}
+
+// acquireLease is Acquire before its lease is sealed.
+func (s *Store) acquireLease(ctx context.Context, key string, ttl time.Duration) (lock.Lease, error) {
 	if err := s.check(ctx, key, ttl); err != nil {
 		return nil, err
 	}

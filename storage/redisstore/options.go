@@ -11,19 +11,19 @@ import (
 )
 
 // PubSubMode selects how a release wakes the waiters of other clients.
-type PubSubMode = redisnotify.Mode
+type PubSubMode int
 
 const (
 	// PubSubAuto uses sharded pub/sub (SPUBLISH/SSUBSCRIBE) on Redis 7 and
 	// later, classic pub/sub before. The default.
-	PubSubAuto = redisnotify.Auto
+	PubSubAuto PubSubMode = iota
 	// PubSubSharded always uses SPUBLISH/SSUBSCRIBE (Redis ≥ 7).
-	PubSubSharded = redisnotify.Sharded
+	PubSubSharded
 	// PubSubClassic always uses PUBLISH/SUBSCRIBE.
-	PubSubClassic = redisnotify.Classic
+	PubSubClassic
 	// PubSubOff publishes nothing; waiters wait for the holder's remaining
 	// TTL or the recheck interval. For servers where pub/sub is disabled.
-	PubSubOff = redisnotify.Off
+	PubSubOff
 )
 
 // Option configures a Store.
@@ -43,7 +43,7 @@ func defaultOptions() options {
 		Options: rediskit.Options{
 			Prefix:       "oncekit:lock:",
 			RecordPrefix: "oncekit:idem:",
-			PubSub:       PubSubAuto,
+			PubSub:       redisnotify.Auto,
 			Recheck:      time.Second,
 			MinBackoff:   5 * time.Millisecond,
 			MaxBackoff:   250 * time.Millisecond,
@@ -93,7 +93,7 @@ func WithRecordPrefix(p string) Option { return func(o *options) { o.RecordPrefi
 
 // WithPubSub selects the release notification mechanism. Every Store that
 // shares keys must use the same mode. Default PubSubAuto.
-func WithPubSub(m PubSubMode) Option { return func(o *options) { o.PubSub = m } }
+func WithPubSub(m PubSubMode) Option { return func(o *options) { o.PubSub = redisnotify.Mode(m) } }
 
 // WithRecheckInterval bounds how long a waiting Acquire sleeps before it
 // tries again even without a release message, in case one was lost (a
@@ -161,3 +161,6 @@ func (o *options) validate() error {
 	}
 	return errors.Join(errs...)
 }
+
+// String is the mode's name: "auto", "sharded", "classic" or "off".
+func (m PubSubMode) String() string { return redisnotify.Mode(m).String() }

@@ -105,3 +105,14 @@ func TestHandOffReported(t *testing.T) {
 		testenv.CheckHandOff(t, s, s, ev, observe.Local)
 	})
 }
+
+// PubSubMode is redisstore's own type, each mode reaching the subscriber
+// as the mode it names.
+func TestPubSubModeNames(t *testing.T) {
+	for m, want := range map[redisstore.PubSubMode]string{redisstore.PubSubAuto: "auto", redisstore.PubSubSharded: "sharded",
+		redisstore.PubSubClassic: "classic", redisstore.PubSubOff: "off"} {
+		if m.String() != want {
+			t.Errorf("%d.String() = %q, want %q", int(m), m.String(), want)
+		}
+	}
+}

@@ -26,7 +26,13 @@ import (
 // shards keys by client-side hashing that ignores hash tags, so one
 // lock's keys, its multi-key scripts and its pub/sub would not meet on one
 // server.
-type Client = rediskit.Client
+type Client interface {
+	redis.Scripter
+	Subscribe(ctx context.Context, channels ...string) *redis.PubSub
+	SSubscribe(ctx context.Context, channels ...string) *redis.PubSub
+	Info(ctx context.Context, section ...string) *redis.StringCmd
+	Time(ctx context.Context) *redis.TimeCmd
+}
 
 // Store is a lock.Locker, an idem.Store (Begin, Complete, Abandon,
 // Extend, each one round trip), an idem.EffectStore and an inspector
@@ -41,7 +47,9 @@ type Client = rediskit.Client
 // WithMaxLocalHandOffs times in a row before the key is let go so that
 // other processes get their turn.
 type Store struct {
-	closed   atomic.Bool       // Close was called: new calls fail with lock.ErrClosed
+	closed   atomic.Bool  // Close was called: new calls fail with lock.ErrClosed
+	owned    func() error // closes the client storage.Open made (nil for New's)
+	ownOnce  sync.Once
 	base     rediskit.Base     // what both Redis drivers share (options, names, script calls)
 	fin      rediskit.Finisher // idem.Store's Complete, Abandon and Extend
 	client   Client            // scripts go through it: auto-pipelined when the client can pipeline
@@ -153,14 +161,23 @@ func New(client Client, opts ...Option) (*Store, error) {
 // which then fail with lock.ErrClosed, and waits for requests that callers
 // stopped waiting for (a cancelled Acquire) to finish their clean-up.
 // Leases taken earlier stay valid and can still be refreshed and released.
-// Close does not close the client.
+// Close does not close a client given to New; a Store storage.Open made
+// closes the client it opened.
 func (s *Store) Close() error {
 	s.closed.Store(true)
 	s.releaseKept()
 	err := s.sub.Close()
 	s.base.BG.Wait()
+	if s.owned != nil {
+		s.ownOnce.Do(func() { err = errors.Join(err, s.owned()) })
+	}
 	return err
 }
+
+// Client returns the client the Store was made with (for a Store that
+// storage.Open made, the redis.UniversalClient it opened: an application
+// keeps its own data through it beside the driver's).
+func (s *Store) Client() Client { return s.raw }
 
 const driverName = "redis"
 

@@ -388,6 +388,11 @@ func (s *Store) fenceOf(op, key string, taken, clocks map[int]int64, ttl time.Du
 // TryAcquire implements lock.Locker: one round to all nodes at once (two in
 // fenced mode once a majority is taken).
 func (s *Store) TryAcquire(ctx context.Context, key string, ttl time.Duration) (lock.Lease, error) {
+	return lockdriver.Seal(s.tryAcquire(ctx, key, ttl))
+}
+
+// tryAcquire is TryAcquire before its lease is sealed.
+func (s *Store) tryAcquire(ctx context.Context, key string, ttl time.Duration) (lock.Lease, error) {
 	if err := s.check(ctx, key, ttl); err != nil {
 		return nil, err
 	}
@@ -435,6 +440,11 @@ func (s *Store) check(ctx context.Context, key string, ttl time.Duration) error 
 // error then matches ErrNotAcquired, ctx.Err() and, when nodes were down,
 // ErrNoQuorum.
 func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (lock.Lease, error) {
+	return lockdriver.Seal(s.acquireLease(ctx, key, ttl))
+}
+
+// acquireLease is Acquire before its lease is sealed.
+func (s *Store) acquireLease(ctx context.Context, key string, ttl time.Duration) (lock.Lease, error) {
 	if err := s.check(ctx, key, ttl); err != nil {
 		return nil, err
 	}

@@ -11,14 +11,14 @@ import (
 )
 
 // PubSubMode selects how a release wakes the waiters of other clients.
-type PubSubMode = redisnotify.Mode
+type PubSubMode int
 
 // The pub/sub modes; see redisstore for their meaning.
 const (
-	PubSubAuto    = redisnotify.Auto
-	PubSubSharded = redisnotify.Sharded
-	PubSubClassic = redisnotify.Classic
-	PubSubOff     = redisnotify.Off
+	PubSubAuto PubSubMode = iota
+	PubSubSharded
+	PubSubClassic
+	PubSubOff
 )
 
 // Option configures a Store.
@@ -46,7 +46,7 @@ func defaultOptions() options {
 		Options: rediskit.Options{
 			Prefix:       "oncekit:redlock:",
 			RecordPrefix: "oncekit:redlock-idem:",
-			PubSub:       PubSubAuto,
+			PubSub:       redisnotify.Auto,
 			Recheck:      time.Second,
 			MinBackoff:   2 * time.Millisecond,
 			MaxBackoff:   100 * time.Millisecond,
@@ -93,7 +93,7 @@ func WithoutFencing() Option { return func(o *options) { o.fenced = false } }
 func WithQuorumWait(d time.Duration) Option { return func(o *options) { o.quorumWait = d } }
 
 // WithPubSub selects the release notification mechanism. Default PubSubAuto.
-func WithPubSub(m PubSubMode) Option { return func(o *options) { o.PubSub = m } }
+func WithPubSub(m PubSubMode) Option { return func(o *options) { o.PubSub = redisnotify.Mode(m) } }
 
 // WithRecheckInterval bounds how long a waiter sleeps without a release
 // message before trying again. Default 1 s.
@@ -159,3 +159,6 @@ func (o *options) validate() error {
 	}
 	return errors.Join(errs...)
 }
+
+// String is the mode's name: "auto", "sharded", "classic" or "off".
+func (m PubSubMode) String() string { return redisnotify.Mode(m).String() }

@@ -26,7 +26,13 @@ import (
 // redis.Scripter, Subscribe, SSubscribe and Info. *redis.Client satisfies
 // it. Each node is an independent Redis server (not replicas of one
 // another, not one Cluster).
-type Client = rediskit.Client
+type Client interface {
+	redis.Scripter
+	Subscribe(ctx context.Context, channels ...string) *redis.PubSub
+	SSubscribe(ctx context.Context, channels ...string) *redis.PubSub
+	Info(ctx context.Context, section ...string) *redis.StringCmd
+	Time(ctx context.Context) *redis.TimeCmd
+}
 
 // Store is a lock.Locker, an idem.Store (Begin, Complete, Abandon and
 // Extend, each a round to every node that needs a majority) and an
@@ -51,6 +57,8 @@ type Store struct {
 
 	closed    chan struct{}
 	closeOnce sync.Once
+	owned     func() error // closes the clients storage.Open made (nil for New's)
+	ownOnce   sync.Once
 }
 
 type node struct {
@@ -213,7 +221,8 @@ func (s *Store) Quorum() int { return s.quorum }
 // Close releases the holds the Store kept after their Release (see
 // WithLinger), closes the pub/sub connections, wakes waiters (they fail
 // with lock.ErrClosed), and waits for requests still in flight to finish
-// their clean-up. It does not close the clients.
+// their clean-up. It does not close clients given to New; a Store
+// storage.Open made closes the clients it opened.
 func (s *Store) Close() error {
 	s.releaseKept()
 	var errs []error
@@ -224,7 +233,21 @@ func (s *Store) Close() error {
 		}
 	})
 	s.base.BG.Wait()
+	if s.owned != nil {
+		s.ownOnce.Do(func() { errs = append(errs, s.owned()) })
+	}
 	return errors.Join(errs...)
+}
+
+// Clients returns the clients the Store was made with, one per node, in
+// the order given (for a Store that storage.Open made, the *redis.Client
+// of each node in the URL's order).
+func (s *Store) Clients() []Client {
+	out := make([]Client, len(s.nodes))
+	for i, n := range s.nodes {
+		out[i] = n.c
+	}
+	return out
 }
 
 const driverName = "redlock"

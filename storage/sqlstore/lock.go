@@ -57,6 +57,11 @@ type grant struct {
 
 // TryAcquire implements lock.Locker: one transaction.
 func (s *Store) TryAcquire(ctx context.Context, key string, ttl time.Duration) (lock.Lease, error) {
+	return lockdriver.Seal(s.tryAcquire(ctx, key, ttl))
+}
+
+// tryAcquire is TryAcquire before its lease is sealed.
+func (s *Store) tryAcquire(ctx context.Context, key string, ttl time.Duration) (lock.Lease, error) {
 	owner, err := lockdriver.CheckAcquire(ctx, key, ttl)
 	if err != nil {
 		return nil, err
@@ -86,6 +91,11 @@ func (s *Store) TryAcquire(ctx context.Context, key string, ttl time.Duration) (
 // k times that. Every waiter renews its place in the queue at least once a
 // second, and the first looks at the holder's expiry.
 func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (lock.Lease, error) {
+	return lockdriver.Seal(s.acquireLease(ctx, key, ttl))
+}
+
+// acquireLease is Acquire before its lease is sealed.
+func (s *Store) acquireLease(ctx context.Context, key string, ttl time.Duration) (lock.Lease, error) {
 	owner, err := lockdriver.CheckAcquire(ctx, key, ttl)
 	if err != nil {
 		return nil, err

@@ -29,12 +29,22 @@ const seqLen = 10
 // by another (a read, a sync with the leader and the read again), four to
 // report its remaining TTL; three when it is free.
 func (s *Store) TryAcquire(ctx context.Context, key string, ttl time.Duration) (lock.Lease, error) {
+	return lockdriver.Seal(s.tryAcquire(ctx, key, ttl))
+}
+
+// tryAcquire is TryAcquire before its lease is sealed.
+func (s *Store) tryAcquire(ctx context.Context, key string, ttl time.Duration) (lock.Lease, error) {
 	return s.acquire(ctx, key, ttl, false)
 }
 
 // Acquire implements lock.Locker: it joins the key's queue of
 // acquisitions and waits for the one just before it to go.
 func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (lock.Lease, error) {
+	return lockdriver.Seal(s.acquireLease(ctx, key, ttl))
+}
+
+// acquireLease is Acquire before its lease is sealed.
+func (s *Store) acquireLease(ctx context.Context, key string, ttl time.Duration) (lock.Lease, error) {
 	return s.acquire(ctx, key, ttl, true)
 }
 

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -102,6 +103,7 @@ func Run(t *testing.T, cfg Config) {
 	t.Run("InvalidInput", s.invalidInput)
 	t.Run("ReleaseWithCancelledContext", s.releaseCancelled)
 	t.Run("ReleaseTwice", s.releaseTwice)
+	t.Run("SealedLeases", s.sealedLeases)
 	t.Run("ReleaseTwiceAfterDeadline", s.releaseTwiceAfterDeadline)
 	t.Run("Deadline", s.deadline)
 	t.Run("NoStarvationByReacquire", s.noStarvation)
@@ -748,6 +750,47 @@ func (s *suite) releaseTwice(t *testing.T) {
 	for i := range 2 {
 		if err := lease.Release(ctxTimeout(t, 5*time.Second)); err != nil {
 			t.Fatalf("Release #%d: %v", i+1, err)
+		}
+	}
+}
+
+// sealedLeases: what TryAcquire, Acquire and AcquireAll return has
+// exactly lock.Lease's methods, so that no caller can reach the driver's
+// machinery (ending a lease without releasing it, refreshing it behind
+// the watchdog) through a type assertion.
+func (s *suite) sealedLeases(t *testing.T) {
+	want := map[string]bool{}
+	lt := reflect.TypeFor[lock.Lease]()
+	for i := range lt.NumMethod() {
+		want[lt.Method(i).Name] = true
+	}
+	check := func(how string, l lock.Lease) {
+		t.Helper()
+		typ := reflect.TypeOf(l)
+		for i := range typ.NumMethod() {
+			if m := typ.Method(i).Name; !want[m] {
+				t.Errorf("the lease %s returns (%s) has method %s, which lock.Lease does not", how, typ, m)
+			}
+		}
+		if err := l.Release(ctxTimeout(t, 5*time.Second)); err != nil {
+			t.Errorf("Release of the lease %s returned: %v", how, err)
+		}
+	}
+	l := s.cfg.NewLocker(t)
+	k := key(t)
+	tl, err := l.TryAcquire(ctxTimeout(t, 5*time.Second), k+"/try", 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("TryAcquire", tl)
+	check("Acquire", mustAcquire(t, l, k+"/acquire", 10*time.Second))
+	if ml, ok := l.(lock.MultiLocker); ok {
+		ls, err := ml.AcquireAll(ctxTimeout(t, 5*time.Second), []string{k + "/a", k + "/b"}, 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range ls {
+			check("AcquireAll", l)
 		}
 	}
 }

@@ -234,7 +234,7 @@ func ListRecordKeys(ctx context.Context, c any, r Records, fn func(key string) b
 	}:
 		return scan(ctx, c)
 	}
-	return fmt.Errorf("rediskit: cannot scan a %T", c)
+	return fmt.Errorf("cannot list keys through a %T (it has no SCAN)", c)
 }
 
 // globEscape escapes the characters SCAN's MATCH pattern treats specially.

@@ -13,7 +13,7 @@ import (
 // ErrNotReplicated reports a write that fewer replicas acknowledged than
 // the Store asks for (WAIT) within its timeout: the lease or claim it
 // would have granted was given back.
-var ErrNotReplicated = errors.New("redis: the replicas did not acknowledge the write in time")
+var ErrNotReplicated = errors.New("redisstore: the replicas did not acknowledge the write in time")
 
 // Replication is the acknowledgement a driver asks of a primary's
 // replicas after each write that grants or keeps a lease or a claim:
@@ -157,7 +157,7 @@ func primaryOf(ctx context.Context, c redis.Scripter, keys []string) (pipeliner,
 	}
 	p, ok := c.(pipeliner)
 	if !ok {
-		return nil, fmt.Errorf("rediskit: %T cannot pipeline a WAIT after its writes", c)
+		return nil, fmt.Errorf("a %T cannot pipeline a WAIT after its writes (WithReplicas needs a go-redis client)", c)
 	}
 	return p, nil
 }
