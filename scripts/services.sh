@@ -53,6 +53,13 @@ alive() {
 
 # port_busy PORT: something listens on 127.0.0.1:PORT.
 port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+# port_taken: the port stays busy for 5 s (a server stopped just before may
+# take a moment to let go of it).
+port_taken() {
+	local _
+	for _ in $(seq 50); do port_busy "$1" || return 1; sleep 0.1; done
+	return 0
+}
 
 apt_updated=0
 apt_install() {
@@ -97,7 +104,7 @@ redis_up() {
 	local port
 	for port in $REDIS_PORTS; do
 		stop_pidfile "$RUN_DIR/redis/$port.pid" "stale redis-server :$port"
-		if port_busy "$port"; then
+		if port_taken "$port"; then
 			die "port $port is in use by a process this script did not start (set ONCEKIT_REDIS_PORTS to other ports)"
 		fi
 		redis-server --port "$port" --bind 127.0.0.1 --daemonize yes \
@@ -123,7 +130,7 @@ cluster_up() {
 	for port in $CLUSTER_PORTS; do
 		stop_pidfile "$dir/$port.pid" "stale cluster redis-server :$port"
 		rm -f "$dir/nodes-$port.conf"
-		if port_busy "$port"; then
+		if port_taken "$port"; then
 			die "port $port is in use by a process this script did not start (set ONCEKIT_CLUSTER_PORTS to other ports)"
 		fi
 		redis-server --port "$port" --bind 127.0.0.1 --daemonize yes \
@@ -160,7 +167,7 @@ sentinel_up() {
 	mkdir -p "$dir"
 	for port in $SENTINEL_PRIMARY $SENTINEL_R1 $SENTINEL_R2 $SENTINEL_S1 $SENTINEL_S2 $SENTINEL_S3; do
 		stop_pidfile "$dir/$port.pid" "stale redis :$port"
-		port_busy "$port" && die "port $port is in use by a process this script did not start (set ONCEKIT_SENTINEL_PORTS to other ports)"
+		port_taken "$port" && die "port $port is in use by a process this script did not start (set ONCEKIT_SENTINEL_PORTS to other ports)"
 	done
 	for port in $SENTINEL_PRIMARY $SENTINEL_R1 $SENTINEL_R2; do
 		local extra=()
@@ -232,7 +239,7 @@ etcd_up() {
 	mkdir -p "$dir"
 	stop_pidfile "$dir/etcd.pid" "stale etcd"
 	for port in "$ETCD_PORT" "$ETCD_PEER_PORT"; do
-		if port_busy "$port"; then
+		if port_taken "$port"; then
 			die "port $port is in use by a process this script did not start (set ONCEKIT_ETCD_PORTS to other ports)"
 		fi
 	done
@@ -259,7 +266,7 @@ kafka_up() {
 	root=$(cd "$(dirname "$0")/.." && pwd)
 	mkdir -p "$dir"
 	stop_pidfile "$dir/kfake.pid" "stale kfake"
-	if port_busy "$KAFKA_PORT"; then
+	if port_taken "$KAFKA_PORT"; then
 		die "port $KAFKA_PORT is in use by a process this script did not start (set ONCEKIT_KAFKA_PORT to another port)"
 	fi
 	command -v go >/dev/null || die "go not found: the Kafka broker is built from cmd/kfake"
@@ -308,7 +315,7 @@ postgres_up() {
 	[[ $(id -u) == 0 ]] || user=$(id -un)
 	id "$user" >/dev/null 2>&1 || die "user $user not found (install postgresql)"
 	stop_pidfile "$RUN_DIR/postgres.pid" "stale postgres"
-	port_busy "$POSTGRES_PORT" && die "port $POSTGRES_PORT is in use by a process this script did not start (set ONCEKIT_POSTGRES_PORT to another port)"
+	port_taken "$POSTGRES_PORT" && die "port $POSTGRES_PORT is in use by a process this script did not start (set ONCEKIT_POSTGRES_PORT to another port)"
 	mkdir -p "$SQL_DIR" "$RUN_DIR"
 	chmod 755 "$SQL_DIR"
 	rm -rf "$dir"
@@ -331,7 +338,7 @@ pgbouncer_up() {
 	[[ $(id -u) == 0 ]] || user=$(id -un)
 	command -v pgbouncer >/dev/null || [[ -x /usr/sbin/pgbouncer ]] || apt_install pgbouncer
 	stop_pidfile "$RUN_DIR/pgbouncer.pid" "stale pgbouncer"
-	port_busy "$PGBOUNCER_PORT" && die "port $PGBOUNCER_PORT is in use by a process this script did not start (set ONCEKIT_PGBOUNCER_PORT to another port)"
+	port_taken "$PGBOUNCER_PORT" && die "port $PGBOUNCER_PORT is in use by a process this script did not start (set ONCEKIT_PGBOUNCER_PORT to another port)"
 	rm -rf "$dir"
 	mkdir -p "$dir"
 	echo '"postgres" ""' >"$dir/userlist.txt"
@@ -380,7 +387,7 @@ mysql_up() {
 	command -v mariadbd >/dev/null || [[ -x /usr/sbin/mariadbd ]] || apt_install mariadb-server
 	[[ $(id -u) == 0 ]] || user=$(id -un)
 	stop_pidfile "$RUN_DIR/mysql.pid" "stale mariadbd"
-	port_busy "$MYSQL_PORT" && die "port $MYSQL_PORT is in use by a process this script did not start (set ONCEKIT_MYSQL_PORT to another port)"
+	port_taken "$MYSQL_PORT" && die "port $MYSQL_PORT is in use by a process this script did not start (set ONCEKIT_MYSQL_PORT to another port)"
 	mkdir -p "$SQL_DIR" "$RUN_DIR"
 	chmod 755 "$SQL_DIR"
 	rm -rf "$dir"
@@ -424,7 +431,7 @@ zk_up() {
 		i=$((i + 1))
 		dir="$RUN_DIR/zk/$i"
 		stop_pidfile "$dir/zk.pid" "stale zookeeper $i"
-		port_busy "$port" && die "port $port is in use by a process this script did not start (set ONCEKIT_ZK_PORTS to other ports)"
+		port_taken "$port" && die "port $port is in use by a process this script did not start (set ONCEKIT_ZK_PORTS to other ports)"
 		rm -rf "$dir"
 		mkdir -p "$dir/data"
 		echo "$i" >"$dir/data/myid"
