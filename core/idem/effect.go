@@ -10,7 +10,8 @@ import (
 // EffectStore is a Store that can commit a run's effect together with its
 // record: one Redis script in the record's hash slot (redisstore.Effect),
 // one etcd transaction (etcdstore.Effect), one critical section
-// (memstore.Effect), one SQL transaction (sqlstore.Effect).
+// (memstore.Effect), one SQL transaction (sqlstore.Effect), one ZooKeeper
+// multi-operation transaction (zkstore.Effect).
 //
 // Both are written, or neither: a process that dies after the run never
 // leaves the effect done and the record in flight, so the retry that

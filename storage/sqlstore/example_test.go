@@ -1,0 +1,42 @@
+package sqlstore_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"log"
+
+	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/storage/sqlstore"
+)
+
+// An order placed once in PostgreSQL: the sale's rows and the request's
+// record commit in one transaction. It needs a database, so it is
+// compiled, not run.
+func Example() {
+	ctx := context.Background()
+	store, err := sqlstore.Open(ctx, "postgres://app@127.0.0.1:5432/shop?sslmode=disable")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer store.Close()
+	if err := store.Migrate(ctx); err != nil { // creates the Store's tables if missing
+		log.Fatal(err)
+	}
+
+	g, err := idem.NewGuard(store)
+	if err != nil {
+		log.Fatal(err)
+	}
+	res, replayed, err := g.Do(ctx, idem.ScopedKey("alice", "order-7"), "fingerprint", func(ctx context.Context) ([]byte, error) {
+		sale := sqlstore.Effect(func(ctx context.Context, tx *sql.Tx) error {
+			_, err := tx.ExecContext(ctx, "UPDATE stock SET units = units - 1 WHERE sku = $1 AND units > 0", "sku-42")
+			return err
+		})
+		if err := idem.Commit(ctx, sale); err != nil {
+			return nil, err
+		}
+		return []byte("order placed"), nil
+	})
+	fmt.Println(string(res), replayed, err)
+}
