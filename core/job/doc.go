@@ -1,0 +1,29 @@
+// Package job runs scheduled jobs once per tick across every replica that
+// shares a store, whatever their clocks say.
+//
+//	sched, _ := cron.ParseStandard("0 3 * * *") // robfig/cron/v3, or job.Every(time.Hour)
+//	err := job.Run(ctx, store, "nightly-report", sched, func(ctx context.Context, t job.Tick) error {
+//		return report.Build(ctx, t.At) // t.Fence goes to what the run writes
+//	})
+//
+// Each replica calls Run with the same name and schedule. A tick's
+// identity is the job's name and its scheduled time, never the moment a
+// replica's clock reached it: the first replica to reach a tick claims it
+// through an idem.Guard and runs it, a replica whose clock is late finds
+// it done and goes on to the next, and one that reaches it while it runs
+// waits for it, taking it over if the runner dies (its claim's TTL) or
+// gives up (an error). So a tick runs once, and again only after a failed
+// or crashed run, on another replica.
+//
+// Runs never overlap unless asked (WithOverlap): a tick holds the job's
+// lock (lock.Mutex: its context ends if the lock is lost, before another
+// replica can take it) while it runs, and a tick that comes while the
+// previous run still holds it waits for it until the tick after, and is
+// skipped if it is still held then. Ticks missed while no replica ran are
+// skipped, unless WithCatchUp asks for the latest of them to run when a
+// replica starts.
+//
+// Any lock.Locker that is also an idem.Store serves: every oncekit driver
+// does. Claims and locks report through the store's observer (package
+// observe), as the Guard and the Mutex do.
+package job

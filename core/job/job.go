@@ -1,0 +1,280 @@
+package job
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/lock"
+)
+
+// Store is what a job needs of a driver: every oncekit driver is both.
+type Store interface {
+	lock.Locker
+	idem.Store
+}
+
+// Schedule gives the first tick after t. robfig/cron/v3's cron.Schedule
+// is one (cron.ParseStandard("*/5 * * * *")); Every is another. Next
+// returns the zero time when there is no later tick.
+type Schedule interface {
+	Next(t time.Time) time.Time
+}
+
+// Every is a Schedule of a tick every d, at the multiples of d since the
+// Unix epoch, so that every replica computes the same ticks whenever it
+// started. d must be at least a millisecond.
+func Every(d time.Duration) Schedule { return every(d) }
+
+type every time.Duration
+
+func (e every) Next(t time.Time) time.Time {
+	d := int64(e)
+	if d <= 0 {
+		return time.Time{}
+	}
+	n := t.UnixNano()
+	k := n / d
+	if n < 0 && n%d != 0 {
+		k-- // floor for times before 1970
+	}
+	return time.Unix(0, (k+1)*d).UTC()
+}
+
+// Tick is one scheduled run of a job, as its function sees it.
+type Tick struct {
+	Job string    // the job's name
+	At  time.Time // the scheduled time of the tick (UTC), not when a clock reached it
+	// Fence is the fence of the job's lock for this run: pass it to what
+	// the run writes, so that a run whose lock was lost cannot overwrite a
+	// later run's work. Zero WithOverlap.
+	Fence uint64
+}
+
+// Option configures Run.
+type Option func(*options)
+
+type options struct {
+	ttl       time.Duration
+	retention time.Duration
+	catchUp   time.Duration
+	overlap   bool
+	now       func() time.Time
+	onError   func(Tick, error)
+}
+
+// WithTTL sets how long a crashed run holds its tick and the job's lock
+// before another replica takes over (the claim and the lock are extended
+// while the run is alive). Default 10 s.
+func WithTTL(d time.Duration) Option { return func(o *options) { o.ttl = d } }
+
+// WithRetention sets how long a tick is remembered as done: it must
+// exceed the largest clock skew between replicas (a replica whose clock is
+// later than that would run the tick again). Default 24 h.
+func WithRetention(d time.Duration) Option { return func(o *options) { o.retention = d } }
+
+// WithCatchUp makes a starting replica run the latest tick of the last d
+// if no replica ran it (all of them were down at the time). Default 0:
+// missed ticks are skipped.
+func WithCatchUp(d time.Duration) Option { return func(o *options) { o.catchUp = d } }
+
+// WithOverlap lets a tick run while the previous run still goes (each
+// tick still runs once). Default: runs never overlap.
+func WithOverlap() Option { return func(o *options) { o.overlap = true } }
+
+// WithClock sets the replica's clock (default time.Now): for tests, and
+// for replicas that keep time their own way.
+func WithClock(now func() time.Time) Option { return func(o *options) { o.now = now } }
+
+// WithOnError is called with each run's error (the tick then runs again
+// on a replica that reaches it later, or waits for it) and with the
+// store's errors. Default: none.
+func WithOnError(fn func(Tick, error)) Option { return func(o *options) { o.onError = fn } }
+
+// ErrSkipped is what a tick's record says when the previous run still
+// held the job's lock at the tick after it (see the package documentation).
+var ErrSkipped = errors.New("job: tick skipped: the previous run was still going")
+
+// Run runs fn for every tick of sched under name, once per tick across the
+// replicas that call Run with the same name on the same store, until ctx
+// ends; it then returns ctx's error. fn's context ends when ctx does, and
+// when the job's lock is lost. An error from fn (or a panic, turned into
+// one) gives the tick back for another replica, and is passed to
+// WithOnError.
+func Run(ctx context.Context, store Store, name string, sched Schedule, fn func(ctx context.Context, t Tick) error, opts ...Option) error {
+	o := options{ttl: 10 * time.Second, retention: 24 * time.Hour, now: time.Now, onError: func(Tick, error) {}}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	switch {
+	case store == nil || sched == nil || fn == nil:
+		return errors.New("job: Run needs a store, a schedule and a function")
+	case name == "":
+		return errors.New("job: the job has no name")
+	case o.catchUp < 0 || o.now == nil || o.onError == nil:
+		return errors.New("job: negative catch-up, or nil clock or error hook")
+	}
+	g, err := idem.NewGuard(store, idem.WithTTL(o.ttl), idem.WithRetention(o.retention))
+	if err != nil {
+		return fmt.Errorf("job: %w", err)
+	}
+	m, err := lock.NewMutex(store, lock.WithTTL(o.ttl))
+	if err != nil {
+		return fmt.Errorf("job: %w", err)
+	}
+	r := &runner{name: name, sched: sched, fn: fn, o: o, guard: g, mutex: m}
+	next := latest(sched, o.now(), o.catchUp)
+	if next.IsZero() {
+		next = sched.Next(o.now())
+	}
+	var runs sync.WaitGroup // WithOverlap: ticks run beside the loop
+	defer runs.Wait()
+	for !next.IsZero() {
+		if err := r.sleepUntil(ctx, next); err != nil {
+			return err
+		}
+		if o.overlap {
+			at := next
+			runs.Go(func() { r.tick(ctx, at) })
+		} else {
+			r.tick(ctx, next)
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		// The ticks that passed while this one ran are other replicas'
+		// (or skipped): go on from now.
+		next = sched.Next(maxTime(next, o.now()))
+	}
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// latest is the latest tick of sched in (now-within, now], or zero.
+func latest(sched Schedule, now time.Time, within time.Duration) time.Time {
+	if within <= 0 {
+		return time.Time{}
+	}
+	var last time.Time
+	for t, n := sched.Next(now.Add(-within)), 0; !t.IsZero() && !t.After(now) && n < 1_000_000; t, n = sched.Next(t), n+1 {
+		last = t
+	}
+	return last
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+type runner struct {
+	name  string
+	sched Schedule
+	fn    func(context.Context, Tick) error
+	o     options
+	guard *idem.Guard
+	mutex *lock.Mutex
+}
+
+// sleepUntil waits until the replica's clock reaches t. It looks at the
+// clock again every second at most, so that a clock that jumps (or a test
+// clock) is followed.
+func (r *runner) sleepUntil(ctx context.Context, t time.Time) error {
+	for {
+		d := t.Sub(r.o.now())
+		if d <= 0 {
+			return nil
+		}
+		timer := time.NewTimer(min(d, time.Second))
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return ctx.Err()
+		case <-timer.C:
+		}
+	}
+}
+
+// Key is the stored key of a job's tick: the same on every replica.
+func Key(job string, at time.Time) string {
+	return idem.ScopedKey("oncekit/job\x00"+job, at.UTC().Format(time.RFC3339Nano))
+}
+
+// tick runs the tick at, once across the replicas.
+func (r *runner) tick(ctx context.Context, at time.Time) {
+	t := Tick{Job: r.name, At: at.UTC()}
+	following := r.sched.Next(at)
+	// A replica that finds the tick in flight waits for it (and takes it
+	// over if its runner dies) until the tick after, and a TTL more.
+	wait := r.o.ttl
+	if !following.IsZero() {
+		wait += max(0, following.Sub(r.o.now()))
+	}
+	_, _, err := r.guard.Do(idem.ContextWithWait(ctx, wait), Key(r.name, at), r.name, func(ctx context.Context) ([]byte, error) {
+		if r.o.overlap {
+			return []byte("ran"), r.call(ctx, t)
+		}
+		return r.locked(ctx, t, following)
+	})
+	var inFlight *idem.InFlightError
+	switch {
+	case err == nil, ctx.Err() != nil, errors.As(err, &inFlight): // done, shutting down, or still running elsewhere
+	default:
+		r.o.onError(t, err)
+	}
+}
+
+// locked runs the tick under the job's lock, waiting for the previous run
+// until the following tick.
+func (r *runner) locked(ctx context.Context, t Tick, following time.Time) ([]byte, error) {
+	wctx, cancel := ctx, context.CancelFunc(func() {})
+	if !following.IsZero() {
+		wctx, cancel = context.WithTimeout(ctx, max(0, following.Sub(r.o.now())))
+	}
+	h, err := r.mutex.Lock(wctx, "oncekit/job/"+r.name)
+	cancel()
+	if err != nil {
+		if ctx.Err() == nil && errors.Is(err, lock.ErrNotAcquired) && wctx.Err() != nil {
+			return []byte(ErrSkipped.Error()), nil // stored: no replica runs this tick
+		}
+		return nil, err
+	}
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = h.Release(rctx)
+	}()
+	rctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	go func() {
+		select {
+		case <-h.Lost():
+			stop(lock.ErrLockLost)
+		case <-rctx.Done():
+		}
+	}()
+	t.Fence = h.Fence()
+	if err := r.call(rctx, t); err != nil {
+		return nil, err
+	}
+	if err := h.Err(); err != nil {
+		return nil, err // the lock was lost while the run went on: not done
+	}
+	return []byte("ran"), nil
+}
+
+// call runs the job's function, a panic turned into an error: a job must
+// not take its replica down.
+func (r *runner) call(ctx context.Context, t Tick) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("job %s: the run of %s panicked: %v", t.Job, t.At.Format(time.RFC3339Nano), p)
+		}
+	}()
+	return r.fn(ctx, t)
+}

@@ -1,0 +1,162 @@
+package lead_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/oncekit/oncekit/core/lead"
+	"github.com/oncekit/oncekit/core/lock"
+	"github.com/oncekit/oncekit/storage/memstore"
+)
+
+// Three replicas: one leads at a time, each leader's fence above the
+// last, and when a leader stops (its loop returns or its replica shuts
+// down) another takes over.
+func TestOneLeaderAtATime(t *testing.T) {
+	store := memstore.New()
+	defer store.Close()
+	var (
+		inside, most atomic.Int64
+		mu           sync.Mutex
+		fences       []uint64
+		leaders      = map[string]int{}
+	)
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, name := range []string{"a", "b", "c"} {
+		rctx, stop := context.WithCancel(ctx)
+		defer stop()
+		wg.Go(func() {
+			err := lead.Run(rctx, store, "outbox-relay", func(ctx context.Context, l lock.Lease) error {
+				n := inside.Add(1)
+				defer inside.Add(-1)
+				if n > most.Load() {
+					most.Store(n)
+				}
+				mu.Lock()
+				fences = append(fences, l.Fence())
+				leaders[name]++
+				turn := leaders[name]
+				mu.Unlock()
+				if name == "a" && turn == 2 {
+					stop() // replica a shuts down while it leads
+				}
+				select { // lead for a while, then hand over
+				case <-ctx.Done():
+				case <-time.After(100 * time.Millisecond):
+				}
+				return nil
+			}, lead.WithTTL(time.Second), lead.WithRetryDelay(20*time.Millisecond))
+			if !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("replica %s: Run returned %v", name, err)
+			}
+		})
+	}
+	wg.Wait()
+	if most.Load() != 1 {
+		t.Errorf("%d leaders at once", most.Load())
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(fences) < 8 {
+		t.Errorf("%d terms in 3 s of 100 ms terms", len(fences))
+	}
+	for i := 1; i < len(fences); i++ {
+		if fences[i] <= fences[i-1] {
+			t.Errorf("term %d's fence %d is not above the last, %d", i, fences[i], fences[i-1])
+		}
+	}
+	if leaders["a"] != 2 {
+		t.Errorf("replica a led %d times after it shut down on its second term", leaders["a"])
+	}
+}
+
+// A loop that fails or panics is reported, and the replicas compete again.
+func TestFailingLoopIsReportedAndRetried(t *testing.T) {
+	store := memstore.New()
+	defer store.Close()
+	var errs, calls atomic.Int64
+	ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
+	defer cancel()
+	_ = lead.Run(ctx, store, "relay", func(ctx context.Context, l lock.Lease) error {
+		if calls.Add(1)%2 == 0 {
+			panic("relay bug")
+		}
+		return errors.New("broker down")
+	}, lead.WithRetryDelay(20*time.Millisecond), lead.WithOnError(func(error) { errs.Add(1) }))
+	if calls.Load() < 4 || errs.Load() != calls.Load() {
+		t.Errorf("%d calls, %d errors reported", calls.Load(), errs.Load())
+	}
+}
+
+// One of three Electors leads; when its campaign ends, another leads.
+func TestElector(t *testing.T) {
+	store := memstore.New()
+	defer store.Close()
+	var electors []*lead.Elector
+	var stops []context.CancelFunc
+	for range 3 {
+		ctx, stop := context.WithCancel(t.Context())
+		defer stop()
+		e, err := lead.NewElector(ctx, store, "scheduler", lead.WithTTL(time.Second), lead.WithRetryDelay(20*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		electors, stops = append(electors, e), append(stops, stop)
+	}
+	leader := func() int {
+		t.Helper()
+		for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			var who []int
+			for i, e := range electors {
+				if e.IsLeader(t.Context()) == nil {
+					who = append(who, i)
+				}
+			}
+			if len(who) > 1 {
+				t.Fatalf("electors %v lead at once", who)
+			}
+			if len(who) == 1 {
+				return who[0]
+			}
+		}
+		t.Fatal("no elector leads")
+		return -1
+	}
+	first := leader()
+	if electors[first].Fence() == 0 {
+		t.Error("the leader has no fence")
+	}
+	stops[first]()
+	<-electors[first].Done()
+	if electors[first].IsLeader(t.Context()) == nil {
+		t.Error("an elector whose campaign ended still leads")
+	}
+	if next := leader(); next == first {
+		t.Error("the stopped elector leads again")
+	}
+}
+
+func TestBadArguments(t *testing.T) {
+	store := memstore.New()
+	defer store.Close()
+	fn := func(context.Context, lock.Lease) error { return nil }
+	for name, err := range map[string]error{
+		"no locker": lead.Run(t.Context(), nil, "k", fn),
+		"no key":    lead.Run(t.Context(), store, "", fn),
+		"no fn":     lead.Run(t.Context(), store, "k", nil),
+		"no delay":  lead.Run(t.Context(), store, "k", fn, lead.WithRetryDelay(0)),
+	} {
+		if err == nil {
+			t.Errorf("%s: nil error", name)
+		}
+	}
+	if _, err := lead.NewElector(t.Context(), store, ""); err == nil {
+		t.Error("NewElector with no key: nil error")
+	}
+}
