@@ -71,7 +71,7 @@ func TestEachTickOnceDespiteSkew(t *testing.T) {
 			t.Errorf("tick %s ran %d times (%v)", at.Format("15:04:05.000"), n, l.by[at])
 		}
 	}
-	for at := job.Every(200*time.Millisecond).Next(start.Add(time.Second)); at.Before(end.Add(-time.Second)); at = at.Add(200 * time.Millisecond) {
+	for at := job.Every(200 * time.Millisecond).Next(start.Add(time.Second)); at.Before(end.Add(-time.Second)); at = at.Add(200 * time.Millisecond) {
 		if l.runs[at] != 1 {
 			t.Errorf("tick %s ran %d times, want once", at.Format("15:04:05.000"), l.runs[at])
 		}
