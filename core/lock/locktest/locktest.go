@@ -786,6 +786,9 @@ func (s *suite) sealedLeases(t *testing.T) {
 	check("Acquire", mustAcquire(t, l, k+"/acquire", 10*time.Second))
 	if ml, ok := l.(lock.MultiLocker); ok {
 		ls, err := ml.AcquireAll(ctxTimeout(t, 5*time.Second), []string{k + "/a", k + "/b"}, 10*time.Second)
+		if errors.Is(err, errors.ErrUnsupported) {
+			return // (keys in several Cluster slots; lock.AcquireAll then takes them one by one)
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
