@@ -34,6 +34,10 @@ func TestMain(m *testing.M) {
 		runWorker()
 		return
 	}
+	if os.Getenv(roleEnv) != "" {
+		runRoleWorker()
+		return
+	}
 	dir, err := os.MkdirTemp("", "oncekit-integration-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/robfig/cron/v3"
+
 	"github.com/oncekit/oncekit/core/job"
 	"github.com/oncekit/oncekit/storage/memstore"
 )
@@ -223,5 +225,36 @@ func TestEveryIsAlignedToTheEpoch(t *testing.T) {
 	}
 	if got := job.Every(5 * time.Minute).Next(time.Date(2026, 11, 28, 15, 10, 0, 0, time.UTC)); !got.Equal(time.Date(2026, 11, 28, 15, 15, 0, 0, time.UTC)) {
 		t.Errorf("Next of a tick = %s, want the one after", got)
+	}
+}
+
+// A robfig/cron schedule (here every second, with a seconds field) is a
+// Schedule: three replicas with skewed clocks run each tick once.
+func TestCronSchedule(t *testing.T) {
+	sched, err := cron.NewParser(cron.Second | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow).Parse("* * * * * *")
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := memstore.New()
+	defer store.Close()
+	l := newLedger()
+	ctx, cancel := context.WithTimeout(t.Context(), 3500*time.Millisecond)
+	defer cancel()
+	replicas(ctx, t, store, sched, map[string]time.Duration{"late": -400 * time.Millisecond, "exact": 0, "early": 300 * time.Millisecond},
+		func(replica string) func(context.Context, job.Tick) error {
+			return func(ctx context.Context, tk job.Tick) error {
+				l.ran(replica, tk)
+				return nil
+			}
+		}).Wait()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.runs) < 2 {
+		t.Errorf("%d ticks in 3.5 s of a schedule every second", len(l.runs))
+	}
+	for at, n := range l.runs {
+		if n != 1 || at.Nanosecond() != 0 {
+			t.Errorf("tick %s ran %d times", at.Format("15:04:05.000"), n)
+		}
 	}
 }

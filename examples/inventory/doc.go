@@ -38,8 +38,10 @@
 // without losing an answered order.
 //
 // The order.created event is written into an outbox by the sale itself and
-// relayed to Kafka by every replica (RelayOutbox); its message-id is the
-// order's ID, so the relays' duplicates are consumed once. The order keeps
+// relayed to Kafka by one replica at a time (RelayOutbox, under
+// lead.Run: a dead relay's successor takes over within the lock's TTL);
+// its message-id is the order's ID, so an entry relayed again after a
+// crash is consumed once. The order keeps
 // the trace context of the request that sold it (Order.Trace), and the
 // relay sends it in the message's headers: with OpenTelemetry set up
 // (a TracerProvider, a propagator, otelobs on the store), the sale, the

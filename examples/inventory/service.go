@@ -1,11 +1,14 @@
 package inventory
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -48,6 +51,15 @@ type Config struct {
 	// sales of one SKU need no queue. An order's fence is then its
 	// idempotency claim's. New fails for a Backend that needs the lock.
 	LockFree bool
+	// ReportEvery, when positive, makes the replicas log the sale's totals
+	// (orders, shipments) at every multiple of it, once across all of them
+	// whatever their clocks (job.Run): a periodic job of the inventory's own.
+	ReportEvery time.Duration
+	// ReportName is the report job's name, the same on every replica of one
+	// inventory (default "inventory/report").
+	ReportName string
+	// ReportTo receives the reports (default os.Stderr).
+	ReportTo io.Writer
 }
 
 // Service is one replica of the inventory: its HTTP and gRPC APIs over a
@@ -62,6 +74,8 @@ type Service struct {
 	wait     time.Duration
 	lockFree bool
 	kick     chan struct{} // an order was sold: the outbox relay has work
+	relayTTL time.Duration // the relay leader's lease (Config.LockTTL)
+	report   reportJob
 
 	consumers sync.Map // *kafkamw.Consumer -> struct{}: this process's shipping consumers
 	relayed   atomic.Int64
@@ -97,7 +111,8 @@ func New(cfg Config) (*Service, error) {
 		return nil, err
 	}
 	return &Service{backend: cfg.Backend, store: cfg.Store, guard: guard, mutex: mutex, gatherer: cfg.Gatherer, wait: cfg.Wait,
-		lockFree: cfg.LockFree, kick: make(chan struct{}, 1)}, nil
+		lockFree: cfg.LockFree, kick: make(chan struct{}, 1), relayTTL: cfg.LockTTL,
+		report: reportJob{every: cfg.ReportEvery, name: cmp.Or(cfg.ReportName, "inventory/report"), to: cmp.Or[io.Writer](cfg.ReportTo, os.Stderr)}}, nil
 }
 
 // Guard is the replica's idem.Guard (the Kafka consumer runs on it too).

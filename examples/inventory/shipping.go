@@ -11,6 +11,8 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/lead"
+	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/kafkamw"
 )
 
@@ -32,20 +34,28 @@ const TopicOrderCreated = "order.created"
 // outbox through p, then removes it, until ctx ends. A sale writes its
 // event into the outbox in the same commit as the sale itself, so no sale
 // goes unannounced even when its replica dies right after; the event's
-// message-id is the order's ID, so replicas relaying the same entry, or one
-// relaying it again after a crash, announce it once to a kafkamw consumer.
-func (s *Service) RelayOutbox(ctx context.Context, p *kafkamw.Producer, every time.Duration) error {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		_ = s.relayOnce(ctx, p) // the broker or the store is away: the next tick tries again
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-t.C:
-		case <-s.kick:
+// message-id is the order's ID, so an entry relayed again after a crash
+// (published, the replica dead before it removed it) is shipped once by a
+// kafkamw consumer.
+//
+// Every replica calls it; one relays at a time (lead.Run on key, which
+// names the outbox: replicas of one inventory pass the same key): a
+// leader that dies is replaced within the lock's TTL, and a leader that
+// loses its lock stops relaying before another can start.
+func (s *Service) RelayOutbox(ctx context.Context, p *kafkamw.Producer, key string, every time.Duration) error {
+	return lead.Run(ctx, s.store, key, func(ctx context.Context, _ lock.Lease) error {
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			_ = s.relayOnce(ctx, p) // the broker or the store is away: the next tick tries again
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-t.C:
+			case <-s.kick:
+			}
 		}
-	}
+	}, lead.WithTTL(s.relayTTL), lead.WithRetryDelay(every))
 }
 
 func (s *Service) relayOnce(ctx context.Context, p *kafkamw.Producer) error {

@@ -56,6 +56,7 @@ type flags struct {
 	stock                                                  int64
 	dupRate                                                float64
 	html                                                   string
+	reportEvery                                            time.Duration
 }
 
 func run(args []string, stdout, stderr io.Writer, o Options) int {
@@ -76,6 +77,7 @@ func run(args []string, stdout, stderr io.Writer, o Options) int {
 	fs.Int64Var(&f.stock, "stock", 100, "demo: units for sale")
 	fs.Float64Var(&f.dupRate, "dup-rate", 0.3, "demo: share of buyers who send their order twice")
 	fs.StringVar(&f.html, "html", "", "demo: write the report as HTML to this file")
+	fs.DurationVar(&f.reportEvery, "report-every", time.Minute, "log the sale's totals at every multiple of this, once across the replicas (0: never)")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: inventory [flags]\n\n")
 		fs.PrintDefaults()
@@ -142,7 +144,8 @@ func serve(f flags, o Options, stdout, stderr io.Writer) error {
 		k = &inventory.Kafka{Brokers: brokers, Topic: f.topic, Group: f.group}
 	}
 
-	cfg := inventory.Config{Store: store, Backend: backend, Gatherer: reg, LockFree: f.lockFree}
+	cfg := inventory.Config{Store: store, Backend: backend, Gatherer: reg, LockFree: f.lockFree,
+		ReportEvery: f.reportEvery, ReportName: "inventory/report/" + f.prefix, ReportTo: stderr}
 	if o.SKULocker != nil {
 		l, closeLocker, err := o.SKULocker(f.store)
 		if err != nil {

@@ -1,0 +1,255 @@
+package integration_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/oncekit/oncekit/core/job"
+	"github.com/oncekit/oncekit/core/lead"
+	"github.com/oncekit/oncekit/core/lock"
+	"github.com/oncekit/oncekit/internal/testenv"
+	"github.com/oncekit/oncekit/storage"
+)
+
+// The job and leader worker processes, run by the test binary when
+// roleEnv is set: a scheduled job ("job") or a leader's loop ("lead") on
+// the store of storeEnv, reporting to the ledger at ledgerEnv, with its
+// clock skewed by skewEnv.
+const (
+	roleEnv   = "ONCEKIT_ROLE_WORKER"
+	nameEnv   = "ONCEKIT_ROLE_NAME"
+	storeEnv  = "ONCEKIT_ROLE_STORE"
+	ledgerEnv = "ONCEKIT_ROLE_LEDGER"
+	skewEnv   = "ONCEKIT_ROLE_SKEW"
+	roleKey   = "ONCEKIT_ROLE_KEY"
+)
+
+// The period of the job's ticks, the TTL of its claims and locks, and how
+// long each run works.
+const (
+	rolePeriod = 500 * time.Millisecond
+	roleTTL    = time.Second
+	roleWork   = 200 * time.Millisecond
+)
+
+func runRoleWorker() {
+	testenv.QuietRedisDialErrors()
+	name, ledger, key := os.Getenv(nameEnv), os.Getenv(ledgerEnv), os.Getenv(roleKey)
+	skew, _ := time.ParseDuration(os.Getenv(skewEnv))
+	st, err := storage.Open(context.Background(), os.Getenv(storeEnv), storage.WithTimeout(roleTTL))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "worker:", err)
+		os.Exit(3)
+	}
+	client := &http.Client{Timeout: 5 * time.Second}
+	report := func(event string, fence uint64, at time.Time) {
+		resp, err := client.Post(fmt.Sprintf("%s/%s?worker=%s&fence=%d&at=%d", ledger, event, name, fence, at.UnixNano()), "text/plain", nil)
+		if err == nil {
+			resp.Body.Close()
+		}
+	}
+	fmt.Println("ready")
+	ctx := context.Background()
+	switch os.Getenv(roleEnv) {
+	case "job":
+		err = job.Run(ctx, st, key, job.Every(rolePeriod), func(ctx context.Context, t job.Tick) error {
+			report("start", t.Fence, t.At)
+			time.Sleep(roleWork)
+			report("done", t.Fence, t.At)
+			return nil
+		}, job.WithTTL(roleTTL), job.WithClock(func() time.Time { return time.Now().Add(skew) }))
+	case "lead":
+		err = lead.Run(ctx, st, key, func(ctx context.Context, l lock.Lease) error {
+			report("start", l.Fence(), time.Time{})
+			select {
+			case <-ctx.Done():
+			case <-time.After(3 * roleTTL): // lead for a while, then let another lead
+			}
+			report("done", l.Fence(), time.Time{})
+			return nil
+		}, lead.WithTTL(roleTTL), lead.WithRetryDelay(50*time.Millisecond))
+	}
+	fmt.Fprintln(os.Stderr, "worker:", err)
+	os.Exit(3)
+}
+
+// roleLedger records the runs the workers report.
+type roleLedger struct {
+	mu      sync.Mutex
+	open    map[string]uint64 // worker -> fence of its run that started and has not ended
+	killed  map[string]bool
+	starts  map[int64][]string // job: tick -> the workers that started it
+	dones   map[int64][]string // job: tick -> the workers that finished it
+	fences  []uint64           // in start order
+	overlap []string
+}
+
+func (l *roleLedger) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	q := req.URL.Query()
+	worker := q.Get("worker")
+	fence, _ := strconv.ParseUint(q.Get("fence"), 10, 64)
+	at, _ := strconv.ParseInt(q.Get("at"), 10, 64)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch req.URL.Path {
+	case "/start":
+		for other, f := range l.open {
+			if !l.killed[other] {
+				l.overlap = append(l.overlap, fmt.Sprintf("%s (fence %d) started while %s (fence %d) ran", worker, fence, other, f))
+			}
+		}
+		l.open[worker] = fence
+		l.fences = append(l.fences, fence)
+		l.starts[at] = append(l.starts[at], worker)
+	case "/done":
+		delete(l.open, worker)
+		l.dones[at] = append(l.dones[at], worker)
+	}
+}
+
+// roleRun is one test's workers and their ledger.
+type roleRun struct {
+	t       *testing.T
+	ledger  *roleLedger
+	url     string
+	workers map[string]*exec.Cmd
+}
+
+func startRoles(t *testing.T, role, store string, skews map[string]time.Duration) *roleRun {
+	l := &roleLedger{open: map[string]uint64{}, killed: map[string]bool{}, starts: map[int64][]string{}, dones: map[int64][]string{}}
+	srv := httptest.NewServer(l)
+	t.Cleanup(srv.Close)
+	r := &roleRun{t: t, ledger: l, url: srv.URL, workers: map[string]*exec.Cmd{}}
+	key := fmt.Sprintf("it-%s-%d", role, time.Now().UnixNano())
+	for name, skew := range skews {
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), roleEnv+"="+role, nameEnv+"="+name, storeEnv+"="+store, ledgerEnv+"="+srv.URL,
+			skewEnv+"="+skew.String(), roleKey+"="+key)
+		cmd.Stderr = os.Stderr
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		if line, _ := bufio.NewReader(out).ReadString('\n'); line != "ready\n" {
+			t.Fatalf("worker %s said %q", name, line)
+		}
+		r.workers[name] = cmd
+	}
+	t.Cleanup(func() {
+		for _, c := range r.workers {
+			_ = c.Process.Kill()
+			_ = c.Wait()
+		}
+	})
+	return r
+}
+
+// killRunning kills (SIGKILL) the worker whose run is open, once one is;
+// it returns its name.
+func (r *roleRun) killRunning(within time.Duration) string {
+	deadline := time.Now().Add(within)
+	for time.Now().Before(deadline) {
+		r.ledger.mu.Lock()
+		for name := range r.ledger.open {
+			_ = r.workers[name].Process.Kill()
+			r.ledger.killed[name] = true
+			r.ledger.mu.Unlock()
+			_ = r.workers[name].Wait()
+			return name
+		}
+		r.ledger.mu.Unlock()
+		time.Sleep(5 * time.Millisecond)
+	}
+	r.t.Fatalf("no run started within %s", within)
+	return ""
+}
+
+func (r *roleRun) checkFences() {
+	r.t.Helper()
+	for i := 1; i < len(r.ledger.fences); i++ {
+		if r.ledger.fences[i] <= r.ledger.fences[i-1] {
+			r.t.Errorf("run %d's fence %d is not above the one before, %d", i, r.ledger.fences[i], r.ledger.fences[i-1])
+		}
+	}
+	for _, o := range r.ledger.overlap {
+		r.t.Errorf("overlap: %s", o)
+	}
+}
+
+// Three worker processes whose clocks disagree by up to 2.5 s run a job
+// every 500 ms: each tick runs once, on the process whose clock reaches
+// it first, with no two runs at once. The process running a tick is
+// killed (SIGKILL) mid-run: another takes the tick over within the claim's
+// TTL and finishes it, once.
+func TestJobOncePerTickAcrossSkewedProcesses(t *testing.T) {
+	eachStore(t, func(t *testing.T, url string) {
+		r := startRoles(t, "job", url, map[string]time.Duration{"late": -time.Second, "exact": 0, "early": 1500 * time.Millisecond})
+		time.Sleep(2 * time.Second)
+		killed := r.killRunning(5 * time.Second)
+		killedAt := time.Now()
+		time.Sleep(3 * roleTTL)
+		r.ledger.mu.Lock()
+		defer r.ledger.mu.Unlock()
+		r.checkFences()
+		var killedTick int64 = -1
+		for tick, by := range r.ledger.starts {
+			if by[len(by)-1] == killed && len(r.ledger.dones[tick]) == 0 {
+				continue // a tick the killed worker started last: the survivors' ticks after it come later
+			}
+			for _, w := range by {
+				if w == killed && len(by) > 1 {
+					killedTick = tick
+				}
+			}
+			if n := len(r.ledger.dones[tick]); n != 1 {
+				t.Errorf("tick %s finished %d times (started by %v)", time.Unix(0, tick).Format("15:04:05.000"), n, by)
+			}
+		}
+		if killedTick < 0 {
+			t.Errorf("the tick %s was running when it was killed was not taken over by another worker (starts %v)", killed, r.ledger.starts)
+		}
+		if len(r.ledger.dones) < 6 {
+			t.Errorf("%d ticks finished in about 5 s of 500 ms ticks", len(r.ledger.dones))
+		}
+		t.Logf("killed %s mid-run at %s; %d ticks finished", killed, killedAt.Format("15:04:05.000"), len(r.ledger.dones))
+	})
+}
+
+// Three worker processes lead in turn, one at a time, each term's fence
+// above the last; the leader is killed (SIGKILL) and another leads within
+// the TTL.
+func TestLeaderKilledHandsOverWithinTTL(t *testing.T) {
+	eachStore(t, func(t *testing.T, url string) {
+		r := startRoles(t, "lead", url, map[string]time.Duration{"a": 0, "b": 0, "c": 0})
+		killed := r.killRunning(10 * time.Second)
+		killedAt := time.Now()
+		var next time.Duration
+		for deadline := time.Now().Add(5 * roleTTL); next == 0 && time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+			r.ledger.mu.Lock()
+			for w := range r.ledger.open {
+				if !r.ledger.killed[w] {
+					next = time.Since(killedAt)
+				}
+			}
+			r.ledger.mu.Unlock()
+		}
+		r.ledger.mu.Lock()
+		defer r.ledger.mu.Unlock()
+		r.checkFences()
+		if next == 0 || next > roleTTL+time.Second {
+			t.Errorf("after the leader %s was killed, the next led after %s (TTL %s)", killed, next, roleTTL)
+		}
+	})
+}
