@@ -136,7 +136,10 @@ func (r *Replica) startKafka(ctx context.Context, s *Service, k Kafka) error {
 		return err
 	}
 	r.wg.Add(2)
-	go func() { defer r.wg.Done(); _ = s.RelayOutbox(ctx, p, "inventory/outbox-relay/"+k.Topic+"/"+k.Group, 100*time.Millisecond) }()
+	go func() {
+		defer r.wg.Done()
+		_ = s.RelayOutbox(ctx, p, "inventory/outbox-relay/"+k.Topic+"/"+k.Group, 100*time.Millisecond)
+	}()
 	go func() { defer r.wg.Done(); _ = c.Run(ctx) }()
 	r.stop = append(r.stop, func() {
 		closing.Store(true)
