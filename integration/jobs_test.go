@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -88,6 +89,7 @@ type roleLedger struct {
 	open    map[string]uint64 // worker -> fence of its run that started and has not ended
 	killed  map[string]bool
 	starts  map[int64][]string // job: tick -> the workers that started it
+	first   map[int64]time.Time // job: tick -> when it was first started
 	dones   map[int64][]string // job: tick -> the workers that finished it
 	fences  []uint64           // in start order
 	overlap []string
@@ -109,6 +111,9 @@ func (l *roleLedger) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		}
 		l.open[worker] = fence
 		l.fences = append(l.fences, fence)
+		if len(l.starts[at]) == 0 {
+			l.first[at] = time.Now()
+		}
 		l.starts[at] = append(l.starts[at], worker)
 	case "/done":
 		delete(l.open, worker)
@@ -125,7 +130,11 @@ type roleRun struct {
 }
 
 func startRoles(t *testing.T, role, store string, skews map[string]time.Duration) *roleRun {
-	l := &roleLedger{open: map[string]uint64{}, killed: map[string]bool{}, starts: map[int64][]string{}, dones: map[int64][]string{}}
+	l := &roleLedger{open: map[string]uint64{}, killed: map[string]bool{}, starts: map[int64][]string{}, dones: map[int64][]string{},
+		first: map[int64]time.Time{}}
+	if strings.HasPrefix(store, "zk://") {
+		store += "?session_timeout=1s" // a dead worker's nodes go with its session, here as soon as a lease's TTL
+	}
 	srv := httptest.NewServer(l)
 	t.Cleanup(srv.Close)
 	r := &roleRun{t: t, ledger: l, url: srv.URL, workers: map[string]*exec.Cmd{}}
@@ -191,22 +200,28 @@ func (r *roleRun) checkFences() {
 // Three worker processes whose clocks disagree by up to 2.5 s run a job
 // every 500 ms: each tick runs once, on the process whose clock reaches
 // it first, with no two runs at once. The process running a tick is
-// killed (SIGKILL) mid-run: another takes the tick over within the claim's
-// TTL and finishes it, once.
+// killed (SIGKILL) mid-run: another, whose clock reaches the tick later,
+// takes it over once the claim's TTL has run out and finishes it, once.
 func TestJobOncePerTickAcrossSkewedProcesses(t *testing.T) {
 	eachStore(t, func(t *testing.T, url string) {
 		r := startRoles(t, "job", url, map[string]time.Duration{"late": -time.Second, "exact": 0, "early": 1500 * time.Millisecond})
-		time.Sleep(2 * time.Second)
+		// Past the first ticks, which only the workers whose clocks were
+		// behind at start reach: from then on the early worker runs each
+		// tick first and the others reach it later, ready to take it over.
+		time.Sleep(3500 * time.Millisecond)
 		killed := r.killRunning(5 * time.Second)
 		killedAt := time.Now()
-		time.Sleep(3 * roleTTL)
+		// The killed tick is taken over when a live worker's clock reaches
+		// it (up to 2.5 s later) or its claim runs out: well within 4 s.
+		time.Sleep(4 * time.Second)
 		r.ledger.mu.Lock()
 		defer r.ledger.mu.Unlock()
 		r.checkFences()
+		cutoff := time.Now().Add(-3 * time.Second) // later ticks may still run
 		var killedTick int64 = -1
 		for tick, by := range r.ledger.starts {
-			if by[len(by)-1] == killed && len(r.ledger.dones[tick]) == 0 {
-				continue // a tick the killed worker started last: the survivors' ticks after it come later
+			if r.ledger.first[tick].After(cutoff) {
+				continue
 			}
 			for _, w := range by {
 				if w == killed && len(by) > 1 {

@@ -18,8 +18,9 @@
 // Runs never overlap unless asked (WithOverlap): a tick holds the job's
 // lock (lock.Mutex: its context ends if the lock is lost, before another
 // replica can take it) while it runs, and a tick that comes while the
-// previous run still holds it waits for it until the tick after, and is
-// skipped if it is still held then. Ticks missed while no replica ran are
+// previous run still holds it waits for it until the tick after (or for
+// the TTL, if that is later: the time a dead run's lock takes to free),
+// and is skipped if it is still held then. Ticks missed while no replica ran are
 // skipped, unless WithCatchUp asks for the latest of them to run when a
 // replica starts.
 //

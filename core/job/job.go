@@ -230,11 +230,13 @@ func (r *runner) tick(ctx context.Context, at time.Time) {
 }
 
 // locked runs the tick under the job's lock, waiting for the previous run
-// until the following tick.
+// until the following tick or for a TTL, whichever is later: a run that
+// died holding the lock lets go of it within the TTL, and its tick's
+// successor must not be skipped for it.
 func (r *runner) locked(ctx context.Context, t Tick, following time.Time) ([]byte, error) {
 	wctx, cancel := ctx, context.CancelFunc(func() {})
 	if !following.IsZero() {
-		wctx, cancel = context.WithTimeout(ctx, max(0, following.Sub(r.o.now())))
+		wctx, cancel = context.WithTimeout(ctx, max(r.o.ttl, following.Sub(r.o.now())))
 	}
 	h, err := r.mutex.Lock(wctx, "oncekit/job/"+r.name)
 	cancel()

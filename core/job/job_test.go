@@ -103,7 +103,7 @@ func TestRunsNeverOverlap(t *testing.T) {
 				time.Sleep(250 * time.Millisecond)
 				return nil
 			}
-		}).Wait()
+		}, job.WithTTL(100*time.Millisecond)).Wait()
 	if m := l.max.Load(); m != 1 {
 		t.Errorf("%d runs at once", m)
 	}
