@@ -88,10 +88,10 @@ type roleLedger struct {
 	mu      sync.Mutex
 	open    map[string]uint64 // worker -> fence of its run that started and has not ended
 	killed  map[string]bool
-	starts  map[int64][]string // job: tick -> the workers that started it
+	starts  map[int64][]string  // job: tick -> the workers that started it
 	first   map[int64]time.Time // job: tick -> when it was first started
-	dones   map[int64][]string // job: tick -> the workers that finished it
-	fences  []uint64           // in start order
+	dones   map[int64][]string  // job: tick -> the workers that finished it
+	fences  []uint64            // in start order
 	overlap []string
 }
 
