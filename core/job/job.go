@@ -73,7 +73,9 @@ func WithTTL(d time.Duration) Option { return func(o *options) { o.ttl = d } }
 
 // WithRetention sets how long a tick is remembered as done: it must
 // exceed the largest clock skew between replicas (a replica whose clock is
-// later than that would run the tick again). Default 24 h.
+// later than that would run the tick again) and the catch-up window. Each
+// tick keeps one record that long. Default 10 minutes, or twice
+// WithCatchUp's window if that is longer.
 func WithRetention(d time.Duration) Option { return func(o *options) { o.retention = d } }
 
 // WithCatchUp makes a starting replica run the latest tick of the last d
@@ -90,8 +92,9 @@ func WithOverlap() Option { return func(o *options) { o.overlap = true } }
 func WithClock(now func() time.Time) Option { return func(o *options) { o.now = now } }
 
 // WithOnError is called with each run's error (the tick then runs again
-// on a replica that reaches it later, or waits for it) and with the
-// store's errors. Default: none.
+// on a replica that reaches it later, or waits for it), with the store's
+// errors, and with ErrSkipped on the replica that skipped a tick. Default:
+// none.
 func WithOnError(fn func(Tick, error)) Option { return func(o *options) { o.onError = fn } }
 
 // ErrSkipped is what a tick's record says when the previous run still
@@ -105,9 +108,12 @@ var ErrSkipped = errors.New("job: tick skipped: the previous run was still going
 // one) gives the tick back for another replica, and is passed to
 // WithOnError.
 func Run(ctx context.Context, store Store, name string, sched Schedule, fn func(ctx context.Context, t Tick) error, opts ...Option) error {
-	o := options{ttl: 10 * time.Second, retention: 24 * time.Hour, now: time.Now, onError: func(Tick, error) {}}
+	o := options{ttl: 10 * time.Second, now: time.Now, onError: func(Tick, error) {}}
 	for _, opt := range opts {
 		opt(&o)
+	}
+	if o.retention == 0 {
+		o.retention = max(10*time.Minute, 2*o.catchUp)
 	}
 	switch {
 	case store == nil || sched == nil || fn == nil:
@@ -205,6 +211,10 @@ func Key(job string, at time.Time) string {
 	return idem.ScopedKey("oncekit/job\x00"+job, at.UTC().Format(time.RFC3339Nano))
 }
 
+// LockKey is the key of the job's lock, which a run holds (unless
+// WithOverlap): the same on every replica.
+func LockKey(job string) string { return "oncekit/job/" + job }
+
 // tick runs the tick at, once across the replicas.
 func (r *runner) tick(ctx context.Context, at time.Time) {
 	t := Tick{Job: r.name, At: at.UTC()}
@@ -215,7 +225,7 @@ func (r *runner) tick(ctx context.Context, at time.Time) {
 	if !following.IsZero() {
 		wait += max(0, following.Sub(r.o.now()))
 	}
-	_, _, err := r.guard.Do(idem.ContextWithWait(ctx, wait), Key(r.name, at), r.name, func(ctx context.Context) ([]byte, error) {
+	res, replayed, err := r.guard.Do(idem.ContextWithWait(ctx, wait), Key(r.name, at), r.name, func(ctx context.Context) ([]byte, error) {
 		if r.o.overlap {
 			return []byte("ran"), r.call(ctx, t)
 		}
@@ -223,6 +233,8 @@ func (r *runner) tick(ctx context.Context, at time.Time) {
 	})
 	var inFlight *idem.InFlightError
 	switch {
+	case err == nil && !replayed && string(res) == ErrSkipped.Error():
+		r.o.onError(t, ErrSkipped) // this replica skipped it
 	case err == nil, ctx.Err() != nil, errors.As(err, &inFlight): // done, shutting down, or still running elsewhere
 	default:
 		r.o.onError(t, err)
@@ -238,7 +250,7 @@ func (r *runner) locked(ctx context.Context, t Tick, following time.Time) ([]byt
 	if !following.IsZero() {
 		wctx, cancel = context.WithTimeout(ctx, max(r.o.ttl, following.Sub(r.o.now())))
 	}
-	h, err := r.mutex.Lock(wctx, "oncekit/job/"+r.name)
+	h, err := r.mutex.Lock(wctx, LockKey(r.name))
 	cancel()
 	if err != nil {
 		if ctx.Err() == nil && errors.Is(err, lock.ErrNotAcquired) && wctx.Err() != nil {

@@ -258,3 +258,29 @@ func TestCronSchedule(t *testing.T) {
 		}
 	}
 }
+
+// A tick whose job's lock stays held past the tick after (and past the
+// TTL) is skipped, and reported so.
+func TestTickSkippedWhileTheLockIsHeld(t *testing.T) {
+	store := memstore.New()
+	defer store.Close()
+	held, err := store.Acquire(t.Context(), job.LockKey("report"), 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release(context.Background())
+	var skipped atomic.Int64
+	ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+	defer cancel()
+	_ = job.Run(ctx, store, "report", job.Every(100*time.Millisecond), func(context.Context, job.Tick) error {
+		t.Error("a tick ran while the job's lock was held")
+		return nil
+	}, job.WithTTL(50*time.Millisecond), job.WithOnError(func(_ job.Tick, err error) {
+		if errors.Is(err, job.ErrSkipped) {
+			skipped.Add(1)
+		}
+	}))
+	if n := skipped.Load(); n < 3 {
+		t.Errorf("%d ticks reported skipped in 1 s of 100 ms ticks", n)
+	}
+}
