@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"os/exec"
-	"path/filepath"
-	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -240,7 +238,10 @@ func TestOneDriverLinksOneClient(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds a program")
 	}
-	goTool := filepath.Join(runtime.GOROOT(), "bin", "go")
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatal(err)
+	}
 	deps, err := exec.Command(goTool, "list", "-deps", "./testdata/redisonly").CombinedOutput()
 	if err != nil {
 		t.Fatalf("go list: %v\n%s", err, deps)
