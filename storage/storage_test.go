@@ -3,9 +3,12 @@ package storage_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"maps"
 	"os/exec"
+	"slices"
 	"strings"
-	"sync/atomic"
+	"sync"
 	"testing"
 	"time"
 
@@ -78,8 +81,23 @@ func TestOpenEachForm(t *testing.T) {
 					t.Errorf("Do %d: %q replayed=%v err=%v", i, res, replayed, err)
 				}
 			}
-			if obs.n.Load() == 0 {
-				t.Error("the Guard reported nothing to the observer given to Open")
+			m, err := lock.NewMutex(st, lock.WithTTL(5*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := m.Do(ctx, key, func(ctx context.Context, l lock.Lease) error { return nil }); err != nil {
+				t.Fatal(err)
+			}
+			// Every operation reached the observer given to Open, under the
+			// driver's name.
+			seen := obs.ops()
+			for _, op := range []observe.Op{observe.LockAcquire, observe.LockRelease, observe.IdemBegin, observe.IdemComplete} {
+				if !seen[op] {
+					t.Errorf("the observer given to Open saw no %s (saw %v)", op, seen)
+				}
+			}
+			if d := obs.driver(); d != observe.DriverOf(st) {
+				t.Errorf("events name the driver %q, want %q", d, observe.DriverOf(st))
 			}
 		})
 	}
@@ -121,12 +139,43 @@ func checkDriver(t *testing.T, scheme string, st storage.Store) {
 	}
 }
 
-// endCounter counts the operations an Observer saw end.
-type endCounter struct{ n atomic.Int64 }
+// endCounter records the operations an Observer saw end.
+type endCounter struct {
+	mu      sync.Mutex
+	seen    map[observe.Op]bool
+	drivers map[string]bool
+}
 
 func (c *endCounter) Start(ctx context.Context, _ observe.Event) context.Context { return ctx }
-func (c *endCounter) End(context.Context, observe.Event)                         { c.n.Add(1) }
-func (c *endCounter) Record(context.Context, observe.Event)                      {}
+func (c *endCounter) End(_ context.Context, ev observe.Event) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.seen == nil {
+		c.seen, c.drivers = map[observe.Op]bool{}, map[string]bool{}
+	}
+	c.seen[ev.Op] = true
+	c.drivers[ev.Driver] = true
+}
+func (c *endCounter) Record(ctx context.Context, ev observe.Event) { c.End(ctx, ev) }
+
+func (c *endCounter) ops() map[observe.Op]bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return maps.Clone(c.seen)
+}
+
+// driver is the one driver name the events carried ("" for none or several).
+func (c *endCounter) driver() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.drivers) != 1 {
+		return fmt.Sprint(slices.Collect(maps.Keys(c.drivers)))
+	}
+	for d := range c.drivers {
+		return d
+	}
+	return ""
+}
 
 // withParam adds a query parameter to url.
 func withParam(url, param string) string {
