@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"os/exec"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -311,5 +312,50 @@ func TestOneDriverLinksOneClient(t *testing.T) {
 	want := "*redisstore.Store\n" + `storage: store URL scheme "postgres" needs its driver: import _ "github.com/oncekit/oncekit/storage/sqlstore" (or storage/all for every driver)` + "\n"
 	if string(out) != want {
 		t.Errorf("the Redis-only program printed\n%s\nwant\n%s", out, want)
+	}
+}
+
+// Every driver's Store shows the contract (driver.Store), the optional
+// capabilities drivers share, and the few methods of its own listed here,
+// and nothing else: a method added to a driver by mistake (a helper made
+// public, kit reachable from a user's value) fails this test, and one
+// added on purpose is added here, in the driver's documentation and in
+// CHANGELOG.md.
+func TestDriverSurfaces(t *testing.T) {
+	contract := map[string]bool{}
+	ct := reflect.TypeFor[storage.Store]()
+	for i := range ct.NumMethod() {
+		contract[ct.Method(i).Name] = true
+	}
+	// The capabilities: idem.Waiter, idem.EffectStore, the repairs oncectl
+	// uses, lock.MultiLocker.
+	shared := map[string]bool{"WaitChange": true, "CompleteWith": true, "ForceRelease": true, "DeleteRecord": true, "AcquireAll": true}
+	own := map[reflect.Type][]string{
+		reflect.TypeFor[*memstore.Store]():     nil,
+		reflect.TypeFor[*redisstore.Store]():   {"Client"},
+		reflect.TypeFor[*redlockstore.Store](): {"Clients", "Quorum"},
+		reflect.TypeFor[*etcdstore.Store]():    {"Client"},
+		reflect.TypeFor[*sqlstore.Store]():     {"Cleanup", "CompleteInTx", "DB", "Dialect", "Migrate", "Schema", "Tables"},
+		reflect.TypeFor[*zkstore.Store]():      {"Cleanup", "Conn", "SessionTimeout"},
+	}
+	for typ, extra := range own {
+		has := map[string]bool{}
+		for i := range typ.NumMethod() {
+			m := typ.Method(i).Name
+			has[m] = true
+			if !contract[m] && !shared[m] && !slices.Contains(extra, m) {
+				t.Errorf("%s has method %s, which is neither the contract, a shared capability nor listed as its own", typ, m)
+			}
+		}
+		for m := range contract {
+			if !has[m] {
+				t.Errorf("%s lacks %s of driver.Store", typ, m)
+			}
+		}
+		for _, m := range extra {
+			if !has[m] {
+				t.Errorf("%s no longer has %s: update the list", typ, m)
+			}
+		}
 	}
 }
