@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/oncekit/oncekit/core/job"
-	"github.com/oncekit/oncekit/core/lead"
+	"github.com/oncekit/oncekit/job"
+	"github.com/oncekit/oncekit/lead"
 	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/internal/testenv"
 	"github.com/oncekit/oncekit/storage"

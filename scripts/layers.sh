@@ -13,7 +13,7 @@
 #   storage/internal and storage/driver);
 # - storage (Open) imports core, storage/driver and memstore (memory:// is
 #   always there), never another driver; storage/all imports the drivers;
-# - the middleware import no driver,
+# - the middleware (and job, lead) import no driver,
 #   no storage and no other middleware (what they share is internal/mwcore);
 # - nothing under examples/ imports an internal/ package, tests included.
 # Test files may import what their tests need (test servers, drivers), except
@@ -45,7 +45,7 @@ while read -r pkg imports; do
 				bad "$pkg imports $imp (storage imports only core, storage/driver and memstore: the others register themselves)" ;;
 		$mod/storage/all)
 			[[ $imp == $mod/storage/*store ]] || bad "$pkg imports $imp (storage/all imports only the drivers)" ;;
-		$mod/httpmw* | $mod/grpcmw* | $mod/kafkamw*)
+		$mod/httpmw* | $mod/grpcmw* | $mod/kafkamw* | $mod/job* | $mod/lead*)
 			root=$(cut -d/ -f1-4 <<<"$pkg")
 			[[ $imp == $mod/core* || $imp == $root || $imp == $root/* || $imp == $mod/internal/mwcore ]] ||
 				bad "$pkg imports $imp (middleware imports only core, internal/mwcore and its own packages)" ;;

@@ -6,7 +6,7 @@ import (
 	"io"
 	"time"
 
-	"github.com/oncekit/oncekit/core/job"
+	"github.com/oncekit/oncekit/job"
 )
 
 // reportJob is Config's report: a job of the inventory's own.

@@ -11,7 +11,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/oncekit/oncekit/core/idem"
-	"github.com/oncekit/oncekit/core/lead"
+	"github.com/oncekit/oncekit/lead"
 	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/kafkamw"
 )

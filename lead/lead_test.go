@@ -10,8 +10,8 @@ import (
 
 	"github.com/go-co-op/gocron/v2"
 
-	"github.com/oncekit/oncekit/core/lead"
 	"github.com/oncekit/oncekit/core/lock"
+	"github.com/oncekit/oncekit/lead"
 	"github.com/oncekit/oncekit/storage/memstore"
 )
 

@@ -10,7 +10,7 @@ import (
 
 	"github.com/robfig/cron/v3"
 
-	"github.com/oncekit/oncekit/core/job"
+	"github.com/oncekit/oncekit/job"
 	"github.com/oncekit/oncekit/storage/memstore"
 )
 
