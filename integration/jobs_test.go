@@ -14,10 +14,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/oncekit/oncekit/job"
-	"github.com/oncekit/oncekit/lead"
 	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/internal/testenv"
+	"github.com/oncekit/oncekit/job"
+	"github.com/oncekit/oncekit/lead"
 	"github.com/oncekit/oncekit/storage"
 )
 

@@ -11,9 +11,9 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/oncekit/oncekit/core/idem"
-	"github.com/oncekit/oncekit/lead"
 	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/kafkamw"
+	"github.com/oncekit/oncekit/lead"
 )
 
 // traceOf is the trace context in ctx, as the global propagator writes it
