@@ -77,7 +77,7 @@ func WithScope(scope func(ctx context.Context) string) Option {
 // WithPlacement places each unary call's record (idem.Placed) where the
 // handler's effect lives: on Redis Cluster, in the slot of the hash tag
 // {place}, so that an effect on keys tagged {place} (a SKU's stock and
-// orders) commits in the script that completes the record (grpcmw.Commit).
+// orders) commits in the script that completes the record (idem.Commit in the handler).
 // Other stores keep a placed record as any other. "" leaves the call's
 // record unplaced; a place over idem.MaxPlaceLen bytes or with a brace gets
 // the call refused with InvalidArgument, nothing run. The place is part of

@@ -165,7 +165,7 @@ func (c *Consumer) Stats() Stats {
 // many messages it fetched whose offsets are not committed yet: in flight,
 // waiting for an earlier message of their partition, or done and waiting
 // for the commit. A partition stuck behind a slow or failing message grows
-// here (promobs.WatchConsumer exports it as a gauge).
+// here (promobs.Observer.WatchConsumer exports it as a gauge).
 func (c *Consumer) Uncommitted() map[string]map[int]int64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()

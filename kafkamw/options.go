@@ -116,7 +116,7 @@ func WithRequireKey() Option { return func(c *config) { c.requireKey = true } }
 // WithPlacement places each message's record (idem.Placed) where the
 // handler's effect lives: on Redis Cluster, in the slot of the hash tag
 // {place}, so that an effect on keys tagged {place} commits in the script
-// that completes the record (kafkamw.Commit). Other stores keep a placed
+// that completes the record (idem.Commit in the handler). Other stores keep a placed
 // record as any other. "" leaves the message's record unplaced; a place
 // over idem.MaxPlaceLen bytes or with a brace is a bad key
 // (idem.ErrInvalidKey: the message is handled as one without a valid key).

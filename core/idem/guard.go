@@ -73,7 +73,7 @@ type Guard struct {
 }
 
 // InFlight returns how many runs of this Guard hold their claim now: the
-// work this process is doing under idempotency (promobs.WatchGuard
+// work this process is doing under idempotency (promobs.Observer.WatchGuard
 // exports it as a gauge).
 func (g *Guard) InFlight() int64 { return g.inFlight.Load() }
 

@@ -57,7 +57,7 @@ type Mutex struct {
 }
 
 // Held returns how many leases taken through this Mutex are not released
-// yet (promobs.WatchMutex exports it as a gauge). A lease that was lost
+// yet (promobs.Observer.WatchMutex exports it as a gauge). A lease that was lost
 // counts until its Release.
 func (m *Mutex) Held() int64 { return m.held.Load() }
 
