@@ -216,11 +216,27 @@ const (
 	workerTTLEnv   = "ONCEKIT_EXCLUSION_TTL"
 )
 
+// openWorkerStore opens a worker process's store with requests bounded by
+// timeout, trying again for up to 30 s: a ZooKeeper session must be
+// established within the timeout, which six workers starting at once on a
+// machine busy with every package's tests can miss (a fresh-clone make
+// test's worker gave up after 1 s).
+func openWorkerStore(url string, timeout time.Duration) (storage.Store, error) {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		st, err := storage.Open(context.Background(), url, storage.WithTimeout(timeout))
+		if err == nil || time.Now().After(deadline) {
+			return st, err
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 func runWorker() {
 	testenv.QuietRedisDialErrors()
 	name := os.Getenv(workerEnv)
 	ttl, _ := time.ParseDuration(os.Getenv(workerTTLEnv))
-	o, err := storage.Open(context.Background(), os.Getenv(workerStoreEnv), storage.WithTimeout(ttl))
+	o, err := openWorkerStore(os.Getenv(workerStoreEnv), ttl)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "worker:", err)
 		os.Exit(3)

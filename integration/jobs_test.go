@@ -18,7 +18,6 @@ import (
 	"github.com/oncekit/oncekit/internal/testenv"
 	"github.com/oncekit/oncekit/job"
 	"github.com/oncekit/oncekit/lead"
-	"github.com/oncekit/oncekit/storage"
 )
 
 // The job and leader worker processes, run by the test binary when
@@ -46,7 +45,7 @@ func runRoleWorker() {
 	testenv.QuietRedisDialErrors()
 	name, ledger, key := os.Getenv(nameEnv), os.Getenv(ledgerEnv), os.Getenv(roleKey)
 	skew, _ := time.ParseDuration(os.Getenv(skewEnv))
-	st, err := storage.Open(context.Background(), os.Getenv(storeEnv), storage.WithTimeout(roleTTL))
+	st, err := openWorkerStore(os.Getenv(storeEnv), roleTTL)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "worker:", err)
 		os.Exit(3)
