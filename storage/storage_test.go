@@ -285,9 +285,6 @@ func TestPingUnreachable(t *testing.T) {
 // only, and Open names the package to import for a form whose driver the
 // program left out.
 func TestOneDriverLinksOneClient(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds a program")
-	}
 	goTool, err := exec.LookPath("go")
 	if err != nil {
 		t.Fatal(err)

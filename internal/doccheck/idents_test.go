@@ -12,12 +12,12 @@ import (
 	"testing"
 )
 
-// exported maps each of the module's package names to the names it
-// exports: its top-level identifiers, and "Type.Member" for the methods
-// and fields of its types.
-func exported(t *testing.T) map[string]map[string]bool {
+// goFiles parses the module's library Go files (no tests, no generated
+// code, nothing under testdata or the bench module) with their comments,
+// by path from the root.
+func goFiles(t *testing.T) map[string]*ast.File {
 	t.Helper()
-	pkgs := map[string]map[string]bool{}
+	files := map[string]*ast.File{}
 	fset := token.NewFileSet()
 	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -29,13 +29,29 @@ func exported(t *testing.T) map[string]map[string]bool {
 			}
 			return nil
 		}
-		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") || strings.HasSuffix(path, ".pb.go") {
 			return nil
 		}
-		f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
+		f, err := parser.ParseFile(fset, path, nil, parser.ParseComments|parser.SkipObjectResolution)
 		if err != nil {
 			return err
 		}
+		rel, _ := filepath.Rel(root, path)
+		files[rel] = f
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return files
+}
+
+// exported maps each of the module's package names to the names it
+// exports: its top-level identifiers, and "Type.Member" for the methods
+// and fields of its types.
+func exported(files map[string]*ast.File) map[string]map[string]bool {
+	pkgs := map[string]map[string]bool{}
+	for _, f := range files {
 		names := pkgs[f.Name.Name]
 		if names == nil {
 			names = map[string]bool{}
@@ -87,10 +103,6 @@ func exported(t *testing.T) map[string]map[string]bool {
 				}
 			}
 		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
 	}
 	return pkgs
 }
@@ -108,7 +120,8 @@ var ambiguous = map[string]bool{"driver": true, "all": true, "app": true, "main"
 // lock.Held.Refresh) names something the package exports: a renamed or
 // removed function leaves no document pointing at it.
 func TestReferencesExist(t *testing.T) {
-	pkgs := exported(t)
+	files := goFiles(t)
+	pkgs := exported(files)
 	check := func(file, text string) {
 		for _, m := range reference.FindAllStringSubmatch(text, -1) {
 			names, ours := pkgs[m[1]]
@@ -125,40 +138,18 @@ func TestReferencesExist(t *testing.T) {
 		}
 	}
 	for _, file := range documents(t) {
+		if strings.HasSuffix(file, ".go") {
+			continue // below, with every Go file's comments
+		}
 		b, err := os.ReadFile(filepath.Join(root, file))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if strings.HasSuffix(file, ".go") {
-			continue // below, with every Go file's comments
-		}
 		check(file, string(b))
 	}
-	fset := token.NewFileSet()
-	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			if name := d.Name(); path != root && (strings.HasPrefix(name, ".") || name == "testdata" || name == "bench") {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") || strings.HasSuffix(path, ".pb.go") {
-			return nil
-		}
-		f, err := parser.ParseFile(fset, path, nil, parser.ParseComments|parser.SkipObjectResolution)
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(root, path)
+	for file, f := range files {
 		for _, cg := range f.Comments {
-			check(rel, cg.Text())
+			check(file, cg.Text())
 		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
 	}
 }
