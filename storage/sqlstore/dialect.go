@@ -58,6 +58,11 @@ type queries struct {
 	// headAcquire: the first queued waiter takes the free key and leaves
 	// the queue (PostgreSQL: one statement; MySQL: it, then queueDelete).
 	headAcquire string
+	// The server's queue (PostgreSQL, queue.go): the session lock and the
+	// row when both are free, the same after queuing for the session lock,
+	// the row alone, the release of both, the session lock's release, and
+	// the count of sessions queued for it.
+	sqTry, sqWait, sqTake, sqRelease, sqUnlock, sqWaiting string
 }
 
 // cleanupGrace is how long a row outlives both its expiry and its fence
@@ -213,6 +218,7 @@ func newQueries(d Dialect, prefix string) queries {
 			" AND (SELECT waiter FROM h) = $5 RETURNING l.fence)," +
 			" d AS (DELETE FROM " + waiters + " WHERE lock_key = $1 AND waiter = $5 AND EXISTS (SELECT 1 FROM t))" +
 			" SELECT fence FROM t"
+		sessionQueries(&q, locks, waiters, now)
 	} else {
 		q.headAcquire = "UPDATE " + locks + " SET token = ?, owner = ?, holds = 1, fence = LAST_INSERT_ID(GREATEST(fence + 1, " + now + "))," +
 			" expires_us = " + now + " + ? WHERE lock_key = ? AND (token = '' OR expires_us <= " + now + ")" +

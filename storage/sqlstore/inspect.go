@@ -12,8 +12,9 @@ import (
 	"github.com/oncekit/oncekit/core/lock/lockdriver"
 )
 
-// InspectLock implements lock.Inspector. Waiters counts the live entries
-// of the key's queue (processes in Acquire).
+// InspectLock implements lock.Inspector. Waiters counts the processes in
+// Acquire: the sessions the server queues for the key's session lock, and
+// the live entries of the key's queue table (waiters that poll).
 func (s *Store) InspectLock(ctx context.Context, key string) (lock.LockInfo, error) {
 	if err := lockdriver.ValidateKey(key); err != nil {
 		return lock.LockInfo{}, err
@@ -27,6 +28,13 @@ func (s *Store) InspectLock(ctx context.Context, key string) (lock.LockInfo, err
 	info := lockInfo(key, r)
 	if err := s.queryRow(ctx, s.q.queueCount, []byte(key)).Scan(&info.Waiters); err != nil {
 		return lock.LockInfo{}, s.errWrap("inspect", key, err)
+	}
+	if s.sessionQueue {
+		n, err := s.sessionWaiters(ctx, key)
+		if err != nil {
+			return lock.LockInfo{}, s.errWrap("inspect", key, err)
+		}
+		info.Waiters += n
 	}
 	return info, nil
 }
@@ -57,6 +65,12 @@ func (s *Store) ForceRelease(ctx context.Context, key string) (lock.LockInfo, er
 		info = lockInfo(key, r)
 		if !info.Held {
 			return nil
+		}
+		if s.sessionQueue {
+			// Freed as long ago as a stopped holder's row: the holder's
+			// connection keeps the key's session lock until it learns, and
+			// acquirers take such a row without it.
+			r.now -= us(s.stuckAfter())
 		}
 		head, err = s.freeLock(ctx, tx, key, r)
 		return err

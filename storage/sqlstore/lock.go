@@ -44,6 +44,7 @@ type lease struct {
 	lockdriver.Lease
 	s   *Store
 	key string
+	pin *pin // the connection keeping the key's session lock, or nil
 }
 
 // grant is the outcome of one attempt to take a key.
@@ -69,6 +70,9 @@ func (s *Store) tryAcquire(ctx context.Context, key string, ttl time.Duration) (
 	if err := s.closedErr("try acquire", key); err != nil {
 		return nil, err
 	}
+	if s.sessionQueue {
+		return s.acquireQueued(ctx, key, ttl, owner, false)
+	}
 	start := time.Now()
 	g, err := s.attempt(ctx, key, ttl, owner, "", false)
 	switch {
@@ -79,7 +83,7 @@ func (s *Store) tryAcquire(ctx context.Context, key string, ttl time.Duration) (
 	case g.token == "":
 		return nil, &lock.BusyError{Key: key, TTL: g.busy}
 	}
-	return s.newLease(key, g, start.Add(ttl)), nil
+	return s.newLease(key, g, start.Add(ttl), nil), nil
 }
 
 // Acquire implements lock.Locker. A waiter queues in the lock_waiters
@@ -102,6 +106,9 @@ func (s *Store) acquireLease(ctx context.Context, key string, ttl time.Duration)
 	}
 	if err := s.closedErr("acquire", key); err != nil {
 		return nil, err
+	}
+	if s.sessionQueue {
+		return s.acquireQueued(ctx, key, ttl, owner, true)
 	}
 	locks, _, _ := s.Tables()
 	waiter := token.New()
@@ -131,7 +138,7 @@ func (s *Store) acquireLease(ctx context.Context, key string, ttl time.Duration)
 		case err != nil:
 			return nil, err
 		case ok:
-			return s.newLease(key, g, start.Add(ttl)), nil
+			return s.newLease(key, g, start.Add(ttl), nil), nil
 		}
 	}
 	for n := 0; ; n++ {
@@ -190,7 +197,7 @@ func (s *Store) acquireLease(ctx context.Context, key string, ttl time.Duration)
 					Fence: uint64(g.fence), Duration: time.Since(began),
 				})
 			}
-			return s.newLease(key, g, start.Add(ttl)), nil
+			return s.newLease(key, g, start.Add(ttl), nil), nil
 		}
 		renew := s.waiterTTL/3 - time.Since(renewed) // keeps our place in the queue
 		wait := renew
@@ -456,11 +463,22 @@ func (s *Store) wakeWaiter(waiter string) {
 	}
 }
 
-func (s *Store) newLease(key string, g grant, deadline time.Time) *lease {
-	l := &lease{s: s, key: key}
-	l.Init(lockdriver.Config{
+// newLease returns the lease of grant g; p, when not nil, is the
+// connection that keeps the key's session lock (see acquireQueued), closed
+// if the lease ends without a release.
+func (s *Store) newLease(key string, g grant, deadline time.Time, p *pin) *lease {
+	l := &lease{s: s, key: key, pin: p}
+	cfg := lockdriver.Config{
 		Driver: "sqlstore", Key: key, Token: g.token, Fence: uint64(g.fence), Deadline: deadline, Store: l,
-	})
+	}
+	if p != nil {
+		cfg.OnEnd = func(lockdriver.State) {
+			if c := p.take(); c != nil {
+				discard(c)
+			}
+		}
+	}
+	l.Init(cfg)
 	return l
 }
 
@@ -498,6 +516,16 @@ func (l *lease) StoreRefresh(ctx context.Context, ttl time.Duration) (time.Time,
 // last frees the key and wakes its waiters.
 func (l *lease) StoreRelease(ctx context.Context) error {
 	s := l.s
+	if c := l.pin.take(); c != nil {
+		freed, err := s.releasePinned(ctx, l, c)
+		if err == nil && freed {
+			return nil
+		}
+		if err != nil && !retryable(err) && !lockTimedOut(err) {
+			return s.errWrap("release", l.key, err)
+		}
+		// More holds, or not ours: the statements below tell which.
+	}
 	var head string
 	if s.q.releaseNotify != "" {
 		locks, _, _ := s.Tables()

@@ -48,6 +48,12 @@ type Store struct {
 
 	hub *hub
 
+	// sessionQueue: waiters queue for the server's session locks (see
+	// queue.go); PostgreSQL on a session of its own.
+	sessionQueue bool
+	sctx         context.Context // ends when the Store closes
+	scancel      context.CancelFunc
+
 	stop     chan struct{}
 	stopOnce sync.Once
 	wg       sync.WaitGroup
@@ -158,6 +164,8 @@ func New(db *sql.DB, opts ...Option) (*Store, error) {
 	s.q = newQueries(s.dialect, s.prefix)
 	_, s.pgx = db.Driver().(*stdlib.Driver)
 	s.listen = s.dialect == Postgres && s.pgx && !s.noNotify
+	s.sessionQueue = s.dialect == Postgres && !s.noNotify
+	s.sctx, s.scancel = context.WithCancel(context.Background())
 	s.hub = newHub()
 	if s.listen {
 		s.wg.Go(s.listenLoop)
@@ -176,7 +184,7 @@ func New(db *sql.DB, opts ...Option) (*Store, error) {
 // Store over a database it does not own can still release them). Close
 // is idempotent.
 func (s *Store) Close() error {
-	s.stopOnce.Do(func() { close(s.stop) })
+	s.stopOnce.Do(func() { close(s.stop); s.scancel() })
 	s.wg.Wait()
 	s.hub.wakeAll()
 	if s.ownsDB {

@@ -1,0 +1,556 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"hash/fnv"
+	"math"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/oncekit/oncekit/core/lock"
+	"github.com/oncekit/oncekit/core/lock/lockdriver"
+	"github.com/oncekit/oncekit/core/observe"
+	"github.com/oncekit/oncekit/storage/internal/token"
+)
+
+// The server's queue. On a database session of its own (the default on
+// PostgreSQL, unless notify=false), a lock is two things: its row, which
+// alone decides who holds the key (token, fence, expiry by the server's
+// clock, as everywhere in this driver), and a session lock on the key
+// (pg_advisory_lock of a 64-bit hash of the table and the key) that the
+// holder's connection keeps while it holds the row. A waiter asks for the
+// session lock with a timeout and the row in one statement: the server
+// queues the waiters, in order, and a release — the row freed and the
+// session lock given back, one statement — lets the next waiter's
+// statement go on and take the row, without a notification or a second
+// round trip. The session lock is only the queue, never the truth:
+//
+//   - a waiter's wait is bounded by the holder's expiry (lock_timeout), and
+//     a row that is free or expired when the wait ends is taken without the
+//     session lock, so a holder that stopped (a paused process whose
+//     connection lives on) delays the queue by its TTL at most, as a
+//     crashed one does (its connection's end gives the session lock back);
+//   - a lease that ends without a release (its deadline passed, its key
+//     was lost) closes its connection, which frees the session lock;
+//   - the row's fence, expiry and token are checked and written exactly as
+//     without the queue, so a second holder is impossible whatever the
+//     session locks say.
+//
+// The cost is one connection per held lock and per waiter, taken from the
+// Store's pool for the lock's life, as pg_advisory_lock takes one.
+
+// sessionID is the key's session lock: a 64-bit hash of the locks table
+// and the key (another application's advisory locks would have to collide
+// with it by chance; a collision only makes a waiter wait for the other
+// lock as long as the holder's TTL, never lets two holders in).
+func (s *Store) sessionID(key string) int64 {
+	locks, _, _ := s.Tables()
+	h := fnv.New64a()
+	h.Write([]byte(locks))
+	h.Write([]byte{0})
+	h.Write([]byte(key))
+	return int64(h.Sum64())
+}
+
+// pin is the connection of a held lease that keeps the key's session
+// lock, until the lease is released (the release gives the lock back on
+// it) or ends otherwise (the connection is closed).
+type pin struct {
+	mu   sync.Mutex
+	conn *sql.Conn
+}
+
+// take returns the pinned connection, once; nil when there is none left.
+func (p *pin) take() *sql.Conn {
+	if p == nil {
+		return nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	c := p.conn
+	p.conn = nil
+	return c
+}
+
+// discard closes c for good rather than hand it back to the pool: its
+// session may hold a session lock.
+func discard(c *sql.Conn) {
+	_ = c.Raw(func(any) error { return driver.ErrBadConn })
+	_ = c.Close()
+}
+
+// connRow runs a one-row statement on c and scans it: on pgx through the
+// pgx connection itself (see queryRow).
+func (s *Store) connRow(ctx context.Context, c *sql.Conn, query string, args []any, dest ...any) error {
+	if !s.pgx {
+		return c.QueryRowContext(ctx, query, args...).Scan(dest...)
+	}
+	return c.Raw(func(dc any) error {
+		pc, ok := dc.(*stdlib.Conn)
+		if !ok {
+			return c.QueryRowContext(ctx, query, args...).Scan(dest...)
+		}
+		return pc.Conn().QueryRow(ctx, query, args...).Scan(dest...)
+	})
+}
+
+// lockTimedOut reports the server's end of a session-lock wait that ran
+// out (PostgreSQL lock_not_available): the lock was not taken.
+func lockTimedOut(err error) bool {
+	var pg *pgconn.PgError
+	return errors.As(err, &pg) && pg.Code == "55P03"
+}
+
+// queueStep is how long a waiter that holds the session lock, but finds
+// the row still held by a holder without it, sleeps between two looks.
+func (s *Store) queueStep() time.Duration { return max(s.pollInterval/10, time.Millisecond) }
+
+// waitBudget is how long a waiter asks the server to queue it for the
+// session lock: until the holder's expiry, or, when the row was free at
+// the last look, until it has been free for stuckAfter (the session lock
+// is then passing to the next waiter, who takes the row within
+// microseconds); never past ctx's deadline.
+func (s *Store) waitBudget(ctx context.Context, left time.Duration) time.Duration {
+	d := left + 2*time.Millisecond
+	if left <= 0 {
+		d = s.stuckAfter() + left + time.Millisecond
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		d = min(d, time.Until(dl))
+	}
+	return max(d, time.Millisecond)
+}
+
+// stuckAfter is how long a row must have been free or expired while its
+// key's session lock stays taken before an acquirer takes the row without
+// the session lock: its holder stopped (a paused process whose connection
+// lives on), or ForceRelease freed the row.
+func (s *Store) stuckAfter() time.Duration { return s.waiterTTL / 3 }
+
+// look is one statement's answer about a key.
+type look struct {
+	taken   bool          // the row is ours now (fence)
+	fence   int64         //
+	holding bool          // we hold the session lock (taken, or first in line)
+	left    time.Duration // when not taken: the holder's TTL; ≤ 0: free or expired for -left (never seen: a very long time)
+	waited  time.Duration // when taken: how long the statement was queued first, by the server's clock
+}
+
+// tryLook takes the session lock and the row if both are free; it keeps
+// neither otherwise.
+func (s *Store) tryLook(ctx context.Context, c *sql.Conn, key, tok, owner string, ttl time.Duration) (look, error) {
+	var fence, remaining sql.NullInt64
+	var unlocked int64
+	err := s.connRow(ctx, c, s.q.sqTry, []any{[]byte(key), tok, []byte(owner), us(ttl), s.sessionID(key)}, &fence, &remaining, &unlocked)
+	if err != nil {
+		return look{}, err
+	}
+	return look{taken: fence.Valid, fence: fence.Int64, holding: fence.Valid, left: leftDur(remaining)}, nil
+}
+
+// waitLook queues for the session lock for at most budget and then takes
+// the row if it is free; once the lock is ours, it stays ours. The
+// server's wait ends by lock_timeout, or by a cancel request when ctx ends
+// first; tainted reports that one was sent (it may yet reach c's session
+// and cancel a later statement: c must go).
+func (s *Store) waitLook(ctx context.Context, c *sql.Conn, key, tok, owner string, ttl, budget time.Duration) (l look, tainted bool, err error) {
+	var fence, remaining, waited sql.NullInt64
+	timeout := strconv.FormatInt(max(budget.Milliseconds(), 1), 10) + "ms"
+	args := []any{[]byte(key), tok, []byte(owner), us(ttl), s.sessionID(key), timeout}
+	dest := []any{&fence, &remaining, &waited}
+	if !s.pgx {
+		err = c.QueryRowContext(ctx, s.q.sqWait, args...).Scan(dest...)
+	} else {
+		err = c.Raw(func(dc any) error {
+			pc, ok := dc.(*stdlib.Conn)
+			if !ok {
+				return c.QueryRowContext(ctx, s.q.sqWait, args...).Scan(dest...)
+			}
+			// Not ctx itself: pgx would close the connection when it
+			// ends, and the server, which learns of that only when it
+			// next writes to it, would go on waiting and take the row for
+			// nobody. A cancel request ends the statement instead; the
+			// server's lock_timeout bounds it, and a deadline a little
+			// past that bounds a connection that stopped answering.
+			wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), budget+5*time.Second)
+			defer cancel()
+			stop := context.AfterFunc(ctx, func() {
+				cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				_ = pc.Conn().PgConn().CancelRequest(cctx)
+			})
+			err := pc.Conn().QueryRow(wctx, s.q.sqWait, args...).Scan(dest...)
+			tainted = !stop()
+			return err
+		})
+	}
+	if err != nil {
+		return look{}, tainted, err
+	}
+	return look{taken: fence.Valid, fence: fence.Int64, holding: true, left: leftDur(remaining), waited: usDur(waited)}, tainted, nil
+}
+
+// takeLook takes the row if it is free (the session lock as it is).
+func (s *Store) takeLook(ctx context.Context, c *sql.Conn, key, tok, owner string, ttl time.Duration) (look, error) {
+	var fence, remaining sql.NullInt64
+	err := s.connRow(ctx, c, s.q.sqTake, []any{[]byte(key), tok, []byte(owner), us(ttl)}, &fence, &remaining)
+	if err != nil {
+		return look{}, err
+	}
+	return look{taken: fence.Valid, fence: fence.Int64, left: leftDur(remaining)}, nil
+}
+
+// leftDur is a row's expiry less the server's clock: how long its holder
+// has left, or (≤ 0) how long ago it was freed or expired; a key never
+// seen reads as freed long ago.
+func leftDur(v sql.NullInt64) time.Duration {
+	if !v.Valid {
+		return math.MinInt64 / 2
+	}
+	return time.Duration(v.Int64) * time.Microsecond
+}
+
+func usDur(v sql.NullInt64) time.Duration {
+	if !v.Valid || v.Int64 <= 0 {
+		return 0
+	}
+	return time.Duration(v.Int64) * time.Microsecond
+}
+
+// queuer is one acquisition through the server's queue.
+type queuer struct {
+	s        *Store
+	key, tok string
+	owner    string
+	ttl      time.Duration
+	c        *sql.Conn // nil while none is open
+	holding  bool      // c's session holds the key's session lock
+	tainted  bool      // a cancel request may still reach c's session
+	l        look      // the answer of the last statement
+	start    time.Time // when the last statement was sent
+}
+
+// done gives c back: to the pool, after giving back the session lock it
+// holds; closed when that is not safe.
+func (q *queuer) done(ctx context.Context) {
+	switch {
+	case q.c == nil:
+	case q.tainted:
+		discard(q.c)
+	case q.holding:
+		q.s.unlockSession(ctx, q.c, q.key)
+	default:
+		_ = q.c.Close()
+	}
+	q.c, q.holding, q.tainted = nil, false, false
+}
+
+// drop closes c after a failed statement, which may have left the
+// session lock taken.
+func (q *queuer) drop() {
+	if q.c != nil {
+		discard(q.c)
+	}
+	q.c, q.holding, q.tainted = nil, false, false
+}
+
+// queue waits for the session lock for at most budget, then takes the row
+// if it is free.
+func (q *queuer) queue(ctx context.Context, budget time.Duration) error {
+	q.start = time.Now()
+	l, tainted, err := q.s.waitLook(ctx, q.c, q.key, q.tok, q.owner, q.ttl, budget)
+	q.tainted = q.tainted || tainted
+	switch {
+	case err != nil && lockTimedOut(err):
+		l = look{left: math.MinInt64 / 2} // (the row is looked at next)
+	case err != nil && retryable(err):
+		// A serialization failure (a session default of REPEATABLE
+		// READ): the statement got as far as the row, so it had the
+		// session lock, and keeps it.
+		l, q.holding = look{}, true
+	case err != nil:
+		return err
+	}
+	q.l, q.holding = l, q.holding || l.holding
+	return nil
+}
+
+// take takes the row if it is free, the session lock as it is.
+func (q *queuer) take(ctx context.Context) error {
+	q.start = time.Now()
+	l, err := q.s.takeLook(ctx, q.c, q.key, q.tok, q.owner, q.ttl)
+	switch {
+	case err != nil && retryable(err):
+		q.l = look{}
+	case err != nil:
+		return err
+	default:
+		q.l = l
+	}
+	return nil
+}
+
+// try takes the session lock and the row if both are free.
+func (q *queuer) try(ctx context.Context) error {
+	q.start = time.Now()
+	l, err := q.s.tryLook(ctx, q.c, q.key, q.tok, q.owner, q.ttl)
+	switch {
+	case err != nil && retryable(err):
+		l, q.holding = look{}, true // (as in queue)
+	case err != nil:
+		return err
+	}
+	q.l, q.holding = l, q.holding || l.holding
+	return nil
+}
+
+// acquireQueued is TryAcquire (wait false) and Acquire through the
+// server's queue.
+func (s *Store) acquireQueued(ctx context.Context, key string, ttl time.Duration, owner string, wait bool) (lock.Lease, error) {
+	op := "try acquire"
+	if wait {
+		op = "acquire"
+	}
+	if owner != "" { // an owner re-enters a key it holds at once
+		start := time.Now()
+		if g, ok, err := s.reenter(ctx, key, ttl, owner); err != nil || ok {
+			if err != nil {
+				return nil, s.acquireErr(ctx, err)
+			}
+			return s.newLease(key, g, start.Add(ttl), nil), nil
+		}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(s.sctx, cancel)() // Close ends the wait
+	failed := func(err error) error {
+		if s.closed() {
+			return s.closedErr(op, key)
+		}
+		return s.acquireErr(ctx, s.errWrap(op, key, err))
+	}
+	c, err := s.db.Conn(ctx)
+	if err != nil {
+		return nil, failed(err)
+	}
+	q := &queuer{s: s, key: key, tok: token.New(), owner: owner, ttl: ttl, c: c}
+	defer q.done(ctx)
+	if wait {
+		// Queued at once (a free key is taken by the same statement), for
+		// a second at most before the row's expiry is known.
+		err = q.queue(ctx, s.waitBudget(ctx, min(ttl, s.stuckAfter())))
+	} else {
+		err = q.try(ctx)
+	}
+	var lost error // what the database said last while it did not answer
+	if err != nil {
+		q.drop()
+		// A wait the database dropped mid-way (it crashed, or restarted)
+		// is asked again below; a statement it never got fails now.
+		if !wait || !connectionLost(err) || pgconn.SafeToRetry(err) || ctx.Err() != nil || s.closed() {
+			return nil, failed(err)
+		}
+		lost = err
+	}
+	rowLooked := false   // the row was looked at since the last wait
+	var faulty time.Time // when the database stopped answering, zero while it answers
+	n := 0
+	for ; !q.l.taken; n++ {
+		// The session lock is taken but the row has been free or expired
+		// for a while: its holder stopped without giving it back (or
+		// ForceRelease freed the row). The row decides.
+		stuck := q.c != nil && !q.holding && q.l.left <= -s.stuckAfter() && !rowLooked
+		if !wait && !stuck {
+			return nil, &lock.BusyError{Key: key, TTL: max(q.l.left, 0)}
+		}
+		if err := s.closedErr(op, key); err != nil {
+			return nil, err
+		}
+		if ctx.Err() != nil {
+			return nil, lockdriver.NotAcquired(ctx)
+		}
+		if q.c == nil {
+			// The database stopped answering while we waited: a waiter
+			// asks again, until waiterTTL has passed without an answer,
+			// rather than fail and have its retry queue last.
+			if faulty.IsZero() {
+				faulty = time.Now()
+			}
+			if time.Since(faulty) > s.waiterTTL {
+				return nil, failed(lost)
+			}
+			if !sleepCtx(ctx, faultPause(time.Since(faulty))) {
+				continue
+			}
+			if q.c, err = s.db.Conn(ctx); err != nil {
+				q.c = nil
+				continue
+			}
+			q.l, rowLooked = look{}, false
+			err = q.queue(ctx, s.waitBudget(ctx, s.stuckAfter()))
+		} else if stuck {
+			err, rowLooked = q.take(ctx), true
+		} else if q.holding {
+			// First in line, but the row is held by a holder without the
+			// session lock (it took the key over by expiry, or the
+			// database restarted): look again.
+			if !sleepCtx(ctx, min(s.queueStep(), max(q.l.left, time.Millisecond))) {
+				continue
+			}
+			err = q.take(ctx)
+		} else {
+			err, rowLooked = q.queue(ctx, s.waitBudget(ctx, q.l.left)), false
+		}
+		if err != nil {
+			q.drop()
+			if wait && connectionLost(err) && ctx.Err() == nil && !s.closed() {
+				lost = err
+				continue
+			}
+			return nil, failed(err)
+		}
+		faulty = time.Time{}
+	}
+	if ctx.Err() != nil {
+		// Taken as the caller gave up (a cancel request came too late):
+		// given back.
+		q.drop()
+		s.releaseRow(key, q.tok)
+		return nil, lockdriver.NotAcquired(ctx)
+	}
+	if n > 0 {
+		observe.Record(ctx, s.observer, observe.Event{
+			Op: observe.LockHandOff, Driver: s.DriverName(), Key: key, Outcome: observe.Notified,
+			Fence: uint64(q.l.fence), Duration: time.Since(q.start),
+		})
+	}
+	var p *pin
+	switch {
+	case q.tainted:
+		q.drop() // (the key is ours; its session lock went with c)
+	case q.holding:
+		p = &pin{conn: q.c}
+		q.c = nil
+	}
+	// The row's expiry is the server's clock when it took the row plus
+	// ttl: counted here from before the statement was sent, plus how long
+	// the server queued it first (by the server's clock, from when it got
+	// the statement), which is never more than the time that passed here.
+	return s.newLease(key, grant{token: q.tok, fence: q.l.fence}, q.start.Add(q.l.waited+ttl), p), nil
+}
+
+// releaseRow frees key's row for token, best effort (the row expires by
+// its TTL otherwise).
+func (s *Store) releaseRow(key, tok string) {
+	ctx, cancel := lockdriver.CleanupContext(context.Background())
+	defer cancel()
+	_, _ = s.db.ExecContext(ctx, s.q.fastRelease, []byte(key), tok)
+}
+
+// acquireErr is err, or lock.ErrNotAcquired when ctx ended.
+func (s *Store) acquireErr(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return lockdriver.NotAcquired(ctx, err)
+	}
+	return err
+}
+
+// unlockSession gives back the session lock c's session holds for key and
+// hands c back to the pool; c is closed instead when that fails.
+func (s *Store) unlockSession(ctx context.Context, c *sql.Conn, key string) {
+	ctx, cancel := lockdriver.CleanupContext(ctx)
+	defer cancel()
+	var ok sql.NullBool
+	if err := s.connRow(ctx, c, s.q.sqUnlock, []any{s.sessionID(key)}, &ok); err != nil || !ok.Bool {
+		discard(c)
+		return
+	}
+	_ = c.Close()
+}
+
+// reenter takes one more hold of key for owner when owner holds it.
+func (s *Store) reenter(ctx context.Context, key string, ttl time.Duration, owner string) (g grant, ok bool, err error) {
+	err = s.inTx(ctx, "acquire", key, func(tx *sql.Tx) error {
+		r, err := s.q.lockRow(ctx, tx, key, false)
+		if err != nil || !r.held() || string(r.owner) != owner {
+			return err
+		}
+		g, ok = grant{token: r.token, fence: r.fence}, true
+		return s.setLock(ctx, tx, key, r, r.token, r.owner, r.holds+1, r.fence, max(r.expires, r.now+us(ttl)))
+	})
+	return g, ok, err
+}
+
+// releasePinned frees the last hold of l's key and gives its session lock
+// back, in one statement on the pinned connection c; freed reports whether
+// it freed the row (false: more holds, or the key is no longer ours).
+func (s *Store) releasePinned(ctx context.Context, l *lease, c *sql.Conn) (freed bool, err error) {
+	var n int64
+	var unlocked sql.NullBool
+	err = s.connRow(ctx, c, s.q.sqRelease, []any{[]byte(l.key), l.Token(), s.sessionID(l.key)}, &n, &unlocked)
+	if err != nil || !unlocked.Bool {
+		discard(c)
+		return false, err
+	}
+	_ = c.Close()
+	return n == 1, nil
+}
+
+// sessionWaiters counts the sessions queued for key's session lock.
+func (s *Store) sessionWaiters(ctx context.Context, key string) (int, error) {
+	var n int
+	err := s.queryRow(ctx, s.q.sqWaiting, s.sessionID(key)).Scan(&n)
+	return n, err
+}
+
+// sessionQueries are the statements of the server's queue
+// (PostgreSQL), set in q.
+func sessionQueries(q *queries, locks, waiters, now string) {
+	take := func(from string) string {
+		return "INSERT INTO " + locks + " AS l (lock_key, token, owner, holds, fence, expires_us)" +
+			" SELECT $1, $2, $3, 1, n.now, n.now + $4 FROM " + from +
+			" ON CONFLICT (lock_key) DO UPDATE SET token = EXCLUDED.token, owner = EXCLUDED.owner, holds = 1," +
+			" fence = GREATEST(l.fence + 1, EXCLUDED.fence), expires_us = EXCLUDED.expires_us" +
+			" WHERE (l.token = '' OR l.expires_us <= EXCLUDED.fence)" +
+			" AND NOT EXISTS (SELECT 1 FROM " + waiters + " w WHERE w.lock_key = l.lock_key AND w.expires_us > EXCLUDED.fence)" +
+			" RETURNING fence"
+	}
+	remaining := "(SELECT expires_us - " + now + " FROM " + locks + " WHERE lock_key = $1)"
+	// The session lock and the row if both are free; the session lock is
+	// given back at once when the row is not taken.
+	q.sqTry = "WITH a AS MATERIALIZED (SELECT pg_try_advisory_lock($5) AS got)," +
+		" n AS MATERIALIZED (SELECT " + now + " AS now FROM a WHERE a.got)," +
+		" t AS (" + take("n") + ")," +
+		" u AS MATERIALIZED (SELECT pg_advisory_unlock($5) FROM a WHERE a.got AND NOT EXISTS (SELECT 1 FROM t))" +
+		" SELECT (SELECT fence FROM t), " + remaining + ", (SELECT count(*) FROM u)"
+	// Queued by the server for the session lock, for at most $6; the
+	// clock is read once the lock is ours, and the row taken if free (ON
+	// CONFLICT reads the row's latest version, not the statement's
+	// snapshot: a release that committed while we waited is seen).
+	q.sqWait = "WITH c AS MATERIALIZED (SELECT set_config('lock_timeout', $6, true) AS v)," +
+		" a AS MATERIALIZED (SELECT pg_advisory_lock($5) AS got FROM c)," +
+		" n AS MATERIALIZED (SELECT " + now + " AS now FROM a)," +
+		" t AS (" + take("n") + ")" +
+		" SELECT (SELECT fence FROM t), " + remaining + "," +
+		" (SELECT n.now - CAST(EXTRACT(EPOCH FROM statement_timestamp()) * 1000000 AS BIGINT) FROM n)"
+	q.sqTake = "WITH t AS (" + take("(SELECT "+now+" AS now) n") + ")" +
+		" SELECT (SELECT fence FROM t), " + remaining
+	// The row freed first (its lock taken), then the session lock given
+	// back: the next waiter's statement goes on, and its ON CONFLICT waits
+	// for this one to commit and reads the free row.
+	q.sqRelease = "WITH u AS (UPDATE " + locks + " SET token = '', owner = ''::bytea, holds = 0, expires_us = " + now +
+		" WHERE lock_key = $1 AND token = $2 AND holds = 1 AND expires_us > " + now + " RETURNING 1)," +
+		" c AS MATERIALIZED (SELECT count(*) AS n FROM u)" +
+		" SELECT c.n, pg_advisory_unlock($3) FROM c"
+	q.sqUnlock = "SELECT pg_advisory_unlock($1)"
+	q.sqWaiting = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted" +
+		" AND database = (SELECT oid FROM pg_database WHERE datname = current_database())" +
+		" AND classid = (($1::bigint >> 32) & 4294967295)::oid AND objid = ($1::bigint & 4294967295)::oid AND objsubid = 1"
+}
