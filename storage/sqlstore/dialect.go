@@ -63,6 +63,7 @@ type queries struct {
 	// the row alone, the release of both, the session lock's release, and
 	// the count of sessions queued for it.
 	sqTry, sqWait, sqTake, sqRelease, sqUnlock, sqWaiting string
+	sqUntry, sqHeld, sqLeft                               string // MySQL
 }
 
 // cleanupGrace is how long a row outlives both its expiry and its fence
@@ -208,6 +209,7 @@ func newQueries(d Dialect, prefix string) queries {
 			" fence = IF(" + won + ", LAST_INSERT_ID(GREATEST(fence + 1, " + now + ")), fence + LAST_INSERT_ID(0))," +
 			" expires_us = IF(" + won + ", VALUES(expires_us), expires_us), result = IF(" + won + ", NULL, result)"
 		q.myBeginReturning = "SET STATEMENT innodb_lock_wait_timeout = 0 FOR " + q.myBegin + " RETURNING " + recCols
+		mySessionQueries(&q, locks, now)
 		q.myComplete = "UPDATE " + records + " SET state = 2, token = '', expires_us = " + now + " + ?, result = ?" +
 			" WHERE record_key = ? AND state = 1 AND token = ? AND expires_us > " + now
 	}
@@ -218,7 +220,7 @@ func newQueries(d Dialect, prefix string) queries {
 			" AND (SELECT waiter FROM h) = $5 RETURNING l.fence)," +
 			" d AS (DELETE FROM " + waiters + " WHERE lock_key = $1 AND waiter = $5 AND EXISTS (SELECT 1 FROM t))" +
 			" SELECT fence FROM t"
-		sessionQueries(&q, locks, waiters, now)
+		sessionQueries(&q, locks, waiters, now, q.queueHeadNowRaw(waiters, now))
 	} else {
 		q.headAcquire = "UPDATE " + locks + " SET token = ?, owner = ?, holds = 1, fence = LAST_INSERT_ID(GREATEST(fence + 1, " + now + "))," +
 			" expires_us = " + now + " + ? WHERE lock_key = ? AND (token = '' OR expires_us <= " + now + ")" +

@@ -56,10 +56,8 @@
 // cleanup, a minute past their fence: a statement that read the clock
 // before it got a row's lock must never find the row gone). The common
 // cases are one statement each, in one round trip: taking a key that is
-// free with nobody queued (also Acquire's first look), a first waiter
-// taking the free key, releasing the last hold (on PostgreSQL with the
-// notification of the first waiter; a second statement notifies it when a
-// waiter queued while the release waited for the row), claiming a free
+// free (also Acquire's first look, which queues when it is not), a waiter
+// taking the key it was queued for, releasing the last hold, claiming a free
 // record and completing it (on MySQL 8 a claim reads first: two), and
 // answering a duplicate or a replay (a read without locks). On pgx these
 // statements go through the pool's pgx connection itself rather than
@@ -68,38 +66,58 @@
 // (re-entry, a held key, a refresh, an effect) is a transaction that locks
 // the row first.
 //
-// Waiters queue in <prefix>lock_waiters, and a free key goes to the
-// longest-queued live waiter, so processes that release and take a key
-// back in a loop cannot starve one that waits. A release wakes that first
-// waiter only: on PostgreSQL through pgx by NOTIFY (sent in the release's
-// transaction, delivered at its commit, received on one LISTEN connection
-// per Store), in the same process at once. MySQL has no notification:
-// waiters look at the key without locks (MVCC reads) — the first every
-// WithPollInterval/10 (5 ms by default), the next few a little less often,
-// the rest every WithPollInterval (50 ms) — and take the row lock only
-// when the key is free and theirs. Expect a hand-off in ~5 ms on MySQL and
-// each waiting process to make 20–200 small reads a second. Every waiter
-// renews its place once a second; a waiter that died holds its place (and
-// a free key it is first in line for) for at most three seconds. A waiter
-// keeps its place while the database does not answer (a crash, a restart,
-// a cut connection) for up to those three seconds, asking again every
-// 20–250 ms: after a short outage it takes the key in its turn instead of
-// failing and leaving its place to block its own retry. The first waiter
-// sleeps until the holder's expiry at most, re-read at every look: a
-// holder that extended its lease and then died frees the key on time.
+// Waiters queue in the database server itself. On its own session (the
+// default; not behind a transaction-mode pooler, see below) a lock is two
+// things: its row, which alone decides who holds the key, and a session
+// lock — pg_advisory_lock of a 64-bit hash of the table and the key on
+// PostgreSQL, GET_LOCK on MySQL — that the holder's connection keeps
+// while it holds the row. A waiter asks for the session lock, with a
+// timeout, and for the row in one statement; the server queues the
+// waiters in order, and a release (the row freed and the session lock
+// given back, one statement) lets the next waiter's statement go on and
+// take the row: no notification, no poll, no second round trip. A lock
+// cycle on a new key is two statements, and so is a hand-off on a hot
+// key. The session lock is only the queue, never the truth:
 //
-// # Why not advisory locks
+//   - a waiter's wait is bounded by the holder's expiry, and a row that
+//     has been free or expired for a second while the session lock stays
+//     taken is taken without it — a holder that froze with its
+//     connection open delays the queue by its TTL plus a second at most;
+//     a holder that crashed gives the session lock back with its
+//     connection;
+//   - a lease that ends without a release (its deadline passed, its key
+//     was lost, it was forgotten) closes its connection, which gives the
+//     session lock back; after ForceRelease the next acquirer takes the
+//     row at once;
+//   - the row's token, fence and expiry are checked and written exactly
+//     as they would be without the queue, so two holders are impossible
+//     whatever the session locks say.
 //
-// pg_advisory_lock and MySQL's GET_LOCK belong to a database session: the
-// lock lives exactly as long as one connection. Behind database/sql's
-// pool, the connection that took it is not the one that runs the next
-// statement, a pool may close an idle connection (releasing the lock
-// silently) and a holder cut off from the database keeps believing it
-// holds the lock while the server has already given it away; they have no
-// TTL, no fence and no owner. A transaction-scoped pg_advisory_xact_lock
-// is safe — it lives exactly as long as one transaction — and this driver
-// is one way to hold a lock longer than a transaction with the same
-// safety. BENCHMARKS.md compares both.
+// Each held lock and each waiter keeps one of the pool's connections, as
+// pg_advisory_lock does, but never more than half of a bounded pool
+// (sql.DB.SetMaxOpenConns; 16 of Open's 32), so that the holders' own
+// statements always find a connection. An acquisition beyond that queues
+// in <prefix>lock_waiters instead: the longest-queued live waiter gets a
+// freed key, woken by NOTIFY on PostgreSQL with pgx, looking again every
+// WithPollInterval/10 (5 ms) on MySQL; every waiter there renews its place
+// once a second, and a dead one keeps its place for three seconds at most.
+// A waiter whose database crashes or restarts asks again for up to three
+// seconds, and takes the key in its turn instead of failing. InspectLock's
+// Waiters counts both kinds on PostgreSQL, and the table's on MySQL (which
+// has no view of GET_LOCK's queue). A waiter whose caller gives up leaves
+// the server's queue at once: PostgreSQL gets a cancel request, and
+// MariaDB ends a GET_LOCK wait whose connection go-sql-driver closed.
+//
+// # Advisory locks: the queue, not the lock
+//
+// pg_advisory_lock and MySQL's GET_LOCK alone belong to a database
+// session: behind database/sql's pool, the connection that took one is
+// not the one that runs the next statement; a holder cut off from the
+// database keeps believing it holds the lock while the server has
+// already given it away; they have no TTL, no fence and no owner. Here
+// they only order the waiters (see above), on a connection kept for the
+// lock's life, and the row keeps every promise. BENCHMARKS.md compares
+// both.
 //
 // # Idempotency records
 //
@@ -116,7 +134,12 @@
 // their fence are a minute behind the server's clock, by a cleanup loop in
 // every Store (WithCleanup: every minute, in DELETEs of at most 500 rows,
 // FOR UPDATE SKIP LOCKED on PostgreSQL), or by Cleanup when you schedule
-// it yourself.
+// it yourself. On PostgreSQL the locks table has no index on its expiry
+// and keeps free space in its pages (fillfactor 50): an acquisition or a
+// release then rewrites the row in place (a heap-only update) instead of
+// adding index entries, which doubles what a hot key takes; the cleanup
+// scans that table, which holds only the keys used in the last minute or
+// so.
 //
 // # Connections
 //
@@ -144,9 +167,10 @@
 //
 //	postgres://user@pgbouncer:6432/db?notify=false&default_query_exec_mode=exec
 //
-// notify=false (WithoutNotify) makes waiters poll as on MySQL: the first
-// waiter every WithPollInterval/10 (5 ms), so a hand-off takes a few
-// milliseconds instead of a notification's fraction of one.
+// notify=false (WithoutNotify) keeps no session state: no LISTEN and no
+// session locks, so waiters queue in <prefix>lock_waiters and poll, the
+// first every WithPollInterval/10 (5 ms): a hand-off takes a few
+// milliseconds instead of a fraction of one.
 // default_query_exec_mode=exec is pgx's: unnamed statements, one round
 // trip each. Without notify=false, LISTEN runs on whichever server
 // connection the pooler lends for that one statement, and the

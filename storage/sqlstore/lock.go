@@ -70,7 +70,7 @@ func (s *Store) tryAcquire(ctx context.Context, key string, ttl time.Duration) (
 	if err := s.closedErr("try acquire", key); err != nil {
 		return nil, err
 	}
-	if s.sessionQueue {
+	if s.sessionQueue && s.takeSlot() {
 		return s.acquireQueued(ctx, key, ttl, owner, false)
 	}
 	start := time.Now()
@@ -107,7 +107,7 @@ func (s *Store) acquireLease(ctx context.Context, key string, ttl time.Duration)
 	if err := s.closedErr("acquire", key); err != nil {
 		return nil, err
 	}
-	if s.sessionQueue {
+	if s.sessionQueue && s.takeSlot() {
 		return s.acquireQueued(ctx, key, ttl, owner, true)
 	}
 	locks, _, _ := s.Tables()
@@ -490,21 +490,25 @@ func (l *lease) lost(op string) error {
 // key's expiry: one hold's refresh never shortens what another was
 // promised.
 func (l *lease) StoreRefresh(ctx context.Context, ttl time.Duration) (time.Time, error) {
-	s := l.s
+	return l.s.refresh(ctx, l.key, l.Token(), ttl)
+}
+
+// refresh extends key's hold by tok to ttl and returns its new deadline.
+func (s *Store) refresh(ctx context.Context, key, tok string, ttl time.Duration) (time.Time, error) {
 	start := time.Now()
-	err := s.inTx(ctx, "refresh", l.key, func(tx *sql.Tx) error {
-		r, err := s.q.lockRow(ctx, tx, l.key, false)
+	err := s.inTx(ctx, "refresh", key, func(tx *sql.Tx) error {
+		r, err := s.q.lockRow(ctx, tx, key, false)
 		if err != nil {
 			return err
 		}
-		if !r.held() || r.token != l.Token() {
-			return l.lost("refresh")
+		if !r.held() || r.token != tok {
+			return stop(fmt.Errorf("sqlstore: refresh %q: %w", key, lock.ErrLockLost))
 		}
 		exp := r.now + us(ttl)
 		if r.holds > 1 {
 			exp = max(exp, r.expires)
 		}
-		return s.setLock(ctx, tx, l.key, r, r.token, r.owner, r.holds, r.fence, exp)
+		return s.setLock(ctx, tx, key, r, r.token, r.owner, r.holds, r.fence, exp)
 	})
 	if err != nil {
 		return time.Time{}, err

@@ -54,11 +54,11 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Store, error) {
 // One of them is the Store's LISTEN connection on PostgreSQL.
 const DefaultMaxConns = 32
 
-// cutNotify takes oncekit's notify=BOOL parameter out of a postgres URL
-// (pgx would send it to the server as a setting).
+// cutNotify takes oncekit's notify=BOOL parameter out of a URL (pgx
+// would send it to the server as a setting, go-sql-driver as a variable).
 func cutNotify(rawURL string) (string, bool, error) {
 	u, err := url.Parse(rawURL)
-	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
+	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql" && u.Scheme != "mysql") {
 		return rawURL, true, nil // (OpenDB says what is wrong)
 	}
 	q := u.Query()

@@ -5,9 +5,11 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"errors"
+	"fmt"
 	"hash/fnv"
 	"math"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -59,12 +61,23 @@ func (s *Store) sessionID(key string) int64 {
 	return int64(h.Sum64())
 }
 
+// sessionName is the key's session lock as the statements name it: on
+// PostgreSQL the advisory lock's 64-bit number, on MySQL GET_LOCK's name
+// (at most 64 characters).
+func (s *Store) sessionName(key string) any {
+	if s.dialect == MySQL {
+		return fmt.Sprintf("oncekit:%016x", uint64(s.sessionID(key)))
+	}
+	return s.sessionID(key)
+}
+
 // pin is the connection of a held lease that keeps the key's session
 // lock, until the lease is released (the release gives the lock back on
 // it) or ends otherwise (the connection is closed).
 type pin struct {
 	mu   sync.Mutex
 	conn *sql.Conn
+	s    *Store // whose slot conn holds
 }
 
 // take returns the pinned connection, once; nil when there is none left.
@@ -75,8 +88,34 @@ func (p *pin) take() *sql.Conn {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	c := p.conn
+	if c != nil {
+		p.s.freeSlot() // (c is closed or handed back at once)
+	}
 	p.conn = nil
 	return c
+}
+
+// takeSlot reserves one of the pool's connections for a lock's wait and
+// hold, and reports whether it could: at most half of a bounded pool is
+// kept by waiters and holders, so that the holders' own statements always
+// find a connection. Without a slot, an acquisition queues in the waiters
+// table instead (and its holder keeps no connection).
+func (s *Store) takeSlot() bool {
+	if s.slots == nil {
+		return true
+	}
+	select {
+	case s.slots <- struct{}{}:
+		return true
+	default:
+		return false
+	}
+}
+
+func (s *Store) freeSlot() {
+	if s.slots != nil {
+		<-s.slots
+	}
 }
 
 // discard closes c for good rather than hand it back to the pool: its
@@ -105,8 +144,11 @@ func (s *Store) connRow(ctx context.Context, c *sql.Conn, query string, args []a
 // out (PostgreSQL lock_not_available): the lock was not taken.
 func lockTimedOut(err error) bool {
 	var pg *pgconn.PgError
-	return errors.As(err, &pg) && pg.Code == "55P03"
+	return errors.As(err, &pg) && pg.Code == "55P03" || errors.Is(err, errWaitEnded)
 }
+
+// errWaitEnded is MySQL's GET_LOCK answering 0: the wait ran out.
+var errWaitEnded = errors.New("sqlstore: session lock wait ended")
 
 // queueStep is how long a waiter that holds the session lock, but finds
 // the row still held by a holder without it, sleeps between two looks.
@@ -141,14 +183,18 @@ type look struct {
 	holding bool          // we hold the session lock (taken, or first in line)
 	left    time.Duration // when not taken: the holder's TTL; ≤ 0: free or expired for -left (never seen: a very long time)
 	waited  time.Duration // when taken: how long the statement was queued first, by the server's clock
+	queued  bool          // when taken: the statement was queued for a time it did not tell (MySQL)
 }
 
 // tryLook takes the session lock and the row if both are free; it keeps
 // neither otherwise.
 func (s *Store) tryLook(ctx context.Context, c *sql.Conn, key, tok, owner string, ttl time.Duration) (look, error) {
+	if s.dialect == MySQL {
+		return s.myTryLook(ctx, c, key, tok, owner, ttl)
+	}
 	var fence, remaining sql.NullInt64
 	var unlocked int64
-	err := s.connRow(ctx, c, s.q.sqTry, []any{[]byte(key), tok, []byte(owner), us(ttl), s.sessionID(key)}, &fence, &remaining, &unlocked)
+	err := s.connRow(ctx, c, s.q.sqTry, []any{[]byte(key), tok, []byte(owner), us(ttl), s.sessionName(key)}, &fence, &remaining, &unlocked)
 	if err != nil {
 		return look{}, err
 	}
@@ -161,9 +207,13 @@ func (s *Store) tryLook(ctx context.Context, c *sql.Conn, key, tok, owner string
 // first; tainted reports that one was sent (it may yet reach c's session
 // and cancel a later statement: c must go).
 func (s *Store) waitLook(ctx context.Context, c *sql.Conn, key, tok, owner string, ttl, budget time.Duration) (l look, tainted bool, err error) {
+	if s.dialect == MySQL {
+		l, err = s.myWaitLook(ctx, c, key, tok, owner, ttl, budget)
+		return l, false, err
+	}
 	var fence, remaining, waited sql.NullInt64
 	timeout := strconv.FormatInt(max(budget.Milliseconds(), 1), 10) + "ms"
-	args := []any{[]byte(key), tok, []byte(owner), us(ttl), s.sessionID(key), timeout}
+	args := []any{[]byte(key), tok, []byte(owner), us(ttl), s.sessionName(key), timeout}
 	dest := []any{&fence, &remaining, &waited}
 	if !s.pgx {
 		err = c.QueryRowContext(ctx, s.q.sqWait, args...).Scan(dest...)
@@ -199,6 +249,9 @@ func (s *Store) waitLook(ctx context.Context, c *sql.Conn, key, tok, owner strin
 
 // takeLook takes the row if it is free (the session lock as it is).
 func (s *Store) takeLook(ctx context.Context, c *sql.Conn, key, tok, owner string, ttl time.Duration) (look, error) {
+	if s.dialect == MySQL {
+		return s.myTakeLook(ctx, c, key, tok, owner, ttl)
+	}
 	var fence, remaining sql.NullInt64
 	err := s.connRow(ctx, c, s.q.sqTake, []any{[]byte(key), tok, []byte(owner), us(ttl)}, &fence, &remaining)
 	if err != nil {
@@ -318,6 +371,12 @@ func (s *Store) acquireQueued(ctx context.Context, key string, ttl time.Duration
 	if wait {
 		op = "acquire"
 	}
+	pinned := false // the slot (takeSlot, by the caller) went to the lease's pin
+	defer func() {
+		if !pinned {
+			s.freeSlot()
+		}
+	}()
 	if owner != "" { // an owner re-enters a key it holds at once
 		start := time.Now()
 		if g, ok, err := s.reenter(ctx, key, ttl, owner); err != nil || ok {
@@ -436,14 +495,24 @@ func (s *Store) acquireQueued(ctx context.Context, key string, ttl time.Duration
 	case q.tainted:
 		q.drop() // (the key is ours; its session lock went with c)
 	case q.holding:
-		p = &pin{conn: q.c}
-		q.c = nil
+		p = &pin{conn: q.c, s: s}
+		q.c, pinned = nil, true
 	}
 	// The row's expiry is the server's clock when it took the row plus
 	// ttl: counted here from before the statement was sent, plus how long
 	// the server queued it first (by the server's clock, from when it got
 	// the statement), which is never more than the time that passed here.
-	return s.newLease(key, grant{token: q.tok, fence: q.l.fence}, q.start.Add(q.l.waited+ttl), p), nil
+	deadline := q.start.Add(q.l.waited + ttl)
+	if q.l.queued && time.Since(q.start) > ttl/4 {
+		// MySQL does not say how long it queued the statement: after a
+		// long wait, the hold is extended, counted from now. (If that
+		// fails, the lease keeps the deadline counted from before the
+		// wait, which is never late.)
+		if d, err := s.refresh(ctx, key, q.tok, ttl); err == nil {
+			deadline = d
+		}
+	}
+	return s.newLease(key, grant{token: q.tok, fence: q.l.fence}, deadline, p), nil
 }
 
 // releaseRow frees key's row for token, best effort (the row expires by
@@ -468,7 +537,7 @@ func (s *Store) unlockSession(ctx context.Context, c *sql.Conn, key string) {
 	ctx, cancel := lockdriver.CleanupContext(ctx)
 	defer cancel()
 	var ok sql.NullBool
-	if err := s.connRow(ctx, c, s.q.sqUnlock, []any{s.sessionID(key)}, &ok); err != nil || !ok.Bool {
+	if err := s.connRow(ctx, c, s.q.sqUnlock, []any{s.sessionName(key)}, &ok); err != nil || !ok.Bool {
 		discard(c)
 		return
 	}
@@ -492,9 +561,15 @@ func (s *Store) reenter(ctx context.Context, key string, ttl time.Duration, owne
 // back, in one statement on the pinned connection c; freed reports whether
 // it freed the row (false: more holds, or the key is no longer ours).
 func (s *Store) releasePinned(ctx context.Context, l *lease, c *sql.Conn) (freed bool, err error) {
+	if s.dialect == MySQL {
+		return s.myReleasePinned(ctx, l, c)
+	}
 	var n int64
 	var unlocked sql.NullBool
-	err = s.connRow(ctx, c, s.q.sqRelease, []any{[]byte(l.key), l.Token(), s.sessionID(l.key)}, &n, &unlocked)
+	locks, _, _ := s.Tables()
+	// (A waiter polling in the waiters table, one that found no slot, is
+	// notified as a release without the queue would.)
+	err = s.connRow(ctx, c, s.q.sqRelease, []any{[]byte(l.key), l.Token(), s.sessionName(l.key), locks}, &n, &unlocked, new(sql.NullString))
 	if err != nil || !unlocked.Bool {
 		discard(c)
 		return false, err
@@ -506,13 +581,16 @@ func (s *Store) releasePinned(ctx context.Context, l *lease, c *sql.Conn) (freed
 // sessionWaiters counts the sessions queued for key's session lock.
 func (s *Store) sessionWaiters(ctx context.Context, key string) (int, error) {
 	var n int
-	err := s.queryRow(ctx, s.q.sqWaiting, s.sessionID(key)).Scan(&n)
+	if s.q.sqWaiting == "" {
+		return 0, nil
+	}
+	err := s.queryRow(ctx, s.q.sqWaiting, s.sessionName(key)).Scan(&n)
 	return n, err
 }
 
 // sessionQueries are the statements of the server's queue
 // (PostgreSQL), set in q.
-func sessionQueries(q *queries, locks, waiters, now string) {
+func sessionQueries(q *queries, locks, waiters, now, headNow string) {
 	take := func(from string) string {
 		return "INSERT INTO " + locks + " AS l (lock_key, token, owner, holds, fence, expires_us)" +
 			" SELECT $1, $2, $3, 1, n.now, n.now + $4 FROM " + from +
@@ -548,9 +626,117 @@ func sessionQueries(q *queries, locks, waiters, now string) {
 	q.sqRelease = "WITH u AS (UPDATE " + locks + " SET token = '', owner = ''::bytea, holds = 0, expires_us = " + now +
 		" WHERE lock_key = $1 AND token = $2 AND holds = 1 AND expires_us > " + now + " RETURNING 1)," +
 		" c AS MATERIALIZED (SELECT count(*) AS n FROM u)" +
-		" SELECT c.n, pg_advisory_unlock($3) FROM c"
+		" SELECT c.n, pg_advisory_unlock($3), (SELECT pg_notify($4, h.waiter) FROM (" + strings.Replace(headNow, "?", "$1", 1) + ") h WHERE c.n = 1) FROM c"
 	q.sqUnlock = "SELECT pg_advisory_unlock($1)"
 	q.sqWaiting = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted" +
 		" AND database = (SELECT oid FROM pg_database WHERE datname = current_database())" +
 		" AND classid = (($1::bigint >> 32) & 4294967295)::oid AND objid = ($1::bigint & 4294967295)::oid AND objsubid = 1"
+}
+
+// MySQL's queue: GET_LOCK(name, timeout), in the statement that takes the
+// row, as on PostgreSQL. go-sql-driver ends a statement whose context
+// ends by closing its connection; MariaDB ends a GET_LOCK wait whose
+// connection closed, so a caller that gives up leaves nothing taken. (A
+// server that noticed only when it answers would take the row for
+// nobody, to expire by its TTL.)
+
+// myTryLook takes the session lock and the row if both are free, in one
+// statement; when the row was not taken, a second gives the session lock
+// back if it was taken and reads the row's expiry.
+func (s *Store) myTryLook(ctx context.Context, c *sql.Conn, key, tok, owner string, ttl time.Duration) (look, error) {
+	name := s.sessionName(key)
+	res, err := c.ExecContext(ctx, s.q.sqTry, []byte(key), tok, []byte(owner), us(ttl), name, []byte(key))
+	if err != nil {
+		return look{}, err
+	}
+	if fence, ok := myTaken(res, nil); ok {
+		return look{taken: true, fence: fence, holding: true}, nil
+	}
+	var remaining sql.NullInt64
+	if err := c.QueryRowContext(ctx, s.q.sqUntry, name, name, []byte(key)).Scan(new(sql.NullInt64), &remaining); err != nil {
+		return look{}, err
+	}
+	return look{left: leftDur(remaining)}, nil
+}
+
+// myWaitLook waits for the session lock for at most budget and takes the
+// row if it is free, in one statement; when the row was not taken, a
+// second tells whether the session lock was, and reads the row's expiry.
+func (s *Store) myWaitLook(ctx context.Context, c *sql.Conn, key, tok, owner string, ttl, budget time.Duration) (look, error) {
+	name := s.sessionName(key)
+	secs := strconv.FormatFloat(max(budget, time.Millisecond).Seconds(), 'f', 3, 64)
+	res, err := c.ExecContext(ctx, s.q.sqWait, []byte(key), tok, []byte(owner), us(ttl), name, secs, []byte(key))
+	if err != nil {
+		return look{}, err
+	}
+	if fence, ok := myTaken(res, nil); ok {
+		return look{taken: true, fence: fence, holding: true, queued: true}, nil
+	}
+	var holding, remaining sql.NullInt64
+	if err := c.QueryRowContext(ctx, s.q.sqHeld, name, []byte(key)).Scan(&holding, &remaining); err != nil {
+		return look{}, err
+	}
+	if holding.Int64 != 1 {
+		return look{left: leftDur(remaining)}, errWaitEnded
+	}
+	return look{holding: true, left: leftDur(remaining)}, nil
+}
+
+// myTakeLook takes the row if it is free (the session lock as it is).
+func (s *Store) myTakeLook(ctx context.Context, c *sql.Conn, key, tok, owner string, ttl time.Duration) (look, error) {
+	res, err := c.ExecContext(ctx, s.q.myAcquire, []byte(key), tok, []byte(owner), us(ttl), []byte(key))
+	if err != nil {
+		return look{}, err
+	}
+	if fence, ok := myTaken(res, nil); ok {
+		return look{taken: true, fence: fence}, nil
+	}
+	var remaining sql.NullInt64
+	if err := c.QueryRowContext(ctx, s.q.sqLeft, []byte(key)).Scan(&remaining); err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return look{}, err
+	}
+	return look{left: leftDur(remaining)}, nil
+}
+
+// myReleasePinned is releasePinned on MySQL: the session lock is given
+// back inside the UPDATE that frees the row, while it holds the row's
+// lock (the next waiter's take waits for its commit).
+func (s *Store) myReleasePinned(ctx context.Context, l *lease, c *sql.Conn) (bool, error) {
+	name := s.sessionName(l.key)
+	res, err := c.ExecContext(ctx, s.q.sqRelease, name, []byte(l.key), l.Token())
+	if err != nil {
+		discard(c)
+		return false, err
+	}
+	if n, _ := res.RowsAffected(); n == 1 {
+		_ = c.Close()
+		return true, nil
+	}
+	s.unlockSession(ctx, c, l.key) // (more holds, or not ours)
+	return false, nil
+}
+
+// mySessionQueries are the statements of the server's queue on MySQL.
+func mySessionQueries(q *queries, locks, now string) {
+	// q.myAcquire behind GET_LOCK(name, timeout), which runs first: the
+	// row is looked at only once the session lock is ours
+	// (LAST_INSERT_ID(0) first: a statement that inserts nothing answers
+	// 0). The clock of a statement that waits is its start (NOW) plus
+	// the time it has run (SYSDATE - NOW): UTC_TIMESTAMP stays at the
+	// start, and the row would be taken with its TTL already spent.
+	i := strings.Index(q.myAcquire, " ON DUPLICATE KEY UPDATE")
+	lockFirst := func(timeout, now string) string {
+		return "INSERT INTO " + locks + " (lock_key, token, owner, holds, fence, expires_us)" +
+			" SELECT ?, ?, ?, 1, LAST_INSERT_ID(" + now + "), " + now + " + ? FROM DUAL" +
+			" WHERE LAST_INSERT_ID(0) = 0 AND GET_LOCK(?, " + timeout + ") = 1" + q.myAcquire[i:]
+	}
+	q.sqTry = lockFirst("0", now)
+	running := "(" + now + " + TIMESTAMPDIFF(MICROSECOND, NOW(6), SYSDATE(6)))"
+	q.sqWait = strings.ReplaceAll(lockFirst("?", now), now, running)
+	q.sqUntry = "SELECT IF(IS_USED_LOCK(?) = CONNECTION_ID(), RELEASE_LOCK(?), 0), (SELECT CAST(expires_us AS SIGNED) - " + now + " FROM " + locks + " WHERE lock_key = ?)"
+	q.sqHeld = "SELECT IS_USED_LOCK(?) = CONNECTION_ID(), (SELECT CAST(expires_us AS SIGNED) - " + now + " FROM " + locks + " WHERE lock_key = ?)"
+	q.sqLeft = "SELECT CAST(expires_us AS SIGNED) - " + now + " FROM " + locks + " WHERE lock_key = ?"
+	q.sqRelease = "UPDATE " + locks + " SET token = IF(RELEASE_LOCK(?) IS NULL, '', ''), owner = '', holds = 0, expires_us = " + now +
+		" WHERE lock_key = ? AND token = ? AND holds = 1 AND expires_us > " + now
+	q.sqUnlock = "SELECT RELEASE_LOCK(?) = 1"
 }

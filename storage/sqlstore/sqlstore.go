@@ -51,6 +51,7 @@ type Store struct {
 	// sessionQueue: waiters queue for the server's session locks (see
 	// queue.go); PostgreSQL on a session of its own.
 	sessionQueue bool
+	slots        chan struct{}   // connections the queue may keep (takeSlot); nil: no bound
 	sctx         context.Context // ends when the Store closes
 	scancel      context.CancelFunc
 
@@ -90,10 +91,12 @@ func WithTablePrefix(p string) Option { return func(s *Store) { s.prefix = p } }
 // built on it, report their operations (see package observe).
 func WithObserver(o observe.Observer) Option { return func(s *Store) { s.observer = o } }
 
-// WithoutNotify makes waiters on PostgreSQL poll, as they do on MySQL,
-// instead of listening for the NOTIFY of a release or a completion: for a
-// connection pooler in transaction mode (pgbouncer's pool_mode =
-// transaction), which does not keep a LISTEN session. Open and
+// WithoutNotify makes the Store keep no state in a database session
+// between statements: no LISTEN for notifications and no session lock
+// (pg_advisory_lock, GET_LOCK) to queue a lock's waiters in the server.
+// Waiters then queue in the lock_waiters table and poll (see
+// WithPollInterval). For a connection pooler in transaction mode
+// (pgbouncer's pool_mode = transaction), which keeps no session. Open and
 // storage.Open take it as notify=false in the URL.
 func WithoutNotify() Option { return func(s *Store) { s.noNotify = true } }
 
@@ -164,7 +167,10 @@ func New(db *sql.DB, opts ...Option) (*Store, error) {
 	s.q = newQueries(s.dialect, s.prefix)
 	_, s.pgx = db.Driver().(*stdlib.Driver)
 	s.listen = s.dialect == Postgres && s.pgx && !s.noNotify
-	s.sessionQueue = s.dialect == Postgres && !s.noNotify
+	s.sessionQueue = !s.noNotify
+	if n := db.Stats().MaxOpenConnections; n > 0 {
+		s.slots = make(chan struct{}, max(n/2, 1))
+	}
 	s.sctx, s.scancel = context.WithCancel(context.Background())
 	s.hub = newHub()
 	if s.listen {

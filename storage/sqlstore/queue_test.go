@@ -1,0 +1,176 @@
+package sqlstore_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/oncekit/oncekit/core/lock"
+	"github.com/oncekit/oncekit/storage/sqlstore"
+)
+
+// Waiters queue in the server (a session lock their holder's connection
+// keeps): InspectLock counts them, a release hands the key to them in
+// turn, and each one's fence is above the last.
+func TestServerQueueHandsOffInTurn(t *testing.T) {
+	for name, url := range databases(t) {
+		t.Run(name, func(t *testing.T) {
+			holder := migrated(t, url)
+			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+			defer cancel()
+			key := "server-queue:" + time.Now().Format(time.RFC3339Nano)
+			l, err := holder.TryAcquire(ctx, key, 10*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			const waiters = 3
+			type got struct {
+				l   lock.Lease
+				err error
+			}
+			done := make(chan got, waiters)
+			for range waiters {
+				s := open(t, url) // a process of its own
+				go func() {
+					wl, err := s.Acquire(ctx, key, 10*time.Second)
+					done <- got{wl, err}
+				}()
+			}
+			if name == "postgres" { // (MySQL has no view of GET_LOCK's queue)
+				deadline := time.Now().Add(5 * time.Second)
+				for {
+					info, err := holder.InspectLock(ctx, key)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if info.Waiters == waiters {
+						break
+					}
+					if time.Now().After(deadline) {
+						t.Fatalf("InspectLock counts %d waiters, want %d", info.Waiters, waiters)
+					}
+					time.Sleep(20 * time.Millisecond)
+				}
+			} else {
+				time.Sleep(300 * time.Millisecond)
+			}
+			last := l.Fence()
+			if err := l.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			for range waiters {
+				select {
+				case g := <-done:
+					if g.err != nil {
+						t.Fatal(g.err)
+					}
+					if g.l.Fence() <= last {
+						t.Errorf("fence %d after %d", g.l.Fence(), last)
+					}
+					last = g.l.Fence()
+					if err := g.l.Release(ctx); err != nil {
+						t.Fatal(err)
+					}
+				case <-time.After(5 * time.Second):
+					t.Fatal("a waiter did not get the key within 5 s of the release before it")
+				}
+			}
+		})
+	}
+}
+
+// A lease that ends without a release (its holder forgot it, or lost it)
+// gives its session lock back when its deadline passes: the next waiter
+// takes the key at the lease's expiry, not a wait budget later.
+func TestAbandonedLeaseFreesTheQueue(t *testing.T) {
+	for name, url := range databases(t) {
+		t.Run(name, func(t *testing.T) {
+			holder, waiter := migrated(t, url), open(t, url)
+			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+			defer cancel()
+			key := "abandoned:" + time.Now().Format(time.RFC3339Nano)
+			const ttl = 400 * time.Millisecond
+			start := time.Now()
+			if _, err := holder.TryAcquire(ctx, key, ttl); err != nil { // never released
+				t.Fatal(err)
+			}
+			wl, err := waiter.Acquire(ctx, key, 10*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer wl.Release(context.Background())
+			if took := time.Since(start); took > ttl+400*time.Millisecond {
+				t.Errorf("the waiter took the key %v after an abandoned %v lease began, want about its TTL", took.Round(time.Millisecond), ttl)
+			}
+		})
+	}
+}
+
+// Holders and waiters keep at most half of a bounded pool: with more locks
+// held and waited for than that, the others queue in the waiters table,
+// and the holders' own statements still find connections.
+func TestQueueKeepsHalfThePool(t *testing.T) {
+	for name, url := range databases(t) {
+		t.Run(name, func(t *testing.T) {
+			migrated(t, url)
+			db, err := sqlstore.OpenDB(url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close()
+			db.SetMaxOpenConns(4)
+			s, err := sqlstore.New(db)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+			defer cancel()
+			prefix := "half-pool:" + time.Now().Format(time.RFC3339Nano)
+			time.Sleep(100 * time.Millisecond) // (PostgreSQL: the LISTEN connection)
+			base := db.Stats().InUse
+			var held []lock.Lease
+			for i := range 6 { // six keys held at once, two with a connection each
+				l, err := s.TryAcquire(ctx, fmt.Sprintf("%s/%d", prefix, i), 10*time.Second)
+				if err != nil {
+					t.Fatal(err)
+				}
+				held = append(held, l)
+			}
+			// Waiters on two of them, and statements of the holders.
+			var wg sync.WaitGroup
+			for i := range 2 {
+				wg.Go(func() {
+					l, err := s.Acquire(ctx, fmt.Sprintf("%s/%d", prefix, i), 10*time.Second)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					_ = l.Release(ctx)
+				})
+			}
+			time.Sleep(200 * time.Millisecond)
+			qctx, qcancel := context.WithTimeout(ctx, 3*time.Second)
+			defer qcancel()
+			if err := db.QueryRowContext(qctx, "SELECT 1").Scan(new(int)); err != nil {
+				t.Fatalf("a statement beside the locks found no connection: %v", err)
+			}
+			for _, l := range held {
+				if err := l.Refresh(qctx, 10*time.Second); err != nil {
+					t.Fatalf("refresh with the pool's connections kept by locks: %v", err)
+				}
+			}
+			for _, l := range held {
+				if err := l.Release(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			wg.Wait()
+			if n := db.Stats().InUse; n > base {
+				t.Errorf("%d connections in use after every lock was released, %d before any was taken", n, base)
+			}
+		})
+	}
+}
