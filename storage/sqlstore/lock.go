@@ -86,14 +86,17 @@ func (s *Store) tryAcquire(ctx context.Context, key string, ttl time.Duration) (
 	return s.newLease(key, g, start.Add(ttl), nil), nil
 }
 
-// Acquire implements lock.Locker. A waiter queues in the lock_waiters
-// table: a released key goes to the longest-queued live waiter, so that
+// Acquire implements lock.Locker. A waiter queues in the database
+// server, for a session lock that the holder's connection keeps beside
+// the row (see the package documentation): a release lets the next waiter
+// take the key in the statement it is waiting in, in the order they came.
+// Without a session (WithoutNotify), or with half the pool already kept
+// by holders and waiters, a waiter queues in the lock_waiters table
+// instead: a released key goes to the longest-queued live waiter, so that
 // processes that release and take a key back in a loop cannot starve one
-// that waits. The release wakes that first waiter only — by NOTIFY on
-// PostgreSQL with pgx, at once in this process; on MySQL the first waiter
-// looks again every WithPollInterval/10 (5 ms by default), the k-th every
-// k times that. Every waiter renews its place in the queue at least once a
-// second, and the first looks at the holder's expiry.
+// that waits; the release wakes it by NOTIFY on PostgreSQL with pgx, and
+// on MySQL the first waiter looks again every WithPollInterval/10 (5 ms by
+// default), the k-th every k times that.
 func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (lock.Lease, error) {
 	return lockdriver.Seal(s.acquireLease(ctx, key, ttl))
 }

@@ -395,6 +395,7 @@ func (s *Store) acquireQueued(ctx context.Context, key string, ttl time.Duration
 		}
 		return s.acquireErr(ctx, s.errWrap(op, key, err))
 	}
+	began := time.Now()
 	c, err := s.db.Conn(ctx)
 	if err != nil {
 		return nil, failed(err)
@@ -484,10 +485,13 @@ func (s *Store) acquireQueued(ctx context.Context, key string, ttl time.Duration
 		s.releaseRow(key, q.tok)
 		return nil, lockdriver.NotAcquired(ctx)
 	}
-	if n > 0 {
+	// A hand-off: the key was taken after a wait, in the server's queue
+	// (a millisecond or more by its clock; on MySQL, which does not say,
+	// by ours) or here.
+	if n > 0 || q.l.waited >= time.Millisecond || q.l.queued && time.Since(q.start) >= time.Millisecond {
 		observe.Record(ctx, s.observer, observe.Event{
 			Op: observe.LockHandOff, Driver: s.DriverName(), Key: key, Outcome: observe.Notified,
-			Fence: uint64(q.l.fence), Duration: time.Since(q.start),
+			Fence: uint64(q.l.fence), Duration: time.Since(began),
 		})
 	}
 	var p *pin
