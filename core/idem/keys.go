@@ -16,11 +16,31 @@ import (
 // key: "idem:" and the hex SHA-256 of both, 69 bytes whatever their length.
 // Scope and key are length-prefixed before hashing, so ("ab", "c") and
 // ("a", "bc") differ. The raw key is never stored.
-func ScopedKey(scope, key string) string {
-	h := sha256.New()
-	writePart(h, []byte(scope))
-	writePart(h, []byte(key))
-	return "idem:" + hex.EncodeToString(h.Sum(nil))
+func ScopedKey(scope, key string) string { return scopedKey(scope, "", key) }
+
+// scopedKey is ScopedKey(scope, method+"\n"+key), or ScopedKey(scope,
+// key) when method is "", without building that string.
+func scopedKey(scope, method, key string) string {
+	var stack [512]byte
+	b := appendPart(stack[:0], scope)
+	n := len(key)
+	if method != "" {
+		n += len(method) + 1
+	}
+	b = binary.BigEndian.AppendUint64(b, uint64(n))
+	if method != "" {
+		b = append(append(b, method...), '\n')
+	}
+	b = append(b, key...)
+	return hexKey("idem:", sha256.Sum256(b))
+}
+
+// hexKey is prefix and the hex of sum, in one allocation.
+func hexKey(prefix string, sum [sha256.Size]byte) string {
+	var out [16 + 2*sha256.Size]byte
+	n := copy(out[:], prefix)
+	hex.Encode(out[n:], sum[:])
+	return string(out[:n+2*sha256.Size])
 }
 
 // StoredKey is the key a middleware stores a request's or a message's
@@ -34,10 +54,11 @@ func ScopedKey(scope, key string) string {
 //	gRPC:  StoredKey(scope, "/shop.Orders/Place", key, place)
 //	Kafka: StoredKey(KafkaScope(group, topic), "", messageID, place)
 func StoredKey(scope, method, key, place string) (string, error) {
-	if method != "" {
-		key = method + "\n" + key
+	k := scopedKey(scope, method, key)
+	if place == "" {
+		return k, nil
 	}
-	return Placed(place, ScopedKey(scope, key))
+	return Placed(place, k)
 }
 
 // KafkaScope is kafkamw's default scope of a message's key: its consumer
@@ -48,11 +69,30 @@ func KafkaScope(group, topic string) string { return "kafka\x00" + group + "\x00
 // request" (method, route, body...) into a hex SHA-256. Parts are
 // length-prefixed, so their boundaries count.
 func Fingerprint(parts ...[]byte) string {
+	total := 0
+	for _, p := range parts {
+		total += 8 + len(p)
+	}
+	if total <= 1024 { // (a larger body is hashed as it is, not copied)
+		var stack [1024]byte
+		b := stack[:0]
+		for _, p := range parts {
+			b = appendPart(b, p)
+		}
+		return hexKey("", sha256.Sum256(b))
+	}
 	h := sha256.New()
 	for _, p := range parts {
 		writePart(h, p)
 	}
-	return hex.EncodeToString(h.Sum(nil))
+	var sum [sha256.Size]byte
+	h.Sum(sum[:0])
+	return hexKey("", sum)
+}
+
+// appendPart appends p to b, length-prefixed.
+func appendPart[T string | []byte](b []byte, p T) []byte {
+	return append(binary.BigEndian.AppendUint64(b, uint64(len(p))), p...)
 }
 
 func writePart(h interface{ Write([]byte) (int, error) }, p []byte) {

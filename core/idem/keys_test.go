@@ -1,6 +1,10 @@
 package idem_test
 
 import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
 	"testing"
 
 	"github.com/oncekit/oncekit/core/idem"
@@ -28,5 +32,27 @@ func TestStoredKeyNeverChanges(t *testing.T) {
 	}
 	if _, err := idem.StoredKey("alice", "", "k", "a{b"); err == nil {
 		t.Error("StoredKey placed a key at a place with a brace")
+	}
+}
+
+// A fingerprint is stored with its record, and compared with the
+// duplicate's: it never changes either. It is the hex SHA-256 of the
+// parts, each after its length as 8 big-endian bytes — small requests and
+// bodies over a kilobyte alike.
+func TestFingerprintNeverChanges(t *testing.T) {
+	big := bytes.Repeat([]byte("0123456789"), 300)
+	for _, parts := range [][][]byte{
+		{[]byte("POST"), []byte("/orders"), []byte(`{"sku":"phone-x"}`)},
+		{[]byte("/shop.Orders/Place"), big},
+		{},
+	} {
+		h := sha256.New()
+		for _, p := range parts {
+			h.Write(binary.BigEndian.AppendUint64(nil, uint64(len(p))))
+			h.Write(p)
+		}
+		if got, want := idem.Fingerprint(parts...), hex.EncodeToString(h.Sum(nil)); got != want {
+			t.Errorf("Fingerprint of %d parts = %s, want %s", len(parts), got, want)
+		}
 	}
 }
