@@ -70,8 +70,7 @@ func newServer(guard *idem.Guard, opts []Option) (*server, error) {
 // key returns the call's key from its metadata (or the request, through
 // the extractor); ok is false when the call carries none.
 func (s *server) key(ctx context.Context, req any) (key string, ok bool, err error) {
-	md, _ := metadata.FromIncomingContext(ctx)
-	vals := md.Get(s.cfg.metadataKey)
+	vals := metadata.ValueFromIncomingContext(ctx, s.cfg.metadataKey) // (not the whole map, as FromIncomingContext copies it)
 	switch {
 	case len(vals) > 1:
 		return "", false, status.Errorf(codes.InvalidArgument, "grpcmw: %d %s values; send one", len(vals), s.cfg.metadataKey)
@@ -224,7 +223,7 @@ func (s *server) unaryCall(ctx context.Context, req any, info *grpc.UnaryServerI
 		if derr != nil {
 			return nil, status.Errorf(codes.Internal, "grpcmw: the stored outcome of this key cannot be read; an operator can delete it (oncectl record delete)")
 		}
-		_ = grpc.SetHeader(ctx, metadata.Pairs(ReplayedMetadataKey, "true"))
+		_ = grpc.SetHeader(ctx, replayedHeader) // (gRPC copies it into the call's header)
 		if final != nil {
 			return nil, final
 		}
@@ -237,6 +236,10 @@ func (s *server) unaryCall(ctx context.Context, req any, info *grpc.UnaryServerI
 		return handler(ctx, req) // fail open
 	}
 }
+
+// replayedHeader is the header of a replayed answer, made once: gRPC
+// merges a copy of it into the call's header and never changes it.
+var replayedHeader = metadata.Pairs(ReplayedMetadataKey, "true")
 
 // outcome turns the handler's answer into the stored bytes, or errNotStored.
 func (s *server) outcome(resp any, err error) ([]byte, error) {

@@ -98,3 +98,48 @@ func TestReleaseContext(t *testing.T) {
 		t.Errorf("a Release after its context ended: %v", c.Err())
 	}
 }
+
+// A BoundedContext makes its channel and timer only when asked for Done,
+// and behaves as a context.WithDeadline either way.
+func TestBoundedContextEnds(t *testing.T) {
+	parent, cancelParent := context.WithCancelCause(context.Background())
+	cancelParent(context.Canceled)
+	// Never asked for Done: Err still ends at the deadline.
+	a, cancelA := lockdriver.BoundedContext(parent, time.Now().Add(20*time.Millisecond))
+	defer cancelA()
+	if a.Err() != nil || context.Cause(a) != nil {
+		t.Fatalf("a BoundedContext of a cancelled parent: %v, cause %v", a.Err(), context.Cause(a))
+	}
+	time.Sleep(30 * time.Millisecond)
+	if a.Err() != context.DeadlineExceeded {
+		t.Errorf("past its deadline, never asked for Done: %v", a.Err())
+	}
+	select {
+	case <-a.Done():
+	default:
+		t.Error("Done of a context past its deadline is open")
+	}
+	// Cancelled before its deadline, Done asked before and after.
+	b, cancelB := lockdriver.BoundedContext(context.Background(), time.Now().Add(time.Hour))
+	done := b.Done()
+	cancelB()
+	<-done
+	if b.Err() != context.Canceled {
+		t.Errorf("cancelled: %v", b.Err())
+	}
+	c, cancelC := lockdriver.BoundedContext(context.Background(), time.Now().Add(time.Hour))
+	cancelC()
+	<-c.Done()
+	if dl, ok := c.Deadline(); !ok || time.Until(dl) < 59*time.Minute {
+		t.Errorf("Deadline = %v, %v", dl, ok)
+	}
+	// A child follows it.
+	d, cancelD := lockdriver.BoundedContext(context.Background(), time.Now().Add(10*time.Millisecond))
+	defer cancelD()
+	child, cancelChild := context.WithCancel(d)
+	defer cancelChild()
+	<-child.Done()
+	if child.Err() != context.DeadlineExceeded {
+		t.Errorf("child: %v", child.Err())
+	}
+}

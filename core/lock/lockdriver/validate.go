@@ -87,17 +87,77 @@ func CleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
 // boundedKey marks a BoundedContext: its Value is the context itself.
 type boundedKey struct{}
 
-// bounded is a BoundedContext: a deadline over ctx's values, which answers
-// its own boundedKey (one wrapper instead of a value context and a mark:
-// this is made on every Release).
-type bounded struct{ context.Context }
+// bounded is a BoundedContext: a deadline over ctx's values (through
+// context.WithoutCancel, which hides ctx's cancellation from
+// context.Cause too), which answers its own boundedKey. It is made on
+// every Release and completion, and most of them finish without anyone
+// asking for Done: its channel and timer are made only when one does.
+type bounded struct {
+	values   context.Context
+	deadline time.Time
+
+	mu    sync.Mutex
+	done  chan struct{} // made by the first Done
+	timer *time.Timer   // closes done at deadline
+	err   error
+}
+
+func (b *bounded) Deadline() (time.Time, bool) { return b.deadline, true }
+
+func (b *bounded) Done() <-chan struct{} {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.done == nil {
+		b.done = make(chan struct{})
+		switch d := time.Until(b.deadline); {
+		case b.err != nil:
+			close(b.done)
+		case d <= 0:
+			b.err = context.DeadlineExceeded
+			close(b.done)
+		default:
+			b.timer = time.AfterFunc(d, func() { b.end(context.DeadlineExceeded) })
+		}
+	}
+	return b.done
+}
+
+func (b *bounded) Err() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.err == nil && !time.Now().Before(b.deadline) {
+		b.endLocked(context.DeadlineExceeded)
+	}
+	return b.err
+}
+
+// end ends the context with err, unless it has ended.
+func (b *bounded) end(err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.err == nil {
+		b.endLocked(err)
+	}
+}
+
+func (b *bounded) endLocked(err error) {
+	b.err = err
+	if b.timer != nil {
+		b.timer.Stop()
+	}
+	if b.done != nil {
+		close(b.done)
+	}
+}
 
 func (b *bounded) Value(key any) any {
 	if key == (boundedKey{}) {
 		return b
 	}
-	return b.Context.Value(key)
+	return b.values.Value(key)
 }
+
+func (b *bounded) String() string { return "lockdriver.BoundedContext" }
 
 // BoundedContext returns a context that keeps ctx's values but not its
 // cancellation and ends at deadline — and at no other time before its
@@ -108,8 +168,8 @@ func (b *bounded) Value(key any) any {
 // request under it on the caller's goroutine, instead of on a background
 // one that lets the caller return the moment the context is cancelled.
 func BoundedContext(ctx context.Context, deadline time.Time) (context.Context, context.CancelFunc) {
-	c, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
-	return &bounded{c}, cancel
+	b := &bounded{values: context.WithoutCancel(ctx), deadline: deadline}
+	return b, func() { b.end(context.Canceled) }
 }
 
 // releaseEpoch is how long one shared context bounds the Releases of
@@ -159,6 +219,9 @@ func ReleaseContext(ctx context.Context) (context.Context, context.CancelFunc) {
 // ends (no Done channel), or it is a BoundedContext or only adds values to
 // one. A context derived from one with a cancel of its own is not.
 func DeadlineOnly(ctx context.Context) bool {
+	if b, ok := ctx.(*bounded); ok && b != nil {
+		return true // (without asking for Done, which makes a timer)
+	}
 	done := ctx.Done()
 	if done == nil {
 		return true
