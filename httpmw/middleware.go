@@ -105,9 +105,9 @@ func (m *middleware) handle(ctx context.Context, w http.ResponseWriter, r *http.
 		if body, err = m.readBody(r); err != nil {
 			return bodyProblem(w, err)
 		}
-		r.Body = io.NopCloser(bytes.NewReader(body))
+		r.Body = rewind(r.Body, body)
 		extracted, found := m.cfg.extract(r)
-		r.Body = io.NopCloser(bytes.NewReader(body)) // the extractor may have read it
+		r.Body = rewind(r.Body, body) // the extractor may have read it
 		if found {
 			if err := idem.CheckClientKey(extracted); err != nil {
 				writeProblem(w, http.StatusBadRequest, CodeKeyInvalid, fmt.Sprintf("The request's idempotency key: %v.", err), 0)
@@ -130,9 +130,9 @@ func (m *middleware) handle(ctx context.Context, w http.ResponseWriter, r *http.
 			return bodyProblem(w, err)
 		}
 	}
-	r.Body = io.NopCloser(bytes.NewReader(body))
+	r.Body = rewind(r.Body, body)
 	fp, err := m.cfg.fingerprint(r, body)
-	r.Body = io.NopCloser(bytes.NewReader(body)) // the fingerprint may have read it
+	r.Body = rewind(r.Body, body) // the fingerprint may have read it
 	if err != nil {
 		writeProblem(w, http.StatusBadRequest, CodeBodyInvalid, fmt.Sprintf("The request cannot be told apart from others with its key: %v.", err), 0)
 		return observe.Invalid, nil
@@ -140,7 +140,7 @@ func (m *middleware) handle(ctx context.Context, w http.ResponseWriter, r *http.
 	scope := ""
 	if m.cfg.scope != nil {
 		scope = m.cfg.scope(r)
-		r.Body = io.NopCloser(bytes.NewReader(body)) // the scope may have read it
+		r.Body = rewind(r.Body, body) // the scope may have read it
 		if scope == "" {
 			// An empty scope would put the request into the key space every
 			// unscoped request shares: one principal's key could replay to
@@ -153,7 +153,7 @@ func (m *middleware) handle(ctx context.Context, w http.ResponseWriter, r *http.
 	place := ""
 	if m.cfg.place != nil {
 		place = m.cfg.place(r)
-		r.Body = io.NopCloser(bytes.NewReader(body)) // the placement may have read it
+		r.Body = rewind(r.Body, body) // the placement may have read it
 	}
 	stored, err := idem.StoredKey(scope, "", key, place)
 	if err != nil {
@@ -387,3 +387,20 @@ func Fence(ctx context.Context) (uint64, bool) { return idem.FenceFrom(ctx) }
 // conditional write) so that a retry after a crash between the effect and
 // the stored response finds the effect done. See idem.KeyFrom.
 func Key(ctx context.Context) (string, bool) { return idem.KeyFrom(ctx) }
+
+// bodyReader is the request body the middleware read, given to whoever
+// reads it next (an extractor, the fingerprint, the scope, the handler).
+type bodyReader struct{ bytes.Reader }
+
+func (*bodyReader) Close() error { return nil }
+
+// rewind returns a body that reads body from its start: cur itself,
+// rewound, when it is the middleware's own (no allocation each time).
+func rewind(cur io.ReadCloser, body []byte) io.ReadCloser {
+	b, ok := cur.(*bodyReader)
+	if !ok {
+		b = new(bodyReader)
+	}
+	b.Reset(body)
+	return b
+}
