@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -110,12 +111,21 @@ func WithFingerprint(fingerprint func(fullMethod string, req proto.Message) (str
 // DefaultFingerprint is the full method and the request's deterministic
 // protobuf encoding: every field, unknown fields included.
 func DefaultFingerprint(fullMethod string, req proto.Message) (string, error) {
-	body, err := proto.MarshalOptions{Deterministic: true}.Marshal(req)
+	buf := marshalBufs.Get().(*[]byte)
+	defer marshalBufs.Put(buf)
+	body, err := proto.MarshalOptions{Deterministic: true}.MarshalAppend((*buf)[:0], req)
 	if err != nil {
 		return "", err
 	}
+	if cap(body) <= 64<<10 { // (a larger one is not kept)
+		*buf = body
+	}
 	return idem.Fingerprint([]byte(fullMethod), body), nil
 }
+
+// marshalBufs are DefaultFingerprint's buffers: a request is marshalled
+// only to be hashed.
+var marshalBufs = sync.Pool{New: func() any { return new([]byte) }}
 
 // Unscoped puts the keys of every caller of a method in one key space.
 // Only for services without principals, or behind a gateway that scopes

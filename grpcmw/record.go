@@ -23,15 +23,13 @@ const (
 var errCorrupt = errors.New("not a stored gRPC outcome")
 
 func encodeReply(m proto.Message) ([]byte, error) {
-	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
-	if err != nil {
-		return nil, err
-	}
 	name := string(m.ProtoReflect().Descriptor().FullName())
-	out := []byte{recordVersion, kindReply}
+	// One allocation: the header, then the reply marshalled in place.
+	out := make([]byte, 0, 2+binary.MaxVarintLen64+len(name)+proto.Size(m))
+	out = append(out, recordVersion, kindReply)
 	out = binary.AppendUvarint(out, uint64(len(name)))
 	out = append(out, name...)
-	return append(out, b...), nil
+	return proto.MarshalOptions{Deterministic: true}.MarshalAppend(out, m)
 }
 
 func encodeStatus(st *status.Status) ([]byte, error) {

@@ -36,7 +36,7 @@ func New(guard *idem.Guard, opts ...Option) (func(http.Handler) http.Handler, er
 	}
 	c.errs = append(c.errs, c.common.Check())
 	if c.final == nil {
-		c.final = DefaultFinal
+		c.final, c.finalDefault = DefaultFinal, true
 	}
 	if guard == nil {
 		c.errs = append(c.errs, errors.New("nil Guard"))
@@ -169,7 +169,11 @@ func (m *middleware) handle(ctx context.Context, w http.ResponseWriter, r *http.
 		rec = &recorder{ResponseWriter: w, allowed: m.cfg.replay, limit: m.cfg.maxResponse, runCtx: rctx}
 		req := r.WithContext(rctx)
 		next.ServeHTTP(rec, req)
-		return rec.result(req, m.cfg.final)
+		final := m.cfg.final
+		if m.cfg.finalDefault {
+			final = nil
+		}
+		return rec.result(req, final)
 	})
 	switch {
 	case ran && rec.buffered:
@@ -330,7 +334,7 @@ func (m *middleware) readBody(r *http.Request) ([]byte, error) {
 	if limit < math.MaxInt64 {
 		limit++ // one byte more tells an over-long body
 	}
-	b, err := io.ReadAll(io.LimitReader(r.Body, limit))
+	b, err := readLimit(r.Body, limit, r.ContentLength)
 	if err != nil {
 		return nil, err
 	}
@@ -341,6 +345,7 @@ func (m *middleware) readBody(r *http.Request) ([]byte, error) {
 }
 
 // result turns the recorded response into the stored bytes, or errNotStored.
+// A nil final is DefaultFinal, which reads no header (none is copied for it).
 func (r *recorder) result(req *http.Request, final func(*http.Request, int, http.Header) bool) ([]byte, error) {
 	if r.status == 0 {
 		r.WriteHeader(http.StatusOK) // the handler wrote nothing: an implicit 200 with its headers
@@ -354,7 +359,9 @@ func (r *recorder) result(req *http.Request, final func(*http.Request, int, http
 		return nil, errNotStored{"the response body is over the limit"}
 	case r.status >= 500:
 		return nil, errNotStored{fmt.Sprintf("status %d", r.status)}
-	case !r.final && !final(req, r.status, r.ResponseWriter.Header().Clone()):
+	case !r.final && final == nil && !DefaultFinal(req, r.status, nil):
+		return nil, errNotStored{fmt.Sprintf("status %d is not final", r.status)}
+	case !r.final && final != nil && !final(req, r.status, r.ResponseWriter.Header().Clone()):
 		return nil, errNotStored{fmt.Sprintf("status %d is not final", r.status)}
 	}
 	return response{status: r.status, header: r.header, body: r.body.Bytes()}.encode(), nil
@@ -403,4 +410,29 @@ func rewind(cur io.ReadCloser, body []byte) io.ReadCloser {
 	}
 	b.Reset(body)
 	return b
+}
+
+// readLimit reads r to its end or to limit bytes, into one buffer when
+// size (the Content-Length, -1 when unknown) is right.
+func readLimit(r io.Reader, limit, size int64) ([]byte, error) {
+	n := int64(512)
+	if size >= 0 {
+		n = size + 1 // (the end is a read of 0 bytes into the spare one)
+	}
+	b := make([]byte, 0, min(n, limit))
+	for int64(len(b)) < limit {
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)] // grow
+		}
+		room := b[len(b):min(int64(cap(b)), limit)]
+		k, err := r.Read(room)
+		b = b[:len(b)+k]
+		if err == io.EOF {
+			return b, nil
+		}
+		if err != nil {
+			return b, err
+		}
+	}
+	return b, nil
 }

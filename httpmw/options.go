@@ -40,20 +40,21 @@ var forbidden = []string{
 type Option func(*config)
 
 type config struct {
-	methods     []string
-	header      string
-	scope       func(*http.Request) string
-	place       func(*http.Request) string
-	extract     func(*http.Request) (string, bool)
-	fingerprint func(r *http.Request, body []byte) (string, error)
-	route       func(*http.Request) string
-	optional    bool
-	maxBody     int64
-	maxResponse int
-	replay      map[string]bool
-	final       func(r *http.Request, status int, header http.Header) bool
-	common      mwcore.Config // the key space chosen, the wait, failing open
-	errs        []error
+	methods      []string
+	header       string
+	scope        func(*http.Request) string
+	place        func(*http.Request) string
+	extract      func(*http.Request) (string, bool)
+	fingerprint  func(r *http.Request, body []byte) (string, error)
+	route        func(*http.Request) string
+	optional     bool
+	maxBody      int64
+	maxResponse  int
+	replay       map[string]bool
+	final        func(r *http.Request, status int, header http.Header) bool
+	finalDefault bool          // final is DefaultFinal, set by New
+	common       mwcore.Config // the key space chosen, the wait, failing open
+	errs         []error
 }
 
 // WithMethods sets the methods the middleware covers. Requests with other

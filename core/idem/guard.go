@@ -402,9 +402,10 @@ const (
 
 func encodeOutcome(res []byte, final error) []byte {
 	if final != nil {
-		return append([]byte{outcomeVersion, kindError}, final.Error()...)
+		msg := final.Error()
+		return append(append(make([]byte, 0, 2+len(msg)), outcomeVersion, kindError), msg...)
 	}
-	return append([]byte{outcomeVersion, kindResult}, res...)
+	return append(append(make([]byte, 0, 2+len(res)), outcomeVersion, kindResult), res...)
 }
 
 func decodeOutcome(key string, b []byte) ([]byte, error) {

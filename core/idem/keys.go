@@ -81,25 +81,32 @@ func Fingerprint(parts ...[]byte) string {
 		}
 		return hexKey("", sha256.Sum256(b))
 	}
+	return hexKey("", fingerprintLarge(parts))
+}
+
+// fingerprintLarge is Fingerprint's hash of parts over a kilobyte: copied
+// through a buffer of its own into the digest, so that parts never reach
+// an interface (they would escape, and so would every caller's
+// conversion of a string into a part).
+func fingerprintLarge(parts [][]byte) [sha256.Size]byte {
 	h := sha256.New()
+	buf := make([]byte, 4096)
 	for _, p := range parts {
-		writePart(h, p)
+		h.Write(binary.BigEndian.AppendUint64(buf[:0], uint64(len(p))))
+		for len(p) > 0 {
+			n := copy(buf, p)
+			h.Write(buf[:n])
+			p = p[n:]
+		}
 	}
 	var sum [sha256.Size]byte
 	h.Sum(sum[:0])
-	return hexKey("", sum)
+	return sum
 }
 
 // appendPart appends p to b, length-prefixed.
 func appendPart[T string | []byte](b []byte, p T) []byte {
 	return append(binary.BigEndian.AppendUint64(b, uint64(len(p))), p...)
-}
-
-func writePart(h interface{ Write([]byte) (int, error) }, p []byte) {
-	var n [8]byte
-	binary.BigEndian.PutUint64(n[:], uint64(len(p)))
-	h.Write(n[:])
-	h.Write(p)
 }
 
 // MaxClientKeyLen is the longest idempotency key a client may send (HTTP's
