@@ -95,8 +95,9 @@
 //
 // Each held lock and each waiter keeps one of the pool's connections, as
 // pg_advisory_lock does, but never more than half of a bounded pool
-// (sql.DB.SetMaxOpenConns; 16 of Open's 32), so that the holders' own
-// statements always find a connection. An acquisition beyond that queues
+// (sql.DB.SetMaxOpenConns as set when New runs; 16 of Open's 32), so
+// that the holders' own statements always find a connection. An
+// acquisition beyond that queues
 // in <prefix>lock_waiters instead: the longest-queued live waiter gets a
 // freed key, woken by NOTIFY on PostgreSQL with pgx, looking again every
 // WithPollInterval/10 (5 ms) on MySQL; every waiter there renews its place
