@@ -131,13 +131,19 @@ func (s *Store) connRow(ctx context.Context, c *sql.Conn, query string, args []a
 	if !s.pgx {
 		return c.QueryRowContext(ctx, query, args...).Scan(dest...)
 	}
-	return c.Raw(func(dc any) error {
+	native := true
+	err := c.Raw(func(dc any) error {
 		pc, ok := dc.(*stdlib.Conn)
 		if !ok {
-			return c.QueryRowContext(ctx, query, args...).Scan(dest...)
+			native = false // (c is busy inside Raw: asked below)
+			return nil
 		}
 		return pc.Conn().QueryRow(ctx, query, args...).Scan(dest...)
 	})
+	if !native {
+		return c.QueryRowContext(ctx, query, args...).Scan(dest...)
+	}
+	return err
 }
 
 // lockTimedOut reports the server's end of a session-lock wait that ran
@@ -215,13 +221,13 @@ func (s *Store) waitLook(ctx context.Context, c *sql.Conn, key, tok, owner strin
 	timeout := strconv.FormatInt(max(budget.Milliseconds(), 1), 10) + "ms"
 	args := []any{[]byte(key), tok, []byte(owner), us(ttl), s.sessionName(key), timeout}
 	dest := []any{&fence, &remaining, &waited}
-	if !s.pgx {
-		err = c.QueryRowContext(ctx, s.q.sqWait, args...).Scan(dest...)
-	} else {
+	native := s.pgx
+	if native {
 		err = c.Raw(func(dc any) error {
 			pc, ok := dc.(*stdlib.Conn)
 			if !ok {
-				return c.QueryRowContext(ctx, s.q.sqWait, args...).Scan(dest...)
+				native = false // (c is busy inside Raw: asked below)
+				return nil
 			}
 			// Not ctx itself: pgx would close the connection when it
 			// ends, and the server, which learns of that only when it
@@ -240,6 +246,9 @@ func (s *Store) waitLook(ctx context.Context, c *sql.Conn, key, tok, owner strin
 			tainted = !stop()
 			return err
 		})
+	}
+	if !native {
+		err = c.QueryRowContext(ctx, s.q.sqWait, args...).Scan(dest...)
 	}
 	if err != nil {
 		return look{}, tainted, err
