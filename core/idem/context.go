@@ -11,14 +11,17 @@ type storedKey struct{}
 
 type waitKey struct{}
 
+type attemptKey struct{}
+
 // runValues carries what a Guard's run finds in its context — the claim's
 // fence and stored key, the run's effect slot — in one value instead of a
 // context.WithValue each: it is made for every claim a Guard runs.
 type runValues struct {
 	context.Context
-	fence uint64
-	key   string
-	slot  effectSlot
+	fence   uint64
+	key     string
+	attempt int
+	slot    effectSlot
 }
 
 func (v *runValues) Value(key any) any {
@@ -27,6 +30,8 @@ func (v *runValues) Value(key any) any {
 		return v.fence
 	case storedKey:
 		return v.key
+	case attemptKey:
+		return v.attempt
 	case effectKey:
 		return &v.slot
 	}
@@ -53,6 +58,24 @@ func KeyFrom(ctx context.Context) (string, bool) {
 func FenceFrom(ctx context.Context) (uint64, bool) {
 	f, ok := ctx.Value(fenceKey{}).(uint64)
 	return f, ok
+}
+
+// AttemptFrom returns the attempt number of the claim a Guard's run
+// executes under (Claim.Attempt), from the ctx the Guard passed to it: 1
+// for the key's first run, more when earlier runs on the key ended without
+// completing — their process died, their lease ran out, or they failed.
+// A run whose effect is outside oncekit's reach (a payment provider, a
+// shipment API) checks there, on an attempt above 1, what the earlier runs
+// did before it acts again:
+//
+//	if n, _ := idem.AttemptFrom(ctx); n > 1 {
+//		if p, err := payments.Find(ctx, orderID); err == nil {
+//			return p.Receipt(), nil // the crashed run's charge went through
+//		}
+//	}
+func AttemptFrom(ctx context.Context) (int, bool) {
+	n, ok := ctx.Value(attemptKey{}).(int)
+	return n, ok
 }
 
 // ContextWithWait overrides, for the Do calls made with the returned

@@ -243,7 +243,7 @@ func (g *Guard) begin(ctx context.Context, key, fingerprint string) (Claim, time
 func (g *Guard) run(ctx context.Context, c Claim, valid time.Time, run func(context.Context) ([]byte, error)) (result []byte, replayed bool, err error) {
 	g.inFlight.Add(1)
 	defer g.inFlight.Add(-1)
-	vctx := &runValues{Context: ctx, fence: c.Fence, key: c.Key}
+	vctx := &runValues{Context: ctx, fence: c.Fence, key: c.Key, attempt: c.Attempt}
 	slot := &vctx.slot
 	rctx, cancel := context.WithCancelCause(vctx)
 	defer cancel(nil)

@@ -46,6 +46,17 @@ type Claim struct {
 	// Fence is strictly greater than every earlier claim's on the key in
 	// the store; pass it to writes the run makes (see lock.FenceGate).
 	Fence uint64
+	// Attempt numbers an Acquired claim among the key's claims: 1 for the
+	// first, n+1 when the n claims before it ended without completing —
+	// a lease that ran out (the process died or froze), an Abandon (the
+	// run failed, panicked, or was given back) — as far as the store
+	// remembers them: for AttemptMemory after each ended, and not past a
+	// completion (a key claimed again after its retention starts at 1).
+	// Over-counting is possible (a claim given back before its run
+	// started counts), under-counting beyond the memory is not guarded:
+	// a run on attempt > 1 asks the outside system what the earlier ones
+	// did before acting again. 0 for any other State.
+	Attempt int
 	// Result is the stored bytes of a Completed claim.
 	Result []byte
 	// Expires is when an in-flight claim's lease, or a completed record's
@@ -57,6 +68,10 @@ type Claim struct {
 	// comes first.
 	Expires time.Time
 }
+
+// AttemptMemory is how long every store remembers a claim that ended
+// without completing, for the next claim's Attempt.
+const AttemptMemory = 24 * time.Hour
 
 // Store keeps idempotency records. The in-flight record is the lock: the
 // first Begin writes it with a lease, duplicates read it. Implementations

@@ -65,7 +65,7 @@ func (s *Store) CompleteWith(ctx context.Context, c idem.Claim, result []byte, r
 		mod := g.Kvs[0].ModRevision
 		t, err := s.c.Txn(ctx).
 			If(append([]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(entry), "=", mod)}, e.If...)...).
-			Then(append([]clientv3.Op{clientv3.OpPut(entry, val, clientv3.WithLease(lease))}, e.Then...)...).
+			Then(append([]clientv3.Op{clientv3.OpPut(entry, val, clientv3.WithLease(lease)), clientv3.OpDelete(s.attemptsKey(c.Key))}, e.Then...)...).
 			Else(clientv3.OpGet(entry, clientv3.WithKeysOnly())).
 			Commit()
 		if rejected(err) {

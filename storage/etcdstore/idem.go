@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/oncekit/oncekit/core/idem"
@@ -40,6 +41,34 @@ const (
 
 func (s *Store) recordDir(key string) string {
 	return s.opts.recordPrefix + url.PathEscape(key) + "/"
+}
+
+// attemptsKey is where key's claims are counted (idem.Claim.Attempt): each
+// claim puts it, so its version is the number of claims since it was
+// made; a completion deletes it. It is bound to a lease that ends
+// idem.AttemptMemory after the last claim. ('#' is escaped in a key, so the
+// name is no key's record directory, and ListKeys passes over it.)
+func (s *Store) attemptsKey(key string) string {
+	return s.opts.recordPrefix + url.PathEscape(key) + "#attempts"
+}
+
+// countAttempt is the put of key's attempts counter a claim makes, in the
+// claim's transaction.
+func (s *Store) countAttempt(ctx context.Context, key string) (clientv3.Op, error) {
+	lease, err := s.retentionLease(ctx, time.Now().Add(idem.AttemptMemory))
+	if err != nil {
+		return clientv3.Op{}, err
+	}
+	return clientv3.OpPut(s.attemptsKey(key), "", clientv3.WithLease(lease), clientv3.WithPrevKV()), nil
+}
+
+// attemptOf reads a claim's attempt from its transaction's answer to
+// countAttempt's put.
+func attemptOf(r *etcdserverpb.ResponseOp) int {
+	if p := r.GetResponsePut().GetPrevKv(); p != nil {
+		return int(p.Version) + 1
+	}
+	return 1
 }
 
 type recordVal struct {
@@ -95,9 +124,13 @@ func (s *Store) Begin(ctx context.Context, key, fingerprint string, lease time.D
 	entry := dir + tok
 	now := time.Now()
 	val := recordVal{state: stateInFlight, expires: now.Add(lease), fp: fingerprint}.encode()
+	count, err := s.countAttempt(ctx, key)
+	if err != nil {
+		return idem.Claim{}, fmt.Errorf("etcdstore: begin %q: %w", key, err)
+	}
 	resp, err := s.c.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(dir).WithPrefix(), "=", 0)).
-		Then(clientv3.OpPut(entry, val, clientv3.WithLease(sess.id))).
+		Then(clientv3.OpPut(entry, val, clientv3.WithLease(sess.id)), count).
 		Else(clientv3.OpGet(dir, clientv3.WithPrefix())).
 		Commit()
 	if err != nil {
@@ -107,7 +140,7 @@ func (s *Store) Begin(ctx context.Context, key, fingerprint string, lease time.D
 		rev := resp.Header.Revision
 		s.startClaimTimer(entry, rev, now.Add(lease))
 		return idem.Claim{Key: key, State: idem.Acquired, Fingerprint: fingerprint, Token: tok,
-			Fence: uint64(rev), Expires: claimValidity(now.Add(lease), sess)}, nil
+			Fence: uint64(rev), Attempt: attemptOf(resp.Responses[1]), Expires: claimValidity(now.Add(lease), sess)}, nil
 	}
 	kvs := resp.Responses[0].GetResponseRange().Kvs
 	if len(kvs) != 1 {
@@ -128,7 +161,7 @@ func (s *Store) Begin(ctx context.Context, key, fingerprint string, lease time.D
 		put := clientv3.OpPut(entry, val, clientv3.WithLease(sess.id))
 		t, err := s.c.Txn(ctx).
 			If(clientv3.Compare(clientv3.ModRevision(string(kvs[0].Key)), "=", kvs[0].ModRevision)).
-			Then(clientv3.OpDelete(string(kvs[0].Key)), put).
+			Then(clientv3.OpDelete(string(kvs[0].Key)), put, count).
 			Commit()
 		if err != nil {
 			return idem.Claim{}, fmt.Errorf("etcdstore: begin %q: %w", key, err)
@@ -137,7 +170,7 @@ func (s *Store) Begin(ctx context.Context, key, fingerprint string, lease time.D
 			rev := t.Header.Revision
 			s.startClaimTimer(entry, rev, now.Add(lease))
 			return idem.Claim{Key: key, State: idem.Acquired, Fingerprint: fingerprint, Token: tok,
-				Fence: uint64(rev), Expires: claimValidity(now.Add(lease), sess)}, nil
+				Fence: uint64(rev), Attempt: attemptOf(t.Responses[2]), Expires: claimValidity(now.Add(lease), sess)}, nil
 		}
 		return s.Begin(ctx, key, fingerprint, lease) // lost the race: look again
 	}
@@ -204,7 +237,7 @@ func (s *Store) Complete(ctx context.Context, c idem.Claim, result []byte, reten
 	}
 	t, err := s.c.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(entry), "=", int64(c.Fence))).
-		Then(clientv3.OpPut(entry, val, clientv3.WithLease(lease))).
+		Then(clientv3.OpPut(entry, val, clientv3.WithLease(lease)), clientv3.OpDelete(s.attemptsKey(c.Key))).
 		Commit()
 	if err != nil {
 		return fmt.Errorf("etcdstore: complete %q: %w", c.Key, err)

@@ -20,6 +20,7 @@ type record struct {
 	fp       string
 	token    string
 	fence    uint64
+	attempt  int  // Claim.Attempt
 	done     bool // completed; else in flight
 	expires  time.Time
 	result   []byte
@@ -59,6 +60,47 @@ func (s *Store) evictLocked(room int, extra int64) bool {
 	return len(s.records)+room <= s.maxRecords
 }
 
+// ended is what the Store remembers of a key's claims that ended without
+// completing: how many, and until when (idem.AttemptMemory).
+type ended struct {
+	attempts int
+	until    time.Time
+}
+
+// rememberEndLocked remembers that key's claim number attempt ended without
+// completing. The memory is bounded like the records: when it is full, an
+// entry that expired goes, else any.
+func (s *Store) rememberEndLocked(key string, attempt int, now time.Time) {
+	if s.ended == nil {
+		s.ended = map[string]ended{}
+	}
+	if _, ok := s.ended[key]; !ok && len(s.ended) >= s.maxRecords {
+		var any string
+		for k, e := range s.ended {
+			any = k
+			if now.After(e.until) {
+				break
+			}
+		}
+		delete(s.ended, any)
+	}
+	s.ended[key] = ended{attempts: attempt, until: now.Add(idem.AttemptMemory)}
+}
+
+// nextAttemptLocked is the Attempt of a new claim of key (and forgets
+// what was remembered).
+func (s *Store) nextAttemptLocked(key string, now time.Time) int {
+	e, ok := s.ended[key]
+	if !ok {
+		return 1
+	}
+	delete(s.ended, key)
+	if now.After(e.until) {
+		return 1
+	}
+	return e.attempts + 1
+}
+
 func (r *record) signal() {
 	if !r.isClosed {
 		r.isClosed = true
@@ -80,15 +122,23 @@ func (s *Store) recordLocked(key string) *record {
 		}
 		swept++
 		if !now.Before(r.expires) && k != key {
-			s.dropRecordLocked(k, r)
+			s.expireLocked(k, r, now)
 		}
 	}
 	r := s.records[key]
 	if r != nil && !now.Before(r.expires) {
-		s.dropRecordLocked(key, r)
+		s.expireLocked(key, r, now)
 		r = nil
 	}
 	return r
+}
+
+// expireLocked drops key's record r whose lease or retention ran out.
+func (s *Store) expireLocked(key string, r *record, now time.Time) {
+	if !r.done {
+		s.rememberEndLocked(key, r.attempt, now)
+	}
+	s.dropRecordLocked(key, r)
 }
 
 // Begin implements idem.Store.
@@ -110,9 +160,12 @@ func (s *Store) Begin(ctx context.Context, key, fingerprint string, lease time.D
 			return idem.Claim{}, fmt.Errorf("memstore: begin %q: %w (%d)", key, ErrFull, s.maxRecords)
 		}
 		s.nextFenceLocked()
-		r = &record{key: key, fp: fingerprint, token: token.New(), fence: s.fence, expires: time.Now().Add(lease), changed: make(chan struct{})}
+		now := time.Now()
+		r = &record{key: key, fp: fingerprint, token: token.New(), fence: s.fence, attempt: s.nextAttemptLocked(key, now),
+			expires: now.Add(lease), changed: make(chan struct{})}
 		s.records[key] = r
-		return idem.Claim{Key: key, State: idem.Acquired, Fingerprint: fingerprint, Token: r.token, Fence: r.fence, Expires: r.expires}, nil
+		return idem.Claim{Key: key, State: idem.Acquired, Fingerprint: fingerprint, Token: r.token, Fence: r.fence,
+			Attempt: r.attempt, Expires: r.expires}, nil
 	}
 	c := idem.Claim{Key: key, Fingerprint: fingerprint, Expires: r.expires}
 	switch {
@@ -180,6 +233,7 @@ func (s *Store) Abandon(ctx context.Context, c idem.Claim) error {
 	if err != nil {
 		return err
 	}
+	s.rememberEndLocked(c.Key, r.attempt, time.Now())
 	s.dropRecordLocked(c.Key, r)
 	return nil
 }

@@ -19,6 +19,7 @@ type Store struct {
 	mu      sync.Mutex
 	locks   map[string]*entry
 	records map[string]*record // idempotency records (idem.Store)
+	ended   map[string]ended   // claims that ended without completing
 	fence   uint64             // one counter for all keys: strictly increasing per key too (nextFence)
 
 	completed   list.List // *record, completed ones, oldest completion first: evicted first

@@ -35,7 +35,7 @@ func (s *Store) Begin(ctx context.Context, key, fingerprint string, lease time.D
 	giveBack := func() { // a claim the caller will never use
 		cctx, cancel := lockdriver.CleanupContext(ctx)
 		defer cancel()
-		_, _ = s.base.Finish(cctx, s.client, key, tok, rediskit.Abandon, time.Millisecond, nil, 0)
+		_, _ = s.base.Finish(cctx, s.client, key, tok, rediskit.GiveBack, time.Millisecond, nil, 0)
 	}
 	r, err := s.base.Begin(ctx, s.client, key, fingerprint, tok, lease, func(r rediskit.BeginReply) {
 		if r.Code == rediskit.BeginClaimed {

@@ -35,7 +35,7 @@ func (s *Store) Begin(ctx context.Context, key, fingerprint string, lease time.D
 	now := time.Now()
 	b := s.sendBegin(ctx, key, fingerprint, tok, lease)
 	if !b.claimed() && len(b.claims) > 0 {
-		s.finishNodes(ctx, key, tok, rediskit.Abandon, time.Millisecond, nil, indexes(b.claims), 0)
+		s.finishNodes(ctx, key, tok, rediskit.GiveBack, time.Millisecond, nil, indexes(b.claims), 0)
 	}
 	c := idem.Claim{Key: key, Fingerprint: fingerprint, Expires: now.Add(time.Duration(b.pttl) * time.Millisecond)}
 	switch {
@@ -49,10 +49,10 @@ func (s *Store) Begin(ctx context.Context, key, fingerprint string, lease time.D
 	case b.claimed():
 		fence, err := s.fenceOf("begin", key, b.claims, b.clocks, lease)
 		if err != nil {
-			s.finishNodes(context.WithoutCancel(ctx), key, tok, rediskit.Abandon, time.Millisecond, nil, s.all(), 0)
+			s.finishNodes(context.WithoutCancel(ctx), key, tok, rediskit.GiveBack, time.Millisecond, nil, s.all(), 0)
 			return idem.Claim{}, err
 		}
-		c.State, c.Token, c.Fence, c.Expires = idem.Acquired, tok, fence, now.Add(lease)
+		c.State, c.Token, c.Fence, c.Attempt, c.Expires = idem.Acquired, tok, fence, int(b.attempt), now.Add(lease)
 		return c, nil
 	case b.answers < s.quorum:
 		// Too few nodes answered to tell a live claim (or another
@@ -79,7 +79,8 @@ type beginRound struct {
 	done    *answer[rediskit.BeginReply] // a node with the completed record
 	corrupt *answer[rediskit.BeginReply]
 	pttl    int64
-	answers int // nodes that answered (without an error)
+	attempt int64 // the highest attempt of the claimed nodes: a node that missed an ended claim counts lower
+	answers int   // nodes that answered (without an error)
 	ctxErr  error
 }
 
@@ -108,6 +109,7 @@ func (s *Store) sendBegin(ctx context.Context, key, fingerprint, tok string, lea
 		switch a.v.Code {
 		case rediskit.BeginClaimed:
 			b.claims[a.node], b.clocks[a.node] = a.v.N, a.v.Clock
+			b.attempt = max(b.attempt, a.v.Attempt)
 		case rediskit.BeginCompleted:
 			b.done = &a
 		case rediskit.BeginCorrupt:
@@ -122,7 +124,7 @@ func (s *Store) sendBegin(ctx context.Context, key, fingerprint, tok string, lea
 	claimed := b.claimed()
 	r.rest(func(a answer[rediskit.BeginReply]) { // a node claimed after the claim failed is given back
 		if a.err == nil && a.v.Code == rediskit.BeginClaimed && !claimed {
-			s.finishNodes(context.Background(), key, tok, rediskit.Abandon, time.Millisecond, nil, []int{a.node}, 0)
+			s.finishNodes(context.Background(), key, tok, rediskit.GiveBack, time.Millisecond, nil, []int{a.node}, 0)
 		}
 	})
 	return b

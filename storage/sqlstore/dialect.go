@@ -14,6 +14,8 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/oncekit/oncekit/core/idem"
 )
 
 // Dialect names the SQL the Store speaks.
@@ -55,6 +57,7 @@ type queries struct {
 	// statement left it (MariaDB 10.5 and later: INSERT ... RETURNING),
 	// so that a duplicate or a replay needs no read before it.
 	myBeginReturning string
+	myAttempt        string // a MySQL claim's attempt, read back (myAttempt)
 	// headAcquire: the first queued waiter takes the free key and leaves
 	// the queue (PostgreSQL: one statement; MySQL: it, then queueDelete).
 	headAcquire string
@@ -94,7 +97,14 @@ func newQueries(d Dialect, prefix string) queries {
 	old := "(" + now + " - " + strconv.FormatInt(cleanupGrace.Microseconds(), 10) + ")"
 	q := queries{dialect: d}
 	lockCols := "token, owner, holds, fence, expires_us, " + now
-	recCols := "state, fingerprint, token, fence, expires_us, result, " + now
+	recCols := "state, fingerprint, token, fence, expires_us, result, attempt, " + now
+	// A claim's attempt: one more than the row's when the row's last
+	// claim ended without completing (freed, or in flight past its lease)
+	// within idem.AttemptMemory, else 1. (See recordRow.nextAttempt.)
+	memory := strconv.FormatInt(idem.AttemptMemory.Microseconds(), 10)
+	// A row the cleanup may delete besides its expiry and fence: not a
+	// claim that ended without completing within the memory.
+	forgotten := "(state = 2 OR expires_us < " + now + " - " + memory + ")"
 	if d == Postgres {
 		// One statement takes the row lock and reads the row, creating a
 		// free row for a key never seen (or deleted).
@@ -109,7 +119,7 @@ func newQueries(d Dialect, prefix string) queries {
 			"DELETE FROM " + locks + " WHERE lock_key IN (SELECT lock_key FROM " + locks +
 				" WHERE expires_us < " + old + " AND fence < " + old + " LIMIT ? FOR UPDATE SKIP LOCKED)",
 			"DELETE FROM " + records + " WHERE record_key IN (SELECT record_key FROM " + records +
-				" WHERE expires_us < " + old + " AND fence < " + old + " LIMIT ? FOR UPDATE SKIP LOCKED)",
+				" WHERE expires_us < " + old + " AND fence < " + old + " AND " + forgotten + " LIMIT ? FOR UPDATE SKIP LOCKED)",
 			"DELETE FROM " + waiters + " WHERE (lock_key, waiter) IN (SELECT lock_key, waiter FROM " + waiters +
 				" WHERE expires_us < " + old + " LIMIT ? FOR UPDATE SKIP LOCKED)",
 		}
@@ -124,7 +134,7 @@ func newQueries(d Dialect, prefix string) queries {
 			" ON DUPLICATE KEY UPDATE expires_us = VALUES(expires_us)"
 		q.cleanup = [3]string{
 			"DELETE FROM " + locks + " WHERE expires_us < " + old + " AND fence < " + old + " LIMIT ?",
-			"DELETE FROM " + records + " WHERE expires_us < " + old + " AND fence < " + old + " LIMIT ?",
+			"DELETE FROM " + records + " WHERE expires_us < " + old + " AND fence < " + old + " AND " + forgotten + " LIMIT ?",
 			"DELETE FROM " + waiters + " WHERE expires_us < " + old + " LIMIT ?",
 		}
 	}
@@ -162,13 +172,14 @@ func newQueries(d Dialect, prefix string) queries {
 		// flight, a replay) is only read: no row lock, so duplicates of
 		// one key do not queue behind each other.
 		q.fastBegin = "WITH cur AS (SELECT state, expires_us FROM " + records + " WHERE record_key = $1)," +
-			" c AS (INSERT INTO " + records + " AS r (record_key, state, fingerprint, token, fence, expires_us)" +
-			" SELECT $1, 1, $2, $3, n.now, n.now + $4 FROM (SELECT " + now + " AS now) n" +
+			" c AS (INSERT INTO " + records + " AS r (record_key, state, fingerprint, token, fence, expires_us, attempt)" +
+			" SELECT $1, 1, $2, $3, n.now, n.now + $4, 1 FROM (SELECT " + now + " AS now) n" +
 			" WHERE NOT EXISTS (SELECT 1 FROM cur WHERE cur.state IN (1, 2) AND cur.expires_us > n.now)" +
 			" ON CONFLICT (record_key) DO UPDATE SET state = 1, fingerprint = EXCLUDED.fingerprint, token = EXCLUDED.token," +
-			" fence = GREATEST(r.fence + 1, EXCLUDED.fence), expires_us = EXCLUDED.expires_us, result = NULL" +
-			" WHERE r.state = 0 OR (r.state IN (1, 2) AND r.expires_us <= EXCLUDED.fence) RETURNING fence)" +
-			" SELECT true, 1, ''::bytea, '', fence, 0::bigint, NULL::bytea, 0::bigint FROM c" +
+			" fence = GREATEST(r.fence + 1, EXCLUDED.fence), expires_us = EXCLUDED.expires_us, result = NULL," +
+			" attempt = CASE WHEN r.state IN (0, 1) AND r.expires_us > EXCLUDED.fence - " + memory + " THEN r.attempt + 1 ELSE 1 END" +
+			" WHERE r.state = 0 OR (r.state IN (1, 2) AND r.expires_us <= EXCLUDED.fence) RETURNING fence, attempt)" +
+			" SELECT true, 1, ''::bytea, '', fence, 0::bigint, NULL::bytea, attempt, 0::bigint FROM c" +
 			" UNION ALL SELECT false, " + recCols + " FROM " + records +
 			" WHERE record_key = $1 AND NOT EXISTS (SELECT 1 FROM c)"
 		// A completion notifies only when a duplicate waits for the record
@@ -202,12 +213,14 @@ func newQueries(d Dialect, prefix string) queries {
 			" expires_us = IF(" + won + ", VALUES(expires_us), expires_us)"
 		q.myRelease = "UPDATE " + locks + " SET token = '', owner = '', holds = 0, expires_us = " + now +
 			" WHERE lock_key = ? AND token = ? AND holds = 1 AND expires_us > " + now
-		q.myBegin = "INSERT INTO " + records + " (record_key, state, fingerprint, token, fence, expires_us, result)" +
-			" VALUES (?, 1, ?, ?, LAST_INSERT_ID(" + now + "), " + now + " + ?, NULL) ON DUPLICATE KEY UPDATE" +
+		q.myBegin = "INSERT INTO " + records + " (record_key, state, fingerprint, token, fence, expires_us, result, attempt)" +
+			" VALUES (?, 1, ?, ?, LAST_INSERT_ID(" + now + "), " + now + " + ?, NULL, 1) ON DUPLICATE KEY UPDATE" +
 			" token = IF(state = 0 OR (state IN (1, 2) AND expires_us <= " + now + "), VALUES(token), token)," +
+			" attempt = IF(" + won + ", IF(state IN (0, 1) AND expires_us > " + now + " - " + memory + ", attempt + 1, 1), attempt)," +
 			" state = IF(" + won + ", 1, state), fingerprint = IF(" + won + ", VALUES(fingerprint), fingerprint)," +
 			" fence = IF(" + won + ", LAST_INSERT_ID(GREATEST(fence + 1, " + now + ")), fence + LAST_INSERT_ID(0))," +
 			" expires_us = IF(" + won + ", VALUES(expires_us), expires_us), result = IF(" + won + ", NULL, result)"
+		q.myAttempt = "SELECT attempt FROM " + records + " WHERE record_key = ? AND token = ?"
 		q.myBeginReturning = "SET STATEMENT innodb_lock_wait_timeout = 0 FOR " + q.myBegin + " RETURNING " + recCols
 		mySessionQueries(&q, locks, now)
 		q.myComplete = "UPDATE " + records + " SET state = 2, token = '', expires_us = " + now + " + ?, result = ?" +
@@ -239,7 +252,7 @@ func newQueries(d Dialect, prefix string) queries {
 	q.queueCount = "SELECT COUNT(*) FROM " + waiters + " WHERE lock_key = ? AND expires_us > " + now
 	q.recSelect = "SELECT " + recCols + " FROM " + records + " WHERE record_key = ?"
 	q.recSelectForUpdate = q.recSelect + " FOR UPDATE"
-	q.recUpdate = "UPDATE " + records + " SET state = ?, fingerprint = ?, token = ?, fence = ?, expires_us = ?, result = ? WHERE record_key = ? AND token = ? AND fence = ?"
+	q.recUpdate = "UPDATE " + records + " SET state = ?, fingerprint = ?, token = ?, fence = ?, expires_us = ?, result = ?, attempt = ? WHERE record_key = ? AND token = ? AND fence = ?"
 	q.recDelete = "DELETE FROM " + records + " WHERE record_key = ?"
 	q.recList = "SELECT record_key FROM " + records + " WHERE record_key > ? AND state <> 0 ORDER BY record_key LIMIT 1000"
 	if d == Postgres {
@@ -324,7 +337,7 @@ func (q *queries) recordRow(ctx context.Context, tx *sql.Tx, key string, create 
 	default:
 		row = tx.QueryRowContext(ctx, q.recSelectForUpdate, []byte(key))
 	}
-	err := row.Scan(&r.state, &r.fp, &r.token, &r.fence, &r.expires, &r.result, &r.now)
+	err := row.Scan(&r.state, &r.fp, &r.token, &r.fence, &r.expires, &r.result, &r.attempt, &r.now)
 	if errors.Is(err, sql.ErrNoRows) {
 		return recordRow{}, nil
 	}

@@ -31,7 +31,19 @@ type recordRow struct {
 	fence   int64
 	expires int64 // µs, server clock
 	result  []byte
+	attempt int64 // the last claim's idem.Claim.Attempt (0: never claimed)
 	now     int64 // µs, server clock, when the row was read
+}
+
+// nextAttempt is the Attempt of a claim that takes r over: one more than
+// r's last claim's when it ended without completing (freed by an abandon,
+// or in flight past its lease) within idem.AttemptMemory, else 1. The
+// statements that claim in one go compute the same.
+func (r recordRow) nextAttempt() int64 {
+	if r.found && (r.state == stateFree || r.state == stateInFlight) && r.expires > r.now-idem.AttemptMemory.Microseconds() {
+		return r.attempt + 1
+	}
+	return 1
 }
 
 // live reports a claim or a result that still counts.
@@ -62,8 +74,13 @@ func (r recordRow) remaining() time.Duration {
 
 // setRecord writes key's record, which tx has locked and read as r (see
 // setLock).
-func (s *Store) setRecord(ctx context.Context, tx *sql.Tx, key string, r recordRow, state int, fp []byte, tok string, fence, expires int64, result []byte) error {
-	res, err := tx.ExecContext(ctx, s.q.recUpdate, state, fp, tok, fence, expires, result, []byte(key), r.token, r.fence)
+// The row keeps its attempt unless the claim sets one (attempt > 0).
+func (s *Store) setRecord(ctx context.Context, tx *sql.Tx, key string, r recordRow, state int, fp []byte, tok string, fence, expires int64, result []byte, attempt ...int64) error {
+	a := r.attempt
+	if len(attempt) > 0 {
+		a = attempt[0]
+	}
+	res, err := tx.ExecContext(ctx, s.q.recUpdate, state, fp, tok, fence, expires, result, a, []byte(key), r.token, r.fence)
 	return s.matchedOne(res, err, "record", key)
 }
 
@@ -86,10 +103,11 @@ func (s *Store) Begin(ctx context.Context, key, fingerprint string, lease time.D
 		var claimed bool
 		var r recordRow
 		err := s.queryRow(ctx, s.q.fastBegin, []byte(key), []byte(fingerprint), tok, us(lease)).
-			Scan(&claimed, &r.state, &r.fp, &r.token, &r.fence, &r.expires, &r.result, &r.now)
+			Scan(&claimed, &r.state, &r.fp, &r.token, &r.fence, &r.expires, &r.result, &r.attempt, &r.now)
 		switch {
 		case err == nil && claimed:
-			return idem.Claim{Key: key, State: idem.Acquired, Fingerprint: fingerprint, Token: tok, Fence: uint64(r.fence), Expires: start.Add(lease)}, nil
+			return idem.Claim{Key: key, State: idem.Acquired, Fingerprint: fingerprint, Token: tok, Fence: uint64(r.fence),
+				Attempt: int(r.attempt), Expires: start.Add(lease)}, nil
 		case err == nil:
 			r.found = true
 			if c, ok := claimOf(key, fingerprint, r); ok {
@@ -112,11 +130,12 @@ func (s *Store) Begin(ctx context.Context, key, fingerprint string, lease time.D
 		tok := token.New()
 		var r recordRow
 		err := s.queryRow(ctx, s.q.myBeginReturning, []byte(key), []byte(fingerprint), tok, us(lease)).
-			Scan(&r.state, &r.fp, &r.token, &r.fence, &r.expires, &r.result, &r.now)
+			Scan(&r.state, &r.fp, &r.token, &r.fence, &r.expires, &r.result, &r.attempt, &r.now)
 		switch {
 		case err == nil && r.token == tok && r.state == stateInFlight:
 			s.seen(false)
-			return idem.Claim{Key: key, State: idem.Acquired, Fingerprint: fingerprint, Token: tok, Fence: uint64(r.fence), Expires: start.Add(lease)}, nil
+			return idem.Claim{Key: key, State: idem.Acquired, Fingerprint: fingerprint, Token: tok, Fence: uint64(r.fence),
+				Attempt: int(r.attempt), Expires: start.Add(lease)}, nil
 		case err == nil:
 			r.found = true
 			if c, ok := claimOf(key, fingerprint, r); ok {
@@ -134,7 +153,7 @@ func (s *Store) Begin(ctx context.Context, key, fingerprint string, lease time.D
 		// A look without locks answers a duplicate (one round trip); a
 		// free key is claimed by one statement (a second).
 		var r recordRow
-		err := s.queryRow(ctx, s.q.recSelect, []byte(key)).Scan(&r.state, &r.fp, &r.token, &r.fence, &r.expires, &r.result, &r.now)
+		err := s.queryRow(ctx, s.q.recSelect, []byte(key)).Scan(&r.state, &r.fp, &r.token, &r.fence, &r.expires, &r.result, &r.attempt, &r.now)
 		r.found = err == nil
 		if err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return idem.Claim{}, s.errWrap("begin", key, err)
@@ -151,7 +170,8 @@ func (s *Store) Begin(ctx context.Context, key, fingerprint string, lease time.D
 				return idem.Claim{}, s.errWrap("begin", key, err)
 			}
 			if fence, ok := myTaken(res, err); ok {
-				return idem.Claim{Key: key, State: idem.Acquired, Fingerprint: fingerprint, Token: tok, Fence: uint64(fence), Expires: start.Add(lease)}, nil
+				return idem.Claim{Key: key, State: idem.Acquired, Fingerprint: fingerprint, Token: tok, Fence: uint64(fence),
+					Attempt: s.myAttempt(ctx, key, tok, res), Expires: start.Add(lease)}, nil
 			}
 		}
 	}
@@ -169,14 +189,29 @@ func (s *Store) Begin(ctx context.Context, key, fingerprint string, lease time.D
 			return nil
 		}
 		c = idem.Claim{Key: key, Fingerprint: fingerprint}
-		tok, fence := token.New(), max(r.fence+1, r.now)
-		if err := s.setRecord(ctx, tx, key, r, stateInFlight, []byte(fingerprint), tok, fence, r.now+us(lease), nil); err != nil {
+		tok, fence, attempt := token.New(), max(r.fence+1, r.now), r.nextAttempt()
+		if err := s.setRecord(ctx, tx, key, r, stateInFlight, []byte(fingerprint), tok, fence, r.now+us(lease), nil, attempt); err != nil {
 			return err
 		}
-		c.State, c.Token, c.Fence, c.Expires = idem.Acquired, tok, uint64(fence), start.Add(lease)
+		c.State, c.Token, c.Fence, c.Attempt, c.Expires = idem.Acquired, tok, uint64(fence), int(attempt), start.Add(lease)
 		return nil
 	})
 	return c, err
+}
+
+// myAttempt is the Attempt of a claim myBegin made with tok: 1 when it
+// inserted the row (one affected row: a taken row counts two); else read
+// back, or — if that read fails — 2, as the claim took over a row (the
+// count may then be one too high, never too low).
+func (s *Store) myAttempt(ctx context.Context, key, tok string, res sql.Result) int {
+	if n, err := res.RowsAffected(); err == nil && n == 1 {
+		return 1
+	}
+	var a int64
+	if err := s.queryRow(ctx, s.q.myAttempt, []byte(key), tok).Scan(&a); err != nil || a < 1 {
+		return 2
+	}
+	return int(a)
 }
 
 // seen counts a MySQL Begin that found its key held (held) or not, into a
@@ -391,7 +426,7 @@ func (s *Store) WaitChange(ctx context.Context, key string, until time.Time) err
 				continue
 			}
 		} else {
-			err = s.queryRow(ctx, s.q.recSelect, []byte(key)).Scan(&state, new([]byte), new(string), new(int64), &expires, new([]byte), &now)
+			err = s.queryRow(ctx, s.q.recSelect, []byte(key)).Scan(&state, new([]byte), new(string), new(int64), &expires, new([]byte), new(int64), &now)
 		}
 		if err != nil || state != stateInFlight || expires <= now {
 			return ctx.Err() // a store error is the caller's Begin's to report

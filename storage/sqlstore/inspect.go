@@ -88,7 +88,7 @@ func (s *Store) InspectRecord(ctx context.Context, key string) (idem.RecordInfo,
 		return idem.RecordInfo{}, err
 	}
 	var r recordRow
-	err := s.queryRow(ctx, s.q.recSelect, []byte(key)).Scan(&r.state, &r.fp, &r.token, &r.fence, &r.expires, &r.result, &r.now)
+	err := s.queryRow(ctx, s.q.recSelect, []byte(key)).Scan(&r.state, &r.fp, &r.token, &r.fence, &r.expires, &r.result, &r.attempt, &r.now)
 	r.found = err == nil
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return idem.RecordInfo{}, s.errWrap("inspect", key, err)

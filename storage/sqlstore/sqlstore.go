@@ -275,16 +275,25 @@ func (s *Store) Migrate(ctx context.Context) error {
 					return err
 				}
 			}
-			// A records table made before the watched column: added (only
-			// then, as ALTER TABLE locks the table).
+			// A records table made before a column: added (only then, as
+			// ALTER TABLE locks the table).
 			_, _, records := s.Tables()
-			var has bool
-			if err := tx.QueryRowContext(ctx, "SELECT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass($1)"+
-				" AND attname = 'watched' AND NOT attisdropped)", records).Scan(&has); err != nil || has {
-				return err
+			for _, col := range []struct{ name, ddl string }{
+				{"watched", "boolean NOT NULL DEFAULT false"},
+				{"attempt", "integer NOT NULL DEFAULT 0"},
+			} {
+				var has bool
+				if err := tx.QueryRowContext(ctx, "SELECT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass($1)"+
+					" AND attname = $2 AND NOT attisdropped)", records, col.name).Scan(&has); err != nil {
+					return err
+				}
+				if !has {
+					if _, err := tx.ExecContext(ctx, "ALTER TABLE "+records+" ADD COLUMN "+col.name+" "+col.ddl); err != nil {
+						return err
+					}
+				}
 			}
-			_, err := tx.ExecContext(ctx, "ALTER TABLE "+records+" ADD COLUMN watched boolean NOT NULL DEFAULT false")
-			return err
+			return nil
 		})
 	}
 	for _, stmt := range s.Schema() { // MySQL's DDL commits on its own
@@ -292,8 +301,31 @@ func (s *Store) Migrate(ctx context.Context) error {
 			return fmt.Errorf("sqlstore: migrate: %w", err)
 		}
 	}
+	// A records table made before the attempt column: added (only then).
+	_, _, records := s.Tables()
+	var n int
+	if err := s.db.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = COALESCE(?, DATABASE())"+
+		" AND TABLE_NAME = ? AND COLUMN_NAME = 'attempt'", schemaOf(records), tableOf(records)).Scan(&n); err != nil {
+		return fmt.Errorf("sqlstore: migrate: %w", err)
+	}
+	if n == 0 {
+		if _, err := s.db.ExecContext(ctx, "ALTER TABLE "+records+" ADD COLUMN attempt INT NOT NULL DEFAULT 0"); err != nil {
+			return fmt.Errorf("sqlstore: migrate: %w", err)
+		}
+	}
 	return nil
 }
+
+// schemaOf is the schema of a "schema.table" name, or nil (the
+// connection's); tableOf its table.
+func schemaOf(name string) any {
+	if i := strings.LastIndex(name, "."); i >= 0 {
+		return name[:i]
+	}
+	return nil
+}
+
+func tableOf(name string) string { return name[strings.LastIndex(name, ".")+1:] }
 
 // errWrap names the driver, the operation and the key, and says what to do
 // about a missing table.

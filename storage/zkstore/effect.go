@@ -99,7 +99,7 @@ func (s *Store) CompleteWith(ctx context.Context, c idem.Claim, result []byte, r
 				return lost
 			case err != nil:
 				return s.idemErr(ctx, "complete", c.Key, err)
-			case rec.token != c.Token || rec.fenceOf(st) != c.Fence:
+			case rec.abandoned || rec.token != c.Token || rec.fenceOf(st) != c.Fence:
 				return lost
 			case rec.completed:
 				return nil // an earlier attempt, whose reply was lost, committed both

@@ -22,20 +22,28 @@ const MaxResultBytes = 1<<20 - 64<<10
 
 // A record is one persistent znode, "<root>/idem/<bucket>/<escaped key>":
 //
-//	1 byte  format (1)
-//	1 byte  state: 'f' in flight, 'c' completed
+//	1 byte  format (1, or 2 with the attempt)
+//	1 byte  state: 'f' in flight, 'c' completed, 'a' abandoned
 //	8 bytes fence, or 0 while the fence is the node's last write (mzxid)
-//	8 bytes lease (in flight) or retention (completed), in ms
+//	8 bytes lease (in flight), retention (completed) or memory
+//	        (abandoned: idem.AttemptMemory), in ms
+//	4 bytes the claim's attempt (format 2 only; format 1 is attempt 1)
 //	2 bytes + token, 2 bytes + fingerprint, then the result
 //
 // Its expiry is the node's last modification time (the servers' clock) +
 // the lease or retention: every write is a versioned compare-and-set, so a
 // claim whose lease ran out by the servers' clock is taken over by exactly
-// one Begin, and its old holder's writes fail.
+// one Begin, and its old holder's writes fail. An in-flight record past its
+// lease, and an abandoned one, are the memory of a claim that ended
+// without completing: the next claim's attempt is one more than theirs
+// (for idem.AttemptMemory; Cleanup keeps them that long). Records of
+// attempt 1 are written in format 1, which every version reads.
 type record struct {
 	completed   bool
+	abandoned   bool
 	fence       uint64
 	dur         time.Duration
+	attempt     int
 	token       string
 	fingerprint string
 	result      []byte
@@ -43,20 +51,30 @@ type record struct {
 
 const (
 	recFormat    = 1
+	recFormat2   = 2
 	recInFlight  = 'f'
 	recCompleted = 'c'
+	recAbandoned = 'a'
 	recHeader    = 1 + 1 + 8 + 8
 )
 
 func (r record) encode() []byte {
-	b := make([]byte, 0, recHeader+4+len(r.token)+len(r.fingerprint)+len(r.result))
-	state := byte(recInFlight)
-	if r.completed {
+	b := make([]byte, 0, recHeader+8+len(r.token)+len(r.fingerprint)+len(r.result))
+	state, format := byte(recInFlight), byte(recFormat)
+	switch {
+	case r.completed:
 		state = recCompleted
+	case r.abandoned:
+		state, format = recAbandoned, recFormat2
+	case r.attempt > 1:
+		format = recFormat2
 	}
-	b = append(b, recFormat, state)
+	b = append(b, format, state)
 	b = binary.BigEndian.AppendUint64(b, r.fence)
 	b = binary.BigEndian.AppendUint64(b, uint64(r.dur.Milliseconds()))
+	if format == recFormat2 {
+		b = binary.BigEndian.AppendUint32(b, uint32(r.attempt))
+	}
 	b = binary.BigEndian.AppendUint16(b, uint16(len(r.token)))
 	b = append(b, r.token...)
 	b = binary.BigEndian.AppendUint16(b, uint16(len(r.fingerprint)))
@@ -68,16 +86,21 @@ func decodeRecord(b []byte) (record, string) {
 	if len(b) < recHeader+4 {
 		return record{}, fmt.Sprintf("%d bytes, shorter than any record", len(b))
 	}
-	if b[0] != recFormat {
+	if b[0] != recFormat && b[0] != recFormat2 {
 		return record{}, fmt.Sprintf("unknown format %d", b[0])
 	}
-	var r record
+	r := record{attempt: 1}
 	switch b[1] {
 	case recInFlight:
 	case recCompleted:
 		r.completed = true
+	case recAbandoned:
+		r.abandoned = true
 	default:
 		return record{}, fmt.Sprintf("unknown state %q", b[1])
+	}
+	if r.abandoned && b[0] != recFormat2 {
+		return record{}, "an abandoned record without its attempt"
 	}
 	r.fence = binary.BigEndian.Uint64(b[2:])
 	ms := binary.BigEndian.Uint64(b[10:])
@@ -86,6 +109,16 @@ func decodeRecord(b []byte) (record, string) {
 	}
 	r.dur = time.Duration(ms) * time.Millisecond
 	rest := b[recHeader:]
+	if b[0] == recFormat2 {
+		if len(rest) < 4+4 {
+			return record{}, "truncated attempt"
+		}
+		r.attempt = int(binary.BigEndian.Uint32(rest))
+		rest = rest[4:]
+		if r.attempt < 1 {
+			return record{}, fmt.Sprintf("attempt %d", r.attempt)
+		}
+	}
 	field := func() (string, bool) {
 		if len(rest) < 2 {
 			return "", false
@@ -106,7 +139,7 @@ func decodeRecord(b []byte) (record, string) {
 		return record{}, "truncated fingerprint"
 	}
 	if !r.completed && len(rest) > 0 {
-		return record{}, "an in-flight record with a result"
+		return record{}, "an in-flight or abandoned record with a result"
 	}
 	r.result = rest
 	return r, ""
@@ -123,6 +156,29 @@ func (r record) fenceOf(st *zk.Stat) uint64 {
 // expiresMs is when the record's lease or retention ends, by the servers'
 // clock (Unix ms).
 func (r record) expiresMs(st *zk.Stat) int64 { return st.Mtime + r.dur.Milliseconds() }
+
+// forgottenMs is when Cleanup may delete the record (Unix ms, the
+// servers' clock): an in-flight record is kept idem.AttemptMemory past its
+// lease, for the next claim's attempt.
+func (r record) forgottenMs(st *zk.Stat) int64 {
+	if !r.completed && !r.abandoned {
+		return r.expiresMs(st) + idem.AttemptMemory.Milliseconds()
+	}
+	return r.expiresMs(st)
+}
+
+// nextAttempt is the attempt of a claim that takes over rec, which ended
+// (v) at exp: one more than rec's when rec is a claim that ended without
+// completing, within idem.AttemptMemory, else 1.
+func (r record) nextAttempt(v verdict, exp int64) int {
+	switch {
+	case r.abandoned && v == live: // (an abandoned record lives for the memory)
+		return r.attempt + 1
+	case !r.abandoned && !r.completed && time.Now().UnixMilli() < exp+idem.AttemptMemory.Milliseconds():
+		return r.attempt + 1
+	}
+	return 1
+}
 
 // verdict is what a record's lease or retention has come to.
 type verdict int
@@ -193,10 +249,10 @@ func (s *Store) Begin(ctx context.Context, key, fingerprint string, lease time.D
 		start := time.Now()
 		tok := token.New()
 		data := record{dur: lease, token: tok, fingerprint: fingerprint}.encode()
-		acquired := func(st *zk.Stat) idem.Claim {
+		acquired := func(st *zk.Stat, attempt int) idem.Claim {
 			s.versions.store(tok, st.Version, lease)
 			return idem.Claim{Key: key, State: idem.Acquired, Fingerprint: fingerprint, Token: tok,
-				Fence: uint64(st.Mzxid), Expires: start.Add(lease)}
+				Fence: uint64(st.Mzxid), Attempt: attempt, Expires: start.Add(lease)}
 		}
 		r, err := call(ctx, s, func() ([]zk.MultiResponse, error) {
 			return s.conn.Multi(
@@ -210,7 +266,7 @@ func (s *Store) Begin(ctx context.Context, key, fingerprint string, lease time.D
 		})
 		switch {
 		case err == nil && len(r) == 2 && r[1].Stat != nil:
-			return acquired(r[1].Stat), nil
+			return acquired(r[1].Stat, 1), nil
 		case errors.Is(err, zk.ErrNoNode): // the bucket's directory
 			if err := s.ensure(ctx, path[:len(path)-len(escape(key))-1]); err != nil {
 				return idem.Claim{}, s.idemErr(ctx, "begin", key, err)
@@ -241,7 +297,7 @@ func (s *Store) Begin(ctx context.Context, key, fingerprint string, lease time.D
 			}
 			exp, v = rec.expiresMs(nst), live
 		}
-		if v == live {
+		if v == live && !rec.abandoned {
 			c := idem.Claim{Key: key, Fingerprint: fingerprint, Expires: time.UnixMilli(exp)}
 			switch {
 			case rec.fingerprint != fingerprint:
@@ -253,10 +309,14 @@ func (s *Store) Begin(ctx context.Context, key, fingerprint string, lease time.D
 			}
 			return c, nil
 		}
+		attempt := rec.nextAttempt(v, exp)
+		if attempt > 1 {
+			data = record{dur: lease, attempt: attempt, token: tok, fingerprint: fingerprint}.encode()
+		}
 		st, err = call(ctx, s, func() (*zk.Stat, error) { return s.conn.Set(path, data, st.Version) }, nil)
 		switch {
 		case err == nil:
-			return acquired(st), nil
+			return acquired(st, attempt), nil
 		case errors.Is(err, zk.ErrBadVersion) || errors.Is(err, zk.ErrNoNode):
 			continue // another Begin took it over, or it was deleted
 		default:
@@ -299,9 +359,13 @@ func (s *Store) Complete(ctx context.Context, c idem.Claim, result []byte, reten
 	return err
 }
 
-// Abandon implements idem.Store: it deletes the claim's record.
+// Abandon implements idem.Store: the claim's record becomes an abandoned
+// one, free for the next Begin, which counts it (idem.Claim.Attempt).
 func (s *Store) Abandon(ctx context.Context, c idem.Claim) error {
-	err := s.finish(ctx, c, "abandon", 0, func(record) ([]byte, bool) { return nil, false })
+	err := s.finish(ctx, c, "abandon", 0, func(rec record) ([]byte, bool) {
+		rec.abandoned, rec.dur = true, idem.AttemptMemory
+		return rec.encode(), true
+	})
 	s.versions.forget(c.Token)
 	return err
 }
@@ -339,7 +403,7 @@ func (s *Store) finish(ctx context.Context, c idem.Claim, op string, lease time.
 		return lost
 	}
 	path := s.recordPath(c.Key)
-	mine := record{fence: c.Fence, token: c.Token, fingerprint: c.Fingerprint}
+	mine := record{fence: c.Fence, attempt: max(c.Attempt, 1), token: c.Token, fingerprint: c.Fingerprint}
 	version := int32(-2) // unknown
 	if v, ok := s.versions.load(c.Token); ok {
 		version = v
@@ -352,7 +416,7 @@ func (s *Store) finish(ctx context.Context, c idem.Claim, op string, lease time.
 				return lost
 			case err != nil:
 				return s.idemErr(ctx, op, c.Key, err)
-			case rec.completed || rec.token != c.Token || rec.fenceOf(st) != c.Fence:
+			case rec.completed || rec.abandoned || rec.token != c.Token || rec.fenceOf(st) != c.Fence:
 				return lost
 			}
 			mine, version = rec, st.Version
@@ -397,8 +461,14 @@ func (s *Store) WaitChange(ctx context.Context, key string, until time.Time) err
 		ch <-chan zk.Event
 	}
 	r, err := call(ctx, s, func() (res, error) {
-		ok, _, ch, err := s.conn.ExistsW(s.recordPath(key))
-		return res{ok, ch}, err
+		data, _, ch, err := s.conn.GetW(s.recordPath(key))
+		if errors.Is(err, zk.ErrNoNode) {
+			return res{}, nil
+		}
+		rec, corrupt := decodeRecord(data)
+		// Still in flight: wait for its change. Anything else (gone,
+		// abandoned, completed, corrupt): the caller looks again.
+		return res{err == nil && corrupt == "" && !rec.completed && !rec.abandoned, ch}, err
 	}, nil)
 	if err != nil || !r.ok {
 		return ctx.Err() // a store error is the caller's Begin's to report

@@ -129,7 +129,7 @@ func (s *Store) InspectRecord(ctx context.Context, key string) (idem.RecordInfo,
 	exp := rec.expiresMs(st)
 	if v, err := s.expired(ctx, exp, st); err != nil {
 		return idem.RecordInfo{}, fmt.Errorf("zkstore: inspect %q: %w", key, err)
-	} else if v == ended {
+	} else if v == ended || rec.abandoned {
 		return info, nil
 	}
 	info.Found, info.Fingerprint, info.Fence, info.Expires = true, rec.fingerprint, rec.fenceOf(st), time.UnixMilli(exp)
@@ -157,8 +157,9 @@ func (s *Store) DeleteRecord(ctx context.Context, key string) (bool, error) {
 	return true, nil
 }
 
-// Cleanup deletes the records whose lease or retention ended, by the
-// servers' clock, one bucket directory at a time, each with a versioned
+// Cleanup deletes the records whose retention ended, and those of claims
+// that ended without completing idem.AttemptMemory ago, by the servers'
+// clock, one bucket directory at a time, each with a versioned
 // delete (a record written meanwhile stays). It returns how many it
 // deleted. Records that are not oncekit's are left to DeleteRecord.
 func (s *Store) Cleanup(ctx context.Context) (int, error) {
@@ -172,7 +173,7 @@ func (s *Store) Cleanup(ctx context.Context) (int, error) {
 		if err != nil {
 			return true, nil
 		}
-		switch judge(rec.expiresMs(st), st, now) {
+		switch judge(rec.forgottenMs(st), st, now) {
 		case live:
 			return true, nil
 		case restamp: // stamped by an earlier leader: judged at a later cleanup

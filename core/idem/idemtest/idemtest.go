@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -55,6 +56,7 @@ func Run(t *testing.T, cfg Config) {
 	t.Run("Mismatch", s.mismatch)
 	t.Run("AbandonThenRetry", s.abandonRetry)
 	t.Run("CrashedClaimExpires", s.crashedExpires)
+	t.Run("AttemptCountsEndedClaims", s.attempts)
 	t.Run("RetentionExpires", s.retention)
 	t.Run("StaleHolderCannotTouchNewerClaim", s.staleHolder)
 	t.Run("CorruptRecord", s.corrupt)
@@ -192,6 +194,61 @@ func (s *suite) crashedExpires(t *testing.T) {
 	res, replayed, err := guard(t, s.cfg.NewStore(t)).Do(ctx, k, "fp", func(context.Context) ([]byte, error) { return []byte("rerun"), nil })
 	if err != nil || replayed || string(res) != "rerun" {
 		t.Errorf("Do after the crashed claim's lease: %q replayed=%v err=%v; want a fresh run", res, replayed, err)
+	}
+}
+
+// attempts: a claim after claims that ended without completing (a lease
+// that ran out, an abandon) carries their count plus one; a completion
+// starts the count again.
+func (s *suite) attempts(t *testing.T) {
+	k := key(t)
+	st := s.cfg.NewStore(t)
+	ctx := ctxT(t, 20*time.Second)
+	begin := func(lease time.Duration, want int) idem.Claim {
+		t.Helper()
+		c, err := st.Begin(ctx, k, "fp", lease)
+		if err != nil || c.State != idem.Acquired {
+			t.Fatalf("Begin: %v %v, want acquired", c.State, err)
+		}
+		if c.Attempt != want {
+			t.Errorf("claim's Attempt %d, want %d", c.Attempt, want)
+		}
+		return c
+	}
+	first := begin(100*time.Millisecond, 1)
+	if d, err := s.cfg.NewStore(t).Begin(ctx, k, "fp", time.Second); err != nil || d.State != idem.InFlight || d.Attempt != 0 {
+		t.Errorf("a duplicate's Begin: %v attempt %d %v, want in flight, attempt 0", d.State, d.Attempt, err)
+	}
+	time.Sleep(250 * time.Millisecond) // the holder crashed: no Complete, no Abandon
+	second := begin(10*time.Second, 2)
+	if second.Fence <= first.Fence {
+		t.Errorf("the second claim's fence %d not above the first's %d", second.Fence, first.Fence)
+	}
+	if err := st.Abandon(ctx, second); err != nil {
+		t.Fatal(err)
+	}
+	var seen []int
+	run := func(ctx context.Context) ([]byte, error) {
+		n, ok := idem.AttemptFrom(ctx)
+		if !ok {
+			t.Error("no attempt in the run's context")
+		}
+		seen = append(seen, n)
+		return []byte("ok"), nil
+	}
+	g := guard(t, s.cfg.NewStore(t), idem.WithRetention(200*time.Millisecond))
+	if _, _, err := g.Do(ctx, k, "fp", run); err != nil {
+		t.Fatal(err)
+	}
+	if _, replayed, err := g.Do(ctx, k, "fp", run); err != nil || !replayed {
+		t.Fatalf("a duplicate after completion: replayed=%v %v", replayed, err)
+	}
+	time.Sleep(400 * time.Millisecond) // the result's retention ends: a new request
+	if _, _, err := g.Do(ctx, k, "fp", run); err != nil {
+		t.Fatal(err)
+	}
+	if want := []int{3, 1}; !slices.Equal(seen, want) {
+		t.Errorf("runs saw attempts %v, want %v (after a crash and an abandon; after the completed record's retention)", seen, want)
 	}
 }
 

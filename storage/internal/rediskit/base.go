@@ -392,7 +392,7 @@ func (r BeginReply) Claim(key, fingerprint, tok string, lease time.Duration, now
 	c := idem.Claim{Key: key, Fingerprint: fingerprint, Expires: now.Add(time.Duration(r.N) * time.Millisecond)}
 	switch r.Code {
 	case BeginClaimed:
-		c.State, c.Token, c.Fence, c.Expires = idem.Acquired, tok, uint64(r.N), now.Add(lease)
+		c.State, c.Token, c.Fence, c.Attempt, c.Expires = idem.Acquired, tok, uint64(r.N), int(r.Attempt), now.Add(lease)
 	case BeginInFlight:
 		c.State = idem.InFlight
 	case BeginCompleted:

@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/oncekit/oncekit/core/idem"
 	"github.com/oncekit/oncekit/internal/testenv"
 )
 
@@ -193,11 +194,12 @@ func TestFencesOutrunNoClock(t *testing.T) {
 }
 
 // A record carries its fence: a claim of a new key issues the server's
-// clock; Complete keeps the fence and the fingerprint; Abandon deletes the
-// record once the clock has passed its fence, and leaves a tombstone with
-// it while the fence is ahead (a Redlock floor from a node whose clock runs
-// ahead), which the next claim goes past. A claim that is not the caller's
-// is left alone.
+// clock; Complete keeps the fence and the fingerprint; Abandon leaves a
+// tombstone with the fence and the attempt for idem.AttemptMemory; a give-
+// back of a first attempt deletes the record once the clock has passed its
+// fence, and leaves a tombstone with it while the fence is ahead (a Redlock
+// floor from a node whose clock runs ahead), which the next claim goes
+// past. A claim that is not the caller's is left alone.
 func TestRecordFence(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: testenv.RedisAddrs(t, 1)[0]})
 	defer c.Close()
@@ -241,26 +243,51 @@ func TestRecordFence(t *testing.T) {
 	}
 
 	rb := begin("b", "tok-b")
+	if pttl := c.PTTL(ctx, name("b")).Val(); pttl <= time.Minute+idem.AttemptMemory-time.Second || pttl > time.Minute+idem.AttemptMemory {
+		t.Errorf("in-flight record's PTTL %s, want the lease + idem.AttemptMemory", pttl)
+	}
 	if !finish("b", "tok-b", Extend, "", 0) || !finish("b", "tok-b", Abandon, "", 0) {
 		t.Fatal("Extend or Abandon of the caller's claim refused")
 	}
-	if n := c.Exists(ctx, name("b")).Val(); n != 0 {
-		t.Errorf("abandoned record left %q, want it deleted (the clock passed its fence)", c.Get(ctx, name("b")).Val())
+	if v, want := c.Get(ctx, name("b")).Val(), fmt.Sprintf("R1|x|%d|||0|", rb.N); v != want {
+		t.Errorf("abandoned record %q, want the tombstone %q (attempt 1)", v, want)
 	}
-	if r2 := begin("b", "tok-b2"); r2.Code != BeginClaimed || r2.N <= rb.N {
-		t.Errorf("claim after Abandon: %+v, want a fence above %d", r2, rb.N)
+	if pttl := c.PTTL(ctx, name("b")).Val(); pttl <= idem.AttemptMemory-time.Second {
+		t.Errorf("tombstone's PTTL %s, want idem.AttemptMemory", pttl)
+	}
+	r2 := begin("b", "tok-b2")
+	if r2.Code != BeginClaimed || r2.N <= rb.N || r2.Attempt != 2 {
+		t.Errorf("claim after Abandon: %+v, want a fence above %d, attempt 2", r2, rb.N)
+	}
+	// A claim given back is not an attempt: the record keeps the one
+	// before it; given back at attempt 1, nothing is kept.
+	if !finish("b", "tok-b2", GiveBack, "", 0) {
+		t.Fatal("GiveBack refused")
+	}
+	if r3 := begin("b", "tok-b3"); r3.Code != BeginClaimed || r3.Attempt != 2 {
+		t.Errorf("claim after a give-back: %+v, want attempt 2", r3)
+	}
+	if !finish("b", "tok-b3", Complete, "done", 0) {
+		t.Fatal("Complete refused")
+	}
+	c.Del(ctx, name("b"))
+	if r4 := begin("b", "tok-b4"); r4.Code != BeginClaimed || r4.Attempt != 1 || !finish("b", "tok-b4", GiveBack, "", 0) {
+		t.Fatalf("claim of a new key and its give-back: %+v", r4)
+	}
+	if n := c.Exists(ctx, name("b")).Val(); n != 0 {
+		t.Errorf("given-back record left %q, want it deleted (the clock passed its fence)", c.Get(ctx, name("b")).Val())
 	}
 
 	rc := begin("c", "tok-c")
 	ahead := uint64(rc.Clock) + 1_000_000_000
-	if !finish("c", "tok-c", Abandon, "", ahead) {
-		t.Fatal("Abandon with a floor refused")
+	if !finish("c", "tok-c", GiveBack, "", ahead) {
+		t.Fatal("GiveBack with a floor refused")
 	}
-	if v, want := c.Get(ctx, name("c")).Val(), fmt.Sprintf("R1|x|%d|||0|", ahead); v != want {
-		t.Errorf("abandoned record %q, want the tombstone %q", v, want)
+	if v, want := c.Get(ctx, name("c")).Val(), fmt.Sprintf("R1|x|%d|||0|0", ahead); v != want {
+		t.Errorf("given-back record %q, want the tombstone %q", v, want)
 	}
-	if r3 := begin("c", "tok-c2"); r3.Code != BeginClaimed || uint64(r3.N) != ahead+1 {
-		t.Errorf("claim after the tombstone: %+v, want fence %d", r3, ahead+1)
+	if r3 := begin("c", "tok-c2"); r3.Code != BeginClaimed || uint64(r3.N) != ahead+1 || r3.Attempt != 1 {
+		t.Errorf("claim after the tombstone: %+v, want fence %d, attempt 1", r3, ahead+1)
 	}
 }
 

@@ -193,9 +193,9 @@ const (
 	// says what.
 	BeginCorrupt BeginCode = -2
 	// BeginClaimed: the key is claimed for the token; N is the fence, Clock
-	// the server's clock in µs when it was issued.
+	// the server's clock in µs when it was issued, Attempt the claim's.
 	BeginClaimed BeginCode = 1
-	// BeginInFlight: another claim runs; N is its PTTL.
+	// BeginInFlight: another claim runs; N is its lease left, in ms.
 	BeginInFlight BeginCode = 2
 	// BeginCompleted: the record is completed; N is its PTTL, Result the
 	// stored result.
@@ -211,6 +211,8 @@ type BeginReply struct {
 	Result []byte
 	Reason string
 	Clock  int64
+	// Attempt is a claimed record's idem.Claim.Attempt.
+	Attempt int64
 }
 
 // ParseBegin reads the idem_begin script's reply.
@@ -243,8 +245,12 @@ func ParseBegin(cmd *redis.Cmd) (BeginReply, error) {
 		}
 	case r.Code == BeginClaimed:
 		r.N, ok = v[1].(int64)
-		if ok && len(v) == 3 {
+		if ok && len(v) >= 3 {
 			r.Clock, ok = v[2].(int64)
+		}
+		r.Attempt = 1
+		if ok && len(v) >= 4 {
+			r.Attempt, ok = v[3].(int64)
 		}
 	case r.Code == BeginInFlight || r.Code == BeginMismatch:
 		r.N, ok = v[1].(int64)
@@ -263,9 +269,13 @@ type FinishOp string
 const (
 	// Complete stores the result and keeps the record for the retention.
 	Complete FinishOp = "complete"
-	// Abandon frees the record (a tombstone keeps its fence) so that a
-	// retry can run.
+	// Abandon frees the record (a tombstone keeps its fence and attempt
+	// number) so that a retry can run.
 	Abandon FinishOp = "abandon"
+	// GiveBack frees the record of a claim its caller will never use (its
+	// Begin's answer came too late, or too few nodes agreed): unlike
+	// Abandon, it does not count as an attempt.
+	GiveBack FinishOp = "giveback"
 	// Extend extends the claim's lease.
 	Extend FinishOp = "extend"
 )

@@ -3,11 +3,14 @@ package rediskit
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/oncekit/oncekit/core/idem"
 	"github.com/oncekit/oncekit/internal/testenv"
 )
 
@@ -154,4 +157,14 @@ func TestShortScriptsAnswerAsTheFullOnes(t *testing.T) {
 			t.Errorf("a late attempt took the key")
 		}
 	})
+}
+
+// The scripts write idem.AttemptMemory out in milliseconds.
+func TestScriptsKnowAttemptMemory(t *testing.T) {
+	ms := strconv.FormatInt(idem.AttemptMemory.Milliseconds(), 10)
+	for name, src := range map[string]string{"claim.lua": claimLua, "idem_begin_fast.lua": idemBeginFastLua, "idem_finish_fast.lua": idemFinishFastLua} {
+		if !strings.Contains(src, ms) {
+			t.Errorf("%s does not have idem.AttemptMemory (%s ms)", name, ms)
+		}
+	}
 }

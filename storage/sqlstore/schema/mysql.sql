@@ -33,5 +33,6 @@ CREATE TABLE IF NOT EXISTS {prefix}records (
 	fence       BIGINT         NOT NULL,
 	expires_us  BIGINT         NOT NULL,
 	result      LONGBLOB,
+	attempt     INT            NOT NULL DEFAULT 0, -- the last claim's number among those that did not complete
 	INDEX {index}records_expires (expires_us)
 ) ENGINE = InnoDB;

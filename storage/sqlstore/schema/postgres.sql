@@ -37,6 +37,7 @@ CREATE TABLE IF NOT EXISTS {prefix}records (
 	fence       bigint   NOT NULL,
 	expires_us  bigint   NOT NULL,
 	result      bytea,
-	watched     boolean  NOT NULL DEFAULT false -- a duplicate waits for it: its finish sends NOTIFY
+	watched     boolean  NOT NULL DEFAULT false, -- a duplicate waits for it: its finish sends NOTIFY
+	attempt     integer  NOT NULL DEFAULT 0 -- the last claim's number among those that did not complete
 );
 CREATE INDEX IF NOT EXISTS {index}records_expires ON {prefix}records (expires_us);

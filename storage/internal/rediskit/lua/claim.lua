@@ -7,8 +7,14 @@
 -- result: the stored result), 'x' abandoned (a tombstone: free, keeping
 -- the last fence for tomb_life milliseconds); flags: 'w' a duplicate waits
 -- for the claim (its completion or abandonment is announced only then).
--- Its PTTL is the claim's lease or the retention. The fence lives in the
--- record: a new key costs one write to claim and one to complete.
+-- Its PTTL is the retention of a completed record; an in-flight record's
+-- is its lease plus attempt_memory, and a tombstone's attempt_memory (or
+-- less: see idem_finish.lua's giveback): after an in-flight claim's lease
+-- ran out, its record stays as the memory of a claim that ended without
+-- completing. An in-flight record and a tombstone keep, as their result,
+-- their claim's attempt number (idem.Claim.Attempt; '' for 1), so that the
+-- next claim's is one more. The fence lives in the record: a new key costs
+-- one write to claim and one to complete.
 local function record_parse(v)
   local s, f, fl, t, n, p = string.match(v, '^R1|(%a)|(%d+)|(%a*)|([^|]*)|(%d+)|()')
   if not s then
@@ -21,6 +27,21 @@ local function record_parse(v)
   end
   return {s = s, f = tonumber(f), fl = fl, t = t, fp = fp, r = string.sub(v, p + n)}
 end
+-- How long a record remembers a claim that ended without completing, in
+-- ms (idem.AttemptMemory; the fast paths have the number written out).
+local attempt_memory = 86400000
+-- attempt_of is the attempt number an in-flight record or a tombstone
+-- keeps ('' is 1; a given-back first claim's tombstone keeps '0');
+-- attempt_str writes one.
+local function attempt_of(r)
+  return tonumber(r.r) or 1
+end
+local function attempt_str(n)
+  if n <= 1 then
+    return ''
+  end
+  return string.format('%d', n)
+end
 local function record_value(s, f, fl, t, fp, r)
   return 'R1|' .. s .. '|' .. fmt(f) .. '|' .. fl .. '|' .. t .. '|' .. fmt(#fp) .. '|' .. fp .. r
 end
@@ -30,14 +51,14 @@ local function record_read(key)
   return redis.pcall('GET', key)
 end
 -- our_claim returns the record of key if it is the in-flight claim of
--- token, else nil.
+-- token whose lease has not run out, else nil.
 local function our_claim(key, token)
   local v = record_read(key)
   if type(v) ~= 'string' then
     return nil
   end
   local r = record_parse(v)
-  if r and r.s == 'i' and r.t == token then
+  if r and r.s == 'i' and r.t == token and redis.call('PTTL', key) > attempt_memory then
     return r
   end
   return nil

@@ -24,7 +24,7 @@ end
 if redis.REDIS_VERSION_NUM then
   local f = string.format('%d', clock_read)
   fast_prev = redis.pcall('SET', KEYS[1], 'R1|i|' .. f .. '||' .. ARGV[2] .. '|' .. string.format('%d', #ARGV[1]) .. '|' .. ARGV[1],
-    'NX', 'GET', 'PX', ARGV[3])
+    'NX', 'GET', 'PX', string.format('%d', tonumber(ARGV[3]) + 86400000)) -- the lease + attempt_memory
   if fast_prev == false then
     return {1, clock_read, clock_read}
   end

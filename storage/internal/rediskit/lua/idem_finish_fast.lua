@@ -1,6 +1,7 @@
 -- idem_finish.lua's common case, first and with nothing else set up: the
--- caller's in-flight claim, with no flags (nobody waits for it), is
--- completed, abandoned or extended in one more call. When that does not
+-- caller's in-flight claim, its first attempt, with no flags (nobody waits
+-- for it), is completed, abandoned, given back or extended in a few more
+-- calls. When that does not
 -- decide, the rest of the script goes on as if this had not run.
 local clock_read = nil
 do
@@ -14,8 +15,12 @@ do
     local rest = q + #ARGV[1] + 1
     local n, p = string.match(v, '^(%d+)|()', rest)
     if n and p + tonumber(n) == #v + 1 then
+      -- (an attempt 1: nothing after the fingerprint)
+      if redis.call('PTTL', KEYS[1]) <= 86400000 then
+        return 0 -- its lease ran out (the PTTL is the lease + attempt_memory)
+      end
       if ARGV[2] == 'extend' then
-        redis.call('PEXPIRE', KEYS[1], ARGV[3])
+        redis.call('PEXPIRE', KEYS[1], string.format('%d', tonumber(ARGV[3]) + 86400000))
         return 1
       end
       local fn = tonumber(f)
@@ -27,9 +32,15 @@ do
         redis.call('SET', KEYS[1], 'R1|c|' .. f .. '|||' .. string.sub(v, rest) .. ARGV[4], 'PX', ARGV[3])
         return 1
       end
+      if ARGV[2] == 'abandon' then
+        -- A tombstone of attempt 1, for the next claim's attempt.
+        redis.call('SET', KEYS[1], 'R1|x|' .. f .. '|||0|', 'PX', 86400000)
+        return 1
+      end
+      -- giveback: a claim nobody used, the first: nothing to remember
       local t = redis.call('TIME')
       if fn >= tonumber(t[1]) * 1000000 + tonumber(t[2]) then
-        redis.call('SET', KEYS[1], 'R1|x|' .. f .. '|||0|', 'PX', 60000)
+        redis.call('SET', KEYS[1], 'R1|x|' .. f .. '|||0|0', 'PX', 60000) -- attempt '0': none
       else
         redis.call('DEL', KEYS[1])
       end

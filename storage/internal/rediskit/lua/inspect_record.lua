@@ -1,6 +1,7 @@
 -- Reports an idempotency record, for operators. Read-only.
 -- KEYS[1] record (see claim.lua)
--- Returns {'none'} (also for an abandoned record's tombstone),
+-- Returns {'none'} (also for an abandoned record's tombstone, and an
+-- in-flight claim past its lease),
 -- {'other', type}, {'corrupt', pttl, the value's start}, or
 -- {'record', pttl, state, fingerprint, token, fence, result}.
 local v = record_read(KEYS[1])
@@ -14,7 +15,15 @@ local r = record_parse(v)
 if not r then
   return {'corrupt', redis.call('PTTL', KEYS[1]), string.sub(v, 1, 40)}
 end
-if r.s == 'x' then
+local pttl = redis.call('PTTL', KEYS[1])
+if r.s == 'i' then
+  pttl = pttl - attempt_memory -- the lease left (see claim.lua)
+end
+if r.s == 'x' or (r.s == 'i' and pttl <= 0) then
   return {'none'}
 end
-return {'record', redis.call('PTTL', KEYS[1]), r.s, r.fp, r.t, fmt(r.f), r.r}
+local res = r.r
+if r.s == 'i' then
+  res = ''
+end
+return {'record', pttl, r.s, r.fp, r.t, fmt(r.f), res}

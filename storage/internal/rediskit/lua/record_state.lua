@@ -3,8 +3,8 @@
 -- in-flight record is flagged 'w', so that its completion or abandonment
 -- is announced.
 -- KEYS[1] record
--- Returns 'i' in flight, 'c' completed, '' absent, abandoned or not a
--- record.
+-- Returns 'i' in flight, 'c' completed, '' absent, abandoned, past its
+-- lease or not a record.
 local v = record_read(KEYS[1])
 if type(v) ~= 'string' then
   return ''
@@ -13,7 +13,7 @@ local r = record_parse(v)
 if not r then
   return ''
 end
-if r.s == 'i' then
+if r.s == 'i' and redis.call('PTTL', KEYS[1]) > attempt_memory then
   if not has(r.fl, 'w') then
     redis.call('SET', KEYS[1], record_value('i', r.f, r.fl .. 'w', r.t, r.fp, r.r), 'KEEPTTL')
   end
