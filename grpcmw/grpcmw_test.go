@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -226,8 +227,11 @@ func TestKeysAndMismatch(t *testing.T) {
 // let a retry run.
 func TestStoredErrorsReplayedWithDetails(t *testing.T) {
 	eachStore(t, func(t *testing.T, st idem.Store) {
-		o := &orders{place: func(_ context.Context, req *testpb.PlaceRequest, n int64) (*testpb.PlaceReply, error) {
+		var attempts []int
+		o := &orders{place: func(ctx context.Context, req *testpb.PlaceRequest, n int64) (*testpb.PlaceReply, error) {
 			if req.Sku == "flaky" {
+				a, _ := idem.AttemptFrom(ctx)
+				attempts = append(attempts, a)
 				return nil, status.Error(codes.Unavailable, "try again")
 			}
 			s, _ := status.New(codes.InvalidArgument, "qty must be positive").WithDetails(&errdetails.BadRequest{
@@ -256,6 +260,9 @@ func TestStoredErrorsReplayedWithDetails(t *testing.T) {
 		}
 		if n := o.runs.Load(); n != 3 {
 			t.Errorf("%d runs; an Unavailable error must let the retry run", n)
+		}
+		if !slices.Equal(attempts, []int{1, 2}) {
+			t.Errorf("the flaky handler saw attempts %v, want [1 2] (the retry knows it is one)", attempts)
 		}
 	})
 }

@@ -10,6 +10,7 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -533,6 +534,32 @@ func TestFenceInHandler(t *testing.T) {
 		}
 		if len(fences) != 2 || fences[0] == 0 || fences[1] <= fences[0] {
 			t.Errorf("fences %v: want the retry's above the first run's", fences)
+		}
+	})
+}
+
+// A retry of a request whose run failed (a 5xx is not stored) knows it is
+// one: idem.AttemptFrom says 2.
+func TestAttemptInHandler(t *testing.T) {
+	eachStore(t, func(t *testing.T, st idem.Store) {
+		var attempts []int
+		h := newMW(t, st, nil)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			n, ok := idem.AttemptFrom(r.Context())
+			if !ok {
+				t.Error("no attempt in the handler's context")
+			}
+			attempts = append(attempts, n)
+			if len(attempts) == 1 {
+				w.WriteHeader(http.StatusBadGateway) // the payment provider timed out: not stored
+			}
+		}))
+		for range 3 {
+			req := httptest.NewRequest("POST", "/x", nil)
+			req.Header.Set("Idempotency-Key", "attempted")
+			h.ServeHTTP(httptest.NewRecorder(), req)
+		}
+		if !slices.Equal(attempts, []int{1, 2}) {
+			t.Errorf("the handler saw attempts %v, want [1 2] (the third request replays)", attempts)
 		}
 	})
 }

@@ -134,6 +134,7 @@ func TestPoisonMessageDeadLettered(t *testing.T) {
 	produce(t, newWriter(t, brokers, topic), msgs)
 
 	var calls sync.Map // id -> *atomic.Int64
+	var attempts []int // m-10's runs' idem.AttemptFrom
 	eff := newEffects()
 	c, err := kafkamw.NewConsumer(newReader(t, brokers, topic, "g-"+topic), newGuard(t, memstore.New()),
 		func(ctx context.Context, m kafka.Message) error {
@@ -141,6 +142,8 @@ func TestPoisonMessageDeadLettered(t *testing.T) {
 			n.(*atomic.Int64).Add(1)
 			switch idOf(m) {
 			case "m-10":
+				a, _ := idem.AttemptFrom(ctx)
+				attempts = append(attempts, a)
 				return errors.New("boom")
 			case "m-20":
 				return kafkamw.Permanent(errors.New("cannot parse"))
@@ -169,6 +172,9 @@ func TestPoisonMessageDeadLettered(t *testing.T) {
 	}
 	if got := committed(t, brokers, topic, "g-"+topic, 1)[0]; got != 50 {
 		t.Errorf("committed offset %d, want 50", got)
+	}
+	if !slices.Equal(attempts, []int{1, 2, 3}) {
+		t.Errorf("m-10's handler saw attempts %v, want [1 2 3]: each retry knows it is one", attempts)
 	}
 
 	r := newReader(t, brokers, dlqTopic, "")

@@ -15,6 +15,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
 
+	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/idem/idemtest"
 	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/core/lock/locktest"
 	"github.com/oncekit/oncekit/core/observe"
@@ -23,7 +25,8 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	locktest.RunHolder(func() (lock.Locker, error) { // a holder process of the suite
+	// A holder process of the lock suite, a runner process of the idem suite.
+	newStore := func() (*etcdstore.Store, error) {
 		addrs, err := testenv.HolderAddrs("ETCD_ENDPOINTS", 1)
 		if err != nil {
 			return nil, err
@@ -33,7 +36,9 @@ func TestMain(m *testing.M) {
 			return nil, err
 		}
 		return etcdstore.New(c)
-	})
+	}
+	locktest.RunHolder(func() (lock.Locker, error) { return newStore() })
+	idemtest.RunRunner(func() (idem.Store, error) { return newStore() })
 	goleak.VerifyTestMain(m,
 		// The etcd client's gRPC machinery winds down asynchronously.
 		goleak.IgnoreTopFunction("google.golang.org/grpc/internal/grpcsync.(*CallbackSerializer).run"),

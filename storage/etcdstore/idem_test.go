@@ -21,7 +21,8 @@ func TestIdemConformance(t *testing.T) {
 	eps := testenv.EtcdAddrs(t)
 	admin := newClient(t, eps)
 	idemtest.Run(t, idemtest.Config{
-		NewStore: func(t *testing.T) idem.Store { return newStore(t, newClient(t, eps)) },
+		NewStore:      func(t *testing.T) idem.Store { return newStore(t, newClient(t, eps)) },
+		RunnerProcess: true,
 		Corrupt: func(t *testing.T, key string) {
 			if _, err := admin.Put(context.Background(), "oncekit/idem/"+url.PathEscape(key)+"/planted", "garbage"); err != nil {
 				t.Fatal(err)

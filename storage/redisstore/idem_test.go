@@ -16,7 +16,8 @@ import (
 func TestIdemConformance(t *testing.T) {
 	admin := newClient(t)
 	idemtest.Run(t, idemtest.Config{
-		NewStore: func(t *testing.T) idem.Store { return newStore(t, newClient(t)) },
+		NewStore:      func(t *testing.T) idem.Store { return newStore(t, newClient(t)) },
+		RunnerProcess: true,
 		Corrupt: func(t *testing.T, key string) {
 			// Not a record: a plain string under the record's name.
 			if err := admin.Set(context.Background(), "oncekit:idem:{"+key+"}", "garbage", time.Minute).Err(); err != nil {

@@ -7,6 +7,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
+	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/idem/idemtest"
 	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/core/lock/locktest"
 	"github.com/oncekit/oncekit/core/observe"
@@ -15,13 +17,16 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	locktest.RunHolder(func() (lock.Locker, error) { // a holder process of the suite
+	// A holder process of the lock suite, a runner process of the idem suite.
+	newStore := func() (*redisstore.Store, error) {
 		addrs, err := testenv.HolderAddrs("REDIS_ADDRS", 1)
 		if err != nil {
 			return nil, err
 		}
 		return redisstore.New(redis.NewClient(&redis.Options{Addr: addrs[0]}))
-	})
+	}
+	locktest.RunHolder(func() (lock.Locker, error) { return newStore() })
+	idemtest.RunRunner(func() (idem.Store, error) { return newStore() })
 	testenv.QuietRedisDialErrors() // the fault tests stop servers on purpose
 	goleak.VerifyTestMain(m,
 		// go-redis retries a failed dial (a server the fault tests stopped)

@@ -23,7 +23,8 @@ func TestIdemConformance(t *testing.T) {
 		NewStore: func(t *testing.T) idem.Store {
 			return newStore(t, clients(t, addrs), redlockstore.WithNodeTimeout(3*time.Second))
 		},
-		FenceAtLeast: true, // each node keeps its own fence
+		FenceAtLeast:  true, // each node keeps its own fence
+		RunnerProcess: true,
 		Corrupt: func(t *testing.T, key string) {
 			// A record of an unknown version on every node.
 			for _, a := range addrs {

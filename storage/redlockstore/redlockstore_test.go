@@ -12,6 +12,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
+	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/idem/idemtest"
 	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/core/lock/locktest"
 	"github.com/oncekit/oncekit/core/observe"
@@ -20,7 +22,8 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	locktest.RunHolder(func() (lock.Locker, error) { // a holder process of the suite
+	// A holder process of the lock suite, a runner process of the idem suite.
+	newStore := func() (*redlockstore.Store, error) {
 		addrs, err := testenv.HolderAddrs("REDIS_ADDRS", 5)
 		if err != nil {
 			return nil, err
@@ -30,7 +33,9 @@ func TestMain(m *testing.M) {
 			cs = append(cs, redis.NewClient(&redis.Options{Addr: a}))
 		}
 		return redlockstore.New(redlockstore.FromClients(cs...))
-	})
+	}
+	locktest.RunHolder(func() (lock.Locker, error) { return newStore() })
+	idemtest.RunRunner(func() (idem.Store, error) { return newStore() })
 	testenv.QuietRedisDialErrors() // the fault tests stop servers on purpose
 	goleak.VerifyTestMain(m,
 		// go-redis retries a failed dial (a server the fault tests stopped)

@@ -28,9 +28,12 @@ func TestMain(m *testing.M) {
 	if url := os.Getenv(effectChildURL); url != "" {
 		runEffectChild(url, os.Getenv(effectChildKey)) // never returns
 	}
-	locktest.RunHolder(func() (lock.Locker, error) {
+	// A holder process of the lock suite, a runner process of the idem suite.
+	newStore := func() (*sqlstore.Store, error) {
 		return sqlstore.Open(context.Background(), os.Getenv(holderURLEnv))
-	})
+	}
+	locktest.RunHolder(func() (lock.Locker, error) { return newStore() })
+	idemtest.RunRunner(func() (idem.Store, error) { return newStore() })
 	goleak.VerifyTestMain(m)
 }
 
@@ -124,8 +127,10 @@ func TestIdemConformance(t *testing.T) {
 				// MariaDB; "mysql" runs MariaDB's.
 				opts = append(opts, sqlstore.WithoutReturning())
 			}
+			t.Setenv(holderURLEnv, url)
 			idemtest.Run(t, idemtest.Config{
-				NewStore: func(t *testing.T) idem.Store { return open(t, url, opts...) },
+				NewStore:      func(t *testing.T) idem.Store { return open(t, url, opts...) },
+				RunnerProcess: true,
 				Corrupt: func(t *testing.T, key string) {
 					execSQL(t, admin, "INSERT INTO "+records+" (record_key, state, fingerprint, token, fence, expires_us) VALUES (?, 7, ?, 'x', 1, ?)",
 						[]byte(key), []byte("garbage"), time.Now().Add(time.Hour).UnixMicro())

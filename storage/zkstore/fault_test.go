@@ -136,12 +136,15 @@ func TestCancelledBeginLeavesNothingBehind(t *testing.T) {
 	cut := connectTo(t, proxy.Addr)
 	other := connect(t)
 	key := "cancelled-begin-" + time.Now().Format(time.RFC3339Nano)
-	// The record's bucket directory exists: the held request is the create.
-	c, err := other.Begin(ctxT(t, 10*time.Second), key, "fp", time.Minute)
-	if err != nil {
+	// The record's bucket directory exists, the record does not (an
+	// abandoned one stays, for the next claim's attempt): the held request
+	// is the create.
+	if _, err := other.Begin(ctxT(t, 10*time.Second), key, "fp", time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	_ = other.Abandon(ctxT(t, 10*time.Second), c)
+	if _, err := other.DeleteRecord(ctxT(t, 10*time.Second), key); err != nil {
+		t.Fatal(err)
+	}
 
 	proxy.Stall()
 	resumed := make(chan struct{})

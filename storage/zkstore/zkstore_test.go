@@ -24,11 +24,14 @@ import (
 const sessionTimeout = 2 * time.Second
 
 func TestMain(m *testing.M) {
-	locktest.RunHolder(func() (lock.Locker, error) { // a holder process of the suite
+	// A holder process of the lock suite, a runner process of the idem suite.
+	newStore := func() (*zkstore.Store, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		return zkstore.Connect(ctx, testenv.Addrs("ZOOKEEPER_ADDRS"), zkstore.WithSessionTimeout(sessionTimeout))
-	})
+	}
+	locktest.RunHolder(func() (lock.Locker, error) { return newStore() })
+	idemtest.RunRunner(func() (idem.Store, error) { return newStore() })
 	goleak.VerifyTestMain(m)
 }
 
@@ -58,7 +61,8 @@ func TestConformance(t *testing.T) {
 func TestIdemConformance(t *testing.T) {
 	admin := connect(t)
 	idemtest.Run(t, idemtest.Config{
-		NewStore: func(t *testing.T) idem.Store { return connect(t) },
+		NewStore:      func(t *testing.T) idem.Store { return connect(t) },
+		RunnerProcess: true,
 		Corrupt: func(t *testing.T, key string) {
 			p := zkstore.RecordPath(admin, key)
 			if _, err := admin.Begin(context.Background(), key, "plant", time.Minute); err != nil {

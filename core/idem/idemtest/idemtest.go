@@ -46,6 +46,10 @@ type Config struct {
 	// limit, and a function that reads the counter. Stores that are not
 	// EffectStores leave it nil, and the effect subtests check that.
 	Effect func(t *testing.T, key string, limit int) (effect any, count func() int)
+
+	// RunnerProcess says the driver's TestMain calls RunRunner, so that
+	// the suite can kill a process in the middle of its run.
+	RunnerProcess bool
 }
 
 // Run runs the whole suite.
@@ -57,6 +61,7 @@ func Run(t *testing.T, cfg Config) {
 	t.Run("AbandonThenRetry", s.abandonRetry)
 	t.Run("CrashedClaimExpires", s.crashedExpires)
 	t.Run("AttemptCountsEndedClaims", s.attempts)
+	t.Run("KilledRunIsRetried", s.killedRun)
 	t.Run("RetentionExpires", s.retention)
 	t.Run("StaleHolderCannotTouchNewerClaim", s.staleHolder)
 	t.Run("CorruptRecord", s.corrupt)

@@ -1,0 +1,153 @@
+package idemtest
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/oncekit/oncekit/core/idem"
+)
+
+// The runner process: KilledRunIsRetried starts the test binary again
+// with this variable set; the driver's TestMain calls RunRunner, which
+// begins a run under the key and waits, mid-run, to be killed.
+const runnerKeyEnv = "ONCEKIT_IDEMTEST_RUNNER_KEY"
+
+// runnerTTL is the runner's Guard's TTL: the watchdog keeps its claim
+// alive until the process dies, and the claim ends about a TTL later.
+const runnerTTL = 2 * time.Second
+
+// RunRunner is for a driver's TestMain. In the child process that the
+// suite's KilledRunIsRetried case starts, it runs a Guard.Do on the key
+// the suite names with a Store from newStore, reports "running" on stdout
+// from inside the run and waits to be killed; it never returns there. In
+// any other process it returns at once.
+//
+//	func TestMain(m *testing.M) {
+//		idemtest.RunRunner(func() (idem.Store, error) { return redisstore.New(client()) })
+//		os.Exit(m.Run())
+//	}
+func RunRunner(newStore func() (idem.Store, error)) {
+	key := os.Getenv(runnerKeyEnv)
+	if key == "" {
+		return
+	}
+	fmt.Println("error:", runMidway(newStore, key))
+	os.Exit(3)
+}
+
+func runMidway(newStore func() (idem.Store, error), key string) error {
+	st, err := newStore()
+	if err != nil {
+		return err
+	}
+	g, err := idem.NewGuard(st, idem.WithTTL(runnerTTL))
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, _, err = g.Do(ctx, key, "fp", func(ctx context.Context) ([]byte, error) {
+		if n, _ := idem.AttemptFrom(ctx); n != 1 {
+			return nil, fmt.Errorf("the first run's attempt is %d", n)
+		}
+		fmt.Println("running")
+		<-ctx.Done() // killed before this
+		return nil, context.Cause(ctx)
+	})
+	return fmt.Errorf("the run ended: %v", err)
+}
+
+// killedRun: a process killed with SIGKILL in the middle of its run leaves
+// a claim that ends a TTL later; the next Do of the key (another process:
+// this one) runs it again and sees attempt 2.
+func (s *suite) killedRun(t *testing.T) {
+	if !s.cfg.RunnerProcess {
+		return // an in-process driver: no other process shares its records
+	}
+	// The Store first: a driver whose servers are not configured skips
+	// here, before a runner process is started that could not reach them.
+	st := s.cfg.NewStore(t)
+	k := key(t)
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), runnerKeyEnv+"="+k)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr lockedBuilder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	lines := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if line := sc.Text(); line == "running" || strings.HasPrefix(line, "error:") {
+				lines <- line
+				return
+			}
+		}
+		close(lines)
+	}()
+	select {
+	case line := <-lines:
+		if line != "running" {
+			_ = cmd.Wait()
+			t.Fatalf("runner process: %q (%v), stderr:\n%s", line, cmd.ProcessState, stderr.String())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the runner process did not start its run")
+	}
+	time.Sleep(runnerTTL / 2) // an extension or two
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	ctx := ctxT(t, 30*time.Second)
+	if c, err := st.Begin(ctx, k, "fp", time.Second); err != nil || c.State != idem.InFlight {
+		t.Fatalf("Begin just after the kill: %v %v, want in flight (the claim lives for its TTL)", c.State, err)
+	}
+	var attempt int
+	res, replayed, err := guard(t, st, idem.WithWait(20*time.Second)).Do(ctx, k, "fp", func(ctx context.Context) ([]byte, error) {
+		attempt, _ = idem.AttemptFrom(ctx)
+		return []byte("again"), nil
+	})
+	if err != nil || replayed || string(res) != "again" {
+		t.Fatalf("Do after the runner was killed: %q replayed=%v %v; want a fresh run", res, replayed, err)
+	}
+	if attempt != 2 {
+		t.Errorf("the run after the killed one saw attempt %d, want 2", attempt)
+	}
+}
+
+// lockedBuilder is a strings.Builder safe for the process's stderr copier
+// and the test.
+type lockedBuilder struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuilder) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuilder) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
