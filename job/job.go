@@ -52,6 +52,9 @@ type Tick struct {
 	// the run writes, so that a run whose lock was lost cannot overwrite a
 	// later run's work. Zero WithOverlap.
 	Fence uint64
+	// Attempt is 1 for the tick's first run, more when earlier runs of it
+	// failed or died (idem.AttemptFrom): check what they did first.
+	Attempt int
 }
 
 // Option configures Run.
@@ -226,6 +229,7 @@ func (r *runner) tick(ctx context.Context, at time.Time) {
 		wait += max(0, following.Sub(r.o.now()))
 	}
 	res, replayed, err := r.guard.Do(idem.ContextWithWait(ctx, wait), Key(r.name, at), r.name, func(ctx context.Context) ([]byte, error) {
+		t.Attempt, _ = idem.AttemptFrom(ctx)
 		if r.o.overlap {
 			return []byte("ran"), r.call(ctx, t)
 		}

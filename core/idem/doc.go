@@ -38,6 +38,15 @@
 //   - Any other effect runs at least once: the retry that follows a crash
 //     runs it again once the claim's lease has run out.
 //
+// A run also knows whether it is a retry (AttemptFrom): 1 for the first
+// claim of a key, n+1 after n claims ended without completing — a process
+// that died or froze mid-run (its lease ran out), a run that failed or
+// panicked (abandoned) — for AttemptMemory (24 h) after each. A run whose
+// effect is outside oncekit's reach (a payment provider, a shipment API)
+// asks that system, on an attempt above 1, what the earlier runs did
+// before acting again. The count may be one too high (a claim given back
+// before its run began), never too low within the memory.
+//
 // A claim's fence (FenceFrom) orders the claims of one key; a resource
 // shared by many keys (a SKU's stock) takes the fence of a lock on that
 // resource instead (package lock).

@@ -114,6 +114,9 @@
 // an Extend: no client takes a claim over by comparing its clock with the
 // claimer's. Values carry a version byte and an expiry (a hint for other
 // clients); completed records are bound to a lease shared by the records
-// that expire in the same minute. A claim's effect (Effect) joins the
-// transaction that completes its record.
+// that expire in the same minute. "oncekit/idem/<escaped key>#attempts"
+// counts the key's claims (its version) for idem.Claim.Attempt: every
+// claim puts it in the claim's transaction, a completion deletes it, and a
+// lease ends it idem.AttemptMemory after the last claim. A claim's effect
+// (Effect) joins the transaction that completes its record.
 package etcdstore

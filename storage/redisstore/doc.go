@@ -187,12 +187,14 @@
 //
 // Store is also an idem.Store: a record is one versioned string
 // "oncekit:idem:{K}" (WithRecordPrefix) holding its state, fence, flags,
-// the claim's token, the fingerprint and the result, whose PTTL is the
-// claim's lease or the result's retention; "oncekit:idem:{K}:done" is the
+// the claim's token, the fingerprint and the result (an in-flight
+// record's: its attempt), whose PTTL is the result's retention, or the
+// claim's lease + idem.AttemptMemory (24 h: a claim whose lease ran out
+// stays as the memory of an attempt); "oncekit:idem:{K}:done" is the
 // channel completion and abandonment are announced on, only when a
 // duplicate waits. The fence is issued as a lock's is. A new key costs one
 // write to claim and one to complete (Begin and Complete are one script
-// each); an abandoned record is deleted, or kept as a tombstone while its
-// fence is ahead of the clock. Anything else under the record's name is
+// each); an abandoned record becomes a tombstone that keeps its fence and
+// attempt for idem.AttemptMemory. Anything else under the record's name is
 // idem.ErrCorruptRecord.
 package redisstore

@@ -124,7 +124,9 @@
 //
 // A record is a row: free (a tombstone keeping an abandoned claim's
 // fence), in flight (token, fingerprint, lease) or completed (the result
-// and its retention). A duplicate's WaitChange
+// and its retention); its attempt column numbers its last claim
+// (idem.Claim.Attempt), and the cleanup keeps the row of a claim that
+// ended without completing for idem.AttemptMemory. A duplicate's WaitChange
 // is woken by NOTIFY on PostgreSQL and polls on MySQL. Results are limited
 // to WithMaxResultBytes (1 MiB by default). A row with an unknown state is
 // reported as idem.ErrCorruptRecord, never read as absent.

@@ -95,7 +95,10 @@
 // Store is also an idem.Store, an idem.EffectStore and an idem.Waiter.
 // A record is one persistent node, "<root>/idem/<bucket>/<escaped key>"
 // (256 buckets, so that no directory outgrows a ZooKeeper packet), holding
-// its state, token, fingerprint, fence, lease or retention, and result.
+// its state, token, fingerprint, fence, lease or retention, attempt, and
+// result. An abandoned claim's record stays, marked abandoned, and a claim
+// whose lease ran out stays as it was, for idem.AttemptMemory: the next
+// claim's attempt is one more than theirs.
 // Every write is a compare-and-set on the node's version. Expiry is judged
 // by the servers' clock: the node's modification time plus the lease or
 // retention, compared with the modification time of a write to
@@ -105,7 +108,8 @@
 // restarts under the current leader, a lease or retention later at most),
 // since two machines' clocks are never compared. A claim's fence is the zxid of the write that claimed it. A
 // record whose retention ended is replaced by the next Begin of its key;
-// Cleanup (or WithCleanup) deletes expired records in the background — TTL
+// Cleanup (or WithCleanup) deletes expired records (claims that ended
+// without completing once idem.AttemptMemory has passed) in the background — TTL
 // nodes are not used, because a record's time to live changes when it
 // completes and a TTL node's cannot. A completion's Effect (znode writes
 // with versions as conditions) joins the multi-operation transaction that
