@@ -69,7 +69,7 @@
 // Without WithSelector the interceptors pass health checks
 // (grpc.health.v1) and reflection through without a key. A scope function
 // that returns "" refuses the call with Internal. Each unary call reports
-// to the Guard's observer as an observe.GRPCCall event with the full method
+// to the Guard's observer as an OpCall event with the full method
 // as its route and the outcome: executed, replayed, in_flight, mismatch,
 // invalid, canceled or error (promobs and otelobs turn them into metrics
 // and spans).

@@ -525,7 +525,7 @@ func TestDefaultsThatCannotHurt(t *testing.T) {
 	}
 }
 
-// Each unary call under the interceptor is one observe.GRPCCall event,
+// Each unary call under the interceptor is one OpCall event,
 // with the method as its route and how it ended: what promobs and otelobs
 // turn into gRPC metrics and spans.
 func TestCallsReported(t *testing.T) {
@@ -543,7 +543,7 @@ func TestCallsReported(t *testing.T) {
 		t.Fatalf("a call without a key: %v", err)
 	}
 	var got []observe.Outcome
-	for _, e := range ev.Of(observe.GRPCCall) {
+	for _, e := range ev.Of(grpcmw.OpCall) {
 		if e.Route != testpb.Orders_Place_FullMethodName {
 			t.Errorf("event route %q, want %q", e.Route, testpb.Orders_Place_FullMethodName)
 		}
@@ -551,7 +551,7 @@ func TestCallsReported(t *testing.T) {
 	}
 	want := []observe.Outcome{observe.Executed, observe.Replayed, observe.Invalid}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Errorf("GRPCCall outcomes %v, want %v", got, want)
+		t.Errorf("OpCall outcomes %v, want %v", got, want)
 	}
 }
 

@@ -135,12 +135,19 @@ func (s *server) selected(fullMethod string) bool {
 	return !infrastructure(fullMethod)
 }
 
+// OpCall is the observe.Op of one unary call through the interceptor: its
+// Route is the full method.
+const OpCall observe.Op = "grpc.call"
+
+// grpcCall marks the interceptor's events: a request answered.
+var grpcCall = observe.Request{Attrs: []observe.Attr{{Key: "rpc.system", Value: "grpc"}}}
+
 func (s *server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	if !s.selected(info.FullMethod) {
 		return handler(ctx, req)
 	}
-	// One observe.GRPCCall event per call, as httpmw reports its requests.
-	ctx, call := observe.Begin(ctx, s.guard.Observer(), observe.GRPCCall, s.guard.DriverName(), "")
+	// One OpCall event per call, as httpmw reports its requests.
+	ctx, call := observe.BeginEvent(ctx, s.guard.Observer(), observe.Event{Op: OpCall, Driver: s.guard.DriverName(), Request: &grpcCall})
 	call.Route(info.FullMethod)
 	var tr callTrace
 	resp, err := s.unaryCall(ctx, req, info, handler, &tr)

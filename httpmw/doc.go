@@ -91,7 +91,7 @@
 //
 // Inside a retry loop it would give every attempt a new key.
 //
-// Requests report to the Guard's observer as observe.HTTPRequest events
+// Requests report to the Guard's observer as OpRequest events
 // with the route (WithRoute) and the outcome: executed, replayed,
 // in_flight, mismatch, invalid, canceled or error.
 package httpmw

@@ -73,12 +73,20 @@ func (m *middleware) routeOf(r *http.Request) string {
 	return r.Method
 }
 
+// OpRequest is the observe.Op of one request through the middleware: its
+// Route is the route pattern, its Outcome one of the handler's (Executed,
+// Replayed, InFlight, Mismatch, Invalid, Error, ...).
+const OpRequest observe.Op = "http.request"
+
+// httpRequest marks the middleware's events: a request answered.
+var httpRequest = observe.Request{Attrs: []observe.Attr{{Key: "network.protocol.name", Value: "http"}}}
+
 func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
 	if !slices.Contains(m.cfg.methods, r.Method) {
 		next.ServeHTTP(w, r)
 		return
 	}
-	ctx, call := observe.Begin(r.Context(), m.observer, observe.HTTPRequest, m.driver, "")
+	ctx, call := observe.BeginEvent(r.Context(), m.observer, observe.Event{Op: OpRequest, Driver: m.driver, Request: &httpRequest})
 	call.Route(m.routeOf(r))
 	outcome, err := m.handle(ctx, w, r, next)
 	call.End(outcome, 0, err)

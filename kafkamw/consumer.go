@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"sync"
 	"time"
 
@@ -41,6 +42,38 @@ type Stats struct {
 	StoreErrors  int64 // claims or completions the store did not answer (retried)
 	Commits      int64 // successful offset commits (each may cover many messages and partitions)
 	CommitErrors int64 // failed offset commits (retried)
+}
+
+// OpMessage is the observe.Op of one message through a Consumer: its
+// Route is the topic, its Outcome Executed, Duplicate, DeadLettered,
+// Deferred, Canceled or Error.
+const OpMessage observe.Op = "kafka.message"
+
+// OpenTelemetry's messaging attributes (semantic conventions 1.26+) of a
+// message's event (observe.Request.Attrs).
+const (
+	AttrMessagingSystem    = "messaging.system"
+	AttrMessagingOperation = "messaging.operation.type"
+	AttrMessagingDest      = "messaging.destination.name"
+	AttrMessagingPartition = "messaging.destination.partition.id"
+	AttrMessagingOffset    = "messaging.kafka.offset"
+	AttrMessagingGroup     = "messaging.consumer.group.name"
+)
+
+// messageRequest describes msg's processing for observers: a consumer's
+// "process {topic}", with its coordinates.
+func messageRequest(msg kafka.Message, group string) *observe.Request {
+	attrs := []observe.Attr{
+		{Key: AttrMessagingSystem, Value: "kafka"},
+		{Key: AttrMessagingOperation, Value: "process"},
+		{Key: AttrMessagingDest, Value: msg.Topic},
+		{Key: AttrMessagingPartition, Value: strconv.Itoa(msg.Partition)},
+		{Key: AttrMessagingOffset, Value: msg.Offset},
+	}
+	if group != "" {
+		attrs = append(attrs, observe.Attr{Key: AttrMessagingGroup, Value: group})
+	}
+	return &observe.Request{Consumer: true, Name: "process " + msg.Topic, Attrs: attrs}
 }
 
 // Consumer runs a Handler once per message key over a consumer group: see the
@@ -352,10 +385,15 @@ func (c *Consumer) dispatch(ctx context.Context, msg kafka.Message, wg *sync.Wai
 		// The producer's trace context, when the message carries one: the
 		// message's span and the handler continue its trace.
 		mctx := propagatorOr(c.cfg.propagator).Extract(ctx, HeaderCarrier{&msg})
-		octx, call := observe.BeginEvent(mctx, c.guard.Observer(), observe.Event{
-			Op: observe.KafkaMessage, Driver: c.guard.DriverName(), Route: msg.Topic,
-			Message: &observe.Message{Topic: msg.Topic, Partition: msg.Partition, Offset: msg.Offset, Group: c.cfg.group},
-		})
+		var octx context.Context
+		var call observe.Call
+		if o := c.guard.Observer(); o != nil {
+			octx, call = observe.BeginEvent(mctx, o, observe.Event{
+				Op: OpMessage, Driver: c.guard.DriverName(), Route: msg.Topic, Request: messageRequest(msg, c.cfg.group),
+			})
+		} else {
+			octx = mctx
+		}
 		outcome := c.process(octx, msg, key, keyErr, prev, keyPrev, pass)
 		call.End(outcome, 0, nil)
 		ok := outcome != observe.Canceled && outcome != observe.Error

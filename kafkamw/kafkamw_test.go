@@ -311,7 +311,7 @@ func TestProducerKeepsKeyAcrossRetries(t *testing.T) {
 		t.Errorf("handler ran %d times (stats %+v), want once", runs.Load(), c.Stats())
 	}
 	// Each message is reported to the Guard's observer, by topic.
-	if got := rec.outcomes(observe.KafkaMessage, topic); fmt.Sprint(got) != "[executed duplicate]" {
+	if got := rec.outcomes(kafkamw.OpMessage, topic); fmt.Sprint(got) != "[executed duplicate]" {
 		t.Errorf("kafka.message outcomes %v, want [executed duplicate]", got)
 	}
 }

@@ -12,7 +12,9 @@
 //   - lock.Mutex reports LockAcquire, LockRefresh, LockRelease and LockLost;
 //   - idem.Guard reports IdemBegin, IdemComplete, IdemAbandon and IdemLost;
 //   - the drivers report LockHandOff, which only they can time;
-//   - the middleware reports HTTPRequest, GRPCCall and KafkaMessage.
+//   - a middleware reports each request or message under its own Op
+//     (httpmw.OpRequest, grpcmw.OpCall, kafkamw.OpMessage), with
+//     Event.Request saying what kind of unit it is.
 //
 // Configure the Observer once, on the driver (every driver has a
 // WithObserver option): Mutex, Guard and the middleware built on that

@@ -10,7 +10,10 @@ import (
 type Op string
 
 // Operations. The lock operations are reported by lock.Mutex, the idem ones
-// by idem.Guard, the hand-off by the drivers, and the rest by the middleware.
+// by idem.Guard, the hand-off by the drivers. A middleware names its own
+// Op for one request or message ("http.request", "grpc.call",
+// "kafka.message": httpmw.OpRequest, grpcmw.OpCall, kafkamw.OpMessage) and
+// marks its events with Event.Request: core knows no transport.
 const (
 	// LockAcquire is one Mutex.Lock or TryLock: Outcome Acquired, Busy,
 	// Canceled, Invalid or Error; Fence; Duration is the time spent waiting.
@@ -39,13 +42,6 @@ const (
 	IdemAbandon Op = "idem.abandon"
 	// IdemLost (a point event) is a claim lost while its run was busy.
 	IdemLost Op = "idem.lost"
-
-	// HTTPRequest, GRPCCall and KafkaMessage are one request or message
-	// through the middleware; Route is the route pattern, the gRPC method
-	// or the topic.
-	HTTPRequest  Op = "http.request"
-	GRPCCall     Op = "grpc.call"
-	KafkaMessage Op = "kafka.message"
 )
 
 // Outcome is how an operation ended; like Op it is a small closed set.
@@ -90,18 +86,34 @@ type Event struct {
 	Held time.Duration
 	// Route is the middleware's route pattern, gRPC method or topic.
 	Route string
-	// Message locates the Kafka message of a KafkaMessage event (nil for
-	// other operations).
-	Message *Message
+	// Request marks a middleware's event: one request answered or one
+	// message consumed (nil for the lock and idem operations).
+	Request *Request
 	Err     error
 }
 
-// Message is where a consumed Kafka message came from.
-type Message struct {
-	Topic     string
-	Partition int
-	Offset    int64
-	Group     string // the consumer group ("" when unknown)
+// Request describes a middleware's unit of work, so that an observer
+// reports any transport without knowing it: a request answered (a server
+// span) or a message consumed (a consumer span), with the transport's own
+// attributes.
+type Request struct {
+	// Consumer says a message was taken from a queue or log, rather than
+	// a request answered.
+	Consumer bool
+	// Name is what a trace calls the unit when not its Op ("process
+	// orders", as OpenTelemetry's messaging conventions name a consumer's
+	// processing); "" for the Op.
+	Name string
+	// Attrs are the transport's attributes, keyed as OpenTelemetry's
+	// semantic conventions key them ("messaging.system": "kafka").
+	// Values are strings or int64s.
+	Attrs []Attr
+}
+
+// Attr is one attribute of a Request.
+type Attr struct {
+	Key   string
+	Value any // string or int64
 }
 
 // Observer receives oncekit's events. Implementations must be safe for
@@ -211,9 +223,9 @@ func Begin(ctx context.Context, o Observer, op Op, driver, key string) (context.
 	return ctx, Call{o: o, ctx: ctx, ev: ev, start: time.Now()}
 }
 
-// BeginEvent is Begin with more of the event known at the start (a Kafka
-// message's coordinates, a route): ev's Op, Driver, Key, Route and
-// Message.
+// BeginEvent is Begin with more of the event known at the start (a
+// middleware's Request, a route): ev's Op, Driver, Key, Route and
+// Request.
 func BeginEvent(ctx context.Context, o Observer, ev Event) (context.Context, Call) {
 	if o == nil {
 		return ctx, Call{}

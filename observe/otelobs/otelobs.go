@@ -3,7 +3,7 @@ package otelobs
 import (
 	"context"
 	"errors"
-	"strconv"
+	"fmt"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -73,55 +73,50 @@ func New(opts ...Option) *Observer {
 
 type spanKey struct{}
 
-// kind is the span kind of op started under ctx. A request's span is
+// kind is the span kind of ev started under ctx. A request's span is
 // SERVER only when nothing in this process traced the request before: under
 // otelhttp's or otelgrpc's SERVER span (a local parent) it is INTERNAL, so
-// a request has one SERVER span. A Kafka message's span is CONSUMER (a
+// a request has one SERVER span. A consumed message's span is CONSUMER (a
 // "process" span, the producer's context as its parent when the message
 // carried one).
-func kind(ctx context.Context, op observe.Op) trace.SpanKind {
-	switch op {
-	case observe.HTTPRequest, observe.GRPCCall:
-		if sc := trace.SpanContextFromContext(ctx); sc.IsValid() && !sc.IsRemote() {
-			return trace.SpanKindInternal
-		}
-		return trace.SpanKindServer
-	case observe.KafkaMessage:
+func kind(ctx context.Context, ev observe.Event) trace.SpanKind {
+	switch {
+	case ev.Request == nil:
+		return trace.SpanKindInternal
+	case ev.Request.Consumer:
 		return trace.SpanKindConsumer
 	}
-	return trace.SpanKindInternal
+	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() && !sc.IsRemote() {
+		return trace.SpanKindInternal
+	}
+	return trace.SpanKindServer
 }
 
-// OpenTelemetry messaging attributes (semantic conventions 1.26+) of a
-// Kafka message's span.
-const (
-	AttrMessagingSystem    = attribute.Key("messaging.system")
-	AttrMessagingOperation = attribute.Key("messaging.operation.type")
-	AttrMessagingDest      = attribute.Key("messaging.destination.name")
-	AttrMessagingPartition = attribute.Key("messaging.destination.partition.id")
-	AttrMessagingOffset    = attribute.Key("messaging.kafka.offset")
-	AttrMessagingGroup     = attribute.Key("messaging.consumer.group.name")
-)
-
-// spanName is the span's name: the Op, or "process {topic}" for a Kafka
-// message, as the messaging conventions name a consumer's processing.
+// spanName is the span's name: the Op, or the name a middleware gives its
+// unit ("process {topic}" for a Kafka message, as the messaging
+// conventions name a consumer's processing).
 func spanName(ev observe.Event) string {
-	if ev.Op == observe.KafkaMessage && ev.Message != nil && ev.Message.Topic != "" {
-		return "process " + ev.Message.Topic
+	if ev.Request != nil && ev.Request.Name != "" {
+		return ev.Request.Name
 	}
 	return string(ev.Op)
 }
 
-func messageAttrs(m *observe.Message) []attribute.KeyValue {
-	attrs := []attribute.KeyValue{
-		AttrMessagingSystem.String("kafka"),
-		AttrMessagingOperation.String("process"),
-		AttrMessagingDest.String(m.Topic),
-		AttrMessagingPartition.String(strconv.Itoa(m.Partition)),
-		AttrMessagingOffset.Int64(m.Offset),
-	}
-	if m.Group != "" {
-		attrs = append(attrs, AttrMessagingGroup.String(m.Group))
+// requestAttrs are a middleware's attributes (observe.Request.Attrs) as
+// span attributes.
+func requestAttrs(r *observe.Request) []attribute.KeyValue {
+	attrs := make([]attribute.KeyValue, 0, len(r.Attrs))
+	for _, a := range r.Attrs {
+		switch v := a.Value.(type) {
+		case string:
+			attrs = append(attrs, attribute.String(a.Key, v))
+		case int64:
+			attrs = append(attrs, attribute.Int64(a.Key, v))
+		case int:
+			attrs = append(attrs, attribute.Int(a.Key, v))
+		default:
+			attrs = append(attrs, attribute.String(a.Key, fmt.Sprint(v)))
+		}
 	}
 	return attrs
 }
@@ -138,10 +133,10 @@ func (o *Observer) Start(ctx context.Context, ev observe.Event) context.Context 
 	if ev.Route != "" {
 		attrs = append(attrs, AttrRoute.String(ev.Route))
 	}
-	if ev.Message != nil {
-		attrs = append(attrs, messageAttrs(ev.Message)...)
+	if ev.Request != nil {
+		attrs = append(attrs, requestAttrs(ev.Request)...)
 	}
-	ctx, span := o.tracer.Start(ctx, spanName(ev), trace.WithSpanKind(kind(ctx, ev.Op)), trace.WithAttributes(attrs...))
+	ctx, span := o.tracer.Start(ctx, spanName(ev), trace.WithSpanKind(kind(ctx, ev)), trace.WithAttributes(attrs...))
 	return context.WithValue(ctx, spanKey{}, span)
 }
 

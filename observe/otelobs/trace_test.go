@@ -18,7 +18,6 @@ import (
 	"github.com/oncekit/oncekit/httpmw"
 	"github.com/oncekit/oncekit/kafkamw"
 	"github.com/oncekit/oncekit/kafkamw/kafkamwtest"
-	"github.com/oncekit/oncekit/observe/otelobs"
 	"github.com/oncekit/oncekit/storage/memstore"
 )
 
@@ -143,9 +142,9 @@ func TestTraceThroughKafka(t *testing.T) {
 	p := process[0]
 	a := attrs(p)
 	if p.SpanKind() != trace.SpanKindConsumer || p.SpanContext().TraceID() != traceID || !p.Parent().IsRemote() ||
-		a[otelobs.AttrMessagingSystem].AsString() != "kafka" || a[otelobs.AttrMessagingOperation].AsString() != "process" ||
-		a[otelobs.AttrMessagingDest].AsString() != topic || a[otelobs.AttrMessagingPartition].AsString() != "0" ||
-		a[otelobs.AttrMessagingGroup].AsString() != "g-"+topic {
+		a[kafkamw.AttrMessagingSystem].AsString() != "kafka" || a[kafkamw.AttrMessagingOperation].AsString() != "process" ||
+		a[kafkamw.AttrMessagingDest].AsString() != topic || a[kafkamw.AttrMessagingPartition].AsString() != "0" ||
+		a[kafkamw.AttrMessagingGroup].AsString() != "g-"+topic {
 		t.Errorf("process span: kind %v, trace %s (want %s), parent %v, attributes %v",
 			p.SpanKind(), p.SpanContext().TraceID(), traceID, p.Parent(), a)
 	}

@@ -229,7 +229,11 @@ func (o *Observer) count(ev observe.Event) {
 		if ev.Outcome != observe.Error {
 			o.claims.WithLabelValues(d, outcome).Inc()
 		}
-	case observe.HTTPRequest, observe.GRPCCall, observe.KafkaMessage:
+	default:
+		if ev.Request == nil {
+			return // an operation this version does not know
+		}
+		// A middleware's request or message, whatever its transport.
 		o.requests.WithLabelValues(string(ev.Op), ev.Route, outcome).Inc()
 		o.duration.WithLabelValues(string(ev.Op), ev.Route).Observe(ev.Duration.Seconds())
 		switch ev.Outcome {

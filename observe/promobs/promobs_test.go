@@ -172,11 +172,12 @@ func TestMiddlewareMetrics(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(metrics)
 	for _, ev := range []observe.Event{
-		{Op: observe.HTTPRequest, Route: "POST /orders", Outcome: observe.Executed, Duration: time.Millisecond},
-		{Op: observe.HTTPRequest, Route: "POST /orders", Outcome: observe.Replayed, Duration: time.Millisecond},
-		{Op: observe.KafkaMessage, Route: "payments", Outcome: observe.Duplicate},
-		{Op: observe.KafkaMessage, Route: "payments", Outcome: observe.DeadLettered},
-		{Op: observe.GRPCCall, Route: "/shop.Orders/Place", Outcome: observe.Error, Driver: "redis"},
+		{Op: "http.request", Request: &observe.Request{}, Route: "POST /orders", Outcome: observe.Executed, Duration: time.Millisecond},
+		{Op: "http.request", Request: &observe.Request{}, Route: "POST /orders", Outcome: observe.Replayed, Duration: time.Millisecond},
+		{Op: "kafka.message", Request: &observe.Request{Consumer: true}, Route: "payments", Outcome: observe.Duplicate},
+		{Op: "kafka.message", Request: &observe.Request{Consumer: true}, Route: "payments", Outcome: observe.DeadLettered},
+		{Op: "grpc.call", Request: &observe.Request{}, Route: "/shop.Orders/Place", Outcome: observe.Error, Driver: "redis"},
+		{Op: "sqs.message", Request: &observe.Request{Consumer: true}, Route: "refunds", Outcome: observe.Executed}, // a transport oncekit does not ship
 	} {
 		metrics.End(t.Context(), ev)
 	}
@@ -194,6 +195,7 @@ shop_middleware_requests_total{op="http.request",outcome="executed",route="POST 
 shop_middleware_requests_total{op="http.request",outcome="replayed",route="POST /orders",service="inventory"} 1
 shop_middleware_requests_total{op="kafka.message",outcome="dead_lettered",route="payments",service="inventory"} 1
 shop_middleware_requests_total{op="kafka.message",outcome="duplicate",route="payments",service="inventory"} 1
+shop_middleware_requests_total{op="sqs.message",outcome="executed",route="refunds",service="inventory"} 1
 # HELP shop_store_errors_total Operations the store failed or could not be reached for.
 # TYPE shop_store_errors_total counter
 shop_store_errors_total{driver="redis",op="grpc.call",service="inventory"} 1
