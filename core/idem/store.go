@@ -60,7 +60,8 @@ type Claim struct {
 	// Result is the stored bytes of a Completed claim.
 	Result []byte
 	// Expires is when an in-flight claim's lease, or a completed record's
-	// retention, runs out. For an Acquired claim it must be no later than
+	// retention, runs out (zero for a Completed claim whose driver answered
+	// without reading the retention: redisstore's replay by one GET). For an Acquired claim it must be no later than
 	// the store could let another caller claim the key, by this process's
 	// clock (a driver whose claim also depends on a session says the
 	// earlier of the two). The Guard ends its run's context by then, or by

@@ -3,6 +3,8 @@ package redisstore_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -126,4 +128,75 @@ func testEffectErrorReply(t *testing.T, script *redisstore.EffectScript) {
 		t.Fatalf("after a failed effect the key is %v (%v), want it free (abandoned)", c.State, err)
 	}
 	_ = s.Abandon(ctx, c)
+}
+
+// cmdCounts counts a client's commands by name, sent alone or pipelined.
+type cmdCounts struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (h *cmdCounts) count(cmds ...redis.Cmder) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.n == nil {
+		h.n = map[string]int{}
+	}
+	for _, c := range cmds {
+		h.n[c.Name()]++
+	}
+}
+
+func (h *cmdCounts) get(name string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.n[name]
+}
+
+func (h *cmdCounts) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *cmdCounts) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error { h.count(cmd); return next(ctx, cmd) }
+}
+func (h *cmdCounts) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error { h.count(cmds...); return next(ctx, cmds) }
+}
+
+// Once most Begins of a Store find their key completed (a burst of
+// retries), a replay is answered by one plain GET, without the script;
+// whatever the GET does not settle — another fingerprint, a claim in
+// flight, a new key — still goes to the script and is answered as before.
+func TestReplaysAnsweredByOneGet(t *testing.T) {
+	counts := &cmdCounts{}
+	st := newStore(t, newClient(t, counts))
+	ctx := ctxT(t, 10*time.Second)
+	k := idem.ScopedKey("t", fmt.Sprintf("replayed-%d", time.Now().UnixNano()))
+	c, err := st.Begin(ctx, k, "fp", time.Minute)
+	if err != nil || c.State != idem.Acquired {
+		t.Fatalf("Begin: %v %v", c.State, err)
+	}
+	if err := st.Complete(ctx, c, []byte("result"), time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10 {
+		r, err := st.Begin(ctx, k, "fp", time.Minute)
+		if err != nil || r.State != idem.Completed || string(r.Result) != "result" {
+			t.Fatalf("replay %d: %v %q %v", i, r.State, r.Result, err)
+		}
+	}
+	if gets := counts.get("get"); gets < 8 {
+		t.Errorf("%d GETs for 10 replays, want the replays after the first answered by GET", gets)
+	}
+	if r, err := st.Begin(ctx, k, "other", time.Minute); err != nil || r.State != idem.Mismatch {
+		t.Errorf("another fingerprint after the replays: %v %v, want mismatch", r.State, err)
+	}
+	inFlight := k + "-in-flight"
+	if c, err := newStore(t, newClient(t)).Begin(ctx, inFlight, "fp", time.Minute); err != nil || c.State != idem.Acquired {
+		t.Fatalf("Begin: %v %v", c.State, err)
+	}
+	if r, err := st.Begin(ctx, inFlight, "fp", time.Minute); err != nil || r.State != idem.InFlight {
+		t.Errorf("a key in flight after the replays: %v %v, want in flight", r.State, err)
+	}
+	if r, err := st.Begin(ctx, k+"-new", "fp", time.Minute); err != nil || r.State != idem.Acquired || r.Attempt != 1 {
+		t.Errorf("a new key after the replays: %v attempt %d %v, want acquired, attempt 1", r.State, r.Attempt, err)
+	}
 }

@@ -59,6 +59,8 @@ type Store struct {
 	sub      *redisnotify.Subscriber
 	unfenced bool             // WithoutFencing
 	setNX    rediskit.SetNXer // the client, for unfenced takes of a free key; nil when it has no SetNX
+	get      rediskit.Getter  // the client, for a replay's plain GET (see Begin); nil when it has no Get
+	replays  atomic.Int32     // how many recent Begins found a completed record, net, within ±8 (seen)
 
 	mu      sync.Mutex
 	keys    map[string]*local
@@ -133,6 +135,11 @@ func New(client Client, opts ...Option) (*Store, error) {
 	}
 	if sn, ok := client.(rediskit.SetNXer); ok && o.unfenced && o.replication.Replicas == 0 {
 		s.setNX = sn
+	}
+	if g, ok := client.(rediskit.Getter); ok && o.replication.Replicas == 0 {
+		// (With replicas a replay writes, for WAIT to cover the
+		// completion it read: the script's.)
+		s.get = g
 	}
 	s.base.Init(o.Options)
 	s.base.Replication = o.replication

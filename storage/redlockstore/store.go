@@ -164,6 +164,7 @@ func New(clients []Client, opts ...Option) (*Store, error) {
 		crowded:  keep.Marks{For: redisnotify.Linger}, // while the subscriptions linger
 	}
 	s.base.Init(o.Options)
+	s.base.StrictLeases = true // see rediskit.Base.StrictLeases
 	s.fin.FinishClaim = s.finishClaim
 	seen := map[string]bool{}
 	for i, c := range clients {

@@ -1,7 +1,9 @@
 package rediskit
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
@@ -42,6 +44,14 @@ type Base struct {
 	// a driver whose release alone decides who holds the key (one Redis
 	// deployment; not Redlock, where a majority of nodes must agree).
 	Grants bool
+
+	// StrictLeases makes Complete, Abandon and Extend refuse a claim whose
+	// lease ran out even when no Begin took it over (one more call in
+	// the script). Set by Redlock: a stale holder's completion must not
+	// land on a node the new claim has not reached yet, where it would
+	// be the completed record every later Begin finds. On one deployment
+	// a claim nobody took over is still the only one: it may finish.
+	StrictLeases bool
 
 	// Replication, when it asks for replicas, follows every write that
 	// grants, keeps or completes a lease or a claim with a WAIT in the
@@ -217,6 +227,65 @@ type SetNXer interface {
 	SetNX(ctx context.Context, key string, value any, expiration time.Duration) *redis.BoolCmd
 }
 
+// Getter is a client that runs GET without a script: every go-redis
+// client.
+type Getter interface {
+	Get(ctx context.Context, key string) *redis.StringCmd
+}
+
+// LookCompleted reads key's record with one plain GET — no script, the
+// cheapest look a server can answer — and returns its result when the
+// record is completed with fingerprint (ok). Anything else (no record, a
+// claim in flight, another fingerprint, a tombstone, not a record) is not
+// ok, for the begin script to decide.
+func (b *Base) LookCompleted(ctx context.Context, c Getter, key, fingerprint string) ([]byte, bool, error) {
+	enforces := false
+	if s, ok := c.(redis.Scripter); ok {
+		enforces = EnforcesDeadlines(s)
+	}
+	cmd := runCmd(ctx, &b.BG, enforces, redis.NewStringCmd, func(ctx context.Context) *redis.StringCmd {
+		return c.Get(ctx, b.Records.Record(key))
+	}, nil)
+	v, err := cmd.Bytes()
+	if errors.Is(err, redis.Nil) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	res, ok := completedResult(v, fingerprint)
+	return res, ok, nil
+}
+
+// completedResult is the result of a completed record v
+// ("R1|c|<fence>|<flags>||<fingerprint length>|<fingerprint><result>", see
+// lua/claim.lua) when its fingerprint is fingerprint.
+func completedResult(v []byte, fingerprint string) ([]byte, bool) {
+	rest, ok := bytes.CutPrefix(v, []byte("R1|c|"))
+	if !ok {
+		return nil, false
+	}
+	fence, rest, ok := bytes.Cut(rest, []byte("|"))
+	if !ok || len(fence) == 0 || bytes.ContainsFunc(fence, func(r rune) bool { return r < '0' || r > '9' }) {
+		return nil, false
+	}
+	if _, rest, ok = bytes.Cut(rest, []byte("|")); !ok { // the flags
+		return nil, false
+	}
+	if rest, ok = bytes.CutPrefix(rest, []byte("|")); !ok { // no token
+		return nil, false
+	}
+	n, rest, ok := bytes.Cut(rest, []byte("|"))
+	if !ok {
+		return nil, false
+	}
+	size, err := strconv.Atoi(string(n))
+	if err != nil || size != len(fingerprint) || len(rest) < size || string(rest[:size]) != fingerprint {
+		return nil, false
+	}
+	return rest[size:], true
+}
+
 // TakeNew takes key for tok and ttl with one plain SET NX, without a
 // script and without a fence: for unfenced takes by a caller with no owner,
 // outside the queue. It reports whether it took the key; a key that exists
@@ -359,8 +428,12 @@ func (b *Base) Begin(ctx context.Context, c redis.Scripter, key, fingerprint, to
 // claim's fence, the highest of its nodes').
 func (b *Base) Finish(ctx context.Context, c redis.Scripter, key, tok string, op FinishOp, d time.Duration, result []byte, floor uint64) (bool, error) {
 	rec := b.Records.Record(key)
+	strict := "0"
+	if b.StrictLeases {
+		strict = "1"
+	}
 	return ParseFlag(b.run(ctx, c, IdemFinish, []string{rec}, nil,
-		tok, string(op), d.Milliseconds(), result, recordChannel(rec), b.args.mode, floor))
+		tok, string(op), d.Milliseconds(), result, recordChannel(rec), b.args.mode, floor, strict))
 }
 
 // RecordStatus reads key's record state for a caller about to wait for it

@@ -168,3 +168,29 @@ func TestScriptsKnowAttemptMemory(t *testing.T) {
 		}
 	}
 }
+
+// A replay's GET settles only a completed record of the caller's
+// fingerprint; every other value is left to the begin script.
+func TestCompletedResult(t *testing.T) {
+	for _, c := range []struct {
+		v, fp, res string
+		ok         bool
+	}{
+		{"R1|c|1795915537375806|||2|fp{}", "fp", "{}", true},
+		{"R1|c|17|w||2|fp", "fp", "", true},
+		{"R1|c|17|||2|fpresult|with|bars", "fp", "result|with|bars", true},
+		{"R1|c|17|||2|fpx", "fq", "", false},   // another fingerprint
+		{"R1|c|17|||3|fpx", "fp", "", false},   // another length
+		{"R1|i|17||tok|2|fp", "fp", "", false}, // in flight
+		{"R1|x|17|||0|", "", "", false},        // a tombstone
+		{"R1|c|1a|||2|fp", "fp", "", false},    // not a fence
+		{"R1|c|17||tok|2|fp", "fp", "", false}, // a token
+		{"R1|c|17|||9|fp", "fp", "", false},    // truncated
+		{"garbage", "fp", "", false},
+	} {
+		res, ok := completedResult([]byte(c.v), c.fp)
+		if ok != c.ok || string(res) != c.res {
+			t.Errorf("completedResult(%q, %q) = %q, %v; want %q, %v", c.v, c.fp, res, ok, c.res, c.ok)
+		}
+	}
+}

@@ -51,14 +51,16 @@ local function record_read(key)
   return redis.pcall('GET', key)
 end
 -- our_claim returns the record of key if it is the in-flight claim of
--- token whose lease has not run out, else nil.
-local function our_claim(key, token)
+-- token, else nil. A claim whose lease ran out is still the token's while
+-- no Begin took it over (no other run can have started), unless strict
+-- (Redlock: see rediskit.Base.StrictLeases).
+local function our_claim(key, token, strict)
   local v = record_read(key)
   if type(v) ~= 'string' then
     return nil
   end
   local r = record_parse(v)
-  if r and r.s == 'i' and r.t == token and redis.call('PTTL', key) > attempt_memory then
+  if r and r.s == 'i' and r.t == token and (not strict or redis.call('PTTL', key) > attempt_memory) then
     return r
   end
   return nil

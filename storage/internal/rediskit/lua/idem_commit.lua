@@ -9,7 +9,7 @@
 -- Returns {1, ''} done, {0, ''} not our claim (nothing run), {2, reason}
 -- refused by the effect (nothing written); an error reply when the effect
 -- raised an error or returned redis.error_reply (the record not written).
-local rec = our_claim(KEYS[1], ARGV[1])
+local rec = our_claim(KEYS[1], ARGV[1], false)
 if not rec then
   return {0, ''}
 end

@@ -5,7 +5,8 @@
 -- ARGV[3] retention or lease in milliseconds, ARGV[4] result (complete),
 -- ARGV[5] channel, ARGV[6] pub/sub mode ('s', 'c', 'a', 'n'),
 -- ARGV[7] a fence the record keeps at least (Redlock: the claim's fence,
--- the highest of its nodes'), or '0'.
+-- the highest of its nodes'), or '0', ARGV[8] '1' to refuse a claim past
+-- its lease (rediskit.Base.StrictLeases).
 -- Completion and abandonment are announced when a duplicate waits (flag
 -- 'w'). An abandoned record becomes a tombstone that keeps its fence and
 -- attempt number for attempt_memory (see claim.lua). A claim given back
@@ -14,7 +15,7 @@
 -- fence while the fence is ahead of the clock (see tombstone in
 -- fence.lua).
 -- Returns 1 done, 0 not ours (the lease ran out, or another claim).
-local r = our_claim(KEYS[1], ARGV[1])
+local r = our_claim(KEYS[1], ARGV[1], ARGV[8] == '1')
 if not r then
   return 0
 end

@@ -16,8 +16,8 @@ do
     local n, p = string.match(v, '^(%d+)|()', rest)
     if n and p + tonumber(n) == #v + 1 then
       -- (an attempt 1: nothing after the fingerprint)
-      if redis.call('PTTL', KEYS[1]) <= 86400000 then
-        return 0 -- its lease ran out (the PTTL is the lease + attempt_memory)
+      if ARGV[8] == '1' and redis.call('PTTL', KEYS[1]) <= 86400000 then
+        return 0 -- strict: its lease ran out (the PTTL is the lease + attempt_memory)
       end
       if ARGV[2] == 'extend' then
         redis.call('PEXPIRE', KEYS[1], string.format('%d', tonumber(ARGV[3]) + 86400000))
