@@ -195,6 +195,9 @@
 // duplicate waits. The fence is issued as a lock's is. A new key costs one
 // write to claim and one to complete (Begin and Complete are one script
 // each); an abandoned record becomes a tombstone that keeps its fence and
-// attempt for idem.AttemptMemory. Anything else under the record's name is
+// attempt for idem.AttemptMemory. Once most of a Store's recent Begins
+// found their key completed, a Begin first reads the record with one plain
+// GET, which answers a replay without the script (not WithReplicas).
+// Anything else under the record's name is
 // idem.ErrCorruptRecord.
 package redisstore
