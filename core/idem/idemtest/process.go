@@ -67,7 +67,7 @@ func runMidway(newStore func() (idem.Store, error), key string) error {
 
 // killedRun: a process killed with SIGKILL in the middle of its run leaves
 // a claim that ends a TTL later; the next Do of the key (another process:
-// this one) runs it again and sees attempt 2.
+// this one) waits for it, runs it again and sees attempt 2.
 func (s *suite) killedRun(t *testing.T) {
 	if !s.cfg.RunnerProcess {
 		return // an in-process driver: no other process shares its records
@@ -117,9 +117,6 @@ func (s *suite) killedRun(t *testing.T) {
 	}
 	_ = cmd.Wait()
 	ctx := ctxT(t, 30*time.Second)
-	if c, err := st.Begin(ctx, k, "fp", time.Second); err != nil || c.State != idem.InFlight {
-		t.Fatalf("Begin just after the kill: %v %v, want in flight (the claim lives for its TTL)", c.State, err)
-	}
 	var attempt int
 	res, replayed, err := guard(t, st, idem.WithWait(20*time.Second)).Do(ctx, k, "fp", func(ctx context.Context) ([]byte, error) {
 		attempt, _ = idem.AttemptFrom(ctx)
