@@ -117,6 +117,7 @@
 // that expire in the same minute. "oncekit/idem/<escaped key>#attempts"
 // counts the key's claims (its version) for idem.Claim.Attempt: every
 // claim puts it in the claim's transaction, a completion deletes it, and a
-// lease ends it idem.AttemptMemory after the last claim. A claim's effect
-// (Effect) joins the transaction that completes its record.
+// lease (one per hour of claims) ends it between idem.AttemptMemory and an
+// hour more after the last claim. A claim's effect (Effect) joins the
+// transaction that completes its record.
 package etcdstore

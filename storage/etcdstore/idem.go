@@ -45,9 +45,10 @@ func (s *Store) recordDir(key string) string {
 
 // attemptsKey is where key's claims are counted (idem.Claim.Attempt): each
 // claim puts it, so its version is the number of claims since it was
-// made; a completion deletes it. It is bound to a lease that ends
-// idem.AttemptMemory after the last claim. ('#' is escaped in a key, so the
-// name is no key's record directory, and ListKeys passes over it.)
+// made; a completion deletes it. It is bound to a lease that ends between
+// idem.AttemptMemory and an hour more after the last claim. ('#' is
+// escaped in a key, so the name is no key's record directory, and
+// ListKeys passes over it.)
 func (s *Store) attemptsKey(key string) string {
 	return s.opts.recordPrefix + url.PathEscape(key) + "#attempts"
 }
@@ -55,7 +56,10 @@ func (s *Store) attemptsKey(key string) string {
 // countAttempt is the put of key's attempts counter a claim makes, in the
 // claim's transaction.
 func (s *Store) countAttempt(ctx context.Context, key string) (clientv3.Op, error) {
-	lease, err := s.retentionLease(ctx, time.Now().Add(idem.AttemptMemory))
+	// One lease per hour of claims (not per minute, as retentions): it
+	// ends between AttemptMemory and AttemptMemory + 1 h after a claim.
+	until := time.Now().Add(idem.AttemptMemory).Truncate(time.Hour).Add(time.Hour)
+	lease, err := s.retentionLease(ctx, until)
 	if err != nil {
 		return clientv3.Op{}, err
 	}

@@ -947,13 +947,16 @@ func (s *suite) listKeys(t *testing.T) {
 func (s *suite) longRun(t *testing.T) {
 	st := s.cfg.NewStore(t)
 	k := key(t)
-	g := guard(t, st, idem.WithTTL(500*time.Millisecond))
+	// A TTL of a second: an extension is three round trips on some
+	// drivers (etcd), each a disk sync, and a loaded machine must not
+	// make it late (the claim would then rightly be lost).
+	g := guard(t, st, idem.WithTTL(time.Second))
 	done, started := make(chan error, 1), make(chan struct{})
 	go func() {
-		_, _, err := g.Do(ctxT(t, 10*time.Second), k, "fp", func(ctx context.Context) ([]byte, error) {
+		_, _, err := g.Do(ctxT(t, 15*time.Second), k, "fp", func(ctx context.Context) ([]byte, error) {
 			close(started)
 			select {
-			case <-time.After(1500 * time.Millisecond): // three TTLs
+			case <-time.After(3 * time.Second): // three TTLs
 				return []byte("long"), nil
 			case <-ctx.Done():
 				return nil, context.Cause(ctx)
@@ -963,7 +966,7 @@ func (s *suite) longRun(t *testing.T) {
 	}()
 	awaitRun(t, started, done)
 	other := s.cfg.NewStore(t)
-	deadline := time.Now().Add(1400 * time.Millisecond)
+	deadline := time.Now().Add(2800 * time.Millisecond)
 	for time.Now().Before(deadline) {
 		c, err := other.Begin(ctxT(t, 5*time.Second), k, "fp", time.Second)
 		if err != nil {
