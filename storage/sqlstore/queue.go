@@ -215,7 +215,7 @@ func (s *Store) tryLook(ctx context.Context, c *sql.Conn, key, tok, owner string
 func (s *Store) waitLook(ctx context.Context, c *sql.Conn, key, tok, owner string, ttl, budget time.Duration) (l look, tainted bool, err error) {
 	if s.dialect == MySQL {
 		l, err = s.myWaitLook(ctx, c, key, tok, owner, ttl, budget)
-		return l, false, err
+		return l, errors.Is(err, errConnKilled), err
 	}
 	var fence, remaining, waited sql.NullInt64
 	timeout := strconv.FormatInt(max(budget.Milliseconds(), 1), 10) + "ms"
@@ -678,7 +678,33 @@ func (s *Store) myTryLook(ctx context.Context, c *sql.Conn, key, tok, owner stri
 func (s *Store) myWaitLook(ctx context.Context, c *sql.Conn, key, tok, owner string, ttl, budget time.Duration) (look, error) {
 	name := s.sessionName(key)
 	secs := strconv.FormatFloat(max(budget, time.Millisecond).Seconds(), 'f', 3, 64)
-	res, err := c.ExecContext(ctx, s.q.sqWait, []byte(key), tok, []byte(owner), us(ttl), name, secs, []byte(key))
+	id, err := s.myConnID(ctx, c)
+	if err != nil {
+		return look{}, err
+	}
+	// Not ctx itself: the driver would close the connection when ctx
+	// ends, and the server, which notices that late, would go on waiting
+	// in GET_LOCK and take the row for nobody when the holder lets go. A
+	// KILL QUERY from another connection ends the statement instead; the
+	// GET_LOCK timeout bounds it, and a deadline a little past that
+	// bounds a connection that stopped answering.
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), budget+5*time.Second)
+	defer cancel()
+	stop := context.AfterFunc(ctx, func() {
+		kctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, _ = s.db.ExecContext(kctx, "KILL QUERY "+strconv.FormatInt(id, 10))
+	})
+	res, err := c.ExecContext(wctx, s.q.sqWait, []byte(key), tok, []byte(owner), us(ttl), name, secs, []byte(key))
+	if !stop() {
+		// Killed (or about to be): whatever the statement did, the
+		// caller gives up; a row it took for tok is given back, and c,
+		// which a late KILL QUERY could still reach, goes.
+		if _, ok := myTaken(res, err); ok {
+			s.releaseRow(key, tok)
+		}
+		return look{}, errConnKilled
+	}
 	if err != nil {
 		return look{}, err
 	}
@@ -693,6 +719,30 @@ func (s *Store) myWaitLook(ctx context.Context, c *sql.Conn, key, tok, owner str
 		return look{left: leftDur(remaining)}, errWaitEnded
 	}
 	return look{holding: true, left: leftDur(remaining)}, nil
+}
+
+// errConnKilled: a wait that ctx ended was killed on the server; its
+// connection must not be used again (see myWaitLook).
+var errConnKilled = errors.New("sqlstore: the wait was ended by KILL QUERY")
+
+// myConnID is the server's id of c's session (CONNECTION_ID()), asked once
+// per driver connection.
+func (s *Store) myConnID(ctx context.Context, c *sql.Conn) (int64, error) {
+	var dc any
+	_ = c.Raw(func(d any) error { dc = d; return nil })
+	if id, ok := s.connIDs.Load(dc); ok {
+		return id.(int64), nil
+	}
+	var id int64
+	if err := c.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&id); err != nil {
+		return 0, err
+	}
+	if s.connIDCount.Add(1) > 4096 { // connections come and go: start over
+		s.connIDs.Clear()
+		s.connIDCount.Store(1)
+	}
+	s.connIDs.Store(dc, id)
+	return id, nil
 }
 
 // myTakeLook takes the row if it is free (the session lock as it is).

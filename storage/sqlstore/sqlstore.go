@@ -26,11 +26,13 @@ var schemas embed.FS
 // (idem.Store, idem.EffectStore) in three tables of one database. Make it
 // with New or Open; apply the schema once with Migrate.
 type Store struct {
-	db      *sql.DB
-	ownsDB  bool // Open made db: Close closes it
-	dialect Dialect
-	prefix  string
-	q       queries
+	connIDs     sync.Map     // MySQL: driver connection -> CONNECTION_ID() (myConnID)
+	connIDCount atomic.Int64 // entries stored in connIDs since it was last cleared
+	db          *sql.DB
+	ownsDB      bool // Open made db: Close closes it
+	dialect     Dialect
+	prefix      string
+	q           queries
 
 	observer        observe.Observer
 	pollInterval    time.Duration
