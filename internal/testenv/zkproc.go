@@ -90,7 +90,7 @@ func StartZooKeeper(tb testing.TB, n int) []*ZooKeeperMember {
 		tb.Cleanup(m.Kill)
 	}
 	for _, m := range members {
-		m.WaitServing(30 * time.Second)
+		m.WaitServing(60 * time.Second) // a loaded make test can take most of a minute
 	}
 	return members
 }
