@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -262,14 +263,29 @@ func (s *Store) Schema() []string {
 	return out
 }
 
+// pgColumns are the records table's columns that tables made by earlier
+// versions may lack: Migrate adds them.
+var pgColumns = []struct{ name, ddl string }{
+	{"watched", "boolean NOT NULL DEFAULT false"},
+	{"attempt", "integer NOT NULL DEFAULT 0"},
+}
+
 // Migrate creates the Store's tables and indexes where they do not exist.
-// It is safe to run from many processes at once and again on every start.
+// It is safe to run from many processes at once and again on every start,
+// also while other processes use the tables: on PostgreSQL a schema that
+// is in place is found so in the catalogs, without a statement that
+// locks a table (CREATE INDEX IF NOT EXISTS takes a SHARE lock on its
+// table even when the index exists: it would wait for every transaction
+// writing there, and hold up every write behind it).
 func (s *Store) Migrate(ctx context.Context) error {
 	if s.dialect == Postgres {
 		// One transaction under an advisory lock: concurrent CREATE ... IF
 		// NOT EXISTS can otherwise collide in PostgreSQL's catalogs.
 		return s.inTx(ctx, "migrate", "", func(tx *sql.Tx) error {
 			if _, err := tx.ExecContext(ctx, "SELECT pg_advisory_xact_lock(hashtext($1))", "oncekit-migrate:"+s.prefix); err != nil {
+				return err
+			}
+			if done, err := s.pgSchemaInPlace(ctx, tx); err != nil || done {
 				return err
 			}
 			for _, stmt := range s.Schema() {
@@ -280,10 +296,7 @@ func (s *Store) Migrate(ctx context.Context) error {
 			// A records table made before a column: added (only then, as
 			// ALTER TABLE locks the table).
 			_, _, records := s.Tables()
-			for _, col := range []struct{ name, ddl string }{
-				{"watched", "boolean NOT NULL DEFAULT false"},
-				{"attempt", "integer NOT NULL DEFAULT 0"},
-			} {
+			for _, col := range pgColumns {
 				var has bool
 				if err := tx.QueryRowContext(ctx, "SELECT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass($1)"+
 					" AND attname = $2 AND NOT attisdropped)", records, col.name).Scan(&has); err != nil {
@@ -317,6 +330,51 @@ func (s *Store) Migrate(ctx context.Context) error {
 	}
 	return nil
 }
+
+// pgSchemaStatement matches the statements of the PostgreSQL schema, which
+// pgSchemaInPlace checks in the catalogs: a table or an index that must
+// exist, an index that must not.
+var pgSchemaStatement = regexp.MustCompile(`^(CREATE TABLE IF NOT EXISTS|CREATE INDEX IF NOT EXISTS|DROP INDEX IF EXISTS) ([\w.]+)(?: ON ([\w.]+))?`)
+
+// pgSchemaInPlace reports whether every statement of the schema would
+// change nothing and the records table has all of pgColumns, read from
+// the catalogs (which lock no table). A statement it does not know
+// counts as work to do.
+func (s *Store) pgSchemaInPlace(ctx context.Context, tx *sql.Tx) (bool, error) {
+	var exist, absent []string
+	for _, stmt := range s.Schema() {
+		m := pgSchemaStatement.FindStringSubmatch(strings.TrimSpace(stmt))
+		switch {
+		case m == nil:
+			return false, nil
+		case m[1] == "DROP INDEX IF EXISTS":
+			absent = append(absent, m[2])
+		case m[3] != "": // an index lives in its table's schema
+			if sch, ok := schemaOf(m[3]).(string); ok {
+				exist = append(exist, sch+"."+m[2])
+			} else {
+				exist = append(exist, m[2])
+			}
+		default:
+			exist = append(exist, m[2])
+		}
+	}
+	cols := make([]string, len(pgColumns))
+	for i, c := range pgColumns {
+		cols[i] = c.name
+	}
+	_, _, records := s.Tables()
+	var done bool
+	err := tx.QueryRowContext(ctx, `SELECT (SELECT bool_and(to_regclass(n) IS NOT NULL) FROM unnest($1::text[]) n)
+		AND (SELECT coalesce(bool_and(to_regclass(n) IS NULL), true) FROM unnest($2::text[]) n)
+		AND (SELECT count(*) FROM pg_attribute WHERE attrelid = to_regclass($3) AND attname = ANY($4::text[]) AND NOT attisdropped) = cardinality($4::text[])`,
+		pgArray(exist), pgArray(absent), records, pgArray(cols)).Scan(&done)
+	return done, err
+}
+
+// pgArray is a PostgreSQL text[] literal of names (letters, digits, '_'
+// and '.': nothing to quote).
+func pgArray(names []string) string { return "{" + strings.Join(names, ",") + "}" }
 
 // schemaOf is the schema of a "schema.table" name, or nil (the
 // connection's); tableOf its table.
