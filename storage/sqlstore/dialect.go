@@ -66,7 +66,8 @@ type queries struct {
 	// the row alone, the release of both, the session lock's release, and
 	// the count of sessions queued for it.
 	sqTry, sqWait, sqTake, sqRelease, sqUnlock, sqWaiting string
-	sqUntry, sqHeld, sqLeft                               string // MySQL
+	sqHeld                                                string // 1 when the session holds the key's session lock; the row's expiry
+	sqUntry, sqLeft                                       string // MySQL
 }
 
 // cleanupGrace is how long a row outlives both its expiry and its fence

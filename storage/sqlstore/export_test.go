@@ -6,3 +6,6 @@ var NowUS = nowUS
 // WithoutReturning makes a MySQL Store claim records as it does on MySQL 8
 // (a read, then an upsert), on MariaDB too.
 func WithoutReturning() Option { return func(s *Store) { s.noReturning = true } }
+
+// SessionID is the number of key's session lock (pg_advisory_lock's).
+func (s *Store) SessionID(key string) int64 { return s.sessionID(key) }

@@ -330,18 +330,39 @@ func (q *queuer) queue(ctx context.Context, budget time.Duration) error {
 	l, tainted, err := q.s.waitLook(ctx, q.c, q.key, q.tok, q.owner, q.ttl, budget)
 	q.tainted = q.tainted || tainted
 	switch {
-	case err != nil && lockTimedOut(err):
+	case errors.Is(err, errWaitEnded): // (MySQL: GET_LOCK said no)
 		l = look{left: math.MinInt64 / 2} // (the row is looked at next)
-	case err != nil && retryable(err):
-		// A serialization failure (a session default of REPEATABLE
-		// READ): the statement got as far as the row, so it had the
-		// session lock, and keeps it.
-		l, q.holding = look{}, true
+	case err != nil && !q.tainted && (lockTimedOut(err) || retryable(err)):
+		// The wait ran out — lock_timeout bounds each of the statement's
+		// waits: the session lock's, and, once that was granted, the
+		// row's (a release or a take still committing) — or the row's
+		// update failed (a serialization failure under a session default
+		// of REPEATABLE READ, a deadlock). The session lock outlives the
+		// failed statement: whether it was taken is asked, not guessed,
+		// or a second wait would take it again (it counts holds), the
+		// release give one back, and the connection go back to the pool
+		// holding it, for every later acquirer to queue behind.
+		if l, err = q.s.sessionLook(ctx, q.c, q.key); err != nil {
+			return err
+		}
 	case err != nil:
 		return err
 	}
 	q.l, q.holding = l, q.holding || l.holding
 	return nil
+}
+
+// sessionLook says whether c's session holds key's session lock, and the
+// row's expiry; a look at the row is due next when it does not.
+func (s *Store) sessionLook(ctx context.Context, c *sql.Conn, key string) (look, error) {
+	var held, remaining sql.NullInt64
+	if err := s.connRow(ctx, c, s.q.sqHeld, []any{s.sessionName(key), []byte(key)}, &held, &remaining); err != nil {
+		return look{}, err
+	}
+	if held.Int64 != 1 {
+		return look{left: math.MinInt64 / 2}, nil
+	}
+	return look{holding: true, left: leftDur(remaining)}, nil
 }
 
 // take takes the row if it is free, the session lock as it is.
@@ -365,7 +386,9 @@ func (q *queuer) try(ctx context.Context) error {
 	l, err := q.s.tryLook(ctx, q.c, q.key, q.tok, q.owner, q.ttl)
 	switch {
 	case err != nil && retryable(err):
-		l, q.holding = look{}, true // (as in queue)
+		if l, err = q.s.sessionLook(ctx, q.c, q.key); err != nil { // (as in queue)
+			return err
+		}
 	case err != nil:
 		return err
 	}
@@ -641,6 +664,9 @@ func sessionQueries(q *queries, locks, waiters, now, headNow string) {
 		" c AS MATERIALIZED (SELECT count(*) AS n FROM u)" +
 		" SELECT c.n, pg_advisory_unlock($3), (SELECT pg_notify($4, h.waiter) FROM (" + strings.Replace(headNow, "?", "$1", 1) + ") h WHERE c.n = 1) FROM c"
 	q.sqUnlock = "SELECT pg_advisory_unlock($1)"
+	q.sqHeld = "SELECT CASE WHEN EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND granted" +
+		" AND classid = (($1::bigint >> 32) & 4294967295)::oid AND objid = ($1::bigint & 4294967295)::oid AND objsubid = 1) THEN 1 ELSE 0 END, " +
+		strings.Replace(remaining, "$1", "$2", 1)
 	q.sqWaiting = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted" +
 		" AND database = (SELECT oid FROM pg_database WHERE datname = current_database())" +
 		" AND classid = (($1::bigint >> 32) & 4294967295)::oid AND objid = ($1::bigint & 4294967295)::oid AND objsubid = 1"

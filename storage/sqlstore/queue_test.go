@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/oncekit/oncekit/core/lock"
+	"github.com/oncekit/oncekit/internal/testenv"
 	"github.com/oncekit/oncekit/storage/sqlstore"
 )
 
@@ -172,5 +173,69 @@ func TestQueueKeepsHalfThePool(t *testing.T) {
 				t.Errorf("%d connections in use after every lock was released, %d before any was taken", n, base)
 			}
 		})
+	}
+}
+
+// A waiter's statement is bounded by lock_timeout in its every wait: for
+// the session lock and, once that was granted, for the row another
+// transaction has locked. When the row's wait is what ran out, the session
+// lock is the waiter's all the same: it must know so, or a second wait
+// takes it again (session locks count holds), the release gives one back,
+// and the connection goes back to the pool still holding the key's
+// session lock — every later acquirer then queues behind a connection
+// nobody uses (seen as a lock suite that crawled under load).
+func TestRowWaitTimeoutKeepsSessionLockAccount(t *testing.T) {
+	url := testenv.PostgresURL(t)
+	admin := migrated(t, url)
+	locks, _, _ := admin.Tables()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	key := "row-wait:" + time.Now().Format(time.RFC3339Nano)
+	first, err := admin.TryAcquire(ctx, key, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Release(ctx); err != nil { // the row stays, free
+		t.Fatal(err)
+	}
+	// Another transaction holds the free row's lock for longer than the
+	// waiter's first wait (a TTL of one second: a budget of a second).
+	tx, err := admin.DB().BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, "SELECT 1 FROM "+locks+" WHERE lock_key = $1 FOR UPDATE", []byte(key)); err != nil {
+		t.Fatal(err)
+	}
+	waiter := open(t, url)
+	got := make(chan error, 1)
+	go func() {
+		l, err := waiter.Acquire(ctx, key, time.Second)
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		got <- err
+	}()
+	time.Sleep(1500 * time.Millisecond)
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("the waiter's Acquire and Release: %v", err)
+	}
+	var held int
+	if err := admin.DB().QueryRowContext(ctx, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted"+
+		" AND classid = (($1::bigint >> 32) & 4294967295)::oid AND objid = ($1::bigint & 4294967295)::oid AND objsubid = 1",
+		admin.SessionID(key)).Scan(&held); err != nil {
+		t.Fatal(err)
+	}
+	if held != 0 {
+		t.Errorf("after the waiter's release, %d sessions still hold the key's session lock", held)
+	}
+	if l, err := open(t, url).TryAcquire(ctx, key, time.Second); err != nil {
+		t.Errorf("TryAcquire of the free key: %v", err)
+	} else {
+		_ = l.Release(ctx)
 	}
 }
