@@ -35,6 +35,7 @@ import (
 // authentication and TLS, with certificates this test makes. Without the
 // credentials or the CA, nothing gets through.
 func TestCredentialsAndTLS(t *testing.T) {
+	t.Parallel()
 	testenv.NeedCommand(t, "redis-server")
 	testenv.QuietRedisDialErrors() // the refused attempts below are on purpose
 	certs := makeCerts(t)
@@ -94,7 +95,10 @@ func useStore(t *testing.T, url string) {
 	defer o.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	l, err := o.TryAcquire(ctx, "tls-lock", 5*time.Second)
+	// (A 10 s lease gives Redlock's first round, which dials every node
+	// over TLS, a node timeout of 1 s: a handshake under the race detector
+	// on a loaded machine took longer than the 500 ms of a 5 s lease.)
+	l, err := o.TryAcquire(ctx, "tls-lock", 10*time.Second)
 	if err != nil {
 		t.Fatalf("TryAcquire: %v", err)
 	}

@@ -108,8 +108,9 @@ func runChild() {
 // restarted: every message's effect happens exactly once and none is lost,
 // on kafka-go's Reader and on franz-go's.
 func TestKilledConsumer(t *testing.T) {
+	t.Parallel() // (topics, groups and store of its own)
 	for _, client := range []string{"kafka-go", "franz-go"} {
-		t.Run(client, func(t *testing.T) { killedConsumer(t, client) })
+		t.Run(client, func(t *testing.T) { t.Parallel(); killedConsumer(t, client) })
 	}
 }
 
@@ -230,6 +231,7 @@ func TestRebalance(t *testing.T) {
 // and so the commits; when it is back, the consumer goes on, and every
 // effect happened once. On kafka-go's Reader and on franz-go's.
 func TestStoreAway(t *testing.T) {
+	t.Parallel() // (topics and a store of its own)
 	eachReader(t, storeAway)
 }
 

@@ -20,12 +20,17 @@ go vet ./... || rc=1
 # Imports point down the layers, and examples/ builds outside this repository.
 scripts/layers.sh || rc=1
 (cd bench && go vet ./...) || rc=1
-go test -race -count=1 -timeout 30m ./... || rc=1
-# The first command a Go developer types: `go test ./...` with no server
-# configured. Every server-backed test must skip with its reason, and
-# everything else pass.
-env -u REDIS_ADDRS -u REDIS_CLUSTER_ADDRS -u REDIS_SENTINEL_ADDRS -u ETCD_ENDPOINTS -u KAFKA_BROKERS -u POSTGRES_URL -u MYSQL_URL -u ZOOKEEPER_ADDRS -u ONCEKIT_REQUIRE_SERVERS \
-	go test -count=1 ./... || rc=1
+# Most tests wait on servers (leases running out, restarts, elections),
+# not on the CPU: four packages at a time, and eight parallel tests in
+# each (the conformance suites' configurations, the integration
+# scenarios), keep the two cores busy. Tests that bound a time run alone.
+go test -race -count=1 -timeout 30m -p 4 -parallel 8 ./... || rc=1
+# The first command a Go developer types, with no server configured:
+# every server-backed test must skip with its reason, and everything else
+# pass. (-short: the tests that start servers of their own, to kill and
+# restart them, ran above; here they would only run again.)
+env -u REDIS_ADDRS -u REDIS_CLUSTER_ADDRS -u REDIS_SENTINEL_ADDRS -u ETCD_ENDPOINTS -u KAFKA_BROKERS -u POSTGRES_URL -u MYSQL_URL -u ZOOKEEPER_ADDRS -u PGBOUNCER_URL -u ONCEKIT_REQUIRE_SERVERS \
+	go test -short -count=1 ./... || rc=1
 # The benchmark module (peer libraries live there, out of the main go.mod):
 # each benchmark runs once so it cannot rot.
 (cd bench && go test -count=1 -run '^$' -bench . -benchtime 1x ./...) || rc=1

@@ -28,6 +28,7 @@ type RedisCluster struct {
 // ONCEKIT_REQUIRE_SERVERS=1) when redis-server is not installed.
 func StartRedisCluster(tb testing.TB, primaries, replicas int) *RedisCluster {
 	tb.Helper()
+	skipShort(tb)
 	NeedCommand(tb, "redis-server")
 	rc := &RedisCluster{tb: tb}
 	var addrs []string

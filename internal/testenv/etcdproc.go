@@ -51,6 +51,7 @@ func StartEtcdClusterDefaultTiming(tb testing.TB, n int) []*EtcdMember {
 
 func startEtcdCluster(tb testing.TB, n int, heartbeatMs, electionMs string) []*EtcdMember {
 	tb.Helper()
+	skipShort(tb)
 	if _, err := exec.LookPath("etcd"); err != nil {
 		msg := "etcd not installed (make services-up installs it)"
 		if Required() {

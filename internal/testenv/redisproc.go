@@ -1,15 +1,20 @@
 package testenv
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // RedisProcess is a redis-server a test starts for itself, to stop, pause
@@ -38,6 +43,7 @@ func StartDurableRedis(tb testing.TB) *RedisProcess { return startRedis(tb, true
 
 func startRedis(tb testing.TB, durable bool) *RedisProcess {
 	tb.Helper()
+	skipShort(tb)
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		msg := "redis-server not installed (make services-up installs it)"
 		if Required() {
@@ -52,14 +58,26 @@ func startRedis(tb testing.TB, durable bool) *RedisProcess {
 	return p
 }
 
+// handedOut are the ports freePort has returned in this process: tests
+// run in parallel, and the kernel may offer a port again once its probe
+// listener closed, before the server it was meant for has bound it.
+var handedOut sync.Map
+
+// freePort returns a 127.0.0.1 port nothing listens on, and never the
+// same one twice in a process.
 func freePort(tb testing.TB) int {
 	tb.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
+	for {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			tb.Fatal(err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		if _, dup := handedOut.LoadOrStore(port, true); !dup {
+			return port
+		}
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 // Start (re)starts the server on its port — empty, unless it is durable —
@@ -84,6 +102,7 @@ func (p *RedisProcess) Start() {
 		c, err := net.DialTimeout("tcp", p.Addr, 200*time.Millisecond)
 		if err == nil {
 			c.Close()
+			p.checkOwnPort()
 			return
 		}
 		if time.Now().After(deadline) {
@@ -91,6 +110,23 @@ func (p *RedisProcess) Start() {
 			p.tb.Fatalf("redis-server on %s not ready: %v\n%s", p.Addr, err, log)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// checkOwnPort fails the test when the server answering on the port is
+// not the one just started (another process's port, taken in the moment
+// between freePort and the start: this server could not bind it).
+func (p *RedisProcess) checkOwnPort() {
+	p.tb.Helper()
+	c := redis.NewClient(&redis.Options{Addr: p.Addr, DialTimeout: time.Second, ReadTimeout: 5 * time.Second, MaxRetries: 3})
+	defer c.Close()
+	info, err := c.Info(context.Background(), "server").Result()
+	if err != nil && strings.Contains(err.Error(), "LOADING") {
+		return // (a durable server loading its file: ours)
+	}
+	if err == nil && !strings.Contains(info, "process_id:"+strconv.Itoa(p.cmd.Process.Pid)+"\r") {
+		log, _ := os.ReadFile(filepath.Join(p.dir, "redis.log"))
+		p.tb.Fatalf("port %d answers for another process than the redis-server started on it:\n%s", p.port, log)
 	}
 }
 

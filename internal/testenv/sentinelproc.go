@@ -45,6 +45,7 @@ type SentinelGroup struct {
 // waits until the replicas are in sync and every sentinel sees them.
 func StartSentinelGroup(tb testing.TB, replicas int) *SentinelGroup {
 	tb.Helper()
+	skipShort(tb)
 	NeedCommand(tb, "redis-server")
 	g := &SentinelGroup{tb: tb, Master: "oncekit-test"}
 	var primary string

@@ -37,6 +37,7 @@ type PostgresProcess struct {
 // ONCEKIT_REQUIRE_SERVERS=1) when PostgreSQL is not installed.
 func StartPostgres(tb testing.TB) *PostgresProcess {
 	tb.Helper()
+	skipShort(tb)
 	bins, _ := filepath.Glob("/usr/lib/postgresql/*/bin/initdb")
 	if len(bins) == 0 {
 		msg := "PostgreSQL not installed (make services-up installs it)"
@@ -172,6 +173,7 @@ type MariaDBProcess struct {
 // ONCEKIT_REQUIRE_SERVERS=1) when MariaDB is not installed.
 func StartMariaDB(tb testing.TB) *MariaDBProcess {
 	tb.Helper()
+	skipShort(tb)
 	if _, err := exec.LookPath("mariadb-install-db"); err != nil {
 		msg := "MariaDB not installed (make services-up installs it)"
 		if Required() {

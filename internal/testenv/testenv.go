@@ -74,6 +74,16 @@ func HolderAddrs(env string, n int) ([]string, error) {
 	return a[:n], nil
 }
 
+// skipShort skips a test that starts servers of its own (to stop, pause
+// and restart them) under go test -short: the quick run, which make
+// test's pass without configured servers is. The race pass runs them.
+func skipShort(tb testing.TB) {
+	tb.Helper()
+	if testing.Short() {
+		tb.Skip("starts servers of its own: not with -short")
+	}
+}
+
 // NeedCommand skips tb (fails it under ONCEKIT_REQUIRE_SERVERS=1) unless
 // the named program is installed.
 func NeedCommand(tb testing.TB, name string) {

@@ -34,6 +34,7 @@ type ZooKeeperMember struct {
 // when ZooKeeper or Java is not installed.
 func StartZooKeeper(tb testing.TB, n int) []*ZooKeeperMember {
 	tb.Helper()
+	skipShort(tb)
 	const jar = "/usr/share/java/zookeeper.jar"
 	_, errJava := exec.LookPath("java")
 	if _, err := os.Stat(jar); err != nil || errJava != nil {

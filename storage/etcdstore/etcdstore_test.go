@@ -87,6 +87,7 @@ func newStore(t testing.TB, c etcdstore.Client, opts ...etcdstore.Option) *etcds
 }
 
 func TestConformance(t *testing.T) {
+	t.Parallel()
 	eps := testenv.EtcdAddrs(t)
 	var counters sync.Map // lock.Locker -> *rpcs
 	locktest.Run(t, locktest.Config{

@@ -18,6 +18,7 @@ import (
 )
 
 func TestIdemConformance(t *testing.T) {
+	t.Parallel()
 	eps := testenv.EtcdAddrs(t)
 	admin := newClient(t, eps)
 	idemtest.Run(t, idemtest.Config{

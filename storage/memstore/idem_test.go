@@ -13,6 +13,7 @@ import (
 )
 
 func TestIdemConformance(t *testing.T) {
+	t.Parallel()
 	store := memstore.New()
 	idemtest.Run(t, idemtest.Config{
 		NewStore: func(*testing.T) idem.Store { return store },

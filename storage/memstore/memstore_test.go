@@ -15,6 +15,7 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestConformance(t *testing.T) {
+	t.Parallel()
 	store := memstore.New()
 	locktest.Run(t, locktest.Config{
 		NewLocker: func(*testing.T) lock.Locker { return store },

@@ -21,6 +21,7 @@ import (
 // hash tag keeps each lock's keys and channel in one slot, and waiters
 // subscribe on the shard that owns their key.
 func TestConformanceCluster(t *testing.T) {
+	t.Parallel()
 	addrs := testenv.RedisClusterAddrs(t)
 	var counters sync.Map // lock.Locker -> *counter
 	locktest.Run(t, locktest.Config{
@@ -165,12 +166,13 @@ func TestClusterPlacedEffect(t *testing.T) {
 // carries on through the new primary, and the next holder's fence is
 // higher.
 func TestClusterFailover(t *testing.T) {
+	t.Parallel()
 	for _, acked := range []bool{false, true} {
 		name := "without-replicas-option"
 		if acked {
 			name = "with-replicas-option"
 		}
-		t.Run(name, func(t *testing.T) { clusterFailover(t, acked) })
+		t.Run(name, func(t *testing.T) { t.Parallel(); clusterFailover(t, acked) })
 	}
 }
 

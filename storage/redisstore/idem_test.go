@@ -16,6 +16,7 @@ import (
 )
 
 func TestIdemConformance(t *testing.T) {
+	t.Parallel()
 	admin := newClient(t)
 	idemtest.Run(t, idemtest.Config{
 		NewStore:      func(t *testing.T) idem.Store { return newStore(t, newClient(t)) },

@@ -64,6 +64,7 @@ func newStore(t testing.TB, c redisstore.Client, opts ...redisstore.Option) *red
 }
 
 func TestConformance(t *testing.T) {
+	t.Parallel()
 	for _, mode := range []struct {
 		name     string
 		pubsub   redisstore.PubSubMode
@@ -74,6 +75,7 @@ func TestConformance(t *testing.T) {
 		{"unfenced", redisstore.PubSubAuto, true},
 	} {
 		t.Run(mode.name, func(t *testing.T) {
+			t.Parallel()
 			opts := []redisstore.Option{redisstore.WithPubSub(mode.pubsub)}
 			if mode.unfenced {
 				opts = append(opts, redisstore.WithoutFencing())

@@ -29,6 +29,7 @@ func failoverClient(t testing.TB, sentinels []string, master string) *redis.Clie
 // Through go-redis' failover client, with every lease and claim waiting
 // for both replicas, the Store passes both suites.
 func TestSentinelConformance(t *testing.T) {
+	t.Parallel()
 	sentinels, master := testenv.SentinelAddrs(t)
 	opts := []redisstore.Option{redisstore.WithReplicas(2, 2*time.Second)}
 	admin := failoverClient(t, sentinels, master)
@@ -61,12 +62,14 @@ func TestSentinelConformance(t *testing.T) {
 // acknowledge is given back (ErrNotReplicated), and one they did survives
 // the failover: no second holder, no second run, fences keep growing.
 func TestFailover(t *testing.T) {
+	t.Parallel()
 	for _, acked := range []bool{false, true} {
 		name := "without-replicas-option"
 		if acked {
 			name = "with-replicas-option"
 		}
 		t.Run(name, func(t *testing.T) {
+			t.Parallel() // (a group of its own)
 			g := testenv.StartSentinelGroup(t, 2)
 			var opts []redisstore.Option
 			if acked {

@@ -14,6 +14,7 @@ import (
 )
 
 func TestIdemConformance(t *testing.T) {
+	t.Parallel()
 	addrs := testenv.RedisAddrs(t, 5)[:5]
 	idemtest.Run(t, idemtest.Config{
 		// 64 duplicates at once on five nodes, under the race detector on

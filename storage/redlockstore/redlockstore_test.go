@@ -75,6 +75,7 @@ func newStore(t testing.TB, cs []redlockstore.Client, opts ...redlockstore.Optio
 }
 
 func TestConformance(t *testing.T) {
+	t.Parallel()
 	addrs := testenv.RedisAddrs(t, 5)[:5]
 	for _, mode := range []struct {
 		name string
@@ -84,6 +85,7 @@ func TestConformance(t *testing.T) {
 		{"unfenced", []redlockstore.Option{redlockstore.WithoutFencing()}},
 	} {
 		t.Run(mode.name, func(t *testing.T) {
+			t.Parallel()
 			var counters sync.Map // lock.Locker -> *counter
 			cfg := locktest.Config{
 				NewLocker: func(t *testing.T) lock.Locker {

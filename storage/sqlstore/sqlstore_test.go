@@ -102,22 +102,26 @@ func execSQL(t testing.TB, s *sqlstore.Store, query string, args ...any) sql.Res
 func rebind(s *sqlstore.Store, query string) string { return s.Dialect().Rebind(query) }
 
 func TestConformance(t *testing.T) {
+	t.Parallel()
 	for name, url := range suiteDatabases(t) {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel() // (keys are the suite's own, random)
 			migrated(t, url)
-			t.Setenv(holderURLEnv, url)
 			locktest.Run(t, locktest.Config{
 				NewLocker:     func(t *testing.T) lock.Locker { return open(t, url) },
 				Reentrant:     true,
 				HolderProcess: true,
+				ProcessEnv:    []string{holderURLEnv + "=" + url},
 			})
 		})
 	}
 }
 
 func TestIdemConformance(t *testing.T) {
+	t.Parallel()
 	for name, url := range suiteDatabases(t) {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			admin := migrated(t, url)
 			_, _, records := admin.Tables()
 			createCounters(t, admin)
@@ -127,10 +131,10 @@ func TestIdemConformance(t *testing.T) {
 				// MariaDB; "mysql" runs MariaDB's.
 				opts = append(opts, sqlstore.WithoutReturning())
 			}
-			t.Setenv(holderURLEnv, url)
 			idemtest.Run(t, idemtest.Config{
 				NewStore:      func(t *testing.T) idem.Store { return open(t, url, opts...) },
 				RunnerProcess: true,
+				ProcessEnv:    []string{holderURLEnv + "=" + url},
 				Corrupt: func(t *testing.T, key string) {
 					execSQL(t, admin, "INSERT INTO "+records+" (record_key, state, fingerprint, token, fence, expires_us) VALUES (?, 7, ?, 'x', 1, ?)",
 						[]byte(key), []byte("garbage"), time.Now().Add(time.Hour).UnixMicro())

@@ -51,6 +51,7 @@ func connect(t testing.TB, opts ...zkstore.Option) *zkstore.Store {
 }
 
 func TestConformance(t *testing.T) {
+	t.Parallel()
 	locktest.Run(t, locktest.Config{
 		NewLocker:     func(t *testing.T) lock.Locker { return connect(t) },
 		Reentrant:     true,
@@ -59,6 +60,7 @@ func TestConformance(t *testing.T) {
 }
 
 func TestIdemConformance(t *testing.T) {
+	t.Parallel()
 	admin := connect(t)
 	idemtest.Run(t, idemtest.Config{
 		NewStore:      func(t *testing.T) idem.Store { return connect(t) },

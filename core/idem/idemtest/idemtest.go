@@ -50,6 +50,12 @@ type Config struct {
 	// RunnerProcess says the driver's TestMain calls RunRunner, so that
 	// the suite can kill a process in the middle of its run.
 	RunnerProcess bool
+
+	// ProcessEnv is added to the runner process's environment (it
+	// inherits this process's): what RunRunner's constructor needs to
+	// reach the store under test, for a suite that runs beside others on
+	// other stores (in parallel, where t.Setenv is not allowed).
+	ProcessEnv []string
 }
 
 // Run runs the whole suite.
@@ -226,11 +232,16 @@ func (s *suite) attempts(t *testing.T) {
 		}
 		return c
 	}
-	first := begin(100*time.Millisecond, 1)
-	if d, err := s.cfg.NewStore(t).Begin(ctx, k, "fp", time.Second); err != nil || d.State != idem.InFlight || d.Attempt != 0 {
+	other := s.cfg.NewStore(t) // (made, and its connection dialled, before the claim's lease runs)
+	if _, err := other.Begin(ctx, key(t), "fp", time.Second); err != nil {
+		t.Fatal(err)
+	}
+	first := begin(time.Second, 1)
+	if d, err := other.Begin(ctx, k, "fp", time.Second); err != nil || d.State != idem.InFlight || d.Attempt != 0 {
 		t.Errorf("a duplicate's Begin: %v attempt %d %v, want in flight, attempt 0", d.State, d.Attempt, err)
 	}
-	time.Sleep(250 * time.Millisecond) // the holder crashed: no Complete, no Abandon
+	// The holder crashed: no Complete, no Abandon; begin looks until its
+	// lease has run out.
 	second := begin(10*time.Second, 2)
 	if second.Fence <= first.Fence {
 		t.Errorf("the second claim's fence %d not above the first's %d", second.Fence, first.Fence)

@@ -77,7 +77,7 @@ func (s *suite) killedRun(t *testing.T) {
 	st := s.cfg.NewStore(t)
 	k := key(t)
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), runnerKeyEnv+"="+k)
+	cmd.Env = append(append(os.Environ(), s.cfg.ProcessEnv...), runnerKeyEnv+"="+k)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -87,7 +87,7 @@ func (s *suite) holderProcessFaults(t *testing.T) {
 			other := s.cfg.NewLocker(t)
 			k := key(t)
 			cmd := exec.Command(os.Args[0], "-test.run=^$")
-			cmd.Env = append(os.Environ(), holderKeyEnv+"="+k, holderTTLEnv+"="+ttl.String())
+			cmd.Env = append(append(os.Environ(), s.cfg.ProcessEnv...), holderKeyEnv+"="+k, holderTTLEnv+"="+ttl.String())
 			out, err := cmd.StdoutPipe()
 			if err != nil {
 				t.Fatal(err)
