@@ -258,14 +258,14 @@ func (s *suite) attempts(t *testing.T) {
 		seen = append(seen, n)
 		return []byte("ok"), nil
 	}
-	g := guard(t, s.cfg.NewStore(t), idem.WithRetention(200*time.Millisecond))
+	g := guard(t, s.cfg.NewStore(t), idem.WithRetention(time.Second)) // (the duplicate comes within it)
 	if _, _, err := g.Do(ctx, k, "fp", run); err != nil {
 		t.Fatal(err)
 	}
 	if _, replayed, err := g.Do(ctx, k, "fp", run); err != nil || !replayed {
 		t.Fatalf("a duplicate after completion: replayed=%v %v", replayed, err)
 	}
-	time.Sleep(400 * time.Millisecond) // the result's retention ends: a new request
+	time.Sleep(1500 * time.Millisecond) // the result's retention ends: a new request
 	if _, _, err := g.Do(ctx, k, "fp", run); err != nil {
 		t.Fatal(err)
 	}
@@ -276,7 +276,9 @@ func (s *suite) attempts(t *testing.T) {
 
 func (s *suite) retention(t *testing.T) {
 	k := key(t)
-	g := guard(t, s.cfg.NewStore(t), idem.WithRetention(100*time.Millisecond))
+	// (A second: a duplicate sent at once must come within it on a loaded
+	// machine too.)
+	g := guard(t, s.cfg.NewStore(t), idem.WithRetention(time.Second))
 	ctx := ctxT(t, 10*time.Second)
 	var runs atomic.Int64
 	run := func(context.Context) ([]byte, error) { return fmt.Appendf(nil, "%d", runs.Add(1)), nil }
@@ -286,7 +288,7 @@ func (s *suite) retention(t *testing.T) {
 	if res, replayed, err := g.Do(ctx, k, "fp", run); err != nil || !replayed || string(res) != "1" {
 		t.Errorf("within retention: %q replayed=%v err=%v; want the replay of 1", res, replayed, err)
 	}
-	time.Sleep(200 * time.Millisecond)
+	time.Sleep(1500 * time.Millisecond)
 	if res, replayed, err := g.Do(ctx, k, "fp", run); err != nil || replayed || string(res) != "2" {
 		t.Errorf("after retention: %q replayed=%v err=%v; want a fresh run", res, replayed, err)
 	}
