@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -59,7 +60,26 @@ type flags struct {
 	reportEvery                                            time.Duration
 }
 
+// syncWriter serialises the writes of the goroutines that share one
+// output: the replicas' report jobs and the flash sale's progress write to
+// stderr at once, and Main's caller may pass any io.Writer.
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
+}
+
 func run(args []string, stdout, stderr io.Writer, o Options) int {
+	out, errOut := &syncWriter{w: stdout}, &syncWriter{w: stderr}
+	if p, ok := stdout.(*os.File); ok && p == stderr { // (one file for both: one lock)
+		errOut = out
+	}
+	stdout, stderr = out, errOut
 	var f flags
 	fs := flag.NewFlagSet("inventory", flag.ContinueOnError)
 	fs.SetOutput(stderr)
