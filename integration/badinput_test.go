@@ -40,7 +40,6 @@ func noPanic(t *testing.T, what string, f func()) {
 // Every constructor refuses what it cannot work with, with an error and
 // no panic.
 func TestConstructorsRejectBadInput(t *testing.T) {
-	t.Parallel()
 	g, err := idem.NewGuard(memstore.New())
 	if err != nil {
 		t.Fatal(err)
@@ -100,7 +99,6 @@ func TestConstructorsRejectBadInput(t *testing.T) {
 // Every driver refuses bad keys, TTLs and owners with the documented
 // errors, before any round trip, and never panics.
 func TestDriversRejectBadInput(t *testing.T) {
-	t.Parallel()
 	for name, url := range map[string]string{"memory": "memory://", "redis": stores(t)["redis"], "redlock": stores(t)["redlock"], "etcd": stores(t)["etcd"],
 		"postgres": stores(t)["postgres"], "mysql": stores(t)["mysql"], "zk": stores(t)["zk"]} {
 		t.Run(name, func(t *testing.T) {
@@ -163,7 +161,6 @@ func TestDriversRejectBadInput(t *testing.T) {
 // The middleware answers malformed requests with a problem and runs
 // nothing: a malformed key, huge keys and bodies, binary bytes.
 func TestMiddlewareRejectsBadRequests(t *testing.T) {
-	t.Parallel()
 	g, err := idem.NewGuard(memstore.New())
 	if err != nil {
 		t.Fatal(err)

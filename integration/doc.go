@@ -7,6 +7,11 @@
 // order run twice, every replay identical to its original, a shipment per
 // order.
 //
+// Its tests run one at a time (no t.Parallel): each drives three replica
+// processes, a flash sale or a fault against a store, and several at once
+// on two cores stretched sales past their buyers' retry budgets and
+// hand-overs past the bounds the tests check.
+//
 // It has no API; run it with `make test` (or `go test ./integration` with
 // the services up: `make services-up` and the variables it prints).
 package integration

@@ -35,7 +35,6 @@ import (
 // a fence presented by two holds, the counter differing from the accepted
 // writes.
 func TestExclusionUnderFaults(t *testing.T) {
-	t.Parallel()
 	const ttl = time.Second
 	t.Run("redis", func(t *testing.T) {
 		srv := testenv.StartRedis(t)
@@ -172,9 +171,6 @@ func sqlExclusion(t *testing.T, url string, ttl time.Duration, server string, ki
 // 2 s; a dead holder's 1 s key must still come free a TTL after its last
 // heartbeat, as on Redis, not when the server's lease runs out.
 func TestEtcdDeadHolderWithinTTL(t *testing.T) {
-	// (Not in parallel with the others: it bounds how long a dead
-	// holder's key stays held, which the load of a dozen tests' processes
-	// on two cores would stretch.)
 	const ttl = time.Second
 	members := testenv.StartEtcdClusterDefaultTiming(t, 3)
 	var eps []string

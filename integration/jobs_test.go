@@ -202,9 +202,6 @@ func (r *roleRun) checkFences() {
 // killed (SIGKILL) mid-run: another, whose clock reaches the tick later,
 // takes it over once the claim's TTL has run out and finishes it, once.
 func TestJobOncePerTickAcrossSkewedProcesses(t *testing.T) {
-	// (Not in parallel with the others: a run of 200 ms every 500 ms on
-	// the early worker must stay under a tick, which the load of a dozen
-	// tests' processes on two cores stretched past it.)
 	eachStore(t, func(t *testing.T, url string) {
 		r := startRoles(t, "job", url, map[string]time.Duration{"late": -time.Second, "exact": 0, "early": 1500 * time.Millisecond})
 		// Past the first ticks, which only the workers whose clocks were
@@ -248,7 +245,6 @@ func TestJobOncePerTickAcrossSkewedProcesses(t *testing.T) {
 // above the last; the leader is killed (SIGKILL) and another leads within
 // the TTL.
 func TestLeaderKilledHandsOverWithinTTL(t *testing.T) {
-	// (Not in parallel with the others: it bounds the hand-over.)
 	eachStore(t, func(t *testing.T, url string) {
 		r := startRoles(t, "lead", url, map[string]time.Duration{"a": 0, "b": 0, "c": 0})
 		killed := r.killRunning(10 * time.Second)

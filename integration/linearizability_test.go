@@ -30,7 +30,6 @@ import (
 // real time. An answer the client never got (a replica died, a 5xx) may or
 // may not have happened.
 func TestLinearizable(t *testing.T) {
-	t.Parallel()
 	eachStore(t, func(t *testing.T, url string) {
 		d := deploy(t, url, 3)
 		h := &history{sku: fmt.Sprintf("lin-%d", time.Now().UnixNano())}

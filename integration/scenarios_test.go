@@ -19,7 +19,6 @@ import (
 // Three replica processes on one store and one broker, buyers over HTTP
 // and gRPC, many of them sending their order twice to two replicas at once.
 func TestFlashSaleAcrossProcesses(t *testing.T) {
-	t.Parallel()
 	eachStore(t, func(t *testing.T, url string) {
 		d := deploy(t, url, 3)
 		rep := d.sale(600, 150, 0.4)
@@ -34,7 +33,6 @@ func TestFlashSaleAcrossProcesses(t *testing.T) {
 // orders: its clients retry on the other replicas with the same keys, and
 // every key still sells once.
 func TestReplicaKilledMidBurst(t *testing.T) {
-	t.Parallel()
 	eachStore(t, func(t *testing.T, url string) {
 		d := deploy(t, url, 3)
 		done := make(chan *flashsale.Report, 1)
@@ -54,7 +52,6 @@ func TestReplicaKilledMidBurst(t *testing.T) {
 // synced on every write) in the middle of the sale: the replicas answer
 // 503 meanwhile, the clients retry, and nothing is oversold or lost.
 func TestStoreRestartedMidSale(t *testing.T) {
-	t.Parallel()
 	srv := testenv.StartDurableRedis(t)
 	d := deploy(t, "redis://"+srv.Addr, 3)
 	done := make(chan *flashsale.Report, 1)
@@ -79,7 +76,6 @@ func TestStoreRestartedMidSale(t *testing.T) {
 // replicas answer 503 meanwhile, the clients retry, and nothing is
 // oversold, lost or sold twice; every order ships once.
 func TestClusterPrimaryKilledMidSale(t *testing.T) {
-	t.Parallel()
 	rc := testenv.StartRedisCluster(t, 3, 2) // the shard keeps a replica after its failover
 	d := deploy(t, "redis-cluster://"+strings.Join(rc.Addrs(), ",")+"?replicas=1&replica_timeout=1s", 3)
 	sku := fmt.Sprintf("flash-%d", time.Now().UnixNano())
@@ -102,7 +98,6 @@ func TestClusterPrimaryKilledMidSale(t *testing.T) {
 // /healthz say SERVING while its Redis answers, NOT_SERVING and 503 while
 // it is down, and SERVING again once it is back.
 func TestHealthFollowsTheStore(t *testing.T) {
-	t.Parallel()
 	srv := testenv.StartRedis(t)
 	d := deploy(t, "redis://"+srv.Addr, 1)
 	conn, err := grpc.NewClient(d.grpcTargets[0], grpc.WithTransportCredentials(insecure.NewCredentials()))

@@ -38,7 +38,6 @@ import (
 // and token. The store holds hashed keys and replays no Set-Cookie or
 // Authorization; the log names keys by hash.
 func TestSecretsNotStored(t *testing.T) {
-	t.Parallel()
 	for _, name := range []string{"redis", "etcd"} {
 		t.Run(name, func(t *testing.T) {
 			o, err := storage.Open(context.Background(), stores(t)[name])
@@ -157,7 +156,6 @@ func dump(t *testing.T, o storage.Store) []string {
 // users is two orders over HTTP and gRPC, and the same message-id from two
 // tenants is two messages on Kafka.
 func TestNoCrossPrincipalReplay(t *testing.T) {
-	t.Parallel()
 	store, backend, closeStore, err := inventory.Open(stores(t)["redis"], fmt.Sprintf("sec:%d:", time.Now().UnixNano()), nil)
 	if err != nil {
 		t.Fatal(err)

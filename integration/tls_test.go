@@ -35,9 +35,6 @@ import (
 // authentication and TLS, with certificates this test makes. Without the
 // credentials or the CA, nothing gets through.
 func TestCredentialsAndTLS(t *testing.T) {
-	// (Not in parallel with the others: a Redlock round's first TLS
-	// handshakes must fit its node timeout, which the load of a dozen
-	// tests' processes on two cores stretched past a second.)
 	testenv.NeedCommand(t, "redis-server")
 	testenv.QuietRedisDialErrors() // the refused attempts below are on purpose
 	certs := makeCerts(t)

@@ -21,10 +21,10 @@ go vet ./... || rc=1
 scripts/layers.sh || rc=1
 (cd bench && go vet ./...) || rc=1
 # Most tests wait on servers (leases running out, restarts, elections),
-# not on the CPU: four packages at a time, and eight parallel tests in
-# each (the conformance suites' configurations, the integration
-# scenarios), keep the two cores busy. Tests that bound a time run alone.
-go test -race -count=1 -timeout 30m -p 4 -parallel 8 ./... || rc=1
+# not on the CPU: three packages at a time, and up to four parallel tests
+# in each (the conformance suites' configurations), keep the two cores
+# busy. The integration scenarios, and tests that bound a time, run alone.
+go test -race -count=1 -timeout 30m -p 3 -parallel 4 ./... || rc=1
 # The first command a Go developer types, with no server configured:
 # every server-backed test must skip with its reason, and everything else
 # pass. (-short: the tests that start servers of their own, to kill and
