@@ -998,12 +998,14 @@ func (s *suite) reentrancy(t *testing.T) {
 		k := key(t)
 		l := s.cfg.NewLocker(t)
 		ctx := lock.WithOwner(ctxTimeout(t, 10*time.Second), "job-10")
-		long := mustAcquireCtx(t, l, ctx, k, 3*time.Second)
-		short := mustAcquireCtx(t, l, ctx, k, 200*time.Millisecond)
-		if err := short.Refresh(ctxTimeout(t, 5*time.Second), 200*time.Millisecond); err != nil {
+		// (A short hold of a second: one of 200 ms ran out on a loaded
+		// machine before its Refresh was sent.)
+		long := mustAcquireCtx(t, l, ctx, k, 6*time.Second)
+		short := mustAcquireCtx(t, l, ctx, k, time.Second)
+		if err := short.Refresh(ctxTimeout(t, 5*time.Second), time.Second); err != nil {
 			t.Fatalf("Refresh of the short hold: %v", err)
 		}
-		time.Sleep(600*time.Millisecond + s.cfg.Lag) // the short hold's TTL is long past
+		time.Sleep(2500*time.Millisecond + s.cfg.Lag) // the short hold's TTL is long past
 		if isClosed(long.Done()) {
 			t.Fatal("the long hold's Done closed while its TTL runs")
 		}
