@@ -66,8 +66,10 @@ type queries struct {
 	// the row alone, the release of both, the session lock's release, and
 	// the count of sessions queued for it.
 	sqTry, sqWait, sqTake, sqRelease, sqUnlock, sqWaiting string
+	sqTryFull                                             string // PostgreSQL: sqTry, looking in the waiters table
 	sqHeld                                                string // 1 when the session holds the key's session lock; the row's expiry
-	sqUntry, sqLeft                                       string // MySQL
+	sqLeft                                                string // the row's expiry less the server's clock
+	sqUntry                                               string // MySQL
 }
 
 // cleanupGrace is how long a row outlives both its expiry and its fence
@@ -113,7 +115,10 @@ func newQueries(d Dialect, prefix string) queries {
 			" ON CONFLICT (lock_key) DO UPDATE SET lock_key = EXCLUDED.lock_key RETURNING " + lockCols
 		q.recUpsert = "INSERT INTO " + records + " (record_key, state, fingerprint, token, fence, expires_us) VALUES (?, 0, ''::bytea, '', 0, 0)" +
 			" ON CONFLICT (record_key) DO UPDATE SET record_key = EXCLUDED.record_key RETURNING " + recCols
-		q.queueUpsert = "INSERT INTO " + waiters + " (lock_key, waiter, seq, expires_us) VALUES (?, ?, " + now + ", " + now + " + ?)" +
+		// A waiter queued here marks the key's row (queued): the server
+		// queue's statements then look in this table (see sessionQueries).
+		q.queueUpsert = "WITH m AS (UPDATE " + locks + " SET queued = true WHERE lock_key = $1 AND NOT queued)" +
+			" INSERT INTO " + waiters + " (lock_key, waiter, seq, expires_us) VALUES ($1, $2, " + now + ", " + now + " + $3)" +
 			" ON CONFLICT (lock_key, waiter) DO UPDATE SET expires_us = EXCLUDED.expires_us"
 		q.notify = "SELECT pg_notify(?, ?) FROM " + records + " WHERE record_key = ? AND watched"
 		q.cleanup = [3]string{
@@ -234,7 +239,7 @@ func newQueries(d Dialect, prefix string) queries {
 			" AND (SELECT waiter FROM h) = $5 RETURNING l.fence)," +
 			" d AS (DELETE FROM " + waiters + " WHERE lock_key = $1 AND waiter = $5 AND EXISTS (SELECT 1 FROM t))" +
 			" SELECT fence FROM t"
-		sessionQueries(&q, locks, waiters, now, q.queueHeadNowRaw(waiters, now))
+		sessionQueries(&q, locks, waiters, now)
 	} else {
 		q.headAcquire = "UPDATE " + locks + " SET token = ?, owner = ?, holds = 1, fence = LAST_INSERT_ID(GREATEST(fence + 1, " + now + "))," +
 			" expires_us = " + now + " + ? WHERE lock_key = ? AND (token = '' OR expires_us <= " + now + ")" +

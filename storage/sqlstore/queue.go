@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -182,6 +183,17 @@ func (s *Store) waitBudget(ctx context.Context, left time.Duration) time.Duratio
 // lives on), or ForceRelease freed the row.
 func (s *Store) stuckAfter() time.Duration { return s.waiterTTL / 3 }
 
+// hotKeys remembers keys a Store found taken lately, by their session
+// lock's number, in 256 slots: a key's slot by its number, a later key
+// overwriting an earlier one of the same slot. An acquisition of a key
+// remembered queues at once; of any other, it first tries without
+// waiting. A key forgotten costs its next acquisition one statement more;
+// one remembered wrongly, a lock_timeout set.
+type hotKeys [256]atomic.Int64
+
+func (h *hotKeys) mark(id int64)     { h[uint64(id)%uint64(len(h))].Store(id) }
+func (h *hotKeys) has(id int64) bool { return h[uint64(id)%uint64(len(h))].Load() == id }
+
 // look is one statement's answer about a key.
 type look struct {
 	taken   bool          // the row is ours now (fence)
@@ -190,6 +202,7 @@ type look struct {
 	left    time.Duration // when not taken: the holder's TTL; ≤ 0: free or expired for -left (never seen: a very long time)
 	waited  time.Duration // when taken: how long the statement was queued first, by the server's clock
 	queued  bool          // when taken: the statement was queued for a time it did not tell (MySQL)
+	unknown bool          // not taken, and left is not known: the row is to be looked at at once
 }
 
 // tryLook takes the session lock and the row if both are free; it keeps
@@ -198,13 +211,33 @@ func (s *Store) tryLook(ctx context.Context, c *sql.Conn, key, tok, owner string
 	if s.dialect == MySQL {
 		return s.myTryLook(ctx, c, key, tok, owner, ttl)
 	}
-	var fence, remaining sql.NullInt64
-	var unlocked int64
-	err := s.connRow(ctx, c, s.q.sqTry, []any{[]byte(key), tok, []byte(owner), us(ttl), s.sessionName(key)}, &fence, &remaining, &unlocked)
-	if err != nil {
+	var fence, waited int64
+	var got bool
+	err := s.connRow(ctx, c, s.q.sqTry, []any{[]byte(key), tok, []byte(owner), us(ttl), s.sessionName(key)}, &fence, &got, &waited)
+	switch {
+	case err == nil:
+		return look{taken: true, fence: fence, holding: got, waited: max(time.Duration(waited)*time.Microsecond, 0)}, nil
+	case !errors.Is(err, sql.ErrNoRows):
 		return look{}, err
 	}
-	return look{taken: fence.Valid, fence: fence.Int64, holding: fence.Valid, left: leftDur(remaining)}, nil
+	var remaining sql.NullInt64
+	var queued bool
+	if err := s.connRow(ctx, c, s.q.sqLeft, []any{[]byte(key)}, &remaining, &queued); err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return look{}, err
+	}
+	if l := leftDur(remaining); l > 0 || !queued {
+		return look{left: l}, nil
+	}
+	// Free, but waiters may be queued in the waiters table: the statement
+	// that looks there (and clears the flag when nobody waits).
+	err = s.connRow(ctx, c, s.q.sqTryFull, []any{[]byte(key), tok, []byte(owner), us(ttl), s.sessionName(key)}, &fence, &got, &waited)
+	switch {
+	case err == nil:
+		return look{taken: true, fence: fence, holding: got, waited: max(time.Duration(waited)*time.Microsecond, 0)}, nil
+	case !errors.Is(err, sql.ErrNoRows):
+		return look{}, err
+	}
+	return look{left: leftDur(remaining)}, nil // (kept for a queued waiter)
 }
 
 // waitLook queues for the session lock for at most budget and then takes
@@ -217,10 +250,10 @@ func (s *Store) waitLook(ctx context.Context, c *sql.Conn, key, tok, owner strin
 		l, err = s.myWaitLook(ctx, c, key, tok, owner, ttl, budget)
 		return l, errors.Is(err, errConnKilled), err
 	}
-	var fence, remaining, waited sql.NullInt64
+	var fence, waited sql.NullInt64
 	timeout := strconv.FormatInt(max(budget.Milliseconds(), 1), 10) + "ms"
 	args := []any{[]byte(key), tok, []byte(owner), us(ttl), s.sessionName(key), timeout}
-	dest := []any{&fence, &remaining, &waited}
+	dest := []any{&fence, &waited}
 	native := s.pgx
 	if native {
 		err = c.Raw(func(dc any) error {
@@ -250,10 +283,13 @@ func (s *Store) waitLook(ctx context.Context, c *sql.Conn, key, tok, owner strin
 	if !native {
 		err = c.QueryRowContext(ctx, s.q.sqWait, args...).Scan(dest...)
 	}
-	if err != nil {
+	switch {
+	case errors.Is(err, sql.ErrNoRows): // the session lock is ours, the row is not free
+		return look{holding: true, unknown: true}, tainted, nil
+	case err != nil:
 		return look{}, tainted, err
 	}
-	return look{taken: fence.Valid, fence: fence.Int64, holding: true, left: leftDur(remaining), waited: usDur(waited)}, tainted, nil
+	return look{taken: true, fence: fence.Int64, holding: true, waited: usDur(waited)}, tainted, nil
 }
 
 // takeLook takes the row if it is free (the session lock as it is).
@@ -261,12 +297,12 @@ func (s *Store) takeLook(ctx context.Context, c *sql.Conn, key, tok, owner strin
 	if s.dialect == MySQL {
 		return s.myTakeLook(ctx, c, key, tok, owner, ttl)
 	}
-	var fence, remaining sql.NullInt64
-	err := s.connRow(ctx, c, s.q.sqTake, []any{[]byte(key), tok, []byte(owner), us(ttl)}, &fence, &remaining)
+	var fence, remaining, waited sql.NullInt64
+	err := s.connRow(ctx, c, s.q.sqTake, []any{[]byte(key), tok, []byte(owner), us(ttl)}, &fence, &remaining, &waited)
 	if err != nil {
 		return look{}, err
 	}
-	return look{taken: fence.Valid, fence: fence.Int64, left: leftDur(remaining)}, nil
+	return look{taken: fence.Valid, fence: fence.Int64, left: leftDur(remaining), waited: usDur(waited)}, nil
 }
 
 // leftDur is a row's expiry less the server's clock: how long its holder
@@ -434,12 +470,19 @@ func (s *Store) acquireQueued(ctx context.Context, key string, ttl time.Duration
 	}
 	q := &queuer{s: s, key: key, tok: token.New(), owner: owner, ttl: ttl, c: c}
 	defer q.done(ctx)
-	if wait {
-		// Queued at once (a free key is taken by the same statement), for
-		// a second at most before the row's expiry is known.
+	switch id := s.sessionID(key); {
+	case wait && s.hot.has(id):
+		// A key this Store found taken lately: queued at once (a free key
+		// is taken by the same statement), for a second at most before the
+		// row's expiry is known.
 		err = q.queue(ctx, s.waitBudget(ctx, min(ttl, s.stuckAfter())))
-	} else {
+	default:
+		// Any other key is most likely free: a statement that does not
+		// wait (nor set lock_timeout) takes it; a taken one is marked.
 		err = q.try(ctx)
+		if err == nil && !q.l.taken {
+			s.hot.mark(id)
+		}
 	}
 	var lost error // what the database said last while it did not answer
 	if err != nil {
@@ -491,9 +534,10 @@ func (s *Store) acquireQueued(ctx context.Context, key string, ttl time.Duration
 			err, rowLooked = q.take(ctx), true
 		} else if q.holding {
 			// First in line, but the row is held by a holder without the
-			// session lock (it took the key over by expiry, or the
-			// database restarted): look again.
-			if !sleepCtx(ctx, min(s.queueStep(), max(q.l.left, time.Millisecond))) {
+			// session lock (it took the key over by expiry, or while this
+			// waiter was granted the lock; or the database restarted), or
+			// waiters queue in the waiters table: look again.
+			if !q.l.unknown && !sleepCtx(ctx, min(s.queueStep(), max(q.l.left, time.Millisecond))) {
 				continue
 			}
 			err = q.take(ctx)
@@ -600,18 +644,34 @@ func (s *Store) releasePinned(ctx context.Context, l *lease, c *sql.Conn) (freed
 	if s.dialect == MySQL {
 		return s.myReleasePinned(ctx, l, c)
 	}
-	var n int64
-	var unlocked sql.NullBool
-	locks, _, _ := s.Tables()
-	// (A waiter polling in the waiters table, one that found no slot, is
-	// notified as a release without the queue would.)
-	err = s.connRow(ctx, c, s.q.sqRelease, []any{[]byte(l.key), l.Token(), s.sessionName(l.key), locks}, &n, &unlocked, new(sql.NullString))
-	if err != nil || !unlocked.Bool {
+	var unlocked, queued bool
+	err = s.connRow(ctx, c, s.q.sqRelease, []any{[]byte(l.key), l.Token(), s.sessionName(l.key)}, &unlocked, &queued)
+	if errors.Is(err, sql.ErrNoRows) {
+		// Not freed (more holds, or the key is no longer ours): the
+		// session lock goes with the connection.
+		discard(c)
+		return false, nil
+	}
+	if err != nil {
 		discard(c)
 		return false, err
 	}
-	_ = c.Close()
-	return n == 1, nil
+	if unlocked {
+		_ = c.Close()
+	} else {
+		discard(c)
+	}
+	if queued {
+		// A waiter queued in the waiters table (one that found no slot):
+		// notified as a release without the server's queue would.
+		// Best effort: a waiter not woken looks again within a second.
+		var head string
+		locks, _, _ := s.Tables()
+		if err := s.queryRow(ctx, s.q.notifyHead, locks, []byte(l.key)).Scan(&head, new(string)); err == nil {
+			s.wakeWaiter(head)
+		}
+	}
+	return true, nil
 }
 
 // sessionWaiters counts the sessions queued for key's session lock.
@@ -626,43 +686,62 @@ func (s *Store) sessionWaiters(ctx context.Context, key string) (int, error) {
 
 // sessionQueries are the statements of the server's queue
 // (PostgreSQL), set in q.
-func sessionQueries(q *queries, locks, waiters, now, headNow string) {
-	take := func(from string) string {
-		return "INSERT INTO " + locks + " AS l (lock_key, token, owner, holds, fence, expires_us)" +
+func sessionQueries(q *queries, locks, waiters, now string) {
+	// The row taken when it is free or expired. The common statements
+	// (lean) check the row's queued flag instead of the waiters table: a
+	// waiter that queues in the table sets it (queueUpsert), and a key
+	// whose flag is set is taken by sqTake, which looks in the table and
+	// clears the flag when nobody waits there. A statement that names
+	// another table pays for it on every run, in the executor's set-up,
+	// even when it never reads it: on a new key, a sixth of the cycle.
+	//
+	// The clock of a row that exists is read once its row lock is ours
+	// (in DO UPDATE), not before: a statement that waited for the lock (a
+	// release, or any transaction, still committing) takes the row for
+	// its TTL from then, and answers how long it waited (RETURNING
+	// waited) for the lease's deadline.
+	take := func(from string, lean bool) string {
+		s := "INSERT INTO " + locks + " AS l (lock_key, token, owner, holds, fence, expires_us)" +
 			" SELECT $1, $2, $3, 1, n.now, n.now + $4 FROM " + from +
 			" ON CONFLICT (lock_key) DO UPDATE SET token = EXCLUDED.token, owner = EXCLUDED.owner, holds = 1," +
-			" fence = GREATEST(l.fence + 1, EXCLUDED.fence), expires_us = EXCLUDED.expires_us" +
-			" WHERE (l.token = '' OR l.expires_us <= EXCLUDED.fence)" +
-			" AND NOT EXISTS (SELECT 1 FROM " + waiters + " w WHERE w.lock_key = l.lock_key AND w.expires_us > EXCLUDED.fence)" +
-			" RETURNING fence"
+			" fence = GREATEST(l.fence + 1, " + now + "), expires_us = " + now + " + $4"
+		if lean {
+			return s + " WHERE (l.token = '' OR l.expires_us <= " + now + ") AND NOT l.queued"
+		}
+		return s + ", queued = false WHERE (l.token = '' OR l.expires_us <= " + now + ")" +
+			" AND NOT EXISTS (SELECT 1 FROM " + waiters + " w WHERE w.lock_key = l.lock_key AND w.expires_us > " + now + ")"
 	}
+	waited := "expires_us - $4 - CAST(EXTRACT(EPOCH FROM statement_timestamp()) * 1000000 AS BIGINT)"
 	remaining := "(SELECT expires_us - " + now + " FROM " + locks + " WHERE lock_key = $1)"
-	// The session lock and the row if both are free; the session lock is
-	// given back at once when the row is not taken.
-	q.sqTry = "WITH a AS MATERIALIZED (SELECT pg_try_advisory_lock($5) AS got)," +
-		" n AS MATERIALIZED (SELECT " + now + " AS now FROM a WHERE a.got)," +
-		" t AS (" + take("n") + ")," +
-		" u AS MATERIALIZED (SELECT pg_advisory_unlock($5) FROM a WHERE a.got AND NOT EXISTS (SELECT 1 FROM t))" +
-		" SELECT (SELECT fence FROM t), " + remaining + ", (SELECT count(*) FROM u)"
-	// Queued by the server for the session lock, for at most $6; the
-	// clock is read once the lock is ours, and the row taken if free (ON
-	// CONFLICT reads the row's latest version, not the statement's
-	// snapshot: a release that committed while we waited is seen).
-	q.sqWait = "WITH c AS MATERIALIZED (SELECT set_config('lock_timeout', $6, true) AS v)," +
-		" a AS MATERIALIZED (SELECT pg_advisory_lock($5) AS got FROM c)," +
-		" n AS MATERIALIZED (SELECT " + now + " AS now FROM a)," +
-		" t AS (" + take("n") + ")" +
-		" SELECT (SELECT fence FROM t), " + remaining + "," +
-		" (SELECT n.now - CAST(EXTRACT(EPOCH FROM statement_timestamp()) * 1000000 AS BIGINT) FROM n)"
-	q.sqTake = "WITH t AS (" + take("(SELECT "+now+" AS now) n") + ")" +
-		" SELECT (SELECT fence FROM t), " + remaining
-	// The row freed first (its lock taken), then the session lock given
-	// back: the next waiter's statement goes on, and its ON CONFLICT waits
-	// for this one to commit and reads the free row.
-	q.sqRelease = "WITH u AS (UPDATE " + locks + " SET token = '', owner = ''::bytea, holds = 0, expires_us = " + now +
-		" WHERE lock_key = $1 AND token = $2 AND holds = 1 AND expires_us > " + now + " RETURNING 1)," +
-		" c AS MATERIALIZED (SELECT count(*) AS n FROM u)" +
-		" SELECT c.n, pg_advisory_unlock($3), (SELECT pg_notify($4, h.waiter) FROM (" + strings.Replace(headNow, "?", "$1", 1) + ") h WHERE c.n = 1) FROM c"
+	// The row if it is free, then the session lock if it is free: a row
+	// taken is answered with whether the session lock came with it (a
+	// waiter the server already granted it keeps it, and takes the row
+	// after this holder); a row not taken, with nothing (sqLeft asks
+	// why), and no session lock was asked for.
+	q.sqTry = take("(SELECT "+now+" AS now) n", true) + " RETURNING fence, pg_try_advisory_lock($5), " + waited
+	q.sqTryFull = take("(SELECT "+now+" AS now) n", false) + " RETURNING fence, pg_try_advisory_lock($5), " + waited
+	// Queued by the server for the session lock, for at most $6 (the
+	// lock_timeout, set for the statement's transaction before the wait);
+	// the clock is read once the lock is ours, and the row taken if free
+	// (ON CONFLICT reads the row's latest version, not the statement's
+	// snapshot: a release that committed while we waited is seen). The
+	// answer: the fence and how long the server queued the statement; no
+	// row when the session lock is ours but the row was not taken.
+	q.sqWait = take("(SELECT "+now+" AS now FROM (SELECT pg_advisory_lock($5) FROM"+
+		" (SELECT set_config('lock_timeout', $6, true) OFFSET 0) c OFFSET 0) a) n", true) +
+		" RETURNING fence, " + waited
+	q.sqTake = "WITH t AS (" + take("(SELECT "+now+" AS now) n", false) + " RETURNING fence, " + waited + " AS waited)" +
+		" SELECT (SELECT fence FROM t), " + remaining + ", (SELECT waited FROM t)"
+	q.sqLeft = "SELECT expires_us - " + now + ", queued FROM " + locks + " WHERE lock_key = $1"
+	// The row freed, then the session lock given back (in RETURNING: after
+	// the row's update, before the commit): the next waiter's statement
+	// goes on, and its ON CONFLICT waits for this one to commit and reads
+	// the free row. The answer says whether table waiters may be queued
+	// (they are then notified by a statement of its own); no row when the
+	// row was not ours to free (the session lock is still held).
+	q.sqRelease = "UPDATE " + locks + " SET token = '', owner = ''::bytea, holds = 0, expires_us = " + now +
+		" WHERE lock_key = $1 AND token = $2 AND holds = 1 AND expires_us > " + now +
+		" RETURNING pg_advisory_unlock($3), queued"
 	q.sqUnlock = "SELECT pg_advisory_unlock($1)"
 	q.sqHeld = "SELECT CASE WHEN EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND granted" +
 		" AND classid = (($1::bigint >> 32) & 4294967295)::oid AND objid = ($1::bigint & 4294967295)::oid AND objsubid = 1) THEN 1 ELSE 0 END, " +
@@ -714,6 +793,11 @@ func (s *Store) myWaitLook(ctx context.Context, c *sql.Conn, key, tok, owner str
 	// KILL QUERY from another connection ends the statement instead; the
 	// GET_LOCK timeout bounds it, and a deadline a little past that
 	// bounds a connection that stopped answering.
+	done, ok := s.holdOpen() // (Close ends the wait with it)
+	if !ok {
+		return look{}, s.closedErr("acquire", key)
+	}
+	defer done()
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), budget+5*time.Second)
 	defer cancel()
 	stop := context.AfterFunc(ctx, func() {

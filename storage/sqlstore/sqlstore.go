@@ -55,12 +55,17 @@ type Store struct {
 	// queue.go); PostgreSQL on a session of its own.
 	sessionQueue bool
 	slots        chan struct{}   // connections the queue may keep (takeSlot); nil: no bound
+	hot          hotKeys         // keys found taken lately (acquireQueued)
 	sctx         context.Context // ends when the Store closes
 	scancel      context.CancelFunc
 
 	stop     chan struct{}
 	stopOnce sync.Once
 	wg       sync.WaitGroup
+
+	openMu  sync.Mutex     // guards closing and the Add of open
+	closing bool           // Close was called: holdOpen says no
+	open    sync.WaitGroup // statements Close waits for before it closes the database (holdOpen)
 }
 
 // Defaults of the options.
@@ -193,13 +198,34 @@ func New(db *sql.DB, opts ...Option) (*Store, error) {
 // Store over a database it does not own can still release them). Close
 // is idempotent.
 func (s *Store) Close() error {
-	s.stopOnce.Do(func() { close(s.stop); s.scancel() })
+	s.stopOnce.Do(func() {
+		close(s.stop)
+		s.openMu.Lock()
+		s.closing = true
+		s.openMu.Unlock()
+		s.scancel()
+	})
 	s.wg.Wait()
+	s.open.Wait()
 	s.hub.wakeAll()
 	if s.ownsDB {
 		return s.db.Close()
 	}
 	return nil
+}
+
+// holdOpen keeps the database open until done is called, for a
+// statement that Close ends through the database itself (a MySQL wait
+// ended by KILL QUERY, sent on another of its connections): Close waits
+// for it before it closes the database. ok is false after Close.
+func (s *Store) holdOpen() (done func(), ok bool) {
+	s.openMu.Lock()
+	defer s.openMu.Unlock()
+	if s.closing {
+		return nil, false
+	}
+	s.open.Add(1)
+	return s.open.Done, true
 }
 
 // closed reports whether Close was called.
@@ -263,11 +289,21 @@ func (s *Store) Schema() []string {
 	return out
 }
 
-// pgColumns are the records table's columns that tables made by earlier
-// versions may lack: Migrate adds them.
-var pgColumns = []struct{ name, ddl string }{
-	{"watched", "boolean NOT NULL DEFAULT false"},
-	{"attempt", "integer NOT NULL DEFAULT 0"},
+// pgColumns are the columns that tables made by earlier versions may
+// lack, by table ("locks" or "records"): Migrate adds them.
+var pgColumns = []struct{ table, name, ddl string }{
+	{"records", "watched", "boolean NOT NULL DEFAULT false"},
+	{"records", "attempt", "integer NOT NULL DEFAULT 0"},
+	{"locks", "queued", "boolean NOT NULL DEFAULT false"},
+}
+
+// pgColumnTable is the full name of a pgColumns table.
+func (s *Store) pgColumnTable(table string) string {
+	locks, _, records := s.Tables()
+	if table == "locks" {
+		return locks
+	}
+	return records
 }
 
 // Migrate creates the Store's tables and indexes where they do not exist.
@@ -293,17 +329,17 @@ func (s *Store) Migrate(ctx context.Context) error {
 					return err
 				}
 			}
-			// A records table made before a column: added (only then, as
-			// ALTER TABLE locks the table).
-			_, _, records := s.Tables()
+			// A table made before a column: added (only then, as ALTER
+			// TABLE locks the table).
 			for _, col := range pgColumns {
+				table := s.pgColumnTable(col.table)
 				var has bool
 				if err := tx.QueryRowContext(ctx, "SELECT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass($1)"+
-					" AND attname = $2 AND NOT attisdropped)", records, col.name).Scan(&has); err != nil {
+					" AND attname = $2 AND NOT attisdropped)", table, col.name).Scan(&has); err != nil {
 					return err
 				}
 				if !has {
-					if _, err := tx.ExecContext(ctx, "ALTER TABLE "+records+" ADD COLUMN "+col.name+" "+col.ddl); err != nil {
+					if _, err := tx.ExecContext(ctx, "ALTER TABLE "+table+" ADD COLUMN "+col.name+" "+col.ddl); err != nil {
 						return err
 					}
 				}
@@ -359,16 +395,16 @@ func (s *Store) pgSchemaInPlace(ctx context.Context, tx *sql.Tx) (bool, error) {
 			exist = append(exist, m[2])
 		}
 	}
-	cols := make([]string, len(pgColumns))
-	for i, c := range pgColumns {
-		cols[i] = c.name
+	var tables, cols []string
+	for _, c := range pgColumns {
+		tables, cols = append(tables, s.pgColumnTable(c.table)), append(cols, c.name)
 	}
-	_, _, records := s.Tables()
 	var done bool
 	err := tx.QueryRowContext(ctx, `SELECT (SELECT bool_and(to_regclass(n) IS NOT NULL) FROM unnest($1::text[]) n)
 		AND (SELECT coalesce(bool_and(to_regclass(n) IS NULL), true) FROM unnest($2::text[]) n)
-		AND (SELECT count(*) FROM pg_attribute WHERE attrelid = to_regclass($3) AND attname = ANY($4::text[]) AND NOT attisdropped) = cardinality($4::text[])`,
-		pgArray(exist), pgArray(absent), records, pgArray(cols)).Scan(&done)
+		AND (SELECT count(*) FROM unnest($3::text[], $4::text[]) c(t, n)
+			WHERE EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass(c.t) AND attname = c.n AND NOT attisdropped)) = cardinality($4::text[])`,
+		pgArray(exist), pgArray(absent), pgArray(tables), pgArray(cols)).Scan(&done)
 	return done, err
 }
 

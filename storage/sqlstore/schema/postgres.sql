@@ -10,7 +10,8 @@ CREATE TABLE IF NOT EXISTS {prefix}locks (
 	owner      bytea  NOT NULL,
 	holds      integer NOT NULL,
 	fence      bigint NOT NULL,
-	expires_us bigint NOT NULL
+	expires_us bigint NOT NULL,
+	queued     boolean NOT NULL DEFAULT false -- waiters may be queued in lock_waiters (see queue.go)
 ) WITH (fillfactor = 50);
 -- No index on expires_us: every acquisition and release changes it, and an
 -- indexed column makes each of those updates write new index entries
