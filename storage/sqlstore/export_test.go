@@ -1,5 +1,7 @@
 package sqlstore
 
+import "context"
+
 // NowUS is the statements' reading of the server's clock, for tests.
 var NowUS = nowUS
 
@@ -9,3 +11,9 @@ func WithoutReturning() Option { return func(s *Store) { s.noReturning = true } 
 
 // SessionID is the number of key's session lock (pg_advisory_lock's).
 func (s *Store) SessionID(key string) int64 { return s.sessionID(key) }
+
+// QueueWaiter gives waiter a place in key's waiters-table queue, as an
+// acquisition that found no connection to wait on keeps one.
+func (s *Store) QueueWaiter(ctx context.Context, key, waiter string) error {
+	return s.queueAlone(ctx, key, waiter)
+}
