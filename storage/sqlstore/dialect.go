@@ -69,7 +69,7 @@ type queries struct {
 	sqTryFull                                             string // PostgreSQL: sqTry, looking in the waiters table
 	sqHeld                                                string // 1 when the session holds the key's session lock; the row's expiry
 	sqLeft                                                string // the row's expiry less the server's clock
-	sqUntry                                               string // MySQL
+	sqUntry, sqInsert                                     string // MySQL
 }
 
 // cleanupGrace is how long a row outlives both its expiry and its fence
@@ -385,6 +385,19 @@ func serverGoing(err error) bool {
 	}
 	var my *mysql.MySQLError
 	return errors.As(err, &my) && my.Number == 1053
+}
+
+// duplicateKey reports MySQL's refusal of an insert whose key is there.
+func duplicateKey(err error) bool {
+	var my *mysql.MySQLError
+	return errors.As(err, &my) && my.Number == 1062
+}
+
+// myNoSuchIndex reports MySQL's refusal to drop an index that is not
+// there (another process dropped it first).
+func myNoSuchIndex(err error) bool {
+	var my *mysql.MySQLError
+	return errors.As(err, &my) && my.Number == 1091
 }
 
 // unsupported reports MySQL's refusal of a statement's syntax (1064) or

@@ -203,13 +203,14 @@ type look struct {
 	waited  time.Duration // when taken: how long the statement was queued first, by the server's clock
 	queued  bool          // when taken: the statement was queued for a time it did not tell (MySQL)
 	unknown bool          // not taken, and left is not known: the row is to be looked at at once
+	existed bool          // MySQL: a plain insert found the key's row there
 }
 
 // tryLook takes the session lock and the row if both are free; it keeps
 // neither otherwise.
-func (s *Store) tryLook(ctx context.Context, c *sql.Conn, key, tok, owner string, ttl time.Duration) (look, error) {
+func (s *Store) tryLook(ctx context.Context, c *sql.Conn, key, tok, owner string, ttl time.Duration, fresh bool) (look, error) {
 	if s.dialect == MySQL {
-		return s.myTryLook(ctx, c, key, tok, owner, ttl)
+		return s.myTryLook(ctx, c, key, tok, owner, ttl, fresh)
 	}
 	var fence, waited int64
 	var got bool
@@ -331,6 +332,7 @@ type queuer struct {
 	c        *sql.Conn // nil while none is open
 	holding  bool      // c's session holds the key's session lock
 	tainted  bool      // a cancel request may still reach c's session
+	fresh    bool      // the key was not found taken or there lately (hotKeys)
 	l        look      // the answer of the last statement
 	start    time.Time // when the last statement was sent
 }
@@ -419,7 +421,7 @@ func (q *queuer) take(ctx context.Context) error {
 // try takes the session lock and the row if both are free.
 func (q *queuer) try(ctx context.Context) error {
 	q.start = time.Now()
-	l, err := q.s.tryLook(ctx, q.c, q.key, q.tok, q.owner, q.ttl)
+	l, err := q.s.tryLook(ctx, q.c, q.key, q.tok, q.owner, q.ttl, q.fresh)
 	switch {
 	case err != nil && retryable(err):
 		if l, err = q.s.sessionLook(ctx, q.c, q.key); err != nil { // (as in queue)
@@ -470,8 +472,10 @@ func (s *Store) acquireQueued(ctx context.Context, key string, ttl time.Duration
 	}
 	q := &queuer{s: s, key: key, tok: token.New(), owner: owner, ttl: ttl, c: c}
 	defer q.done(ctx)
-	switch id := s.sessionID(key); {
-	case wait && s.hot.has(id):
+	id := s.sessionID(key)
+	q.fresh = !s.hot.has(id)
+	switch {
+	case wait && !q.fresh:
 		// A key this Store found taken lately: queued at once (a free key
 		// is taken by the same statement), for a second at most before the
 		// row's expiry is known.
@@ -480,7 +484,7 @@ func (s *Store) acquireQueued(ctx context.Context, key string, ttl time.Duration
 		// Any other key is most likely free: a statement that does not
 		// wait (nor set lock_timeout) takes it; a taken one is marked.
 		err = q.try(ctx)
-		if err == nil && !q.l.taken {
+		if err == nil && (!q.l.taken || q.l.existed) {
 			s.hot.mark(id)
 		}
 	}
@@ -761,20 +765,45 @@ func sessionQueries(q *queries, locks, waiters, now string) {
 // myTryLook takes the session lock and the row if both are free, in one
 // statement; when the row was not taken, a second gives the session lock
 // back if it was taken and reads the row's expiry.
-func (s *Store) myTryLook(ctx context.Context, c *sql.Conn, key, tok, owner string, ttl time.Duration) (look, error) {
+func (s *Store) myTryLook(ctx context.Context, c *sql.Conn, key, tok, owner string, ttl time.Duration, fresh bool) (look, error) {
 	name := s.sessionName(key)
+	existed := false
+	if fresh {
+		// A key this Store has not met lately is most likely new: a plain
+		// insert takes it with its session lock (its answer: the fence
+		// times two, plus one when GET_LOCK said yes), at the cost of an
+		// insert — a statement that may update a row costs the server
+		// more than twice that, even when it finds none.
+		res, err := c.ExecContext(ctx, s.q.sqInsert, []byte(key), tok, []byte(owner), name, us(ttl))
+		switch {
+		case err == nil:
+			v, err := res.LastInsertId()
+			if err != nil {
+				return look{}, err
+			}
+			return look{taken: true, fence: v / 2, holding: v%2 == 1}, nil
+		case !duplicateKey(err):
+			return look{}, err
+		}
+		// The row is there: the session lock, if the insert took it, goes
+		// back before the statement that takes a free row.
+		if err := c.QueryRowContext(ctx, s.q.sqUntry, name, name, []byte(key)).Scan(new(sql.NullInt64), new(sql.NullInt64)); err != nil {
+			return look{}, err
+		}
+		existed = true
+	}
 	res, err := c.ExecContext(ctx, s.q.sqTry, []byte(key), tok, []byte(owner), us(ttl), name, []byte(key))
 	if err != nil {
 		return look{}, err
 	}
 	if fence, ok := myTaken(res, nil); ok {
-		return look{taken: true, fence: fence, holding: true}, nil
+		return look{taken: true, fence: fence, holding: true, existed: existed}, nil
 	}
 	var remaining sql.NullInt64
 	if err := c.QueryRowContext(ctx, s.q.sqUntry, name, name, []byte(key)).Scan(new(sql.NullInt64), &remaining); err != nil {
 		return look{}, err
 	}
-	return look{left: leftDur(remaining)}, nil
+	return look{left: leftDur(remaining), existed: existed}, nil
 }
 
 // myWaitLook waits for the session lock for at most budget and takes the
@@ -904,6 +933,11 @@ func mySessionQueries(q *queries, locks, now string) {
 			" WHERE LAST_INSERT_ID(0) = 0 AND GET_LOCK(?, " + timeout + ") = 1" + q.myAcquire[i:]
 	}
 	q.sqTry = lockFirst("0", now)
+	// A new key with its session lock, by a plain insert (UTC_TIMESTAMP
+	// is the statement's start wherever it is read: the fence in the row
+	// and in the answer are one).
+	q.sqInsert = "INSERT INTO " + locks + " (lock_key, token, owner, holds, fence, expires_us) VALUES (?, ?, ?," +
+		" IF(LAST_INSERT_ID(" + now + " * 2 + IFNULL(GET_LOCK(?, 0), 0)) > 0, 1, 1), " + now + ", " + now + " + ?)"
 	running := "(" + now + " + TIMESTAMPDIFF(MICROSECOND, NOW(6), SYSDATE(6)))"
 	q.sqWait = strings.ReplaceAll(lockFirst("?", now), now, running)
 	q.sqUntry = "SELECT IF(IS_USED_LOCK(?) = CONNECTION_ID(), RELEASE_LOCK(?), 0), (SELECT CAST(expires_us AS SIGNED) - " + now + " FROM " + locks + " WHERE lock_key = ?)"

@@ -352,8 +352,21 @@ func (s *Store) Migrate(ctx context.Context) error {
 			return fmt.Errorf("sqlstore: migrate: %w", err)
 		}
 	}
+	// A locks table made with an index on its expiry: dropped (only
+	// then; MySQL 8 has no DROP INDEX IF EXISTS).
+	locks, _, records := s.Tables()
+	index := s.prefix[strings.LastIndex(s.prefix, ".")+1:] + "locks_expires"
+	var k int
+	if err := s.db.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = COALESCE(?, DATABASE())"+
+		" AND TABLE_NAME = ? AND INDEX_NAME = ?", schemaOf(locks), tableOf(locks), index).Scan(&k); err != nil {
+		return fmt.Errorf("sqlstore: migrate: %w", err)
+	}
+	if k > 0 {
+		if _, err := s.db.ExecContext(ctx, "ALTER TABLE "+locks+" DROP INDEX "+index); err != nil && !myNoSuchIndex(err) {
+			return fmt.Errorf("sqlstore: migrate: %w", err)
+		}
+	}
 	// A records table made before the attempt column: added (only then).
-	_, _, records := s.Tables()
 	var n int
 	if err := s.db.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = COALESCE(?, DATABASE())"+
 		" AND TABLE_NAME = ? AND COLUMN_NAME = 'attempt'", schemaOf(records), tableOf(records)).Scan(&n); err != nil {

@@ -257,15 +257,43 @@ func TestMigrateInPlaceLocksNoTable(t *testing.T) {
 
 	execSQL(t, s, "DROP INDEX "+prefix+"records_expires")
 	execSQL(t, s, "CREATE INDEX "+prefix+"locks_expires ON "+locks+" (expires_us)")
+	execSQL(t, s, "ALTER TABLE "+locks+" DROP COLUMN queued")
 	if err := s.Migrate(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	var made, dropped bool
-	if err := s.DB().QueryRowContext(t.Context(), "SELECT to_regclass($1) IS NOT NULL, to_regclass($2) IS NULL",
-		prefix+"records_expires", prefix+"locks_expires").Scan(&made, &dropped); err != nil {
+	var made, dropped, added bool
+	if err := s.DB().QueryRowContext(t.Context(), "SELECT to_regclass($1) IS NOT NULL, to_regclass($2) IS NULL,"+
+		" EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass($3) AND attname = 'queued' AND NOT attisdropped)",
+		prefix+"records_expires", prefix+"locks_expires", locks).Scan(&made, &dropped, &added); err != nil {
 		t.Fatal(err)
 	}
-	if !made || !dropped {
-		t.Errorf("after Migrate: records_expires made %v, locks_expires dropped %v", made, dropped)
+	if !made || !dropped || !added {
+		t.Errorf("after Migrate: records_expires made %v, locks_expires dropped %v, locks.queued added %v", made, dropped, added)
 	}
+}
+
+// Migrate on MySQL drops the expiry index of a locks table made before
+// it went (every acquisition and release rewrote its entries), and keeps
+// the records table's.
+func TestMySQLMigrateDropsLocksExpiryIndex(t *testing.T) {
+	prefix := "myidx_" + strconv.FormatInt(time.Now().UnixNano()%1e9, 10) + "_"
+	s := migrated(t, testenv.MySQLURL(t), sqlstore.WithTablePrefix(prefix))
+	locks, _, _ := s.Tables()
+	execSQL(t, s, "CREATE INDEX "+prefix+"locks_expires ON "+locks+" (expires_us)")
+	for range 2 { // (and again with the index gone)
+		if err := s.Migrate(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var lockIdx, recIdx int
+	if err := s.DB().QueryRowContext(t.Context(), "SELECT"+
+		" (SELECT COUNT(*) FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = DATABASE() AND INDEX_NAME = ?),"+
+		" (SELECT COUNT(*) FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = DATABASE() AND INDEX_NAME = ?)",
+		prefix+"locks_expires", prefix+"records_expires").Scan(&lockIdx, &recIdx); err != nil {
+		t.Fatal(err)
+	}
+	if lockIdx != 0 || recIdx == 0 {
+		t.Errorf("after Migrate: %d entries of locks_expires (want none), %d of records_expires (want it kept)", lockIdx, recIdx)
+	}
+	execSQL(t, s, "DROP TABLE "+prefix+"locks, "+prefix+"lock_waiters, "+prefix+"records")
 }
