@@ -48,6 +48,7 @@ type queries struct {
 	// case of each operation in one round trip; anything else falls back
 	// to the transaction.
 	fastAcquire, fastRelease, fastBegin, fastComplete string
+	leanBegin, notifyWatched                          string // PostgreSQL: see Store.Begin, Store.complete
 	releaseNotify                                     string // PostgreSQL: fastRelease and notifyHead in one statement
 	watch                                             string // PostgreSQL: a duplicate marks the record it waits for
 	// MySQL's: one statement each, answering by the rows it affected and
@@ -193,9 +194,22 @@ func newQueries(d Dialect, prefix string) queries {
 		// that sends one. The UPDATE's RETURNING reads the row's latest
 		// version, so a duplicate that marked it while this statement
 		// waited for the row's lock is seen.
-		q.fastComplete = "WITH u AS (UPDATE " + records + " SET state = 2, token = '', expires_us = " + now + " + ?, result = ?" +
-			" WHERE record_key = ? AND state = 1 AND token = ? AND expires_us > " + now + " RETURNING watched)" +
-			" SELECT (SELECT count(*) FROM u), (SELECT pg_notify(?, ?) FROM u WHERE watched)"
+		q.fastComplete = "UPDATE " + records + " SET state = 2, token = '', expires_us = " + now + " + ?, result = ?" +
+			" WHERE record_key = ? AND state = 1 AND token = ? AND expires_us > " + now + " RETURNING watched"
+		q.notifyWatched = "SELECT pg_notify($1, $2)"
+		// The common claim of a key met for the first time, or free: one
+		// insert, a row that exists taken when free or expired (its clock
+		// read once its row lock is ours), no row answered for a record
+		// live in the statement's snapshot, which is not locked (fastBegin
+		// then reads it): used while most of a Store's recent Begins
+		// claimed their key (Store.seen).
+		q.leanBegin = "INSERT INTO " + records + " AS r (record_key, state, fingerprint, token, fence, expires_us, attempt)" +
+			" SELECT $1, 1, $2, $3, n.now, n.now + $4, 1 FROM (SELECT " + now + " AS now) n" +
+			" WHERE NOT EXISTS (SELECT 1 FROM " + records + " c WHERE c.record_key = $1 AND c.state IN (1, 2) AND c.expires_us > n.now)" +
+			" ON CONFLICT (record_key) DO UPDATE SET state = 1, fingerprint = EXCLUDED.fingerprint, token = EXCLUDED.token," +
+			" fence = GREATEST(r.fence + 1, " + now + "), expires_us = " + now + " + $4, result = NULL," +
+			" attempt = CASE WHEN r.state IN (0, 1) AND r.expires_us > " + now + " - " + memory + " THEN r.attempt + 1 ELSE 1 END" +
+			" WHERE r.state = 0 OR (r.state IN (1, 2) AND r.expires_us <= " + now + ") RETURNING fence, attempt"
 		// A duplicate's look before it waits: it marks the record in
 		// flight watched (once), and reads it as the statement's snapshot
 		// had it, with whether it marked it.

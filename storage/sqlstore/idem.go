@@ -96,6 +96,21 @@ func (s *Store) Begin(ctx context.Context, key, fingerprint string, lease time.D
 		return idem.Claim{}, err
 	}
 	start := time.Now()
+	if s.q.leanBegin != "" && s.replays.Load() <= 0 {
+		// Most recent Begins claimed their key: one insert claims a new or
+		// free key; a live record is read next (fastBegin).
+		tok := token.New()
+		var fence, attempt int64
+		err := s.queryRow(ctx, s.q.leanBegin, []byte(key), []byte(fingerprint), tok, us(lease)).Scan(&fence, &attempt)
+		switch {
+		case err == nil:
+			s.seen(false)
+			return idem.Claim{Key: key, State: idem.Acquired, Fingerprint: fingerprint, Token: tok, Fence: uint64(fence),
+				Attempt: int(attempt), Expires: start.Add(lease)}, nil
+		case !errors.Is(err, sql.ErrNoRows) && !retryable(err):
+			return idem.Claim{}, s.errWrap("begin", key, err)
+		}
+	}
 	if s.q.fastBegin != "" {
 		// One statement claims a free record, or reads the record that
 		// holds the key; the transaction below handles the rest.
@@ -106,11 +121,13 @@ func (s *Store) Begin(ctx context.Context, key, fingerprint string, lease time.D
 			Scan(&claimed, &r.state, &r.fp, &r.token, &r.fence, &r.expires, &r.result, &r.attempt, &r.now)
 		switch {
 		case err == nil && claimed:
+			s.seen(false)
 			return idem.Claim{Key: key, State: idem.Acquired, Fingerprint: fingerprint, Token: tok, Fence: uint64(r.fence),
 				Attempt: int(r.attempt), Expires: start.Add(lease)}, nil
 		case err == nil:
 			r.found = true
 			if c, ok := claimOf(key, fingerprint, r); ok {
+				s.seen(true)
 				return c, nil
 			}
 		case !errors.Is(err, sql.ErrNoRows) && !retryable(err):
@@ -214,11 +231,14 @@ func (s *Store) myAttempt(ctx context.Context, key, tok string, res sql.Result) 
 	return int(a)
 }
 
-// seen counts a MySQL Begin that found its key held (held) or not, into a
+// seen counts a Begin that found its key held (held) or not, into a
 // score bounded to ±8: above 0, most recent Begins were duplicates, and
-// the next one reads before it claims (one statement, no row lock, for a
-// duplicate; three for a new key); otherwise it claims at once (two for a
-// new key; one for a duplicate, or two when its row is locked).
+// the next one reads before it claims (PostgreSQL: fastBegin, one
+// statement without a row lock for a duplicate; MySQL: a read, then a
+// claim, three for a new key); otherwise it claims at once (PostgreSQL:
+// leanBegin, one insert for a new key, then fastBegin for a duplicate;
+// MySQL: two for a new key, one for a duplicate, or two when its row is
+// locked).
 func (s *Store) seen(held bool) {
 	for {
 		n := s.replays.Load()
@@ -289,12 +309,19 @@ func (s *Store) complete(ctx context.Context, c idem.Claim, result []byte, reten
 			result = []byte{}
 		}
 		_, _, records := s.Tables()
-		var n int
-		err := s.queryRow(ctx, s.q.fastComplete, us(retention), result, []byte(c.Key), c.Token, records, keyHash(c.Key)).Scan(&n, new(sql.NullString))
-		if err != nil && !retryable(err) {
+		var watched bool
+		err := s.queryRow(ctx, s.q.fastComplete, us(retention), result, []byte(c.Key), c.Token).Scan(&watched)
+		if err != nil && !errors.Is(err, sql.ErrNoRows) && !retryable(err) {
 			return s.errWrap("complete", c.Key, err)
 		}
-		if n == 1 {
+		if err == nil {
+			if watched {
+				// A duplicate in another process waits for the record: it
+				// is told (best effort: it looks again within its poll).
+				// Only then, as NOTIFY serialises the commits of every
+				// transaction that sends one.
+				_ = s.queryRow(ctx, s.q.notifyWatched, records, keyHash(c.Key)).Scan(new(sql.NullString))
+			}
 			s.wakeRecord(c.Key)
 			return nil
 		}

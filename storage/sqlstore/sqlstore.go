@@ -46,7 +46,7 @@ type Store struct {
 	pgx             bool         // db's driver is pgx's stdlib: queryRow goes through pgx itself
 	myReturning     atomic.Int32 // MySQL: 0 not asked yet, 1 the server takes INSERT ... RETURNING, 2 not (Store.returning)
 	noReturning     bool         // (tests: the path without RETURNING, as on MySQL 8)
-	replays         atomic.Int64 // MySQL: whether recent Begins found their key held (Store.seen)
+	replays         atomic.Int64 // whether recent Begins found their key held (Store.seen)
 	noNotify        bool         // WithoutNotify
 
 	hub *hub
