@@ -53,7 +53,7 @@ type queries struct {
 	watch                                             string // PostgreSQL: a duplicate marks the record it waits for
 	// MySQL's: one statement each, answering by the rows it affected and
 	// by LAST_INSERT_ID(expr), which carries the fence a take issued.
-	myAcquire, myRelease, myBegin, myComplete string
+	myAcquire, myRelease, myBegin, myComplete, myBeginInsert string
 	// myBeginReturning is myBegin answering with the record as the
 	// statement left it (MariaDB 10.5 and later: INSERT ... RETURNING),
 	// so that a duplicate or a replay needs no read before it.
@@ -241,6 +241,11 @@ func newQueries(d Dialect, prefix string) queries {
 			" fence = IF(" + won + ", LAST_INSERT_ID(GREATEST(fence + 1, " + now + ")), fence + LAST_INSERT_ID(0))," +
 			" expires_us = IF(" + won + ", VALUES(expires_us), expires_us), result = IF(" + won + ", NULL, result)"
 		q.myAttempt = "SELECT attempt FROM " + records + " WHERE record_key = ? AND token = ?"
+		// A key never met: a plain insert (an update that may find a row
+		// costs the server more than twice as much, even when it finds
+		// none); refused with a duplicate key when the row is there.
+		q.myBeginInsert = "INSERT INTO " + records + " (record_key, state, fingerprint, token, fence, expires_us, result, attempt)" +
+			" VALUES (?, 1, ?, ?, LAST_INSERT_ID(" + now + "), " + now + " + ?, NULL, 1)"
 		q.myBeginReturning = "SET STATEMENT innodb_lock_wait_timeout = 0 FOR " + q.myBegin + " RETURNING " + recCols
 		mySessionQueries(&q, locks, now)
 		q.myComplete = "UPDATE " + records + " SET state = 2, token = '', expires_us = " + now + " + ?, result = ?" +

@@ -137,6 +137,23 @@ func (s *Store) Begin(ctx context.Context, key, fingerprint string, lease time.D
 		// REPEATABLE READ: the transaction below, at READ COMMITTED.)
 	}
 	read := s.q.myBegin != "" // MySQL: the read-first claim below
+	if read && s.replays.Load() <= 0 {
+		// Most recent Begins claimed their key: most likely a new one.
+		tok := token.New()
+		res, err := s.db.ExecContext(ctx, s.q.myBeginInsert, []byte(key), []byte(fingerprint), tok, us(lease))
+		switch {
+		case err == nil:
+			fence, err := res.LastInsertId()
+			if err != nil {
+				return idem.Claim{}, s.errWrap("begin", key, err)
+			}
+			s.seen(false)
+			return idem.Claim{Key: key, State: idem.Acquired, Fingerprint: fingerprint, Token: tok, Fence: uint64(fence),
+				Attempt: 1, Expires: start.Add(lease)}, nil
+		case !duplicateKey(err) && !retryable(err):
+			return idem.Claim{}, s.errWrap("begin", key, err)
+		}
+	}
 	if read && s.returning(ctx) && s.replays.Load() <= 0 {
 		// MariaDB: one statement claims a free record or answers with the
 		// one that holds the key (its token is then not ours). It does not
