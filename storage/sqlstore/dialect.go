@@ -243,8 +243,9 @@ func newQueries(d Dialect, prefix string) queries {
 		q.myAttempt = "SELECT attempt FROM " + records + " WHERE record_key = ? AND token = ?"
 		// A key never met: a plain insert (an update that may find a row
 		// costs the server more than twice as much, even when it finds
-		// none); refused with a duplicate key when the row is there.
-		q.myBeginInsert = "INSERT INTO " + records + " (record_key, state, fingerprint, token, fence, expires_us, result, attempt)" +
+		// none); refused with a duplicate key when the row is there, at
+		// once when its row is locked (MariaDB: SET STATEMENT).
+		q.myBeginInsert = "SET STATEMENT innodb_lock_wait_timeout = 0 FOR INSERT INTO " + records + " (record_key, state, fingerprint, token, fence, expires_us, result, attempt)" +
 			" VALUES (?, 1, ?, ?, LAST_INSERT_ID(" + now + "), " + now + " + ?, NULL, 1)"
 		q.myBeginReturning = "SET STATEMENT innodb_lock_wait_timeout = 0 FOR " + q.myBegin + " RETURNING " + recCols
 		mySessionQueries(&q, locks, now)

@@ -137,8 +137,9 @@ func (s *Store) Begin(ctx context.Context, key, fingerprint string, lease time.D
 		// REPEATABLE READ: the transaction below, at READ COMMITTED.)
 	}
 	read := s.q.myBegin != "" // MySQL: the read-first claim below
-	if read && s.replays.Load() <= 0 {
-		// Most recent Begins claimed their key: most likely a new one.
+	if read && s.replays.Load() <= 0 && s.returning(ctx) {
+		// Most recent Begins claimed their key: most likely a new one
+		// (MariaDB; on MySQL 8 an insert would wait for a locked row).
 		tok := token.New()
 		res, err := s.db.ExecContext(ctx, s.q.myBeginInsert, []byte(key), []byte(fingerprint), tok, us(lease))
 		switch {
