@@ -96,7 +96,9 @@ func (s *Store) tryAcquire(ctx context.Context, key string, ttl time.Duration) (
 // processes that release and take a key back in a loop cannot starve one
 // that waits; the release wakes it by NOTIFY on PostgreSQL with pgx, and
 // on MySQL the first waiter looks again every WithPollInterval/10 (5 ms by
-// default), the k-th every k times that.
+// default), the k-th every k times that. Of one Store's acquisitions of a
+// key, one at a time waits in the database; the others wait for their
+// turn in the process, in the order they came.
 func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (lock.Lease, error) {
 	return lockdriver.Seal(s.acquireLease(ctx, key, ttl))
 }
@@ -109,6 +111,16 @@ func (s *Store) acquireLease(ctx context.Context, key string, ttl time.Duration)
 	}
 	if err := s.closedErr("acquire", key); err != nil {
 		return nil, err
+	}
+	if owner == "" { // (an owner re-enters a key it holds at once)
+		leave, err := s.gates.enter(ctx, s.stop, key)
+		if err != nil {
+			if cerr := s.closedErr("acquire", key); cerr != nil {
+				return nil, cerr
+			}
+			return nil, lockdriver.NotAcquired(ctx)
+		}
+		defer leave()
 	}
 	if s.sessionQueue && s.takeSlot() {
 		return s.acquireQueued(ctx, key, ttl, owner, true)

@@ -295,3 +295,63 @@ func TestTableWaiterKeepsTheFreeKey(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Of one Store's acquisitions of a key, one at a time waits in the
+// database: a crowd of requests in one process for a held key costs the
+// server one queued session, not one per request (nor does it push the
+// rest into the waiters table); each still gets the key in turn, and one
+// that gives up while it waits for its turn leaves at once.
+func TestOneWaiterPerKeyPerStore(t *testing.T) {
+	url := testenv.PostgresURL(t)
+	holder, s := migrated(t, url), migrated(t, url)
+	_, waiters, _ := s.Tables()
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	key := "gate:" + time.Now().Format(time.RFC3339Nano)
+	held, err := holder.TryAcquire(ctx, key, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 12
+	var wg sync.WaitGroup
+	fences := make(chan uint64, n)
+	for range n {
+		wg.Go(func() {
+			l, err := s.Acquire(ctx, key, 10*time.Second)
+			if err != nil {
+				t.Errorf("Acquire: %v", err)
+				return
+			}
+			fences <- l.Fence()
+			if err := l.Release(ctx); err != nil {
+				t.Errorf("Release: %v", err)
+			}
+		})
+	}
+	gctx, gcancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer gcancel()
+	if _, err := s.Acquire(gctx, key, 10*time.Second); !errors.Is(err, lock.ErrNotAcquired) {
+		t.Errorf("an Acquire whose context ended while it waited for its turn: %v, want lock.ErrNotAcquired", err)
+	}
+	var queued, tabled int
+	if err := s.DB().QueryRowContext(ctx, "SELECT (SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"+
+		" AND classid = (($1::bigint >> 32) & 4294967295)::oid AND objid = ($1::bigint & 4294967295)::oid AND objsubid = 1),"+
+		" (SELECT count(*) FROM "+waiters+" WHERE lock_key = $2)", s.SessionID(key), []byte(key)).Scan(&queued, &tabled); err != nil {
+		t.Fatal(err)
+	}
+	if queued != 1 || tabled != 0 {
+		t.Errorf("%d acquisitions of one Store waiting: %d sessions queued for the key's session lock and %d places in the waiters table, want 1 and 0", n, queued, tabled)
+	}
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	close(fences)
+	last := held.Fence()
+	for f := range fences {
+		if f <= last {
+			t.Errorf("fence %d after %d: the key was not taken in turn", f, last)
+		}
+		last = f
+	}
+}

@@ -56,6 +56,7 @@ type Store struct {
 	sessionQueue bool
 	slots        chan struct{}   // connections the queue may keep (takeSlot); nil: no bound
 	hot          hotKeys         // keys found taken lately (acquireQueued)
+	gates        gates           // one acquisition of a key waits in the database at a time (Acquire)
 	sctx         context.Context // ends when the Store closes
 	scancel      context.CancelFunc
 
