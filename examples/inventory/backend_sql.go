@@ -126,6 +126,16 @@ func (s *SQL) Sell(ctx context.Context, o Order, lockFence uint64) (any, error) 
 	}
 	body, _ := json.Marshal(o)
 	return sqlstore.Effect(func(ctx context.Context, tx *sql.Tx) error {
+		// The order first, the stock last: the SKU's row is the one every
+		// sale of it waits for, and its lock is held from the UPDATE to
+		// the commit — two round trips (the record's completion, the
+		// commit) rather than four. A sale the UPDATE refuses rolls the
+		// order back with it.
+		for _, table := range []string{"inventory_orders", "inventory_outbox"} {
+			if _, err := tx.ExecContext(ctx, s.q("INSERT INTO "+table+" (ns, id, body) VALUES (?, ?, ?)"), s.ns, o.OrderID, string(body)); err != nil {
+				return err
+			}
+		}
 		// The stock is checked and taken in one statement; the fence
 		// condition refuses a holder whose lock a later one wrote under.
 		query := "UPDATE inventory_items SET stock = stock - ?, sold = sold + ?, fence = GREATEST(fence, ?) WHERE ns = ? AND sku = ? AND stock >= ?"
@@ -143,11 +153,6 @@ func (s *SQL) Sell(ctx context.Context, o Order, lockFence uint64) (any, error) 
 				return why
 			}
 			return errors.Join(ErrStaleFence, err)
-		}
-		for _, table := range []string{"inventory_orders", "inventory_outbox"} {
-			if _, err := tx.ExecContext(ctx, s.q("INSERT INTO "+table+" (ns, id, body) VALUES (?, ?, ?)"), s.ns, o.OrderID, string(body)); err != nil {
-				return err
-			}
 		}
 		return nil
 	}), nil
