@@ -77,7 +77,12 @@
 // given back, one statement) lets the next waiter's statement go on and
 // take the row: no notification, no poll, no second round trip. A lock
 // cycle on a new key is two statements, and so is a hand-off on a hot
-// key. The session lock is only the queue, never the truth:
+// key. Of one Store's acquisitions of a key, one at a time waits in the
+// database; the others wait for their turn in the process, in order, so
+// that a crowd of requests for one key costs the server one queued
+// session per process. A key the Store has not found taken lately is
+// first tried without waiting (on MySQL, a key it has not met lately by
+// a plain insert). The session lock is only the queue, never the truth:
 //
 //   - a waiter's wait is bounded by the holder's expiry, and a row that
 //     has been free or expired for a second while the session lock stays
@@ -98,8 +103,9 @@
 // (sql.DB.SetMaxOpenConns as set when New runs; 16 of Open's 32), so
 // that the holders' own statements always find a connection. An
 // acquisition beyond that queues
-// in <prefix>lock_waiters instead: the longest-queued live waiter gets a
-// freed key, woken by NOTIFY on PostgreSQL with pgx, looking again every
+// in <prefix>lock_waiters instead (and marks the key's row, queued, so
+// that the server queue's statements look there): the longest-queued
+// live waiter gets a freed key, woken by NOTIFY on PostgreSQL with pgx, looking again every
 // WithPollInterval/10 (5 ms) on MySQL; every waiter there renews its place
 // once a second, and a dead one keeps its place for three seconds at most.
 // A waiter whose database crashes or restarts asks again for up to three

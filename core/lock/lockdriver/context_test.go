@@ -2,6 +2,9 @@ package lockdriver_test
 
 import (
 	"context"
+	"errors"
+	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -141,5 +144,57 @@ func TestBoundedContextEnds(t *testing.T) {
 	<-child.Done()
 	if child.Err() != context.DeadlineExceeded {
 		t.Errorf("child: %v", child.Err())
+	}
+}
+
+// A context derived from a BoundedContext (context.WithCancel, or the
+// context.AfterFunc pgx puts on every query's context) is tied to it
+// without a goroutine of its own, ends when it ends, and lets go of it
+// when it ends first.
+func TestBoundedContextDerivesWithoutGoroutines(t *testing.T) {
+	b, cancel := lockdriver.BoundedContext(context.Background(), time.Now().Add(time.Minute))
+	before := runtime.NumGoroutine()
+	const n = 200
+	children := make([]context.Context, n)
+	cancels := make([]context.CancelFunc, n)
+	for i := range children {
+		children[i], cancels[i] = context.WithCancel(b)
+	}
+	var called atomic.Int32
+	stopped := context.AfterFunc(b, func() { called.Add(1) })
+	kept := context.AfterFunc(b, func() { called.Add(1) })
+	if got := runtime.NumGoroutine() - before; got > n/10 {
+		t.Errorf("%d contexts derived from a BoundedContext started %d goroutines", n, got)
+	}
+	cancels[0]() // a child ending first leaves the parent as it was
+	if b.Err() != nil || children[1].Err() != nil {
+		t.Fatalf("a child's cancel ended its parent or a sibling: %v, %v", b.Err(), children[1].Err())
+	}
+	if !stopped() {
+		t.Error("stop of an AfterFunc not yet run reported false")
+	}
+	cancel()
+	for i, c := range children[1:] {
+		select {
+		case <-c.Done():
+		case <-time.After(5 * time.Second):
+			t.Fatalf("child %d still running 5 s after its BoundedContext ended", i+1)
+		}
+		if !errors.Is(c.Err(), context.Canceled) {
+			t.Fatalf("child %d: %v, want context.Canceled", i+1, c.Err())
+		}
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for called.Load() != 1 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if n := called.Load(); n != 1 {
+		t.Errorf("%d AfterFunc functions ran, want 1 (one was stopped)", n)
+	}
+	if kept() {
+		t.Error("stop of an AfterFunc already run reported true")
+	}
+	for _, c := range cancels {
+		c()
 	}
 }

@@ -96,51 +96,104 @@ type bounded struct {
 	values   context.Context
 	deadline time.Time
 
-	mu    sync.Mutex
-	done  chan struct{} // made by the first Done
-	timer *time.Timer   // closes done at deadline
-	err   error
+	mu     sync.Mutex
+	done   chan struct{} // made by the first Done or AfterFunc
+	timer  *time.Timer   // ends the context at deadline
+	err    error
+	afters map[uint64]func() // AfterFunc's, run when the context ends
+	nextID uint64
 }
 
 func (b *bounded) Deadline() (time.Time, bool) { return b.deadline, true }
 
 func (b *bounded) Done() <-chan struct{} {
 	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.done == nil {
-		b.done = make(chan struct{})
-		switch d := time.Until(b.deadline); {
-		case b.err != nil:
-			close(b.done)
-		case d <= 0:
-			b.err = context.DeadlineExceeded
-			close(b.done)
-		default:
-			b.timer = time.AfterFunc(d, func() { b.end(context.DeadlineExceeded) })
-		}
+	b.armLocked()
+	done := b.done
+	b.mu.Unlock()
+	return done
+}
+
+// armLocked makes done and the timer that ends the context at deadline,
+// once.
+func (b *bounded) armLocked() {
+	if b.done != nil {
+		return
 	}
-	return b.done
+	b.done = make(chan struct{})
+	switch d := time.Until(b.deadline); {
+	case b.err != nil:
+		close(b.done)
+	case d <= 0:
+		b.err = context.DeadlineExceeded
+		close(b.done)
+	default:
+		b.timer = time.AfterFunc(d, func() { b.end(context.DeadlineExceeded) })
+	}
+}
+
+// AfterFunc arranges for f to be called once the context ends, and
+// returns the function that cancels that (true if it did before f was
+// called). The context package looks for this method: a context derived
+// from a BoundedContext (context.WithCancel, context.AfterFunc — pgx
+// watches every query's context with one) is then tied to it without a
+// goroutine of its own per derivation. f is called on the goroutine that
+// ends the context, so it must not block (the context package's are a
+// child's cancel).
+func (b *bounded) AfterFunc(f func()) (stop func() bool) {
+	b.mu.Lock()
+	b.armLocked()
+	if b.err != nil {
+		b.mu.Unlock()
+		f()
+		return func() bool { return false }
+	}
+	if b.afters == nil {
+		b.afters = map[uint64]func(){}
+	}
+	b.nextID++
+	id := b.nextID
+	b.afters[id] = f
+	b.mu.Unlock()
+	return func() bool {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		_, ok := b.afters[id]
+		delete(b.afters, id)
+		return ok
+	}
 }
 
 func (b *bounded) Err() error {
 	b.mu.Lock()
-	defer b.mu.Unlock()
+	var run map[uint64]func()
 	if b.err == nil && !time.Now().Before(b.deadline) {
-		b.endLocked(context.DeadlineExceeded)
+		run = b.endLocked(context.DeadlineExceeded)
 	}
-	return b.err
+	err := b.err
+	b.mu.Unlock()
+	for _, f := range run {
+		f()
+	}
+	return err
 }
 
 // end ends the context with err, unless it has ended.
 func (b *bounded) end(err error) {
 	b.mu.Lock()
-	defer b.mu.Unlock()
+	var run map[uint64]func()
 	if b.err == nil {
-		b.endLocked(err)
+		run = b.endLocked(err)
+	}
+	b.mu.Unlock()
+	for _, f := range run {
+		f()
 	}
 }
 
-func (b *bounded) endLocked(err error) {
+// endLocked ends the context with err and returns the AfterFunc
+// functions to call once b.mu is unlocked.
+func (b *bounded) endLocked(err error) map[uint64]func() {
 	b.err = err
 	if b.timer != nil {
 		b.timer.Stop()
@@ -148,6 +201,9 @@ func (b *bounded) endLocked(err error) {
 	if b.done != nil {
 		close(b.done)
 	}
+	run := b.afters
+	b.afters = nil
+	return run
 }
 
 func (b *bounded) Value(key any) any {
