@@ -39,6 +39,7 @@ type queries struct {
 
 	lockUpsert, lockSelect, lockSelectForUpdate, lockUpdate        string
 	queueHead, queueUpsert, queueDelete, queueCount                string
+	queueMark                                                      string // MySQL: a waiter queued in the table marks the key's row
 	recUpsert, recSelect, recSelectForUpdate, recUpdate, recDelete string
 	recList                                                        string
 	queueHeadNow, notifyHead, peek                                 string
@@ -54,6 +55,7 @@ type queries struct {
 	// MySQL's: one statement each, answering by the rows it affected and
 	// by LAST_INSERT_ID(expr), which carries the fence a take issued.
 	myAcquire, myRelease, myBegin, myComplete, myBeginInsert string
+	myTakeLean                                               string // myAcquire's ON DUPLICATE KEY UPDATE without the waiters table
 	// myBeginReturning is myBegin answering with the record as the
 	// statement left it (MariaDB 10.5 and later: INSERT ... RETURNING),
 	// so that a duplicate or a replay needs no read before it.
@@ -139,6 +141,8 @@ func newQueries(d Dialect, prefix string) queries {
 			" ON DUPLICATE KEY UPDATE record_key = record_key"
 		q.queueUpsert = "INSERT INTO " + waiters + " (lock_key, waiter, seq, expires_us) VALUES (?, ?, " + now + ", " + now + " + ?)" +
 			" ON DUPLICATE KEY UPDATE expires_us = VALUES(expires_us)"
+		// (After queueUpsert: see the PostgreSQL one.)
+		q.queueMark = "UPDATE " + locks + " SET queued = TRUE WHERE lock_key = ? AND NOT queued"
 		q.cleanup = [3]string{
 			"DELETE FROM " + locks + " WHERE expires_us < " + old + " AND fence < " + old + " LIMIT ?",
 			"DELETE FROM " + records + " WHERE expires_us < " + old + " AND fence < " + old + " AND " + forgotten + " LIMIT ?",
@@ -224,13 +228,19 @@ func newQueries(d Dialect, prefix string) queries {
 		// statement reports whether it took the row by LAST_INSERT_ID:
 		// the fence it issued, or 0 (myTaken).
 		won := "token = VALUES(token)"
+		takeFree := func(free string) string {
+			return " ON DUPLICATE KEY UPDATE token = IF((token = '' OR expires_us <= " + now + ") AND " + free + ", VALUES(token), token)," +
+				" fence = IF(" + won + ", LAST_INSERT_ID(GREATEST(fence + 1, " + now + ")), fence + LAST_INSERT_ID(0))," +
+				" owner = IF(" + won + ", VALUES(owner), owner), holds = IF(" + won + ", 1, holds)," +
+				" expires_us = IF(" + won + ", VALUES(expires_us), expires_us), queued = IF(" + won + ", FALSE, queued)"
+		}
+		// (Its last parameter: the key again, for the waiters table.)
 		q.myAcquire = "INSERT INTO " + locks + " (lock_key, token, owner, holds, fence, expires_us)" +
-			" VALUES (?, ?, ?, 1, LAST_INSERT_ID(" + now + "), " + now + " + ?) ON DUPLICATE KEY UPDATE" +
-			" token = IF((token = '' OR expires_us <= " + now + ") AND NOT EXISTS (SELECT 1 FROM " + waiters +
-			" w WHERE w.lock_key = ? AND w.expires_us > " + now + "), VALUES(token), token)," +
-			" fence = IF(" + won + ", LAST_INSERT_ID(GREATEST(fence + 1, " + now + ")), fence + LAST_INSERT_ID(0))," +
-			" owner = IF(" + won + ", VALUES(owner), owner), holds = IF(" + won + ", 1, holds)," +
-			" expires_us = IF(" + won + ", VALUES(expires_us), expires_us)"
+			" VALUES (?, ?, ?, 1, LAST_INSERT_ID(" + now + "), " + now + " + ?)" +
+			takeFree("NOT EXISTS (SELECT 1 FROM "+waiters+" w WHERE w.lock_key = ? AND w.expires_us > "+now+")")
+		// The same update naming no other table (the server queue's; see
+		// sessionQueries): a key whose row is marked queued is not taken.
+		q.myTakeLean = takeFree("NOT queued")
 		q.myRelease = "UPDATE " + locks + " SET token = '', owner = '', holds = 0, expires_us = " + now +
 			" WHERE lock_key = ? AND token = ? AND holds = 1 AND expires_us > " + now
 		q.myBegin = "INSERT INTO " + records + " (record_key, state, fingerprint, token, fence, expires_us, result, attempt)" +
@@ -418,6 +428,13 @@ func duplicateKey(err error) bool {
 func myNoSuchIndex(err error) bool {
 	var my *mysql.MySQLError
 	return errors.As(err, &my) && my.Number == 1091
+}
+
+// myDuplicateColumn reports MySQL's refusal to add a column that is
+// there (another process added it first).
+func myDuplicateColumn(err error) bool {
+	var my *mysql.MySQLError
+	return errors.As(err, &my) && my.Number == 1060
 }
 
 // unsupported reports MySQL's refusal of a statement's syntax (1064) or

@@ -437,14 +437,22 @@ func (s *Store) queue(ctx context.Context, tx *sql.Tx, key, waiter string) error
 	if waiter == "" {
 		return nil
 	}
-	_, err := tx.ExecContext(ctx, s.q.queueUpsert, []byte(key), waiter, us(s.waiterTTL))
+	if _, err := tx.ExecContext(ctx, s.q.queueUpsert, []byte(key), waiter, us(s.waiterTTL)); err != nil || s.q.queueMark == "" {
+		return err
+	}
+	_, err := tx.ExecContext(ctx, s.q.queueMark, []byte(key))
 	return err
 }
 
 // queueAlone puts waiter in key's queue, or renews its place, in a
 // statement of its own.
 func (s *Store) queueAlone(ctx context.Context, key, waiter string) error {
-	_, err := s.db.ExecContext(ctx, s.q.queueUpsert, []byte(key), waiter, us(s.waiterTTL))
+	// (MySQL: the place, then the mark. A take between the two does not
+	// see the waiter, as it would not have a moment earlier.)
+	if _, err := s.db.ExecContext(ctx, s.q.queueUpsert, []byte(key), waiter, us(s.waiterTTL)); err != nil || s.q.queueMark == "" {
+		return err
+	}
+	_, err := s.db.ExecContext(ctx, s.q.queueMark, []byte(key))
 	return err
 }
 

@@ -787,12 +787,12 @@ func (s *Store) myTryLook(ctx context.Context, c *sql.Conn, key, tok, owner stri
 		}
 		// The row is there: the session lock, if the insert took it, goes
 		// back before the statement that takes a free row.
-		if err := c.QueryRowContext(ctx, s.q.sqUntry, name, name, []byte(key)).Scan(new(sql.NullInt64), new(sql.NullInt64)); err != nil {
+		if err := c.QueryRowContext(ctx, s.q.sqUntry, name, name, []byte(key), []byte(key)).Scan(new(sql.NullInt64), new(sql.NullInt64), new(bool)); err != nil {
 			return look{}, err
 		}
 		existed = true
 	}
-	res, err := c.ExecContext(ctx, s.q.sqTry, []byte(key), tok, []byte(owner), us(ttl), name, []byte(key))
+	res, err := c.ExecContext(ctx, s.q.sqTry, []byte(key), tok, []byte(owner), us(ttl), name)
 	if err != nil {
 		return look{}, err
 	}
@@ -800,8 +800,16 @@ func (s *Store) myTryLook(ctx context.Context, c *sql.Conn, key, tok, owner stri
 		return look{taken: true, fence: fence, holding: true, existed: existed}, nil
 	}
 	var remaining sql.NullInt64
-	if err := c.QueryRowContext(ctx, s.q.sqUntry, name, name, []byte(key)).Scan(new(sql.NullInt64), &remaining); err != nil {
+	var queued bool
+	if err := c.QueryRowContext(ctx, s.q.sqUntry, name, name, []byte(key), []byte(key)).Scan(new(sql.NullInt64), &remaining, &queued); err != nil {
 		return look{}, err
+	}
+	if l := leftDur(remaining); l <= 0 && queued {
+		// Free, but marked for waiters in the waiters table: the statement
+		// that looks there (and clears the mark when nobody waits).
+		tl, err := s.myTakeLook(ctx, c, key, tok, owner, ttl)
+		tl.existed = existed
+		return tl, err
 	}
 	return look{left: leftDur(remaining), existed: existed}, nil
 }
@@ -834,7 +842,7 @@ func (s *Store) myWaitLook(ctx context.Context, c *sql.Conn, key, tok, owner str
 		defer cancel()
 		_, _ = s.db.ExecContext(kctx, "KILL QUERY "+strconv.FormatInt(id, 10))
 	})
-	res, err := c.ExecContext(wctx, s.q.sqWait, []byte(key), tok, []byte(owner), us(ttl), name, secs, []byte(key))
+	res, err := c.ExecContext(wctx, s.q.sqWait, []byte(key), tok, []byte(owner), us(ttl), name, secs)
 	if !stop() {
 		// Killed (or about to be): whatever the statement did, the
 		// caller gives up; a row it took for tok is given back, and c,
@@ -857,7 +865,10 @@ func (s *Store) myWaitLook(ctx context.Context, c *sql.Conn, key, tok, owner str
 	if holding.Int64 != 1 {
 		return look{left: leftDur(remaining)}, errWaitEnded
 	}
-	return look{holding: true, left: leftDur(remaining)}, nil
+	l := leftDur(remaining)
+	// (A free row not taken is marked for the waiters table: looked at
+	// again at once, by the statement that looks there.)
+	return look{holding: true, left: l, unknown: l <= 0}, nil
 }
 
 // errConnKilled: a wait that ctx ended was killed on the server; its
@@ -926,11 +937,13 @@ func mySessionQueries(q *queries, locks, now string) {
 	// 0). The clock of a statement that waits is its start (NOW) plus
 	// the time it has run (SYSDATE - NOW): UTC_TIMESTAMP stays at the
 	// start, and the row would be taken with its TTL already spent.
-	i := strings.Index(q.myAcquire, " ON DUPLICATE KEY UPDATE")
+	// They name no other table: a key marked queued (a waiter queued in
+	// the waiters table) is not taken by them but by myAcquire, which
+	// looks there (myTakeLook), as on PostgreSQL.
 	lockFirst := func(timeout, now string) string {
 		return "INSERT INTO " + locks + " (lock_key, token, owner, holds, fence, expires_us)" +
 			" SELECT ?, ?, ?, 1, LAST_INSERT_ID(" + now + "), " + now + " + ? FROM DUAL" +
-			" WHERE LAST_INSERT_ID(0) = 0 AND GET_LOCK(?, " + timeout + ") = 1" + q.myAcquire[i:]
+			" WHERE LAST_INSERT_ID(0) = 0 AND GET_LOCK(?, " + timeout + ") = 1" + q.myTakeLean
 	}
 	q.sqTry = lockFirst("0", now)
 	// A new key with its session lock, by a plain insert (UTC_TIMESTAMP
@@ -940,7 +953,8 @@ func mySessionQueries(q *queries, locks, now string) {
 		" IF(LAST_INSERT_ID(" + now + " * 2 + IFNULL(GET_LOCK(?, 0), 0)) > 0, 1, 1), " + now + ", " + now + " + ?)"
 	running := "(" + now + " + TIMESTAMPDIFF(MICROSECOND, NOW(6), SYSDATE(6)))"
 	q.sqWait = strings.ReplaceAll(lockFirst("?", now), now, running)
-	q.sqUntry = "SELECT IF(IS_USED_LOCK(?) = CONNECTION_ID(), RELEASE_LOCK(?), 0), (SELECT CAST(expires_us AS SIGNED) - " + now + " FROM " + locks + " WHERE lock_key = ?)"
+	q.sqUntry = "SELECT IF(IS_USED_LOCK(?) = CONNECTION_ID(), RELEASE_LOCK(?), 0), (SELECT CAST(expires_us AS SIGNED) - " + now + " FROM " + locks + " WHERE lock_key = ?)," +
+		" COALESCE((SELECT queued FROM " + locks + " WHERE lock_key = ?), FALSE)"
 	q.sqHeld = "SELECT IS_USED_LOCK(?) = CONNECTION_ID(), (SELECT CAST(expires_us AS SIGNED) - " + now + " FROM " + locks + " WHERE lock_key = ?)"
 	q.sqLeft = "SELECT CAST(expires_us AS SIGNED) - " + now + " FROM " + locks + " WHERE lock_key = ?"
 	q.sqRelease = "UPDATE " + locks + " SET token = IF(RELEASE_LOCK(?) IS NULL, '', ''), owner = '', holds = 0, expires_us = " + now +

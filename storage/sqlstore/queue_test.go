@@ -355,3 +355,53 @@ func TestOneWaiterPerKeyPerStore(t *testing.T) {
 		last = f
 	}
 }
+
+// The same on MySQL, whose server queue's statements check the mark too.
+func TestMySQLTableWaiterKeepsTheFreeKey(t *testing.T) {
+	url := testenv.MySQLURL(t)
+	s := migrated(t, url)
+	locks, waiters, _ := s.Tables()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	key := "table-waiter:" + time.Now().Format(time.RFC3339Nano)
+	marked := func() bool {
+		t.Helper()
+		var q bool
+		if err := s.DB().QueryRowContext(ctx, "SELECT queued FROM "+locks+" WHERE lock_key = ?", []byte(key)).Scan(&q); err != nil {
+			t.Fatal(err)
+		}
+		return q
+	}
+	held, err := s.TryAcquire(ctx, key, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.QueueWaiter(ctx, key, "table-waiter"); err != nil {
+		t.Fatal(err)
+	}
+	if !marked() {
+		t.Fatal("a waiter queued in the waiters table left the key's row unmarked")
+	}
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	other := migrated(t, url)
+	var busy *lock.BusyError
+	if l, err := other.TryAcquire(ctx, key, 10*time.Second); !errors.As(err, &busy) {
+		if err == nil {
+			_ = l.Release(ctx)
+		}
+		t.Fatalf("TryAcquire of a free key kept for a queued waiter: %v, want busy", err)
+	}
+	execSQL(t, s, "DELETE FROM "+waiters+" WHERE lock_key = ?", []byte(key))
+	l, err := other.Acquire(ctx, key, 10*time.Second)
+	if err != nil {
+		t.Fatalf("Acquire of the free key after its waiter left: %v", err)
+	}
+	if marked() {
+		t.Error("the key's row is still marked after its last waiter left and the key was taken")
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

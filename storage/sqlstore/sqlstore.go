@@ -367,15 +367,20 @@ func (s *Store) Migrate(ctx context.Context) error {
 			return fmt.Errorf("sqlstore: migrate: %w", err)
 		}
 	}
-	// A records table made before the attempt column: added (only then).
-	var n int
-	if err := s.db.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = COALESCE(?, DATABASE())"+
-		" AND TABLE_NAME = ? AND COLUMN_NAME = 'attempt'", schemaOf(records), tableOf(records)).Scan(&n); err != nil {
-		return fmt.Errorf("sqlstore: migrate: %w", err)
-	}
-	if n == 0 {
-		if _, err := s.db.ExecContext(ctx, "ALTER TABLE "+records+" ADD COLUMN attempt INT NOT NULL DEFAULT 0"); err != nil {
+	// A table made before a column: added (only then).
+	for _, col := range []struct{ table, name, ddl string }{
+		{records, "attempt", "INT NOT NULL DEFAULT 0"},
+		{locks, "queued", "BOOLEAN NOT NULL DEFAULT FALSE"},
+	} {
+		var n int
+		if err := s.db.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = COALESCE(?, DATABASE())"+
+			" AND TABLE_NAME = ? AND COLUMN_NAME = ?", schemaOf(col.table), tableOf(col.table), col.name).Scan(&n); err != nil {
 			return fmt.Errorf("sqlstore: migrate: %w", err)
+		}
+		if n == 0 {
+			if _, err := s.db.ExecContext(ctx, "ALTER TABLE "+col.table+" ADD COLUMN "+col.name+" "+col.ddl); err != nil && !myDuplicateColumn(err) {
+				return fmt.Errorf("sqlstore: migrate: %w", err)
+			}
 		}
 	}
 	return nil

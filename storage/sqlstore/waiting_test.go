@@ -280,7 +280,8 @@ func TestMySQLMigrateDropsLocksExpiryIndex(t *testing.T) {
 	s := migrated(t, testenv.MySQLURL(t), sqlstore.WithTablePrefix(prefix))
 	locks, _, _ := s.Tables()
 	execSQL(t, s, "CREATE INDEX "+prefix+"locks_expires ON "+locks+" (expires_us)")
-	for range 2 { // (and again with the index gone)
+	execSQL(t, s, "ALTER TABLE "+locks+" DROP COLUMN queued")
+	for range 2 { // (and again with the index gone, the column there)
 		if err := s.Migrate(t.Context()); err != nil {
 			t.Fatal(err)
 		}
@@ -294,6 +295,14 @@ func TestMySQLMigrateDropsLocksExpiryIndex(t *testing.T) {
 	}
 	if lockIdx != 0 || recIdx == 0 {
 		t.Errorf("after Migrate: %d entries of locks_expires (want none), %d of records_expires (want it kept)", lockIdx, recIdx)
+	}
+	var queued int
+	if err := s.DB().QueryRowContext(t.Context(), "SELECT COUNT(*) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE()"+
+		" AND TABLE_NAME = ? AND COLUMN_NAME = 'queued'", prefix+"locks").Scan(&queued); err != nil {
+		t.Fatal(err)
+	}
+	if queued != 1 {
+		t.Error("Migrate did not add the locks table's queued column")
 	}
 	execSQL(t, s, "DROP TABLE "+prefix+"locks, "+prefix+"lock_waiters, "+prefix+"records")
 }

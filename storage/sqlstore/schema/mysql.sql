@@ -11,7 +11,8 @@ CREATE TABLE IF NOT EXISTS {prefix}locks (
 	owner      VARBINARY(256) NOT NULL,
 	holds      INT            NOT NULL,
 	fence      BIGINT         NOT NULL,
-	expires_us BIGINT         NOT NULL
+	expires_us BIGINT         NOT NULL,
+	queued     BOOLEAN        NOT NULL DEFAULT FALSE -- waiters may be queued in lock_waiters (see queue.go)
 ) ENGINE = InnoDB;
 -- No index on expires_us: every acquisition and release changes it, and on
 -- a new key its index entries cost the server a third of the cycle. The
