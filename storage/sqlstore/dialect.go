@@ -45,6 +45,7 @@ type queries struct {
 	queueHeadNow, notifyHead, peek                                 string
 	notify                                                         string // PostgreSQL only
 	cleanup                                                        [3]string
+	cleanupPick, cleanupByKey                                      string // MySQL: the locks table's cleanup, by key
 	// PostgreSQL's one-statement fast paths ("" on MySQL): the common
 	// case of each operation in one round trip; anything else falls back
 	// to the transaction.
@@ -143,6 +144,9 @@ func newQueries(d Dialect, prefix string) queries {
 			" ON DUPLICATE KEY UPDATE expires_us = VALUES(expires_us)"
 		// (After queueUpsert: see the PostgreSQL one.)
 		q.queueMark = "UPDATE " + locks + " SET queued = TRUE WHERE lock_key = ? AND NOT queued"
+		// (The locks table's: see Store.cleanupStep.)
+		q.cleanupPick = "SELECT lock_key FROM " + locks + " WHERE expires_us < " + old + " AND fence < " + old + " LIMIT ?"
+		q.cleanupByKey = "DELETE FROM " + locks + " WHERE expires_us < " + old + " AND fence < " + old
 		q.cleanup = [3]string{
 			"DELETE FROM " + locks + " WHERE expires_us < " + old + " AND fence < " + old + " LIMIT ?",
 			"DELETE FROM " + records + " WHERE expires_us < " + old + " AND fence < " + old + " AND " + forgotten + " LIMIT ?",

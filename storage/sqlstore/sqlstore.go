@@ -3,6 +3,7 @@ package sqlstore
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"embed"
 	"errors"
 	"fmt"
@@ -551,7 +552,7 @@ func (s *Store) Cleanup(ctx context.Context) (int64, error) {
 	var total int64
 	for _, stmt := range s.q.cleanup {
 		for {
-			res, err := s.db.ExecContext(ctx, stmt, s.cleanupBatch)
+			res, err := s.cleanupStep(ctx, stmt)
 			if err != nil {
 				return total, s.errWrap("cleanup", "", err)
 			}
@@ -563,6 +564,47 @@ func (s *Store) Cleanup(ctx context.Context) (int64, error) {
 		}
 	}
 	return total, nil
+}
+
+// cleanupStep runs one batch of a cleanup statement. MySQL's locks table
+// has no index on its expiry, and a DELETE that scans it locks every row
+// it passes (at REPEATABLE READ until it ends; READ COMMITTED does not
+// spare a DELETE) and waits for any another statement holds: there the
+// batch's keys are found by a read that takes no lock, and deleted by
+// key, each row's expiry and fence checked again as the DELETE locks it.
+// (PostgreSQL's statements skip locked rows: FOR UPDATE SKIP LOCKED.)
+func (s *Store) cleanupStep(ctx context.Context, stmt string) (sql.Result, error) {
+	if s.dialect != MySQL || stmt != s.q.cleanup[0] {
+		return s.db.ExecContext(ctx, stmt, s.cleanupBatch)
+	}
+	rows, err := s.db.QueryContext(ctx, s.q.cleanupPick, s.cleanupBatch)
+	if err != nil {
+		return nil, err
+	}
+	var keys []any
+	for rows.Next() {
+		var k []byte
+		if err := rows.Scan(&k); err != nil {
+			_ = rows.Close()
+			return nil, err
+		}
+		keys = append(keys, k)
+	}
+	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+		return nil, err
+	}
+	if len(keys) == 0 {
+		return driver.RowsAffected(0), nil
+	}
+	res, err := s.db.ExecContext(ctx, s.q.cleanupByKey+" AND lock_key IN (?"+strings.Repeat(", ?", len(keys)-1)+")", keys...)
+	if err != nil {
+		return nil, err
+	}
+	if n, _ := res.RowsAffected(); n < int64(len(keys)) && len(keys) == s.cleanupBatch {
+		// Rows taken meanwhile: a full batch still asks for the next one.
+		return driver.RowsAffected(s.cleanupBatch), nil
+	}
+	return res, nil
 }
 
 func (s *Store) cleanupLoop() {

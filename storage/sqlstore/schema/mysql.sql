@@ -17,7 +17,8 @@ CREATE TABLE IF NOT EXISTS {prefix}locks (
 -- No index on expires_us: every acquisition and release changes it, and on
 -- a new key its index entries cost the server a third of the cycle. The
 -- cleanup scans the table instead (it holds the keys locked or freed in
--- the last minute or so). Migrate drops the index of tables made before.
+-- the last minute or so), with a read that takes no lock, and deletes
+-- what it found by key. Migrate drops the index of tables made before.
 
 CREATE TABLE IF NOT EXISTS {prefix}lock_waiters (
 	lock_key   VARBINARY(512) NOT NULL,
