@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -196,5 +197,33 @@ func TestBoundedContextDerivesWithoutGoroutines(t *testing.T) {
 	}
 	for _, c := range cancels {
 		c()
+	}
+}
+
+// AfterFunc on a BoundedContext that has ended runs f, but not on the
+// caller's goroutine: the context package calls it holding the lock of
+// the context it derives, which f (that context's cancel) takes — a
+// context derived just as its BoundedContext ends would deadlock.
+func TestBoundedContextAfterFuncOnceEnded(t *testing.T) {
+	b, cancel := lockdriver.BoundedContext(context.Background(), time.Now().Add(time.Minute))
+	cancel()
+	af, ok := b.(interface{ AfterFunc(func()) func() bool })
+	if !ok {
+		t.Fatal("a BoundedContext has no AfterFunc method")
+	}
+	var mu sync.Mutex
+	returned, ran := make(chan struct{}), make(chan struct{})
+	go func() {
+		mu.Lock()
+		af.AfterFunc(func() { mu.Lock(); mu.Unlock(); close(ran) })
+		mu.Unlock()
+		close(returned)
+	}()
+	for _, ch := range []chan struct{}{returned, ran} {
+		select {
+		case <-ch:
+		case <-time.After(5 * time.Second):
+			t.Fatal("AfterFunc of an ended BoundedContext ran f on the caller's goroutine, or never")
+		}
 	}
 }

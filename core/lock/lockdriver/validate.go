@@ -138,14 +138,16 @@ func (b *bounded) armLocked() {
 // from a BoundedContext (context.WithCancel, context.AfterFunc — pgx
 // watches every query's context with one) is then tied to it without a
 // goroutine of its own per derivation. f is called on the goroutine that
-// ends the context, so it must not block (the context package's are a
-// child's cancel).
+// ends the context (on one of its own when it has ended already), so it
+// must not block (the context package's are a child's cancel).
 func (b *bounded) AfterFunc(f func()) (stop func() bool) {
 	b.mu.Lock()
 	b.armLocked()
 	if b.err != nil {
 		b.mu.Unlock()
-		f()
+		// Not on this goroutine: the context package calls AfterFunc
+		// holding the child's lock, which f (the child's cancel) takes.
+		go f()
 		return func() bool { return false }
 	}
 	if b.afters == nil {
