@@ -19,9 +19,10 @@
 // # Effects in the caller's transaction
 //
 // A Guard run attaches a sqlstore.Effect, func(ctx, *sql.Tx) error, with
-// idem.Commit: the Store locks the record's row, checks that the claim is
-// still the run's, runs the effect and completes the record in that one
-// transaction. A process killed anywhere in it leaves nothing committed,
+// idem.Commit: the Store runs the effect and completes the record in one
+// transaction, whose last statement checks that the claim is still the
+// run's (the record's row locked until the commit) as it completes the
+// record. A process killed anywhere in it leaves nothing committed,
 // and the retry runs again; a claim lost meanwhile rolls everything back
 // (idem.ErrLockLost). When the application's framework owns the
 // transaction, idem.Commit(ctx, sqlstore.InTx(tx)) completes the record in

@@ -15,11 +15,12 @@ import (
 
 // Effect is a write in the database that commits atomically with an
 // idempotency record: the Store runs it in the transaction that completes
-// the record, after locking the record's row and checking that the claim
-// is still the caller's, so the order, the stock and the outbox row are
-// written together with the record or not at all — by construction, not
-// by care: a process killed anywhere in between leaves the transaction
-// uncommitted, and the retry runs again.
+// the record — the effect first, then the statement that checks that the
+// claim is still the caller's and completes the record (a claim lost
+// meanwhile rolls the effect back: idem.ErrLockLost) — so the order, the
+// stock and the outbox row are written together with the record or not at
+// all — by construction, not by care: a process killed anywhere in
+// between leaves the transaction uncommitted, and the retry runs again.
 //
 // The effect returns nil to go ahead. Any other error rolls everything
 // back: a database's own answer (a constraint, a syntax error) is an
