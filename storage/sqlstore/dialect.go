@@ -205,19 +205,14 @@ func newQueries(d Dialect, prefix string) queries {
 		q.fastComplete = "UPDATE " + records + " SET state = 2, token = '', expires_us = " + now + " + ?, result = ?" +
 			" WHERE record_key = ? AND state = 1 AND token = ? AND expires_us > " + now + " RETURNING watched"
 		q.notifyWatched = "SELECT pg_notify($1, $2)"
-		// The common claim of a key met for the first time, or free: one
-		// insert, a row that exists taken when free or expired (its clock
-		// read once its row lock is ours), no row answered for a record
-		// live in the statement's snapshot, which is not locked (fastBegin
-		// then reads it): used while most of a Store's recent Begins
-		// claimed their key (Store.seen).
-		q.leanBegin = "INSERT INTO " + records + " AS r (record_key, state, fingerprint, token, fence, expires_us, attempt)" +
+		// The common claim of a key met for the first time: one insert; a
+		// row that is there (free, expired, live, or locked by a writer's
+		// transaction) is left as it is, without waiting for its lock, and
+		// fastBegin claims or reads it next. Used while most of a Store's
+		// recent Begins claimed their key (Store.seen).
+		q.leanBegin = "INSERT INTO " + records + " (record_key, state, fingerprint, token, fence, expires_us, attempt)" +
 			" SELECT $1, 1, $2, $3, n.now, n.now + $4, 1 FROM (SELECT " + now + " AS now) n" +
-			" WHERE NOT EXISTS (SELECT 1 FROM " + records + " c WHERE c.record_key = $1 AND c.state IN (1, 2) AND c.expires_us > n.now)" +
-			" ON CONFLICT (record_key) DO UPDATE SET state = 1, fingerprint = EXCLUDED.fingerprint, token = EXCLUDED.token," +
-			" fence = GREATEST(r.fence + 1, " + now + "), expires_us = " + now + " + $4, result = NULL," +
-			" attempt = CASE WHEN r.state IN (0, 1) AND r.expires_us > " + now + " - " + memory + " THEN r.attempt + 1 ELSE 1 END" +
-			" WHERE r.state = 0 OR (r.state IN (1, 2) AND r.expires_us <= " + now + ") RETURNING fence, attempt"
+			" ON CONFLICT (record_key) DO NOTHING RETURNING fence, attempt"
 		// A duplicate's look before it waits: it marks the record in
 		// flight watched (once), and reads it as the statement's snapshot
 		// had it, with whether it marked it.
