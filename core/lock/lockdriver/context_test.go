@@ -211,11 +211,17 @@ func TestBoundedContextAfterFuncOnceEnded(t *testing.T) {
 	if !ok {
 		t.Fatal("a BoundedContext has no AfterFunc method")
 	}
-	var mu sync.Mutex
+	var mu sync.Mutex // (the derived context's lock, in the context package)
+	calls := 0
 	returned, ran := make(chan struct{}), make(chan struct{})
 	go func() {
 		mu.Lock()
-		af.AfterFunc(func() { mu.Lock(); mu.Unlock(); close(ran) })
+		af.AfterFunc(func() {
+			mu.Lock()
+			calls++
+			mu.Unlock()
+			close(ran)
+		})
 		mu.Unlock()
 		close(returned)
 	}()
@@ -225,5 +231,10 @@ func TestBoundedContextAfterFuncOnceEnded(t *testing.T) {
 		case <-time.After(5 * time.Second):
 			t.Fatal("AfterFunc of an ended BoundedContext ran f on the caller's goroutine, or never")
 		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if calls != 1 {
+		t.Errorf("f ran %d times, want once", calls)
 	}
 }
