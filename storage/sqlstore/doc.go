@@ -141,8 +141,9 @@
 // # Expiry and cleanup
 //
 // Expired rows are ignored at once and deleted, once both their expiry and
-// their fence are a minute behind the server's clock, by a cleanup loop in
-// every Store (WithCleanup: every minute, in DELETEs of at most 500 rows,
+// their fence are a minute behind the server's clock, by a cleanup loop
+// that the Stores on the same tables take turns to run (WithCleanup: one
+// of them every minute, in DELETEs of at most 500 rows,
 // FOR UPDATE SKIP LOCKED on PostgreSQL), or by Cleanup when you schedule
 // it yourself. On PostgreSQL the locks table has no index on its expiry
 // and keeps free space in its pages (fillfactor 50): an acquisition or a

@@ -17,3 +17,6 @@ func (s *Store) SessionID(key string) int64 { return s.sessionID(key) }
 func (s *Store) QueueWaiter(ctx context.Context, key, waiter string) error {
 	return s.queueAlone(ctx, key, waiter)
 }
+
+// CleanupRuns is how many times the Store's cleanup loop has cleaned.
+func (s *Store) CleanupRuns() int64 { return s.cleanups.Load() }

@@ -260,3 +260,35 @@ func TestCleanupPassesLockedRows(t *testing.T) {
 		})
 	}
 }
+
+// The cleanup loops of the Stores on the same tables take turns: one of
+// them cleans per interval, not each (every run scans the locks table).
+func TestCleanupTakesTurns(t *testing.T) {
+	for name, dbURL := range databases(t) {
+		t.Run(name, func(t *testing.T) {
+			prefix := "cleanup_turns_" + strconv.FormatInt(time.Now().UnixNano()%1e9, 10) + "_"
+			admin := migrated(t, dbURL, sqlstore.WithTablePrefix(prefix), sqlstore.WithCleanup(0, 100))
+			const interval = 300 * time.Millisecond
+			stores := []*sqlstore.Store{
+				open(t, dbURL, sqlstore.WithTablePrefix(prefix), sqlstore.WithCleanup(interval, 100)),
+				open(t, dbURL, sqlstore.WithTablePrefix(prefix), sqlstore.WithCleanup(interval, 100)),
+				open(t, dbURL, sqlstore.WithTablePrefix(prefix), sqlstore.WithCleanup(interval, 100)),
+			}
+			start := time.Now()
+			time.Sleep(10 * interval)
+			for _, s := range stores {
+				s.Close()
+			}
+			var runs int64
+			for _, s := range stores {
+				runs += s.CleanupRuns()
+			}
+			// Each Store ticks 10 times; a turn lasts 9/10 of an interval,
+			// so at most one run per 0.9 interval went ahead.
+			if limit := int64(time.Since(start)/(interval*9/10)) + 1; runs < 1 || runs > limit {
+				t.Errorf("3 Stores cleaning every %v for %v ran %d cleanups, want 1 to %d (one per interval)", interval, time.Since(start).Round(time.Millisecond), runs, limit)
+			}
+			execSQL(t, admin, "DROP TABLE "+prefix+"locks, "+prefix+"lock_waiters, "+prefix+"records")
+		})
+	}
+}

@@ -48,6 +48,7 @@ type Store struct {
 	myReturning     atomic.Int32 // MySQL: 0 not asked yet, 1 the server takes INSERT ... RETURNING, 2 not (Store.returning)
 	noReturning     bool         // (tests: the path without RETURNING, as on MySQL 8)
 	replays         atomic.Int64 // whether recent Begins found their key held (Store.seen)
+	cleanups        atomic.Int64 // the cleanup loop's runs (tests)
 	noNotify        bool         // WithoutNotify
 
 	hub *hub
@@ -121,9 +122,10 @@ func WithPollInterval(d time.Duration) Option { return func(s *Store) { s.pollIn
 // WithCleanup sets how often the Store deletes expired rows (released
 // locks whose fence the clock has passed, records past their retention,
 // dead waiters), and how many rows one DELETE removes at most: small
-// batches keep row locks short. An interval of 0 turns the loop off (call
-// Cleanup yourself, from one process or many). Default every minute, 500
-// rows per statement.
+// batches keep row locks short. Of the Stores on the same tables, one
+// cleans per interval (they take turns by a lock of their own). An
+// interval of 0 turns the loop off (call Cleanup yourself, from one
+// process or many). Default every minute, 500 rows per statement.
 func WithCleanup(interval time.Duration, batch int) Option {
 	return func(s *Store) { s.cleanupInterval, s.cleanupBatch = interval, batch }
 }
@@ -607,6 +609,11 @@ func (s *Store) cleanupStep(ctx context.Context, stmt string) (sql.Result, error
 	return res, nil
 }
 
+// cleanupKey is the lock the cleanup loops of the Stores sharing the
+// tables take in turn (its leading NUL keeps it apart from the keys
+// applications choose, in practice).
+const cleanupKey = "\x00oncekit:cleanup"
+
 func (s *Store) cleanupLoop() {
 	t := time.NewTicker(s.cleanupInterval)
 	defer t.Stop()
@@ -617,12 +624,31 @@ func (s *Store) cleanupLoop() {
 		case <-t.C:
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), s.cleanupInterval)
-		_, err := s.Cleanup(ctx)
+		var err error
+		if ran, cerr := s.cleanupTurn(ctx); cerr != nil {
+			err = cerr
+		} else if ran {
+			s.cleanups.Add(1)
+			_, err = s.Cleanup(ctx)
+		}
 		cancel()
 		if err != nil && s.onCleanupError != nil {
 			s.onCleanupError(err)
 		}
 	}
+}
+
+// cleanupTurn takes the cleanup's turn for most of an interval, if no
+// other Store on the tables took it: of the loops of N replicas, one
+// cleans per interval rather than N (each a scan of the locks table).
+// The turn is a lock on cleanupKey that is never released, only left to
+// expire; it keeps no connection (not the server queue's statements).
+func (s *Store) cleanupTurn(ctx context.Context) (bool, error) {
+	g, err := s.attempt(ctx, cleanupKey, s.cleanupInterval*9/10, "", "", false)
+	if err != nil {
+		return false, err
+	}
+	return g.token != "", nil
 }
 
 // Ping is a health check for readiness probes: the database answers on a
