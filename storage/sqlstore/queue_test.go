@@ -245,54 +245,61 @@ func TestRowWaitTimeoutKeepsSessionLockAccount(t *testing.T) {
 // (it would cost every acquisition): a waiter that queues there marks
 // the key's row, and a free key so marked is kept for it — a session
 // acquisition that comes later takes it only once the waiter left — and
-// the mark goes with the last waiter.
+// the mark goes with the last waiter. (After the waiter left, TryAcquire
+// takes the key on PostgreSQL, Acquire on MySQL.)
 func TestTableWaiterKeepsTheFreeKey(t *testing.T) {
-	url := testenv.PostgresURL(t)
-	s := migrated(t, url)
-	locks, _, _ := s.Tables()
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	key := "table-waiter:" + time.Now().Format(time.RFC3339Nano)
-	marked := func() bool {
-		t.Helper()
-		var q bool
-		if err := s.DB().QueryRowContext(ctx, "SELECT queued FROM "+locks+" WHERE lock_key = $1", []byte(key)).Scan(&q); err != nil {
-			t.Fatal(err)
-		}
-		return q
-	}
-	held, err := s.TryAcquire(ctx, key, 10*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.QueueWaiter(ctx, key, "table-waiter"); err != nil {
-		t.Fatal(err)
-	}
-	if !marked() {
-		t.Fatal("a waiter queued in the waiters table left the key's row unmarked")
-	}
-	if err := held.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	other := migrated(t, url)
-	var busy *lock.BusyError
-	if l, err := other.TryAcquire(ctx, key, 10*time.Second); !errors.As(err, &busy) {
-		if err == nil {
-			_ = l.Release(ctx)
-		}
-		t.Fatalf("TryAcquire of a free key kept for a queued waiter: %v, want busy", err)
-	}
-	_, waiters, _ := s.Tables()
-	execSQL(t, s, "DELETE FROM "+waiters+" WHERE lock_key = $1", []byte(key))
-	l, err := other.TryAcquire(ctx, key, 10*time.Second)
-	if err != nil {
-		t.Fatalf("TryAcquire of the free key after its waiter left: %v", err)
-	}
-	if marked() {
-		t.Error("the key's row is still marked after its last waiter left and the key was taken")
-	}
-	if err := l.Release(ctx); err != nil {
-		t.Fatal(err)
+	for name, url := range databases(t) {
+		t.Run(name, func(t *testing.T) {
+			s := migrated(t, url)
+			locks, waiters, _ := s.Tables()
+			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+			defer cancel()
+			key := "table-waiter:" + time.Now().Format(time.RFC3339Nano)
+			marked := func() bool {
+				t.Helper()
+				var q bool
+				if err := s.DB().QueryRowContext(ctx, rebind(s, "SELECT queued FROM "+locks+" WHERE lock_key = ?"), []byte(key)).Scan(&q); err != nil {
+					t.Fatal(err)
+				}
+				return q
+			}
+			held, err := s.TryAcquire(ctx, key, 10*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := s.QueueWaiter(ctx, key, "table-waiter"); err != nil {
+				t.Fatal(err)
+			}
+			if !marked() {
+				t.Fatal("a waiter queued in the waiters table left the key's row unmarked")
+			}
+			if err := held.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			other := migrated(t, url)
+			var busy *lock.BusyError
+			if l, err := other.TryAcquire(ctx, key, 10*time.Second); !errors.As(err, &busy) {
+				if err == nil {
+					_ = l.Release(ctx)
+				}
+				t.Fatalf("TryAcquire of a free key kept for a queued waiter: %v, want busy", err)
+			}
+			execSQL(t, s, "DELETE FROM "+waiters+" WHERE lock_key = ?", []byte(key))
+			take, what := other.TryAcquire, "TryAcquire"
+			if s.Dialect() == sqlstore.MySQL {
+				take, what = other.Acquire, "Acquire"
+			}
+			l, err := take(ctx, key, 10*time.Second)
+			if err != nil {
+				t.Fatalf("%s of the free key after its waiter left: %v", what, err)
+			}
+			if marked() {
+				t.Error("the key's row is still marked after its last waiter left and the key was taken")
+			}
+			if err := l.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+		})
 	}
 }
 
@@ -365,55 +372,5 @@ func TestOneWaiterPerKeyPerStore(t *testing.T) {
 			t.Errorf("fence %d after %d: the key was not taken in turn", f, last)
 		}
 		last = f
-	}
-}
-
-// The same on MySQL, whose server queue's statements check the mark too.
-func TestMySQLTableWaiterKeepsTheFreeKey(t *testing.T) {
-	url := testenv.MySQLURL(t)
-	s := migrated(t, url)
-	locks, waiters, _ := s.Tables()
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	key := "table-waiter:" + time.Now().Format(time.RFC3339Nano)
-	marked := func() bool {
-		t.Helper()
-		var q bool
-		if err := s.DB().QueryRowContext(ctx, "SELECT queued FROM "+locks+" WHERE lock_key = ?", []byte(key)).Scan(&q); err != nil {
-			t.Fatal(err)
-		}
-		return q
-	}
-	held, err := s.TryAcquire(ctx, key, 10*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.QueueWaiter(ctx, key, "table-waiter"); err != nil {
-		t.Fatal(err)
-	}
-	if !marked() {
-		t.Fatal("a waiter queued in the waiters table left the key's row unmarked")
-	}
-	if err := held.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	other := migrated(t, url)
-	var busy *lock.BusyError
-	if l, err := other.TryAcquire(ctx, key, 10*time.Second); !errors.As(err, &busy) {
-		if err == nil {
-			_ = l.Release(ctx)
-		}
-		t.Fatalf("TryAcquire of a free key kept for a queued waiter: %v, want busy", err)
-	}
-	execSQL(t, s, "DELETE FROM "+waiters+" WHERE lock_key = ?", []byte(key))
-	l, err := other.Acquire(ctx, key, 10*time.Second)
-	if err != nil {
-		t.Fatalf("Acquire of the free key after its waiter left: %v", err)
-	}
-	if marked() {
-		t.Error("the key's row is still marked after its last waiter left and the key was taken")
-	}
-	if err := l.Release(ctx); err != nil {
-		t.Fatal(err)
 	}
 }
