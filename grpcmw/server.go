@@ -95,11 +95,11 @@ func (s *server) key(ctx context.Context, req any) (key string, ok bool, err err
 // A scope function that returns "" refuses the call (Internal): an empty
 // scope is the key space every unscoped call shares, where one principal's
 // key could replay to another.
-func (s *server) stored(ctx context.Context, fullMethod, key string, req any) (string, error) {
+func (s *server) stored(ctx context.Context, fullMethod, key string, req any) (idem.Key, error) {
 	scope := ""
 	if s.cfg.scope != nil {
 		if scope = s.cfg.scope(ctx); scope == "" {
-			return "", status.Errorf(codes.Internal, "grpcmw: %s: the scope function returned an empty scope "+
+			return idem.Key{}, status.Errorf(codes.Internal, "grpcmw: %s: the scope function returned an empty scope "+
 				"(return the caller's principal, or use Unscoped)", fullMethod)
 		}
 	}
@@ -109,7 +109,7 @@ func (s *server) stored(ctx context.Context, fullMethod, key string, req any) (s
 	}
 	stored, err := idem.StoredKey(scope, fullMethod, key, place)
 	if err != nil {
-		return "", status.Errorf(codes.InvalidArgument, "grpcmw: %s: %v", fullMethod, err)
+		return idem.Key{}, status.Errorf(codes.InvalidArgument, "grpcmw: %s: %v", fullMethod, err)
 	}
 	return stored, nil
 }
@@ -208,7 +208,7 @@ func (s *server) unaryCall(ctx context.Context, req any, info *grpc.UnaryServerI
 		resp     any
 		firstErr error
 	)
-	result, replayed, err := s.guard.Do(idem.AnswersOnReturn(ctx), stored, fp, func(rctx context.Context) ([]byte, error) {
+	result, replayed, err := s.guard.DoKey(idem.AnswersOnReturn(ctx), stored, fp, func(rctx context.Context) ([]byte, error) {
 		ran, tr.ran = true, true
 		resp, firstErr = handler(rctx, req)
 		return s.outcome(resp, firstErr)
@@ -326,7 +326,7 @@ func (s *server) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerIn
 	ran := false
 	// Lock only: the claim is held while the stream runs and dropped when
 	// it ends (the run never stores), so the next stream with the key runs.
-	_, _, err = s.guard.Do(ctx, stored, idem.Fingerprint([]byte(info.FullMethod)),
+	_, _, err = s.guard.DoKey(ctx, stored, idem.Fingerprint([]byte(info.FullMethod)),
 		func(rctx context.Context) ([]byte, error) {
 			ran = true
 			handlerErr = handler(srv, &wrappedStream{ServerStream: ss, ctx: rctx})

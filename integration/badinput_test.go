@@ -150,7 +150,7 @@ func TestDriversRejectBadInput(t *testing.T) {
 				if _, _, err := g.Do(ctx, fmt.Sprintf("nil-run-%d", time.Now().UnixNano()), "fp", nil); err == nil {
 					t.Error("Do with a nil run on a free key: no error")
 				}
-				if _, err := o.Begin(ctx, "k", "fp", 0); err == nil {
+				if _, err := o.Begin(ctx, idem.MustKey("k"), "fp", 0); err == nil {
 					t.Error("Begin with a zero lease: no error")
 				}
 			})

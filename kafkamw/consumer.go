@@ -90,7 +90,7 @@ type Consumer struct {
 
 	mu        sync.Mutex
 	lanes     map[partition]*lane
-	keys      map[string]chan struct{} // key -> closed when the latest message in flight with it is done
+	keys      map[idem.Key]chan struct{} // key -> closed when the latest message in flight with it is done
 	toCommit  map[partition]*candidate
 	committed map[partition]int64
 	stats     Stats
@@ -181,7 +181,7 @@ func NewConsumer(r Reader, guard *idem.Guard, handler Handler, opts ...Option) (
 		workers:   make(chan struct{}, cfg.concurrency),
 		kick:      make(chan struct{}, 1),
 		lanes:     make(map[partition]*lane),
-		keys:      make(map[string]chan struct{}),
+		keys:      make(map[idem.Key]chan struct{}),
 		toCommit:  make(map[partition]*candidate),
 		committed: make(map[partition]int64),
 	}, nil

@@ -59,21 +59,21 @@ func IsPermanent(err error) bool {
 }
 
 // keyOf returns msg's stored (scoped) key.
-func (c *Consumer) keyOf(msg kafka.Message) (string, error) {
+func (c *Consumer) keyOf(msg kafka.Message) (idem.Key, error) {
 	raw, found := header(msg, c.cfg.keyHeader)
 	if found && raw == "" {
-		return "", fmt.Errorf("kafkamw: empty %s header: %w", c.cfg.keyHeader, idem.ErrInvalidKey)
+		return idem.Key{}, fmt.Errorf("kafkamw: empty %s header: %w", c.cfg.keyHeader, idem.ErrInvalidKey)
 	}
 	if !found && c.cfg.extract != nil {
 		raw, found = c.cfg.extract(msg)
 	}
 	if found {
 		if err := idem.CheckClientKey(raw); err != nil {
-			return "", fmt.Errorf("kafkamw: %s: %w", c.cfg.keyHeader, err)
+			return idem.Key{}, fmt.Errorf("kafkamw: %s: %w", c.cfg.keyHeader, err)
 		}
 	} else {
 		if c.cfg.requireKey {
-			return "", ErrNoKey
+			return idem.Key{}, ErrNoKey
 		}
 		raw = "offset\x00" + msg.Topic + "\x00" + strconv.Itoa(msg.Partition) + "\x00" + strconv.FormatInt(msg.Offset, 10)
 	}
@@ -83,7 +83,7 @@ func (c *Consumer) keyOf(msg kafka.Message) (string, error) {
 	}
 	stored, err := idem.StoredKey(c.cfg.scope(msg), "", raw, place)
 	if err != nil {
-		return "", fmt.Errorf("kafkamw: %w: %w", idem.ErrInvalidKey, err)
+		return idem.Key{}, fmt.Errorf("kafkamw: %w: %w", idem.ErrInvalidKey, err)
 	}
 	return stored, nil
 }
@@ -101,9 +101,9 @@ func header(msg kafka.Message, name string) (string, bool) {
 // before (Duplicate), or dead-lettered (DeadLettered). Else it stopped
 // first — the Consumer is stopping (Canceled) or failed (Error) — and msg
 // is not committed.
-func (c *Consumer) process(ctx context.Context, msg kafka.Message, key string, keyErr error, prev, keyPrev <-chan struct{}, pass func()) observe.Outcome {
+func (c *Consumer) process(ctx context.Context, msg kafka.Message, key idem.Key, keyErr error, prev, keyPrev <-chan struct{}, pass func()) observe.Outcome {
 	if keyErr != nil {
-		return c.reject(ctx, msg, "", keyErr, prev)
+		return c.reject(ctx, msg, idem.Key{}, keyErr, prev)
 	}
 	if keyPrev != nil {
 		select {
@@ -124,7 +124,7 @@ func (c *Consumer) process(ctx context.Context, msg kafka.Message, key string, k
 	move := false
 	for {
 		var herr error
-		res, replayed, err := c.guard.Do(idem.AnswersOnReturn(ctx), key, fp, func(ctx context.Context) ([]byte, error) {
+		res, replayed, err := c.guard.DoKey(idem.AnswersOnReturn(ctx), key, fp, func(ctx context.Context) ([]byte, error) {
 			if err := c.turn(ctx, prev); err != nil {
 				return nil, err
 			}
@@ -229,7 +229,7 @@ func (c *Consumer) call(ctx context.Context, msg kafka.Message) (err error) {
 // under the message's coordinates (it has no key of its own to record it
 // under): a redelivery of the same message finds it and is committed as a
 // duplicate, not dead-lettered again.
-func (c *Consumer) reject(ctx context.Context, msg kafka.Message, key string, cause error, prev <-chan struct{}) observe.Outcome {
+func (c *Consumer) reject(ctx context.Context, msg kafka.Message, key idem.Key, cause error, prev <-chan struct{}) observe.Outcome {
 	if c.cfg.dlq == nil {
 		c.fail(&PoisonError{Topic: msg.Topic, Partition: msg.Partition, Offset: msg.Offset, Err: cause})
 		return observe.Error
@@ -359,7 +359,7 @@ func (c *Consumer) retried(ctx context.Context, msg kafka.Message) (int, error) 
 // the ones it carries), the stored key, the error and the attempts so
 // far. Headers of those names already there (from an earlier move) are
 // replaced, and retry-at is dropped.
-func (c *Consumer) outHeaders(msg kafka.Message, key string, cause error, attempts int) []kafka.Header {
+func (c *Consumer) outHeaders(msg kafka.Message, key idem.Key, cause error, attempts int) []kafka.Header {
 	p := c.cfg.dlqPrefix
 	topic, partition, offset, group := msg.Topic, strconv.Itoa(msg.Partition), strconv.FormatInt(msg.Offset, 10), c.cfg.group
 	if _, moved := header(msg, p+HeaderRetryAt); moved {
@@ -383,7 +383,7 @@ func (c *Consumer) outHeaders(msg kafka.Message, key string, cause error, attemp
 		kafka.Header{Key: p + HeaderOriginalTopic, Value: []byte(topic)},
 		kafka.Header{Key: p + HeaderOriginalPartition, Value: []byte(partition)},
 		kafka.Header{Key: p + HeaderOriginalOffset, Value: []byte(offset)},
-		kafka.Header{Key: p + HeaderIdempotencyKey, Value: []byte(key)},
+		kafka.Header{Key: p + HeaderIdempotencyKey, Value: []byte(key.String())},
 		kafka.Header{Key: p + HeaderError, Value: []byte(cause.Error())},
 		kafka.Header{Key: p + HeaderAttempts, Value: []byte(strconv.Itoa(attempts))},
 		kafka.Header{Key: p + HeaderConsumerGroup, Value: []byte(group)},
@@ -393,7 +393,7 @@ func (c *Consumer) outHeaders(msg kafka.Message, key string, cause error, attemp
 // moveToRetry publishes msg to the retry topic (WithRetryTopic) after its
 // handler failed attempts times in all, recorded under the message's
 // coordinates so that a redelivery of it is not moved again.
-func (c *Consumer) moveToRetry(ctx context.Context, msg kafka.Message, key string, cause error, attempts int) observe.Outcome {
+func (c *Consumer) moveToRetry(ctx context.Context, msg kafka.Message, key idem.Key, cause error, attempts int) observe.Outcome {
 	hs := append(c.outHeaders(msg, key, cause, attempts), kafka.Header{
 		Key:   c.cfg.dlqPrefix + HeaderRetryAt,
 		Value: []byte(strconv.FormatInt(time.Now().Add(c.cfg.retryDelay+time.Millisecond-1).UnixMilli(), 10)), // rounded up
@@ -409,7 +409,7 @@ func (c *Consumer) moveToRetry(ctx context.Context, msg kafka.Message, key strin
 
 // deadLetter publishes msg to the dead-letter destination, retrying until
 // it is written or ctx ends.
-func (c *Consumer) deadLetter(ctx context.Context, msg kafka.Message, key string, cause error, attempts int) error {
+func (c *Consumer) deadLetter(ctx context.Context, msg kafka.Message, key idem.Key, cause error, attempts int) error {
 	dl := kafka.Message{Topic: c.cfg.dlqTopic, Key: msg.Key, Value: msg.Value, Headers: c.outHeaders(msg, key, cause, attempts)}
 	if err := c.write(ctx, c.cfg.dlq, dl, &c.stats.DeadLettered); err != nil {
 		return fmt.Errorf("kafkamw: dead-letter %s/%d@%d: %w", msg.Topic, msg.Partition, msg.Offset, err)

@@ -202,10 +202,12 @@ func (c *cli) recordKey(key string) (string, error) {
 	case kafka && (c.scope != "" || c.method != ""):
 		return "", errors.New("--kafka-group/--kafka-topic exclude --scope and --grpc-method")
 	}
+	scope, method := c.scope, c.method
 	if kafka {
-		return idem.StoredKey(idem.KafkaScope(c.group, c.topic), "", key, c.place)
+		scope = idem.KafkaScope(c.group, c.topic)
 	}
-	return idem.StoredKey(c.scope, c.method, key, c.place)
+	k, err := idem.StoredKey(scope, method, key, c.place)
+	return k.String(), err
 }
 
 // version is the module's version as the build recorded it ("(devel)"

@@ -159,7 +159,7 @@ func scenario(t *testing.T, url string) {
 	// A claim left in flight (a run stuck, or still going) is listed with
 	// --in-flight; the completed record is not.
 	stuck := idem.ScopedKey("tenant-1", randKey("stuck-"))
-	if c, err := app.store.(idem.Store).Begin(ctx, stuck, "fp", time.Minute); err != nil || c.State != idem.Acquired {
+	if c, err := app.store.(idem.Store).Begin(ctx, idem.MustKey(stuck), "fp", time.Minute); err != nil || c.State != idem.Acquired {
 		t.Fatalf("Begin: %v %v", c.State, err)
 	}
 	listed := func(args ...string) map[string]string {

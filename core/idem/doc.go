@@ -21,6 +21,18 @@
 // have a size limit (1 MiB by default). Expiry is checked on read as well
 // as by the store's own TTLs.
 //
+// # Keys
+//
+// A key reaches a Store as a Key: its text, checked once when the Key is
+// made, and its place (Placed) found once. Guard.Do makes it from a
+// string (CheckKey: 1 to lock.MaxKeyLen bytes, else ErrInvalidKey);
+// the middlewares make it with StoredKey from the client's key, which
+// CheckClientKey has checked, and call Guard.DoKey; a program calling a
+// Store directly uses CheckKey or MustKey. A Store refuses only the zero
+// Key, and a sharded driver (Redis Cluster) reads the record's shard from
+// Key.Place instead of parsing it back from the text. Inspector and
+// Lister, for operators, take and report the text (Key.String).
+//
 // # Once, across crashes
 //
 // The claim stays alive until the run returns, whatever happens to the

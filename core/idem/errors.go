@@ -25,6 +25,9 @@ var ErrLockLost = lock.ErrLockLost
 // is lock.ErrInvalidKey.
 var ErrInvalidKey = lock.ErrInvalidKey
 
+// errZeroKey is the error of a zero Key, which every Store refuses.
+var errZeroKey = fmt.Errorf("%w: the zero Key (make one with CheckKey or StoredKey)", ErrInvalidKey)
+
 // ErrCorruptRecord reports a stored record that is not one this package
 // wrote (unknown version, truncated): it is never read as absent. The
 // error is a *CorruptRecordError naming the key.

@@ -152,9 +152,26 @@ func beginOutcome(c Claim, err error) observe.Outcome {
 // panic goes on. When the claim was lost, Do returns ErrLockLost and the
 // result is not stored. A nil run only looks the key up: a duplicate gets
 // its replay as usual, and a free key an error (the claim is given back).
+//
+// key is checked by CheckKey (1 to lock.MaxKeyLen bytes, else
+// ErrInvalidKey); DoKey takes a Key checked already.
 func (g *Guard) Do(ctx context.Context, key, fingerprint string,
 	run func(ctx context.Context) ([]byte, error)) (result []byte, replayed bool, err error) {
-	octx, call := observe.Begin(ctx, g.observer, observe.IdemBegin, g.driver, key)
+	k, err := CheckKey(key)
+	if err != nil {
+		_, call := observe.Begin(ctx, g.observer, observe.IdemBegin, g.driver, key)
+		call.End(observe.Invalid, 0, err)
+		return nil, false, err
+	}
+	return g.DoKey(ctx, k, fingerprint, run)
+}
+
+// DoKey is Do for a Key made already (StoredKey, CheckKey): what the
+// middlewares call, the key checked once on its way to the store. The
+// zero Key is refused with ErrInvalidKey.
+func (g *Guard) DoKey(ctx context.Context, key Key, fingerprint string,
+	run func(ctx context.Context) ([]byte, error)) (result []byte, replayed bool, err error) {
+	octx, call := observe.Begin(ctx, g.observer, observe.IdemBegin, g.driver, key.text)
 	c, sent, err := g.begin(octx, key, fingerprint)
 	if err != nil || c.State == Acquired {
 		call.End(beginOutcome(c, err), c.Fence, err)
@@ -169,7 +186,7 @@ func (g *Guard) Do(ctx context.Context, key, fingerprint string,
 		}
 		return g.run(ctx, c, g.validity(c, sent), run)
 	}
-	res, err := decodeOutcome(key, c.Result)
+	res, err := decodeOutcome(key.text, c.Result)
 	if errors.Is(err, ErrCorruptRecord) {
 		call.End(observe.Error, 0, err)
 		return nil, false, err
@@ -192,8 +209,8 @@ func (g *Guard) validity(c Claim, sent time.Time) time.Time {
 // begin claims key, waiting for an in-flight run WithWait. It returns an
 // Acquired or a Completed claim and when the Begin that answered was sent,
 // or an error.
-func (g *Guard) begin(ctx context.Context, key, fingerprint string) (Claim, time.Time, error) {
-	if err := lockdriver.ValidateKey(key); err != nil {
+func (g *Guard) begin(ctx context.Context, key Key, fingerprint string) (Claim, time.Time, error) {
+	if err := key.Check(); err != nil {
 		return Claim{}, time.Time{}, err
 	}
 	deadline := time.Now().Add(waitOf(ctx, g.wait))
@@ -211,7 +228,7 @@ func (g *Guard) begin(ctx context.Context, key, fingerprint string) (Claim, time
 			return Claim{}, sent, fmt.Errorf("%w: %q", ErrMismatch, key)
 		case InFlight:
 			if !time.Now().Before(deadline) {
-				return Claim{}, sent, &InFlightError{Key: key, RetryAfter: max(0, time.Until(c.Expires))}
+				return Claim{}, sent, &InFlightError{Key: key.text, RetryAfter: max(0, time.Until(c.Expires))}
 			}
 			wctx, cancel := context.WithDeadline(ctx, deadline)
 			if w, ok := g.store.(Waiter); ok {
@@ -243,7 +260,7 @@ func (g *Guard) begin(ctx context.Context, key, fingerprint string) (Claim, time
 func (g *Guard) run(ctx context.Context, c Claim, valid time.Time, run func(context.Context) ([]byte, error)) (result []byte, replayed bool, err error) {
 	g.inFlight.Add(1)
 	defer g.inFlight.Add(-1)
-	vctx := &runValues{Context: ctx, fence: c.Fence, key: c.Key, attempt: c.Attempt}
+	vctx := &runValues{Context: ctx, fence: c.Fence, key: c.Key.text, attempt: c.Attempt}
 	slot := &vctx.slot
 	rctx, cancel := context.WithCancelCause(vctx)
 	defer cancel(nil)
@@ -281,7 +298,7 @@ func (g *Guard) run(ctx context.Context, c Claim, valid time.Time, run func(cont
 
 	if errors.Is(context.Cause(rctx), ErrLockLost) {
 		observe.Record(ctx, g.observer, observe.Event{
-			Op: observe.IdemLost, Driver: g.driver, Key: c.Key, Outcome: observe.Lost, Fence: c.Fence, Err: ErrLockLost,
+			Op: observe.IdemLost, Driver: g.driver, Key: c.Key.text, Outcome: observe.Lost, Fence: c.Fence, Err: ErrLockLost,
 		})
 		return nil, false, errors.Join(fmt.Errorf("idem: %q: claim lost while running: %w", c.Key, ErrLockLost), runErr)
 	}
@@ -328,7 +345,7 @@ func (g *Guard) complete(ctx context.Context, c Claim, enc []byte, valid time.Ti
 			deadline = valid
 		}
 		cctx, cancel := lockdriver.BoundedContext(ctx, deadline)
-		cctx, call := observe.Begin(cctx, g.observer, observe.IdemComplete, g.driver, c.Key)
+		cctx, call := observe.Begin(cctx, g.observer, observe.IdemComplete, g.driver, c.Key.text)
 		var err error
 		if effect != nil {
 			err = es.CompleteWith(cctx, c, enc, g.retention, effect)
@@ -376,7 +393,7 @@ func (g *Guard) storedAlready(ctx context.Context, c Claim, enc []byte) bool {
 
 // abandon drops c's claim, reporting it.
 func (g *Guard) abandon(ctx context.Context, c Claim) error {
-	ctx, call := observe.Begin(ctx, g.observer, observe.IdemAbandon, g.driver, c.Key)
+	ctx, call := observe.Begin(ctx, g.observer, observe.IdemAbandon, g.driver, c.Key.text)
 	err := g.store.Abandon(ctx, c)
 	call.End(finishOutcome(observe.Abandoned, err), c.Fence, err)
 	return err

@@ -72,7 +72,7 @@ func TestCorruptOutcome(t *testing.T) {
 	st := memstore.New()
 	ctx := context.Background()
 	k := idem.ScopedKey("t", "corrupt-outcome")
-	c, err := st.Begin(ctx, k, "fp", 10e9)
+	c, err := st.Begin(ctx, idem.MustKey(k), "fp", 10e9)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -239,7 +239,7 @@ func TestLongFailedRunGivesKeyBack(t *testing.T) {
 	if !errors.Is(err, failed) {
 		t.Fatalf("Do: %v, want the run's error", err)
 	}
-	if c, err := st.Begin(t.Context(), "long", "fp", time.Minute); err != nil || c.State != idem.Acquired {
+	if c, err := st.Begin(t.Context(), idem.MustKey("long"), "fp", time.Minute); err != nil || c.State != idem.Acquired {
 		t.Fatalf("after the failed run: state %v (%v), want the key free to claim", c.State, err)
 	}
 }
@@ -269,7 +269,7 @@ func TestManyLongRunsKeptAlive(t *testing.T) {
 						return nil, context.Cause(ctx)
 					case <-time.After(lease):
 					}
-					if c, err := st.Begin(ctx, key, "fp", lease); err != nil || c.State != idem.InFlight {
+					if c, err := st.Begin(ctx, idem.MustKey(key), "fp", lease); err != nil || c.State != idem.InFlight {
 						return nil, fmt.Errorf("mid-run, a duplicate found state %v (%v), want in flight", c.State, err)
 					}
 				}

@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/oncekit/oncekit/core/lock"
 )
 
 // ScopedKey derives the stored key from a scope (a tenant, a principal, a
@@ -48,17 +50,90 @@ func hexKey(prefix string, sum [sha256.Size]byte) string {
 // ScopedKey of the scope and the client's key, with gRPC's full method
 // name before the key (method "" for HTTP and Kafka), placed at place
 // (Placed; "" for none). Records are found again only while it stays the
-// same: it never changes.
+// same: it never changes. The Key it returns is checked: pass it to
+// Guard.DoKey (its String is the text the store keeps).
 //
 //	HTTP:  StoredKey(scope, "", key, place)
 //	gRPC:  StoredKey(scope, "/shop.Orders/Place", key, place)
 //	Kafka: StoredKey(KafkaScope(group, topic), "", messageID, place)
-func StoredKey(scope, method, key, place string) (string, error) {
+func StoredKey(scope, method, key, place string) (Key, error) {
 	k := scopedKey(scope, method, key)
 	if place == "" {
-		return k, nil
+		return Key{text: k}, nil
 	}
-	return Placed(place, k)
+	if err := checkPlace(place); err != nil {
+		return Key{}, err
+	}
+	return Key{text: "{" + place + "}" + k, place: uint8(len(place))}, nil
+}
+
+// Key is a stored key once checked: its text, 1 to lock.MaxKeyLen bytes,
+// and where its place ends when it is placed ("{place}rest", see Placed).
+// CheckKey, MustKey and StoredKey make one; a key travels from there to
+// the store as this value, checked once and its place found once (a
+// driver that shards by place reads Place, not the text). The zero Key is
+// no key: every Store refuses it with ErrInvalidKey.
+type Key struct {
+	text  string
+	place uint8 // len(place) of a placed key, 0 for an unplaced one
+}
+
+// CheckKey checks text as a stored key — 1 to lock.MaxKeyLen bytes, else
+// an error matching ErrInvalidKey — and returns it as a Key, placed when
+// it starts with "{place}" (PlaceOf).
+func CheckKey(text string) (Key, error) {
+	switch {
+	case text == "":
+		return Key{}, fmt.Errorf("%w: empty", ErrInvalidKey)
+	case len(text) > lock.MaxKeyLen:
+		return Key{}, fmt.Errorf("%w: %d bytes, limit %d", ErrInvalidKey, len(text), lock.MaxKeyLen)
+	}
+	place, _ := PlaceOf(text)
+	return Key{text: text, place: uint8(len(place))}, nil
+}
+
+// MustKey is CheckKey for a key known to be valid (a constant, a test's
+// key): it panics when CheckKey fails.
+func MustKey(text string) Key {
+	k, err := CheckKey(text)
+	if err != nil {
+		panic(err)
+	}
+	return k
+}
+
+// String returns the key's text: what the store keeps, and what
+// Inspector and Lister take and report.
+func (k Key) String() string { return k.text }
+
+// IsZero reports whether k is the zero Key, which no store accepts.
+func (k Key) IsZero() bool { return k.text == "" }
+
+// Check returns nil for a Key that was made (CheckKey, MustKey,
+// StoredKey), and an error matching ErrInvalidKey for the zero Key: what
+// a Store's Begin starts with.
+func (k Key) Check() error {
+	if k.text == "" {
+		return errZeroKey
+	}
+	return nil
+}
+
+// Place returns the place of a placed key ("" for an unplaced one).
+func (k Key) Place() string {
+	if k.place == 0 {
+		return ""
+	}
+	return k.text[1 : 1+k.place]
+}
+
+// Rest returns the key's text after its "{place}" (all of it for an
+// unplaced key).
+func (k Key) Rest() string {
+	if k.place == 0 {
+		return k.text
+	}
+	return k.text[2+k.place:]
 }
 
 // KafkaScope is kafkamw's default scope of a message's key: its consumer
@@ -166,15 +241,24 @@ const MaxPlaceLen = 64
 // returns key unplaced. Middleware places stored keys with their
 // WithPlacement options.
 func Placed(place, key string) (string, error) {
-	switch {
-	case place == "":
+	if place == "" {
 		return key, nil
-	case len(place) > MaxPlaceLen:
-		return "", fmt.Errorf("idem: place %.16q... is longer than %d bytes", place, MaxPlaceLen)
-	case strings.ContainsAny(place, "{}"):
-		return "", fmt.Errorf("idem: place %q holds a brace", place)
+	}
+	if err := checkPlace(place); err != nil {
+		return "", err
 	}
 	return "{" + place + "}" + key, nil
+}
+
+// checkPlace checks a non-empty place: at most MaxPlaceLen bytes, no brace.
+func checkPlace(place string) error {
+	switch {
+	case len(place) > MaxPlaceLen:
+		return fmt.Errorf("idem: place %.16q... is longer than %d bytes", place, MaxPlaceLen)
+	case strings.ContainsAny(place, "{}"):
+		return fmt.Errorf("idem: place %q holds a brace", place)
+	}
+	return nil
 }
 
 // PlaceOf returns the place of a key made by Placed, and false for a key

@@ -5,6 +5,8 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
+	"errors"
+	"strings"
 	"testing"
 
 	"github.com/oncekit/oncekit/core/idem"
@@ -23,8 +25,8 @@ func TestStoredKeyNeverChanges(t *testing.T) {
 		{idem.KafkaScope("billing", "orders"), "", "msg-1", "sku-9", "{sku-9}idem:1f0279e0d13d64d6d728eb4faa3fee8ecfbb5be4d2bbd75b4fe978650d56e46d"},
 	} {
 		got, err := idem.StoredKey(c.scope, c.method, c.key, c.place)
-		if err != nil || got != c.want {
-			t.Errorf("StoredKey(%q, %q, %q, %q) = %q, %v; want %q", c.scope, c.method, c.key, c.place, got, err, c.want)
+		if err != nil || got.String() != c.want || got.Place() != c.place {
+			t.Errorf("StoredKey(%q, %q, %q, %q) = %q (place %q), %v; want %q", c.scope, c.method, c.key, c.place, got, got.Place(), err, c.want)
 		}
 	}
 	if a, b := idem.ScopedKey("alice", "/shop.Orders/Place\norder-1"), "idem:c1cc1cf607b02a1d7efb8e672b578aa3877655ee2651df0e6c4e6e31c9e78ed6"; a != b {
@@ -33,6 +35,54 @@ func TestStoredKeyNeverChanges(t *testing.T) {
 	if _, err := idem.StoredKey("alice", "", "k", "a{b"); err == nil {
 		t.Error("StoredKey placed a key at a place with a brace")
 	}
+}
+
+// A Key is checked once, when it is made, and knows its place from then
+// on: the place CheckKey finds in a text is PlaceOf's, StoredKey's Key
+// has the place it was given and reads back the same from its text, and
+// the zero Key — the one Key not made by them — is refused.
+func TestKeyChecksOnceAndKeepsItsPlace(t *testing.T) {
+	long := strings.Repeat("p", idem.MaxPlaceLen)
+	for _, c := range []struct{ text, place, rest string }{
+		{"order-1", "", "order-1"},
+		{"{sku-1}order-1", "sku-1", "order-1"},
+		{"{sku-1}", "sku-1", ""},
+		{"{}order", "", "{}order"},                   // an empty tag places nothing
+		{"{" + long + "}x", long, "x"},               // the longest place
+		{"{" + long + "p}x", "", "{" + long + "p}x"}, // one byte longer: not placed
+		{"x{sku}", "", "x{sku}"},                     // a tag elsewhere is not a place
+		{strings.Repeat("k", 512), "", strings.Repeat("k", 512)},
+	} {
+		k, err := idem.CheckKey(c.text)
+		if err != nil || k.String() != c.text || k.Place() != c.place || k.Rest() != c.rest || k.IsZero() || k.Check() != nil {
+			t.Errorf("CheckKey(%q) = %q place %q rest %q, %v; want place %q rest %q", c.text, k, k.Place(), k.Rest(), err, c.place, c.rest)
+		}
+		if p, ok := idem.PlaceOf(c.text); p != c.place || ok != (c.place != "") {
+			t.Errorf("PlaceOf(%q) = %q, %v; CheckKey found %q", c.text, p, ok, c.place)
+		}
+	}
+	for _, bad := range []string{"", strings.Repeat("k", 513)} {
+		if _, err := idem.CheckKey(bad); !errors.Is(err, idem.ErrInvalidKey) {
+			t.Errorf("CheckKey of %d bytes: %v, want ErrInvalidKey", len(bad), err)
+		}
+	}
+	var zero idem.Key
+	if !zero.IsZero() || !errors.Is(zero.Check(), idem.ErrInvalidKey) || zero.Place() != "" {
+		t.Errorf("the zero Key: IsZero %v, Check %v", zero.IsZero(), zero.Check())
+	}
+	sk, err := idem.StoredKey("alice", "", "order-1", "sku-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again := idem.MustKey(sk.String()); again != sk {
+		t.Errorf("CheckKey(StoredKey's text) = %#v, StoredKey gave %#v", again, sk)
+	}
+	defer func() {
+		if recover() == nil {
+			t.Error("MustKey(\"\") did not panic")
+		}
+	}()
+	idem.MustKey("")
 }
 
 // A fingerprint is stored with its record, and compared with the

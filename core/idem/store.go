@@ -36,7 +36,8 @@ func (s State) String() string {
 
 // Claim is the answer of Store.Begin.
 type Claim struct {
-	Key   string
+	// Key is the key Begin was asked for.
+	Key   Key
 	State State
 	// Fingerprint is the fingerprint the claim was begun with.
 	Fingerprint string
@@ -80,8 +81,9 @@ const AttemptMemory = 24 * time.Hour
 // overwrite or delete a newer claim.
 type Store interface {
 	// Begin claims key for a request with fingerprint, or reports what
-	// holds it: one round trip.
-	Begin(ctx context.Context, key, fingerprint string, ttl time.Duration) (Claim, error)
+	// holds it: one round trip. The zero Key is refused with
+	// ErrInvalidKey; any other was checked when it was made (Key).
+	Begin(ctx context.Context, key Key, fingerprint string, ttl time.Duration) (Claim, error)
 	// Complete stores result for retention, if c still holds the key
 	// (else ErrLockLost): one round trip.
 	Complete(ctx context.Context, c Claim, result []byte, retention time.Duration) error
@@ -100,5 +102,5 @@ type Store interface {
 // polling; it returns when the key may have changed (the caller calls Begin
 // again) or ctx ends.
 type Waiter interface {
-	WaitChange(ctx context.Context, key string, until time.Time) error
+	WaitChange(ctx context.Context, key Key, until time.Time) error
 }

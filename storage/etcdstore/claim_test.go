@@ -46,13 +46,13 @@ func TestExpiredClaimDeletedAfterFailedAttempt(t *testing.T) {
 	defer cancel()
 	key := "expired-claim-" + time.Now().Format("150405.000000")
 
-	claim, err := s.Begin(ctx, key, "fp", time.Second)
+	claim, err := s.Begin(ctx, idem.MustKey(key), "fp", time.Second)
 	if err != nil || claim.State != idem.Acquired {
 		t.Fatalf("Begin: %+v %v", claim, err)
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		next, err := other.Begin(ctx, key, "fp", time.Second)
+		next, err := other.Begin(ctx, idem.MustKey(key), "fp", time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}

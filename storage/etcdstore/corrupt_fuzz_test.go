@@ -42,7 +42,7 @@ func FuzzCorruptRecord(f *testing.F) {
 		}
 		defer admin.Delete(context.Background(), dir+name)
 
-		c, err := store.Begin(ctx, key, "fp", time.Second)
+		c, err := store.Begin(ctx, idem.MustKey(key), "fp", time.Second)
 		switch {
 		case errors.Is(err, idem.ErrCorruptRecord):
 			var ce *idem.CorruptRecordError

@@ -53,7 +53,7 @@ func (s *Store) CompleteWith(ctx context.Context, c idem.Claim, result []byte, r
 		if len(g.Kvs) == 0 || g.Kvs[0].CreateRevision != int64(c.Fence) {
 			return fmt.Errorf("etcdstore: complete %q: %w", c.Key, idem.ErrLockLost)
 		}
-		cur, err := decodeRecord(c.Key, g.Kvs[0].Value)
+		cur, err := decodeRecord(c.Key.String(), g.Kvs[0].Value)
 		switch {
 		case err != nil:
 			return err
@@ -65,14 +65,14 @@ func (s *Store) CompleteWith(ctx context.Context, c idem.Claim, result []byte, r
 		mod := g.Kvs[0].ModRevision
 		t, err := s.c.Txn(ctx).
 			If(append([]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(entry), "=", mod)}, e.If...)...).
-			Then(append([]clientv3.Op{clientv3.OpPut(entry, val, clientv3.WithLease(lease)), clientv3.OpDelete(s.attemptsKey(c.Key))}, e.Then...)...).
+			Then(append([]clientv3.Op{clientv3.OpPut(entry, val, clientv3.WithLease(lease)), clientv3.OpDelete(s.attemptsKey(c.Key.String()))}, e.Then...)...).
 			Else(clientv3.OpGet(entry, clientv3.WithKeysOnly())).
 			Commit()
 		if rejected(err) {
 			// The server rejected the transaction itself (a key given
 			// twice, too many operations, too large): an answer that
 			// asking again would repeat. Nothing was written.
-			return &idem.EffectFailedError{Key: c.Key, Err: fmt.Errorf("etcdstore: %w", err)}
+			return &idem.EffectFailedError{Key: c.Key.String(), Err: fmt.Errorf("etcdstore: %w", err)}
 		}
 		if err != nil {
 			return fmt.Errorf("etcdstore: complete %q: %w", c.Key, err)
@@ -86,7 +86,7 @@ func (s *Store) CompleteWith(ctx context.Context, c idem.Claim, result []byte, r
 			if reason == "" {
 				reason = "condition failed"
 			}
-			return &idem.EffectRefusedError{Key: c.Key, Reason: reason}
+			return &idem.EffectRefusedError{Key: c.Key.String(), Reason: reason}
 		}
 		// The entry changed between the read and the transaction (a last
 		// Extend): read it again.

@@ -112,8 +112,12 @@ func decodeRecord(key string, v []byte) (recordVal, error) {
 
 // Begin implements idem.Store: one transaction, or two when it takes over a
 // claim whose lease ran out.
-func (s *Store) Begin(ctx context.Context, key, fingerprint string, lease time.Duration) (idem.Claim, error) {
-	if err := lockdriver.Validate(key, lease); err != nil {
+func (s *Store) Begin(ctx context.Context, k idem.Key, fingerprint string, lease time.Duration) (idem.Claim, error) {
+	if err := k.Check(); err != nil {
+		return idem.Claim{}, err
+	}
+	key := k.String()
+	if err := lockdriver.ValidateTTL(lease); err != nil {
 		return idem.Claim{}, err
 	}
 	if len(fingerprint) > 1<<15 {
@@ -143,7 +147,7 @@ func (s *Store) Begin(ctx context.Context, key, fingerprint string, lease time.D
 	if resp.Succeeded {
 		rev := resp.Header.Revision
 		s.startClaimTimer(entry, rev, now.Add(lease))
-		return idem.Claim{Key: key, State: idem.Acquired, Fingerprint: fingerprint, Token: tok,
+		return idem.Claim{Key: k, State: idem.Acquired, Fingerprint: fingerprint, Token: tok,
 			Fence: uint64(rev), Attempt: attemptOf(resp.Responses[1]), Expires: claimValidity(now.Add(lease), sess)}, nil
 	}
 	kvs := resp.Responses[0].GetResponseRange().Kvs
@@ -173,12 +177,12 @@ func (s *Store) Begin(ctx context.Context, key, fingerprint string, lease time.D
 		if t.Succeeded {
 			rev := t.Header.Revision
 			s.startClaimTimer(entry, rev, now.Add(lease))
-			return idem.Claim{Key: key, State: idem.Acquired, Fingerprint: fingerprint, Token: tok,
+			return idem.Claim{Key: k, State: idem.Acquired, Fingerprint: fingerprint, Token: tok,
 				Fence: uint64(rev), Attempt: attemptOf(t.Responses[2]), Expires: claimValidity(now.Add(lease), sess)}, nil
 		}
-		return s.Begin(ctx, key, fingerprint, lease) // lost the race: look again
+		return s.Begin(ctx, k, fingerprint, lease) // lost the race: look again
 	}
-	c := idem.Claim{Key: key, Fingerprint: fingerprint, Expires: cur.expires}
+	c := idem.Claim{Key: k, Fingerprint: fingerprint, Expires: cur.expires}
 	switch {
 	case cur.fp != fingerprint:
 		c.State = idem.Mismatch
@@ -196,7 +200,7 @@ func (s *Store) finish(ctx context.Context, c idem.Claim, op string, update func
 	if c.Token == "" {
 		return fmt.Errorf("etcdstore: %s %q: %w", op, c.Key, idem.ErrLockLost)
 	}
-	entry := s.recordDir(c.Key) + c.Token
+	entry := s.recordDir(c.Key.String()) + c.Token
 	g, err := s.c.Get(ctx, entry)
 	if err != nil {
 		return fmt.Errorf("etcdstore: %s %q: %w", op, c.Key, err)
@@ -204,7 +208,7 @@ func (s *Store) finish(ctx context.Context, c idem.Claim, op string, update func
 	if len(g.Kvs) == 0 || g.Kvs[0].CreateRevision != int64(c.Fence) {
 		return fmt.Errorf("etcdstore: %s %q: %w", op, c.Key, idem.ErrLockLost)
 	}
-	cur, err := decodeRecord(c.Key, g.Kvs[0].Value)
+	cur, err := decodeRecord(c.Key.String(), g.Kvs[0].Value)
 	if err != nil {
 		return err
 	}
@@ -241,7 +245,7 @@ func (s *Store) Complete(ctx context.Context, c idem.Claim, result []byte, reten
 	}
 	t, err := s.c.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(entry), "=", int64(c.Fence))).
-		Then(clientv3.OpPut(entry, val, clientv3.WithLease(lease)), clientv3.OpDelete(s.attemptsKey(c.Key))).
+		Then(clientv3.OpPut(entry, val, clientv3.WithLease(lease)), clientv3.OpDelete(s.attemptsKey(c.Key.String()))).
 		Commit()
 	if err != nil {
 		return fmt.Errorf("etcdstore: complete %q: %w", c.Key, err)
@@ -266,7 +270,7 @@ func (s *Store) completion(ctx context.Context, c idem.Claim, result []byte, ret
 	if lease, err = s.retentionLease(ctx, expires); err != nil {
 		return "", "", 0, fmt.Errorf("etcdstore: complete %q: %w", c.Key, err)
 	}
-	entry = s.recordDir(c.Key) + c.Token
+	entry = s.recordDir(c.Key.String()) + c.Token
 	val = recordVal{state: stateCompleted, expires: expires, fp: c.Fingerprint, result: result}.encode()
 	return entry, val, lease, nil
 }
@@ -276,8 +280,8 @@ func (s *Store) Abandon(ctx context.Context, c idem.Claim) error {
 	ctx, cancel := cleanupIfDone(ctx)
 	defer cancel()
 	return s.finish(ctx, c, "abandon", func(recordVal, clientv3.LeaseID) (clientv3.Op, error) {
-		return clientv3.OpDelete(s.recordDir(c.Key) + c.Token), nil
-	}, func(int64) { s.stopClaimTimer(s.recordDir(c.Key) + c.Token) })
+		return clientv3.OpDelete(s.recordDir(c.Key.String()) + c.Token), nil
+	}, func(int64) { s.stopClaimTimer(s.recordDir(c.Key.String()) + c.Token) })
 }
 
 // claimValidity is the earlier of a claim's lease and the validity of the
@@ -310,8 +314,8 @@ func (s *Store) Extend(ctx context.Context, c idem.Claim, lease time.Duration) e
 			return clientv3.Op{}, fmt.Errorf("the claim's session lease was renewed for %ds, less than the lease %s", r.TTL, lease)
 		}
 		cur.expires = expires
-		return clientv3.OpPut(s.recordDir(c.Key)+c.Token, cur.encode(), clientv3.WithIgnoreLease()), nil
-	}, func(rev int64) { s.startClaimTimer(s.recordDir(c.Key)+c.Token, rev, expires) })
+		return clientv3.OpPut(s.recordDir(c.Key.String())+c.Token, cur.encode(), clientv3.WithIgnoreLease()), nil
+	}, func(rev int64) { s.startClaimTimer(s.recordDir(c.Key.String())+c.Token, rev, expires) })
 }
 
 // claimTimer ends one of this Store's in-flight claims when its lease runs
@@ -414,7 +418,8 @@ func (s *Store) retentionLease(ctx context.Context, expires time.Time) (clientv3
 }
 
 // WaitChange implements idem.Waiter with a watch on the key's records.
-func (s *Store) WaitChange(ctx context.Context, key string, until time.Time) error {
+func (s *Store) WaitChange(ctx context.Context, k idem.Key, until time.Time) error {
+	key := k.String()
 	dir := s.recordDir(key)
 	wctx, cancel := context.WithDeadline(ctx, until.Add(time.Millisecond))
 	defer cancel()

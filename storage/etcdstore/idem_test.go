@@ -61,7 +61,7 @@ func TestClaimNotTakenOverByClockSkew(t *testing.T) {
 	claimer, other := newStore(t, newClient(t, eps)), newStore(t, newClient(t, eps))
 	ctx := t.Context()
 	key := "skewed-" + time.Now().Format("150405.000000")
-	c, err := claimer.Begin(ctx, key, "fp", 30*time.Second)
+	c, err := claimer.Begin(ctx, idem.MustKey(key), "fp", 30*time.Second)
 	if err != nil || c.State != idem.Acquired {
 		t.Fatalf("Begin: %v %v", c.State, err)
 	}
@@ -77,7 +77,7 @@ func TestClaimNotTakenOverByClockSkew(t *testing.T) {
 	if _, err := admin.Put(ctx, entry, string(v), clientv3.WithIgnoreLease()); err != nil {
 		t.Fatal(err)
 	}
-	got, err := other.Begin(ctx, key, "fp", 30*time.Second)
+	got, err := other.Begin(ctx, idem.MustKey(key), "fp", 30*time.Second)
 	if err != nil || got.State != idem.InFlight {
 		t.Fatalf("Begin by another client: %v %v; want in flight (no takeover by comparing clocks)", got.State, err)
 	}
@@ -108,7 +108,7 @@ func TestEffectRejectedNotRetried(t *testing.T) {
 	if !errors.Is(err, idem.ErrEffectFailed) {
 		t.Fatalf("Do with a rejected effect: %v (after %s), want ErrEffectFailed", err, time.Since(start))
 	}
-	c, err := s.Begin(ctx, k, "fp", time.Second)
+	c, err := s.Begin(ctx, idem.MustKey(k), "fp", time.Second)
 	if err != nil || c.State != idem.Acquired {
 		t.Fatalf("after a rejected effect the key is %v (%v), want it free (abandoned)", c.State, err)
 	}
@@ -125,13 +125,13 @@ func TestClaimValidityBoundedBySession(t *testing.T) {
 	const lease = 2 * time.Second
 	k := idem.ScopedKey("session-bound", time.Now().Format(time.RFC3339Nano))
 	sent := time.Now()
-	c1, err := s.Begin(ctx, k+"/1", "fp", lease) // creates the session of the 2 s class
+	c1, err := s.Begin(ctx, idem.MustKey(k+"/1"), "fp", lease) // creates the session of the 2 s class
 	if err != nil || c1.State != idem.Acquired {
 		t.Fatalf("Begin: %v %v", c1.State, err)
 	}
 	defer s.Abandon(context.Background(), c1)
 	time.Sleep(400 * time.Millisecond) // before the session's first keep-alive (TTL/3)
-	c2, err := s.Begin(ctx, k+"/2", "fp", lease)
+	c2, err := s.Begin(ctx, idem.MustKey(k+"/2"), "fp", lease)
 	if err != nil || c2.State != idem.Acquired {
 		t.Fatalf("Begin: %v %v", c2.State, err)
 	}

@@ -41,7 +41,7 @@ func (s *Store) CompleteWith(ctx context.Context, c idem.Claim, result []byte, r
 		return err // before the effect: nothing applied
 	}
 	if err := e(); err != nil {
-		return &idem.EffectRefusedError{Key: c.Key, Reason: err.Error()}
+		return &idem.EffectRefusedError{Key: c.Key.String(), Reason: err.Error()}
 	}
 	s.completeLocked(r, slices.Clone(result), retention)
 	return nil

@@ -142,10 +142,14 @@ func (s *Store) expireLocked(key string, r *record, now time.Time) {
 }
 
 // Begin implements idem.Store.
-func (s *Store) Begin(ctx context.Context, key, fingerprint string, lease time.Duration) (idem.Claim, error) {
-	if err := lockdriver.Validate(key, lease); err != nil {
+func (s *Store) Begin(ctx context.Context, k idem.Key, fingerprint string, lease time.Duration) (idem.Claim, error) {
+	if err := k.Check(); err != nil {
 		return idem.Claim{}, err
 	}
+	if err := lockdriver.ValidateTTL(lease); err != nil {
+		return idem.Claim{}, err
+	}
+	key := k.String()
 	if err := ctx.Err(); err != nil {
 		return idem.Claim{}, err
 	}
@@ -164,10 +168,10 @@ func (s *Store) Begin(ctx context.Context, key, fingerprint string, lease time.D
 		r = &record{key: key, fp: fingerprint, token: token.New(), fence: s.fence, attempt: s.nextAttemptLocked(key, now),
 			expires: now.Add(lease), changed: make(chan struct{})}
 		s.records[key] = r
-		return idem.Claim{Key: key, State: idem.Acquired, Fingerprint: fingerprint, Token: r.token, Fence: r.fence,
+		return idem.Claim{Key: k, State: idem.Acquired, Fingerprint: fingerprint, Token: r.token, Fence: r.fence,
 			Attempt: r.attempt, Expires: r.expires}, nil
 	}
-	c := idem.Claim{Key: key, Fingerprint: fingerprint, Expires: r.expires}
+	c := idem.Claim{Key: k, Fingerprint: fingerprint, Expires: r.expires}
 	switch {
 	case r.fp != fingerprint:
 		c.State = idem.Mismatch
@@ -181,7 +185,7 @@ func (s *Store) Begin(ctx context.Context, key, fingerprint string, lease time.D
 
 // ownLocked returns c's record if c still holds it.
 func (s *Store) ownLocked(c idem.Claim, op string) (*record, error) {
-	r := s.recordLocked(c.Key)
+	r := s.recordLocked(c.Key.String())
 	if r == nil || r.done || r.token != c.Token || c.Token == "" {
 		return nil, fmt.Errorf("memstore: %s %q: %w", op, c.Key, idem.ErrLockLost)
 	}
@@ -233,8 +237,8 @@ func (s *Store) Abandon(ctx context.Context, c idem.Claim) error {
 	if err != nil {
 		return err
 	}
-	s.rememberEndLocked(c.Key, r.attempt, time.Now())
-	s.dropRecordLocked(c.Key, r)
+	s.rememberEndLocked(c.Key.String(), r.attempt, time.Now())
+	s.dropRecordLocked(c.Key.String(), r)
 	return nil
 }
 
@@ -258,7 +262,8 @@ func (s *Store) Extend(ctx context.Context, c idem.Claim, lease time.Duration) e
 
 // WaitChange implements idem.Waiter: it returns when key's in-flight record
 // is completed, abandoned or expires, or ctx ends.
-func (s *Store) WaitChange(ctx context.Context, key string, until time.Time) error {
+func (s *Store) WaitChange(ctx context.Context, k idem.Key, until time.Time) error {
+	key := k.String()
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()

@@ -42,7 +42,7 @@ func TestRecordsBounded(t *testing.T) {
 	s := memstore.New(memstore.WithMaxRecords(3), memstore.WithMaxBytes(10))
 	complete := func(key string, result string) {
 		t.Helper()
-		c, err := s.Begin(ctx, key, "fp", time.Minute)
+		c, err := s.Begin(ctx, idem.MustKey(key), "fp", time.Minute)
 		if err != nil || c.State != idem.Acquired {
 			t.Fatalf("Begin(%s): %v %v", key, c.State, err)
 		}
@@ -69,7 +69,7 @@ func TestRecordsBounded(t *testing.T) {
 	}
 	var claims []idem.Claim
 	for _, k := range []string{"x", "y", "z"} { // in flight: b and c make room
-		c, err := s.Begin(ctx, k, "fp", time.Minute)
+		c, err := s.Begin(ctx, idem.MustKey(k), "fp", time.Minute)
 		if err != nil || c.State != idem.Acquired {
 			t.Fatalf("Begin(%s): %v %v", k, c.State, err)
 		}
@@ -78,11 +78,11 @@ func TestRecordsBounded(t *testing.T) {
 	if state("b") != -1 || state("c") != -1 {
 		t.Fatal("completed records kept while in-flight claims needed the room")
 	}
-	if _, err := s.Begin(ctx, "w", "fp", time.Minute); !errors.Is(err, memstore.ErrFull) {
+	if _, err := s.Begin(ctx, idem.MustKey("w"), "fp", time.Minute); !errors.Is(err, memstore.ErrFull) {
 		t.Fatalf("Begin with the Store full of in-flight claims: %v, want ErrFull", err)
 	}
 	for _, c := range claims {
-		if state(c.Key) != idem.InFlight {
+		if state(c.Key.String()) != idem.InFlight {
 			t.Fatalf("in-flight claim %s was evicted", c.Key)
 		}
 	}
@@ -110,7 +110,7 @@ func TestResultOverMaxBytesRefusedBeforeEffect(t *testing.T) {
 	if applied != 0 {
 		t.Errorf("the effect applied %d times for a result the store cannot keep, want 0", applied)
 	}
-	c, err := s.Begin(ctx, "big", "fp", time.Minute)
+	c, err := s.Begin(ctx, idem.MustKey("big"), "fp", time.Minute)
 	if err != nil || c.State != idem.Acquired {
 		t.Fatalf("after a refused result the key is %v (%v), want it free", c.State, err)
 	}

@@ -102,7 +102,7 @@ func TestClusterKeysWithBraces(t *testing.T) {
 			t.Fatalf("Refresh(%q): %v", k, err)
 		}
 		leases = append(leases, l)
-		c, err := s.Begin(ctx, k, "fp", time.Minute)
+		c, err := s.Begin(ctx, idem.MustKey(k), "fp", time.Minute)
 		if err != nil || c.State != idem.Acquired {
 			t.Fatalf("Begin(%q): %v %v", k, c.State, err)
 		}
@@ -193,7 +193,7 @@ func clusterFailover(t *testing.T, acked bool) {
 	primary := rc.PrimaryOf("{" + key + "}")
 	rc.HoldReplication(primary)
 	held, lockErr := first.Acquire(ctx, key, 2*time.Minute)
-	claim, beginErr := first.Begin(ctx, key, "fp", 2*time.Minute)
+	claim, beginErr := first.Begin(ctx, idem.MustKey(key), "fp", 2*time.Minute)
 	if acked {
 		if !errors.Is(lockErr, redisstore.ErrNotReplicated) || !errors.Is(beginErr, redisstore.ErrNotReplicated) {
 			t.Fatalf("with the replicas cut off: Acquire %v, Begin %v; want ErrNotReplicated", lockErr, beginErr)
@@ -202,7 +202,7 @@ func clusterFailover(t *testing.T, acked bool) {
 		if held, lockErr = first.Acquire(ctx, key, 2*time.Minute); lockErr != nil {
 			t.Fatal(lockErr)
 		}
-		claim, beginErr = first.Begin(ctx, key, "fp", 2*time.Minute)
+		claim, beginErr = first.Begin(ctx, idem.MustKey(key), "fp", 2*time.Minute)
 	}
 	if lockErr != nil || beginErr != nil || claim.State != idem.Acquired {
 		t.Fatalf("Acquire %v, Begin %+v %v", lockErr, claim, beginErr)
@@ -234,7 +234,7 @@ func clusterFailover(t *testing.T, acked bool) {
 			t.Errorf("the second holder's fence %d is not above the first's %d", other.Fence(), held.Fence())
 		}
 		retry("Begin by another client", func() error {
-			c, err := second.Begin(ctx, key, "fp", time.Minute)
+			c, err := second.Begin(ctx, idem.MustKey(key), "fp", time.Minute)
 			if err == nil && c.State != idem.Acquired {
 				t.Fatalf("Begin after the failover: %v; the cut-off replica was expected to lack the claim", c.State)
 			}
@@ -254,7 +254,7 @@ func clusterFailover(t *testing.T, acked bool) {
 		return err
 	})
 	retry("Begin by another client", func() error {
-		c, err := second.Begin(ctx, key, "fp", time.Minute)
+		c, err := second.Begin(ctx, idem.MustKey(key), "fp", time.Minute)
 		if err == nil && c.State != idem.InFlight {
 			t.Fatalf("Begin after the failover: %v, want the claim still in flight", c.State)
 		}
@@ -279,7 +279,7 @@ func afterFailover(ctx context.Context, t *testing.T, s *redisstore.Store, key, 
 	if next.Fence() <= before {
 		t.Errorf("fence after the failover %d, not above %d", next.Fence(), before)
 	}
-	if c, err := s.Begin(ctx, record, "fp", time.Minute); err != nil || c.State != idem.Completed || string(c.Result) != "once" {
+	if c, err := s.Begin(ctx, idem.MustKey(record), "fp", time.Minute); err != nil || c.State != idem.Completed || string(c.Result) != "once" {
 		t.Errorf("replay after the failover: %+v %v", c, err)
 	}
 }

@@ -40,7 +40,7 @@ func FuzzCorruptRecord(f *testing.F) {
 	f.Fuzz(func(t *testing.T, kind uint8, v, s, fp, r, tok, fence string) {
 		ctx := context.Background()
 		key := fmt.Sprintf("fuzz-%d-%d", time.Now().UnixNano(), fuzzKeys.Add(1))
-		name := records.Record(key)
+		name := records.Record(idem.MustKey(key))
 		var err error
 		switch kind % 3 {
 		case 0:
@@ -65,7 +65,7 @@ func FuzzCorruptRecord(f *testing.F) {
 		defer admin.Del(ctx, name)
 		admin.PExpire(ctx, name, time.Minute)
 
-		c, err := store.Begin(ctx, key, fp, time.Second)
+		c, err := store.Begin(ctx, idem.MustKey(key), fp, time.Second)
 		switch {
 		case errors.Is(err, idem.ErrCorruptRecord):
 			var ce *idem.CorruptRecordError

@@ -80,13 +80,13 @@ func (s *Store) CompleteWith(ctx context.Context, c idem.Claim, result []byte, r
 	r, err := s.base.Commit(ctx, s.client, e.Script.s, c.Key, c.Token, retention, result, e.Keys, e.Args)
 	switch {
 	case rediskit.IsReply(err): // an error reply: the script ran and failed, an answer
-		return &idem.EffectFailedError{Key: c.Key, Err: fmt.Errorf("redisstore: %w", err)}
+		return &idem.EffectFailedError{Key: c.Key.String(), Err: fmt.Errorf("redisstore: %w", err)}
 	case err != nil:
 		return fmt.Errorf("redisstore: complete %q: %w", c.Key, err)
 	case !r.Ours:
 		return fmt.Errorf("redisstore: complete %q: %w", c.Key, idem.ErrLockLost)
 	case r.Refused:
-		return &idem.EffectRefusedError{Key: c.Key, Reason: r.Reason}
+		return &idem.EffectRefusedError{Key: c.Key.String(), Reason: r.Reason}
 	}
 	return nil
 }

@@ -333,7 +333,7 @@ func TestFencesSurviveEmptyRestart(t *testing.T) {
 			if err := l.Release(ctx); err != nil {
 				t.Fatalf("round %d: Release: %v", round, err)
 			}
-			c, err := s.Begin(ctx, "claimed", "fp", time.Minute)
+			c, err := s.Begin(ctx, idem.MustKey("claimed"), "fp", time.Minute)
 			if err != nil || c.State != idem.Acquired {
 				t.Fatalf("round %d: Begin: %v %v", round, c.State, err)
 			}
@@ -407,12 +407,12 @@ func TestCancelledBeginLeavesNoClaim(t *testing.T) {
 	p := testenv.StartRedis(t)
 	s := newStore(t, privateClient(t, p))
 	ctx := ctxT(t, 20*time.Second)
-	if _, err := s.Begin(ctx, "warm", "fp", time.Second); err != nil { // loads the scripts
+	if _, err := s.Begin(ctx, idem.MustKey("warm"), "fp", time.Second); err != nil { // loads the scripts
 		t.Fatal(err)
 	}
 	p.Pause()
 	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
-	_, err := s.Begin(short, "paused", "fp", 30*time.Second)
+	_, err := s.Begin(short, idem.MustKey("paused"), "fp", 30*time.Second)
 	cancel()
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Begin on a paused server: %v, want the deadline", err)
@@ -420,7 +420,7 @@ func TestCancelledBeginLeavesNoClaim(t *testing.T) {
 	p.Resume()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		c, err := s.Begin(ctx, "paused", "fp", time.Second)
+		c, err := s.Begin(ctx, idem.MustKey("paused"), "fp", time.Second)
 		if err == nil && c.State == idem.Acquired {
 			return
 		}

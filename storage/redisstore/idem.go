@@ -23,11 +23,14 @@ import (
 // idem.ErrCorruptRecord, never read as absent.
 
 // Begin implements idem.Store in one round trip.
-func (s *Store) Begin(ctx context.Context, key, fingerprint string, lease time.Duration) (idem.Claim, error) {
-	if err := lockdriver.Validate(key, lease); err != nil {
+func (s *Store) Begin(ctx context.Context, key idem.Key, fingerprint string, lease time.Duration) (idem.Claim, error) {
+	if err := key.Check(); err != nil {
 		return idem.Claim{}, err
 	}
-	if err := s.closedErr("begin", key); err != nil {
+	if err := lockdriver.ValidateTTL(lease); err != nil {
+		return idem.Claim{}, err
+	}
+	if err := s.closedErr("begin", key.String()); err != nil {
 		return idem.Claim{}, err
 	}
 	if s.get != nil && s.replays.Load() > 0 {
@@ -106,7 +109,7 @@ func (s *Store) finish(ctx context.Context, c idem.Claim, op rediskit.FinishOp, 
 // looks once more (the record may have changed before the subscription),
 // and returns on the completion or abandonment message, at until (the
 // lease's end), or when ctx ends.
-func (s *Store) WaitChange(ctx context.Context, key string, until time.Time) error {
+func (s *Store) WaitChange(ctx context.Context, key idem.Key, until time.Time) error {
 	w, err := s.sub.Watch(ctx, s.base.Records.Channel(key))
 	if errors.Is(err, redisnotify.ErrClosed) {
 		return fmt.Errorf("redisstore: wait for %q: %w", key, lock.ErrClosed)

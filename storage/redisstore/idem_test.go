@@ -124,7 +124,7 @@ func testEffectErrorReply(t *testing.T, script *redisstore.EffectScript) {
 	if n, err := admin.Get(ctx, counter).Int(); err != nil || n != 1 {
 		t.Errorf("the effect ran %d times (%v), want once", n, err)
 	}
-	c, err := s.Begin(ctx, k, "fp", time.Second)
+	c, err := s.Begin(ctx, idem.MustKey(k), "fp", time.Second)
 	if err != nil || c.State != idem.Acquired {
 		t.Fatalf("after a failed effect the key is %v (%v), want it free (abandoned)", c.State, err)
 	}
@@ -171,7 +171,7 @@ func TestReplaysAnsweredByOneGet(t *testing.T) {
 	st := newStore(t, newClient(t, counts))
 	ctx := ctxT(t, 10*time.Second)
 	k := idem.ScopedKey("t", fmt.Sprintf("replayed-%d", time.Now().UnixNano()))
-	c, err := st.Begin(ctx, k, "fp", time.Minute)
+	c, err := st.Begin(ctx, idem.MustKey(k), "fp", time.Minute)
 	if err != nil || c.State != idem.Acquired {
 		t.Fatalf("Begin: %v %v", c.State, err)
 	}
@@ -179,7 +179,7 @@ func TestReplaysAnsweredByOneGet(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 10 {
-		r, err := st.Begin(ctx, k, "fp", time.Minute)
+		r, err := st.Begin(ctx, idem.MustKey(k), "fp", time.Minute)
 		if err != nil || r.State != idem.Completed || string(r.Result) != "result" {
 			t.Fatalf("replay %d: %v %q %v", i, r.State, r.Result, err)
 		}
@@ -187,17 +187,17 @@ func TestReplaysAnsweredByOneGet(t *testing.T) {
 	if gets := counts.get("get"); gets < 8 {
 		t.Errorf("%d GETs for 10 replays, want the replays after the first answered by GET", gets)
 	}
-	if r, err := st.Begin(ctx, k, "other", time.Minute); err != nil || r.State != idem.Mismatch {
+	if r, err := st.Begin(ctx, idem.MustKey(k), "other", time.Minute); err != nil || r.State != idem.Mismatch {
 		t.Errorf("another fingerprint after the replays: %v %v, want mismatch", r.State, err)
 	}
 	inFlight := k + "-in-flight"
-	if c, err := newStore(t, newClient(t)).Begin(ctx, inFlight, "fp", time.Minute); err != nil || c.State != idem.Acquired {
+	if c, err := newStore(t, newClient(t)).Begin(ctx, idem.MustKey(inFlight), "fp", time.Minute); err != nil || c.State != idem.Acquired {
 		t.Fatalf("Begin: %v %v", c.State, err)
 	}
-	if r, err := st.Begin(ctx, inFlight, "fp", time.Minute); err != nil || r.State != idem.InFlight {
+	if r, err := st.Begin(ctx, idem.MustKey(inFlight), "fp", time.Minute); err != nil || r.State != idem.InFlight {
 		t.Errorf("a key in flight after the replays: %v %v, want in flight", r.State, err)
 	}
-	if r, err := st.Begin(ctx, k+"-new", "fp", time.Minute); err != nil || r.State != idem.Acquired || r.Attempt != 1 {
+	if r, err := st.Begin(ctx, idem.MustKey(k+"-new"), "fp", time.Minute); err != nil || r.State != idem.Acquired || r.Attempt != 1 {
 		t.Errorf("a new key after the replays: %v attempt %d %v, want acquired, attempt 1", r.State, r.Attempt, err)
 	}
 }

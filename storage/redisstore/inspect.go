@@ -44,10 +44,11 @@ func (s *Store) ForceRelease(ctx context.Context, key string) (lock.LockInfo, er
 
 // InspectRecord implements idem.Inspector: one round trip.
 func (s *Store) InspectRecord(ctx context.Context, key string) (idem.RecordInfo, error) {
-	if err := lockdriver.ValidateKey(key); err != nil {
+	k, err := idem.CheckKey(key)
+	if err != nil {
 		return idem.RecordInfo{}, err
 	}
-	st, err := rediskit.InspectRecord(ctx, s.client, s.base.Records, key)
+	st, err := rediskit.InspectRecord(ctx, s.client, s.base.Records, k)
 	if err != nil {
 		return idem.RecordInfo{}, fmt.Errorf("redisstore: inspect record %q: %w", key, err)
 	}
@@ -57,10 +58,11 @@ func (s *Store) InspectRecord(ctx context.Context, key string) (idem.RecordInfo,
 // DeleteRecord implements idem.Inspector: one round trip, which also wakes
 // the duplicates waiting for the key.
 func (s *Store) DeleteRecord(ctx context.Context, key string) (bool, error) {
-	if err := lockdriver.ValidateKey(key); err != nil {
+	k, err := idem.CheckKey(key)
+	if err != nil {
 		return false, err
 	}
-	ok, err := rediskit.DeleteRecord(ctx, s.client, s.base.Records, key, s.base.PubSub.ScriptArg())
+	ok, err := rediskit.DeleteRecord(ctx, s.client, s.base.Records, k, s.base.PubSub.ScriptArg())
 	if err != nil {
 		return false, fmt.Errorf("redisstore: delete record %q: %w", key, err)
 	}

@@ -82,7 +82,7 @@ func TestFailover(t *testing.T) {
 			primary := g.Primary()
 			g.HoldReplication() // as a slow link would: the replicas do not get the writes
 			held, lockErr := first.Acquire(ctx, key, time.Minute)
-			claim, beginErr := first.Begin(ctx, record, "fp", time.Minute)
+			claim, beginErr := first.Begin(ctx, idem.MustKey(record), "fp", time.Minute)
 			if acked {
 				// The replicas cannot acknowledge: nothing is granted.
 				if !errors.Is(lockErr, redisstore.ErrNotReplicated) || !errors.Is(beginErr, redisstore.ErrNotReplicated) {
@@ -92,7 +92,7 @@ func TestFailover(t *testing.T) {
 				if held, lockErr = first.Acquire(ctx, key, time.Minute); lockErr != nil {
 					t.Fatal(lockErr)
 				}
-				if claim, beginErr = first.Begin(ctx, record, "fp", time.Minute); beginErr != nil || claim.State != idem.Acquired {
+				if claim, beginErr = first.Begin(ctx, idem.MustKey(record), "fp", time.Minute); beginErr != nil || claim.State != idem.Acquired {
 					t.Fatalf("Begin: %+v %v", claim, beginErr)
 				}
 			} else if lockErr != nil || beginErr != nil || claim.State != idem.Acquired {
@@ -116,7 +116,7 @@ func TestFailover(t *testing.T) {
 					break
 				}
 			}
-			otherClaim, beginErr = second.Begin(ctx, record, "fp", time.Minute)
+			otherClaim, beginErr = second.Begin(ctx, idem.MustKey(record), "fp", time.Minute)
 			if beginErr != nil {
 				t.Fatal(beginErr)
 			}
@@ -245,9 +245,9 @@ func TestFailoverCompletionAcknowledged(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	const key = "completion-acked"
-	c, err := s.Begin(ctx, key, "fp", 10*time.Second)
+	c, err := s.Begin(ctx, idem.MustKey(key), "fp", 10*time.Second)
 	for deadline := time.Now().Add(10 * time.Second); errors.Is(err, redisstore.ErrNotReplicated) && time.Now().Before(deadline); {
-		c, err = s.Begin(ctx, key, "fp", 10*time.Second) // a loaded machine's replica may lag past the timeout
+		c, err = s.Begin(ctx, idem.MustKey(key), "fp", 10*time.Second) // a loaded machine's replica may lag past the timeout
 	}
 	if err != nil || c.State != idem.Acquired {
 		t.Fatalf("Begin: %+v %v", c, err)
@@ -256,7 +256,7 @@ func TestFailoverCompletionAcknowledged(t *testing.T) {
 	if err := s.Complete(ctx, c, []byte("placed"), time.Minute); !errors.Is(err, redisstore.ErrNotReplicated) {
 		t.Fatalf("Complete with the replicas held = %v, want ErrNotReplicated", err)
 	}
-	if got, err := dup.Begin(ctx, key, "fp", 10*time.Second); err == nil {
+	if got, err := dup.Begin(ctx, idem.MustKey(key), "fp", 10*time.Second); err == nil {
 		t.Fatalf("Begin while no replica had the completion = %v %q, want ErrNotReplicated", got.State, got.Result)
 	} else if !errors.Is(err, redisstore.ErrNotReplicated) {
 		t.Fatalf("Begin while no replica had the completion: %v, want ErrNotReplicated", err)
@@ -264,7 +264,7 @@ func TestFailoverCompletionAcknowledged(t *testing.T) {
 	g.ResumeReplication()
 	var got idem.Claim
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		if got, err = dup.Begin(ctx, key, "fp", 10*time.Second); err == nil || time.Now().After(deadline) {
+		if got, err = dup.Begin(ctx, idem.MustKey(key), "fp", 10*time.Second); err == nil || time.Now().After(deadline) {
 			break
 		}
 	}

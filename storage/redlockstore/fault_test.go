@@ -448,7 +448,7 @@ func TestClaimFencesNeverGoBackwards(t *testing.T) {
 	s := newStore(t, c.clients(t))
 	c.procs[3].Pause() // X's majority is nodes 0, 1 and 2
 	c.procs[4].Pause()
-	x, err := s.Begin(ctx, key, "fp", 10*time.Second)
+	x, err := s.Begin(ctx, idem.MustKey(key), "fp", 10*time.Second)
 	if err != nil || x.State != idem.Acquired {
 		t.Fatalf("claim X: %v %v", x.State, err)
 	}
@@ -467,7 +467,7 @@ func TestClaimFencesNeverGoBackwards(t *testing.T) {
 	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		// (With node 0 gone and X's late claims still on nodes 3 and 4, a
 		// round can also end without a majority either way.)
-		y, err = s.Begin(ctx, key, "fp", 10*time.Second)
+		y, err = s.Begin(ctx, idem.MustKey(key), "fp", 10*time.Second)
 		waiting := y.State == idem.InFlight || errors.Is(err, redlockstore.ErrNoQuorum)
 		if !waiting || time.Now().After(deadline) {
 			break
@@ -488,7 +488,7 @@ func TestCloseWakesWaitChange(t *testing.T) {
 	c := newCluster(t, 3)
 	ctx := ctxT(t, 20*time.Second)
 	holder := newStore(t, c.clients(t))
-	claim, err := holder.Begin(ctx, "waited", "fp", 30*time.Second)
+	claim, err := holder.Begin(ctx, idem.MustKey("waited"), "fp", 30*time.Second)
 	if err != nil || claim.State != idem.Acquired {
 		t.Fatalf("Begin: %v %v", claim.State, err)
 	}
@@ -497,7 +497,7 @@ func TestCloseWakesWaitChange(t *testing.T) {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
-	go func() { done <- s.WaitChange(ctx, "waited", time.Now().Add(30*time.Second)) }()
+	go func() { done <- s.WaitChange(ctx, idem.MustKey("waited"), time.Now().Add(30*time.Second)) }()
 	time.Sleep(200 * time.Millisecond)
 	closed := make(chan error, 1)
 	go func() { closed <- s.Close() }()
@@ -520,7 +520,7 @@ func TestQuorumLostReportsNodes(t *testing.T) {
 	c := newCluster(t, 5)
 	s := newStore(t, c.clients(t), redlockstore.WithQuorumWait(time.Second))
 	ctx := ctxT(t, 30*time.Second)
-	claim, err := s.Begin(ctx, "begun", "fp", 30*time.Second)
+	claim, err := s.Begin(ctx, idem.MustKey("begun"), "fp", 30*time.Second)
 	if err != nil || claim.State != idem.Acquired {
 		t.Fatalf("Begin: %v %v", claim.State, err)
 	}
@@ -541,7 +541,7 @@ func TestQuorumLostReportsNodes(t *testing.T) {
 		!strings.Contains(msg, "reset by peer") {
 		t.Errorf("the error does not say what the nodes did: %v", err)
 	}
-	_, err = s.Begin(ctx, "begun", "fp", time.Second)
+	_, err = s.Begin(ctx, idem.MustKey("begun"), "fp", time.Second)
 	if !errors.Is(err, redlockstore.ErrNoQuorum) {
 		t.Errorf("Begin with 2 of 5 nodes answering: %v, want ErrNoQuorum (not in flight)", err)
 	}

@@ -22,8 +22,11 @@ import (
 // and Complete and Abandon leave it on every node.
 
 // Begin implements idem.Store: one round to every node at once.
-func (s *Store) Begin(ctx context.Context, key, fingerprint string, lease time.Duration) (idem.Claim, error) {
-	if err := lockdriver.Validate(key, lease); err != nil {
+func (s *Store) Begin(ctx context.Context, key idem.Key, fingerprint string, lease time.Duration) (idem.Claim, error) {
+	if err := key.Check(); err != nil {
+		return idem.Claim{}, err
+	}
+	if err := lockdriver.ValidateTTL(lease); err != nil {
 		return idem.Claim{}, err
 	}
 	select {
@@ -40,14 +43,14 @@ func (s *Store) Begin(ctx context.Context, key, fingerprint string, lease time.D
 	c := idem.Claim{Key: key, Fingerprint: fingerprint, Expires: now.Add(time.Duration(b.pttl) * time.Millisecond)}
 	switch {
 	case b.corrupt != nil:
-		return idem.Claim{}, &idem.CorruptRecordError{Key: key, Reason: s.nodes[b.corrupt.node].name + ": " + b.corrupt.v.Reason}
+		return idem.Claim{}, &idem.CorruptRecordError{Key: key.String(), Reason: s.nodes[b.corrupt.node].name + ": " + b.corrupt.v.Reason}
 	case b.done != nil:
 		c.State, c.Result = idem.Completed, b.done.v.Result
 		return c, nil
 	case b.ctxErr != nil:
 		return idem.Claim{}, b.ctxErr
 	case b.claimed():
-		fence, err := s.fenceOf("begin", key, b.claims, b.clocks, lease)
+		fence, err := s.fenceOf("begin", key.String(), b.claims, b.clocks, lease)
 		if err != nil {
 			s.finishNodes(context.WithoutCancel(ctx), key, tok, rediskit.GiveBack, time.Millisecond, nil, s.all(), 0)
 			return idem.Claim{}, err
@@ -57,7 +60,7 @@ func (s *Store) Begin(ctx context.Context, key, fingerprint string, lease time.D
 	case b.answers < s.quorum:
 		// Too few nodes answered to tell a live claim (or another
 		// fingerprint's record) from a stale copy on a minority.
-		return idem.Claim{}, s.quorumError("begin", key, b.answers, b.failed)
+		return idem.Claim{}, s.quorumError("begin", key.String(), b.answers, b.failed)
 	case b.counts[rediskit.BeginMismatch] > 0:
 		c.State = idem.Mismatch
 		return c, nil
@@ -65,7 +68,7 @@ func (s *Store) Begin(ctx context.Context, key, fingerprint string, lease time.D
 		c.State = idem.InFlight
 		return c, nil
 	default:
-		return idem.Claim{}, s.quorumError("begin", key, len(b.claims), b.failed)
+		return idem.Claim{}, s.quorumError("begin", key.String(), len(b.claims), b.failed)
 	}
 }
 
@@ -92,7 +95,7 @@ func (b *beginRound) claimed() bool {
 // record decides at once. Otherwise it waits for a majority of claims, or
 // for a majority of answers once a claim is out of reach (a completed
 // record lives on a majority, so any majority of answers includes it).
-func (s *Store) sendBegin(ctx context.Context, key, fingerprint, tok string, lease time.Duration) *beginRound {
+func (s *Store) sendBegin(ctx context.Context, key idem.Key, fingerprint, tok string, lease time.Duration) *beginRound {
 	n := len(s.nodes)
 	b := &beginRound{quorum: s.quorum, claims: map[int]int64{}, clocks: map[int]int64{}, counts: map[rediskit.BeginCode]int{}}
 	r := newRound(s, s.all(), func(ctx context.Context, nd *node) (rediskit.BeginReply, error) {
@@ -134,7 +137,7 @@ func (s *Store) sendBegin(ctx context.Context, key, fingerprint, tok string, lea
 // node (or the timeout), so that a completion reaches as many as it can.
 // The record keeps the fence floor on each node (a claim's fence: see
 // fenceOf; 0 for a claim never granted).
-func (s *Store) finishNodes(ctx context.Context, key, tok string, op rediskit.FinishOp, d time.Duration, result []byte, idx []int, floor uint64) vote {
+func (s *Store) finishNodes(ctx context.Context, key idem.Key, tok string, op rediskit.FinishOp, d time.Duration, result []byte, idx []int, floor uint64) vote {
 	return s.poll(ctx, idx, s.nodeTimeout(max(d, time.Second)), true, func(ctx context.Context, n *node) (bool, error) {
 		return s.base.Finish(ctx, n.c, key, tok, op, d, result, floor)
 	})
@@ -147,13 +150,13 @@ func (s *Store) finishClaim(ctx context.Context, c idem.Claim, op rediskit.Finis
 	}
 	defer cancel()
 	v := s.finishNodes(ctx, c.Key, c.Token, op, d, result, s.all(), c.Fence)
-	return s.verdict(string(op), c.Key, v, idem.ErrLockLost)
+	return s.verdict(string(op), c.Key.String(), v, idem.ErrLockLost)
 }
 
 // WaitChange implements idem.Waiter: a completion or abandonment message
 // from any node wakes the waiter, as does the lease's end. Close wakes it
 // with lock.ErrClosed.
-func (s *Store) WaitChange(ctx context.Context, key string, until time.Time) error {
+func (s *Store) WaitChange(ctx context.Context, key idem.Key, until time.Time) error {
 	select {
 	case <-s.closed:
 		return fmt.Errorf("redlockstore: wait for %q: %w", key, lock.ErrClosed)
@@ -182,7 +185,7 @@ func (s *Store) WaitChange(ctx context.Context, key string, until time.Time) err
 // in-flight record on each, so that whichever node completes announces
 // it) and returns what it found: "c" when any node has the completed
 // record, else "i" when any has it in flight.
-func (s *Store) peek(ctx context.Context, key string) (string, error) {
+func (s *Store) peek(ctx context.Context, key idem.Key) (string, error) {
 	r := newRound(s, s.all(), func(ctx context.Context, n *node) (string, error) {
 		return s.base.RecordStatus(ctx, n.c, key)
 	})

@@ -146,11 +146,12 @@ func (s *Store) ForceRelease(ctx context.Context, key string) (lock.LockInfo, er
 // a completed record on any node wins; else a claim is in flight when one
 // token holds a majority. Detail says how many nodes agree.
 func (s *Store) InspectRecord(ctx context.Context, key string) (idem.RecordInfo, error) {
-	if err := lockdriver.ValidateKey(key); err != nil {
+	k, err := idem.CheckKey(key)
+	if err != nil {
 		return idem.RecordInfo{}, err
 	}
 	states, ok, err := onEveryNode(ctx, s, "inspect record", key, func(ctx context.Context, n *node) (rediskit.RecordState, error) {
-		return rediskit.InspectRecord(ctx, n.c, s.base.Records, key)
+		return rediskit.InspectRecord(ctx, n.c, s.base.Records, k)
 	})
 	if err != nil {
 		return idem.RecordInfo{}, err
@@ -209,11 +210,12 @@ func (s *Store) InspectRecord(ctx context.Context, key string) (idem.RecordInfo,
 // DeleteRecord implements idem.Inspector: every node that answers deletes
 // its copy; it needs a majority to answer.
 func (s *Store) DeleteRecord(ctx context.Context, key string) (bool, error) {
-	if err := lockdriver.ValidateKey(key); err != nil {
+	k, err := idem.CheckKey(key)
+	if err != nil {
 		return false, err
 	}
 	deleted, _, err := onEveryNode(ctx, s, "delete record", key, func(ctx context.Context, n *node) (bool, error) {
-		return rediskit.DeleteRecord(ctx, n.c, s.base.Records, key, s.base.PubSub.ScriptArg())
+		return rediskit.DeleteRecord(ctx, n.c, s.base.Records, k, s.base.PubSub.ScriptArg())
 	})
 	if err != nil {
 		return false, err

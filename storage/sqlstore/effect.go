@@ -96,7 +96,7 @@ func (s *Store) CompleteInTx(ctx context.Context, tx *sql.Tx, c idem.Claim, resu
 			return fmt.Errorf("sqlstore: complete %q in the caller's transaction: %w; a transaction at REPEATABLE READ or SERIALIZABLE cannot complete a claim written after its snapshot (the watchdog extends claims while they run): begin it at READ COMMITTED (sql.TxOptions{Isolation: sql.LevelReadCommitted})",
 				c.Key, err)
 		}
-		return s.errWrap("complete", c.Key, err)
+		return s.errWrap("complete", c.Key.String(), err)
 	}
 	return nil
 }

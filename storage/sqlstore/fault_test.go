@@ -185,12 +185,12 @@ func TestLateCompletionRefused(t *testing.T) {
 			paused, other := open(t, dbURL), open(t, dbURL)
 			ctx := t.Context()
 			key := idem.ScopedKey("late", time.Now().Format(time.RFC3339Nano))
-			c1, err := paused.Begin(ctx, key, "fp", 200*time.Millisecond)
+			c1, err := paused.Begin(ctx, idem.MustKey(key), "fp", 200*time.Millisecond)
 			if err != nil || c1.State != idem.Acquired {
 				t.Fatalf("Begin: %v %v", c1.State, err)
 			}
 			time.Sleep(400 * time.Millisecond) // paused past the lease
-			c2, err := other.Begin(ctx, key, "fp", 5*time.Second)
+			c2, err := other.Begin(ctx, idem.MustKey(key), "fp", 5*time.Second)
 			if err != nil || c2.State != idem.Acquired || c2.Fence <= c1.Fence {
 				t.Fatalf("Begin after the lease: %v fence %d (first %d) %v", c2.State, c2.Fence, c1.Fence, err)
 			}

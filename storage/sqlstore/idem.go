@@ -85,8 +85,12 @@ func (s *Store) setRecord(ctx context.Context, tx *sql.Tx, key string, r recordR
 }
 
 // Begin implements idem.Store: one transaction.
-func (s *Store) Begin(ctx context.Context, key, fingerprint string, lease time.Duration) (idem.Claim, error) {
-	if err := lockdriver.Validate(key, lease); err != nil {
+func (s *Store) Begin(ctx context.Context, k idem.Key, fingerprint string, lease time.Duration) (idem.Claim, error) {
+	if err := k.Check(); err != nil {
+		return idem.Claim{}, err
+	}
+	key := k.String()
+	if err := lockdriver.ValidateTTL(lease); err != nil {
 		return idem.Claim{}, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -105,7 +109,7 @@ func (s *Store) Begin(ctx context.Context, key, fingerprint string, lease time.D
 		switch {
 		case err == nil:
 			s.seen(false)
-			return idem.Claim{Key: key, State: idem.Acquired, Fingerprint: fingerprint, Token: tok, Fence: uint64(fence),
+			return idem.Claim{Key: k, State: idem.Acquired, Fingerprint: fingerprint, Token: tok, Fence: uint64(fence),
 				Attempt: int(attempt), Expires: start.Add(lease)}, nil
 		case !errors.Is(err, sql.ErrNoRows) && !retryable(err):
 			return idem.Claim{}, s.errWrap("begin", key, err)
@@ -122,11 +126,11 @@ func (s *Store) Begin(ctx context.Context, key, fingerprint string, lease time.D
 		switch {
 		case err == nil && claimed:
 			s.seen(false)
-			return idem.Claim{Key: key, State: idem.Acquired, Fingerprint: fingerprint, Token: tok, Fence: uint64(r.fence),
+			return idem.Claim{Key: k, State: idem.Acquired, Fingerprint: fingerprint, Token: tok, Fence: uint64(r.fence),
 				Attempt: int(r.attempt), Expires: start.Add(lease)}, nil
 		case err == nil:
 			r.found = true
-			if c, ok := claimOf(key, fingerprint, r); ok {
+			if c, ok := claimOf(k, fingerprint, r); ok {
 				s.seen(true)
 				return c, nil
 			}
@@ -149,7 +153,7 @@ func (s *Store) Begin(ctx context.Context, key, fingerprint string, lease time.D
 				return idem.Claim{}, s.errWrap("begin", key, err)
 			}
 			s.seen(false)
-			return idem.Claim{Key: key, State: idem.Acquired, Fingerprint: fingerprint, Token: tok, Fence: uint64(fence),
+			return idem.Claim{Key: k, State: idem.Acquired, Fingerprint: fingerprint, Token: tok, Fence: uint64(fence),
 				Attempt: 1, Expires: start.Add(lease)}, nil
 		case !duplicateKey(err) && !retryable(err):
 			return idem.Claim{}, s.errWrap("begin", key, err)
@@ -169,11 +173,11 @@ func (s *Store) Begin(ctx context.Context, key, fingerprint string, lease time.D
 		switch {
 		case err == nil && r.token == tok && r.state == stateInFlight:
 			s.seen(false)
-			return idem.Claim{Key: key, State: idem.Acquired, Fingerprint: fingerprint, Token: tok, Fence: uint64(r.fence),
+			return idem.Claim{Key: k, State: idem.Acquired, Fingerprint: fingerprint, Token: tok, Fence: uint64(r.fence),
 				Attempt: int(r.attempt), Expires: start.Add(lease)}, nil
 		case err == nil:
 			r.found = true
-			if c, ok := claimOf(key, fingerprint, r); ok {
+			if c, ok := claimOf(k, fingerprint, r); ok {
 				s.seen(true)
 				return c, nil
 			}
@@ -193,7 +197,7 @@ func (s *Store) Begin(ctx context.Context, key, fingerprint string, lease time.D
 		if err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return idem.Claim{}, s.errWrap("begin", key, err)
 		}
-		if c, ok := claimOf(key, fingerprint, r); ok {
+		if c, ok := claimOf(k, fingerprint, r); ok {
 			s.seen(true)
 			return c, nil
 		}
@@ -205,7 +209,7 @@ func (s *Store) Begin(ctx context.Context, key, fingerprint string, lease time.D
 				return idem.Claim{}, s.errWrap("begin", key, err)
 			}
 			if fence, ok := myTaken(res, err); ok {
-				return idem.Claim{Key: key, State: idem.Acquired, Fingerprint: fingerprint, Token: tok, Fence: uint64(fence),
+				return idem.Claim{Key: k, State: idem.Acquired, Fingerprint: fingerprint, Token: tok, Fence: uint64(fence),
 					Attempt: s.myAttempt(ctx, key, tok, res), Expires: start.Add(lease)}, nil
 			}
 		}
@@ -220,10 +224,10 @@ func (s *Store) Begin(ctx context.Context, key, fingerprint string, lease time.D
 			return stop(&idem.CorruptRecordError{Key: key, Reason: reason})
 		}
 		var ok bool
-		if c, ok = claimOf(key, fingerprint, r); ok {
+		if c, ok = claimOf(k, fingerprint, r); ok {
 			return nil
 		}
-		c = idem.Claim{Key: key, Fingerprint: fingerprint}
+		c = idem.Claim{Key: k, Fingerprint: fingerprint}
 		tok, fence, attempt := token.New(), max(r.fence+1, r.now), r.nextAttempt()
 		if err := s.setRecord(ctx, tx, key, r, stateInFlight, []byte(fingerprint), tok, fence, r.now+us(lease), nil, attempt); err != nil {
 			return err
@@ -273,7 +277,7 @@ func (s *Store) seen(held bool) {
 // claimOf is the answer to a Begin that found r holding key: a live
 // record (in flight, completed, or another request's), and true; false
 // for a record that is free, expired or corrupt.
-func claimOf(key, fingerprint string, r recordRow) (idem.Claim, bool) {
+func claimOf(key idem.Key, fingerprint string, r recordRow) (idem.Claim, bool) {
 	if !r.live() || r.corrupt() != "" {
 		return idem.Claim{}, false
 	}
@@ -291,7 +295,7 @@ func claimOf(key, fingerprint string, r recordRow) (idem.Claim, bool) {
 
 // own locks c's record in tx and returns it if c still holds it.
 func (s *Store) own(ctx context.Context, tx *sql.Tx, c idem.Claim, op string) (recordRow, error) {
-	r, err := s.q.recordRow(ctx, tx, c.Key, false)
+	r, err := s.q.recordRow(ctx, tx, c.Key.String(), false)
 	if err != nil {
 		return r, err
 	}
@@ -316,6 +320,7 @@ func (s *Store) fits(c idem.Claim, result []byte) error {
 // complete stores c's result, after effect (when not nil) in the same
 // transaction.
 func (s *Store) complete(ctx context.Context, c idem.Claim, result []byte, retention time.Duration, effect Effect) error {
+	key := c.Key.String()
 	if err := lockdriver.ValidateTTL(retention); err != nil {
 		return err
 	}
@@ -328,9 +333,9 @@ func (s *Store) complete(ctx context.Context, c idem.Claim, result []byte, reten
 		}
 		_, _, records := s.Tables()
 		var watched bool
-		err := s.queryRow(ctx, s.q.fastComplete, us(retention), result, []byte(c.Key), c.Token).Scan(&watched)
+		err := s.queryRow(ctx, s.q.fastComplete, us(retention), result, []byte(key), c.Token).Scan(&watched)
 		if err != nil && !errors.Is(err, sql.ErrNoRows) && !retryable(err) {
-			return s.errWrap("complete", c.Key, err)
+			return s.errWrap("complete", key, err)
 		}
 		if err == nil {
 			if watched {
@@ -338,9 +343,9 @@ func (s *Store) complete(ctx context.Context, c idem.Claim, result []byte, reten
 				// is told (best effort: it looks again within its poll).
 				// Only then, as NOTIFY serialises the commits of every
 				// transaction that sends one.
-				_ = s.queryRow(ctx, s.q.notifyWatched, records, keyHash(c.Key)).Scan(new(sql.NullString))
+				_ = s.queryRow(ctx, s.q.notifyWatched, records, keyHash(key)).Scan(new(sql.NullString))
 			}
-			s.wakeRecord(c.Key)
+			s.wakeRecord(key)
 			return nil
 		}
 		// Not ours (any more): the transaction below says why.
@@ -349,20 +354,20 @@ func (s *Store) complete(ctx context.Context, c idem.Claim, result []byte, reten
 		if result == nil {
 			result = []byte{}
 		}
-		res, err := s.db.ExecContext(ctx, s.q.myComplete, us(retention), result, []byte(c.Key), c.Token)
+		res, err := s.db.ExecContext(ctx, s.q.myComplete, us(retention), result, []byte(key), c.Token)
 		if err != nil && !retryable(err) {
-			return s.errWrap("complete", c.Key, err)
+			return s.errWrap("complete", key, err)
 		}
 		if n, _ := affected(res, err); n == 1 {
-			s.wakeRecord(c.Key)
+			s.wakeRecord(key)
 			return nil
 		}
 	}
-	err := s.inTx(ctx, "complete", c.Key, func(tx *sql.Tx) error {
+	err := s.inTx(ctx, "complete", key, func(tx *sql.Tx) error {
 		return s.completeTx(ctx, tx, c, result, retention, effect)
 	})
 	if err == nil {
-		s.wakeRecord(c.Key)
+		s.wakeRecord(key)
 	}
 	return err
 }
@@ -370,6 +375,7 @@ func (s *Store) complete(ctx context.Context, c idem.Claim, result []byte, reten
 // completeTx is complete's work in tx: the claim checked (its row locked),
 // the effect, the record; with an effect, completeEffect.
 func (s *Store) completeTx(ctx context.Context, tx *sql.Tx, c idem.Claim, result []byte, retention time.Duration, effect Effect) error {
+	key := c.Key.String()
 	if effect != nil && (s.q.fastComplete != "" || s.q.myComplete != "") {
 		return s.completeEffect(ctx, tx, c, result, retention, effect)
 	}
@@ -379,31 +385,32 @@ func (s *Store) completeTx(ctx context.Context, tx *sql.Tx, c idem.Claim, result
 	}
 	if effect != nil {
 		if err := effect(ctx, tx); err != nil {
-			return effectError(ctx, tx, c.Key, err)
+			return effectError(ctx, tx, key, err)
 		}
 	}
 	if result == nil {
 		result = []byte{}
 	}
-	if err := s.setRecord(ctx, tx, c.Key, r, stateCompleted, r.fp, "", r.fence, r.now+us(retention), result); err != nil {
+	if err := s.setRecord(ctx, tx, key, r, stateCompleted, r.fp, "", r.fence, r.now+us(retention), result); err != nil {
 		return err
 	}
 	_, _, records := s.Tables()
-	return s.notifyTx(ctx, tx, records, c.Key)
+	return s.notifyTx(ctx, tx, records, key)
 }
 
 // Abandon implements idem.Store: the claim's record is deleted (or freed
 // while the clock has not passed its fence) and waiters are woken.
 func (s *Store) Abandon(ctx context.Context, c idem.Claim) error {
-	err := s.inTx(ctx, "abandon", c.Key, func(tx *sql.Tx) error {
+	key := c.Key.String()
+	err := s.inTx(ctx, "abandon", key, func(tx *sql.Tx) error {
 		r, err := s.own(ctx, tx, c, "abandon")
 		if err != nil {
 			return err
 		}
-		return s.freeRecord(ctx, tx, c.Key, r)
+		return s.freeRecord(ctx, tx, key, r)
 	})
 	if err == nil {
-		s.wakeRecord(c.Key)
+		s.wakeRecord(key)
 	}
 	return err
 }
@@ -432,12 +439,12 @@ func (s *Store) Extend(ctx context.Context, c idem.Claim, lease time.Duration) e
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return s.inTx(ctx, "extend", c.Key, func(tx *sql.Tx) error {
+	return s.inTx(ctx, "extend", c.Key.String(), func(tx *sql.Tx) error {
 		r, err := s.own(ctx, tx, c, "extend")
 		if err != nil {
 			return err
 		}
-		err = s.setRecord(ctx, tx, c.Key, r, r.state, r.fp, r.token, r.fence, r.now+us(lease), nil)
+		err = s.setRecord(ctx, tx, c.Key.String(), r, r.state, r.fp, r.token, r.fence, r.now+us(lease), nil)
 		return err
 	})
 }
@@ -447,7 +454,8 @@ func (s *Store) Extend(ctx context.Context, c idem.Claim, lease time.Duration) e
 // until. On PostgreSQL with pgx the completion's NOTIFY wakes it (and it
 // looks once a second besides); on MySQL it looks without locks, after
 // 2 ms and then less often, up to every WithPollInterval.
-func (s *Store) WaitChange(ctx context.Context, key string, until time.Time) error {
+func (s *Store) WaitChange(ctx context.Context, k idem.Key, until time.Time) error {
+	key := k.String()
 	if err := s.closedErr("wait for", key); err != nil {
 		return err
 	}
@@ -518,8 +526,9 @@ var (
 // round trips fewer than a look at the record before the effect and a
 // notification sent whatever.
 func (s *Store) completeEffect(ctx context.Context, tx *sql.Tx, c idem.Claim, result []byte, retention time.Duration, effect Effect) error {
+	key := c.Key.String()
 	if err := effect(ctx, tx); err != nil {
-		return effectError(ctx, tx, c.Key, err)
+		return effectError(ctx, tx, key, err)
 	}
 	if result == nil {
 		result = []byte{}
@@ -527,7 +536,7 @@ func (s *Store) completeEffect(ctx context.Context, tx *sql.Tx, c idem.Claim, re
 	lost := stop(fmt.Errorf("sqlstore: complete %q: %w", c.Key, idem.ErrLockLost))
 	if s.dialect == Postgres {
 		var watched bool
-		err := tx.QueryRowContext(ctx, s.q.fastComplete, us(retention), result, []byte(c.Key), c.Token).Scan(&watched)
+		err := tx.QueryRowContext(ctx, s.q.fastComplete, us(retention), result, []byte(key), c.Token).Scan(&watched)
 		switch {
 		case errors.Is(err, sql.ErrNoRows):
 			return lost
@@ -535,10 +544,10 @@ func (s *Store) completeEffect(ctx context.Context, tx *sql.Tx, c idem.Claim, re
 			return err
 		}
 		_, _, records := s.Tables()
-		_, err = tx.ExecContext(ctx, s.q.notifyWatched, records, keyHash(c.Key))
+		_, err = tx.ExecContext(ctx, s.q.notifyWatched, records, keyHash(key))
 		return err
 	}
-	res, err := tx.ExecContext(ctx, s.q.myComplete, us(retention), result, []byte(c.Key), c.Token)
+	res, err := tx.ExecContext(ctx, s.q.myComplete, us(retention), result, []byte(key), c.Token)
 	if err != nil {
 		return err
 	}

@@ -82,7 +82,7 @@ func TestCompleteInTx(t *testing.T) {
 			s := migrated(t, dbURL)
 			ctx := t.Context()
 			key := idem.ScopedKey("complete-in-tx", time.Now().Format(time.RFC3339Nano))
-			c, err := s.Begin(ctx, key, "fp", 5*time.Second)
+			c, err := s.Begin(ctx, idem.MustKey(key), "fp", 5*time.Second)
 			if err != nil || c.State != idem.Acquired {
 				t.Fatalf("Begin: %v %v", c.State, err)
 			}
@@ -106,7 +106,7 @@ func TestCompleteInTx(t *testing.T) {
 			if err := tx.Commit(); err != nil {
 				t.Fatal(err)
 			}
-			got, err := s.Begin(ctx, key, "fp", time.Second)
+			got, err := s.Begin(ctx, idem.MustKey(key), "fp", time.Second)
 			if err != nil || got.State != idem.Completed || string(got.Result) != "done" {
 				t.Errorf("after the commit: %v %q %v", got.State, got.Result, err)
 			}
@@ -168,7 +168,7 @@ func TestCompleteInTxRepeatableReadSaysWhy(t *testing.T) {
 	s := migrated(t, databases(t)["postgres"])
 	ctx := t.Context()
 	key := "intx-rr-" + time.Now().Format(time.RFC3339Nano)
-	c, err := s.Begin(ctx, key, "fp", 10*time.Second)
+	c, err := s.Begin(ctx, idem.MustKey(key), "fp", 10*time.Second)
 	if err != nil || c.State != idem.Acquired {
 		t.Fatalf("Begin: %+v %v", c, err)
 	}

@@ -141,7 +141,7 @@ func TestReplayTakesNoRowLock(t *testing.T) {
 			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 			defer cancel()
 			key := "replay-no-lock:" + time.Now().Format(time.RFC3339Nano)
-			c, err := s.Begin(ctx, key, "fp", time.Minute)
+			c, err := s.Begin(ctx, idem.MustKey(key), "fp", time.Minute)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -159,7 +159,7 @@ func TestReplayTakesNoRowLock(t *testing.T) {
 			}
 			bctx, bcancel := context.WithTimeout(ctx, 3*time.Second)
 			defer bcancel()
-			got, err := s.Begin(bctx, key, "fp", time.Minute)
+			got, err := s.Begin(bctx, idem.MustKey(key), "fp", time.Minute)
 			if err != nil || got.State != idem.Completed || string(got.Result) != "done" {
 				t.Fatalf("Begin of a completed key while its row is locked: %+v %v, want the result at once", got, err)
 			}
@@ -177,13 +177,13 @@ func TestDuplicateWokenByCompletion(t *testing.T) {
 	for _, finish := range []string{"complete", "complete-with-effect", "abandon"} {
 		t.Run(finish, func(t *testing.T) {
 			key := "woken-" + finish + ":" + time.Now().Format(time.RFC3339Nano)
-			c, err := s.Begin(ctx, key, "fp", time.Minute)
+			c, err := s.Begin(ctx, idem.MustKey(key), "fp", time.Minute)
 			if err != nil {
 				t.Fatal(err)
 			}
 			woken := make(chan time.Time, 1)
 			go func() {
-				_ = dup.WaitChange(ctx, key, time.Now().Add(20*time.Second))
+				_ = dup.WaitChange(ctx, idem.MustKey(key), time.Now().Add(20*time.Second))
 				woken <- time.Now()
 			}()
 			time.Sleep(100 * time.Millisecond)
@@ -215,7 +215,7 @@ func TestMigrateAddsWatchedColumn(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := t.Context()
-	c, err := s.Begin(ctx, "k", "fp", time.Minute)
+	c, err := s.Begin(ctx, idem.MustKey("k"), "fp", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -57,6 +57,7 @@ func multiSize(ops []any) int {
 // the Effect in one transaction (one request when this Store made the
 // claim's last write, after a read otherwise).
 func (s *Store) CompleteWith(ctx context.Context, c idem.Claim, result []byte, retention time.Duration, effect any) (err error) {
+	key := c.Key.String()
 	e, ok := effect.(Effect)
 	if p, isPtr := effect.(*Effect); isPtr && p != nil {
 		e, ok = *p, true
@@ -74,7 +75,7 @@ func (s *Store) CompleteWith(ctx context.Context, c idem.Claim, result []byte, r
 		switch op.(type) {
 		case *zk.CreateRequest, *zk.SetDataRequest, *zk.DeleteRequest, *zk.CheckVersionRequest:
 		default:
-			return &idem.EffectFailedError{Key: c.Key, Err: fmt.Errorf("zkstore: an Effect operation of type %T", op)}
+			return &idem.EffectFailedError{Key: key, Err: fmt.Errorf("zkstore: an Effect operation of type %T", op)}
 		}
 	}
 	lost := fmt.Errorf("zkstore: complete %q: %w", c.Key, idem.ErrLockLost)
@@ -86,19 +87,19 @@ func (s *Store) CompleteWith(ctx context.Context, c idem.Claim, result []byte, r
 			s.versions.forget(c.Token)
 		}
 	}()
-	path := s.recordPath(c.Key)
+	path := s.recordPath(key)
 	version := int32(-2)
 	if v, ok := s.versions.load(c.Token); ok {
 		version = v
 	}
 	for attempt := range 3 {
 		if version == -2 || attempt > 0 {
-			rec, st, err := s.read(ctx, c.Key, path)
+			rec, st, err := s.read(ctx, key, path)
 			switch {
 			case errors.Is(err, zk.ErrNoNode) || errors.Is(err, idem.ErrCorruptRecord):
 				return lost
 			case err != nil:
-				return s.idemErr(ctx, "complete", c.Key, err)
+				return s.idemErr(ctx, "complete", key, err)
 			case rec.abandoned || rec.token != c.Token || rec.fenceOf(st) != c.Fence:
 				return lost
 			case rec.completed:
@@ -112,7 +113,7 @@ func (s *Store) CompleteWith(ctx context.Context, c idem.Claim, result []byte, r
 			// Sent, it would drop the session's connection (the servers
 			// refuse a request over jute.maxbuffer), and every retry
 			// again: an answer, not a fault.
-			return &idem.EffectFailedError{Key: c.Key, Err: fmt.Errorf(
+			return &idem.EffectFailedError{Key: key, Err: fmt.Errorf(
 				"zkstore: the completion with its effect encodes to about %d bytes, over ZooKeeper's request limit of %d (jute.maxbuffer)", n, maxRequestBytes)}
 		}
 		r, err := call(ctx, s, func() ([]zk.MultiResponse, error) { return s.conn.Multi(ops...) }, nil)
@@ -126,28 +127,28 @@ func (s *Store) CompleteWith(ctx context.Context, c idem.Claim, result []byte, r
 			if attempt < 2 && errors.Is(err, zk.ErrConnectionClosed) {
 				continue
 			}
-			return s.idemErr(ctx, "complete", c.Key, err)
+			return s.idemErr(ctx, "complete", key, err)
 		}
 		// A failed multi answers each operation: those before the failure
 		// OK, the failure its error, those after a rollback code.
 		failed := slices.IndexFunc(r, func(m zk.MultiResponse) bool { return m.Error != nil })
 		switch {
 		case failed < 0:
-			return s.idemErr(ctx, "complete", c.Key, err)
+			return s.idemErr(ctx, "complete", key, err)
 		case failed == 0 && errors.Is(r[0].Error, zk.ErrBadVersion):
 			continue // written since (an Extend): read again
 		case failed == 0 && errors.Is(r[0].Error, zk.ErrNoNode):
 			return lost
 		case failed == 0:
-			return s.idemErr(ctx, "complete", c.Key, r[0].Error)
+			return s.idemErr(ctx, "complete", key, r[0].Error)
 		case !isCondition(r[failed].Error):
-			return &idem.EffectFailedError{Key: c.Key, Err: fmt.Errorf("zkstore: effect operation %d: %w", failed-1, r[failed].Error)}
+			return &idem.EffectFailedError{Key: key, Err: fmt.Errorf("zkstore: effect operation %d: %w", failed-1, r[failed].Error)}
 		}
 		reason := e.Reason
 		if reason == "" {
 			reason = "condition failed"
 		}
-		return &idem.EffectRefusedError{Key: c.Key, Reason: reason}
+		return &idem.EffectRefusedError{Key: key, Reason: reason}
 	}
 	return fmt.Errorf("zkstore: complete %q: the claim's record keeps changing", c.Key)
 }

@@ -70,7 +70,7 @@ func TestHolderSessionExpired(t *testing.T) {
 	}
 	_ = l.Release(context.Background())
 	// Its idempotency records do not depend on the session.
-	c, err := cut.Begin(ctxT(t, 10*time.Second), key+"-record", "fp", time.Minute)
+	c, err := cut.Begin(ctxT(t, 10*time.Second), idem.MustKey(key+"-record"), "fp", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +139,7 @@ func TestCancelledBeginLeavesNothingBehind(t *testing.T) {
 	// The record's bucket directory exists, the record does not (an
 	// abandoned one stays, for the next claim's attempt): the held request
 	// is the create.
-	if _, err := other.Begin(ctxT(t, 10*time.Second), key, "fp", time.Minute); err != nil {
+	if _, err := other.Begin(ctxT(t, 10*time.Second), idem.MustKey(key), "fp", time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := other.DeleteRecord(ctxT(t, 10*time.Second), key); err != nil {
@@ -149,7 +149,7 @@ func TestCancelledBeginLeavesNothingBehind(t *testing.T) {
 	proxy.Stall()
 	resumed := make(chan struct{})
 	time.AfterFunc(300*time.Millisecond, func() { proxy.Resume(); close(resumed) })
-	if _, err := cut.Begin(ctxT(t, 100*time.Millisecond), key, "fp", time.Minute); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := cut.Begin(ctxT(t, 100*time.Millisecond), idem.MustKey(key), "fp", time.Minute); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Begin past its deadline: %v, want DeadlineExceeded", err)
 	}
 	// A sync first, as in TestCancelledJoinLeavesNothingBehind: other may
@@ -206,7 +206,7 @@ func TestRecordStampedByFormerLeader(t *testing.T) {
 	}
 	holder := connectTo()
 	const key, lease = "former-leader", time.Second
-	c, err := holder.Begin(ctx, key, "fp", lease)
+	c, err := holder.Begin(ctx, idem.MustKey(key), "fp", lease)
 	if err != nil || c.State != idem.Acquired {
 		t.Fatalf("Begin: %+v %v", c, err)
 	}
@@ -216,7 +216,7 @@ func TestRecordStampedByFormerLeader(t *testing.T) {
 	other := connectTo()
 	var c2 idem.Claim
 	for deadline := time.Now().Add(40 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		if c2, err = other.Begin(ctx, key, "fp", lease); err == nil || time.Now().After(deadline) {
+		if c2, err = other.Begin(ctx, idem.MustKey(key), "fp", lease); err == nil || time.Now().After(deadline) {
 			break // (the ensemble may refuse requests while it settles)
 		}
 	}
@@ -226,7 +226,7 @@ func TestRecordStampedByFormerLeader(t *testing.T) {
 	if err := holder.Complete(ctx, c, []byte("once"), time.Minute); err != nil {
 		t.Fatalf("the holder's Complete after the rewrite: %v", err)
 	}
-	if c3, err := other.Begin(ctx, key, "fp", lease); err != nil || c3.State != idem.Completed || string(c3.Result) != "once" {
+	if c3, err := other.Begin(ctx, idem.MustKey(key), "fp", lease); err != nil || c3.State != idem.Completed || string(c3.Result) != "once" {
 		t.Fatalf("Begin after the holder completed: %+v %v, want the result replayed", c3, err)
 	}
 }

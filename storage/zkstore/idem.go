@@ -234,8 +234,12 @@ func (s *Store) restampRecord(ctx context.Context, path string, rec record, st *
 // that creates the record), two for a key with a live record (the create
 // fails, the record is read), and one more to take over a record whose
 // lease or retention ended.
-func (s *Store) Begin(ctx context.Context, key, fingerprint string, lease time.Duration) (idem.Claim, error) {
-	if err := lockdriver.Validate(key, lease); err != nil {
+func (s *Store) Begin(ctx context.Context, k idem.Key, fingerprint string, lease time.Duration) (idem.Claim, error) {
+	if err := k.Check(); err != nil {
+		return idem.Claim{}, err
+	}
+	key := k.String()
+	if err := lockdriver.ValidateTTL(lease); err != nil {
 		return idem.Claim{}, err
 	}
 	if err := s.closedErr("begin", key); err != nil {
@@ -251,7 +255,7 @@ func (s *Store) Begin(ctx context.Context, key, fingerprint string, lease time.D
 		data := record{dur: lease, token: tok, fingerprint: fingerprint}.encode()
 		acquired := func(st *zk.Stat, attempt int) idem.Claim {
 			s.versions.store(tok, st.Version, lease)
-			return idem.Claim{Key: key, State: idem.Acquired, Fingerprint: fingerprint, Token: tok,
+			return idem.Claim{Key: k, State: idem.Acquired, Fingerprint: fingerprint, Token: tok,
 				Fence: uint64(st.Mzxid), Attempt: attempt, Expires: start.Add(lease)}
 		}
 		r, err := call(ctx, s, func() ([]zk.MultiResponse, error) {
@@ -298,7 +302,7 @@ func (s *Store) Begin(ctx context.Context, key, fingerprint string, lease time.D
 			exp, v = rec.expiresMs(nst), live
 		}
 		if v == live && !rec.abandoned {
-			c := idem.Claim{Key: key, Fingerprint: fingerprint, Expires: time.UnixMilli(exp)}
+			c := idem.Claim{Key: k, Fingerprint: fingerprint, Expires: time.UnixMilli(exp)}
 			switch {
 			case rec.fingerprint != fingerprint:
 				c.State = idem.Mismatch
@@ -390,7 +394,8 @@ func (s *Store) Extend(ctx context.Context, c idem.Claim, lease time.Duration) e
 // whose lease ended but that nobody took over still finishes, as no other
 // run can have started.
 func (s *Store) finish(ctx context.Context, c idem.Claim, op string, lease time.Duration, next func(record) ([]byte, bool)) (err error) {
-	if err := lockdriver.ValidateKey(c.Key); err != nil {
+	key := c.Key.String()
+	if err := c.Key.Check(); err != nil {
 		return err
 	}
 	defer func() {
@@ -402,7 +407,7 @@ func (s *Store) finish(ctx context.Context, c idem.Claim, op string, lease time.
 	if c.Token == "" {
 		return lost
 	}
-	path := s.recordPath(c.Key)
+	path := s.recordPath(key)
 	mine := record{fence: c.Fence, attempt: max(c.Attempt, 1), token: c.Token, fingerprint: c.Fingerprint}
 	version := int32(-2) // unknown
 	if v, ok := s.versions.load(c.Token); ok {
@@ -410,12 +415,12 @@ func (s *Store) finish(ctx context.Context, c idem.Claim, op string, lease time.
 	}
 	for attempt := 0; attempt < 2; attempt++ {
 		if version == -2 || attempt == 1 {
-			rec, st, err := s.read(ctx, c.Key, path)
+			rec, st, err := s.read(ctx, key, path)
 			switch {
 			case errors.Is(err, zk.ErrNoNode) || errors.Is(err, idem.ErrCorruptRecord):
 				return lost
 			case err != nil:
-				return s.idemErr(ctx, op, c.Key, err)
+				return s.idemErr(ctx, op, key, err)
 			case rec.completed || rec.abandoned || rec.token != c.Token || rec.fenceOf(st) != c.Fence:
 				return lost
 			}
@@ -441,7 +446,7 @@ func (s *Store) finish(ctx context.Context, c idem.Claim, op string, lease time.
 		case errors.Is(err, zk.ErrBadVersion):
 			continue // read and check again
 		default:
-			return s.idemErr(ctx, op, c.Key, err)
+			return s.idemErr(ctx, op, key, err)
 		}
 	}
 	return lost
@@ -449,7 +454,8 @@ func (s *Store) finish(ctx context.Context, c idem.Claim, op string, lease time.
 
 // WaitChange implements idem.Waiter: it returns when key's record changes
 // or goes (a watch on its node), at until, or when ctx ends.
-func (s *Store) WaitChange(ctx context.Context, key string, until time.Time) error {
+func (s *Store) WaitChange(ctx context.Context, k idem.Key, until time.Time) error {
+	key := k.String()
 	if err := lockdriver.ValidateKey(key); err != nil {
 		return err
 	}

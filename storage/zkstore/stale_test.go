@@ -66,7 +66,7 @@ func TestLostClaimForgotten(t *testing.T) {
 		t.Run(finish, func(t *testing.T) {
 			holder, other := connect(t), connect(t)
 			key := "lost-claim-" + finish + "-" + time.Now().Format(time.RFC3339Nano)
-			c, err := holder.Begin(ctx, key, "fp", 100*time.Millisecond)
+			c, err := holder.Begin(ctx, idem.MustKey(key), "fp", 100*time.Millisecond)
 			if err != nil || c.State != idem.Acquired {
 				t.Fatalf("Begin: %+v %v", c, err)
 			}
@@ -76,7 +76,7 @@ func TestLostClaimForgotten(t *testing.T) {
 			var c2 idem.Claim
 			for c2.State != idem.Acquired {
 				time.Sleep(50 * time.Millisecond)
-				if c2, err = other.Begin(ctx, key, "fp", time.Minute); err != nil {
+				if c2, err = other.Begin(ctx, idem.MustKey(key), "fp", time.Minute); err != nil {
 					t.Fatal(err)
 				}
 			}

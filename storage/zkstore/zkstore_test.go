@@ -67,7 +67,7 @@ func TestIdemConformance(t *testing.T) {
 		RunnerProcess: true,
 		Corrupt: func(t *testing.T, key string) {
 			p := zkstore.RecordPath(admin, key)
-			if _, err := admin.Begin(context.Background(), key, "plant", time.Minute); err != nil {
+			if _, err := admin.Begin(context.Background(), idem.MustKey(key), "plant", time.Minute); err != nil {
 				t.Fatal(err) // creates the bucket directory
 			}
 			if _, err := admin.Conn().Set(p, []byte("garbage"), -1); err != nil && err != zk.ErrNoNode {
@@ -163,7 +163,7 @@ func TestCleanupDeletesExpiredRecords(t *testing.T) {
 	ctx := ctxT(t, 30*time.Second)
 	for i, retention := range []time.Duration{50 * time.Millisecond, time.Hour} {
 		key := "k" + string(rune('a'+i))
-		c, err := s.Begin(ctx, key, "fp", time.Minute)
+		c, err := s.Begin(ctx, idem.MustKey(key), "fp", time.Minute)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -196,7 +196,7 @@ func TestOversizedEffectRefusedBeforeSending(t *testing.T) {
 	s := connect(t)
 	ctx := t.Context()
 	key := "oversized-" + time.Now().Format("150405.000000")
-	c, err := s.Begin(ctx, key, "fp", 10*time.Second)
+	c, err := s.Begin(ctx, idem.MustKey(key), "fp", 10*time.Second)
 	if err != nil || c.State != idem.Acquired {
 		t.Fatalf("Begin: %+v %v", c, err)
 	}

@@ -159,11 +159,11 @@ func (s *suite) mismatch(t *testing.T) {
 	k := key(t)
 	st := s.cfg.NewStore(t)
 	ctx := ctxT(t, 5*time.Second)
-	c, err := st.Begin(ctx, k, "fp-a", 10*time.Second)
+	c, err := st.Begin(ctx, idem.MustKey(k), "fp-a", 10*time.Second)
 	if err != nil || c.State != idem.Acquired {
 		t.Fatalf("Begin: %v %v", c.State, err)
 	}
-	if d, err := st.Begin(ctx, k, "fp-b", 10*time.Second); err != nil || d.State != idem.Mismatch {
+	if d, err := st.Begin(ctx, idem.MustKey(k), "fp-b", 10*time.Second); err != nil || d.State != idem.Mismatch {
 		t.Errorf("Begin with another fingerprint while in flight: %v %v, want mismatch", d.State, err)
 	}
 	if err := st.Complete(ctx, c, []byte("x"), time.Minute); err != nil {
@@ -199,7 +199,7 @@ func (s *suite) crashedExpires(t *testing.T) {
 	ctx := ctxT(t, 10*time.Second)
 	// (Half a second: Redlock reads a lease of 100 ms that a loaded
 	// machine answered 60 ms late as node clocks that disagree.)
-	if c, err := st.Begin(ctx, k, "fp", 500*time.Millisecond); err != nil || c.State != idem.Acquired {
+	if c, err := st.Begin(ctx, idem.MustKey(k), "fp", 500*time.Millisecond); err != nil || c.State != idem.Acquired {
 		t.Fatalf("Begin: %v %v", c.State, err)
 	}
 	// The holder crashes: no Complete, no Abandon.
@@ -219,12 +219,12 @@ func (s *suite) attempts(t *testing.T) {
 	ctx := ctxT(t, 20*time.Second)
 	begin := func(lease time.Duration, want int) idem.Claim {
 		t.Helper()
-		c, err := st.Begin(ctx, k, "fp", lease)
+		c, err := st.Begin(ctx, idem.MustKey(k), "fp", lease)
 		// A crashed claim ends by the store's own clock or timer, which a
 		// loaded machine may run late: look again for a while.
 		for deadline := time.Now().Add(10 * time.Second); err == nil && c.State == idem.InFlight && time.Now().Before(deadline); {
 			time.Sleep(50 * time.Millisecond)
-			c, err = st.Begin(ctx, k, "fp", lease)
+			c, err = st.Begin(ctx, idem.MustKey(k), "fp", lease)
 		}
 		if err != nil || c.State != idem.Acquired {
 			t.Fatalf("Begin: %v %v, want acquired", c.State, err)
@@ -235,11 +235,11 @@ func (s *suite) attempts(t *testing.T) {
 		return c
 	}
 	other := s.cfg.NewStore(t) // (made, and its connection dialled, before the claim's lease runs)
-	if _, err := other.Begin(ctx, key(t), "fp", time.Second); err != nil {
+	if _, err := other.Begin(ctx, idem.MustKey(key(t)), "fp", time.Second); err != nil {
 		t.Fatal(err)
 	}
 	first := begin(time.Second, 1)
-	if d, err := other.Begin(ctx, k, "fp", time.Second); err != nil || d.State != idem.InFlight || d.Attempt != 0 {
+	if d, err := other.Begin(ctx, idem.MustKey(k), "fp", time.Second); err != nil || d.State != idem.InFlight || d.Attempt != 0 {
 		t.Errorf("a duplicate's Begin: %v attempt %d %v, want in flight, attempt 0", d.State, d.Attempt, err)
 	}
 	// The holder crashed: no Complete, no Abandon; begin looks until its
@@ -300,12 +300,12 @@ func (s *suite) staleHolder(t *testing.T) {
 	k := key(t)
 	st := s.cfg.NewStore(t)
 	ctx := ctxT(t, 10*time.Second)
-	old, err := st.Begin(ctx, k, "fp", 100*time.Millisecond)
+	old, err := st.Begin(ctx, idem.MustKey(k), "fp", 100*time.Millisecond)
 	if err != nil || old.State != idem.Acquired {
 		t.Fatalf("Begin: %v %v", old.State, err)
 	}
 	time.Sleep(200 * time.Millisecond)
-	cur, err := s.cfg.NewStore(t).Begin(ctx, k, "fp", 10*time.Second)
+	cur, err := s.cfg.NewStore(t).Begin(ctx, idem.MustKey(k), "fp", 10*time.Second)
 	if err != nil || cur.State != idem.Acquired {
 		t.Fatalf("Begin after the lease: %v %v", cur.State, err)
 	}
@@ -321,13 +321,13 @@ func (s *suite) staleHolder(t *testing.T) {
 	if err := st.Extend(ctx, old, time.Minute); !errors.Is(err, idem.ErrLockLost) {
 		t.Errorf("stale Extend: %v, want ErrLockLost", err)
 	}
-	if c, err := st.Begin(ctx, k, "fp", time.Second); err != nil || c.State != idem.InFlight {
+	if c, err := st.Begin(ctx, idem.MustKey(k), "fp", time.Second); err != nil || c.State != idem.InFlight {
 		t.Errorf("the newer claim after the stale calls: %v %v, want in flight", c.State, err)
 	}
 	if err := st.Complete(ctx, cur, []byte("fresh"), time.Minute); err != nil {
 		t.Fatalf("newer claim's Complete: %v", err)
 	}
-	if c, err := st.Begin(ctx, k, "fp", time.Second); err != nil || c.State != idem.Completed || string(c.Result) != "fresh" {
+	if c, err := st.Begin(ctx, idem.MustKey(k), "fp", time.Second); err != nil || c.State != idem.Completed || string(c.Result) != "fresh" {
 		t.Errorf("after Complete: %v %q %v", c.State, c.Result, err)
 	}
 }
@@ -339,7 +339,7 @@ func (s *suite) corrupt(t *testing.T) {
 	k := key(t)
 	s.cfg.Corrupt(t, k)
 	st := s.cfg.NewStore(t)
-	_, err := st.Begin(ctxT(t, 5*time.Second), k, "fp", time.Second)
+	_, err := st.Begin(ctxT(t, 5*time.Second), idem.MustKey(k), "fp", time.Second)
 	var ce *idem.CorruptRecordError
 	if !errors.Is(err, idem.ErrCorruptRecord) || !errors.As(err, &ce) || ce.Key != k {
 		t.Fatalf("Begin on a corrupt record: %v, want a *CorruptRecordError naming the key", err)
@@ -407,7 +407,7 @@ func (s *suite) inFlight(t *testing.T) {
 	k := key(t)
 	st := s.cfg.NewStore(t)
 	ctx := ctxT(t, 5*time.Second)
-	if c, err := st.Begin(ctx, k, "fp", 10*time.Second); err != nil || c.State != idem.Acquired {
+	if c, err := st.Begin(ctx, idem.MustKey(k), "fp", 10*time.Second); err != nil || c.State != idem.Acquired {
 		t.Fatalf("Begin: %v %v", c.State, err)
 	}
 	_, _, err := guard(t, s.cfg.NewStore(t)).Do(ctx, k, "fp", func(context.Context) ([]byte, error) {
@@ -524,7 +524,7 @@ func CheckRunEndsBeforeAnother(t *testing.T, via, other idem.Store, cut func()) 
 	cut()
 	var began time.Time
 	for began.IsZero() {
-		c, err := other.Begin(ctx, k, "fp", lease)
+		c, err := other.Begin(ctx, idem.MustKey(k), "fp", lease)
 		switch {
 		case err != nil:
 			t.Fatalf("another process's Begin: %v", err)
@@ -606,7 +606,7 @@ func (s *suite) goexit(t *testing.T) {
 		})
 	}()
 	<-done
-	c, err := st.Begin(ctx, k, "fp", time.Second)
+	c, err := st.Begin(ctx, idem.MustKey(k), "fp", time.Second)
 	if err != nil || c.State != idem.Acquired {
 		t.Fatalf("Begin after a run that called Goexit: %v %v; want Acquired (the claim abandoned)", c.State, err)
 	}
@@ -695,7 +695,7 @@ func (s *suite) claimFences(t *testing.T) {
 	var last uint64
 	for i := range 4 {
 		st := s.cfg.NewStore(t)
-		c, err := st.Begin(ctx, k, "fp", 5*time.Second)
+		c, err := st.Begin(ctx, idem.MustKey(k), "fp", 5*time.Second)
 		if err != nil || c.State != idem.Acquired {
 			t.Fatalf("claim %d: %v %v", i, c.State, err)
 		}
@@ -786,7 +786,7 @@ func (s *suite) effectRefused(t *testing.T) {
 	if n := count(); n != 0 {
 		t.Errorf("a refused effect wrote: counter %d", n)
 	}
-	c, err := es.Begin(ctx, k, "fp", time.Second)
+	c, err := es.Begin(ctx, idem.MustKey(k), "fp", time.Second)
 	if err != nil || c.State != idem.Acquired {
 		t.Fatalf("Begin after a refused effect: %v %v; want the key free again", c.State, err)
 	}
@@ -805,12 +805,12 @@ func (s *suite) effectAcrossCrash(t *testing.T) {
 	k := key(t)
 	effect, count := s.cfg.Effect(t, k, 10)
 	ctx := ctxT(t, 10*time.Second)
-	crashed, err := es.Begin(ctx, k, "fp", 300*time.Millisecond)
+	crashed, err := es.Begin(ctx, idem.MustKey(k), "fp", 300*time.Millisecond)
 	if err != nil || crashed.State != idem.Acquired {
 		t.Fatalf("Begin: %v %v", crashed.State, err)
 	}
 	time.Sleep(400 * time.Millisecond) // its lease runs out
-	retry, err := es.Begin(ctx, k, "fp", 10*time.Second)
+	retry, err := es.Begin(ctx, idem.MustKey(k), "fp", 10*time.Second)
 	if err != nil || retry.State != idem.Acquired {
 		t.Fatalf("Begin after the lease: %v %v", retry.State, err)
 	}
@@ -826,7 +826,7 @@ func (s *suite) effectAcrossCrash(t *testing.T) {
 	if n := count(); n != 1 {
 		t.Errorf("effect applied %d times across a crash, a retry and a stale commit; want 1", n)
 	}
-	if c, err := es.Begin(ctx, k, "fp", time.Second); err != nil || c.State != idem.Completed || string(c.Result) != "r" {
+	if c, err := es.Begin(ctx, idem.MustKey(k), "fp", time.Second); err != nil || c.State != idem.Completed || string(c.Result) != "r" {
 		t.Errorf("Begin after the commit: %v %q %v; want the result replayed", c.State, c.Result, err)
 	}
 }
@@ -834,9 +834,12 @@ func (s *suite) effectAcrossCrash(t *testing.T) {
 func (s *suite) invalidKey(t *testing.T) {
 	st := s.cfg.NewStore(t)
 	ctx := ctxT(t, 5*time.Second)
+	if _, err := st.Begin(ctx, idem.Key{}, "fp", time.Second); !errors.Is(err, idem.ErrInvalidKey) {
+		t.Errorf("Begin with the zero Key: %v, want ErrInvalidKey", err)
+	}
 	for _, k := range []string{"", strings.Repeat("k", 513)} {
-		if _, err := st.Begin(ctx, k, "fp", time.Second); !errors.Is(err, idem.ErrInvalidKey) {
-			t.Errorf("Begin with a %d-byte key: %v, want ErrInvalidKey", len(k), err)
+		if _, err := idem.CheckKey(k); !errors.Is(err, idem.ErrInvalidKey) {
+			t.Errorf("CheckKey of a %d-byte key: %v, want ErrInvalidKey", len(k), err)
 		}
 		if _, _, err := guard(t, st).Do(ctx, k, "fp", nil); !errors.Is(err, idem.ErrInvalidKey) {
 			t.Errorf("Do with a %d-byte key: %v, want ErrInvalidKey", len(k), err)
@@ -859,7 +862,7 @@ func (s *suite) inspect(t *testing.T) {
 	if info, err := in.InspectRecord(ctx, k); err != nil || info.Found {
 		t.Fatalf("InspectRecord of a missing key = %+v, %v", info, err)
 	}
-	c, err := st.Begin(ctx, k, "fp-1", 5*time.Second)
+	c, err := st.Begin(ctx, idem.MustKey(k), "fp-1", 5*time.Second)
 	if err != nil || c.State != idem.Acquired {
 		t.Fatalf("Begin: %v %v", c.State, err)
 	}
@@ -909,7 +912,7 @@ func (s *suite) inspect(t *testing.T) {
 		if ok, err := in.DeleteRecord(ctx, bad); err != nil || !ok {
 			t.Errorf("DeleteRecord of a corrupt record = %v, %v", ok, err)
 		}
-		if c, err := st.Begin(ctx, bad, "fp", time.Second); err != nil || c.State != idem.Acquired {
+		if c, err := st.Begin(ctx, idem.MustKey(bad), "fp", time.Second); err != nil || c.State != idem.Acquired {
 			t.Errorf("Begin after deleting the corrupt record: %v %v", c.State, err)
 		}
 	}
@@ -929,7 +932,7 @@ func (s *suite) listKeys(t *testing.T) {
 	placed, _ := idem.Placed("sku-1", base+"-placed")
 	inFlight, completed := base+"-in-flight", base+"-{x}%2F/done"
 	want := map[string]bool{inFlight: true, completed: true, placed: true}
-	c, err := st.Begin(ctx, inFlight, "fp", 10*time.Second)
+	c, err := st.Begin(ctx, idem.MustKey(inFlight), "fp", 10*time.Second)
 	if err != nil || c.State != idem.Acquired {
 		t.Fatalf("Begin: %v %v", c.State, err)
 	}
@@ -984,7 +987,7 @@ func (s *suite) longRun(t *testing.T) {
 	other := s.cfg.NewStore(t)
 	deadline := time.Now().Add(2800 * time.Millisecond)
 	for time.Now().Before(deadline) {
-		c, err := other.Begin(ctxT(t, 5*time.Second), k, "fp", time.Second)
+		c, err := other.Begin(ctxT(t, 5*time.Second), idem.MustKey(k), "fp", time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -1015,7 +1018,7 @@ func (s *suite) closed(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
-	if _, err := st.Begin(ctx, "idemtest-closed", "fp", time.Minute); !errors.Is(err, lock.ErrClosed) {
+	if _, err := st.Begin(ctx, idem.MustKey("idemtest-closed"), "fp", time.Minute); !errors.Is(err, lock.ErrClosed) {
 		t.Errorf("Begin after Close: %v, want lock.ErrClosed", err)
 	}
 	if err := c.Close(); err != nil {

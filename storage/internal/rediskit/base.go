@@ -238,7 +238,7 @@ type Getter interface {
 // record is completed with fingerprint (ok). Anything else (no record, a
 // claim in flight, another fingerprint, a tombstone, not a record) is not
 // ok, for the begin script to decide.
-func (b *Base) LookCompleted(ctx context.Context, c Getter, key, fingerprint string) ([]byte, bool, error) {
+func (b *Base) LookCompleted(ctx context.Context, c Getter, key idem.Key, fingerprint string) ([]byte, bool, error) {
 	enforces := false
 	if s, ok := c.(redis.Scripter); ok {
 		enforces = EnforcesDeadlines(s)
@@ -404,7 +404,7 @@ func (b *Base) LeaveQueue(ctx context.Context, c redis.Scripter, key string) err
 // Begin runs the idem_begin script for a claim with token tok. When ctx
 // ends first, it returns at once and late (if set) receives the reply when
 // it comes, to give back a claim nobody will use.
-func (b *Base) Begin(ctx context.Context, c redis.Scripter, key, fingerprint, tok string, lease time.Duration,
+func (b *Base) Begin(ctx context.Context, c redis.Scripter, key idem.Key, fingerprint, tok string, lease time.Duration,
 	late func(BeginReply)) (BeginReply, error) {
 	var onLate func(*redis.Cmd)
 	if late != nil {
@@ -426,7 +426,7 @@ func (b *Base) Begin(ctx context.Context, c redis.Scripter, key, fingerprint, to
 // holds key's record. d is the retention (Complete) or lease (Extend). The
 // record keeps its fence, or floor when that is higher (Redlock: the
 // claim's fence, the highest of its nodes').
-func (b *Base) Finish(ctx context.Context, c redis.Scripter, key, tok string, op FinishOp, d time.Duration, result []byte, floor uint64) (bool, error) {
+func (b *Base) Finish(ctx context.Context, c redis.Scripter, key idem.Key, tok string, op FinishOp, d time.Duration, result []byte, floor uint64) (bool, error) {
 	rec := b.Records.Record(key)
 	strict := "0"
 	if b.StrictLeases {
@@ -440,7 +440,7 @@ func (b *Base) Finish(ctx context.Context, c redis.Scripter, key, tok string, op
 // (subscribed to its channel): "i" in flight, "c" completed, "" absent or
 // not a record. An in-flight record is flagged so that its completion or
 // abandonment is announced.
-func (b *Base) RecordStatus(ctx context.Context, c redis.Scripter, key string) (string, error) {
+func (b *Base) RecordStatus(ctx context.Context, c redis.Scripter, key idem.Key) (string, error) {
 	return RecordStatus.Run(ctx, c, []string{b.Records.Record(key)}).Text()
 }
 
@@ -461,7 +461,7 @@ func FinishContext(ctx context.Context, c idem.Claim, op FinishOp, driver string
 
 // Claim converts a single server's begin reply into an idem.Claim for a
 // Begin that sent tok at now.
-func (r BeginReply) Claim(key, fingerprint, tok string, lease time.Duration, now time.Time) (idem.Claim, error) {
+func (r BeginReply) Claim(key idem.Key, fingerprint, tok string, lease time.Duration, now time.Time) (idem.Claim, error) {
 	c := idem.Claim{Key: key, Fingerprint: fingerprint, Expires: now.Add(time.Duration(r.N) * time.Millisecond)}
 	switch r.Code {
 	case BeginClaimed:
@@ -473,7 +473,7 @@ func (r BeginReply) Claim(key, fingerprint, tok string, lease time.Duration, now
 	case BeginMismatch:
 		c.State = idem.Mismatch
 	case BeginCorrupt:
-		return idem.Claim{}, &idem.CorruptRecordError{Key: key, Reason: r.Reason}
+		return idem.Claim{}, &idem.CorruptRecordError{Key: key.String(), Reason: r.Reason}
 	}
 	return c, nil
 }
@@ -527,7 +527,7 @@ type CommitReply struct {
 // Commit runs an effect script: the claim of tok on key completes with
 // result for retention, and the effect runs with keys and args, in one
 // script.
-func (b *Base) Commit(ctx context.Context, c redis.Scripter, es *EffectScript, key, tok string, retention time.Duration,
+func (b *Base) Commit(ctx context.Context, c redis.Scripter, es *EffectScript, key idem.Key, tok string, retention time.Duration,
 	result []byte, keys []string, args []any) (CommitReply, error) {
 	all := append([]string{b.Records.Record(key)}, keys...)
 	argv := append([]any{tok, retention.Milliseconds(), result, b.Records.Channel(key), b.mode(false)}, args...)

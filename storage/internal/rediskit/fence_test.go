@@ -206,10 +206,10 @@ func TestRecordFence(t *testing.T) {
 	ctx := context.Background()
 	b := &Base{}
 	b.Init(Options{RecordPrefix: fmt.Sprintf("record-fence-test:%d:", time.Now().UnixNano())})
-	name := func(k string) string { return b.Records.Record(k) }
+	name := func(k string) string { return b.Records.Record(idem.MustKey(k)) }
 	begin := func(k, tok string) BeginReply {
 		t.Helper()
-		r, err := b.Begin(ctx, c, k, "fp-1", tok, time.Minute, nil)
+		r, err := b.Begin(ctx, c, idem.MustKey(k), "fp-1", tok, time.Minute, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -217,7 +217,7 @@ func TestRecordFence(t *testing.T) {
 	}
 	finish := func(k, tok string, op FinishOp, result string, floor uint64) bool {
 		t.Helper()
-		ok, err := b.Finish(ctx, c, k, tok, op, time.Hour, []byte(result), floor)
+		ok, err := b.Finish(ctx, c, idem.MustKey(k), tok, op, time.Hour, []byte(result), floor)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -342,10 +342,10 @@ func TestBeginReplies(t *testing.T) {
 	ctx := context.Background()
 	b := &Base{}
 	b.Init(Options{RecordPrefix: fmt.Sprintf("begin-test:%d:", time.Now().UnixNano())})
-	defer c.Del(ctx, b.Records.Record("done"), b.Records.Record("busy"))
+	defer c.Del(ctx, b.Records.Record(idem.MustKey("done")), b.Records.Record(idem.MustKey("busy")))
 	begin := func(k, fp string) BeginReply {
 		t.Helper()
-		r, err := b.Begin(ctx, c, k, fp, "tok-"+fp, time.Minute, nil)
+		r, err := b.Begin(ctx, c, idem.MustKey(k), fp, "tok-"+fp, time.Minute, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -354,7 +354,7 @@ func TestBeginReplies(t *testing.T) {
 	if r := begin("done", "fp|1"); r.Code != BeginClaimed {
 		t.Fatalf("claim: %+v", r)
 	}
-	if ok, err := b.Finish(ctx, c, "done", "tok-fp|1", Complete, time.Hour, []byte("R1|c|9|||3|abc"), 0); err != nil || !ok {
+	if ok, err := b.Finish(ctx, c, idem.MustKey("done"), "tok-fp|1", Complete, time.Hour, []byte("R1|c|9|||3|abc"), 0); err != nil || !ok {
 		t.Fatalf("complete: %v %v", ok, err)
 	}
 	if r := begin("done", "fp|1"); r.Code != BeginCompleted || string(r.Result) != "R1|c|9|||3|abc" || r.N <= 59*60*1000 {

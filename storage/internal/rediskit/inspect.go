@@ -133,7 +133,7 @@ func (s RecordState) Info(key string, now time.Time) idem.RecordInfo {
 // InspectRecord reads key's record. A record that is not one of ours is
 // reported with Corrupt set, not as an error, so that an operator can see
 // and delete it.
-func InspectRecord(ctx context.Context, c redis.Scripter, r Records, key string) (RecordState, error) {
+func InspectRecord(ctx context.Context, c redis.Scripter, r Records, key idem.Key) (RecordState, error) {
 	v, err := inspectRecord.Run(ctx, c, []string{r.Record(key)}).Slice()
 	if err != nil {
 		return RecordState{}, err
@@ -189,7 +189,7 @@ func InspectRecord(ctx context.Context, c redis.Scripter, r Records, key string)
 }
 
 // DeleteRecord deletes key's record and announces it on its channel.
-func DeleteRecord(ctx context.Context, c redis.Scripter, r Records, key, mode string) (bool, error) {
+func DeleteRecord(ctx context.Context, c redis.Scripter, r Records, key idem.Key, mode string) (bool, error) {
 	n, err := deleteRecord.Run(ctx, c, []string{r.Record(key)}, r.Channel(key), mode).Int64()
 	return n == 1, err
 }

@@ -63,14 +63,14 @@ type Records struct{ Prefix string }
 
 // Record is the name of key's record (see lua/claim.lua): Prefix{key},
 // with key as a hash tag (Tag), or Prefix{place}:rest for a placed key
-// "{place}rest", in the slot of every name tagged {place}. The two forms
-// never meet: the first ends with '}', the second never does (rest is
-// escaped by Tag, so it holds no '}').
-func (r Records) Record(key string) string {
-	if place, ok := idem.PlaceOf(key); ok {
-		return r.Prefix + "{" + place + "}:" + Tag(key[len(place)+2:])
+// "{place}rest" (idem.Key.Place), in the slot of every name tagged
+// {place}. The two forms never meet: the first ends with '}', the second
+// never does (rest is escaped by Tag, so it holds no '}').
+func (r Records) Record(key idem.Key) string {
+	if place := key.Place(); place != "" {
+		return r.Prefix + "{" + place + "}:" + Tag(key.Rest())
 	}
-	return r.Prefix + "{" + Tag(key) + "}"
+	return r.Prefix + "{" + Tag(key.String()) + "}"
 }
 
 // KeyOf returns the key whose record is named name (Record's inverse), and
@@ -94,7 +94,10 @@ func (r Records) KeyOf(name string) (string, bool) {
 	default:
 		return "", false
 	}
-	if !ok || r.Record(key) != name {
+	if !ok {
+		return "", false
+	}
+	if k, err := idem.CheckKey(key); err != nil || r.Record(k) != name {
 		return "", false
 	}
 	return key, true
@@ -130,7 +133,7 @@ func untag(s string) (string, bool) {
 }
 
 // Channel is where completion and abandonment of key are announced.
-func (r Records) Channel(key string) string { return recordChannel(r.Record(key)) }
+func (r Records) Channel(key idem.Key) string { return recordChannel(r.Record(key)) }
 
 // recordChannel is the completion channel of the record named rec.
 func recordChannel(rec string) string { return rec + ":done" }
