@@ -82,7 +82,7 @@ func (s *Store) takeKept(ctx context.Context, key string, ttl time.Duration, own
 	}
 	cctx, cancel := lockdriver.CleanupContext(ctx)
 	defer cancel()
-	if _, err := s.base.Release(cctx, s.client, key, letGo, false, 0, 0, false); err != nil {
+	if _, err := s.base.Release(cctx, s.client, key, letGo, false, 0, 0, false, 0); err != nil {
 		return nil, errors.Join(lock.ErrNotAcquired, fmt.Errorf("redisstore: acquire %q: let go of the kept hold: %w", key, err))
 	}
 	return nil, nil
@@ -290,7 +290,7 @@ func (s *Store) isAbandoned(tok string) bool {
 func (s *Store) releaseToken(key, tok string) {
 	ctx, cancel := context.WithTimeout(context.Background(), lockdriver.ReleaseTimeout)
 	defer cancel()
-	_, _ = s.base.Release(ctx, s.client, key, tok, false, 0, 0, false)
+	_, _ = s.base.Release(ctx, s.client, key, tok, false, 0, 0, false, 0)
 }
 
 // leaveQueue removes this Store from key's waiting queue.
@@ -320,7 +320,7 @@ func (s *Store) attempt(ctx context.Context, key, tok string, ttl time.Duration,
 	undo := func(tok string) {
 		cctx, cancel := lockdriver.CleanupContext(ctx)
 		defer cancel()
-		_, _ = s.base.Release(cctx, s.client, key, tok, false, 0, 0, false)
+		_, _ = s.base.Release(cctx, s.client, key, tok, false, 0, 0, false, 0)
 	}
 	// late and undoLate handle the reply to a call ctx gave up on; a ctx
 	// that cannot end needs neither (nor their allocations).

@@ -77,6 +77,16 @@ func (l *lease) ended() bool {
 	}
 }
 
+// issued is the highest fence l's token handed out, for the release of a
+// plain hold (rediskit.Base.Release): its take reserved more, which a
+// hold passed on from lease to lease uses. 0 when unfenced.
+func (l *lease) issued() uint64 {
+	if l.s.unfenced || l.hold.fence == 0 {
+		return 0
+	}
+	return l.hold.fence + l.used
+}
+
 // StoreRefresh implements lockdriver.Store: one round trip.
 func (l *lease) StoreRefresh(ctx context.Context, ttl time.Duration) (time.Time, error) {
 	if l.passed.Load() {
@@ -104,7 +114,7 @@ func (l *lease) StoreRelease(ctx context.Context) error {
 	if done, err := l.s.handOff(ctx, l); done {
 		return err
 	}
-	code, err := l.s.base.Release(ctx, l.s.client, l.Key(), l.Token(), false, 0, l.hold.clock, l.hold.plain)
+	code, err := l.s.base.Release(ctx, l.s.client, l.Key(), l.Token(), false, 0, l.hold.clock, l.hold.plain, l.issued())
 	if err == nil {
 		l.s.recent.LetGo(l.Key())
 	}

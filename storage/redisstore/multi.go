@@ -139,7 +139,7 @@ func (s *Store) attemptAll(ctx context.Context, keys []string, ttl time.Duration
 		cctx, cancel := lockdriver.CleanupContext(ctx)
 		defer cancel()
 		for i, k := range keys {
-			_, _ = s.base.Release(cctx, s.client, k, toks[i], false, 0, 0, false)
+			_, _ = s.base.Release(cctx, s.client, k, toks[i], false, 0, 0, false, 0)
 		}
 	}
 	late := func(cmd *redis.Cmd) {

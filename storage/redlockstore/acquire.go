@@ -511,7 +511,7 @@ func (s *Store) leaveQueues(key string, idx []int, wait time.Duration) {
 // taken by no granted hold).
 func (s *Store) releaseNodes(key, tok string, idx []int, wait time.Duration, quiet bool, floor uint64) {
 	r := newRound(s, idx, func(ctx context.Context, n *node) (rediskit.ReleaseCode, error) {
-		return s.base.Release(ctx, n.c, key, tok, quiet, floor, 0, false)
+		return s.base.Release(ctx, n.c, key, tok, quiet, floor, 0, false, 0)
 	})
 	r.settle(wait)
 }

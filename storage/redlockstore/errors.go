@@ -35,8 +35,12 @@ func (e *QuorumError) Error() string {
 	for i, n := range names {
 		parts[i] = fmt.Sprintf("%s: %v", n, e.Failed[n])
 	}
-	return fmt.Sprintf("redlockstore: %s %q: no quorum: %d of %d needed nodes; failed: %s",
-		e.Op, e.Key, e.Got, e.Need, strings.Join(parts, "; "))
+	what := e.Op
+	if e.Key != "" {
+		what = fmt.Sprintf("%s %q", e.Op, e.Key) // (ping has none)
+	}
+	return fmt.Sprintf("redlockstore: %s: no quorum: %d of %d needed nodes; failed: %s",
+		what, e.Got, e.Need, strings.Join(parts, "; "))
 }
 
 // Is reports whether target is ErrNoQuorum.

@@ -684,3 +684,42 @@ func TestQueueNodesDown(t *testing.T) {
 		})
 	}
 }
+
+// Ping is a readiness probe, not a lock request: a majority that answers
+// within a second is healthy even where a lock's node timeout (a tenth of
+// a 1 s TTL) would have given up, through clients that cut requests at
+// their context's deadline as storage.Open's do; and a majority that does
+// not answer is a *QuorumError within that second, not after the clients'
+// own read timeouts (3 s).
+func TestPingWaitsForSlowNodes(t *testing.T) {
+	c := newCluster(t, 3)
+	cs := make([]redlockstore.Client, len(c.addrs))
+	for i, a := range c.addrs {
+		rc := redis.NewClient(&redis.Options{Addr: a, ContextTimeoutEnabled: true})
+		t.Cleanup(func() { rc.Close() })
+		cs[i] = rc
+	}
+	s := newStore(t, cs)
+	ctx := ctxT(t, 20*time.Second)
+	if err := s.Ping(ctx); err != nil { // connected
+		t.Fatal(err)
+	}
+	c.procs[1].Pause()
+	c.procs[2].Pause()
+	resumed := time.AfterFunc(300*time.Millisecond, func() { c.procs[1].Resume() })
+	defer resumed.Stop()
+	defer c.procs[1].Resume()
+	defer c.procs[2].Resume()
+	if err := s.Ping(ctx); err != nil {
+		t.Errorf("Ping with a node answering after 300 ms: %v, want healthy", err)
+	}
+	c.procs[1].Pause()
+	start := time.Now()
+	var qe *redlockstore.QuorumError
+	if err := s.Ping(ctx); !errors.As(err, &qe) {
+		t.Errorf("Ping with 2 of 3 nodes paused: %v, want a *QuorumError", err)
+	}
+	if d := time.Since(start); d > 2500*time.Millisecond {
+		t.Errorf("Ping with 2 of 3 nodes paused answered after %v, not within its second", d)
+	}
+}

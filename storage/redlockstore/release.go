@@ -191,6 +191,6 @@ func (s *Store) releaseCall(v *votes, key, tok string, floor uint64, short bool,
 		} else if a.skip {
 			return rediskit.ReleaseNotOurs, nil
 		}
-		return s.base.Release(ctx, n.c, key, tok, false, a.floor, a.clock, a.plain && short)
+		return s.base.Release(ctx, n.c, key, tok, false, a.floor, a.clock, a.plain && short, 0)
 	}
 }

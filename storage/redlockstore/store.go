@@ -368,30 +368,21 @@ var (
 )
 
 // Ping is a health check for readiness probes: a TIME request to every
-// node at once, healthy when a majority answers within the node timeout;
-// otherwise a *QuorumError naming the nodes that did not.
+// node at once, healthy once a majority answers, within a second (or
+// WithNodeTimeout's, when set) whatever the clients' own timeouts;
+// otherwise a *QuorumError naming the nodes that did not, or ctx's error
+// when it ends first. A lock request's node timeout is a tenth of its TTL:
+// too short for a probe whose request may have to dial the node first (a
+// TLS handshake on a busy machine).
 func (s *Store) Ping(ctx context.Context) error {
-	wait := s.nodeTimeout(time.Second)
-	type res struct {
-		i   int
-		err error
+	v := s.poll(ctx, s.all(), s.nodeTimeout(10*time.Second), false, func(ctx context.Context, n *node) (bool, error) {
+		return true, n.c.Time(ctx).Err()
+	})
+	switch {
+	case v.yes >= s.quorum:
+		return nil
+	case v.ctxErr != nil:
+		return fmt.Errorf("redlockstore: ping: %w", v.ctxErr)
 	}
-	ch := make(chan res, len(s.nodes))
-	for i, n := range s.nodes {
-		go func() {
-			cctx, cancel := context.WithTimeout(ctx, wait)
-			defer cancel()
-			ch <- res{i, n.c.Time(cctx).Err()}
-		}()
-	}
-	failed := map[int]error{}
-	for range s.nodes {
-		if r := <-ch; r.err != nil {
-			failed[r.i] = r.err
-		}
-	}
-	if got := len(s.nodes) - len(failed); got < s.quorum {
-		return s.quorumError("ping", "", got, failed)
-	}
-	return nil
+	return s.quorumError("ping", "", v.yes, v.failed)
 }

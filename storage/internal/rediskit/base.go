@@ -323,16 +323,20 @@ func (b *Base) TakeNew(ctx context.Context, c SetNXer, key, tok string, ttl time
 // key by a first attempt (AcquireReply.Plain, or TakeNew) and the hold
 // was not passed on since: such a key seldom carries flags, and the
 // release tries the short script first (lua/release_new.lua), which
-// leaves a key with flags to the full one — a second round trip.
-func (b *Base) Release(ctx context.Context, c redis.Scripter, key, tok string, quiet bool, floor uint64, clock int64, plain bool) (ReleaseCode, error) {
-	return b.release(ctx, c, b.Keys.Lock(key), tok, quiet, floor, clock, plain)
+// leaves a key with flags to the full one — a second round trip. issued,
+// with plain, is the highest fence the token handed out (0: not known):
+// the fences its take reserved above it were never used, and the key keeps
+// only issued (or floor) — a fence at or below clock, the common case of a
+// new key, then leaves no tombstone.
+func (b *Base) Release(ctx context.Context, c redis.Scripter, key, tok string, quiet bool, floor uint64, clock int64, plain bool, issued uint64) (ReleaseCode, error) {
+	return b.release(ctx, c, b.Keys.Lock(key), tok, quiet, floor, clock, plain, issued)
 }
 
 // release is Release by the lock's Redis name: every other name of the key
 // is the lock's with a suffix (see Keys).
-func (b *Base) release(ctx context.Context, c redis.Scripter, lock, tok string, quiet bool, floor uint64, clock int64, plain bool) (ReleaseCode, error) {
+func (b *Base) release(ctx context.Context, c redis.Scripter, lock, tok string, quiet bool, floor uint64, clock int64, plain bool, issued uint64) (ReleaseCode, error) {
 	if plain {
-		cmd := b.run(ctx, c, ReleaseNew, []string{lock}, nil, tok, floor, max(clock, 0))
+		cmd := b.run(ctx, c, ReleaseNew, []string{lock}, nil, tok, floor, max(clock, 0), issued)
 		if !undecided(cmd) {
 			return ParseRelease(cmd)
 		}
@@ -359,7 +363,7 @@ func (b *Base) ReleaseOrphanGrant(ctx context.Context, c redis.Scripter, channel
 	if !ok || !okTok || !strings.HasPrefix(lock, b.Keys.Prefix) {
 		return
 	}
-	_, _ = b.release(ctx, c, lock, tok, false, 0, 0, false)
+	_, _ = b.release(ctx, c, lock, tok, false, 0, 0, false, 0)
 }
 
 // ParseGrant reads a grant message, "g|<token>|<fence>|<fences>"

@@ -41,7 +41,7 @@ func TestLockKeyFence(t *testing.T) {
 	}
 	release := func(tok string, clock int64) {
 		t.Helper()
-		if code, err := b.Release(ctx, c, key, tok, false, 0, clock, true); err != nil || code != ReleaseFreed {
+		if code, err := b.Release(ctx, c, key, tok, false, 0, clock, true, 0); err != nil || code != ReleaseFreed {
 			t.Fatalf("release %s: %v %v", tok, code, err)
 		}
 	}
@@ -320,7 +320,7 @@ func TestReleaseKeepsWaitersFlag(t *testing.T) {
 			t.Fatalf("unfenced=%v: take b: %+v, want busy", unfenced, r)
 		}
 		// The key is flagged: the short script leaves it to the full one.
-		if code, err := b.Release(ctx, c, key, "a", false, 0, 0, true); err != nil || code != ReleaseFreed {
+		if code, err := b.Release(ctx, c, key, "a", false, 0, 0, true, 0); err != nil || code != ReleaseFreed {
 			t.Fatalf("unfenced=%v: release a: %v %v", unfenced, code, err)
 		}
 		if v := c.Get(ctx, lk).Val(); !strings.HasPrefix(v, "~|") || !strings.HasSuffix(v, "|w") {
@@ -400,7 +400,7 @@ func TestReleaseTombstoneExpiresWithFence(t *testing.T) {
 		t.Fatalf("take: %+v %v, want fence %d", r, err, ahead+1)
 	}
 	before := timeCalls()
-	if code, err := b.Release(ctx, c, key, "a", false, 0, r.Clock, true); err != nil || code != ReleaseFreed {
+	if code, err := b.Release(ctx, c, key, "a", false, 0, r.Clock, true, 0); err != nil || code != ReleaseFreed {
 		t.Fatalf("release: %v %v", code, err)
 	}
 	if got := timeCalls() - before; got != 0 {

@@ -39,7 +39,7 @@ func TestShortScriptsAnswerAsTheFullOnes(t *testing.T) {
 	}
 	release := func(key, tok string, clock int64) ReleaseCode {
 		t.Helper()
-		code, err := b.Release(ctx, c, key, tok, false, 0, clock, true)
+		code, err := b.Release(ctx, c, key, tok, false, 0, clock, true, 0)
 		if err != nil {
 			t.Fatalf("release %s %s: %v", key, tok, err)
 		}
@@ -69,6 +69,35 @@ func TestShortScriptsAnswerAsTheFullOnes(t *testing.T) {
 		}
 		if code := release("new", "a", 0); code != ReleaseNotOurs {
 			t.Errorf("a second release: %v, want not ours", code)
+		}
+	})
+	// A release that says which fences its token handed out keeps only
+	// those: none above the clock leaves no tombstone, some above it leave
+	// one that keeps the highest issued (not the take's whole reservation),
+	// and the next take's fence is above every fence issued either way.
+	t.Run("issued fences", func(t *testing.T) {
+		releaseIssued := func(key string, clock int64, issued uint64) {
+			t.Helper()
+			if code, err := b.Release(ctx, c, key, "a", false, 0, clock, true, issued); err != nil || code != ReleaseFreed {
+				t.Fatalf("release %s: %v %v", key, code, err)
+			}
+		}
+		r := take("issued-one", "a", AcquireArgs{})
+		releaseIssued("issued-one", r.Clock, uint64(r.N))
+		if n := c.Exists(ctx, b.Keys.Lock("issued-one")).Val(); n != 0 {
+			t.Errorf("a plain hold that issued only its first fence (the clock) left %q", c.Get(ctx, b.Keys.Lock("issued-one")).Val())
+		}
+		if again := take("issued-one", "a", AcquireArgs{}); again.N <= r.N {
+			t.Errorf("the next take's fence %d is not above the issued %d", again.N, r.N)
+		}
+		r = take("issued-more", "a", AcquireArgs{})
+		issued := uint64(r.N) + 5
+		releaseIssued("issued-more", r.Clock, issued)
+		if v := c.Get(ctx, b.Keys.Lock("issued-more")).Val(); v != "" && v != fmt.Sprintf("~|%d|", issued) {
+			t.Errorf("a hold that issued up to %d left %q, want a tombstone of %d (or none once the clock passed it)", issued, v, issued)
+		}
+		if again := take("issued-more", "a", AcquireArgs{}); uint64(again.N) <= issued {
+			t.Errorf("the next take's fence %d is not above the issued %d", again.N, issued)
 		}
 	})
 	t.Run("held", func(t *testing.T) {

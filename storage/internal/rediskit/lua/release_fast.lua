@@ -9,7 +9,15 @@ if not fast_v or string.sub(fast_v, 1, #ARGV[1] + 1) ~= ARGV[1] .. '|' then
   return 0 -- free, or another token's (tokens hold no '|')
 end
 if string.byte(fast_v, -1) == 124 then -- ends with '|': no flags
-  local f = math.max(tonumber(string.sub(fast_v, #ARGV[1] + 2, -2)) or 0, tonumber(ARGV[2]))
+  local f = tonumber(string.sub(fast_v, #ARGV[1] + 2, -2)) or 0
+  -- release_new.lua's ARGV[4]: the highest fence the token handed out.
+  -- The take reserved fences above it (fence.lua's issue) for a hold
+  -- passed on from lease to lease; a plain hold used none of them, so the
+  -- key needs to keep only what was issued.
+  if #KEYS == 1 and ARGV[4] and ARGV[4] ~= '0' then
+    f = math.min(f, tonumber(ARGV[4]))
+  end
+  f = math.max(f, tonumber(ARGV[2]))
   -- ARGV[3] is a lower bound on this server's clock now (µs; 0: none),
   -- which the caller was given with its fence (and may have moved on by
   -- the time passed since). A fence at or below it is behind the clock:
