@@ -18,7 +18,8 @@ type Proxy struct {
 	redial time.Duration // how long a connection waits for target to listen
 
 	mu      sync.Mutex
-	stalled chan struct{} // non-nil while stalled; closed by Resume
+	stalled chan struct{}           // non-nil while stalled; closed by Resume
+	trigger func(chunk []byte) bool // StallWhen's; nil when none is armed
 	conns   map[net.Conn]struct{}
 	wg      sync.WaitGroup
 }
@@ -63,6 +64,25 @@ func (p *Proxy) Stall() {
 	}
 }
 
+// StallWhen stalls the proxy, as Stall does, at the first chunk a client
+// sends toward the server for which match is true: that chunk and every
+// later one are held until Resume. A test stalls one request of a sequence
+// so (a ZooKeeper setData: ZooKeeperOp), the ones before it answered.
+func (p *Proxy) StallWhen(match func(chunk []byte) bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.trigger = match
+}
+
+// ZooKeeperOp returns a StallWhen match for a chunk that starts with a
+// ZooKeeper request of type op (the jute header: length, xid, type; 5 is
+// setData, 14 multi, 4 getData).
+func ZooKeeperOp(op int32) func(chunk []byte) bool {
+	return func(b []byte) bool {
+		return len(b) >= 12 && int32(uint32(b[8])<<24|uint32(b[9])<<16|uint32(b[10])<<8|uint32(b[11])) == op
+	}
+}
+
 // Resume forwards again what was held and what comes next.
 func (p *Proxy) Resume() {
 	p.mu.Lock()
@@ -102,8 +122,8 @@ func (p *Proxy) connect(c net.Conn) {
 		return
 	}
 	p.wg.Add(2)
-	go p.pipe(s, c)
-	go p.pipe(c, s)
+	go p.pipe(s, c, true)
+	go p.pipe(c, s, false)
 }
 
 func (p *Proxy) open() bool {
@@ -127,8 +147,9 @@ func (p *Proxy) track(cs ...net.Conn) bool {
 	return true
 }
 
-// pipe copies from src to dst, holding each chunk while the proxy stalls.
-func (p *Proxy) pipe(dst, src net.Conn) {
+// pipe copies from src to dst, holding each chunk while the proxy stalls;
+// upstream is the client-to-server direction, where StallWhen looks.
+func (p *Proxy) pipe(dst, src net.Conn, upstream bool) {
 	defer p.wg.Done()
 	defer dst.Close()
 	defer src.Close()
@@ -137,6 +158,12 @@ func (p *Proxy) pipe(dst, src net.Conn) {
 		n, err := src.Read(buf)
 		if n > 0 {
 			p.mu.Lock()
+			if upstream && p.trigger != nil && p.trigger(buf[:n]) {
+				p.trigger = nil
+				if p.stalled == nil {
+					p.stalled = make(chan struct{})
+				}
+			}
 			stalled, open := p.stalled, p.conns != nil
 			p.mu.Unlock()
 			if !open {

@@ -68,3 +68,109 @@ func TestExpiredClaimDeletedAfterFailedAttempt(t *testing.T) {
 		t.Fatal("no delete was failed: the test proved nothing")
 	}
 }
+
+// A Begin whose transaction commits but whose answer is lost (the
+// connection cut after the request reached the servers, here the reply
+// replaced by an error) leaves no claim behind that nobody will finish:
+// the entry lives with its session, which the Store keeps alive, so before
+// it answered every retry of the key "in flight" for as long as the
+// process lived. The next Begin claims the key, its attempt counting the
+// lost claim.
+func TestLostBeginAnswerLeavesNoClaim(t *testing.T) {
+	eps := testenv.EtcdAddrs(t)
+	var failed atomic.Int32
+	loseAnswer := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn,
+		invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		err := invoker(ctx, method, req, reply, cc, opts...)
+		if tr, ok := req.(*etcdserverpb.TxnRequest); ok && err == nil && len(tr.Compare) == 1 &&
+			tr.Compare[0].Target == etcdserverpb.Compare_CREATE && len(tr.Success) == 2 &&
+			tr.Success[0].GetRequestPut() != nil && failed.CompareAndSwap(0, 1) {
+			return status.Error(codes.Unavailable, "connection lost after the request was sent")
+		}
+		return err
+	}
+	c, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second,
+		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(loseAnswer)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	s := newStore(t, c)
+	other := newStore(t, newClient(t, eps))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	key := idem.MustKey("lost-begin-answer-" + time.Now().Format("150405.000000"))
+
+	if _, err := s.Begin(ctx, key, "fp", 2*time.Second); err == nil {
+		t.Fatal("Begin whose answer was lost succeeded")
+	}
+	if failed.Load() != 1 {
+		t.Fatal("no Begin answer was lost: the test proved nothing")
+	}
+	deadline := time.Now().Add(6 * time.Second) // three leases
+	for {
+		next, err := other.Begin(ctx, key, "fp", time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if next.State == idem.Acquired {
+			if next.Attempt < 2 {
+				t.Errorf("attempt %d after a lost claim, want 2 or more", next.Attempt)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("6 s after a Begin whose answer was lost, Begin still finds the key %v", next.State)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// The lock's twin of TestLostBeginAnswerLeavesNoClaim: an Acquire whose
+// transaction commits but whose answer is lost leaves no entry holding the
+// key for nobody.
+func TestLostAcquireAnswerLeavesNoHolder(t *testing.T) {
+	eps := testenv.EtcdAddrs(t)
+	var failed atomic.Int32
+	loseAnswer := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn,
+		invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		err := invoker(ctx, method, req, reply, cc, opts...)
+		if tr, ok := req.(*etcdserverpb.TxnRequest); ok && err == nil && len(tr.Compare) == 1 &&
+			tr.Compare[0].Target == etcdserverpb.Compare_CREATE && len(tr.Success) == 1 &&
+			tr.Success[0].GetRequestPut() != nil && failed.CompareAndSwap(0, 1) {
+			return status.Error(codes.Unavailable, "connection lost after the request was sent")
+		}
+		return err
+	}
+	c, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second,
+		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(loseAnswer)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	s := newStore(t, c)
+	other := newStore(t, newClient(t, eps))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	key := "lost-acquire-answer-" + time.Now().Format("150405.000000")
+
+	if l, err := s.TryAcquire(ctx, key, 2*time.Second); err == nil {
+		_ = l.Release(ctx)
+		t.Fatal("TryAcquire whose answer was lost succeeded")
+	}
+	if failed.Load() != 1 {
+		t.Fatal("no Acquire answer was lost: the test proved nothing")
+	}
+	deadline := time.Now().Add(6 * time.Second) // three TTLs
+	for {
+		l, err := other.TryAcquire(ctx, key, time.Second)
+		if err == nil {
+			_ = l.Release(ctx)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("6 s after an Acquire whose answer was lost, TryAcquire still fails: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

@@ -331,6 +331,12 @@ func (s *Store) tryAcquire(ctx context.Context, key string, ttl time.Duration) (
 	if err != nil {
 		if isLeaseNotFound(err) {
 			sess.end()
+		} else {
+			// The transaction may have committed before its answer was
+			// lost (a cancelled context, a connection cut after the
+			// request was sent): its entry, ours alone, would hold the key
+			// for nobody while the session lives.
+			s.removeUnanswered(sess, key, mine, owner)
 		}
 		return nil, s.wrap("acquire", key, ctx, err)
 	}
@@ -597,6 +603,26 @@ func (s *Store) waitDeleted(ctx context.Context, sess *session, key string) erro
 }
 
 var errSessionLost = errors.New("session lease lost")
+
+// removeUnanswered removes what an acquisition's transaction wrote if it
+// committed without its answer reaching us: its entry mine and, for an
+// owner, the owner record that names it (when it still does). Both are
+// ours alone: deleting them is a no-op when the transaction did not
+// commit.
+func (s *Store) removeUnanswered(sess *session, key, mine, owner string) {
+	s.removeEntry(sess, mine)
+	if owner == "" {
+		return
+	}
+	own, rec := s.ownerKey(key), ownerRec{owner, mine, 1}.encode()
+	s.bg.Go(func() {
+		retryUntil(sess.done, func(ctx context.Context) error {
+			_, err := s.c.Txn(ctx).If(clientv3.Compare(clientv3.Value(own), "=", rec)).
+				Then(clientv3.OpDelete(own)).Commit()
+			return err
+		})
+	})
+}
 
 // removeEntry deletes an entry of ours that must not stay in its queue (a
 // waiter that gave up): an orphan entry would block everyone behind it

@@ -142,6 +142,7 @@ func (s *Store) Begin(ctx context.Context, k idem.Key, fingerprint string, lease
 		Else(clientv3.OpGet(dir, clientv3.WithPrefix())).
 		Commit()
 	if err != nil {
+		s.dropUnanswered(entry)
 		return idem.Claim{}, fmt.Errorf("etcdstore: begin %q: %w", key, err)
 	}
 	if resp.Succeeded {
@@ -172,6 +173,7 @@ func (s *Store) Begin(ctx context.Context, k idem.Key, fingerprint string, lease
 			Then(clientv3.OpDelete(string(kvs[0].Key)), put, count).
 			Commit()
 		if err != nil {
+			s.dropUnanswered(entry)
 			return idem.Claim{}, fmt.Errorf("etcdstore: begin %q: %w", key, err)
 		}
 		if t.Succeeded {
@@ -362,6 +364,26 @@ func (s *Store) expireClaim(entry string, rev int64) {
 		_, err := s.c.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(entry), "=", rev)).
 			Then(clientv3.OpDelete(entry)).Commit()
 		return err
+	})
+}
+
+// dropUnanswered deletes entry, the in-flight claim of a Begin whose
+// transaction failed without an answer that says it did not commit (a
+// cancelled context, a connection lost after the request was sent): if it
+// did commit, nobody holds the claim to complete or abandon it, and its
+// session, which this Store keeps alive, would keep it in flight for as
+// long as the process lives. The entry is the Begin's own (its token), so
+// the delete touches nothing else; a transaction that did not commit makes
+// it a no-op. In the background, retried until it succeeds or the Store
+// closes (which revokes the sessions, and the entry with them). The
+// attempt the transaction counted stays counted: the next claim's Attempt
+// may be one too high, never too low.
+func (s *Store) dropUnanswered(entry string) {
+	s.bg.Go(func() {
+		retryUntil(s.stop, func(ctx context.Context) error {
+			_, err := s.c.Delete(ctx, entry)
+			return err
+		})
 	})
 }
 

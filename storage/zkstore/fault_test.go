@@ -172,6 +172,49 @@ func TestCancelledBeginLeavesNothingBehind(t *testing.T) {
 	}
 }
 
+// A Begin whose deadline passes while its takeover of an abandoned record
+// is held on the wire gives the claim back when the write lands after it
+// returned: the next Begin claims the key at once (before, the key stayed
+// in flight, claimed by nobody, for the whole lease), and its attempt
+// counts the claim given back (over-counting is allowed, never under).
+func TestCancelledTakeoverGivesTheClaimBack(t *testing.T) {
+	proxy := testenv.StartProxy(t, testenv.ZooKeeperAddrs(t)[0])
+	cut := connectTo(t, proxy.Addr)
+	other := connect(t)
+	key := idem.MustKey("cancelled-takeover-" + time.Now().Format(time.RFC3339Nano))
+	first, err := other.Begin(ctxT(t, 10*time.Second), key, "fp", time.Minute)
+	if err != nil || first.State != idem.Acquired {
+		t.Fatalf("Begin: %+v %v", first, err)
+	}
+	if err := other.Abandon(ctxT(t, 10*time.Second), first); err != nil {
+		t.Fatal(err)
+	}
+
+	proxy.StallWhen(testenv.ZooKeeperOp(5)) // the takeover's setData; the create and the read go through
+	resumed := make(chan struct{})
+	time.AfterFunc(time.Second, func() { proxy.Resume(); close(resumed) })
+	if _, err := cut.Begin(ctxT(t, 500*time.Millisecond), key, "fp", time.Minute); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Begin past its deadline: %v, want DeadlineExceeded", err)
+	}
+	<-resumed
+	var c idem.Claim
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		// (a sync first: other may talk to a follower behind the give-back)
+		if _, err := other.Conn().Sync(zkstore.RecordPath(other, key.String())); err != nil {
+			t.Fatal(err)
+		}
+		if c, err = other.Begin(ctxT(t, 5*time.Second), key, "fp", time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		if c.State == idem.Acquired || time.Now().After(deadline) {
+			break
+		}
+	}
+	if c.State != idem.Acquired || c.Attempt < 2 {
+		t.Fatalf("Begin after the cancelled takeover: %v attempt %d, want acquired (the claim given back), attempt 2 or more", c.State, c.Attempt)
+	}
+}
+
 // connectTo is connect through addr (a proxy).
 func connectTo(t *testing.T, addr string) *zkstore.Store {
 	t.Helper()

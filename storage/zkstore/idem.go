@@ -317,7 +317,13 @@ func (s *Store) Begin(ctx context.Context, k idem.Key, fingerprint string, lease
 		if attempt > 1 {
 			data = record{dur: lease, attempt: attempt, token: tok, fingerprint: fingerprint}.encode()
 		}
-		st, err = call(ctx, s, func() (*zk.Stat, error) { return s.conn.Set(path, data, st.Version) }, nil)
+		st, err = call(ctx, s, func() (*zk.Stat, error) { return s.conn.Set(path, data, st.Version) },
+			func(nst *zk.Stat, err error) { // a takeover ctx gave up on: given back, its attempt kept
+				if err == nil && nst != nil {
+					s.giveBackTakeover(path, record{abandoned: true, dur: idem.AttemptMemory, attempt: attempt,
+						token: tok, fingerprint: fingerprint}, nst.Version)
+				}
+			})
 		switch {
 		case err == nil:
 			return acquired(st, attempt), nil
@@ -328,6 +334,17 @@ func (s *Store) Begin(ctx context.Context, k idem.Key, fingerprint string, lease
 		}
 	}
 	return idem.Claim{}, fmt.Errorf("zkstore: begin %q: the record kept changing", key)
+}
+
+// giveBackTakeover writes rec, an abandoned record, over the record a
+// takeover wrote at version after its caller had given up on it: the key
+// is free for the next Begin at once (not when the lease ends), which
+// counts the claim given back as an attempt (an abandon, not a delete,
+// which would forget the attempts before it).
+func (s *Store) giveBackTakeover(path string, rec record, version int32) {
+	cctx, cancel := lockdriver.CleanupContext(context.Background())
+	defer cancel()
+	_, _ = call(cctx, s, func() (*zk.Stat, error) { return s.conn.Set(path, rec.encode(), version) }, nil)
 }
 
 // read reads key's record; a record that is not one of ours is a
