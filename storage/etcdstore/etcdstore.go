@@ -336,7 +336,7 @@ func (s *Store) tryAcquire(ctx context.Context, key string, ttl time.Duration) (
 			// lost (a cancelled context, a connection cut after the
 			// request was sent): its entry, ours alone, would hold the key
 			// for nobody while the session lives.
-			s.removeUnanswered(sess, key, mine, owner)
+			s.removeUnanswered(sess, key, mine, owner, ttl)
 		}
 		return nil, s.wrap("acquire", key, ctx, err)
 	}
@@ -609,18 +609,36 @@ var errSessionLost = errors.New("session lease lost")
 // owner, the owner record that names it (when it still does). Both are
 // ours alone: deleting them is a no-op when the transaction did not
 // commit.
-func (s *Store) removeUnanswered(sess *session, key, mine, owner string) {
+//
+// Both are removed again once ttl has passed: a transaction still on its
+// way to the leader when the first delete went out (a request on another
+// stream may overtake it) would otherwise leave them after all.
+func (s *Store) removeUnanswered(sess *session, key, mine, owner string, ttl time.Duration) {
 	s.removeEntry(sess, mine)
-	if owner == "" {
-		return
-	}
 	own, rec := s.ownerKey(key), ownerRec{owner, mine, 1}.encode()
-	s.bg.Go(func() {
+	remove := func() {
 		retryUntil(sess.done, func(ctx context.Context) error {
+			then := []clientv3.Op{clientv3.OpDelete(mine)}
+			if owner == "" {
+				_, err := s.c.Txn(ctx).Then(then...).Commit()
+				return err
+			}
 			_, err := s.c.Txn(ctx).If(clientv3.Compare(clientv3.Value(own), "=", rec)).
-				Then(clientv3.OpDelete(own)).Commit()
+				Then(append(then, clientv3.OpDelete(own))...).Else(then...).Commit()
 			return err
 		})
+	}
+	s.bg.Go(func() {
+		if owner != "" {
+			remove()
+		}
+		t := time.NewTimer(ttl)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			remove()
+		case <-sess.done:
+		}
 	})
 }
 

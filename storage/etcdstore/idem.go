@@ -142,7 +142,7 @@ func (s *Store) Begin(ctx context.Context, k idem.Key, fingerprint string, lease
 		Else(clientv3.OpGet(dir, clientv3.WithPrefix())).
 		Commit()
 	if err != nil {
-		s.dropUnanswered(entry)
+		s.dropUnanswered(entry, lease)
 		return idem.Claim{}, fmt.Errorf("etcdstore: begin %q: %w", key, err)
 	}
 	if resp.Succeeded {
@@ -173,7 +173,7 @@ func (s *Store) Begin(ctx context.Context, k idem.Key, fingerprint string, lease
 			Then(clientv3.OpDelete(string(kvs[0].Key)), put, count).
 			Commit()
 		if err != nil {
-			s.dropUnanswered(entry)
+			s.dropUnanswered(entry, lease)
 			return idem.Claim{}, fmt.Errorf("etcdstore: begin %q: %w", key, err)
 		}
 		if t.Succeeded {
@@ -378,12 +378,27 @@ func (s *Store) expireClaim(entry string, rev int64) {
 // closes (which revokes the sessions, and the entry with them). The
 // attempt the transaction counted stays counted: the next claim's Attempt
 // may be one too high, never too low.
-func (s *Store) dropUnanswered(entry string) {
-	s.bg.Go(func() {
+//
+// The delete is sent again once the claim's lease has passed: a
+// transaction still on its way to the leader when the first delete went
+// out (a request on another stream may overtake it) would otherwise leave
+// its entry after all.
+func (s *Store) dropUnanswered(entry string, lease time.Duration) {
+	drop := func() {
 		retryUntil(s.stop, func(ctx context.Context) error {
 			_, err := s.c.Delete(ctx, entry)
 			return err
 		})
+	}
+	s.bg.Go(func() {
+		drop()
+		t := time.NewTimer(lease)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			drop()
+		case <-s.stop:
+		}
 	})
 }
 
