@@ -336,16 +336,63 @@ func (h *handWritten) do(ctx context.Context, key string, fn func() []byte) (rep
 	return false, err
 }
 
+// doWithEffect is do for a run with an effect in the database: the
+// record completed and the effect (stmt, a write to a row every run
+// shares: a SKU's stock) in one transaction, the record first, as a
+// careful team writes it.
+func (h *handWritten) doWithEffect(ctx context.Context, key, stmt string) error {
+	res, err := h.db.ExecContext(ctx, h.claim, key)
+	if err != nil {
+		return err
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return fmt.Errorf("%s: claimed already", key)
+	}
+	tx, err := h.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, h.finish, []byte("ok"), key); err != nil {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, stmt); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+// sharedRow makes the row every run's effect writes (effect mode) and
+// returns the statement that writes it.
+func sharedRow(b *testing.B, s *sqlstore.Store) string {
+	db := s.DB()
+	ins := "INSERT INTO bench_stock (id, n) VALUES (1, 0) ON CONFLICT DO NOTHING"
+	if s.Dialect() == sqlstore.MySQL {
+		ins = "INSERT IGNORE INTO bench_stock (id, n) VALUES (1, 0)"
+	}
+	for _, q := range []string{"CREATE TABLE IF NOT EXISTS bench_stock (id INT PRIMARY KEY, n BIGINT NOT NULL)", ins} {
+		if _, err := db.Exec(q); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return "UPDATE bench_stock SET n = n + 1 WHERE id = 1"
+}
+
 // BenchmarkSQLGuard: Guard.Do of a new key and a replay of a completed
 // one, by 1 and 16 workers, on PostgreSQL and MySQL, against the
 // hand-written version on the same database (and the Redis driver for
-// scale).
+// scale); and a new key whose run commits an effect that writes one row
+// every run shares (the flash sale's stock: "effect"), against the
+// hand-written transaction.
 func BenchmarkSQLGuard(b *testing.B) {
-	for _, mode := range []string{"new-key", "replay"} {
+	for _, mode := range []string{"new-key", "replay", "effect"} {
 		for _, workers := range []int{1, 16} {
 			for _, name := range []string{"postgres", "mysql", "redis"} {
 				impls := []string{"oncekit", "hand-written"}
 				if name == "redis" {
+					if mode == "effect" {
+						continue
+					}
 					impls = impls[:1]
 				}
 				for _, impl := range impls {
@@ -376,14 +423,38 @@ func sqlGuardCase(b *testing.B, mode string, workers int, name, impl string) {
 			if w == 0 {
 				count = newStmtCounter(b, s)
 			}
+			stmt := ""
+			if mode == "effect" {
+				stmt = sharedRow(b, s)
+			}
 			if impl == "hand-written" {
 				h := newHandWritten(b, s)
 				do[w] = func(ctx context.Context, key string) (bool, error) {
+					if stmt != "" {
+						return false, h.doWithEffect(ctx, key, stmt)
+					}
 					return h.do(ctx, key, func() []byte { return []byte("ok") })
 				}
 				continue
 			}
 			st = s
+			if stmt != "" {
+				effect := sqlstore.Effect(func(ctx context.Context, tx *sql.Tx) error {
+					_, err := tx.ExecContext(ctx, stmt)
+					return err
+				})
+				g, err := idem.NewGuard(st)
+				if err != nil {
+					b.Fatal(err)
+				}
+				do[w] = func(ctx context.Context, key string) (bool, error) {
+					_, replayed, err := g.Do(ctx, key, "fp", func(ctx context.Context) ([]byte, error) {
+						return []byte("ok"), idem.Commit(ctx, effect)
+					})
+					return replayed, err
+				}
+				continue
+			}
 		}
 		g, err := idem.NewGuard(st)
 		if err != nil {
@@ -397,13 +468,17 @@ func sqlGuardCase(b *testing.B, mode string, workers int, name, impl string) {
 	prefix := fmt.Sprintf("bench-sql-guard:%s:%d", impl, time.Now().UnixNano())
 	ctx := context.Background()
 	for w := range do { // connections made; the replayed key stored
-		if _, err := do[w](ctx, prefix); err != nil {
+		warm := prefix
+		if mode == "effect" { // (the hand-written effect cannot replay)
+			warm += ":warm:" + strconv.Itoa(w)
+		}
+		if _, err := do[w](ctx, warm); err != nil {
 			b.Fatal(err)
 		}
 	}
 	sqlRun(b, count, workers, 0, func(w int, i int64) (time.Duration, error) {
 		key := prefix
-		if mode == "new-key" {
+		if mode != "replay" {
 			key += ":" + strconv.FormatInt(i, 10)
 		}
 		t0 := time.Now()

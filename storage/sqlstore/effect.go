@@ -15,12 +15,14 @@ import (
 
 // Effect is a write in the database that commits atomically with an
 // idempotency record: the Store runs it in the transaction that completes
-// the record — the effect first, then the statement that checks that the
-// claim is still the caller's and completes the record (a claim lost
-// meanwhile rolls the effect back: idem.ErrLockLost) — so the order, the
-// stock and the outbox row are written together with the record or not at
-// all — by construction, not by care: a process killed anywhere in
-// between leaves the transaction uncommitted, and the retry runs again.
+// the record — first the statement that checks that the claim is still the
+// caller's and completes the record (a claim lost is idem.ErrLockLost, and
+// the effect does not run), then the effect, then the commit — so the
+// order, the stock and the outbox row are written together with the record
+// or not at all — by construction, not by care: a process killed anywhere
+// in between leaves the transaction uncommitted, and the retry runs again.
+// The effect's row locks (a SKU's stock row, shared by every buyer) are
+// held from its writes to the commit: one round trip.
 //
 // The effect returns nil to go ahead. Any other error rolls everything
 // back: a database's own answer (a constraint, a syntax error) is an

@@ -519,17 +519,21 @@ var (
 )
 
 // completeEffect is completeTx with an effect, in the Store's own
-// transaction: the effect first, then the record completed by the
-// statement that checks the claim (the row's lock, the token, the lease),
-// and — only when a duplicate watches it — the notification. A claim lost
-// meanwhile (ErrLockLost) rolls the effect back with the transaction. Two
-// round trips fewer than a look at the record before the effect and a
-// notification sent whatever.
+// transaction: first the record completed by the statement that checks
+// the claim (the row's lock, the token, the lease) and — only when a
+// duplicate watches it — the notification, then the effect, then the
+// commit (the caller's). The record comes first because its row is the
+// claim's own, while an effect's rows are often shared (a SKU's stock, an
+// account's balance): each of their locks is then held from the effect's
+// write to the commit, one round trip, not two. A claim lost
+// (ErrLockLost) is found before the effect runs; an effect that fails or
+// refuses rolls the completion back with the transaction. Once the
+// completion has the record's row lock, no other Begin can take the claim
+// over before the transaction ends, however long the effect waits for its
+// rows. Two round trips fewer than a look at the record before the effect
+// and a notification sent whatever.
 func (s *Store) completeEffect(ctx context.Context, tx *sql.Tx, c idem.Claim, result []byte, retention time.Duration, effect Effect) error {
 	key := c.Key.String()
-	if err := effect(ctx, tx); err != nil {
-		return effectError(ctx, tx, key, err)
-	}
 	if result == nil {
 		result = []byte{}
 	}
@@ -540,19 +544,25 @@ func (s *Store) completeEffect(ctx context.Context, tx *sql.Tx, c idem.Claim, re
 		switch {
 		case errors.Is(err, sql.ErrNoRows):
 			return lost
-		case err != nil || !watched:
+		case err != nil:
+			return err
+		case watched:
+			_, _, records := s.Tables()
+			if _, err := tx.ExecContext(ctx, s.q.notifyWatched, records, keyHash(key)); err != nil {
+				return err
+			}
+		}
+	} else {
+		res, err := tx.ExecContext(ctx, s.q.myComplete, us(retention), result, []byte(key), c.Token)
+		if err != nil {
 			return err
 		}
-		_, _, records := s.Tables()
-		_, err = tx.ExecContext(ctx, s.q.notifyWatched, records, keyHash(key))
-		return err
+		if n, err := res.RowsAffected(); err != nil || n != 1 {
+			return errors.Join(lost, err)
+		}
 	}
-	res, err := tx.ExecContext(ctx, s.q.myComplete, us(retention), result, []byte(key), c.Token)
-	if err != nil {
-		return err
-	}
-	if n, err := res.RowsAffected(); err != nil || n != 1 {
-		return errors.Join(lost, err)
+	if err := effect(ctx, tx); err != nil {
+		return effectError(ctx, tx, key, err)
 	}
 	return nil
 }

@@ -292,3 +292,45 @@ func TestCleanupTakesTurns(t *testing.T) {
 		})
 	}
 }
+
+// A completion with an Effect checks the claim before it runs the effect:
+// a claim lost (its lease ran out and another Begin took the key) is
+// ErrLockLost and the effect is not run at all — not run and rolled back,
+// which would still hold its rows' locks (a SKU's stock, shared by every
+// buyer) for the statement's round trip.
+func TestLostClaimDoesNotRunEffect(t *testing.T) {
+	for name, dbURL := range databases(t) {
+		t.Run(name, func(t *testing.T) {
+			s, other := migrated(t, dbURL), open(t, dbURL)
+			ctx := t.Context()
+			key := idem.MustKey(idem.ScopedKey("lost-claim-effect", time.Now().Format(time.RFC3339Nano)))
+			c, err := s.Begin(ctx, key, "fp", 50*time.Millisecond)
+			if err != nil || c.State != idem.Acquired {
+				t.Fatalf("Begin: %v %v", c.State, err)
+			}
+			var next idem.Claim
+			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+				if next, err = other.Begin(ctx, key, "fp", time.Minute); err != nil {
+					t.Fatal(err)
+				}
+				if next.State == idem.Acquired || time.Now().After(deadline) {
+					break
+				}
+			}
+			if next.State != idem.Acquired {
+				t.Fatalf("the key was not taken over: %v", next.State)
+			}
+			ran := 0
+			err = s.CompleteWith(ctx, c, []byte("late"), time.Minute, sqlstore.Effect(func(context.Context, *sql.Tx) error {
+				ran++
+				return nil
+			}))
+			if !errors.Is(err, idem.ErrLockLost) || ran != 0 {
+				t.Errorf("completion of the lost claim: %v, the effect ran %d times; want ErrLockLost and no run", err, ran)
+			}
+			if err := other.Complete(ctx, next, []byte("ok"), time.Minute); err != nil {
+				t.Errorf("the new claim's completion: %v", err)
+			}
+		})
+	}
+}
