@@ -614,7 +614,6 @@ var errSessionLost = errors.New("session lease lost")
 // way to the leader when the first delete went out (a request on another
 // stream may overtake it) would otherwise leave them after all.
 func (s *Store) removeUnanswered(sess *session, key, mine, owner string, ttl time.Duration) {
-	s.removeEntry(sess, mine)
 	own, rec := s.ownerKey(key), ownerRec{owner, mine, 1}.encode()
 	remove := func() {
 		retryUntil(sess.done, func(ctx context.Context) error {
@@ -628,10 +627,8 @@ func (s *Store) removeUnanswered(sess *session, key, mine, owner string, ttl tim
 			return err
 		})
 	}
-	s.bg.Go(func() {
-		if owner != "" {
-			remove()
-		}
+	s.bg.Go(func() { // in the background: the caller has its error already
+		remove()
 		t := time.NewTimer(ttl)
 		defer t.Stop()
 		select {
