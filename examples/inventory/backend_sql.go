@@ -128,9 +128,9 @@ func (s *SQL) Sell(ctx context.Context, o Order, lockFence uint64) (any, error) 
 	return sqlstore.Effect(func(ctx context.Context, tx *sql.Tx) error {
 		// The order first, the stock last: the SKU's row is the one every
 		// sale of it waits for, and its lock is held from the UPDATE to
-		// the commit — two round trips (the record's completion, the
-		// commit) rather than four. A sale the UPDATE refuses rolls the
-		// order back with it.
+		// the commit — one round trip (sqlstore completes the record
+		// before it runs the effect) rather than three. A sale the UPDATE
+		// refuses rolls the order and the record's completion back.
 		for _, table := range []string{"inventory_orders", "inventory_outbox"} {
 			if _, err := tx.ExecContext(ctx, s.q("INSERT INTO "+table+" (ns, id, body) VALUES (?, ?, ?)"), s.ns, o.OrderID, string(body)); err != nil {
 				return err
