@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bsm/redislock"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/oncekit/oncekit/core/idem"
@@ -206,6 +207,36 @@ func controlDoer(c *redis.Client, prefix string) doer {
 	}
 }
 
+// lockedDoer is the careful hand-written version: the stored result is
+// read first (a replay is one GET); a miss takes a bsm/redislock lock on
+// the key, reads again (a run that finished meanwhile), runs, stores the
+// result and unlocks — five round trips for a new key. The lock keeps two
+// runs of one key apart, which a bare SET NX claim does only until its
+// TTL, with nothing to tell the run that it ran out.
+func lockedDoer(c *redis.Client, prefix string) doer {
+	rl := redislock.New(c)
+	return func(ctx context.Context, key string, run func() []byte) ([]byte, bool, error) {
+		name := prefix + key
+		if v, err := c.Get(ctx, name).Bytes(); err == nil {
+			return v, true, nil
+		} else if !errors.Is(err, redis.Nil) {
+			return nil, false, err
+		}
+		l, err := rl.Obtain(ctx, name+":lock", 30*time.Second, nil)
+		if err != nil {
+			return nil, false, err
+		}
+		defer l.Release(context.WithoutCancel(ctx))
+		if v, err := c.Get(ctx, name).Bytes(); err == nil {
+			return v, true, nil
+		} else if !errors.Is(err, redis.Nil) {
+			return nil, false, err
+		}
+		res := run()
+		return res, false, c.Set(ctx, name, res, 24*time.Hour).Err()
+	}
+}
+
 // redisGuard is a Guard over a redisstore Store on c, its records under a
 // prefix of their own.
 func redisGuard(b *testing.B, c *redis.Client, name string) *idem.Guard {
@@ -230,7 +261,8 @@ func guardDoer(b *testing.B, c *redis.Client) doer {
 }
 
 // BenchmarkNewKeyGuard: idem.Guard.Do on redisstore against the
-// hand-written control, for a new key every call and for a replay of a
+// hand-written controls (a bare SET NX claim, and the careful version
+// under a redislock lock), for a new key every call and for a replay of a
 // completed key, by 1 and 16 workers each with its own client.
 func BenchmarkNewKeyGuard(b *testing.B) {
 	addr := testenv.RedisAddrs(b, 1)[0]
@@ -242,6 +274,7 @@ func BenchmarkNewKeyGuard(b *testing.B) {
 	}{
 		{"oncekit", guardDoer},
 		{"control", func(b *testing.B, c *redis.Client) doer { return controlDoer(c, benchKey("control")+":") }},
+		{"control-locked", func(b *testing.B, c *redis.Client) doer { return lockedDoer(c, benchKey("control-locked")+":") }},
 	}
 	for _, mode := range []string{"new", "replay"} {
 		for _, workers := range []int{1, 16} {
