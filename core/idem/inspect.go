@@ -62,8 +62,8 @@ type Lister interface {
 	// particular order, until fn returns false. Records written or
 	// deleted meanwhile may or may not be seen; a key may be seen whose
 	// record has just expired, or that the store keeps only to count a
-	// later claim's Attempt (an abandoned claim, for AttemptMemory:
-	// Redis, Redlock, ZooKeeper) — InspectRecord then finds none. It reads
+	// later claim's Attempt (an abandoned claim, for AttemptMemory, on
+	// ZooKeeper) — InspectRecord then finds none. It reads
 	// the whole key space in pages: for an operator, not a request path.
 	ListKeys(ctx context.Context, fn func(key string) bool) error
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -199,5 +200,44 @@ func TestReplaysAnsweredByOneGet(t *testing.T) {
 	}
 	if r, err := st.Begin(ctx, idem.MustKey(k+"-new"), "fp", time.Minute); err != nil || r.State != idem.Acquired || r.Attempt != 1 {
 		t.Errorf("a new key after the replays: %v attempt %d %v, want acquired, attempt 1", r.State, r.Attempt, err)
+	}
+}
+
+// ListKeys lists what InspectRecord reports: an abandoned claim's
+// tombstone and an in-flight claim past its lease, both kept a day only to
+// count the next claim's attempt, are not listed (oncectl record list
+// asked each of them, a round trip per key, and found nothing).
+func TestListKeysSkipsAttemptMemory(t *testing.T) {
+	s := newStore(t, newClient(t), redisstore.WithRecordPrefix(fmt.Sprintf("list-attempts:%d:", time.Now().UnixNano())))
+	ctx := t.Context()
+	begin := func(key string, lease time.Duration) idem.Claim {
+		t.Helper()
+		c, err := s.Begin(ctx, idem.MustKey(key), "fp", lease)
+		if err != nil || c.State != idem.Acquired {
+			t.Fatalf("Begin %s: %v %v", key, c.State, err)
+		}
+		return c
+	}
+	if err := s.Abandon(ctx, begin("abandoned", time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	begin("in-flight", time.Minute)
+	if err := s.Complete(ctx, begin("completed", time.Minute), []byte("ok"), time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	begin("lease-over", 20*time.Millisecond)
+	time.Sleep(50 * time.Millisecond)
+	var listed []string
+	if err := s.ListKeys(ctx, func(k string) bool { listed = append(listed, k); return true }); err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(listed)
+	if want := []string{"completed", "in-flight"}; !slices.Equal(listed, want) {
+		t.Errorf("ListKeys listed %q, want %q", listed, want)
+	}
+	for _, k := range []string{"abandoned", "lease-over"} {
+		if info, err := s.InspectRecord(ctx, k); err != nil || info.Found {
+			t.Errorf("InspectRecord(%s) = %+v, %v; want none", k, info, err)
+		}
 	}
 }

@@ -3,6 +3,7 @@ package rediskit
 import (
 	"context"
 	_ "embed"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -200,16 +201,21 @@ func DeleteRecord(ctx context.Context, c redis.Scripter, r Records, key idem.Key
 func ListRecordKeys(ctx context.Context, c any, r Records, fn func(key string) bool) error {
 	match := globEscape(r.Prefix) + "{*"
 	stopped := false
-	scan := func(ctx context.Context, sc interface {
-		Scan(ctx context.Context, cursor uint64, match string, count int64) *redis.ScanCmd
-	}) error {
+	scan := func(ctx context.Context, sc scanner) error {
 		var cursor uint64
 		for !stopped {
 			names, next, err := sc.Scan(ctx, cursor, match, 1000).Result()
 			if err != nil {
 				return err
 			}
-			for _, name := range names {
+			live, err := recordsAlive(ctx, sc, names)
+			if err != nil {
+				return err
+			}
+			for i, name := range names {
+				if !live[i] {
+					continue
+				}
 				if key, ok := r.KeyOf(name); ok && !fn(key) {
 					stopped = true
 					return nil
@@ -229,12 +235,60 @@ func ListRecordKeys(ctx context.Context, c any, r Records, fn func(key string) b
 			defer mu.Unlock()
 			return scan(ctx, n)
 		})
-	case interface {
-		Scan(ctx context.Context, cursor uint64, match string, count int64) *redis.ScanCmd
-	}:
+	case scanner:
 		return scan(ctx, c)
 	}
 	return fmt.Errorf("cannot list keys through a %T (it has no SCAN)", c)
+}
+
+// scanner is a client ListRecordKeys can walk.
+type scanner interface {
+	Scan(ctx context.Context, cursor uint64, match string, count int64) *redis.ScanCmd
+}
+
+// recordsAlive reads, in one round trip, which of names hold something
+// InspectRecord would report: not an abandoned claim's tombstone, nor an
+// in-flight claim past its lease — both kept only to count the next
+// claim's attempt (see lua/claim.lua), for idem.AttemptMemory. Anything
+// else (a record, a corrupt value, a key of another type) is listed, and
+// every name when c cannot pipeline (every redis.UniversalClient, and a
+// Cluster's node, can).
+func recordsAlive(ctx context.Context, c scanner, names []string) ([]bool, error) {
+	live := make([]bool, len(names))
+	pc, ok := c.(interface{ Pipeline() redis.Pipeliner })
+	if !ok {
+		for i := range live {
+			live[i] = true
+		}
+		return live, nil
+	}
+	if len(names) == 0 {
+		return live, nil
+	}
+	p := pc.Pipeline()
+	heads := make([]*redis.StringCmd, len(names))
+	pttls := make([]*redis.DurationCmd, len(names))
+	for i, name := range names {
+		heads[i] = p.GetRange(ctx, name, 0, 4)
+		pttls[i] = p.PTTL(ctx, name)
+	}
+	if _, err := p.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) && !IsReply(err) {
+		return nil, err
+	}
+	for i := range names {
+		head, err := heads[i].Result()
+		switch {
+		case err != nil: // not a string (a reply error): not ours, listed
+			live[i] = true
+		case head == "R1|x|":
+			live[i] = false
+		case head == "R1|i|":
+			live[i] = pttls[i].Val() < 0 || pttls[i].Val() > idem.AttemptMemory
+		default:
+			live[i] = head != "" // "": the key went meanwhile
+		}
+	}
+	return live, nil
 }
 
 // globEscape escapes the characters SCAN's MATCH pattern treats specially.
