@@ -14,6 +14,7 @@ import (
 
 	"github.com/oncekit/oncekit/core/idem"
 	"github.com/oncekit/oncekit/internal/testenv"
+	"github.com/oncekit/oncekit/storage/etcdstore"
 )
 
 // A claim whose lease runs out without an Extend is deleted by its Store
@@ -77,26 +78,7 @@ func TestExpiredClaimDeletedAfterFailedAttempt(t *testing.T) {
 // process lived. The next Begin claims the key, its attempt counting the
 // lost claim.
 func TestLostBeginAnswerLeavesNoClaim(t *testing.T) {
-	eps := testenv.EtcdAddrs(t)
-	var failed atomic.Int32
-	loseAnswer := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn,
-		invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-		err := invoker(ctx, method, req, reply, cc, opts...)
-		if tr, ok := req.(*etcdserverpb.TxnRequest); ok && err == nil && len(tr.Compare) == 1 &&
-			tr.Compare[0].Target == etcdserverpb.Compare_CREATE && len(tr.Success) == 2 &&
-			tr.Success[0].GetRequestPut() != nil && failed.CompareAndSwap(0, 1) {
-			return status.Error(codes.Unavailable, "connection lost after the request was sent")
-		}
-		return err
-	}
-	c, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second,
-		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(loseAnswer)}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	s := newStore(t, c)
-	other := newStore(t, newClient(t, eps))
+	s, other, failed := loseOneAnswer(t, 2)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	key := idem.MustKey("lost-begin-answer-" + time.Now().Format("150405.000000"))
@@ -130,26 +112,7 @@ func TestLostBeginAnswerLeavesNoClaim(t *testing.T) {
 // transaction commits but whose answer is lost leaves no entry holding the
 // key for nobody.
 func TestLostAcquireAnswerLeavesNoHolder(t *testing.T) {
-	eps := testenv.EtcdAddrs(t)
-	var failed atomic.Int32
-	loseAnswer := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn,
-		invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-		err := invoker(ctx, method, req, reply, cc, opts...)
-		if tr, ok := req.(*etcdserverpb.TxnRequest); ok && err == nil && len(tr.Compare) == 1 &&
-			tr.Compare[0].Target == etcdserverpb.Compare_CREATE && len(tr.Success) == 1 &&
-			tr.Success[0].GetRequestPut() != nil && failed.CompareAndSwap(0, 1) {
-			return status.Error(codes.Unavailable, "connection lost after the request was sent")
-		}
-		return err
-	}
-	c, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second,
-		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(loseAnswer)}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	s := newStore(t, c)
-	other := newStore(t, newClient(t, eps))
+	s, other, failed := loseOneAnswer(t, 1)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	key := "lost-acquire-answer-" + time.Now().Format("150405.000000")
@@ -173,4 +136,31 @@ func TestLostAcquireAnswerLeavesNoHolder(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// loseOneAnswer returns a Store whose client loses the answer of the first
+// transaction that creates an entry with ops operations (a Begin: 2, its
+// put and the attempt count; an Acquire: 1) after the servers applied it —
+// the connection cut after the request was sent — with the number of
+// answers lost so far; and a Store on a client of its own.
+func loseOneAnswer(t *testing.T, ops int) (*etcdstore.Store, *etcdstore.Store, *atomic.Int32) {
+	eps := testenv.EtcdAddrs(t)
+	failed := new(atomic.Int32)
+	loseAnswer := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn,
+		invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		err := invoker(ctx, method, req, reply, cc, opts...)
+		if tr, ok := req.(*etcdserverpb.TxnRequest); ok && err == nil && len(tr.Compare) == 1 &&
+			tr.Compare[0].Target == etcdserverpb.Compare_CREATE && len(tr.Success) == ops &&
+			tr.Success[0].GetRequestPut() != nil && failed.CompareAndSwap(0, 1) {
+			return status.Error(codes.Unavailable, "connection lost after the request was sent")
+		}
+		return err
+	}
+	c, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second,
+		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(loseAnswer)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return newStore(t, c), newStore(t, newClient(t, eps)), failed
 }

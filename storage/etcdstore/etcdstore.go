@@ -605,37 +605,21 @@ func (s *Store) waitDeleted(ctx context.Context, sess *session, key string) erro
 var errSessionLost = errors.New("session lease lost")
 
 // removeUnanswered removes what an acquisition's transaction wrote if it
-// committed without its answer reaching us: its entry mine and, for an
-// owner, the owner record that names it (when it still does). Both are
-// ours alone: deleting them is a no-op when the transaction did not
-// commit.
-//
-// Both are removed again once ttl has passed: a transaction still on its
-// way to the leader when the first delete went out (a request on another
-// stream may overtake it) would otherwise leave them after all.
+// committed without its answer reaching us (undoUnanswered): its entry
+// mine and, for an owner, the owner record that names it (when it still
+// does). Both are ours alone: deleting them is a no-op when the
+// transaction did not commit.
 func (s *Store) removeUnanswered(sess *session, key, mine, owner string, ttl time.Duration) {
 	own, rec := s.ownerKey(key), ownerRec{owner, mine, 1}.encode()
-	remove := func() {
-		retryUntil(sess.done, func(ctx context.Context) error {
-			then := []clientv3.Op{clientv3.OpDelete(mine)}
-			if owner == "" {
-				_, err := s.c.Txn(ctx).Then(then...).Commit()
-				return err
-			}
-			_, err := s.c.Txn(ctx).If(clientv3.Compare(clientv3.Value(own), "=", rec)).
-				Then(append(then, clientv3.OpDelete(own))...).Else(then...).Commit()
+	s.undoUnanswered(sess.done, ttl, func(ctx context.Context) error {
+		then := []clientv3.Op{clientv3.OpDelete(mine)}
+		if owner == "" {
+			_, err := s.c.Txn(ctx).Then(then...).Commit()
 			return err
-		})
-	}
-	s.bg.Go(func() { // in the background: the caller has its error already
-		remove()
-		t := time.NewTimer(ttl)
-		defer t.Stop()
-		select {
-		case <-t.C:
-			remove()
-		case <-sess.done:
 		}
+		_, err := s.c.Txn(ctx).If(clientv3.Compare(clientv3.Value(own), "=", rec)).
+			Then(append(then, clientv3.OpDelete(own))...).Else(then...).Commit()
+		return err
 	})
 }
 

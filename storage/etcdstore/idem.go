@@ -373,32 +373,15 @@ func (s *Store) expireClaim(entry string, rev int64) {
 // did commit, nobody holds the claim to complete or abandon it, and its
 // session, which this Store keeps alive, would keep it in flight for as
 // long as the process lives. The entry is the Begin's own (its token), so
-// the delete touches nothing else; a transaction that did not commit makes
-// it a no-op. In the background, retried until it succeeds or the Store
-// closes (which revokes the sessions, and the entry with them). The
-// attempt the transaction counted stays counted: the next claim's Attempt
-// may be one too high, never too low.
-//
-// The delete is sent again once the claim's lease has passed: a
-// transaction still on its way to the leader when the first delete went
-// out (a request on another stream may overtake it) would otherwise leave
-// its entry after all.
+// the delete touches nothing else (undoUnanswered: now, and again once the
+// claim's lease has passed, until the Store closes, which revokes the
+// sessions and the entry with them). The attempt the transaction counted
+// stays counted: the next claim's Attempt may be one too high, never too
+// low.
 func (s *Store) dropUnanswered(entry string, lease time.Duration) {
-	drop := func() {
-		retryUntil(s.stop, func(ctx context.Context) error {
-			_, err := s.c.Delete(ctx, entry)
-			return err
-		})
-	}
-	s.bg.Go(func() {
-		drop()
-		t := time.NewTimer(lease)
-		defer t.Stop()
-		select {
-		case <-t.C:
-			drop()
-		case <-s.stop:
-		}
+	s.undoUnanswered(s.stop, lease, func(ctx context.Context) error {
+		_, err := s.c.Delete(ctx, entry)
+		return err
 	})
 }
 

@@ -149,6 +149,26 @@ func retryUntil(stop <-chan struct{}, attempt func(ctx context.Context) error) {
 	}
 }
 
+// undoUnanswered runs undo, retried until it succeeds or stop closes, for
+// a transaction whose answer was lost (it may have committed), in the
+// background (its caller has its error already) — and once more after
+// after: a transaction still on its way to the leader when the first undo
+// went out (a request on another stream may overtake it) would otherwise
+// leave its writes after all. undo must be harmless when the transaction
+// did not commit (it deletes what only that transaction writes).
+func (s *Store) undoUnanswered(stop <-chan struct{}, after time.Duration, undo func(ctx context.Context) error) {
+	s.bg.Go(func() {
+		retryUntil(stop, undo)
+		t := time.NewTimer(after)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			retryUntil(stop, undo)
+		case <-stop:
+		}
+	})
+}
+
 // deleteUntilDone deletes the entry (this lease's own key), retrying until
 // it succeeds or the session ends.
 func (l *lease) deleteUntilDone() {
