@@ -157,7 +157,12 @@
 // On MySQL, use the DSN that Open builds (or set the same yourself):
 // interpolateParams=true, one round trip per statement instead of three
 // for a server-side prepared statement, and time_zone='+00:00', so that
-// the server's clock reads the same in every session. The Store uses the
+// the server's clock reads the same in every session. A *sql.DB from
+// Open or OpenDB also keeps the Store's own statements prepared on each
+// of its connections (prepared the first time a connection runs one,
+// closed with the connection): the server parses them once, not on every
+// run — on a new key about a fifth more locks a second at 16 workers. A
+// *sql.DB from sql.Open works the same, its statements sent as text. The Store uses the
 // server's default isolation level: every decision rests on rows it has
 // locked, which every level reads as committed.
 //

@@ -145,7 +145,7 @@ func (s *Store) Begin(ctx context.Context, k idem.Key, fingerprint string, lease
 		// Most recent Begins claimed their key: most likely a new one
 		// (MariaDB; on MySQL 8 an insert would wait for a locked row).
 		tok := token.New()
-		res, err := s.db.ExecContext(ctx, s.q.myBeginInsert, []byte(key), []byte(fingerprint), tok, us(lease))
+		res, err := s.exec(ctx, s.q.myBeginInsert, []byte(key), []byte(fingerprint), tok, us(lease))
 		switch {
 		case err == nil:
 			fence, err := res.LastInsertId()
@@ -204,7 +204,7 @@ func (s *Store) Begin(ctx context.Context, k idem.Key, fingerprint string, lease
 		s.seen(false)
 		if r.corrupt() == "" {
 			tok := token.New()
-			res, err := s.db.ExecContext(ctx, s.q.myBegin, []byte(key), []byte(fingerprint), tok, us(lease))
+			res, err := s.exec(ctx, s.q.myBegin, []byte(key), []byte(fingerprint), tok, us(lease))
 			if err != nil && !retryable(err) {
 				return idem.Claim{}, s.errWrap("begin", key, err)
 			}
@@ -354,7 +354,7 @@ func (s *Store) complete(ctx context.Context, c idem.Claim, result []byte, reten
 		if result == nil {
 			result = []byte{}
 		}
-		res, err := s.db.ExecContext(ctx, s.q.myComplete, us(retention), result, []byte(key), c.Token)
+		res, err := s.exec(ctx, s.q.myComplete, us(retention), result, []byte(key), c.Token)
 		if err != nil && !retryable(err) {
 			return s.errWrap("complete", key, err)
 		}

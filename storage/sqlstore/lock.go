@@ -368,7 +368,7 @@ func (s *Store) attempt(ctx context.Context, key string, ttl time.Duration, owne
 // it did.
 func (s *Store) myTake(ctx context.Context, key string, ttl time.Duration, owner string) (g grant, ok bool, err error) {
 	tok := token.New()
-	res, err := s.db.ExecContext(ctx, s.q.myAcquire, []byte(key), tok, []byte(owner), us(ttl), []byte(key))
+	res, err := s.exec(ctx, s.q.myAcquire, []byte(key), tok, []byte(owner), us(ttl), []byte(key))
 	if err != nil && !retryable(err) {
 		return grant{}, false, s.errWrap("acquire", key, err)
 	}
@@ -393,7 +393,7 @@ func (s *Store) headAcquire(ctx context.Context, key string, ttl time.Duration, 
 		}
 		return grant{token: tok, fence: fence}, true, nil
 	}
-	res, err := s.db.ExecContext(ctx, s.q.headAcquire, tok, []byte{}, us(ttl), []byte(key), []byte(key), waiter)
+	res, err := s.exec(ctx, s.q.headAcquire, tok, []byte{}, us(ttl), []byte(key), []byte(key), waiter)
 	if err != nil && !retryable(err) {
 		return grant{}, false, s.errWrap("acquire", key, err)
 	}
@@ -583,7 +583,7 @@ func (l *lease) StoreRelease(ctx context.Context) error {
 		}
 	}
 	if s.q.myRelease != "" {
-		res, err := s.db.ExecContext(ctx, s.q.myRelease, []byte(l.key), l.Token())
+		res, err := s.exec(ctx, s.q.myRelease, []byte(l.key), l.Token())
 		if err != nil && !retryable(err) {
 			return s.errWrap("release", l.key, err)
 		}

@@ -80,7 +80,8 @@ func cutNotify(rawURL string) (string, bool, error) {
 // SetMaxIdleConns). For MySQL it sets what the Store needs from a
 // connection: parameters interpolated on the client (one round trip per
 // statement instead of three) and the UTC time zone for the server's
-// clock.
+// clock; and its connections keep the Store's statements prepared on the
+// server (see "Connections" in the package documentation).
 func OpenDB(rawURL string) (*sql.DB, error) {
 	db, err := openDB(rawURL)
 	if err != nil {
@@ -105,7 +106,15 @@ func openDB(rawURL string) (*sql.DB, error) {
 		if err != nil {
 			return nil, err
 		}
-		return sql.Open("mysql", dsn)
+		cfg, err := mysql.ParseDSN(dsn)
+		if err != nil {
+			return nil, err
+		}
+		c, err := mysql.NewConnector(cfg)
+		if err != nil {
+			return nil, err
+		}
+		return sql.OpenDB(myConnector{c}), nil
 	}
 	return nil, fmt.Errorf("sqlstore: database URL scheme %q: want postgres:// or mysql://", u.Scheme)
 }

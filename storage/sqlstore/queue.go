@@ -774,7 +774,7 @@ func (s *Store) myTryLook(ctx context.Context, c *sql.Conn, key, tok, owner stri
 		// times two, plus one when GET_LOCK said yes), at the cost of an
 		// insert — a statement that may update a row costs the server
 		// more than twice that, even when it finds none.
-		res, err := c.ExecContext(ctx, s.q.sqInsert, []byte(key), tok, []byte(owner), name, us(ttl))
+		res, err := connExec(ctx, c, s.q.sqInsert, []byte(key), tok, []byte(owner), name, us(ttl))
 		switch {
 		case err == nil:
 			v, err := res.LastInsertId()
@@ -792,7 +792,7 @@ func (s *Store) myTryLook(ctx context.Context, c *sql.Conn, key, tok, owner stri
 		}
 		existed = true
 	}
-	res, err := c.ExecContext(ctx, s.q.sqTry, []byte(key), tok, []byte(owner), us(ttl), name)
+	res, err := connExec(ctx, c, s.q.sqTry, []byte(key), tok, []byte(owner), us(ttl), name)
 	if err != nil {
 		return look{}, err
 	}
@@ -842,7 +842,7 @@ func (s *Store) myWaitLook(ctx context.Context, c *sql.Conn, key, tok, owner str
 		defer cancel()
 		_, _ = s.db.ExecContext(kctx, "KILL QUERY "+strconv.FormatInt(id, 10))
 	})
-	res, err := c.ExecContext(wctx, s.q.sqWait, []byte(key), tok, []byte(owner), us(ttl), name, secs)
+	res, err := connExec(wctx, c, s.q.sqWait, []byte(key), tok, []byte(owner), us(ttl), name, secs)
 	if !stop() {
 		// Killed (or about to be): whatever the statement did, the
 		// caller gives up; a row it took for tok is given back, and c,
@@ -880,12 +880,19 @@ var errConnKilled = errors.New("sqlstore: the wait was ended by KILL QUERY")
 func (s *Store) myConnID(ctx context.Context, c *sql.Conn) (int64, error) {
 	var dc any
 	_ = c.Raw(func(d any) error { dc = d; return nil })
+	if mc, ok := dc.(*myConn); ok && mc.id != 0 {
+		return mc.id, nil
+	}
 	if id, ok := s.connIDs.Load(dc); ok {
 		return id.(int64), nil
 	}
 	var id int64
 	if err := c.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&id); err != nil {
 		return 0, err
+	}
+	if mc, ok := dc.(*myConn); ok {
+		mc.id = id // (c is ours until the caller hands it back)
+		return id, nil
 	}
 	if s.connIDCount.Add(1) > 4096 { // connections come and go: start over
 		s.connIDs.Clear()
@@ -897,7 +904,7 @@ func (s *Store) myConnID(ctx context.Context, c *sql.Conn) (int64, error) {
 
 // myTakeLook takes the row if it is free (the session lock as it is).
 func (s *Store) myTakeLook(ctx context.Context, c *sql.Conn, key, tok, owner string, ttl time.Duration) (look, error) {
-	res, err := c.ExecContext(ctx, s.q.myAcquire, []byte(key), tok, []byte(owner), us(ttl), []byte(key))
+	res, err := connExec(ctx, c, s.q.myAcquire, []byte(key), tok, []byte(owner), us(ttl), []byte(key))
 	if err != nil {
 		return look{}, err
 	}
@@ -916,7 +923,7 @@ func (s *Store) myTakeLook(ctx context.Context, c *sql.Conn, key, tok, owner str
 // lock (the next waiter's take waits for its commit).
 func (s *Store) myReleasePinned(ctx context.Context, l *lease, c *sql.Conn) (bool, error) {
 	name := s.sessionName(l.key)
-	res, err := c.ExecContext(ctx, s.q.sqRelease, name, []byte(l.key), l.Token())
+	res, err := connExec(ctx, c, s.q.sqRelease, name, []byte(l.key), l.Token())
 	if err != nil {
 		discard(c)
 		return false, err

@@ -30,6 +30,7 @@ var schemas embed.FS
 type Store struct {
 	connIDs     sync.Map     // MySQL: driver connection -> CONNECTION_ID() (myConnID)
 	connIDCount atomic.Int64 // entries stored in connIDs since it was last cleared
+	myText      atomic.Bool  // MySQL: db's connections keep no statements (not OpenDB's: see myConn)
 	db          *sql.DB
 	ownsDB      bool // Open made db: Close closes it
 	dialect     Dialect

@@ -45,7 +45,9 @@ func databases(t *testing.T) map[string]string {
 // suiteDatabases are databases plus the connection settings the
 // conformance suites must pass under too: MySQL with clientFoundRows=true
 // (an ON DUPLICATE KEY UPDATE that changes nothing reports a row; the
-// idempotency suite runs it without INSERT ... RETURNING, as on MySQL 8), and
+// idempotency suite runs it without INSERT ... RETURNING, as on MySQL 8;
+// both suites through a *sql.DB of sql.Open's, which sends statements as
+// text: see suiteStore), and
 // PostgreSQL whose sessions default to REPEATABLE READ, and PostgreSQL
 // behind pgbouncer in transaction pooling mode (no LISTEN, no named
 // prepared statements: notify=false and pgx's exec mode).
@@ -79,6 +81,35 @@ func open(t testing.TB, url string, opts ...sqlstore.Option) *sqlstore.Store {
 	return s
 }
 
+// suiteStore is open for the conformance suites' configuration name: on
+// "mysql-found-rows", a Store made by New over a *sql.DB of sql.Open's
+// (its statements go as text, not prepared per connection as on Open's).
+func suiteStore(t testing.TB, name, rawURL string, opts ...sqlstore.Option) *sqlstore.Store {
+	t.Helper()
+	if name != "mysql-found-rows" {
+		return open(t, rawURL, opts...)
+	}
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dsn, err := sqlstore.MySQLDSN(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := sql.Open("mysql", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.SetMaxOpenConns(sqlstore.DefaultMaxConns)
+	s, err := sqlstore.New(db, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close(); db.Close() })
+	return s
+}
+
 // migrated opens a Store on url and applies the schema.
 func migrated(t testing.TB, url string, opts ...sqlstore.Option) *sqlstore.Store {
 	t.Helper()
@@ -108,7 +139,7 @@ func TestConformance(t *testing.T) {
 			t.Parallel() // (keys are the suite's own, random)
 			migrated(t, url)
 			locktest.Run(t, locktest.Config{
-				NewLocker:     func(t *testing.T) lock.Locker { return open(t, url) },
+				NewLocker:     func(t *testing.T) lock.Locker { return suiteStore(t, name, url) },
 				Reentrant:     true,
 				HolderProcess: true,
 				ProcessEnv:    []string{holderURLEnv + "=" + url},
@@ -132,7 +163,7 @@ func TestIdemConformance(t *testing.T) {
 				opts = append(opts, sqlstore.WithoutReturning())
 			}
 			idemtest.Run(t, idemtest.Config{
-				NewStore:      func(t *testing.T) idem.Store { return open(t, url, opts...) },
+				NewStore:      func(t *testing.T) idem.Store { return suiteStore(t, name, url, opts...) },
 				RunnerProcess: true,
 				ProcessEnv:    []string{holderURLEnv + "=" + url},
 				Corrupt: func(t *testing.T, key string) {
