@@ -44,7 +44,7 @@ type queries struct {
 	recList                                                        string
 	queueHeadNow, notifyHead, peek                                 string
 	notify                                                         string // PostgreSQL only
-	cleanup                                                        [3]string
+	cleanup                                                        [4]string // locks, records, records' sweep_us (see the schema), waiters
 	cleanupPick, cleanupByKey                                      string // MySQL: the locks table's cleanup, by key
 	// PostgreSQL's one-statement fast paths ("" on MySQL): the common
 	// case of each operation in one round trip; anything else falls back
@@ -112,6 +112,11 @@ func newQueries(d Dialect, prefix string) queries {
 	// A row the cleanup may delete besides its expiry and fence: not a
 	// claim that ended without completing within the memory.
 	forgotten := "(state = 2 OR expires_us < " + now + " - " + memory + ")"
+	// When a record row may go: past its expiry (plus the attempt memory
+	// unless completed) and its fence; the sweep sets it for the rows it
+	// finds past their sweep_us that may not go yet (never before now, so
+	// one pass does not meet a row twice).
+	mayGo := "GREATEST(expires_us + CASE WHEN state = 2 THEN 0 ELSE " + memory + " END, fence, " + now + ")"
 	if d == Postgres {
 		// One statement takes the row lock and reads the row, creating a
 		// free row for a key never seen (or deleted).
@@ -125,11 +130,13 @@ func newQueries(d Dialect, prefix string) queries {
 			" INSERT INTO " + waiters + " (lock_key, waiter, seq, expires_us) VALUES ($1, $2, " + now + ", " + now + " + $3)" +
 			" ON CONFLICT (lock_key, waiter) DO UPDATE SET expires_us = EXCLUDED.expires_us"
 		q.notify = "SELECT pg_notify(?, ?) FROM " + records + " WHERE record_key = ? AND watched"
-		q.cleanup = [3]string{
+		q.cleanup = [4]string{
 			"DELETE FROM " + locks + " WHERE lock_key IN (SELECT lock_key FROM " + locks +
 				" WHERE expires_us < " + old + " AND fence < " + old + " LIMIT ? FOR UPDATE SKIP LOCKED)",
 			"DELETE FROM " + records + " WHERE record_key IN (SELECT record_key FROM " + records +
-				" WHERE expires_us < " + old + " AND fence < " + old + " AND " + forgotten + " LIMIT ? FOR UPDATE SKIP LOCKED)",
+				" WHERE sweep_us < " + old + " AND expires_us < " + old + " AND fence < " + old + " AND " + forgotten + " LIMIT ? FOR UPDATE SKIP LOCKED)",
+			"UPDATE " + records + " SET sweep_us = " + mayGo + " WHERE record_key IN (SELECT record_key FROM " + records +
+				" WHERE sweep_us < " + old + " LIMIT ? FOR UPDATE SKIP LOCKED)",
 			"DELETE FROM " + waiters + " WHERE (lock_key, waiter) IN (SELECT lock_key, waiter FROM " + waiters +
 				" WHERE expires_us < " + old + " LIMIT ? FOR UPDATE SKIP LOCKED)",
 		}
@@ -147,9 +154,10 @@ func newQueries(d Dialect, prefix string) queries {
 		// (The locks table's: see Store.cleanupStep.)
 		q.cleanupPick = "SELECT lock_key FROM " + locks + " WHERE expires_us < " + old + " AND fence < " + old + " LIMIT ?"
 		q.cleanupByKey = "DELETE FROM " + locks + " WHERE expires_us < " + old + " AND fence < " + old
-		q.cleanup = [3]string{
+		q.cleanup = [4]string{
 			"DELETE FROM " + locks + " WHERE expires_us < " + old + " AND fence < " + old + " LIMIT ?",
-			"DELETE FROM " + records + " WHERE expires_us < " + old + " AND fence < " + old + " AND " + forgotten + " LIMIT ?",
+			"DELETE FROM " + records + " WHERE sweep_us < " + old + " AND expires_us < " + old + " AND fence < " + old + " AND " + forgotten + " LIMIT ?",
+			"UPDATE " + records + " SET sweep_us = " + mayGo + " WHERE sweep_us < " + old + " LIMIT ?",
 			"DELETE FROM " + waiters + " WHERE expires_us < " + old + " LIMIT ?",
 		}
 	}
@@ -187,8 +195,8 @@ func newQueries(d Dialect, prefix string) queries {
 		// flight, a replay) is only read: no row lock, so duplicates of
 		// one key do not queue behind each other.
 		q.fastBegin = "WITH cur AS (SELECT state, expires_us FROM " + records + " WHERE record_key = $1)," +
-			" c AS (INSERT INTO " + records + " AS r (record_key, state, fingerprint, token, fence, expires_us, attempt)" +
-			" SELECT $1, 1, $2, $3, n.now, n.now + $4, 1 FROM (SELECT " + now + " AS now) n" +
+			" c AS (INSERT INTO " + records + " AS r (record_key, state, fingerprint, token, fence, expires_us, attempt, sweep_us)" +
+			" SELECT $1, 1, $2, $3, n.now, n.now + $4, 1, n.now + $5 FROM (SELECT " + now + " AS now) n" +
 			" WHERE NOT EXISTS (SELECT 1 FROM cur WHERE cur.state IN (1, 2) AND cur.expires_us > n.now)" +
 			" ON CONFLICT (record_key) DO UPDATE SET state = 1, fingerprint = EXCLUDED.fingerprint, token = EXCLUDED.token," +
 			" fence = GREATEST(r.fence + 1, EXCLUDED.fence), expires_us = EXCLUDED.expires_us, result = NULL," +
@@ -210,8 +218,8 @@ func newQueries(d Dialect, prefix string) queries {
 		// transaction) is left as it is, without waiting for its lock, and
 		// fastBegin claims or reads it next. Used while most of a Store's
 		// recent Begins claimed their key (Store.seen).
-		q.leanBegin = "INSERT INTO " + records + " (record_key, state, fingerprint, token, fence, expires_us, attempt)" +
-			" SELECT $1, 1, $2, $3, n.now, n.now + $4, 1 FROM (SELECT " + now + " AS now) n" +
+		q.leanBegin = "INSERT INTO " + records + " (record_key, state, fingerprint, token, fence, expires_us, attempt, sweep_us)" +
+			" SELECT $1, 1, $2, $3, n.now, n.now + $4, 1, n.now + $5 FROM (SELECT " + now + " AS now) n" +
 			" ON CONFLICT (record_key) DO NOTHING RETURNING fence, attempt"
 		// A duplicate's look before it waits: it marks the record in
 		// flight watched (once), and reads it as the statement's snapshot
@@ -242,8 +250,8 @@ func newQueries(d Dialect, prefix string) queries {
 		q.myTakeLean = takeFree("NOT queued")
 		q.myRelease = "UPDATE " + locks + " SET token = '', owner = '', holds = 0, expires_us = " + now +
 			" WHERE lock_key = ? AND token = ? AND holds = 1 AND expires_us > " + now
-		q.myBegin = "INSERT INTO " + records + " (record_key, state, fingerprint, token, fence, expires_us, result, attempt)" +
-			" VALUES (?, 1, ?, ?, LAST_INSERT_ID(" + now + "), " + now + " + ?, NULL, 1) ON DUPLICATE KEY UPDATE" +
+		q.myBegin = "INSERT INTO " + records + " (record_key, state, fingerprint, token, fence, expires_us, result, attempt, sweep_us)" +
+			" VALUES (?, 1, ?, ?, LAST_INSERT_ID(" + now + "), " + now + " + ?, NULL, 1, " + now + " + ?) ON DUPLICATE KEY UPDATE" +
 			" token = IF(state = 0 OR (state IN (1, 2) AND expires_us <= " + now + "), VALUES(token), token)," +
 			" attempt = IF(" + won + ", IF(state IN (0, 1) AND expires_us > " + now + " - " + memory + ", attempt + 1, 1), attempt)," +
 			" state = IF(" + won + ", 1, state), fingerprint = IF(" + won + ", VALUES(fingerprint), fingerprint)," +
@@ -254,8 +262,8 @@ func newQueries(d Dialect, prefix string) queries {
 		// costs the server more than twice as much, even when it finds
 		// none); refused with a duplicate key when the row is there, at
 		// once when its row is locked (MariaDB: SET STATEMENT).
-		q.myBeginInsert = "SET STATEMENT innodb_lock_wait_timeout = 0 FOR INSERT INTO " + records + " (record_key, state, fingerprint, token, fence, expires_us, result, attempt)" +
-			" VALUES (?, 1, ?, ?, LAST_INSERT_ID(" + now + "), " + now + " + ?, NULL, 1)"
+		q.myBeginInsert = "SET STATEMENT innodb_lock_wait_timeout = 0 FOR INSERT INTO " + records + " (record_key, state, fingerprint, token, fence, expires_us, result, attempt, sweep_us)" +
+			" VALUES (?, 1, ?, ?, LAST_INSERT_ID(" + now + "), " + now + " + ?, NULL, 1, " + now + " + ?)"
 		q.myBeginReturning = "SET STATEMENT innodb_lock_wait_timeout = 0 FOR " + q.myBegin + " RETURNING " + recCols
 		mySessionQueries(&q, locks, now)
 		q.myComplete = "UPDATE " + records + " SET state = 2, token = '', expires_us = " + now + " + ?, result = ?" +
@@ -293,7 +301,7 @@ func newQueries(d Dialect, prefix string) queries {
 	if d == Postgres {
 		for _, s := range []*string{&q.lockUpsert, &q.lockSelect, &q.lockSelectForUpdate, &q.lockUpdate,
 			&q.queueHead, &q.queueUpsert, &q.queueDelete, &q.queueCount, &q.recUpsert, &q.recSelect,
-			&q.recSelectForUpdate, &q.recUpdate, &q.recDelete, &q.recList, &q.notify, &q.queueHeadNow, &q.notifyHead, &q.peek, &q.fastAcquire, &q.fastRelease, &q.fastComplete, &q.cleanup[0], &q.cleanup[1], &q.cleanup[2]} {
+			&q.recSelectForUpdate, &q.recUpdate, &q.recDelete, &q.recList, &q.notify, &q.queueHeadNow, &q.notifyHead, &q.peek, &q.fastAcquire, &q.fastRelease, &q.fastComplete, &q.cleanup[0], &q.cleanup[1], &q.cleanup[2], &q.cleanup[3]} {
 			*s = rebind(*s)
 		}
 	}
@@ -427,6 +435,13 @@ func duplicateKey(err error) bool {
 func myNoSuchIndex(err error) bool {
 	var my *mysql.MySQLError
 	return errors.As(err, &my) && my.Number == 1091
+}
+
+// myDuplicateIndex reports MySQL's refusal to add an index that is
+// there (another process added it first).
+func myDuplicateIndex(err error) bool {
+	var my *mysql.MySQLError
+	return errors.As(err, &my) && my.Number == 1061
 }
 
 // myDuplicateColumn reports MySQL's refusal to add a column that is

@@ -150,7 +150,16 @@
 // release then rewrites the row in place (a heap-only update) instead of
 // adding index entries, which doubles what a hot key takes; the cleanup
 // scans that table, which holds only the keys used in the last minute or
-// so.
+// so. The records table, which holds a retention's worth of keys, is
+// not indexed on its expiry either (a completion changes it): the
+// cleanup finds its rows by a sweep_us column that a claim writes once —
+// its lease plus the retention of the Store's last completion — and sets
+// again for a row it finds there too early (a longer retention, a
+// remembered attempt), so a completion writes no index entry (on
+// PostgreSQL, a heap-only update). Migrate adds the column and its index
+// to tables made before and drops their expiry index; if you apply
+// Schema with your own tool, add the column first:
+// ALTER TABLE <prefix>records ADD COLUMN sweep_us BIGINT NOT NULL DEFAULT 0.
 //
 // # Connections
 //

@@ -105,7 +105,7 @@ func (s *Store) Begin(ctx context.Context, k idem.Key, fingerprint string, lease
 		// free key; a live record is read next (fastBegin).
 		tok := token.New()
 		var fence, attempt int64
-		err := s.queryRow(ctx, s.q.leanBegin, []byte(key), []byte(fingerprint), tok, us(lease)).Scan(&fence, &attempt)
+		err := s.queryRow(ctx, s.q.leanBegin, []byte(key), []byte(fingerprint), tok, us(lease), s.sweepAfter(lease)).Scan(&fence, &attempt)
 		switch {
 		case err == nil:
 			s.seen(false)
@@ -121,7 +121,7 @@ func (s *Store) Begin(ctx context.Context, k idem.Key, fingerprint string, lease
 		tok := token.New()
 		var claimed bool
 		var r recordRow
-		err := s.queryRow(ctx, s.q.fastBegin, []byte(key), []byte(fingerprint), tok, us(lease)).
+		err := s.queryRow(ctx, s.q.fastBegin, []byte(key), []byte(fingerprint), tok, us(lease), s.sweepAfter(lease)).
 			Scan(&claimed, &r.state, &r.fp, &r.token, &r.fence, &r.expires, &r.result, &r.attempt, &r.now)
 		switch {
 		case err == nil && claimed:
@@ -145,7 +145,7 @@ func (s *Store) Begin(ctx context.Context, k idem.Key, fingerprint string, lease
 		// Most recent Begins claimed their key: most likely a new one
 		// (MariaDB; on MySQL 8 an insert would wait for a locked row).
 		tok := token.New()
-		res, err := s.exec(ctx, s.q.myBeginInsert, []byte(key), []byte(fingerprint), tok, us(lease))
+		res, err := s.exec(ctx, s.q.myBeginInsert, []byte(key), []byte(fingerprint), tok, us(lease), s.sweepAfter(lease))
 		switch {
 		case err == nil:
 			fence, err := res.LastInsertId()
@@ -168,7 +168,7 @@ func (s *Store) Begin(ctx context.Context, k idem.Key, fingerprint string, lease
 		// key held (a burst of retries), the read goes first (see seen).
 		tok := token.New()
 		var r recordRow
-		err := s.queryRow(ctx, s.q.myBeginReturning, []byte(key), []byte(fingerprint), tok, us(lease)).
+		err := s.queryRow(ctx, s.q.myBeginReturning, []byte(key), []byte(fingerprint), tok, us(lease), s.sweepAfter(lease)).
 			Scan(&r.state, &r.fp, &r.token, &r.fence, &r.expires, &r.result, &r.attempt, &r.now)
 		switch {
 		case err == nil && r.token == tok && r.state == stateInFlight:
@@ -204,7 +204,7 @@ func (s *Store) Begin(ctx context.Context, k idem.Key, fingerprint string, lease
 		s.seen(false)
 		if r.corrupt() == "" {
 			tok := token.New()
-			res, err := s.exec(ctx, s.q.myBegin, []byte(key), []byte(fingerprint), tok, us(lease))
+			res, err := s.exec(ctx, s.q.myBegin, []byte(key), []byte(fingerprint), tok, us(lease), s.sweepAfter(lease))
 			if err != nil && !retryable(err) {
 				return idem.Claim{}, s.errWrap("begin", key, err)
 			}
@@ -323,6 +323,9 @@ func (s *Store) complete(ctx context.Context, c idem.Claim, result []byte, reten
 	key := c.Key.String()
 	if err := lockdriver.ValidateTTL(retention); err != nil {
 		return err
+	}
+	if r := us(retention); s.retention.Load() != r {
+		s.retention.Store(r)
 	}
 	if err := s.fits(c, result); err != nil {
 		return err
@@ -565,4 +568,17 @@ func (s *Store) completeEffect(ctx context.Context, tx *sql.Tx, c idem.Claim, re
 		return effectError(ctx, tx, key, err)
 	}
 	return nil
+}
+
+// sweepAfter is how long after a claim its record's row is first looked at
+// by the cleanup (sweep_us, see the schema): its lease, plus the retention
+// of the Store's last completion (idem.DefaultRetention before one). A
+// guess that is short costs the cleanup an update of the row; one that is
+// long, only the row's space for longer.
+func (s *Store) sweepAfter(lease time.Duration) int64 {
+	r := s.retention.Load()
+	if r == 0 {
+		r = us(idem.DefaultRetention)
+	}
+	return us(lease) + r
 }

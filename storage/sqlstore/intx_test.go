@@ -334,3 +334,71 @@ func TestLostClaimDoesNotRunEffect(t *testing.T) {
 		})
 	}
 }
+
+// The cleanup finds records by sweep_us, set when they are claimed to
+// their lease plus the Store's last retention: a record past it that may
+// not go yet (its retention or attempt memory runs longer) is kept and
+// looked at again when it may go; one not past it is not looked at.
+func TestCleanupSweep(t *testing.T) {
+	for name, dbURL := range databases(t) {
+		t.Run(name, func(t *testing.T) {
+			prefix := "sweep_" + strconv.FormatInt(time.Now().UnixNano()%1e9, 10) + "_"
+			s := migrated(t, dbURL, sqlstore.WithTablePrefix(prefix), sqlstore.WithCleanup(0, 2))
+			ctx := t.Context()
+			_, _, records := s.Tables()
+			t.Cleanup(func() {
+				locks, waiters, _ := s.Tables()
+				execSQL(t, s, "DROP TABLE "+locks+", "+waiters+", "+records)
+			})
+			now := time.Now()
+			old, hour := now.Add(-2*time.Minute).UnixMicro(), now.Add(time.Hour).UnixMicro()
+			insert := "INSERT INTO " + records + " (record_key, state, fingerprint, token, fence, expires_us, sweep_us) VALUES (?, ?, ?, '', ?, ?, ?)"
+			execSQL(t, s, insert, []byte("kept"), 2, []byte("fp"), old, hour, 0)      // retained an hour longer than guessed
+			execSQL(t, s, insert, []byte("memory"), 1, []byte("fp"), old, old, 0)     // in flight, expired: its attempt is remembered
+			execSQL(t, s, insert, []byte("not-yet"), 2, []byte("fp"), old, old, hour) // may go, not looked at yet
+			execSQL(t, s, insert, []byte("gone"), 2, []byte("fp"), old, old, old)     // may go, looked at
+			sweep := func(key string) int64 {
+				t.Helper()
+				var v int64
+				if err := s.DB().QueryRowContext(ctx, rebind(s, "SELECT sweep_us FROM "+records+" WHERE record_key = ?"), []byte(key)).Scan(&v); err != nil {
+					t.Fatalf("%s: %v", key, err)
+				}
+				return v
+			}
+			if n, err := s.Cleanup(ctx); err != nil || n != 1 {
+				t.Fatalf("Cleanup deleted %d rows (%v), want 1 (gone)", n, err)
+			}
+			if v := sweep("kept"); v != hour {
+				t.Errorf("kept: sweep_us %d, want its expiry %d", v, hour)
+			}
+			if v, want := sweep("memory"), old+idem.AttemptMemory.Microseconds(); v != want {
+				t.Errorf("memory: sweep_us %d, want its expiry plus the attempt memory %d", v, want)
+			}
+			if v := sweep("not-yet"); v != hour {
+				t.Errorf("not-yet: sweep_us %d, want it unchanged (%d)", v, hour)
+			}
+			// Once it may go, it goes.
+			execSQL(t, s, "UPDATE "+records+" SET expires_us = ?, sweep_us = ? WHERE record_key = ?", old, old, []byte("kept"))
+			if n, err := s.Cleanup(ctx); err != nil || n != 1 {
+				t.Fatalf("Cleanup deleted %d rows (%v), want 1 (kept, now expired)", n, err)
+			}
+
+			// A claim sets sweep_us to its lease plus the last retention.
+			for i, retention := range []time.Duration{idem.DefaultRetention, time.Hour} {
+				key := "claimed-" + strconv.Itoa(i)
+				t0 := time.Now()
+				c, err := s.Begin(ctx, idem.MustKey(key), "fp", time.Minute)
+				if err != nil {
+					t.Fatal(err)
+				}
+				v := time.UnixMicro(sweep(key))
+				if lo, hi := t0.Add(time.Minute+retention-time.Minute), time.Now().Add(time.Minute+retention+time.Minute); v.Before(lo) || v.After(hi) {
+					t.Errorf("claim %d: sweep_us %v, want its lease plus %v from now", i, v, retention)
+				}
+				if err := s.Complete(ctx, c, []byte("r"), time.Hour); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -31,6 +31,7 @@ type Store struct {
 	connIDs     sync.Map     // MySQL: driver connection -> CONNECTION_ID() (myConnID)
 	connIDCount atomic.Int64 // entries stored in connIDs since it was last cleared
 	myText      atomic.Bool  // MySQL: db's connections keep no statements (not OpenDB's: see myConn)
+	retention   atomic.Int64 // µs: the retention of the Store's last completion (0: none yet; see sweepAfter)
 	db          *sql.DB
 	ownsDB      bool // Open made db: Close closes it
 	dialect     Dialect
@@ -299,6 +300,7 @@ func (s *Store) Schema() []string {
 var pgColumns = []struct{ table, name, ddl string }{
 	{"records", "watched", "boolean NOT NULL DEFAULT false"},
 	{"records", "attempt", "integer NOT NULL DEFAULT 0"},
+	{"records", "sweep_us", "bigint NOT NULL DEFAULT 0"},
 	{"locks", "queued", "boolean NOT NULL DEFAULT false"},
 }
 
@@ -329,24 +331,25 @@ func (s *Store) Migrate(ctx context.Context) error {
 			if done, err := s.pgSchemaInPlace(ctx, tx); err != nil || done {
 				return err
 			}
-			for _, stmt := range s.Schema() {
-				if _, err := tx.ExecContext(ctx, stmt); err != nil {
-					return err
-				}
-			}
 			// A table made before a column: added (only then, as ALTER
-			// TABLE locks the table).
+			// TABLE locks the table), before the schema's indexes, which
+			// may name it. (A table not made yet is made with it.)
 			for _, col := range pgColumns {
 				table := s.pgColumnTable(col.table)
-				var has bool
-				if err := tx.QueryRowContext(ctx, "SELECT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass($1)"+
-					" AND attname = $2 AND NOT attisdropped)", table, col.name).Scan(&has); err != nil {
+				var exists, has bool
+				if err := tx.QueryRowContext(ctx, "SELECT to_regclass($1) IS NOT NULL, EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass($1)"+
+					" AND attname = $2 AND NOT attisdropped)", table, col.name).Scan(&exists, &has); err != nil {
 					return err
 				}
-				if !has {
+				if exists && !has {
 					if _, err := tx.ExecContext(ctx, "ALTER TABLE "+table+" ADD COLUMN "+col.name+" "+col.ddl); err != nil {
 						return err
 					}
+				}
+			}
+			for _, stmt := range s.Schema() {
+				if _, err := tx.ExecContext(ctx, stmt); err != nil {
+					return err
 				}
 			}
 			return nil
@@ -357,23 +360,11 @@ func (s *Store) Migrate(ctx context.Context) error {
 			return fmt.Errorf("sqlstore: migrate: %w", err)
 		}
 	}
-	// A locks table made with an index on its expiry: dropped (only
-	// then; MySQL 8 has no DROP INDEX IF EXISTS).
 	locks, _, records := s.Tables()
-	index := s.prefix[strings.LastIndex(s.prefix, ".")+1:] + "locks_expires"
-	var k int
-	if err := s.db.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = COALESCE(?, DATABASE())"+
-		" AND TABLE_NAME = ? AND INDEX_NAME = ?", schemaOf(locks), tableOf(locks), index).Scan(&k); err != nil {
-		return fmt.Errorf("sqlstore: migrate: %w", err)
-	}
-	if k > 0 {
-		if _, err := s.db.ExecContext(ctx, "ALTER TABLE "+locks+" DROP INDEX "+index); err != nil && !myNoSuchIndex(err) {
-			return fmt.Errorf("sqlstore: migrate: %w", err)
-		}
-	}
 	// A table made before a column: added (only then).
 	for _, col := range []struct{ table, name, ddl string }{
 		{records, "attempt", "INT NOT NULL DEFAULT 0"},
+		{records, "sweep_us", "BIGINT NOT NULL DEFAULT 0"},
 		{locks, "queued", "BOOLEAN NOT NULL DEFAULT FALSE"},
 	} {
 		var n int
@@ -385,6 +376,30 @@ func (s *Store) Migrate(ctx context.Context) error {
 			if _, err := s.db.ExecContext(ctx, "ALTER TABLE "+col.table+" ADD COLUMN "+col.name+" "+col.ddl); err != nil && !myDuplicateColumn(err) {
 				return fmt.Errorf("sqlstore: migrate: %w", err)
 			}
+		}
+	}
+	// Indexes of tables made before: the records' sweep index added, the
+	// expiry indexes of both tables dropped (only then; MySQL 8 has no
+	// IF [NOT] EXISTS for them).
+	index := s.prefix[strings.LastIndex(s.prefix, ".")+1:]
+	for _, ix := range []struct {
+		table, name, ddl string
+		want             bool
+	}{
+		{records, index + "records_sweep", "ADD INDEX " + index + "records_sweep (sweep_us)", true},
+		{records, index + "records_expires", "DROP INDEX " + index + "records_expires", false},
+		{locks, index + "locks_expires", "DROP INDEX " + index + "locks_expires", false},
+	} {
+		var k int
+		if err := s.db.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = COALESCE(?, DATABASE())"+
+			" AND TABLE_NAME = ? AND INDEX_NAME = ?", schemaOf(ix.table), tableOf(ix.table), ix.name).Scan(&k); err != nil {
+			return fmt.Errorf("sqlstore: migrate: %w", err)
+		}
+		if (k > 0) == ix.want {
+			continue
+		}
+		if _, err := s.db.ExecContext(ctx, "ALTER TABLE "+ix.table+" "+ix.ddl); err != nil && !myNoSuchIndex(err) && !myDuplicateIndex(err) {
+			return fmt.Errorf("sqlstore: migrate: %w", err)
 		}
 	}
 	return nil
@@ -553,14 +568,16 @@ func (s *Store) notifyHead(ctx context.Context, tx *sql.Tx, key string) (string,
 // goes backwards.
 func (s *Store) Cleanup(ctx context.Context) (int64, error) {
 	var total int64
-	for _, stmt := range s.q.cleanup {
+	for i, stmt := range s.q.cleanup {
 		for {
 			res, err := s.cleanupStep(ctx, stmt)
 			if err != nil {
 				return total, s.errWrap("cleanup", "", err)
 			}
 			n, _ := res.RowsAffected()
-			total += n
+			if i != 2 { // (the records' sweep_us set again, not deleted)
+				total += n
+			}
 			if n < int64(s.cleanupBatch) {
 				break
 			}

@@ -255,46 +255,51 @@ func TestMigrateInPlaceLocksNoTable(t *testing.T) {
 	}
 	tx.Rollback()
 
-	execSQL(t, s, "DROP INDEX "+prefix+"records_expires")
+	// The tables as an earlier version made them: an expiry index on
+	// both, no records.sweep_us (nor its index), no locks.queued.
+	execSQL(t, s, "ALTER TABLE "+records+" DROP COLUMN sweep_us")
+	execSQL(t, s, "CREATE INDEX "+prefix+"records_expires ON "+records+" (expires_us)")
 	execSQL(t, s, "CREATE INDEX "+prefix+"locks_expires ON "+locks+" (expires_us)")
 	execSQL(t, s, "ALTER TABLE "+locks+" DROP COLUMN queued")
 	if err := s.Migrate(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	var made, dropped, added bool
-	if err := s.DB().QueryRowContext(t.Context(), "SELECT to_regclass($1) IS NOT NULL, to_regclass($2) IS NULL,"+
-		" EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass($3) AND attname = 'queued' AND NOT attisdropped)",
-		prefix+"records_expires", prefix+"locks_expires", locks).Scan(&made, &dropped, &added); err != nil {
+	if err := s.DB().QueryRowContext(t.Context(), "SELECT to_regclass($1) IS NOT NULL, to_regclass($2) IS NULL AND to_regclass($3) IS NULL,"+
+		" EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass($4) AND attname = 'queued' AND NOT attisdropped)",
+		prefix+"records_sweep", prefix+"locks_expires", prefix+"records_expires", locks).Scan(&made, &dropped, &added); err != nil {
 		t.Fatal(err)
 	}
 	if !made || !dropped || !added {
-		t.Errorf("after Migrate: records_expires made %v, locks_expires dropped %v, locks.queued added %v", made, dropped, added)
+		t.Errorf("after Migrate: records_sweep (and records.sweep_us) made %v, expiry indexes dropped %v, locks.queued added %v", made, dropped, added)
 	}
 }
 
-// Migrate on MySQL drops the expiry index of a locks table made before
-// it went (every acquisition and release rewrote its entries), and keeps
-// the records table's.
-func TestMySQLMigrateDropsLocksExpiryIndex(t *testing.T) {
+// Migrate on MySQL drops the expiry indexes of tables made before they
+// went (every acquisition, release and completion rewrote their entries),
+// and gives the records table its sweep_us column and index.
+func TestMySQLMigrateDropsExpiryIndexes(t *testing.T) {
 	prefix := "myidx_" + strconv.FormatInt(time.Now().UnixNano()%1e9, 10) + "_"
 	s := migrated(t, testenv.MySQLURL(t), sqlstore.WithTablePrefix(prefix))
-	locks, _, _ := s.Tables()
+	locks, _, records := s.Tables()
 	execSQL(t, s, "CREATE INDEX "+prefix+"locks_expires ON "+locks+" (expires_us)")
 	execSQL(t, s, "ALTER TABLE "+locks+" DROP COLUMN queued")
+	execSQL(t, s, "ALTER TABLE "+records+" DROP INDEX "+prefix+"records_sweep, DROP COLUMN sweep_us, ADD INDEX "+prefix+"records_expires (expires_us)")
 	for range 2 { // (and again with the index gone, the column there)
 		if err := s.Migrate(t.Context()); err != nil {
 			t.Fatal(err)
 		}
 	}
-	var lockIdx, recIdx int
+	var lockIdx, recIdx, sweepIdx int
 	if err := s.DB().QueryRowContext(t.Context(), "SELECT"+
 		" (SELECT COUNT(*) FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = DATABASE() AND INDEX_NAME = ?),"+
+		" (SELECT COUNT(*) FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = DATABASE() AND INDEX_NAME = ?),"+
 		" (SELECT COUNT(*) FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = DATABASE() AND INDEX_NAME = ?)",
-		prefix+"locks_expires", prefix+"records_expires").Scan(&lockIdx, &recIdx); err != nil {
+		prefix+"locks_expires", prefix+"records_expires", prefix+"records_sweep").Scan(&lockIdx, &recIdx, &sweepIdx); err != nil {
 		t.Fatal(err)
 	}
-	if lockIdx != 0 || recIdx == 0 {
-		t.Errorf("after Migrate: %d entries of locks_expires (want none), %d of records_expires (want it kept)", lockIdx, recIdx)
+	if lockIdx != 0 || recIdx != 0 || sweepIdx == 0 {
+		t.Errorf("after Migrate: %d entries of locks_expires and %d of records_expires (want none), %d of records_sweep (want it)", lockIdx, recIdx, sweepIdx)
 	}
 	var queued int
 	if err := s.DB().QueryRowContext(t.Context(), "SELECT COUNT(*) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE()"+

@@ -39,5 +39,13 @@ CREATE TABLE IF NOT EXISTS {prefix}records (
 	expires_us  BIGINT         NOT NULL,
 	result      LONGBLOB,
 	attempt     INT            NOT NULL DEFAULT 0, -- the last claim's number among those that did not complete
-	INDEX {index}records_expires (expires_us)
+	sweep_us    BIGINT         NOT NULL DEFAULT 0, -- when the cleanup looks at the row next
+	INDEX {index}records_sweep (sweep_us)
 ) ENGINE = InnoDB;
+-- The cleanup finds rows by sweep_us, not by expires_us: a claim writes it
+-- once, as the time its record is likely to be deletable (its lease plus
+-- the retention its Store saw last), and a completion, which changes
+-- expires_us, writes no index entry. The cleanup deletes the rows past
+-- sweep_us that may go and sets sweep_us of the others to the time they
+-- may. Migrate adds the column and index to tables made before, and drops
+-- their expiry index.

@@ -39,6 +39,16 @@ CREATE TABLE IF NOT EXISTS {prefix}records (
 	expires_us  bigint   NOT NULL,
 	result      bytea,
 	watched     boolean  NOT NULL DEFAULT false, -- a duplicate waits for it: its finish sends NOTIFY
-	attempt     integer  NOT NULL DEFAULT 0 -- the last claim's number among those that did not complete
+	attempt     integer  NOT NULL DEFAULT 0, -- the last claim's number among those that did not complete
+	sweep_us    bigint   NOT NULL DEFAULT 0 -- when the cleanup looks at the row next (see below)
 );
-CREATE INDEX IF NOT EXISTS {index}records_expires ON {prefix}records (expires_us);
+-- The cleanup finds rows by sweep_us, not by expires_us: a claim writes it
+-- once, as the time its record is likely to be deletable (its lease plus
+-- the retention its Store saw last), and nothing else on the request path
+-- does — a completion, which changes expires_us, stays a heap-only (HOT)
+-- update that writes no index entry. The cleanup deletes the rows past
+-- sweep_us that may go, and sets sweep_us of the others to the time they
+-- may (a retention longer than guessed, a claim that came back). Tables
+-- made before this get the column (Migrate) and lose their expiry index:
+CREATE INDEX IF NOT EXISTS {index}records_sweep ON {prefix}records (sweep_us);
+DROP INDEX IF EXISTS {prefix}records_expires;
