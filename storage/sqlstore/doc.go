@@ -170,8 +170,8 @@
 // Open or OpenDB also keeps the Store's own statements prepared on each
 // of its connections (prepared the first time a connection runs one,
 // closed with the connection): the server parses them once, not on every
-// run — on a new key about a fifth more locks a second at 16 workers. A
-// *sql.DB from sql.Open works the same, its statements sent as text. The Store uses the
+// run (BENCHMARKS.md has the figures). A *sql.DB from sql.Open works the
+// same, its statements sent as text. The Store uses the
 // server's default isolation level: every decision rests on rows it has
 // locked, which every level reads as committed.
 //
