@@ -43,9 +43,9 @@ type queries struct {
 	recUpsert, recSelect, recSelectForUpdate, recUpdate, recDelete string
 	recList                                                        string
 	queueHeadNow, notifyHead, peek                                 string
-	notify                                                         string // PostgreSQL only
+	notify                                                         string    // PostgreSQL only
 	cleanup                                                        [4]string // locks, records, records' sweep_us (see the schema), waiters
-	cleanupPick, cleanupByKey                                      string // MySQL: the locks table's cleanup, by key
+	cleanupPick, cleanupByKey                                      string    // MySQL: the locks table's cleanup, by key
 	// PostgreSQL's one-statement fast paths ("" on MySQL): the common
 	// case of each operation in one round trip; anything else falls back
 	// to the transaction.
