@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"bytes"
 	"net"
 	"sync"
 	"testing"
@@ -19,7 +20,8 @@ type Proxy struct {
 
 	mu      sync.Mutex
 	stalled chan struct{}           // non-nil while stalled; closed by Resume
-	trigger func(chunk []byte) bool // StallWhen's; nil when none is armed
+	trigger func(chunk []byte) bool // StallWhen's or StallAfter's; nil when none is armed
+	after   bool                    // the trigger's chunk itself goes through (StallAfter)
 	conns   map[net.Conn]struct{}
 	wg      sync.WaitGroup
 }
@@ -71,7 +73,22 @@ func (p *Proxy) Stall() {
 func (p *Proxy) StallWhen(match func(chunk []byte) bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.trigger = match
+	p.trigger, p.after = match, false
+}
+
+// StallAfter is StallWhen, except that the matching chunk reaches the
+// server: its answer, and everything after it, is held. A test loses the
+// answer to a request the server ran so.
+func (p *Proxy) StallAfter(match func(chunk []byte) bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.trigger, p.after = match, true
+}
+
+// Contains returns a StallWhen or StallAfter match for a chunk that
+// contains b (a request that names a key, say).
+func Contains(b []byte) func(chunk []byte) bool {
+	return func(chunk []byte) bool { return bytes.Contains(chunk, b) }
 }
 
 // ZooKeeperOp returns a StallWhen match for a chunk that starts with a
@@ -81,6 +98,14 @@ func ZooKeeperOp(op int32) func(chunk []byte) bool {
 	return func(b []byte) bool {
 		return len(b) >= 12 && int32(uint32(b[8])<<24|uint32(b[9])<<16|uint32(b[10])<<8|uint32(b[11])) == op
 	}
+}
+
+// Stalled reports whether the proxy holds what it is sent (Stall, or a
+// StallWhen or StallAfter that matched).
+func (p *Proxy) Stalled() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.stalled != nil
 }
 
 // Resume forwards again what was held and what comes next.
@@ -158,14 +183,19 @@ func (p *Proxy) pipe(dst, src net.Conn, upstream bool) {
 		n, err := src.Read(buf)
 		if n > 0 {
 			p.mu.Lock()
+			pass := false
 			if upstream && p.trigger != nil && p.trigger(buf[:n]) {
 				p.trigger = nil
 				if p.stalled == nil {
 					p.stalled = make(chan struct{})
 				}
+				pass = p.after
 			}
 			stalled, open := p.stalled, p.conns != nil
 			p.mu.Unlock()
+			if pass {
+				stalled = nil
+			}
 			if !open {
 				return
 			}

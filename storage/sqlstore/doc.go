@@ -136,7 +136,11 @@
 // ended without completing for idem.AttemptMemory. A duplicate's WaitChange
 // is woken by NOTIFY on PostgreSQL and polls on MySQL. Results are limited
 // to WithMaxResultBytes (1 MiB by default). A row with an unknown state is
-// reported as idem.ErrCorruptRecord, never read as absent.
+// reported as idem.ErrCorruptRecord, never read as absent. A claim whose
+// answer was lost (ctx ended while its statement ran, or the connection
+// failed after sending it) is given back in the background — abandoned
+// if the record holds the token the Store sent — so that the caller's
+// retry does not find the key in flight for nobody until the lease ends.
 //
 // # Expiry and cleanup
 //

@@ -298,3 +298,82 @@ func restartedMidRun(t *testing.T, srv restartable, dbURL string) {
 func lostConnection(err error) bool {
 	return strings.Contains(err.Error(), "no answer from the database")
 }
+
+// A claim whose answer is lost — the statement ran on the server, the
+// caller's ctx ended before the reply came — is given back by the Store:
+// a retry claims the key (its second attempt) at once, not once the lost
+// claim's lease has run out.
+func TestLostBeginAnswerGivesTheClaimBack(t *testing.T) {
+	for name, dbURL := range databases(t) {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			migrated(t, dbURL)
+			u, _ := url.Parse(dbURL)
+			proxy := testenv.StartProxy(t, u.Host)
+			s, other := open(t, withHost(t, dbURL, proxy.Addr)), open(t, dbURL)
+			ctx := t.Context()
+			warm, err := s.Begin(ctx, idem.MustKey("lost-answer-warm:"+time.Now().Format(time.RFC3339Nano)), "fp", time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Complete(ctx, warm, []byte("r"), time.Minute); err != nil {
+				t.Fatal(err)
+			}
+			key := "lost-answer:" + time.Now().Format(time.RFC3339Nano)
+			proxy.StallAfter(testenv.Contains([]byte(key)))
+			bctx, cancel := context.WithCancel(ctx)
+			errc := make(chan error, 1)
+			go func() {
+				_, err := s.Begin(bctx, idem.MustKey(key), "fp", 30*time.Second)
+				errc <- err
+			}()
+			// The claim is written (the server ran the statement); its
+			// answer is held by the proxy.
+			deadline := time.Now().Add(10 * time.Second)
+			for !proxy.Stalled() {
+				if time.Now().After(deadline) {
+					t.Fatal("the claim's statement never went through the proxy")
+				}
+				time.Sleep(time.Millisecond)
+			}
+			for {
+				c, err := other.Begin(ctx, idem.MustKey(key), "fp", time.Minute)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if c.State == idem.InFlight {
+					break
+				}
+				if c.State == idem.Acquired {
+					t.Fatalf("the key was free: the claim under test never reached the server")
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("no claim written: %+v", c)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			cancel()
+			if err := <-errc; err == nil {
+				t.Fatal("Begin whose ctx ended before its answer came returned no error")
+			}
+			proxy.Resume()
+			deadline = time.Now().Add(10 * time.Second)
+			for {
+				c, err := other.Begin(ctx, idem.MustKey(key), "fp", time.Minute)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if c.State == idem.Acquired {
+					if c.Attempt != 2 {
+						t.Errorf("the retry's attempt %d, want 2 (the lost claim counted)", c.Attempt)
+					}
+					return
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("10 s after the lost answer the key is still %v (its lease is 30 s): not given back", c.State)
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+		})
+	}
+}

@@ -84,8 +84,51 @@ func (s *Store) setRecord(ctx context.Context, tx *sql.Tx, key string, r recordR
 	return s.matchedOne(res, err, "record", key)
 }
 
-// Begin implements idem.Store: one transaction.
+// Begin implements idem.Store.
+//
+// A claim whose answer was lost — ctx ended while its statement ran, or
+// the connection failed after sending it — may have been written: the
+// Store gives it back in the background (abandons it if the record holds
+// the token it sent), so that a retry does not find the key in flight
+// for nobody until the lease ends.
 func (s *Store) Begin(ctx context.Context, k idem.Key, fingerprint string, lease time.Duration) (idem.Claim, error) {
+	var sent string
+	c, err := s.begin(ctx, k, fingerprint, lease, &sent)
+	if err != nil && sent != "" && (ctx.Err() != nil || connectionLost(err)) {
+		s.giveBackUnanswered(k, sent)
+	}
+	return c, err
+}
+
+// giveBackUnanswered abandons key's claim if the record holds tok: now,
+// and again a little later for a statement that was still running on
+// the server (a closed connection does not stop it). It gives up when
+// the Store closes.
+func (s *Store) giveBackUnanswered(k idem.Key, tok string) {
+	done, ok := s.holdOpen()
+	if !ok {
+		return
+	}
+	go func() {
+		defer done()
+		for _, wait := range []time.Duration{0, 100 * time.Millisecond, time.Second, 5 * time.Second} {
+			select {
+			case <-time.After(wait):
+			case <-s.sctx.Done():
+				return
+			}
+			ctx, cancel := lockdriver.CleanupContext(s.sctx)
+			err := s.Abandon(ctx, idem.Claim{Key: k, State: idem.Acquired, Token: tok})
+			cancel()
+			if err == nil {
+				return
+			}
+		}
+	}()
+}
+
+// begin is Begin; sent is set to the token of each claim it sends.
+func (s *Store) begin(ctx context.Context, k idem.Key, fingerprint string, lease time.Duration, sent *string) (idem.Claim, error) {
 	if err := k.Check(); err != nil {
 		return idem.Claim{}, err
 	}
@@ -104,6 +147,7 @@ func (s *Store) Begin(ctx context.Context, k idem.Key, fingerprint string, lease
 		// Most recent Begins claimed their key: one insert claims a new or
 		// free key; a live record is read next (fastBegin).
 		tok := token.New()
+		*sent = tok
 		var fence, attempt int64
 		err := s.queryRow(ctx, s.q.leanBegin, []byte(key), []byte(fingerprint), tok, us(lease), s.sweepAfter(lease)).Scan(&fence, &attempt)
 		switch {
@@ -119,6 +163,7 @@ func (s *Store) Begin(ctx context.Context, k idem.Key, fingerprint string, lease
 		// One statement claims a free record, or reads the record that
 		// holds the key; the transaction below handles the rest.
 		tok := token.New()
+		*sent = tok
 		var claimed bool
 		var r recordRow
 		err := s.queryRow(ctx, s.q.fastBegin, []byte(key), []byte(fingerprint), tok, us(lease), s.sweepAfter(lease)).
@@ -145,6 +190,7 @@ func (s *Store) Begin(ctx context.Context, k idem.Key, fingerprint string, lease
 		// Most recent Begins claimed their key: most likely a new one
 		// (MariaDB; on MySQL 8 an insert would wait for a locked row).
 		tok := token.New()
+		*sent = tok
 		res, err := s.exec(ctx, s.q.myBeginInsert, []byte(key), []byte(fingerprint), tok, us(lease), s.sweepAfter(lease))
 		switch {
 		case err == nil:
@@ -167,6 +213,7 @@ func (s *Store) Begin(ctx context.Context, k idem.Key, fingerprint string, lease
 		// which takes no lock. While most Begins of this Store find their
 		// key held (a burst of retries), the read goes first (see seen).
 		tok := token.New()
+		*sent = tok
 		var r recordRow
 		err := s.queryRow(ctx, s.q.myBeginReturning, []byte(key), []byte(fingerprint), tok, us(lease), s.sweepAfter(lease)).
 			Scan(&r.state, &r.fp, &r.token, &r.fence, &r.expires, &r.result, &r.attempt, &r.now)
@@ -204,6 +251,7 @@ func (s *Store) Begin(ctx context.Context, k idem.Key, fingerprint string, lease
 		s.seen(false)
 		if r.corrupt() == "" {
 			tok := token.New()
+		*sent = tok
 			res, err := s.exec(ctx, s.q.myBegin, []byte(key), []byte(fingerprint), tok, us(lease), s.sweepAfter(lease))
 			if err != nil && !retryable(err) {
 				return idem.Claim{}, s.errWrap("begin", key, err)
@@ -229,6 +277,7 @@ func (s *Store) Begin(ctx context.Context, k idem.Key, fingerprint string, lease
 		}
 		c = idem.Claim{Key: k, Fingerprint: fingerprint}
 		tok, fence, attempt := token.New(), max(r.fence+1, r.now), r.nextAttempt()
+		*sent = tok
 		if err := s.setRecord(ctx, tx, key, r, stateInFlight, []byte(fingerprint), tok, fence, r.now+us(lease), nil, attempt); err != nil {
 			return err
 		}
