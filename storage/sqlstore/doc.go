@@ -140,7 +140,8 @@
 // answer was lost (ctx ended while its statement ran, or the connection
 // failed after sending it) is given back in the background — abandoned
 // if the record holds the token the Store sent — so that the caller's
-// retry does not find the key in flight for nobody until the lease ends.
+// retry does not find the key in flight for nobody until the lease ends;
+// a lock's take whose answer was lost is freed the same way.
 //
 // # Expiry and cleanup
 //

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/internal/testenv"
 	"github.com/oncekit/oncekit/storage/sqlstore"
 )
@@ -375,5 +376,87 @@ func TestLostBeginAnswerGivesTheClaimBack(t *testing.T) {
 				time.Sleep(50 * time.Millisecond)
 			}
 		})
+	}
+}
+
+// An acquisition whose answer is lost — the statement took the row on the
+// server, the caller's ctx ended before the reply came — frees the key:
+// another process takes it at once, not once the lost hold's TTL has run
+// out. Through the server's queue and through the waiters table
+// (notify=false).
+func TestLostAcquireAnswerFreesTheKey(t *testing.T) {
+	for name, dbURL := range databases(t) {
+		for _, mode := range []string{"server-queue", "table-queue"} {
+			t.Run(name+"/"+mode, func(t *testing.T) {
+				t.Parallel()
+				migrated(t, dbURL)
+				u, _ := url.Parse(dbURL)
+				proxy := testenv.StartProxy(t, u.Host)
+				via := withHost(t, dbURL, proxy.Addr)
+				if mode == "table-queue" {
+					via = withParam(via, "notify=false")
+				}
+				s, other := open(t, via), open(t, dbURL)
+				ctx := t.Context()
+				warm, err := s.TryAcquire(ctx, "lost-acquire-warm:"+time.Now().Format(time.RFC3339Nano), time.Minute)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := warm.Release(ctx); err != nil {
+					t.Fatal(err)
+				}
+				key := "lost-acquire:" + mode + ":" + time.Now().Format(time.RFC3339Nano)
+				proxy.StallAfter(testenv.Contains([]byte(key)))
+				actx, cancel := context.WithCancel(ctx)
+				errc := make(chan error, 1)
+				go func() {
+					_, err := s.TryAcquire(actx, key, 30*time.Second)
+					errc <- err
+				}()
+				deadline := time.Now().Add(10 * time.Second)
+				for !proxy.Stalled() {
+					if time.Now().After(deadline) {
+						t.Fatal("the acquisition's statement never went through the proxy")
+					}
+					time.Sleep(time.Millisecond)
+				}
+				// The row is taken (the server ran the statement); its answer
+				// is held by the proxy.
+				for {
+					l, err := other.TryAcquire(ctx, key, time.Minute)
+					if err == nil {
+						_ = l.Release(ctx)
+						t.Fatal("the key was free: the acquisition under test never reached the server")
+					}
+					if errors.Is(err, lock.ErrNotAcquired) {
+						break
+					}
+					if time.Now().After(deadline) {
+						t.Fatalf("the key never taken: %v", err)
+					}
+					time.Sleep(20 * time.Millisecond)
+				}
+				cancel()
+				if err := <-errc; err == nil {
+					t.Fatal("TryAcquire whose ctx ended before its answer came returned no error")
+				}
+				proxy.Resume()
+				deadline = time.Now().Add(10 * time.Second)
+				for {
+					l, err := other.TryAcquire(ctx, key, time.Minute)
+					if err == nil {
+						_ = l.Release(ctx)
+						return
+					}
+					if !errors.Is(err, lock.ErrNotAcquired) {
+						t.Fatal(err)
+					}
+					if time.Now().After(deadline) {
+						t.Fatalf("10 s after the lost answer the key is still held (its TTL is 30 s): %v", err)
+					}
+					time.Sleep(50 * time.Millisecond)
+				}
+			})
+		}
 	}
 }

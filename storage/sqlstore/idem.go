@@ -100,31 +100,14 @@ func (s *Store) Begin(ctx context.Context, k idem.Key, fingerprint string, lease
 	return c, err
 }
 
-// giveBackUnanswered abandons key's claim if the record holds tok: now,
-// and again a little later for a statement that was still running on
-// the server (a closed connection does not stop it). It gives up when
-// the Store closes.
+// giveBackUnanswered abandons key's claim in the background if the
+// record holds tok (see undoUnanswered).
 func (s *Store) giveBackUnanswered(k idem.Key, tok string) {
-	done, ok := s.holdOpen()
-	if !ok {
-		return
-	}
-	go func() {
-		defer done()
-		for _, wait := range []time.Duration{0, 100 * time.Millisecond, time.Second, 5 * time.Second} {
-			select {
-			case <-time.After(wait):
-			case <-s.sctx.Done():
-				return
-			}
-			ctx, cancel := lockdriver.CleanupContext(s.sctx)
-			err := s.Abandon(ctx, idem.Claim{Key: k, State: idem.Acquired, Token: tok})
-			cancel()
-			if err == nil {
-				return
-			}
-		}
-	}()
+	s.undoUnanswered(func() bool {
+		ctx, cancel := lockdriver.CleanupContext(s.sctx)
+		defer cancel()
+		return s.Abandon(ctx, idem.Claim{Key: k, State: idem.Acquired, Token: tok}) == nil
+	})
 }
 
 // begin is Begin; sent is set to the token of each claim it sends.
@@ -251,7 +234,7 @@ func (s *Store) begin(ctx context.Context, k idem.Key, fingerprint string, lease
 		s.seen(false)
 		if r.corrupt() == "" {
 			tok := token.New()
-		*sent = tok
+			*sent = tok
 			res, err := s.exec(ctx, s.q.myBegin, []byte(key), []byte(fingerprint), tok, us(lease), s.sweepAfter(lease))
 			if err != nil && !retryable(err) {
 				return idem.Claim{}, s.errWrap("begin", key, err)

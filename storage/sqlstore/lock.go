@@ -312,6 +312,7 @@ func (s *Store) attempt(ctx context.Context, key string, ttl time.Duration, owne
 			return grant{token: tok, fence: fence}, nil
 		}
 		if !errors.Is(err, sql.ErrNoRows) && !retryable(err) {
+			s.unanswered(ctx, err, key, tok)
 			return grant{}, s.errWrap("acquire", key, err)
 		}
 		// (A serialization failure, under a session default of
@@ -360,6 +361,9 @@ func (s *Store) attempt(ctx context.Context, key string, ttl time.Duration, owne
 		}
 		return err
 	})
+	if err != nil && g.token != "" && owner == "" {
+		s.unanswered(ctx, err, key, g.token) // (the commit's answer lost)
+	}
 	return g, err
 }
 
@@ -370,6 +374,7 @@ func (s *Store) myTake(ctx context.Context, key string, ttl time.Duration, owner
 	tok := token.New()
 	res, err := s.exec(ctx, s.q.myAcquire, []byte(key), tok, []byte(owner), us(ttl), []byte(key))
 	if err != nil && !retryable(err) {
+		s.unanswered(ctx, err, key, tok)
 		return grant{}, false, s.errWrap("acquire", key, err)
 	}
 	if fence, ok := myTaken(res, err); ok { // inserted, or taken over
@@ -389,12 +394,14 @@ func (s *Store) headAcquire(ctx context.Context, key string, ttl time.Duration, 
 		case errors.Is(err, sql.ErrNoRows), retryable(err): // (not taken: the caller's transaction looks)
 			return grant{}, false, nil
 		case err != nil:
+			s.unanswered(ctx, err, key, tok)
 			return grant{}, false, s.errWrap("acquire", key, err)
 		}
 		return grant{token: tok, fence: fence}, true, nil
 	}
 	res, err := s.exec(ctx, s.q.headAcquire, tok, []byte{}, us(ttl), []byte(key), []byte(key), waiter)
 	if err != nil && !retryable(err) {
+		s.unanswered(ctx, err, key, tok)
 		return grant{}, false, s.errWrap("acquire", key, err)
 	}
 	if n, _ := affected(res, err); n != 1 {

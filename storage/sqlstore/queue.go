@@ -491,6 +491,9 @@ func (s *Store) acquireQueued(ctx context.Context, key string, ttl time.Duration
 	var lost error // what the database said last while it did not answer
 	if err != nil {
 		q.drop()
+		if s.unanswered(ctx, err, key, q.tok) {
+			q.tok = token.New() // (an attempt again takes the row anew)
+		}
 		// A wait the database dropped mid-way (it crashed, or restarted)
 		// is asked again below; a statement it never got fails now.
 		if !wait || !connectionLost(err) || pgconn.SafeToRetry(err) || ctx.Err() != nil || s.closed() {
@@ -550,6 +553,9 @@ func (s *Store) acquireQueued(ctx context.Context, key string, ttl time.Duration
 		}
 		if err != nil {
 			q.drop()
+			if s.unanswered(ctx, err, key, q.tok) {
+				q.tok = token.New()
+			}
 			if wait && connectionLost(err) && ctx.Err() == nil && !s.closed() {
 				lost = err
 				continue
@@ -600,11 +606,55 @@ func (s *Store) acquireQueued(ctx context.Context, key string, ttl time.Duration
 }
 
 // releaseRow frees key's row for token, best effort (the row expires by
-// its TTL otherwise).
-func (s *Store) releaseRow(key, tok string) {
+// its TTL otherwise), and reports whether it did.
+func (s *Store) releaseRow(key, tok string) bool {
 	ctx, cancel := lockdriver.CleanupContext(context.Background())
 	defer cancel()
-	_, _ = s.db.ExecContext(ctx, s.q.fastRelease, []byte(key), tok)
+	release := s.q.fastRelease
+	if release == "" {
+		release = s.q.myRelease
+	}
+	res, err := s.exec(ctx, release, []byte(key), tok)
+	n, _ := affected(res, err)
+	return n == 1
+}
+
+// unanswered frees key's row in the background (undoUnanswered) if a
+// statement that may have taken it for tok got no answer (err: ctx ended
+// while it ran, or the connection failed after sending it). Otherwise the
+// key would stay held by nobody for its TTL, and a waiter that asks again
+// with tok would wait for itself. It reports whether it did so: tok must
+// then not be used again (a later take with it could be freed by this).
+func (s *Store) unanswered(ctx context.Context, err error, key, tok string) bool {
+	if ctx.Err() == nil && !connectionLost(err) {
+		return false
+	}
+	s.undoUnanswered(func() bool { return s.releaseRow(key, tok) })
+	return true
+}
+
+// undoUnanswered runs undo in the background for a statement whose
+// answer was lost — now, and again shortly after for one still running on
+// the server (a closed connection does not stop it) — until undo reports
+// that it undid it, or the Store closes.
+func (s *Store) undoUnanswered(undo func() bool) {
+	done, ok := s.holdOpen()
+	if !ok {
+		return
+	}
+	go func() {
+		defer done()
+		for _, wait := range []time.Duration{0, 100 * time.Millisecond, time.Second, 5 * time.Second} {
+			select {
+			case <-time.After(wait):
+			case <-s.sctx.Done():
+				return
+			}
+			if undo() {
+				return
+			}
+		}
+	}()
 }
 
 // acquireErr is err, or lock.ErrNotAcquired when ctx ended.
