@@ -108,6 +108,19 @@ func (p *Proxy) Stalled() bool {
 	return p.stalled != nil
 }
 
+// WaitStalled waits until the proxy stalls (a StallWhen or StallAfter
+// matched), failing tb after timeout.
+func (p *Proxy) WaitStalled(tb testing.TB, timeout time.Duration) {
+	tb.Helper()
+	deadline := time.Now().Add(timeout)
+	for !p.Stalled() {
+		if time.Now().After(deadline) {
+			tb.Fatalf("proxy to %s: nothing matched within %v", p.target, timeout)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // Resume forwards again what was held and what comes next.
 func (p *Proxy) Resume() {
 	p.mu.Lock()

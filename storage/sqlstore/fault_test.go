@@ -330,13 +330,8 @@ func TestLostBeginAnswerGivesTheClaimBack(t *testing.T) {
 			}()
 			// The claim is written (the server ran the statement); its
 			// answer is held by the proxy.
+			proxy.WaitStalled(t, 10*time.Second)
 			deadline := time.Now().Add(10 * time.Second)
-			for !proxy.Stalled() {
-				if time.Now().After(deadline) {
-					t.Fatal("the claim's statement never went through the proxy")
-				}
-				time.Sleep(time.Millisecond)
-			}
 			for {
 				c, err := other.Begin(ctx, idem.MustKey(key), "fp", time.Minute)
 				if err != nil {
@@ -413,13 +408,8 @@ func TestLostAcquireAnswerFreesTheKey(t *testing.T) {
 					_, err := s.TryAcquire(actx, key, 30*time.Second)
 					errc <- err
 				}()
+				proxy.WaitStalled(t, 10*time.Second)
 				deadline := time.Now().Add(10 * time.Second)
-				for !proxy.Stalled() {
-					if time.Now().After(deadline) {
-						t.Fatal("the acquisition's statement never went through the proxy")
-					}
-					time.Sleep(time.Millisecond)
-				}
 				// The row is taken (the server ran the statement); its answer
 				// is held by the proxy.
 				for {

@@ -94,9 +94,18 @@ func (c *myConn) exec(ctx context.Context, query string, args []any) (driver.Res
 // connExec is c.ExecContext, through a statement c's connection keeps
 // prepared when it is a myConn.
 func connExec(ctx context.Context, c *sql.Conn, query string, args ...any) (sql.Result, error) {
-	var res sql.Result
-	kept := false
-	err := c.Raw(func(dc any) error {
+	res, kept, err := keptExec(ctx, c, query, args)
+	if !kept && err == nil {
+		return c.ExecContext(ctx, query, args...)
+	}
+	return res, err
+}
+
+// keptExec runs query on c through the statement its connection keeps
+// prepared, and reports whether the connection is a myConn (when it is
+// not, nothing ran).
+func keptExec(ctx context.Context, c *sql.Conn, query string, args []any) (res sql.Result, kept bool, err error) {
+	err = c.Raw(func(dc any) error {
 		mc, ok := dc.(*myConn)
 		if !ok {
 			return nil
@@ -108,10 +117,7 @@ func connExec(ctx context.Context, c *sql.Conn, query string, args ...any) (sql.
 		res = r
 		return err
 	})
-	if !kept && err == nil {
-		return c.ExecContext(ctx, query, args...)
-	}
-	return res, err
+	return res, kept, err
 }
 
 // exec is s.db.ExecContext, through a kept prepared statement on MySQL
@@ -125,20 +131,9 @@ func (s *Store) exec(ctx context.Context, query string, args ...any) (sql.Result
 		return nil, err
 	}
 	defer c.Close()
-	var res sql.Result
-	kept := false
-	err = c.Raw(func(dc any) error {
-		mc, ok := dc.(*myConn)
-		if !ok {
-			s.myText.Store(true) // (not a *sql.DB of OpenDB's)
-			return nil
-		}
-		kept = true
-		r, err := mc.exec(ctx, query, args)
-		res = r
-		return err
-	})
+	res, kept, err := keptExec(ctx, c, query, args)
 	if !kept && err == nil {
+		s.myText.Store(true) // (not a *sql.DB of OpenDB's)
 		return c.ExecContext(ctx, query, args...)
 	}
 	return res, err
