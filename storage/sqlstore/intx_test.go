@@ -402,3 +402,55 @@ func TestCleanupSweep(t *testing.T) {
 		})
 	}
 }
+
+// While most of a Store's Begins find their key held (a burst of replays
+// and duplicates), a Begin reads the record first: every answer is the
+// one a claim would give — a replay, a duplicate in flight, a mismatch, a
+// corrupt record — and a key the read finds free, expired or absent is
+// claimed.
+func TestBeginWhileKeysAreHeld(t *testing.T) {
+	for name, dbURL := range databases(t) {
+		t.Run(name, func(t *testing.T) {
+			s := migrated(t, dbURL)
+			ctx := t.Context()
+			_, _, records := s.Tables()
+			prefix := "held-burst:" + time.Now().Format(time.RFC3339Nano) + ":"
+			key := func(k string) idem.Key { return idem.MustKey(prefix + k) }
+			done, err := s.Begin(ctx, key("done"), "fp", time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Complete(ctx, done, []byte("result"), time.Minute); err != nil {
+				t.Fatal(err)
+			}
+			for range 20 { // (most recent Begins found their key held)
+				if c, err := s.Begin(ctx, key("done"), "fp", time.Minute); err != nil || c.State != idem.Completed || string(c.Result) != "result" {
+					t.Fatalf("replay: %+v, %v", c, err)
+				}
+			}
+			if c, err := s.Begin(ctx, key("done"), "other", time.Minute); err != nil || c.State != idem.Mismatch {
+				t.Errorf("another fingerprint: %+v, %v; want a mismatch", c, err)
+			}
+			flying, err := s.Begin(ctx, key("flying"), "fp", time.Minute)
+			if err != nil || flying.State != idem.Acquired {
+				t.Fatalf("a new key among replays: %+v, %v", flying, err)
+			}
+			if c, err := s.Begin(ctx, key("flying"), "fp", time.Minute); err != nil || c.State != idem.InFlight {
+				t.Errorf("a duplicate of a claim in flight: %+v, %v", c, err)
+			}
+			short, err := s.Begin(ctx, key("short"), "fp", 50*time.Millisecond)
+			if err != nil || short.State != idem.Acquired {
+				t.Fatal(short, err)
+			}
+			time.Sleep(100 * time.Millisecond)
+			if c, err := s.Begin(ctx, key("short"), "fp", time.Minute); err != nil || c.State != idem.Acquired || c.Attempt != 2 || c.Fence <= short.Fence {
+				t.Errorf("a claim past its lease: %+v, %v; want it claimed again (attempt 2, a higher fence than %d)", c, err, short.Fence)
+			}
+			execSQL(t, s, "INSERT INTO "+records+" (record_key, state, fingerprint, token, fence, expires_us) VALUES (?, 7, ?, 'x', 1, ?)",
+				[]byte(key("corrupt").String()), []byte("fp"), time.Now().Add(time.Hour).UnixMicro())
+			if _, err := s.Begin(ctx, key("corrupt"), "fp", time.Minute); !errors.Is(err, idem.ErrCorruptRecord) {
+				t.Errorf("a corrupt record: %v, want ErrCorruptRecord", err)
+			}
+		})
+	}
+}
