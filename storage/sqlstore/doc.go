@@ -158,9 +158,9 @@
 // so. The records table, which holds a retention's worth of keys, is
 // not indexed on its expiry either (a completion changes it): the
 // cleanup finds its rows by a sweep_us column that a claim writes once —
-// its lease plus the retention of the Store's last completion — and sets
-// again for a row it finds there too early (a longer retention, a
-// remembered attempt), so a completion writes no index entry (on
+// its lease plus the retention of the Store's last completion, at most a
+// day — and sets again for a row it finds there too early (a longer
+// retention, a remembered attempt), so a completion writes no index entry (on
 // PostgreSQL, a heap-only update). Migrate adds the column and its index
 // to tables made before and drops their expiry index; if you apply
 // Schema with your own tool, add the column first:

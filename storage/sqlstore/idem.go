@@ -622,13 +622,14 @@ func (s *Store) completeEffect(ctx context.Context, tx *sql.Tx, c idem.Claim, re
 
 // sweepAfter is how long after a claim its record's row is first looked at
 // by the cleanup (sweep_us, see the schema): its lease, plus the retention
-// of the Store's last completion (idem.DefaultRetention before one). A
-// guess that is short costs the cleanup an update of the row; one that is
-// long, only the row's space for longer.
+// of the Store's last completion (idem.DefaultRetention before one), at
+// most idem.AttemptMemory — how long a claim that does not complete is
+// kept. A guess that is short costs the cleanup an update of the row; one
+// that is long keeps a row that could go.
 func (s *Store) sweepAfter(lease time.Duration) int64 {
 	r := s.retention.Load()
 	if r == 0 {
 		r = us(idem.DefaultRetention)
 	}
-	return us(lease) + r
+	return us(lease) + min(r, us(idem.AttemptMemory))
 }

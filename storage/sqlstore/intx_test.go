@@ -383,11 +383,15 @@ func TestCleanupSweep(t *testing.T) {
 				t.Fatalf("Cleanup deleted %d rows (%v), want 1 (kept, now expired)", n, err)
 			}
 
-			// A claim sets sweep_us to its lease plus the last retention.
-			for i, retention := range []time.Duration{idem.DefaultRetention, time.Hour} {
+			// A claim sets sweep_us to its lease plus the last retention (the
+			// default before one), at most the attempt memory.
+			for i, c := range []struct{ want, next time.Duration }{
+				{idem.DefaultRetention, time.Hour}, {time.Hour, 48 * time.Hour}, {idem.AttemptMemory, time.Hour},
+			} {
+				retention := c.want
 				key := "claimed-" + strconv.Itoa(i)
 				t0 := time.Now()
-				c, err := s.Begin(ctx, idem.MustKey(key), "fp", time.Minute)
+				claim, err := s.Begin(ctx, idem.MustKey(key), "fp", time.Minute)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -395,7 +399,7 @@ func TestCleanupSweep(t *testing.T) {
 				if lo, hi := t0.Add(time.Minute+retention-time.Minute), time.Now().Add(time.Minute+retention+time.Minute); v.Before(lo) || v.After(hi) {
 					t.Errorf("claim %d: sweep_us %v, want its lease plus %v from now", i, v, retention)
 				}
-				if err := s.Complete(ctx, c, []byte("r"), time.Hour); err != nil {
+				if err := s.Complete(ctx, claim, []byte("r"), c.next); err != nil {
 					t.Fatal(err)
 				}
 			}

@@ -44,8 +44,8 @@ CREATE TABLE IF NOT EXISTS {prefix}records (
 ) ENGINE = InnoDB;
 -- The cleanup finds rows by sweep_us, not by expires_us: a claim writes it
 -- once, as the time its record is likely to be deletable (its lease plus
--- the retention its Store saw last), and a completion, which changes
--- expires_us, writes no index entry. The cleanup deletes the rows past
--- sweep_us that may go and sets sweep_us of the others to the time they
--- may. Migrate adds the column and index to tables made before, and drops
+-- the retention its Store saw last, at most a day), and a completion,
+-- which changes expires_us, writes no index entry. The cleanup deletes the
+-- rows past sweep_us that may go and sets sweep_us of the others to the
+-- time they may. Migrate adds the column and index to tables made before, and drops
 -- their expiry index.

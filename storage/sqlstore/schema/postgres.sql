@@ -44,9 +44,9 @@ CREATE TABLE IF NOT EXISTS {prefix}records (
 );
 -- The cleanup finds rows by sweep_us, not by expires_us: a claim writes it
 -- once, as the time its record is likely to be deletable (its lease plus
--- the retention its Store saw last), and nothing else on the request path
--- does — a completion, which changes expires_us, stays a heap-only (HOT)
--- update that writes no index entry. The cleanup deletes the rows past
+-- the retention its Store saw last, at most a day), and nothing else on
+-- the request path does — a completion, which changes expires_us, stays a
+-- heap-only (HOT) update that writes no index entry. The cleanup deletes the rows past
 -- sweep_us that may go, and sets sweep_us of the others to the time they
 -- may (a retention longer than guessed, a claim that came back). Tables
 -- made before this get the column (Migrate) and lose their expiry index:
