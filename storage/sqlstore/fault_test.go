@@ -331,6 +331,7 @@ func TestLostBeginAnswerGivesTheClaimBack(t *testing.T) {
 			// The claim is written (the server ran the statement); its
 			// answer is held by the proxy.
 			proxy.WaitStalled(t, 10*time.Second)
+			time.Sleep(100 * time.Millisecond) // (the server runs the statement it got)
 			deadline := time.Now().Add(10 * time.Second)
 			for {
 				c, err := other.Begin(ctx, idem.MustKey(key), "fp", time.Minute)
@@ -409,6 +410,7 @@ func TestLostAcquireAnswerFreesTheKey(t *testing.T) {
 					errc <- err
 				}()
 				proxy.WaitStalled(t, 10*time.Second)
+				time.Sleep(100 * time.Millisecond) // (the server runs the statement it got)
 				deadline := time.Now().Add(10 * time.Second)
 				// The row is taken (the server ran the statement); its answer
 				// is held by the proxy.
