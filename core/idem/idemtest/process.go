@@ -1,18 +1,15 @@
 package idemtest
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
-	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/internal/childproc"
 )
 
 // The runner process: KilledRunIsRetried starts the test binary again
@@ -76,46 +73,12 @@ func (s *suite) killedRun(t *testing.T) {
 	// here, before a runner process is started that could not reach them.
 	st := s.cfg.NewStore(t)
 	k := key(t)
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(append(os.Environ(), s.cfg.ProcessEnv...), runnerKeyEnv+"="+k)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr lockedBuilder
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	})
-	lines := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			if line := sc.Text(); line == "running" || strings.HasPrefix(line, "error:") {
-				lines <- line
-				return
-			}
-		}
-		close(lines)
-	}()
-	select {
-	case line := <-lines:
-		if line != "running" {
-			_ = cmd.Wait()
-			t.Fatalf("runner process: %q (%v), stderr:\n%s", line, cmd.ProcessState, stderr.String())
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("the runner process did not start its run")
-	}
+	child := childproc.Start(t, append(append([]string{}, s.cfg.ProcessEnv...), runnerKeyEnv+"="+k), "running", 20*time.Second)
 	time.Sleep(runnerTTL / 2) // an extension or two
-	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+	if err := child.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	_ = cmd.Wait()
+	_ = child.Wait()
 	ctx := ctxT(t, 30*time.Second)
 	var attempt int
 	res, replayed, err := guard(t, st, idem.WithWait(20*time.Second)).Do(ctx, k, "fp", func(ctx context.Context) ([]byte, error) {
@@ -128,23 +91,4 @@ func (s *suite) killedRun(t *testing.T) {
 	if attempt != 2 {
 		t.Errorf("the run after the killed one saw attempt %d, want 2", attempt)
 	}
-}
-
-// lockedBuilder is a strings.Builder safe for the process's stderr copier
-// and the test.
-type lockedBuilder struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuilder) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuilder) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

@@ -1,17 +1,14 @@
 package locktest
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
-	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/oncekit/oncekit/core/internal/childproc"
 	"github.com/oncekit/oncekit/core/lock"
 )
 
@@ -86,45 +83,11 @@ func (s *suite) holderProcessFaults(t *testing.T) {
 			// environment, and so the addresses the Locker was built from.
 			other := s.cfg.NewLocker(t)
 			k := key(t)
-			cmd := exec.Command(os.Args[0], "-test.run=^$")
-			cmd.Env = append(append(os.Environ(), s.cfg.ProcessEnv...), holderKeyEnv+"="+k, holderTTLEnv+"="+ttl.String())
-			out, err := cmd.StdoutPipe()
-			if err != nil {
-				t.Fatal(err)
-			}
-			var stderr strings.Builder // for the failure message
-			cmd.Stderr = &lockedWriter{w: &stderr}
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() {
-				_ = cmd.Process.Signal(syscall.SIGCONT)
-				_ = cmd.Process.Kill()
-				_ = cmd.Wait()
-			})
-			lines := make(chan string, 1)
-			go func() {
-				sc := bufio.NewScanner(out)
-				for sc.Scan() {
-					if line := sc.Text(); line == "held" || strings.HasPrefix(line, "error:") {
-						lines <- line
-						return
-					}
-				}
-				close(lines)
-			}()
-			select {
-			case line := <-lines:
-				if line != "held" {
-					_ = cmd.Wait()
-					t.Fatalf("holder process: %q (%v), stderr:\n%s", line, cmd.ProcessState, cmd.Stderr)
-				}
-			case <-time.After(20 * time.Second):
-				t.Fatal("the holder process did not take the key")
-			}
+			env := append(append([]string{}, s.cfg.ProcessEnv...), holderKeyEnv+"="+k, holderTTLEnv+"="+ttl.String())
+			child := childproc.Start(t, env, "held", 20*time.Second)
 			time.Sleep(ttl / 2) // a refresh or two
 			faulted := time.Now()
-			if err := cmd.Process.Signal(fault.sig); err != nil {
+			if err := child.Signal(fault.sig); err != nil {
 				t.Fatal(err)
 			}
 			l, err := other.Acquire(ctxTimeout(t, 30*time.Second), k, 10*time.Second)
@@ -140,23 +103,4 @@ func (s *suite) holderProcessFaults(t *testing.T) {
 			_ = l.Release(context.Background())
 		})
 	}
-}
-
-// lockedWriter serialises writes to w: the process's stderr is copied from
-// a goroutine of exec.Cmd and read by the test.
-type lockedWriter struct {
-	mu sync.Mutex
-	w  *strings.Builder
-}
-
-func (lw *lockedWriter) Write(p []byte) (int, error) {
-	lw.mu.Lock()
-	defer lw.mu.Unlock()
-	return lw.w.Write(p)
-}
-
-func (lw *lockedWriter) String() string {
-	lw.mu.Lock()
-	defer lw.mu.Unlock()
-	return lw.w.String()
 }
