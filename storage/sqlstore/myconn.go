@@ -9,8 +9,8 @@ import (
 // MySQL's statements, prepared on the server once per connection. The
 // Store's statements are long (the server's clock is a long expression,
 // the takes are ON DUPLICATE KEY UPDATE chains) and sent as text they
-// are parsed again on every run: on a new key, a quarter of what MariaDB
-// spends on a cycle. go-sql-driver/mysql prepares a statement per call
+// are parsed again on every run: on a new key, about a fifth of what
+// MariaDB spends on a lock cycle (measured side by side, BENCHMARKS.md). go-sql-driver/mysql prepares a statement per call
 // unless it is kept, and database/sql keeps prepared statements only for
 // a *sql.DB or a transaction, not for the *sql.Conn that holds a lock's
 // session lock. So the connections of a *sql.DB that OpenDB makes (Open
