@@ -21,7 +21,11 @@ type SQL struct {
 	db      *sql.DB
 	dialect sqlstore.Dialect
 	ns      string
+	stock   sharedReads[stockRow] // concurrent buyers of a SKU share a read of its row (Sell)
 }
+
+// stockRow is a SKU's stock and the fence of its last write.
+type stockRow struct{ stock, fence int64 }
 
 // NewSQL returns the inventory in db under namespace ns. Call Migrate once
 // to create its tables.
@@ -101,12 +105,28 @@ func (s *SQL) Order(ctx context.Context, id string) (Order, error) {
 // statement, under the row's lock.
 func (s *SQL) LockFree() bool { return true }
 
-// check reads why a sale cannot go ahead, or nil.
-func (s *SQL) check(ctx context.Context, q interface {
-	QueryRowContext(context.Context, string, ...any) *sql.Row
-}, o Order, lockFence uint64) error {
-	var stock, fence int64
-	err := q.QueryRowContext(ctx, s.q("SELECT stock, fence FROM inventory_items WHERE ns = ? AND sku = ?"), s.ns, o.SKU).Scan(&stock, &fence)
+// check reads why a sale cannot go ahead, or nil: in tx when tx is not
+// nil, else in a read shared with the concurrent buyers of the SKU.
+func (s *SQL) check(ctx context.Context, tx *sql.Tx, o Order, lockFence uint64) error {
+	read := func(ctx context.Context) (stockRow, error) {
+		q := s.q("SELECT stock, fence FROM inventory_items WHERE ns = ? AND sku = ?")
+		var r stockRow
+		var err error
+		if tx != nil {
+			err = tx.QueryRowContext(ctx, q, s.ns, o.SKU).Scan(&r.stock, &r.fence)
+		} else {
+			err = s.db.QueryRowContext(ctx, q, s.ns, o.SKU).Scan(&r.stock, &r.fence)
+		}
+		return r, err
+	}
+	var r stockRow
+	var err error
+	if tx != nil {
+		r, err = read(ctx)
+	} else {
+		r, err = s.stock.read(ctx, o.SKU, read)
+	}
+	stock, fence := r.stock, r.fence
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return ErrUnknownSKU
@@ -121,7 +141,7 @@ func (s *SQL) check(ctx context.Context, q interface {
 }
 
 func (s *SQL) Sell(ctx context.Context, o Order, lockFence uint64) (any, error) {
-	if err := s.check(ctx, s.db, o, lockFence); err != nil {
+	if err := s.check(ctx, nil, o, lockFence); err != nil {
 		return nil, err
 	}
 	body, _ := json.Marshal(o)

@@ -50,7 +50,8 @@ type queries struct {
 	// case of each operation in one round trip; anything else falls back
 	// to the transaction.
 	fastAcquire, fastRelease, fastBegin, fastComplete string
-	leanBegin, notifyWatched                          string // PostgreSQL: see Store.Begin, Store.complete
+	leanBegin, notifyWatched, notifyMany              string // PostgreSQL: see Store.Begin, Store.complete
+	leanBeginMany, fastCompleteMany, recSelectMany    string // PostgreSQL: leanBegin, fastComplete and recSelect for many calls (batch.go)
 	releaseNotify                                     string // PostgreSQL: fastRelease and notifyHead in one statement
 	watch                                             string // PostgreSQL: a duplicate marks the record it waits for
 	// MySQL's: one statement each, answering by the rows it affected and
@@ -213,6 +214,7 @@ func newQueries(d Dialect, prefix string) queries {
 		q.fastComplete = "UPDATE " + records + " SET state = 2, token = '', expires_us = " + now + " + ?, result = ?" +
 			" WHERE record_key = ? AND state = 1 AND token = ? AND expires_us > " + now + " RETURNING watched"
 		q.notifyWatched = "SELECT pg_notify($1, $2)"
+		q.notifyMany = "SELECT pg_notify($1, h) FROM unnest($2::text[]) AS h"
 		// The common claim of a key met for the first time: one insert; a
 		// row that is there (free, expired, live, or locked by a writer's
 		// transaction) is left as it is, without waiting for its lock, and
@@ -221,6 +223,24 @@ func newQueries(d Dialect, prefix string) queries {
 		q.leanBegin = "INSERT INTO " + records + " (record_key, state, fingerprint, token, fence, expires_us, attempt, sweep_us)" +
 			" SELECT $1, 1, $2, $3, n.now, n.now + $4, 1, n.now + $5 FROM (SELECT " + now + " AS now) n" +
 			" ON CONFLICT (record_key) DO NOTHING RETURNING fence, attempt"
+		// leanBegin and fastComplete for many calls at once (batch.go):
+		// arrays of the calls' arguments, one row per call, answered by
+		// token. The claims go in key order (see batch.go), and only for
+		// keys with no row in the statement's snapshot: an insert that
+		// meets a row whose update is not committed yet (a duplicate of a
+		// claim whose effect transaction runs) waits for that transaction,
+		// and would hold up every call of the batch with it.
+		q.leanBeginMany = "INSERT INTO " + records + " (record_key, state, fingerprint, token, fence, expires_us, attempt, sweep_us)" +
+			" SELECT v.k, 1, v.fp, v.tok, n.now, n.now + v.lease, 1, n.now + v.sweep FROM (SELECT " + now + " AS now) n," +
+			" unnest($1::bytea[], $2::bytea[], $3::text[], $4::bigint[], $5::bigint[]) AS v(k, fp, tok, lease, sweep)" +
+			" WHERE NOT EXISTS (SELECT 1 FROM " + records + " r WHERE r.record_key = v.k)" +
+			" ORDER BY v.k ON CONFLICT (record_key) DO NOTHING RETURNING token, fence, attempt"
+		q.recSelectMany = "SELECT record_key, " + recCols + " FROM " + records + " WHERE record_key = ANY($1::bytea[])"
+		// (The clock is read per row, as fastComplete reads it: a lease
+		// that ends while the statement waits for a row's lock is over.)
+		q.fastCompleteMany = "UPDATE " + records + " r SET state = 2, token = '', expires_us = " + now + " + v.ret, result = v.res" +
+			" FROM unnest($1::bytea[], $2::text[], $3::bigint[], $4::bytea[]) AS v(k, tok, ret, res)" +
+			" WHERE r.record_key = v.k AND r.state = 1 AND r.token = v.tok AND r.expires_us > " + now + " RETURNING v.tok, r.watched"
 		// A duplicate's look before it waits: it marks the record in
 		// flight watched (once), and reads it as the statement's snapshot
 		// had it, with whether it marked it.

@@ -20,3 +20,51 @@ func (s *Store) QueueWaiter(ctx context.Context, key, waiter string) error {
 
 // CleanupRuns is how many times the Store's cleanup loop has cleaned.
 func (s *Store) CleanupRuns() int64 { return s.cleanups.Load() }
+
+// HoldBatches makes the Store's claims, reads and completions queue, as
+// while the maximum of their statements is in flight, until release is
+// called: then the queued calls go out together. queued counts them.
+func (s *Store) HoldBatches() (queued func() int, release func()) {
+	if s.begins == nil {
+		return func() int { return 0 }, func() {}
+	}
+	s.begins.hold()
+	s.reads.hold()
+	s.completes.hold()
+	queued = func() int { return s.begins.queued() + s.reads.queued() + s.completes.queued() }
+	return queued, func() {
+		s.begins.unhold()
+		s.reads.unhold()
+		s.completes.unhold()
+	}
+}
+
+// Batched is how many statements the Store sent for more than one call.
+func (s *Store) Batched() int64 {
+	if s.begins == nil {
+		return 0
+	}
+	return s.begins.batches.Load() + s.reads.batches.Load() + s.completes.batches.Load()
+}
+
+func (b *batcher[A, R]) hold() {
+	b.mu.Lock()
+	b.flushers += maxFlushers
+	b.mu.Unlock()
+}
+
+func (b *batcher[A, R]) unhold() {
+	b.mu.Lock()
+	b.flushers -= maxFlushers
+	for len(b.queue) > 0 && b.flushers < maxFlushers {
+		b.flushers++
+		go b.flush()
+	}
+	b.mu.Unlock()
+}
+
+func (b *batcher[A, R]) queued() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.queue)
+}

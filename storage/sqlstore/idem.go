@@ -126,23 +126,29 @@ func (s *Store) begin(ctx context.Context, k idem.Key, fingerprint string, lease
 		return idem.Claim{}, err
 	}
 	start := time.Now()
-	if s.q.leanBegin != "" && s.replays.Load() <= 0 {
+	if s.begins != nil {
+		if c, ok, err := s.beginBatched(ctx, k, fingerprint, lease, start, sent); ok {
+			return c, err
+		}
+		// A free, expired or corrupt record, or a failure worth another
+		// way: fastBegin below.
+	}
+	if s.begins == nil && s.q.leanBegin != "" && s.replays.Load() <= 0 {
 		// Most recent Begins claimed their key: one insert claims a new or
 		// free key; a live record is read next (fastBegin).
 		tok := token.New()
 		*sent = tok
-		var fence, attempt int64
-		err := s.queryRow(ctx, s.q.leanBegin, []byte(key), []byte(fingerprint), tok, us(lease), s.sweepAfter(lease)).Scan(&fence, &attempt)
+		r, err := s.leanBeginOne(ctx, beginArg{key: []byte(key), fp: []byte(fingerprint), tok: tok, lease: us(lease), sweep: s.sweepAfter(lease)})
 		switch {
 		case err == nil:
 			s.seen(false)
-			return idem.Claim{Key: k, State: idem.Acquired, Fingerprint: fingerprint, Token: tok, Fence: uint64(fence),
-				Attempt: int(attempt), Expires: start.Add(lease)}, nil
+			return idem.Claim{Key: k, State: idem.Acquired, Fingerprint: fingerprint, Token: tok, Fence: uint64(r.fence),
+				Attempt: int(r.attempt), Expires: start.Add(lease)}, nil
 		case !errors.Is(err, sql.ErrNoRows) && !retryable(err):
 			return idem.Claim{}, s.errWrap("begin", key, err)
 		}
 	}
-	if s.q.fastBegin != "" && s.replays.Load() > 0 {
+	if s.begins == nil && s.q.fastBegin != "" && s.replays.Load() > 0 {
 		// Most recent Begins found their key held (replays, duplicates):
 		// a plain read answers those, in a statement that costs the
 		// server a fifth of fastBegin's; a key it finds free, expired or
@@ -288,6 +294,49 @@ func (s *Store) begin(ctx context.Context, k idem.Key, fingerprint string, lease
 	return c, err
 }
 
+// beginBatched is begin's first steps while concurrent calls share
+// statements (batch.go): a claim of a key with no record, and a read that
+// answers a live record (a replay, a duplicate in flight, a mismatch) —
+// the read first while most of the Store's recent Begins found their key
+// held (seen). ok is false when neither decided: a free, expired or
+// corrupt record, or a failure the statements after it may get past.
+func (s *Store) beginBatched(ctx context.Context, k idem.Key, fingerprint string, lease time.Duration, start time.Time, sent *string) (c idem.Claim, ok bool, err error) {
+	key := []byte(k.String())
+	claim := s.replays.Load() <= 0
+	for range 2 {
+		if claim {
+			tok := token.New()
+			*sent = tok
+			r, err := s.begins.do(ctx, beginArg{key: key, fp: []byte(fingerprint), tok: tok, lease: us(lease), sweep: s.sweepAfter(lease)})
+			switch {
+			case err == nil:
+				s.seen(false)
+				return idem.Claim{Key: k, State: idem.Acquired, Fingerprint: fingerprint, Token: tok, Fence: uint64(r.fence),
+					Attempt: int(r.attempt), Expires: start.Add(lease)}, true, nil
+			case retryable(err):
+				return idem.Claim{}, false, nil
+			case !errors.Is(err, sql.ErrNoRows):
+				return idem.Claim{}, true, s.errWrap("begin", k.String(), err)
+			}
+			claim = false // the key has a record: read it
+			continue
+		}
+		r, err := s.reads.do(ctx, key)
+		switch {
+		case err == nil:
+			if c, ok := claimOf(k, fingerprint, r); ok {
+				s.seen(true)
+				return c, true, nil
+			}
+			return idem.Claim{}, false, nil
+		case !errors.Is(err, sql.ErrNoRows):
+			return idem.Claim{}, true, s.errWrap("begin", k.String(), err)
+		}
+		claim = true // no record: claim the key
+	}
+	return idem.Claim{}, false, nil
+}
+
 // myAttempt is the Attempt of a claim myBegin made with tok: 1 when it
 // inserted the row (one affected row: a taken row counts two); else read
 // back, or — if that read fails — 2, as the claim took over a row (the
@@ -385,8 +434,14 @@ func (s *Store) complete(ctx context.Context, c idem.Claim, result []byte, reten
 			result = []byte{}
 		}
 		_, _, records := s.Tables()
+		a := completeArg{key: []byte(key), tok: c.Token, retention: us(retention), result: result}
 		var watched bool
-		err := s.queryRow(ctx, s.q.fastComplete, us(retention), result, []byte(key), c.Token).Scan(&watched)
+		var err error
+		if s.completes != nil {
+			watched, err = s.completes.do(ctx, a)
+		} else {
+			watched, err = s.fastCompleteOne(ctx, a)
+		}
 		if err != nil && !errors.Is(err, sql.ErrNoRows) && !retryable(err) {
 			return s.errWrap("complete", key, err)
 		}

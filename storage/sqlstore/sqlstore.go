@@ -52,6 +52,13 @@ type Store struct {
 	replays         atomic.Int64 // whether recent Begins found their key held (Store.seen)
 	cleanups        atomic.Int64 // the cleanup loop's runs (tests)
 	noNotify        bool         // WithoutNotify
+	noBatch         bool         // (tests: every claim and completion alone)
+
+	// Claims of new keys and completions sent while others are in flight
+	// share statements (batch.go); nil: each goes alone.
+	begins    *batcher[beginArg, beginRes]
+	completes *batcher[completeArg, bool]
+	reads     *batcher[[]byte, recordRow]
 
 	hub *hub
 
@@ -182,6 +189,11 @@ func New(db *sql.DB, opts ...Option) (*Store, error) {
 	_, s.pgx = db.Driver().(*stdlib.Driver)
 	s.listen = s.dialect == Postgres && s.pgx && !s.noNotify
 	s.sessionQueue = !s.noNotify
+	if s.dialect == Postgres && s.pgx && !s.noBatch {
+		s.begins = &batcher[beginArg, beginRes]{s: s, one: s.leanBeginOne, many: s.leanBeginMany}
+		s.completes = &batcher[completeArg, bool]{s: s, one: s.fastCompleteOne, many: s.fastCompleteMany}
+		s.reads = &batcher[[]byte, recordRow]{s: s, one: s.recordOne, many: s.recordMany}
+	}
 	if n := db.Stats().MaxOpenConnections; n > 0 {
 		s.slots = make(chan struct{}, max(n/2, 1))
 	}

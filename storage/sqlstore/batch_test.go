@@ -1,0 +1,262 @@
+package sqlstore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/internal/testenv"
+)
+
+// batchDatabases are the PostgreSQL set-ups whose Stores batch: the
+// server itself and pgbouncer in transaction pooling mode.
+func batchDatabases(t *testing.T) map[string]string {
+	dbs := map[string]string{"postgres": testenv.PostgresURL(t)}
+	if os.Getenv("PGBOUNCER_URL") != "" || testenv.Required() {
+		dbs["postgres-pgbouncer"] = withParam(testenv.PgBouncerURL(t), "notify=false&default_query_exec_mode=exec")
+	}
+	return dbs
+}
+
+// waitQueued waits until n calls queue behind HoldBatches.
+func waitQueued(t *testing.T, queued func() int, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); queued() < n; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d calls queued, want %d", queued(), n)
+		}
+	}
+}
+
+// Claims and completions that arrive while others are in flight go out
+// together, and each keeps its own answer: new keys claimed with their
+// own tokens and fences, one winner among duplicates of a key, replays
+// answered, a stale completion refused.
+func TestConcurrentCallsShareStatements(t *testing.T) {
+	for name, url := range batchDatabases(t) {
+		t.Run(name, func(t *testing.T) { concurrentCallsShareStatements(t, url) })
+	}
+}
+
+func concurrentCallsShareStatements(t *testing.T, url string) {
+	s := migrated(t, url)
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	base := "batch:" + time.Now().Format(time.RFC3339Nano) + ":"
+	done, err := s.Begin(ctx, idem.MustKey(base+"done"), "fp", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Complete(ctx, done, []byte("stored"), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+
+	const fresh, dups, replays = 30, 5, 5
+	keys := make([]string, 0, fresh+dups+replays)
+	for i := range fresh {
+		keys = append(keys, fmt.Sprintf("%snew-%d", base, i))
+	}
+	for range dups {
+		keys = append(keys, base+"dup")
+	}
+	for range replays {
+		keys = append(keys, base+"done")
+	}
+	claims := make([]idem.Claim, len(keys))
+	errs := make([]error, len(keys))
+	queued, release := s.HoldBatches()
+	var wg sync.WaitGroup
+	for i, k := range keys {
+		wg.Go(func() { claims[i], errs[i] = s.Begin(ctx, idem.MustKey(k), "fp", time.Minute) })
+	}
+	waitQueued(t, queued, len(keys))
+	release()
+	wg.Wait()
+
+	tokens := map[string]bool{}
+	var acquired []idem.Claim
+	dupWinners := 0
+	for i, c := range claims {
+		if errs[i] != nil {
+			t.Fatalf("Begin %s: %v", keys[i], errs[i])
+		}
+		switch {
+		case i < fresh:
+			if c.State != idem.Acquired || c.Token == "" || tokens[c.Token] || c.Fence == 0 || c.Attempt != 1 {
+				t.Fatalf("new key %s: %+v, want acquired with a token of its own, a fence, attempt 1", keys[i], c)
+			}
+		case i < fresh+dups:
+			if c.State == idem.Acquired {
+				dupWinners++
+			} else if c.State != idem.InFlight {
+				t.Fatalf("duplicate %s: %v, want acquired or in flight", keys[i], c.State)
+			}
+		default:
+			if c.State != idem.Completed || string(c.Result) != "stored" {
+				t.Fatalf("replay %s: %v %q, want the stored result", keys[i], c.State, c.Result)
+			}
+		}
+		if c.State == idem.Acquired {
+			tokens[c.Token] = true
+			acquired = append(acquired, c)
+		}
+	}
+	if dupWinners != 1 {
+		t.Fatalf("%d of %d duplicates claimed the key, want 1", dupWinners, dups)
+	}
+
+	// Complete every claim at once, and one with a token that is not the
+	// record's.
+	stale := acquired[0]
+	stale.Token = "not-the-claims"
+	finishing := append(acquired, stale)
+	cerrs := make([]error, len(finishing))
+	queued, release = s.HoldBatches()
+	for i, c := range finishing {
+		wg.Go(func() { cerrs[i] = s.Complete(ctx, c, []byte("r:"+c.Key.String()), time.Hour) })
+	}
+	waitQueued(t, queued, len(finishing))
+	release()
+	wg.Wait()
+	for i, err := range cerrs[:len(acquired)] {
+		if err != nil {
+			t.Fatalf("Complete %s: %v", finishing[i].Key, err)
+		}
+	}
+	if err := cerrs[len(acquired)]; !errors.Is(err, idem.ErrLockLost) {
+		t.Fatalf("Complete with a stale token: %v, want ErrLockLost", err)
+	}
+	for _, c := range acquired {
+		got, err := s.Begin(ctx, c.Key, "fp", time.Minute)
+		if err != nil || got.State != idem.Completed || string(got.Result) != "r:"+c.Key.String() {
+			t.Fatalf("after the completions, %s: %v %q %v", c.Key, got.State, got.Result, err)
+		}
+	}
+	if s.Batched() == 0 {
+		t.Fatal("no statement carried more than one call")
+	}
+}
+
+// A batch of claims does not wait for a row another transaction is
+// writing (a duplicate of a claim whose effect transaction runs): the new
+// keys of the batch are claimed, the duplicate answered, while that
+// transaction stays open.
+func TestBatchedClaimsPassARowBeingWritten(t *testing.T) {
+	for name, url := range batchDatabases(t) {
+		t.Run(name, func(t *testing.T) { batchedClaimsPassARowBeingWritten(t, url) })
+	}
+}
+
+func batchedClaimsPassARowBeingWritten(t *testing.T, url string) {
+	s := migrated(t, url)
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	base := "batch-busy:" + time.Now().Format(time.RFC3339Nano) + ":"
+	busy, err := s.Begin(ctx, idem.MustKey(base+"busy"), "fp", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, records := s.Tables()
+	tx, err := s.DB().BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, rebind(s, "UPDATE "+records+" SET watched = true WHERE record_key = ?"), []byte(busy.Key.String())); err != nil {
+		t.Fatal(err)
+	}
+
+	keys := []string{base + "busy", base + "a", base + "b", base + "c"}
+	claims := make([]idem.Claim, len(keys))
+	errs := make([]error, len(keys))
+	bctx, bcancel := context.WithTimeout(ctx, 5*time.Second)
+	defer bcancel()
+	queued, release := s.HoldBatches()
+	var wg sync.WaitGroup
+	for i, k := range keys {
+		wg.Go(func() { claims[i], errs[i] = s.Begin(bctx, idem.MustKey(k), "fp", time.Minute) })
+	}
+	waitQueued(t, queued, len(keys))
+	release()
+	wg.Wait()
+	for i, c := range claims {
+		want := idem.Acquired
+		if i == 0 {
+			want = idem.InFlight
+		}
+		if errs[i] != nil || c.State != want {
+			t.Errorf("Begin %s while another transaction writes %s's row: %v %v, want %v", keys[i], keys[0], c.State, errs[i], want)
+		}
+	}
+}
+
+// A caller that stops waiting while its claim is queued leaves nothing
+// behind: the call is not sent, and the key is free for the next Begin.
+func TestQueuedClaimWhoseCallerLeft(t *testing.T) {
+	s := migrated(t, testenv.PostgresURL(t))
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	key := idem.MustKey("batch-left:" + time.Now().Format(time.RFC3339Nano))
+	queued, release := s.HoldBatches()
+	lctx, lcancel := context.WithCancel(ctx)
+	left := make(chan error, 1)
+	go func() {
+		_, err := s.Begin(lctx, key, "fp", time.Minute)
+		left <- err
+	}()
+	waitQueued(t, queued, 1)
+	lcancel()
+	if err := <-left; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Begin whose caller left: %v, want context.Canceled", err)
+	}
+	release()
+	c, err := s.Begin(ctx, key, "fp", time.Minute)
+	if err != nil || c.State != idem.Acquired || c.Attempt != 1 {
+		t.Fatalf("the next Begin: %+v %v, want acquired, attempt 1", c, err)
+	}
+}
+
+// A completion batched with others notifies a duplicate that waits for it
+// in another process.
+func TestBatchedCompletionWakesADuplicate(t *testing.T) {
+	s := migrated(t, testenv.PostgresURL(t))
+	dup := open(t, testenv.PostgresURL(t))
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	base := "batch-woken:" + time.Now().Format(time.RFC3339Nano) + ":"
+	var claims []idem.Claim
+	for _, k := range []string{"watched", "b", "c"} {
+		c, err := s.Begin(ctx, idem.MustKey(base+k), "fp", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		claims = append(claims, c)
+	}
+	woken := make(chan time.Time, 1)
+	go func() {
+		_ = dup.WaitChange(ctx, claims[0].Key, time.Now().Add(30*time.Second))
+		woken <- time.Now()
+	}()
+	time.Sleep(300 * time.Millisecond) // (it marks the record watched and listens)
+	queued, release := s.HoldBatches()
+	var wg sync.WaitGroup
+	for _, c := range claims {
+		wg.Go(func() {
+			if err := s.Complete(ctx, c, []byte("r"), time.Minute); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	waitQueued(t, queued, len(claims))
+	completed := time.Now()
+	release()
+	wg.Wait()
+	if late := (<-woken).Sub(completed); late > 500*time.Millisecond {
+		t.Errorf("the duplicate returned %v after the batched completion, want at once (notified)", late.Round(time.Millisecond))
+	}
+}
