@@ -405,18 +405,20 @@ func BenchmarkSQLGuard(b *testing.B) {
 	}
 }
 
-// BenchmarkSQLService: Guard.Do of a new key by 64 requests at once in
-// one process — one Store and its pool of sqlstore.DefaultMaxConns
+// BenchmarkSQLService: Guard.Do of a new key by 4 and by 64 requests at
+// once in one process — one Store and its pool of sqlstore.DefaultMaxConns
 // connections, as an API server has — on PostgreSQL and MySQL, against
 // the hand-written version on one pool of the same size. Concurrent
 // claims and completions share statements on PostgreSQL (sqlstore's
 // batching); each request still waits for its own.
 func BenchmarkSQLService(b *testing.B) {
-	for _, name := range []string{"postgres", "mysql"} {
-		for _, impl := range []string{"oncekit", "hand-written"} {
-			b.Run(fmt.Sprintf("new-key/requests=64/%s/%s", name, impl), func(b *testing.B) {
-				sqlGuardCase(b, "service", 64, name, impl)
-			})
+	for _, requests := range []int{4, 64} {
+		for _, name := range []string{"postgres", "mysql"} {
+			for _, impl := range []string{"oncekit", "hand-written"} {
+				b.Run(fmt.Sprintf("new-key/requests=%d/%s/%s", requests, name, impl), func(b *testing.B) {
+					sqlGuardCase(b, "service", requests, name, impl)
+				})
+			}
 		}
 	}
 }
