@@ -21,11 +21,12 @@ type SQL struct {
 	db      *sql.DB
 	dialect sqlstore.Dialect
 	ns      string
-	stock   sharedReads[stockRow] // concurrent buyers of a SKU share a read of its row (Sell)
+	stock   sharedReads[stockRow] // concurrent reads of a SKU's row share a query (Item, Sell)
 }
 
-// stockRow is a SKU's stock and the fence of its last write.
-type stockRow struct{ stock, fence int64 }
+// stockRow is a SKU's stock, its sold count and the fence of its last
+// write.
+type stockRow struct{ stock, sold, fence int64 }
 
 // NewSQL returns the inventory in db under namespace ns. Call Migrate once
 // to create its tables.
@@ -77,12 +78,26 @@ func (s *SQL) PutItem(ctx context.Context, sku string, stock int64, fence uint64
 }
 
 func (s *SQL) Item(ctx context.Context, sku string) (Item, error) {
-	it := Item{SKU: sku}
-	err := s.db.QueryRowContext(ctx, s.q("SELECT stock, sold FROM inventory_items WHERE ns = ? AND sku = ?"), s.ns, sku).Scan(&it.Stock, &it.Sold)
+	r, err := s.stock.read(ctx, sku, s.readStock(nil, sku))
 	if errors.Is(err, sql.ErrNoRows) {
 		return Item{}, ErrUnknownSKU
 	}
-	return it, err
+	return Item{SKU: sku, Stock: r.stock, Sold: r.sold}, err
+}
+
+// readStock is the query of sku's row, in tx when tx is not nil.
+func (s *SQL) readStock(tx *sql.Tx, sku string) func(context.Context) (stockRow, error) {
+	return func(ctx context.Context) (stockRow, error) {
+		q := s.q("SELECT stock, sold, fence FROM inventory_items WHERE ns = ? AND sku = ?")
+		var r stockRow
+		var err error
+		if tx != nil {
+			err = tx.QueryRowContext(ctx, q, s.ns, sku).Scan(&r.stock, &r.sold, &r.fence)
+		} else {
+			err = s.db.QueryRowContext(ctx, q, s.ns, sku).Scan(&r.stock, &r.sold, &r.fence)
+		}
+		return r, err
+	}
 }
 
 func (s *SQL) Order(ctx context.Context, id string) (Order, error) {
@@ -106,25 +121,18 @@ func (s *SQL) Order(ctx context.Context, id string) (Order, error) {
 func (s *SQL) LockFree() bool { return true }
 
 // check reads why a sale cannot go ahead, or nil: in tx when tx is not
-// nil, else in a read shared with the concurrent buyers of the SKU.
+// nil, else — without the SKU lock — in a read shared with the concurrent
+// buyers of the SKU.
 func (s *SQL) check(ctx context.Context, tx *sql.Tx, o Order, lockFence uint64) error {
-	read := func(ctx context.Context) (stockRow, error) {
-		q := s.q("SELECT stock, fence FROM inventory_items WHERE ns = ? AND sku = ?")
-		var r stockRow
-		var err error
-		if tx != nil {
-			err = tx.QueryRowContext(ctx, q, s.ns, o.SKU).Scan(&r.stock, &r.fence)
-		} else {
-			err = s.db.QueryRowContext(ctx, q, s.ns, o.SKU).Scan(&r.stock, &r.fence)
-		}
-		return r, err
-	}
 	var r stockRow
 	var err error
-	if tx != nil {
-		r, err = read(ctx)
+	if tx != nil || lockFence != 0 {
+		// (Under the SKU's lock a read of its own: one shared with the
+		// buyers outside may start only after the one in flight ends,
+		// and the lock waits for it.)
+		r, err = s.readStock(tx, o.SKU)(ctx)
 	} else {
-		r, err = s.stock.read(ctx, o.SKU, read)
+		r, err = s.stock.read(ctx, o.SKU, s.readStock(nil, o.SKU))
 	}
 	stock, fence := r.stock, r.fence
 	switch {

@@ -31,14 +31,21 @@ import (
 // Store has in flight before calls queue for the next.
 const maxFlushers = 4
 
-// maxBatch bounds the rows of one statement.
-const maxBatch = 256
+// maxBatch bounds the rows of one statement, and maxBatchBytes the size
+// of its arguments (results of up to WithMaxResultBytes each): a call that
+// would take a statement past it waits for the next one, which it may
+// fill alone.
+const (
+	maxBatch      = 256
+	maxBatchBytes = 1 << 20
+)
 
 // batcher runs calls of one statement alone or together (see above).
 type batcher[A, R any] struct {
 	s    *Store
 	one  func(ctx context.Context, a A) (R, error)
 	many func(ctx context.Context, calls []*batchCall[A, R]) error // sets each call's res and err; an error is every call's
+	size func(A) int                                               // the bytes a call adds to a statement
 
 	mu       sync.Mutex
 	queue    []*batchCall[A, R]
@@ -101,7 +108,13 @@ func (b *batcher[A, R]) flush() {
 			b.mu.Unlock()
 			return
 		}
-		n := min(len(b.queue), maxBatch)
+		n, bytes := 1, b.size(b.queue[0].arg)
+		for n < len(b.queue) && n < maxBatch {
+			if bytes += b.size(b.queue[n].arg); bytes > maxBatchBytes {
+				break
+			}
+			n++
+		}
 		calls := b.queue[:n:n]
 		b.queue = b.queue[n:]
 		if len(b.queue) == 0 {

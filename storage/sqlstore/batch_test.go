@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -258,5 +259,45 @@ func TestBatchedCompletionWakesADuplicate(t *testing.T) {
 	wg.Wait()
 	if late := (<-woken).Sub(completed); late > 500*time.Millisecond {
 		t.Errorf("the duplicate returned %v after the batched completion, want at once (notified)", late.Round(time.Millisecond))
+	}
+}
+
+// Completions whose results would make a statement larger than a MiB do
+// not share one: each goes with what fits, here alone.
+func TestLargeResultsGoAlone(t *testing.T) {
+	s := migrated(t, testenv.PostgresURL(t))
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	base := "batch-large:" + time.Now().Format(time.RFC3339Nano) + ":"
+	var claims []idem.Claim
+	for i := range 3 {
+		c, err := s.Begin(ctx, idem.MustKey(fmt.Sprint(base, i)), "fp", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		claims = append(claims, c)
+	}
+	result := []byte(strings.Repeat("r", 600<<10))
+	before := s.Batched()
+	queued, release := s.HoldBatches()
+	var wg sync.WaitGroup
+	for _, c := range claims {
+		wg.Go(func() {
+			if err := s.Complete(ctx, c, result, time.Minute); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	waitQueued(t, queued, len(claims))
+	release()
+	wg.Wait()
+	if n := s.Batched() - before; n != 0 {
+		t.Errorf("%d statements carried more than one 600 KiB result, want none", n)
+	}
+	for _, c := range claims {
+		got, err := s.Begin(ctx, c.Key, "fp", time.Minute)
+		if err != nil || got.State != idem.Completed || len(got.Result) != len(result) {
+			t.Fatalf("%s: %v, %d bytes, %v", c.Key, got.State, len(got.Result), err)
+		}
 	}
 }

@@ -151,7 +151,8 @@
 // its reads of held records and its plain completions that arrive while
 // four statements of their kind are already in flight queue for the next
 // one, which carries them all as one statement over arrays (unnest, at
-// most 256 rows): one round trip and one commit for many requests. Each
+// most 256 rows and a MiB of arguments: large results go alone): one
+// round trip and one commit for many requests. Each
 // caller still waits for its own answer and gets exactly what its own
 // statement would have given (a duplicate of a key claimed in the same
 // statement finds it in flight; a completion whose claim is no longer

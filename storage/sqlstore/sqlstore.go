@@ -190,9 +190,12 @@ func New(db *sql.DB, opts ...Option) (*Store, error) {
 	s.listen = s.dialect == Postgres && s.pgx && !s.noNotify
 	s.sessionQueue = !s.noNotify
 	if s.dialect == Postgres && s.pgx && !s.noBatch {
-		s.begins = &batcher[beginArg, beginRes]{s: s, one: s.leanBeginOne, many: s.leanBeginMany}
-		s.completes = &batcher[completeArg, bool]{s: s, one: s.fastCompleteOne, many: s.fastCompleteMany}
-		s.reads = &batcher[[]byte, recordRow]{s: s, one: s.recordOne, many: s.recordMany}
+		s.begins = &batcher[beginArg, beginRes]{s: s, one: s.leanBeginOne, many: s.leanBeginMany,
+			size: func(a beginArg) int { return len(a.key) + len(a.fp) + len(a.tok) }}
+		s.completes = &batcher[completeArg, bool]{s: s, one: s.fastCompleteOne, many: s.fastCompleteMany,
+			size: func(a completeArg) int { return len(a.key) + len(a.tok) + len(a.result) }}
+		s.reads = &batcher[[]byte, recordRow]{s: s, one: s.recordOne, many: s.recordMany,
+			size: func(key []byte) int { return len(key) }}
 	}
 	if n := db.Stats().MaxOpenConnections; n > 0 {
 		s.slots = make(chan struct{}, max(n/2, 1))
