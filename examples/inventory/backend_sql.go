@@ -153,6 +153,31 @@ func (s *SQL) Sell(ctx context.Context, o Order, lockFence uint64) (any, error) 
 		return nil, err
 	}
 	body, _ := json.Marshal(o)
+	// The stock is checked and taken in one statement; the fence
+	// condition refuses a holder whose lock a later one wrote under.
+	take := "UPDATE inventory_items SET stock = stock - ?, sold = sold + ?, fence = GREATEST(fence, ?) WHERE ns = ? AND sku = ? AND stock >= ?"
+	takeArgs := []any{o.Qty, o.Qty, int64(lockFence), s.ns, o.SKU, o.Qty}
+	if lockFence != 0 {
+		take += " AND fence < ?"
+		takeArgs = append(takeArgs, int64(lockFence))
+	}
+	if s.dialect == sqlstore.Postgres {
+		// One statement with the record's completion: the SKU's row is
+		// locked while it runs, never across a round trip to this
+		// process, where every sale of the SKU waits for it.
+		// A take that changes no row refuses the sale: without the lock,
+		// the units went since the check; under it (checked there), a
+		// later holder's write.
+		why := ErrSoldOut
+		if lockFence != 0 {
+			why = ErrStaleFence
+		}
+		return sqlstore.Writes{
+			{Query: "INSERT INTO inventory_orders (ns, id, body) VALUES (?, ?, ?)", Args: []any{s.ns, o.OrderID, string(body)}},
+			{Query: "INSERT INTO inventory_outbox (ns, id, body) VALUES (?, ?, ?)", Args: []any{s.ns, o.OrderID, string(body)}},
+			{Query: take, Args: takeArgs, Refuse: why.Error()},
+		}, nil
+	}
 	return sqlstore.Effect(func(ctx context.Context, tx *sql.Tx) error {
 		// The order first, the stock last: the SKU's row is the one every
 		// sale of it waits for, and its lock is held from the UPDATE to
@@ -164,15 +189,7 @@ func (s *SQL) Sell(ctx context.Context, o Order, lockFence uint64) (any, error) 
 				return err
 			}
 		}
-		// The stock is checked and taken in one statement; the fence
-		// condition refuses a holder whose lock a later one wrote under.
-		query := "UPDATE inventory_items SET stock = stock - ?, sold = sold + ?, fence = GREATEST(fence, ?) WHERE ns = ? AND sku = ? AND stock >= ?"
-		args := []any{o.Qty, o.Qty, int64(lockFence), s.ns, o.SKU, o.Qty}
-		if lockFence != 0 {
-			query += " AND fence < ?"
-			args = append(args, int64(lockFence))
-		}
-		res, err := tx.ExecContext(ctx, s.q(query), args...)
+		res, err := tx.ExecContext(ctx, s.q(take), takeArgs...)
 		if err != nil {
 			return err
 		}

@@ -34,6 +34,15 @@
 // COMMITTED: at REPEATABLE READ or SERIALIZABLE it cannot complete a
 // claim the watchdog extended after its snapshot (CompleteInTx says so).
 //
+// sqlstore.Writes is an effect made of INSERT, UPDATE and DELETE
+// statements (a write with Refuse set must change a row, or the effect is
+// refused and nothing is written): on PostgreSQL the Store sends them and
+// the record's completion as one statement, in autocommit, so that a row
+// every request writes (a SKU's stock) is locked only while that
+// statement runs, never across a round trip to the client — in a flash
+// sale the row's lock is what every sale waits for. On MySQL they run in
+// the completing transaction.
+//
 // Pool sizing with InTx: while a run's transaction holds one of the
 // pool's connections, the Guard's Begin, Extend and Complete need
 // another. With as many concurrent runs as the pool has connections

@@ -35,13 +35,17 @@ type Effect func(ctx context.Context, tx *sql.Tx) error
 
 // CompleteWith implements idem.EffectStore: effect is an Effect (or a
 // func(context.Context, *sql.Tx) error), run in a transaction of the
-// Store's, or InTx(tx), the caller's own transaction.
+// Store's; Writes, on PostgreSQL one statement with the completion; or
+// InTx(tx), the caller's own transaction.
 func (s *Store) CompleteWith(ctx context.Context, c idem.Claim, result []byte, retention time.Duration, effect any) error {
 	if own, isTx := effect.(txEffect); isTx {
 		if own.tx == nil {
 			return fmt.Errorf("sqlstore: complete %q: InTx(nil): %w", c.Key, idem.ErrEffectUnsupported)
 		}
 		return s.CompleteInTx(ctx, own.tx, c, result, retention)
+	}
+	if w, isWrites := effect.(Writes); isWrites {
+		return s.completeWrites(ctx, c, result, retention, w)
 	}
 	e, ok := effect.(Effect)
 	if f, isFunc := effect.(func(context.Context, *sql.Tx) error); isFunc {

@@ -40,3 +40,31 @@ func Example() {
 	})
 	fmt.Println(string(res), replayed, err)
 }
+
+// A flash sale's writes as one statement with the record's completion: on
+// PostgreSQL the SKU's row is locked only while that statement runs. The
+// take refuses the sale (idem.ErrEffectRefused) when no unit is left; the
+// order's row is then not written either. Compiled, not run.
+func ExampleWrites() {
+	ctx := context.Background()
+	store, err := sqlstore.Open(ctx, "postgres://app@127.0.0.1:5432/shop?sslmode=disable")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer store.Close()
+	g, err := idem.NewGuard(store)
+	if err != nil {
+		log.Fatal(err)
+	}
+	res, replayed, err := g.Do(ctx, idem.ScopedKey("alice", "order-8"), "fingerprint", func(ctx context.Context) ([]byte, error) {
+		sale := sqlstore.Writes{
+			{Query: "INSERT INTO orders (id, sku) VALUES (?, ?)", Args: []any{"order-8", "sku-42"}},
+			{Query: "UPDATE stock SET units = units - 1 WHERE sku = ? AND units > 0", Args: []any{"sku-42"}, Refuse: "sold out"},
+		}
+		if err := idem.Commit(ctx, sale); err != nil {
+			return nil, err
+		}
+		return []byte("order placed"), nil
+	})
+	fmt.Println(string(res), replayed, err)
+}

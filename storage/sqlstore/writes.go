@@ -1,0 +1,178 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/lock/lockdriver"
+)
+
+// Writes is an effect made of SQL writes — INSERT, UPDATE or DELETE
+// statements — that commit with the record, as an Effect does, for a
+// Guard run's idem.Commit. On PostgreSQL the Store sends the writes and
+// the record's completion as one statement (each write a query of its
+// WITH clause), in autocommit: the rows they lock are held while that
+// statement runs and never across a round trip to the client. That is
+// the way to write a row every request shares — a SKU's stock in a flash
+// sale — where an Effect's transaction holds the row's lock from its
+// write to the commit, a round trip through a busy client. On MySQL, which
+// has no writes in WITH, they run one after another in the transaction
+// that completes the record, as an Effect's.
+//
+// A write with Refuse set must change at least one row: if it changes
+// none (too little stock, say), nothing is written, the record is not
+// completed and the effect is refused (idem.ErrEffectRefused, with Refuse
+// as the reason). As with an Effect, a claim lost before the statement
+// is idem.ErrLockLost and nothing is written; a database's own answer (a
+// constraint, a syntax error) is idem.ErrEffectFailed. The writes of one
+// statement see the rows as they were before it (PostgreSQL's rule for
+// writes in WITH): two writes must not change the same row.
+type Writes []Write
+
+// Write is one statement of Writes: Query with ? placeholders (numbered
+// by the Store on PostgreSQL), without a RETURNING clause, and its Args.
+type Write struct {
+	Query  string
+	Args   []any
+	Refuse string // when not "": the effect is refused, with this reason, unless the write changes a row
+}
+
+// check refuses Writes the Store cannot send.
+func (w Writes) check(key string) error {
+	if len(w) == 0 {
+		return fmt.Errorf("sqlstore: complete %q: Writes without a write: %w", key, idem.ErrEffectUnsupported)
+	}
+	for i, x := range w {
+		if strings.TrimSpace(x.Query) == "" {
+			return fmt.Errorf("sqlstore: complete %q: write %d has no query: %w", key, i, idem.ErrEffectUnsupported)
+		}
+	}
+	return nil
+}
+
+// effect is w as an Effect: the writes one after another in tx.
+func (w Writes) effect(d Dialect) Effect {
+	return func(ctx context.Context, tx *sql.Tx) error {
+		for _, x := range w {
+			res, err := tx.ExecContext(ctx, d.Rebind(x.Query), x.Args...)
+			if err != nil {
+				return err
+			}
+			if x.Refuse == "" {
+				continue
+			}
+			if n, err := res.RowsAffected(); err != nil {
+				return err
+			} else if n == 0 {
+				return refusal{x.Refuse}
+			}
+		}
+		return nil
+	}
+}
+
+// refusal is a Write's Refuse as an Effect's own error.
+type refusal struct{ reason string }
+
+func (r refusal) Error() string { return r.reason }
+
+// The markers by which the statement of Writes says why it stopped: the
+// text of a cast to integer that fails, which rolls the statement back.
+const (
+	writesLost    = "oncekit:lost"
+	writesRefused = "oncekit:refused:"
+)
+
+// completeWrites completes c with w (see Writes).
+func (s *Store) completeWrites(ctx context.Context, c idem.Claim, result []byte, retention time.Duration, w Writes) error {
+	key := c.Key.String()
+	if err := w.check(key); err != nil {
+		return err
+	}
+	if s.dialect != Postgres {
+		return s.complete(ctx, c, result, retention, w.effect(s.dialect))
+	}
+	if err := lockdriver.ValidateTTL(retention); err != nil {
+		return err
+	}
+	if r := us(retention); s.retention.Load() != r {
+		s.retention.Store(r)
+	}
+	if err := s.fits(c, result); err != nil {
+		return err
+	}
+	if result == nil {
+		result = []byte{}
+	}
+	query, args := s.writesStatement(key, c.Token, result, retention, w)
+	var stop, notified int64
+	err := s.queryRow(ctx, query, args...).Scan(&stop, &notified)
+	var pg *pgconn.PgError
+	switch {
+	case err == nil:
+		s.wakeRecord(key)
+		return nil
+	case errors.As(err, &pg) && pg.Code == "22P02" && strings.Contains(pg.Message, writesLost):
+		return fmt.Errorf("sqlstore: complete %q: %w", c.Key, idem.ErrLockLost)
+	case errors.As(err, &pg) && pg.Code == "22P02" && strings.Contains(pg.Message, writesRefused):
+		if i, ok := refusedWrite(pg.Message); ok && i < len(w) {
+			return &idem.EffectRefusedError{Key: key, Reason: w[i].Refuse}
+		}
+		return s.errWrap("complete", key, err)
+	case retryable(err):
+		// A serialization failure (sessions at REPEATABLE READ) or a
+		// deadlock: the writes in the Store's transaction, at READ
+		// COMMITTED.
+		return s.complete(ctx, c, result, retention, w.effect(s.dialect))
+	case serverAnswer(err):
+		return &idem.EffectFailedError{Key: key, Err: err}
+	}
+	return s.errWrap("complete", key, err)
+}
+
+// refusedWrite reads the index of the refusing write from the message of
+// the failed cast ("…: \"oncekit:refused:2\"").
+func refusedWrite(msg string) (int, bool) {
+	rest := msg[strings.Index(msg, writesRefused)+len(writesRefused):]
+	end := 0
+	for end < len(rest) && rest[end] >= '0' && rest[end] <= '9' {
+		end++
+	}
+	i, err := strconv.Atoi(rest[:end])
+	return i, err == nil
+}
+
+// writesStatement is the one statement of completeWrites: the record's
+// completion and the writes, each a query of its WITH clause, then a
+// cast that fails — rolling everything back — when the claim was not the
+// record's or a write with Refuse changed no row; and the notification of
+// a duplicate that watches the record, sent at the commit.
+func (s *Store) writesStatement(key, tok string, result []byte, retention time.Duration, w Writes) (string, []any) {
+	_, _, records := s.Tables()
+	now := nowUS(s.dialect)
+	var b strings.Builder
+	b.WriteString("WITH c AS (UPDATE " + records + " SET state = 2, token = '', expires_us = " + now + " + ?, result = ?" +
+		" WHERE record_key = ? AND state = 1 AND token = ? AND expires_us > " + now + " RETURNING watched)")
+	args := []any{us(retention), result, []byte(key), tok}
+	for i, x := range w {
+		fmt.Fprintf(&b, ", w%d AS (%s RETURNING 1)", i, strings.TrimRight(strings.TrimSpace(x.Query), ";"))
+		args = append(args, x.Args...)
+	}
+	b.WriteString(" SELECT CAST(CASE WHEN NOT EXISTS (SELECT 1 FROM c) THEN '" + writesLost + "'")
+	for i, x := range w {
+		if x.Refuse != "" {
+			fmt.Fprintf(&b, " WHEN NOT EXISTS (SELECT 1 FROM w%d) THEN '%s%d'", i, writesRefused, i)
+		}
+	}
+	b.WriteString(" ELSE '0' END AS integer), (SELECT count(pg_notify(?, ?)) FROM c WHERE watched)")
+	args = append(args, records, keyHash(key))
+	return rebind(b.String()), args
+}

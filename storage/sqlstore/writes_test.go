@@ -1,0 +1,144 @@
+package sqlstore_test
+
+import (
+	"context"
+	"errors"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/internal/testenv"
+	"github.com/oncekit/oncekit/storage/sqlstore"
+)
+
+// writesDatabases are the set-ups Writes runs on: PostgreSQL (one
+// statement), PostgreSQL whose sessions default to REPEATABLE READ (a
+// contended write falls back to the Store's transaction), MySQL (the
+// Store's transaction).
+func writesDatabases(t *testing.T) map[string]string {
+	dbs := databases(t)
+	dbs["postgres-repeatable-read"] = withParam(dbs["postgres"], "options="+strings.ReplaceAll(url.QueryEscape(`-c default_transaction_isolation=repeatable\ read`), "+", "%20"))
+	return dbs
+}
+
+// writes are a sale's Writes on key's counter: one unit taken while fewer
+// than limit were, and a row of the order's own.
+func saleWrites(s *sqlstore.Store, key string, limit int) sqlstore.Writes {
+	take := "UPDATE " + counters + " SET n = n + 1 WHERE k = ? AND n < ?"
+	order := "INSERT INTO " + counters + " (k, n) VALUES (?, 1)"
+	return sqlstore.Writes{
+		{Query: order, Args: []any{[]byte(key + ":order")}},
+		{Query: take, Args: []any{[]byte(key), limit}, Refuse: "sold out"},
+	}
+}
+
+// Writes commit with the record, or not at all: sold, both writes and the
+// record are there; refused by a write that changed no row, neither the
+// other write nor the record is; a claim lost writes nothing; a write the
+// database refuses is an effect failure that writes nothing.
+func TestWritesCommitWithTheRecord(t *testing.T) {
+	for name, dbURL := range writesDatabases(t) {
+		t.Run(name, func(t *testing.T) {
+			s := migrated(t, dbURL)
+			createCounters(t, s)
+			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+			defer cancel()
+			base := "writes:" + name + ":" + time.Now().Format(time.RFC3339Nano)
+			stock := base + ":stock"
+			execSQL(t, s, "INSERT INTO "+counters+" (k, n) VALUES (?, 0)", []byte(stock))
+			g, err := idem.NewGuard(s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sell := func(key string, limit int) ([]byte, bool, error) {
+				return g.Do(ctx, key, "fp", func(ctx context.Context) ([]byte, error) {
+					w := saleWrites(s, stock, limit)
+					w[0].Args = []any{[]byte(key + ":order")}
+					return []byte("sold " + key), idem.Commit(ctx, w)
+				})
+			}
+
+			res, replayed, err := sell(base+":a", 1)
+			if err != nil || replayed || string(res) != "sold "+base+":a" {
+				t.Fatalf("a sale: %q %v %v", res, replayed, err)
+			}
+			if n, o := count(t, s, stock), count(t, s, base+":a:order"); n != 1 || o != 1 {
+				t.Fatalf("after a sale: stock taken %d, order rows %d; want 1 and 1", n, o)
+			}
+			if res, replayed, err := sell(base+":a", 1); err != nil || !replayed || string(res) != "sold "+base+":a" {
+				t.Fatalf("its replay: %q %v %v", res, replayed, err)
+			}
+
+			_, _, err = sell(base+":b", 1) // the limit is reached
+			var refused *idem.EffectRefusedError
+			if !errors.As(err, &refused) || refused.Reason != "sold out" {
+				t.Fatalf("a sale past the limit: %v, want refused with the write's reason", err)
+			}
+			if n, o := count(t, s, stock), count(t, s, base+":b:order"); n != 1 || o != 0 {
+				t.Fatalf("after a refused sale: stock taken %d, order rows %d; want 1 and 0", n, o)
+			}
+			if info, err := s.InspectRecord(ctx, base+":b"); err == nil && info.State == idem.Completed {
+				t.Fatalf("a refused sale's record is completed")
+			}
+
+			// A claim that is not the record's: nothing is written.
+			c, err := s.Begin(ctx, idem.MustKey(base+":c"), "fp", time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			stale := c
+			stale.Token = "not-the-claims"
+			w := saleWrites(s, stock, 10)
+			w[0].Args = []any{[]byte(base + ":c:order")}
+			if err := s.CompleteWith(ctx, stale, []byte("r"), time.Minute, w); !errors.Is(err, idem.ErrLockLost) {
+				t.Fatalf("Writes with a stale claim: %v, want ErrLockLost", err)
+			}
+			if n, o := count(t, s, stock), count(t, s, base+":c:order"); n != 1 || o != 0 {
+				t.Fatalf("after a lost claim: stock taken %d, order rows %d; want 1 and 0", n, o)
+			}
+
+			// A write the database refuses (the order's row exists).
+			w[0].Args = []any{[]byte(base + ":a:order")}
+			if err := s.CompleteWith(ctx, c, []byte("r"), time.Minute, w); !errors.Is(err, idem.ErrEffectFailed) {
+				t.Fatalf("Writes with a duplicate row: %v, want ErrEffectFailed", err)
+			}
+			if n := count(t, s, stock); n != 1 {
+				t.Fatalf("after a failed write: stock taken %d, want 1", n)
+			}
+			if err := s.CompleteWith(ctx, c, []byte("r"), time.Minute, sqlstore.Writes{}); !errors.Is(err, idem.ErrEffectUnsupported) {
+				t.Fatalf("empty Writes: %v, want ErrEffectUnsupported", err)
+			}
+		})
+	}
+}
+
+// A completion by Writes notifies a duplicate that waits for the record
+// in another process.
+func TestWritesWakeADuplicate(t *testing.T) {
+	s, dup := migrated(t, testenv.PostgresURL(t)), open(t, testenv.PostgresURL(t))
+	createCounters(t, s)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	key := "writes-woken:" + time.Now().Format(time.RFC3339Nano)
+	execSQL(t, s, "INSERT INTO "+counters+" (k, n) VALUES (?, 0)", []byte(key))
+	c, err := s.Begin(ctx, idem.MustKey(key), "fp", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	woken := make(chan time.Time, 1)
+	go func() {
+		_ = dup.WaitChange(ctx, idem.MustKey(key), time.Now().Add(20*time.Second))
+		woken <- time.Now()
+	}()
+	time.Sleep(200 * time.Millisecond)
+	done := time.Now()
+	w := sqlstore.Writes{{Query: "UPDATE " + counters + " SET n = n + 1 WHERE k = ?", Args: []any{[]byte(key)}, Refuse: "gone"}}
+	if err := s.CompleteWith(ctx, c, []byte("r"), time.Minute, w); err != nil {
+		t.Fatal(err)
+	}
+	if late := (<-woken).Sub(done); late > 500*time.Millisecond {
+		t.Errorf("the duplicate returned %v after the completion, want at once (notified)", late.Round(time.Millisecond))
+	}
+}
