@@ -142,3 +142,45 @@ func TestWritesWakeADuplicate(t *testing.T) {
 		t.Errorf("the duplicate returned %v after the completion, want at once (notified)", late.Round(time.Millisecond))
 	}
 }
+
+// On sessions at REPEATABLE READ, Writes whose row another transaction
+// changed while the statement waited for it (a serialization failure)
+// commit through the Store's transaction, at READ COMMITTED, instead.
+func TestWritesOnARowChangedMeanwhileAtRepeatableRead(t *testing.T) {
+	s := migrated(t, writesDatabases(t)["postgres-repeatable-read"])
+	createCounters(t, s)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	key := "writes-rr:" + time.Now().Format(time.RFC3339Nano)
+	execSQL(t, s, "INSERT INTO "+counters+" (k, n) VALUES (?, 0)", []byte(key))
+	c, err := s.Begin(ctx, idem.MustKey(key), "fp", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx, err := s.DB().BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, rebind(s, "UPDATE "+counters+" SET n = n + 10 WHERE k = ?"), []byte(key)); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		w := sqlstore.Writes{{Query: "UPDATE " + counters + " SET n = n + 1 WHERE k = ?", Args: []any{[]byte(key)}, Refuse: "gone"}}
+		done <- s.CompleteWith(ctx, c, []byte("r"), time.Minute, w)
+	}()
+	time.Sleep(200 * time.Millisecond) // (the statement waits for the row)
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("Writes on a row changed while it waited, at REPEATABLE READ: %v", err)
+	}
+	if n := count(t, s, key); n != 11 {
+		t.Fatalf("the counter is %d, want 11 (both writes)", n)
+	}
+	if got, err := s.Begin(ctx, c.Key, "fp", time.Minute); err != nil || got.State != idem.Completed {
+		t.Fatalf("the record: %v %v, want completed", got.State, err)
+	}
+}
