@@ -416,17 +416,23 @@ func (s *Store) fits(c idem.Claim, result []byte) error {
 	return nil
 }
 
-// complete stores c's result, after effect (when not nil) in the same
-// transaction.
-func (s *Store) complete(ctx context.Context, c idem.Claim, result []byte, retention time.Duration, effect Effect) error {
-	key := c.Key.String()
+// completing checks a completion's retention and result, and keeps the
+// retention for the next claims' sweep_us (sweepAfter).
+func (s *Store) completing(c idem.Claim, result []byte, retention time.Duration) error {
 	if err := lockdriver.ValidateTTL(retention); err != nil {
 		return err
 	}
 	if r := us(retention); s.retention.Load() != r {
 		s.retention.Store(r)
 	}
-	if err := s.fits(c, result); err != nil {
+	return s.fits(c, result)
+}
+
+// complete stores c's result, after effect (when not nil) in the same
+// transaction.
+func (s *Store) complete(ctx context.Context, c idem.Claim, result []byte, retention time.Duration, effect Effect) error {
+	key := c.Key.String()
+	if err := s.completing(c, result, retention); err != nil {
 		return err
 	}
 	if effect == nil && s.q.fastComplete != "" {

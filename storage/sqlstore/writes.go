@@ -12,7 +12,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/oncekit/oncekit/core/idem"
-	"github.com/oncekit/oncekit/core/lock/lockdriver"
 )
 
 // Writes is an effect made of SQL writes — INSERT, UPDATE or DELETE
@@ -100,13 +99,7 @@ func (s *Store) completeWrites(ctx context.Context, c idem.Claim, result []byte,
 	if s.dialect != Postgres {
 		return s.complete(ctx, c, result, retention, w.effect(s.dialect))
 	}
-	if err := lockdriver.ValidateTTL(retention); err != nil {
-		return err
-	}
-	if r := us(retention); s.retention.Load() != r {
-		s.retention.Store(r)
-	}
-	if err := s.fits(c, result); err != nil {
+	if err := s.completing(c, result, retention); err != nil {
 		return err
 	}
 	if result == nil {
