@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"strings"
 	"sync"
@@ -299,5 +300,74 @@ func TestLargeResultsGoAlone(t *testing.T) {
 		if err != nil || got.State != idem.Completed || len(got.Result) != len(result) {
 			t.Fatalf("%s: %v, %d bytes, %v", c.Key, got.State, len(got.Result), err)
 		}
+	}
+}
+
+// Claims whose shared statement ran but whose answer was lost (their
+// callers' ctxs ended while it ran) are given back, each by its caller:
+// the keys are claimed again at once, not once the leases run out.
+func TestLostBatchAnswerGivesTheClaimsBack(t *testing.T) {
+	dbURL := testenv.PostgresURL(t)
+	migrated(t, dbURL)
+	u, _ := url.Parse(dbURL)
+	proxy := testenv.StartProxy(t, u.Host)
+	s, other := open(t, withHost(t, dbURL, proxy.Addr)), open(t, dbURL)
+	ctx := t.Context()
+	base := "lost-batch:" + time.Now().Format(time.RFC3339Nano) + ":"
+	warm, err := s.Begin(ctx, idem.MustKey(base+"warm"), "fp", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Complete(ctx, warm, []byte("r"), time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	keys := []string{base + "a", base + "b", base + "c"}
+	proxy.StallAfter(testenv.Contains([]byte(keys[0])))
+	bctx, cancel := context.WithCancel(ctx)
+	errs := make(chan error, len(keys))
+	queued, release := s.HoldBatches()
+	for _, k := range keys {
+		go func() {
+			_, err := s.Begin(bctx, idem.MustKey(k), "fp", 30*time.Second)
+			errs <- err
+		}()
+	}
+	waitQueued(t, queued, len(keys))
+	release()
+	proxy.WaitStalled(t, 10*time.Second)
+	time.Sleep(100 * time.Millisecond) // (the server runs the statement it got)
+	for _, k := range keys {
+		if c, err := other.Begin(ctx, idem.MustKey(k), "fp", time.Minute); err != nil || c.State != idem.InFlight {
+			t.Fatalf("%s while the batch's answer is held: %v %v, want in flight (the statement ran)", k, c.State, err)
+		}
+	}
+	cancel()
+	for range keys {
+		if err := <-errs; err == nil {
+			t.Fatal("a Begin whose ctx ended before its batch's answer came returned no error")
+		}
+	}
+	proxy.Resume()
+	deadline := time.Now().Add(10 * time.Second)
+	for _, k := range keys {
+		for {
+			c, err := other.Begin(ctx, idem.MustKey(k), "fp", time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.State == idem.Acquired {
+				if c.Attempt != 2 {
+					t.Errorf("%s: the retry's attempt %d, want 2 (the lost claim counted)", k, c.Attempt)
+				}
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("10 s after the lost answer %s is still %v (its lease is 30 s): not given back", k, c.State)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	if s.Batched() == 0 {
+		t.Fatal("the claims did not share a statement")
 	}
 }
