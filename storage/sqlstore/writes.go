@@ -37,7 +37,8 @@ import (
 type Writes []Write
 
 // Write is one statement of Writes: Query with ? placeholders (numbered
-// by the Store on PostgreSQL), without a RETURNING clause, and its Args.
+// by the Store on PostgreSQL, every ? a placeholder: none inside a string
+// literal or as an operator), without a RETURNING clause, and its Args.
 type Write struct {
 	Query  string
 	Args   []any
