@@ -100,7 +100,12 @@ func (b *batcher[A, R]) startLocked() {
 }
 
 // flush sends what is queued, batch after batch, until the queue is empty.
+// Close waits for it before it closes the Store's database; one that
+// starts after Close still answers the calls queued.
 func (b *batcher[A, R]) flush() {
+	if done, ok := b.s.holdOpen(); ok {
+		defer done()
+	}
 	for {
 		b.mu.Lock()
 		if len(b.queue) == 0 {
@@ -147,10 +152,6 @@ func (b *batcher[A, R]) send(calls []*batchCall[A, R]) {
 		c := live[0]
 		c.res, c.err = b.one(c.ctx, c.arg)
 		return
-	}
-	done, ok := b.s.holdOpen()
-	if ok {
-		defer done()
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
