@@ -91,19 +91,21 @@ func (b *batcher[A, R]) do(ctx context.Context, a A) (R, error) {
 	}
 }
 
-// startLocked starts a flusher when calls wait and a slot is free.
+// startLocked starts a flusher when calls wait and a slot is free. Close
+// waits for it before it closes the Store's database; one started after
+// Close still answers the calls queued (with the database's error).
 func (b *batcher[A, R]) startLocked() {
 	if len(b.queue) > 0 && b.flushers < maxFlushers {
 		b.flushers++
-		go b.flush()
+		done, _ := b.s.holdOpen()
+		go b.flush(done)
 	}
 }
 
-// flush sends what is queued, batch after batch, until the queue is empty.
-// Close waits for it before it closes the Store's database; one that
-// starts after Close still answers the calls queued.
-func (b *batcher[A, R]) flush() {
-	if done, ok := b.s.holdOpen(); ok {
+// flush sends what is queued, batch after batch, until the queue is
+// empty, then calls done (when not nil).
+func (b *batcher[A, R]) flush(done func()) {
+	if done != nil {
 		defer done()
 	}
 	for {

@@ -57,8 +57,7 @@ func (b *batcher[A, R]) unhold() {
 	b.mu.Lock()
 	b.flushers -= maxFlushers
 	for len(b.queue) > 0 && b.flushers < maxFlushers {
-		b.flushers++
-		go b.flush()
+		b.startLocked()
 	}
 	b.mu.Unlock()
 }
