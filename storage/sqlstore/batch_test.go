@@ -239,11 +239,7 @@ func TestBatchedCompletionWakesADuplicate(t *testing.T) {
 		}
 		claims = append(claims, c)
 	}
-	woken := make(chan time.Time, 1)
-	go func() {
-		_ = dup.WaitChange(ctx, claims[0].Key, time.Now().Add(30*time.Second))
-		woken <- time.Now()
-	}()
+	woken := duplicateWaits(ctx, dup, claims[0].Key)
 	time.Sleep(300 * time.Millisecond) // (it marks the record watched and listens)
 	queued, release := s.HoldBatches()
 	var wg sync.WaitGroup

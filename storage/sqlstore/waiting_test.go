@@ -167,6 +167,17 @@ func TestReplayTakesNoRowLock(t *testing.T) {
 	}
 }
 
+// duplicateWaits starts a duplicate's wait for key's record in dup (for
+// 20 s at most); the channel gets the time the wait returned.
+func duplicateWaits(ctx context.Context, dup *sqlstore.Store, key idem.Key) <-chan time.Time {
+	woken := make(chan time.Time, 1)
+	go func() {
+		_ = dup.WaitChange(ctx, key, time.Now().Add(20*time.Second))
+		woken <- time.Now()
+	}()
+	return woken
+}
+
 // On PostgreSQL a duplicate waiting for a claim is woken by its
 // completion's notification (a completion notifies only records a
 // duplicate marked watched), not by its one-second look.
@@ -181,11 +192,7 @@ func TestDuplicateWokenByCompletion(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			woken := make(chan time.Time, 1)
-			go func() {
-				_ = dup.WaitChange(ctx, idem.MustKey(key), time.Now().Add(20*time.Second))
-				woken <- time.Now()
-			}()
+			woken := duplicateWaits(ctx, dup, idem.MustKey(key))
 			time.Sleep(100 * time.Millisecond)
 			done := time.Now()
 			switch finish {

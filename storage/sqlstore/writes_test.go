@@ -127,11 +127,7 @@ func TestWritesWakeADuplicate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	woken := make(chan time.Time, 1)
-	go func() {
-		_ = dup.WaitChange(ctx, idem.MustKey(key), time.Now().Add(20*time.Second))
-		woken <- time.Now()
-	}()
+	woken := duplicateWaits(ctx, dup, idem.MustKey(key))
 	time.Sleep(200 * time.Millisecond)
 	done := time.Now()
 	w := sqlstore.Writes{{Query: "UPDATE " + counters + " SET n = n + 1 WHERE k = ?", Args: []any{[]byte(key)}, Refuse: "gone"}}
