@@ -68,11 +68,13 @@ func Run(ctx context.Context, l lock.Locker, key string, fn func(ctx context.Con
 	}
 	for {
 		err := m.Do(ctx, key, func(ctx context.Context, lease lock.Lease) error { return call(ctx, key, lease, fn) })
+		// The loop's own error is reported even when ctx ended meanwhile;
+		// only the error that is ctx ending is not.
+		if err != nil && (ctx.Err() == nil || !errors.Is(err, ctx.Err())) {
+			o.onError(err)
+		}
 		if ctx.Err() != nil {
 			return ctx.Err()
-		}
-		if err != nil {
-			o.onError(err)
 		}
 		t := time.NewTimer(o.retry/2 + rand.N(o.retry/2+1))
 		select {

@@ -96,6 +96,34 @@ func TestFailingLoopIsReportedAndRetried(t *testing.T) {
 	}
 }
 
+// A replica shut down while it waits for the key, or while its loop
+// returns the context's error, reports no error: shutting down is not a
+// failure.
+func TestShutdownIsNotAnError(t *testing.T) {
+	store := memstore.New()
+	defer store.Close()
+	held, err := store.Acquire(t.Context(), "relay", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release(context.Background())
+	var errs atomic.Int64
+	onErr := lead.WithOnError(func(error) { errs.Add(1) })
+	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+	defer cancel()
+	if err := lead.Run(ctx, store, "relay", func(context.Context, lock.Lease) error { return nil }, onErr); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("waiting replica: Run = %v", err)
+	}
+	ctx2, cancel2 := context.WithTimeout(t.Context(), 200*time.Millisecond)
+	defer cancel2()
+	if err := lead.Run(ctx2, store, "other", func(ctx context.Context, _ lock.Lease) error { <-ctx.Done(); return ctx.Err() }, onErr); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("leading replica: Run = %v", err)
+	}
+	if errs.Load() != 0 {
+		t.Errorf("%d errors reported for a shutdown", errs.Load())
+	}
+}
+
 // One of three Electors leads; when its campaign ends, another leads.
 func TestElector(t *testing.T) {
 	store := memstore.New()
