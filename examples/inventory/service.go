@@ -125,7 +125,8 @@ func (s *Service) Backend() Backend { return s.backend }
 // SKU's lock, fenced with its fence, the sale's effect committed with the
 // key's record through commit (httpmw.Commit, idem.Commit). The lock is
 // released by the outer layer (holdLocks) once the record is committed, so
-// that the next sale of the SKU sees this one.
+// that the next sale of the SKU sees this one; an order refused under it
+// releases it at once.
 func (s *Service) placeOrder(ctx context.Context, sku string, qty int64, user string, commit func(any) error) (Order, error) {
 	if err := CheckOrder(sku, qty, user); err != nil {
 		return Order{}, err
@@ -136,6 +137,7 @@ func (s *Service) placeOrder(ctx context.Context, sku string, qty int64, user st
 	}
 	o := Order{OrderID: OrderID(key, sku), SKU: sku, Qty: qty, User: user, Trace: traceOf(ctx)}
 	var lockFence uint64
+	var held *lock.Held
 	if s.lockFree {
 		o.Fence, _ = idem.FenceFrom(ctx)
 	} else {
@@ -143,17 +145,28 @@ func (s *Service) placeOrder(ctx context.Context, sku string, qty int64, user st
 		if err != nil {
 			return Order{}, fmt.Errorf("inventory: lock sku %s: %w", sku, err)
 		}
-		releaseLater(ctx, h)
+		held = h
 		o.Fence, lockFence = h.Fence(), h.Fence()
 	}
 	effect, err := s.backend.Sell(ctx, o, lockFence)
+	committed := false
+	if err == nil && effect != nil {
+		err = commit(effect)
+		committed = err == nil
+	}
+	if held != nil {
+		// The lock is kept until the sale commits with the order's
+		// record; a refused order (sold out, a stale fence) has nothing
+		// to commit and lets the SKU go at once: the next buyer need not
+		// wait for this one's answer to be stored.
+		if committed {
+			releaseLater(ctx, held)
+		} else {
+			releaseNow(ctx, held)
+		}
+	}
 	if err != nil {
 		return Order{}, err
-	}
-	if effect != nil {
-		if err := commit(effect); err != nil {
-			return Order{}, err
-		}
 	}
 	select {
 	case s.kick <- struct{}{}:
@@ -207,9 +220,7 @@ func holdLocks(ctx context.Context, next func(ctx context.Context)) {
 	hl.mu.Lock()
 	defer hl.mu.Unlock()
 	for _, h := range hl.held {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		_ = h.Release(rctx) // a lease that could not be released runs out on its own
-		cancel()
+		releaseNow(ctx, h)
 	}
 }
 
@@ -222,7 +233,15 @@ func releaseLater(ctx context.Context, h *lock.Held) {
 		hl.mu.Unlock()
 		return
 	}
-	_ = h.Release(context.WithoutCancel(ctx))
+	releaseNow(ctx, h)
+}
+
+// releaseNow releases h, even when the request's ctx ended (a lease that
+// could not be released runs out on its own).
+func releaseNow(ctx context.Context, h *lock.Held) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	_ = h.Release(rctx)
+	cancel()
 }
 
 // Handler is the replica's HTTP API on a chi router.
