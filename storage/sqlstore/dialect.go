@@ -63,6 +63,9 @@ type queries struct {
 	// so that a duplicate or a replay needs no read before it.
 	myBeginReturning string
 	myAttempt        string // a MySQL claim's attempt, read back (myAttempt)
+	// renewHold: a hold of this Store handing its key on inside the
+	// process renews its expiry and reserves the next fences (handoff.go).
+	renewHold string
 	// headAcquire: the first queued waiter takes the free key and leaves
 	// the queue (PostgreSQL: one statement; MySQL: it, then queueDelete).
 	headAcquire string
@@ -301,6 +304,16 @@ func newQueries(d Dialect, prefix string) queries {
 		q.headAcquire = "UPDATE " + locks + " SET token = ?, owner = ?, holds = 1, fence = LAST_INSERT_ID(GREATEST(fence + 1, " + now + "))," +
 			" expires_us = " + now + " + ? WHERE lock_key = ? AND (token = '' OR expires_us <= " + now + ")" +
 			" AND (" + q.queueHeadNowRaw(waiters, now) + ") = ?"
+	}
+	// The hold's row stays its token's; its fence goes up by the fences
+	// reserved, so that every fence issued later is above them.
+	reserve := strconv.Itoa(reservedFences)
+	if d == Postgres {
+		q.renewHold = "UPDATE " + locks + " SET fence = fence + " + reserve + ", expires_us = " + now + " + $3" +
+			" WHERE lock_key = $1 AND token = $2 AND holds = 1 AND expires_us > " + now + " RETURNING fence"
+	} else {
+		q.renewHold = "UPDATE " + locks + " SET fence = LAST_INSERT_ID(fence + " + reserve + "), expires_us = " + now + " + ?" +
+			" WHERE lock_key = ? AND token = ? AND holds = 1 AND expires_us > " + now
 	}
 	q.lockSelect = "SELECT " + lockCols + " FROM " + locks + " WHERE lock_key = ?"
 	q.lockSelectForUpdate = q.lockSelect + " FOR UPDATE"

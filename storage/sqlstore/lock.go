@@ -42,9 +42,10 @@ func us(d time.Duration) int64 { return max(d.Microseconds(), 1) }
 // lease is one hold of a key.
 type lease struct {
 	lockdriver.Lease
-	s   *Store
-	key string
-	pin *pin // the connection keeping the key's session lock, or nil
+	s    *Store
+	key  string
+	pin  *pin  // the connection keeping the key's session lock, or nil
+	hold *hold // the Store's tenure of the row the lease is part of (handoff.go); nil for an owner's hold
 }
 
 // grant is the outcome of one attempt to take a key.
@@ -83,7 +84,7 @@ func (s *Store) tryAcquire(ctx context.Context, key string, ttl time.Duration) (
 	case g.token == "":
 		return nil, &lock.BusyError{Key: key, TTL: g.busy}
 	}
-	return s.newLease(key, g, start.Add(ttl), nil), nil
+	return s.newLease(key, g, start.Add(ttl), nil, owner), nil
 }
 
 // Acquire implements lock.Locker. A waiter queues in the database
@@ -113,12 +114,15 @@ func (s *Store) acquireLease(ctx context.Context, key string, ttl time.Duration)
 		return nil, err
 	}
 	if owner == "" { // (an owner re-enters a key it holds at once)
-		leave, err := s.gates.enter(ctx, s.stop, key)
+		leave, handed, err := s.gates.enter(ctx, s.stop, key, ttl)
 		if err != nil {
 			if cerr := s.closedErr("acquire", key); cerr != nil {
 				return nil, cerr
 			}
 			return nil, lockdriver.NotAcquired(ctx)
+		}
+		if handed != nil {
+			return handed, nil
 		}
 		defer leave()
 	}
@@ -153,7 +157,7 @@ func (s *Store) acquireLease(ctx context.Context, key string, ttl time.Duration)
 		case err != nil:
 			return nil, err
 		case ok:
-			return s.newLease(key, g, start.Add(ttl), nil), nil
+			return s.newLease(key, g, start.Add(ttl), nil, owner), nil
 		}
 	}
 	for n := 0; ; n++ {
@@ -212,7 +216,7 @@ func (s *Store) acquireLease(ctx context.Context, key string, ttl time.Duration)
 					Fence: uint64(g.fence), Duration: time.Since(began),
 				})
 			}
-			return s.newLease(key, g, start.Add(ttl), nil), nil
+			return s.newLease(key, g, start.Add(ttl), nil, owner), nil
 		}
 		renew := s.waiterTTL/3 - time.Since(renewed) // keeps our place in the queue
 		wait := renew
@@ -493,18 +497,38 @@ func (s *Store) wakeWaiter(waiter string) {
 	}
 }
 
-// newLease returns the lease of grant g; p, when not nil, is the
-// connection that keeps the key's session lock (see acquireQueued), closed
-// if the lease ends without a release.
-func (s *Store) newLease(key string, g grant, deadline time.Time, p *pin) *lease {
-	l := &lease{s: s, key: key, pin: p}
-	cfg := lockdriver.Config{
-		Driver: "sqlstore", Key: key, Token: g.token, Fence: uint64(g.fence), Deadline: deadline, Store: l,
+// newLease returns the lease of grant g, taken by owner; p, when not nil,
+// is the connection that keeps the key's session lock (see
+// acquireQueued), closed if the lease ends without a release. A lease
+// without an owner starts a hold its key can be handed on with
+// (handoff.go).
+func (s *Store) newLease(key string, g grant, deadline time.Time, p *pin, owner string) *lease {
+	var h *hold
+	if owner == "" && s.handOffs.Max > 0 {
+		h = &hold{took: time.Now(), next: g.fence + 1, last: g.fence, deadline: deadline}
+		s.gates.hold(key, h)
 	}
-	if p != nil {
+	return s.makeLease(key, g.token, g.fence, deadline, p, h)
+}
+
+// makeLease returns a held lease, h's current one when h is not nil.
+func (s *Store) makeLease(key, tok string, fence int64, deadline time.Time, p *pin, h *hold) *lease {
+	l := &lease{s: s, key: key, pin: p, hold: h}
+	if h != nil {
+		h.current = l
+	}
+	cfg := lockdriver.Config{
+		Driver: "sqlstore", Key: key, Token: tok, Fence: uint64(fence), Deadline: deadline, Store: l,
+	}
+	if p != nil || h != nil {
+		// (A lease handed on ends without OnEnd: its pin and hold went
+		// on with the next lease.)
 		cfg.OnEnd = func(lockdriver.State) {
 			if c := p.take(); c != nil {
 				discard(c)
+			}
+			if h != nil {
+				s.gates.unhold(key, h)
 			}
 		}
 	}
@@ -520,6 +544,9 @@ func (l *lease) lost(op string) error {
 // key's expiry: one hold's refresh never shortens what another was
 // promised.
 func (l *lease) StoreRefresh(ctx context.Context, ttl time.Duration) (time.Time, error) {
+	if l.hold != nil {
+		return l.s.refreshHold(ctx, l, ttl)
+	}
 	return l.s.refresh(ctx, l.key, l.Token(), ttl)
 }
 
@@ -546,10 +573,16 @@ func (s *Store) refresh(ctx context.Context, key, tok string, ttl time.Duration)
 	return start.Add(ttl), nil
 }
 
-// StoreRelease implements lockdriver.Store: it gives one hold back; the
-// last frees the key and wakes its waiters.
+// StoreRelease implements lockdriver.Store: it hands the key to the
+// Store's next acquisition waiting for it (handoff.go), or gives one hold
+// back; the last frees the key and wakes its waiters.
 func (l *lease) StoreRelease(ctx context.Context) error {
 	s := l.s
+	if l.hold != nil {
+		if done, err := s.handOff(ctx, l); done {
+			return err
+		}
+	}
 	if c := l.pin.take(); c != nil {
 		freed, err := s.releasePinned(ctx, l, c)
 		if err == nil && freed {

@@ -453,7 +453,7 @@ func (s *Store) acquireQueued(ctx context.Context, key string, ttl time.Duration
 			if err != nil {
 				return nil, s.acquireErr(ctx, err)
 			}
-			return s.newLease(key, g, start.Add(ttl), nil), nil
+			return s.newLease(key, g, start.Add(ttl), nil, owner), nil
 		}
 	}
 	ctx, cancel := context.WithCancel(ctx)
@@ -602,7 +602,7 @@ func (s *Store) acquireQueued(ctx context.Context, key string, ttl time.Duration
 			deadline = d
 		}
 	}
-	return s.newLease(key, grant{token: q.tok, fence: q.l.fence}, deadline, p), nil
+	return s.newLease(key, grant{token: q.tok, fence: q.l.fence}, deadline, p, owner), nil
 }
 
 // releaseRow frees key's row for token, best effort (the row expires by
