@@ -221,7 +221,8 @@ func oncekitSQLLock(s *sqlstore.Store) sqlLock {
 // sqlstore, the seed lock (a unique-key insert retried every millisecond)
 // and, on PostgreSQL, pg_advisory_lock on a held connection and
 // pg_advisory_xact_lock. Each worker is a process of its own (its own
-// pool). The latency is the acquisition's.
+// pool), except in goroutines=16: 16 goroutines of one process share one
+// Store and its pool. The latency is the acquisition's.
 func BenchmarkSQLLock(b *testing.B) {
 	for _, dbName := range []string{"postgres", "mysql"} {
 		url := sqlDatabases(b)[dbName]
@@ -234,18 +235,23 @@ func BenchmarkSQLLock(b *testing.B) {
 			workers int
 			hot     bool
 			pause   time.Duration
+			shared  bool // the workers are goroutines of one process (one Store, one pool)
 		}{
-			{"new-key/workers=1", 1, false, 0},
-			{"new-key/workers=16", 16, false, 0},
-			{"hot-key/procs=16", 16, true, 0},
-			{"hot-key-pause-1ms/procs=16", 16, true, time.Millisecond},
+			{"new-key/workers=1", 1, false, 0, false},
+			{"new-key/workers=16", 16, false, 0, false},
+			{"hot-key/procs=16", 16, true, 0, false},
+			{"hot-key-pause-1ms/procs=16", 16, true, time.Millisecond, false},
+			{"hot-key/goroutines=16", 16, true, 0, true},
 		} {
 			for _, impl := range impls {
 				b.Run(fmt.Sprintf("%s/%s/%s", dbName, c.name, impl), func(b *testing.B) {
 					locks := make([]sqlLock, c.workers)
 					var count stmtCounter
+					var s *sqlstore.Store
 					for w := range locks {
-						s := sqlStore(b, url)
+						if w == 0 || !c.shared {
+							s = sqlStore(b, url)
+						}
 						if w == 0 {
 							count = newStmtCounter(b, s)
 						}
