@@ -456,10 +456,16 @@ zk_up() {
 			log4j.appender.F.layout=org.apache.log4j.PatternLayout
 			log4j.appender.F.layout.ConversionPattern=%d %p %c{1}: %m%n
 		CFG
+		# ZooKeeper logs through SLF4J, which logs nothing without a
+		# binding: Debian's log4j one, when installed, writes zk.log.
+		local cp="$dir:$jar"
+		if [ -f /usr/share/java/slf4j-log4j12.jar ] && [ -f /usr/share/java/log4j-1.2.jar ]; then
+			cp="$cp:/usr/share/java/slf4j-log4j12.jar:/usr/share/java/log4j-1.2.jar"
+		fi
 		# TTL nodes, and containers and TTL nodes reaped every second.
 		nohup java -Xmx256m -Dzookeeper.extendedTypesEnabled=true -Dznode.container.checkIntervalMs=1000 \
 			-Dlog4j.configuration="file:$dir/log4j.properties" -Dzookeeper.log.dir="$dir" \
-			-cp "$dir:$jar" \
+			-cp "$cp" \
 			org.apache.zookeeper.server.quorum.QuorumPeerMain "$dir/zoo.cfg" >"$dir/stdout.log" 2>&1 </dev/null &
 		echo $! >"$dir/zk.pid"
 	done

@@ -3,6 +3,7 @@ package testenv
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -59,25 +60,48 @@ func startRedis(tb testing.TB, durable bool) *RedisProcess {
 }
 
 // handedOut are the ports freePort has returned in this process: tests
-// run in parallel, and the kernel may offer a port again once its probe
-// listener closed, before the server it was meant for has bound it.
+// run in parallel, and a port probed free may be probed again before the
+// server it was meant for has bound it.
 var handedOut sync.Map
 
 // freePort returns a 127.0.0.1 port nothing listens on, and never the
-// same one twice in a process.
+// same one twice in a process. It is taken below the kernel's ephemeral
+// range (ip_local_port_range): a port from that range is what the
+// kernel gives every outgoing connection, and one of the thousands a
+// parallel make test opens could take it between the probe and the
+// server's bind — or while a test has the server stopped, before it
+// restarts it on the same port.
 func freePort(tb testing.TB) int {
 	tb.Helper()
-	for {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			tb.Fatal(err)
+	lo, hi := 10000, ephemeralLow()-1
+	for range 10000 {
+		port := lo + rand.IntN(hi-lo+1)
+		if _, dup := handedOut.LoadOrStore(port, true); dup {
+			continue
 		}
-		port := l.Addr().(*net.TCPAddr).Port
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		if err != nil {
+			continue // in use (another process's server)
+		}
 		l.Close()
-		if _, dup := handedOut.LoadOrStore(port, true); !dup {
-			return port
+		return port
+	}
+	tb.Fatal("testenv: no free port below the ephemeral range")
+	return 0
+}
+
+// ephemeralLow is the first port of the kernel's ephemeral range
+// (32768 when it cannot be read), at least 20000.
+func ephemeralLow() int {
+	low := 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil {
+				low = n
+			}
 		}
 	}
+	return max(low, 20000)
 }
 
 // Start (re)starts the server on its port — empty, unless it is durable —

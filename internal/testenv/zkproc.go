@@ -115,12 +115,26 @@ func (m *ZooKeeperMember) Start() {
 	m.cmd = exec.Command("java", "-Xmx256m", "-Dzookeeper.extendedTypesEnabled=true", "-Dznode.container.checkIntervalMs=1000",
 		"-Dzookeeper.fastleader.maxNotificationInterval=1000",
 		"-Dlog4j.configuration=file:"+filepath.Join(m.dir, "log4j.properties"),
-		"-cp", m.dir+":/usr/share/java/zookeeper.jar",
+		"-cp", m.dir+":/usr/share/java/zookeeper.jar"+zkLogJars(),
 		"org.apache.zookeeper.server.quorum.QuorumPeerMain", filepath.Join(m.dir, "zoo.cfg"))
 	m.cmd.Stdout, m.cmd.Stderr = log, log
 	if err := m.cmd.Start(); err != nil {
 		m.tb.Fatalf("start zookeeper %d: %v", m.ID, err)
 	}
+}
+
+// zkLogJars are the classpath entries that route ZooKeeper's logging
+// (SLF4J) to log4j and so to the member's zk.log, when Debian's packages
+// have them; without them SLF4J logs nothing.
+func zkLogJars() string {
+	var cp string
+	for _, jar := range []string{"/usr/share/java/slf4j-log4j12.jar", "/usr/share/java/log4j-1.2.jar"} {
+		if _, err := os.Stat(jar); err != nil {
+			return ""
+		}
+		cp += ":" + jar
+	}
+	return cp
 }
 
 // Kill stops the member with SIGKILL and waits for it to exit.
