@@ -107,11 +107,21 @@ func (s *Store) completeWrites(ctx context.Context, c idem.Claim, result []byte,
 		result = []byte{}
 	}
 	query, args := s.writesStatement(key, c.Token, result, retention, w)
-	var stop, notified int64
-	err := s.queryRow(ctx, query, args...).Scan(&stop, &notified)
+	var stop int64
+	var watched bool
+	err := s.queryRow(ctx, query, args...).Scan(&stop, &watched)
 	var pg *pgconn.PgError
 	switch {
 	case err == nil:
+		if watched {
+			// A duplicate in another process waits for the record: it is
+			// told by a statement of its own, as after a plain
+			// completion. (NOTIFY serialises the commits of every
+			// transaction that sends one: in the writes' statement it
+			// would keep their rows locked while it waits for its turn.)
+			_, _, records := s.Tables()
+			_ = s.queryRow(ctx, s.q.notifyWatched, records, keyHash(key)).Scan(new(sql.NullString))
+		}
 		s.wakeRecord(key)
 		return nil
 	case errors.As(err, &pg) && pg.Code == "22P02" && strings.Contains(pg.Message, writesLost):
@@ -147,8 +157,8 @@ func refusedWrite(msg string) (int, bool) {
 // writesStatement is the one statement of completeWrites: the record's
 // completion and the writes, each a query of its WITH clause, then a
 // cast that fails — rolling everything back — when the claim was not the
-// record's or a write with Refuse changed no row; and the notification of
-// a duplicate that watches the record, sent at the commit.
+// record's or a write with Refuse changed no row; and whether a duplicate
+// watches the record, to be notified after the commit.
 func (s *Store) writesStatement(key, tok string, result []byte, retention time.Duration, w Writes) (string, []any) {
 	_, _, records := s.Tables()
 	now := nowUS(s.dialect)
@@ -166,7 +176,6 @@ func (s *Store) writesStatement(key, tok string, result []byte, retention time.D
 			fmt.Fprintf(&b, " WHEN NOT EXISTS (SELECT 1 FROM w%d) THEN '%s%d'", i, writesRefused, i)
 		}
 	}
-	b.WriteString(" ELSE '0' END AS integer), (SELECT count(pg_notify(?, ?)) FROM c WHERE watched)")
-	args = append(args, records, keyHash(key))
+	b.WriteString(" ELSE '0' END AS integer), EXISTS (SELECT 1 FROM c WHERE watched)")
 	return rebind(b.String()), args
 }
