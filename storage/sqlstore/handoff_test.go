@@ -26,6 +26,19 @@ func handOffDatabases(t *testing.T) map[string]string {
 	return dbs
 }
 
+// heldWithAWaiter takes key on s, then starts a second Acquire of it on
+// s (for ttl), which waits in the Store: its lease comes on the channel.
+func heldWithAWaiter(ctx context.Context, t *testing.T, s *sqlstore.Store, key string, ttl time.Duration) (lock.Lease, <-chan lock.Lease) {
+	t.Helper()
+	first, err := s.Acquire(ctx, key, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := testenv.AcquireLater(ctx, t, s, key, ttl)
+	time.Sleep(100 * time.Millisecond) // the second waits in the Store
+	return first, got
+}
+
 func localHandOffs(ev *testenv.Events) int {
 	n := 0
 	for _, e := range ev.Of(observe.LockHandOff) {
@@ -168,12 +181,7 @@ func TestHandedOnLease(t *testing.T) {
 			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 			defer cancel()
 			key := "handed-on:" + time.Now().Format(time.RFC3339Nano)
-			first, err := s.Acquire(ctx, key, 5*time.Second)
-			if err != nil {
-				t.Fatal(err)
-			}
-			got := testenv.AcquireLater(ctx, t, s, key, time.Second)
-			time.Sleep(100 * time.Millisecond) // the second waits in the Store
+			first, got := heldWithAWaiter(ctx, t, s, key, time.Second)
 			if err := first.Release(ctx); err != nil {
 				t.Fatal(err)
 			}
@@ -225,12 +233,7 @@ func TestHandOffOfALostHold(t *testing.T) {
 			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 			defer cancel()
 			key := "lost-hold:" + time.Now().Format(time.RFC3339Nano)
-			first, err := s.Acquire(ctx, key, 5*time.Second)
-			if err != nil {
-				t.Fatal(err)
-			}
-			got := testenv.AcquireLater(ctx, t, s, key, 5*time.Second)
-			time.Sleep(100 * time.Millisecond) // the second waits in the Store
+			first, got := heldWithAWaiter(ctx, t, s, key, 5*time.Second)
 			if _, err := admin.ForceRelease(ctx, key); err != nil {
 				t.Fatal(err)
 			}
