@@ -239,23 +239,38 @@ func TestFencedReleaseSkipsClockRead(t *testing.T) {
 	}
 	testenv.AcquireRelease(ctx, t, s, "warm", time.Second) // scripts loaded, clocks measured
 	time.Sleep(50 * time.Millisecond)
+	// A node whose answer the client gave up on (a machine loaded by a
+	// parallel make test) is released as one whose take is not known,
+	// which reads its clock: each case gets three tries, and one must
+	// count exactly. (A release that read the clock every time fails all
+	// three.)
 	for _, hold := range []time.Duration{20 * time.Millisecond, 0} {
-		key := fmt.Sprintf("clock-%s", hold)
-		time0, eval0 := calls("time"), calls("evalsha")
-		l, err := s.Acquire(ctx, key, 10*time.Second)
-		if err != nil {
-			t.Fatal(err)
+		var counts []string
+		var l lock.Lease
+		var key string
+		for try := range 3 {
+			key = fmt.Sprintf("clock-%s-%d", hold, try)
+			time0, eval0 := calls("time"), calls("evalsha")
+			var err error
+			l, err = s.Acquire(ctx, key, 10*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(hold)
+			if err := l.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(50 * time.Millisecond) // the nodes that answered after the majority
+			times, evals := calls("time")-time0, calls("evalsha")-eval0
+			if times == len(addrs) && evals == 2*len(addrs) {
+				counts = nil
+				break
+			}
+			counts = append(counts, fmt.Sprintf("%d clock reads and %d scripts", times, evals))
 		}
-		time.Sleep(hold)
-		if err := l.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(50 * time.Millisecond) // the nodes that answered after the majority
-		if got := calls("time") - time0; got != len(addrs) {
-			t.Errorf("hold %s: a fenced new key read the nodes' clocks %d times, want %d (once per node, to take it)", hold, got, len(addrs))
-		}
-		if got := calls("evalsha") - eval0; got != 2*len(addrs) {
-			t.Errorf("hold %s: %d scripts ran, want %d (one take and one release per node)", hold, got, 2*len(addrs))
+		if counts != nil {
+			t.Errorf("hold %s: a fenced new key and its release made %s; want %d clock reads (once per node, to take it) and %d scripts (one take and one release per node)",
+				hold, strings.Join(counts, ", then "), len(addrs), 2*len(addrs))
 		}
 		// And the fences still go forward on every node: a new holder's is above.
 		next, err := s.Acquire(ctx, key, 10*time.Second)
