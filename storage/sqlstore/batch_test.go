@@ -163,15 +163,7 @@ func batchedClaimsPassARowBeingWritten(t *testing.T, url string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, _, records := s.Tables()
-	tx, err := s.DB().BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback()
-	if _, err := tx.ExecContext(ctx, rebind(s, "UPDATE "+records+" SET watched = true WHERE record_key = ?"), []byte(busy.Key.String())); err != nil {
-		t.Fatal(err)
-	}
+	lockRecordRow(ctx, t, s, "UPDATE %s SET watched = true WHERE record_key = ?", busy.Key.String())
 
 	keys := []string{base + "busy", base + "a", base + "b", base + "c"}
 	claims := make([]idem.Claim, len(keys))

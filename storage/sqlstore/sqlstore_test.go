@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"net/url"
 	"os"
 	"strings"
@@ -131,6 +132,22 @@ func execSQL(t testing.TB, s *sqlstore.Store, query string, args ...any) sql.Res
 }
 
 func rebind(s *sqlstore.Store, query string) string { return s.Dialect().Rebind(query) }
+
+// lockRecordRow runs query (with ? placeholders; it names the records
+// table by %s) for key's record in a transaction that stays open, its row
+// locks held, until t ends.
+func lockRecordRow(ctx context.Context, t *testing.T, s *sqlstore.Store, query, key string) {
+	t.Helper()
+	_, _, records := s.Tables()
+	tx, err := s.DB().BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback() })
+	if _, err := tx.ExecContext(ctx, rebind(s, fmt.Sprintf(query, records)), []byte(key)); err != nil {
+		t.Fatal(err)
+	}
+}
 
 func TestConformance(t *testing.T) {
 	t.Parallel()

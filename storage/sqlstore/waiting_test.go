@@ -148,15 +148,7 @@ func TestReplayTakesNoRowLock(t *testing.T) {
 			if err := s.Complete(ctx, c, []byte("done"), time.Hour); err != nil {
 				t.Fatal(err)
 			}
-			_, _, records := s.Tables()
-			tx, err := s.DB().BeginTx(ctx, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer tx.Rollback()
-			if _, err := tx.ExecContext(ctx, rebind(s, "SELECT state FROM "+records+" WHERE record_key = ? FOR UPDATE"), []byte(key)); err != nil {
-				t.Fatal(err)
-			}
+			lockRecordRow(ctx, t, s, "SELECT state FROM %s WHERE record_key = ? FOR UPDATE", key)
 			bctx, bcancel := context.WithTimeout(ctx, 3*time.Second)
 			defer bcancel()
 			got, err := s.Begin(bctx, idem.MustKey(key), "fp", time.Minute)
