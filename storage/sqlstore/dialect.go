@@ -348,8 +348,11 @@ func (q *queries) queueHeadNowRaw(waiters, now string) string {
 }
 
 // Rebind returns query with its ? placeholders numbered ($1, $2, ...) for
-// PostgreSQL, and as it is for MySQL: for effects written once for both.
-// A ? inside a string literal or a comment is numbered too; keep them out.
+// PostgreSQL, and as it is for MySQL: for statements written once for
+// both. A ? inside a string literal ('…', E'…', $tag$…$tag$), a quoted
+// identifier or a comment is left as it is; ?? outside them stands for a
+// literal ? (PostgreSQL's jsonb operators ?, ?| and ?& are written ??,
+// ??| and ??&).
 func (d Dialect) Rebind(query string) string {
 	if d != Postgres {
 		return query
@@ -357,20 +360,129 @@ func (d Dialect) Rebind(query string) string {
 	return rebind(query)
 }
 
-// rebind numbers the ? placeholders of s ($1, $2, ...). None of the
-// statements has a ? inside a string literal.
+// rebind numbers the ? placeholders of s ($1, $2, ...), skipping string
+// literals, quoted identifiers and comments as PostgreSQL reads them, and
+// turning ?? into ?. Text it cannot read to its end (an unclosed quote or
+// comment) is copied as it is: the server reports the error.
 func rebind(s string) string {
+	if strings.IndexByte(s, '?') < 0 {
+		return s
+	}
 	var b strings.Builder
+	b.Grow(len(s) + 8)
 	n := 0
-	for _, r := range s {
-		if r == '?' {
+	for i := 0; i < len(s); {
+		c := s[i]
+		var end int // the end of a literal, identifier or comment starting at i
+		switch {
+		case c == '?' && i+1 < len(s) && s[i+1] == '?':
+			b.WriteByte('?')
+			i += 2
+			continue
+		case c == '?':
 			n++
-			b.WriteString("$" + strconv.Itoa(n))
+			b.WriteByte('$')
+			b.WriteString(strconv.Itoa(n))
+			i++
+			continue
+		case c == '\'':
+			// E'…' (or e'…') reads backslash escapes; '…' does not.
+			escapes := i > 0 && (s[i-1] == 'E' || s[i-1] == 'e') && (i == 1 || !identChar(s[i-2]))
+			end = quotedEnd(s, i, '\'', escapes)
+		case c == '"':
+			end = quotedEnd(s, i, '"', false)
+		case c == '-' && i+1 < len(s) && s[i+1] == '-':
+			end = strings.IndexByte(s[i:], '\n')
+			if end < 0 {
+				end = len(s)
+			} else {
+				end += i + 1
+			}
+		case c == '/' && i+1 < len(s) && s[i+1] == '*':
+			end = blockCommentEnd(s, i)
+		case c == '$' && (i == 0 || !identChar(s[i-1])):
+			end = dollarQuotedEnd(s, i)
+		}
+		if end <= i {
+			b.WriteByte(c)
+			i++
 			continue
 		}
-		b.WriteRune(r)
+		b.WriteString(s[i:end])
+		i = end
 	}
 	return b.String()
+}
+
+// identChar reports whether c may be part of an unquoted identifier (or a
+// keyword, or a number): a quote or $ right after one does not start a
+// literal of its own.
+func identChar(c byte) bool {
+	return c == '_' || c == '$' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= 0x80
+}
+
+// quotedEnd returns the end of the literal or identifier quoted by q that
+// starts at i (a doubled q stands for one; with escapes, a backslash
+// escapes the next byte), or len(s) when it is not closed.
+func quotedEnd(s string, i int, q byte, escapes bool) int {
+	for j := i + 1; j < len(s); j++ {
+		switch s[j] {
+		case '\\':
+			if escapes {
+				j++
+			}
+		case q:
+			if j+1 < len(s) && s[j+1] == q {
+				j++
+				continue
+			}
+			return j + 1
+		}
+	}
+	return len(s)
+}
+
+// blockCommentEnd returns the end of the /* … */ comment that starts at i
+// (they nest in PostgreSQL), or len(s) when it is not closed.
+func blockCommentEnd(s string, i int) int {
+	depth := 0
+	for j := i; j+1 < len(s); j++ {
+		switch {
+		case s[j] == '/' && s[j+1] == '*':
+			depth++
+			j++
+		case s[j] == '*' && s[j+1] == '/':
+			depth--
+			j++
+			if depth == 0 {
+				return j + 1
+			}
+		}
+	}
+	return len(s)
+}
+
+// dollarQuotedEnd returns the end of the $tag$ … $tag$ literal that starts
+// at i, i itself when no dollar quote starts there (a $1 parameter, a $
+// inside an identifier), or len(s) when it is not closed.
+func dollarQuotedEnd(s string, i int) int {
+	j := i + 1
+	for j < len(s) && s[j] != '$' {
+		c := s[j]
+		if !(c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= 0x80 || j > i+1 && c >= '0' && c <= '9') {
+			return i
+		}
+		j++
+	}
+	if j >= len(s) {
+		return i
+	}
+	tag := s[i : j+1]
+	k := strings.Index(s[j+1:], tag)
+	if k < 0 {
+		return len(s)
+	}
+	return j + 1 + k + len(tag)
 }
 
 // lockRow locks key's lock row in tx and reads it. With create, a missing

@@ -36,9 +36,11 @@ import (
 // writes in WITH): two writes must not change the same row.
 type Writes []Write
 
-// Write is one statement of Writes: Query with ? placeholders (numbered
-// by the Store on PostgreSQL, every ? a placeholder: none inside a string
-// literal or as an operator), without a RETURNING clause, and its Args.
+// Write is one statement of Writes: Query with ? placeholders, without a
+// RETURNING clause, and its Args. On PostgreSQL the Store numbers the
+// placeholders (Dialect.Rebind): a ? inside a string literal, a quoted
+// identifier or a comment is text, and ?? stands for the ? operator
+// (jsonb's ?, ?| and ?& are written ??, ??| and ??&).
 type Write struct {
 	Query  string
 	Args   []any

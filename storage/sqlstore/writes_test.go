@@ -180,3 +180,44 @@ func TestWritesOnARowChangedMeanwhileAtRepeatableRead(t *testing.T) {
 		t.Fatalf("the record: %v %v, want completed", got.State, err)
 	}
 }
+
+// A ? inside a write's string literal or comment is text, not a
+// placeholder, on every database; on PostgreSQL ?? is the ? operator
+// (jsonb).
+func TestWritesQuestionMarkInLiteral(t *testing.T) {
+	for name, dbURL := range writesDatabases(t) {
+		t.Run(name, func(t *testing.T) {
+			s := migrated(t, dbURL)
+			createCounters(t, s)
+			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+			defer cancel()
+			g, err := idem.NewGuard(s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			key := "writes-literal:" + name + ":" + time.Now().Format(time.RFC3339Nano)
+			w := sqlstore.Writes{{
+				Query: "INSERT INTO " + counters + " (k, n) /* why? */ VALUES (?, CASE WHEN 'a?' = ? THEN ? ELSE 0 END)",
+				Args:  []any{[]byte(key), "a?", 7},
+			}}
+			want := 7
+			if s.Dialect() == sqlstore.Postgres {
+				w = append(w, sqlstore.Write{
+					Query: "INSERT INTO " + counters + " (k, n) SELECT ?, ? WHERE '{\"a\": 1}'::jsonb ?? 'a' AND $$b?$$ = E'b\\?'",
+					Args:  []any{[]byte(key + ":jsonb"), 1},
+				})
+			}
+			if _, _, err := g.Do(ctx, key, "fp", func(ctx context.Context) ([]byte, error) {
+				return []byte("ok"), idem.Commit(ctx, w)
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if n := count(t, s, key); n != want {
+				t.Errorf("the write stored %d, want %d", n, want)
+			}
+			if s.Dialect() == sqlstore.Postgres && count(t, s, key+":jsonb") != 1 {
+				t.Error("the write with ?? (jsonb's ? operator) and literals stored nothing")
+			}
+		})
+	}
+}
