@@ -41,7 +41,7 @@ func TestRebindSkipsLiteralsAndComments(t *testing.T) {
 }
 
 // The Store's own statements (MySQL's, which keep their ? placeholders,
-// and with them their '' literals) number as a plain count of their ?
+// and with them their ” literals) number as a plain count of their ?
 // does: none has a ? inside a literal or a comment, nor a ??.
 func TestRebindKeepsTheStoresStatements(t *testing.T) {
 	q := reflect.ValueOf(newQueries(MySQL, "oncekit_"))
