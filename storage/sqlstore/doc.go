@@ -41,7 +41,9 @@
 // every request writes (a SKU's stock) is locked only while that
 // statement runs, never across a round trip to the client — in a flash
 // sale the row's lock is what every sale waits for. On MySQL they run in
-// the completing transaction.
+// the completing transaction. A write's query takes ? placeholders on
+// both databases (Dialect.Rebind numbers them for PostgreSQL, leaving a ?
+// inside a literal or a comment alone; ?? is PostgreSQL's ? operator).
 //
 // Pool sizing with InTx: while a run's transaction holds one of the
 // pool's connections, the Guard's Begin, Extend and Complete need
