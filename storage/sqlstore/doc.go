@@ -153,7 +153,11 @@
 // and its retention); its attempt column numbers its last claim
 // (idem.Claim.Attempt), and the cleanup keeps the row of a claim that
 // ended without completing for idem.AttemptMemory. A duplicate's WaitChange
-// is woken by NOTIFY on PostgreSQL and polls on MySQL. Results are limited
+// is woken by NOTIFY on PostgreSQL and polls on MySQL; a duplicate of a
+// claim the Store itself holds (a retry that reaches the same process) is
+// answered in flight by the Store, with no statement, and woken by the
+// claim's finish in the process — the database decides again once the
+// claim's lease has run out, and for the duplicate's next Begin. Results are limited
 // to WithMaxResultBytes (1 MiB by default). A row with an unknown state is
 // reported as idem.ErrCorruptRecord, never read as absent. A claim whose
 // answer was lost (ctx ended while its statement ran, or the connection

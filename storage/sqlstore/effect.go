@@ -38,6 +38,7 @@ type Effect func(ctx context.Context, tx *sql.Tx) error
 // Store's; Writes, on PostgreSQL one statement with the completion; or
 // InTx(tx), the caller's own transaction.
 func (s *Store) CompleteWith(ctx context.Context, c idem.Claim, result []byte, retention time.Duration, effect any) error {
+	defer s.finished(c)
 	if own, isTx := effect.(txEffect); isTx {
 		if own.tx == nil {
 			return fmt.Errorf("sqlstore: complete %q: InTx(nil): %w", c.Key, idem.ErrEffectUnsupported)
@@ -86,6 +87,7 @@ func InTx(tx *sql.Tx) any { return txEffect{tx} }
 // tx must be a transaction on the Store's database. On PostgreSQL, waiters
 // are notified at the commit; on MySQL they notice at their next poll.
 func (s *Store) CompleteInTx(ctx context.Context, tx *sql.Tx, c idem.Claim, result []byte, retention time.Duration) error {
+	defer s.finished(c) // (a duplicate woken now waits for tx on the record's row)
 	if err := s.fits(c, result); err != nil {
 		return err
 	}

@@ -92,10 +92,18 @@ func (s *Store) setRecord(ctx context.Context, tx *sql.Tx, key string, r recordR
 // the token it sent), so that a retry does not find the key in flight
 // for nobody until the lease ends.
 func (s *Store) Begin(ctx context.Context, k idem.Key, fingerprint string, lease time.Duration) (idem.Claim, error) {
+	if k.Check() == nil && ctx.Err() == nil && !s.closed() {
+		if c, ok := s.local.begin(k, fingerprint); ok {
+			return c, nil // a duplicate of a claim this Store holds (local.go)
+		}
+	}
 	var sent string
 	c, err := s.begin(ctx, k, fingerprint, lease, &sent)
 	if err != nil && sent != "" && (ctx.Err() != nil || connectionLost(err)) {
 		s.giveBackUnanswered(k, sent)
+	}
+	if err == nil && c.State == idem.Acquired {
+		s.local.add(k.String(), c.Token, fingerprint, c.Expires)
 	}
 	return c, err
 }
@@ -406,6 +414,7 @@ func (s *Store) own(ctx context.Context, tx *sql.Tx, c idem.Claim, op string) (r
 
 // Complete implements idem.Store.
 func (s *Store) Complete(ctx context.Context, c idem.Claim, result []byte, retention time.Duration) error {
+	defer s.finished(c)
 	return s.complete(ctx, c, result, retention, nil)
 }
 
@@ -515,6 +524,7 @@ func (s *Store) completeTx(ctx context.Context, tx *sql.Tx, c idem.Claim, result
 // Abandon implements idem.Store: the claim's record is deleted (or freed
 // while the clock has not passed its fence) and waiters are woken.
 func (s *Store) Abandon(ctx context.Context, c idem.Claim) error {
+	defer s.finished(c)
 	key := c.Key.String()
 	err := s.inTx(ctx, "abandon", key, func(tx *sql.Tx) error {
 		r, err := s.own(ctx, tx, c, "abandon")
@@ -553,7 +563,8 @@ func (s *Store) Extend(ctx context.Context, c idem.Claim, lease time.Duration) e
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return s.inTx(ctx, "extend", c.Key.String(), func(tx *sql.Tx) error {
+	start := time.Now()
+	err := s.inTx(ctx, "extend", c.Key.String(), func(tx *sql.Tx) error {
 		r, err := s.own(ctx, tx, c, "extend")
 		if err != nil {
 			return err
@@ -561,6 +572,10 @@ func (s *Store) Extend(ctx context.Context, c idem.Claim, lease time.Duration) e
 		err = s.setRecord(ctx, tx, c.Key.String(), r, r.state, r.fp, r.token, r.fence, r.now+us(lease), nil)
 		return err
 	})
+	if err == nil {
+		s.local.extend(c.Key.String(), c.Token, start.Add(lease))
+	}
+	return err
 }
 
 // WaitChange implements idem.Waiter: it returns when key's record is no
@@ -576,6 +591,22 @@ func (s *Store) WaitChange(ctx context.Context, k idem.Key, until time.Time) err
 	_, _, records := s.Tables()
 	woken, unsubscribe := s.hub.subscribe(records, keyHash(key))
 	defer unsubscribe()
+	if c, ok := s.local.get(key); ok {
+		// A claim of this Store's: its finish wakes us here (it forgets
+		// the claim first, so a finish before we subscribed is seen by
+		// this look), or its lease ends.
+		t := time.NewTimer(max(min(time.Until(c.until), time.Until(until)), 0))
+		defer t.Stop()
+		select {
+		case <-woken:
+		case <-t.C:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-s.stop:
+			return s.closedErr("wait for", key)
+		}
+		return nil
+	}
 	for n := 0; ; n++ {
 		// Looking first also catches a change between the caller's Begin
 		// and the subscription, whose wake-up nobody heard.

@@ -128,6 +128,7 @@ func (s *Store) DeleteRecord(ctx context.Context, key string) (bool, error) {
 		return s.freeRecord(ctx, tx, key, r)
 	})
 	if err == nil && found {
+		s.local.drop(key) // a claim of this Store's no longer holds the key
 		s.wakeRecord(key)
 	}
 	return found, err

@@ -70,6 +70,7 @@ type Store struct {
 	slots        chan struct{}   // connections the queue may keep (takeSlot); nil: no bound
 	hot          hotKeys         // keys found taken lately (acquireQueued)
 	gates        gates           // one acquisition of a key waits in the database at a time (Acquire)
+	local        localClaims     // the claims this Store holds in flight (local.go)
 	sctx         context.Context // ends when the Store closes
 	scancel      context.CancelFunc
 

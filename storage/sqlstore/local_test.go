@@ -1,0 +1,186 @@
+package sqlstore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/internal/testenv"
+	"github.com/oncekit/oncekit/storage/sqlstore"
+)
+
+// A duplicate of a claim the Store holds, in the same process, is answered
+// and woken there: it waits for the run and replays its result, with no
+// statement that marks the record watched (PostgreSQL, counted by
+// pg_stat_statements on a table prefix of the test's own); a duplicate
+// with another fingerprint is a mismatch at once.
+func TestDuplicateInProcessWaitsHere(t *testing.T) {
+	url := testenv.PostgresURL(t)
+	admin := open(t, url)
+	if _, err := admin.DB().Exec("CREATE EXTENSION IF NOT EXISTS pg_stat_statements"); err != nil {
+		t.Fatalf("pg_stat_statements (scripts/services.sh preloads it): %v", err)
+	}
+	prefix := fmt.Sprintf("local%d_", time.Now().UnixNano())
+	s := migrated(t, url, sqlstore.WithTablePrefix(prefix))
+	_, _, records := s.Tables()
+	t.Cleanup(func() { _, _ = admin.DB().Exec("DROP TABLE IF EXISTS " + records + ", " + prefix + "locks, " + prefix + "lock_waiters") })
+	watches := func() int64 {
+		var n int64
+		if err := admin.DB().QueryRow("SELECT coalesce(sum(calls), 0)::bigint FROM pg_stat_statements WHERE query LIKE $1",
+			"%"+records+" SET watched = %").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+
+	g, err := idem.NewGuard(s, idem.WithWait(20*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	key := "dup-here"
+	started, release := make(chan struct{}), make(chan struct{})
+	var wg sync.WaitGroup
+	var runs int
+	wg.Go(func() {
+		res, replayed, err := g.Do(ctx, key, "fp", func(context.Context) ([]byte, error) {
+			runs++
+			close(started)
+			<-release
+			return []byte("sold"), nil
+		})
+		if err != nil || replayed || string(res) != "sold" {
+			t.Errorf("the first call: %q %v %v", res, replayed, err)
+		}
+	})
+	<-started
+	before := watches()
+	if _, _, err := g.Do(ctx, key, "another fp", func(context.Context) ([]byte, error) { return nil, nil }); !errors.Is(err, idem.ErrMismatch) {
+		t.Errorf("a duplicate with another fingerprint while the run runs: %v, want ErrMismatch", err)
+	}
+	var dupRes []byte
+	var dupReplayed bool
+	var dupErr error
+	wg.Go(func() {
+		dupRes, dupReplayed, dupErr = g.Do(ctx, key, "fp", func(context.Context) ([]byte, error) {
+			t.Error("the duplicate ran")
+			return nil, nil
+		})
+	})
+	time.Sleep(100 * time.Millisecond) // (the duplicate waits)
+	close(release)
+	wg.Wait()
+	if dupErr != nil || !dupReplayed || string(dupRes) != "sold" || runs != 1 {
+		t.Fatalf("the duplicate: %q replayed=%v %v (runs %d), want the first call's result replayed", dupRes, dupReplayed, dupErr, runs)
+	}
+	if n := watches() - before; n != 0 {
+		t.Errorf("the duplicate in the claim's own process marked the record watched %d times, want 0", n)
+	}
+}
+
+// A claim the Store holds but never finishes (its lease ran out while its
+// run was cut off) answers the Store's duplicates only until its lease
+// ends: then the database decides, and a duplicate gets what another
+// process stored since.
+func TestLocalClaimEndsWithItsLease(t *testing.T) {
+	for name, url := range databases(t) {
+		t.Run(name, func(t *testing.T) {
+			s, other := migrated(t, url), migrated(t, url)
+			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+			defer cancel()
+			k := idem.MustKey("local-lease:" + name + ":" + time.Now().Format(time.RFC3339Nano))
+			const lease = 400 * time.Millisecond
+			c, err := s.Begin(ctx, k, "fp", lease)
+			if err != nil || c.State != idem.Acquired {
+				t.Fatalf("Begin: %v %v", c.State, err)
+			}
+			dup, err := s.Begin(ctx, k, "fp", lease)
+			if err != nil || dup.State != idem.InFlight {
+				t.Fatalf("a duplicate while the claim runs: %v %v, want InFlight", dup.State, err)
+			}
+			start := time.Now()
+			if err := s.WaitChange(ctx, k, time.Now().Add(20*time.Second)); err != nil {
+				t.Fatal(err)
+			}
+			if took := time.Since(start); took > 5*time.Second {
+				t.Fatalf("the wait for a claim nobody finishes took %s; its lease was %s", took, lease)
+			}
+			// Past the lease (by the database's clock too), another process
+			// claims the key and stores its result.
+			var taken idem.Claim
+			for time.Since(start) < 10*time.Second {
+				if taken, err = other.Begin(ctx, k, "fp", time.Minute); err != nil || taken.State == idem.Acquired {
+					break
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			if err != nil || taken.State != idem.Acquired {
+				t.Fatalf("another process after the lease: %v %v", taken.State, err)
+			}
+			if err := other.Complete(ctx, taken, []byte("theirs"), time.Hour); err != nil {
+				t.Fatal(err)
+			}
+			got, err := s.Begin(ctx, k, "fp", lease)
+			if err != nil || got.State != idem.Completed || string(got.Result) != "theirs" {
+				t.Fatalf("the first process's duplicate after that: %v %q %v, want the other's result", got.State, got.Result, err)
+			}
+			if err := s.Complete(ctx, c, []byte("mine"), time.Hour); !errors.Is(err, idem.ErrLockLost) {
+				t.Fatalf("completing the lost claim: %v, want ErrLockLost", err)
+			}
+		})
+	}
+}
+
+// A duplicate of a claim this Store holds is woken by the claim's
+// abandonment and takes the key itself; on MySQL (no notifications) as
+// at once as on PostgreSQL.
+func TestLocalClaimAbandonedWakesDuplicate(t *testing.T) {
+	for name, url := range databases(t) {
+		t.Run(name, func(t *testing.T) {
+			s := migrated(t, url, sqlstore.WithPollInterval(time.Minute))
+			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+			defer cancel()
+			k := idem.MustKey("local-abandon:" + name + ":" + time.Now().Format(time.RFC3339Nano))
+			c, err := s.Begin(ctx, k, "fp", time.Minute)
+			if err != nil || c.State != idem.Acquired {
+				t.Fatalf("Begin: %v %v", c.State, err)
+			}
+			woke := make(chan time.Duration, 1)
+			go func() {
+				start := time.Now()
+				if err := s.WaitChange(ctx, k, time.Now().Add(time.Minute)); err != nil {
+					t.Error(err)
+				}
+				woke <- time.Since(start)
+			}()
+			time.Sleep(50 * time.Millisecond)
+			if err := s.Abandon(ctx, c); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case d := <-woke:
+				if d > 10*time.Second {
+					t.Fatalf("woken after %s", d)
+				}
+			case <-time.After(20 * time.Second):
+				t.Fatal("the duplicate was not woken by the abandonment")
+			}
+			got, err := s.Begin(ctx, k, "fp", time.Minute)
+			if err != nil || got.State != idem.Acquired {
+				t.Fatalf("the duplicate's Begin after the abandonment: %v %v, want Acquired", got.State, err)
+			}
+			if err := s.Complete(ctx, got, []byte("ok"), time.Hour); err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(got.Key.String(), "local-abandon") {
+				t.Fatal("wrong key")
+			}
+		})
+	}
+}
