@@ -28,7 +28,9 @@ func TestDuplicateInProcessWaitsHere(t *testing.T) {
 	prefix := fmt.Sprintf("local%d_", time.Now().UnixNano())
 	s := migrated(t, url, sqlstore.WithTablePrefix(prefix))
 	_, _, records := s.Tables()
-	t.Cleanup(func() { _, _ = admin.DB().Exec("DROP TABLE IF EXISTS " + records + ", " + prefix + "locks, " + prefix + "lock_waiters") })
+	t.Cleanup(func() {
+		_, _ = admin.DB().Exec("DROP TABLE IF EXISTS " + records + ", " + prefix + "locks, " + prefix + "lock_waiters")
+	})
 	watches := func() int64 {
 		var n int64
 		if err := admin.DB().QueryRow("SELECT coalesce(sum(calls), 0)::bigint FROM pg_stat_statements WHERE query LIKE $1",
