@@ -267,7 +267,7 @@ func (g *Guard) run(ctx context.Context, c Claim, valid time.Time, run func(cont
 	// The claim lives until run returns, whatever happens to the caller's
 	// context: a client that hangs up must not free the key while its
 	// handler still runs.
-	wd := g.watch(context.WithoutCancel(rctx), c, valid, cancel)
+	wd := g.watch(rctx, c, valid, cancel)
 	// giveBack abandons the claim under a clean-up context made when it
 	// is needed: a fresh ReleaseTimeout however long run took, and no timer
 	// on the path that completes.

@@ -32,7 +32,7 @@ type watchdog struct {
 // watched is one claim the watchdog keeps alive.
 type watched struct {
 	g      *Guard
-	ctx    context.Context // detached from the caller's cancellation
+	ctx    context.Context // the run's: extensions detach it from its cancellation
 	c      Claim
 	cancel context.CancelCauseFunc
 	due    time.Time // its next extension
@@ -62,8 +62,8 @@ func earliest(a, b time.Time) time.Time {
 	return a
 }
 
-// watch starts keeping claim c, valid until valid, alive; ctx must not end
-// before stop.
+// watch starts keeping claim c, valid until valid, alive; its extensions
+// run with ctx's values, not its cancellation.
 func (g *Guard) watch(ctx context.Context, c Claim, valid time.Time, cancel context.CancelCauseFunc) *watched {
 	k := &watched{g: g, ctx: ctx, c: c, cancel: cancel, due: time.Now().Add(g.ttl / 3), valid: valid}
 	kp := &g.watchdog
@@ -149,7 +149,7 @@ func (kp *watchdog) extend(k *watched) {
 	kp.mu.Unlock()
 	start := time.Now()
 	// An answer after the run has ended is of no use: wait no longer.
-	ectx, ecancel := context.WithDeadline(k.ctx, earliest(start.Add(interval), end))
+	ectx, ecancel := context.WithDeadline(context.WithoutCancel(k.ctx), earliest(start.Add(interval), end))
 	err := g.store.Extend(ectx, k.c, g.ttl)
 	ecancel()
 	kp.mu.Lock()
