@@ -93,10 +93,21 @@ func (s *Store) setRecord(ctx context.Context, tx *sql.Tx, key string, r recordR
 // for nobody until the lease ends.
 func (s *Store) Begin(ctx context.Context, k idem.Key, fingerprint string, lease time.Duration) (idem.Claim, error) {
 	if k.Check() == nil && ctx.Err() == nil && !s.closed() {
-		if c, ok := s.local.begin(k, fingerprint); ok {
-			return c, nil // a duplicate of a claim this Store holds (local.go)
+		// A duplicate of a claim this Store holds, or of a Begin it is
+		// sending, is answered here (local.go).
+		c, ok, done, err := s.local.begin(ctx, k, fingerprint)
+		if ok || err != nil {
+			return c, err
 		}
+		defer func() { done(c, err) }()
+		c, err = s.beginOnce(ctx, k, fingerprint, lease)
+		return c, err
 	}
+	return s.beginOnce(ctx, k, fingerprint, lease)
+}
+
+// beginOnce is Begin's own claim or look in the database.
+func (s *Store) beginOnce(ctx context.Context, k idem.Key, fingerprint string, lease time.Duration) (idem.Claim, error) {
 	var sent string
 	c, err := s.begin(ctx, k, fingerprint, lease, &sent)
 	if err != nil && sent != "" && (ctx.Err() != nil || connectionLost(err)) {

@@ -1,6 +1,8 @@
 package sqlstore
 
 import (
+	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -13,15 +15,51 @@ import (
 // is answered from here: its Begin finds the claim in flight (or its
 // fingerprint mismatched) with no statement, and its wait is woken by the
 // claim's finish in this process, with no mark on the record, no
-// notification and no polling. The record stays the truth: an entry is
+// notification and no polling. A duplicate that comes while the first
+// copy's Begin is still on its way waits for that Begin's answer first. The record stays the truth: an entry is
 // trusted only until the claim's lease ends as the Store last set it (a
 // claim lost to its lease, taken over by another process, is looked up in
 // the database from then on), and a duplicate woken here reads the
 // record from the database, as any other Begin does.
 type localClaims struct {
-	mu   sync.Mutex
-	m    map[string]localClaim
-	adds int // since the last sweep of ended entries
+	mu     sync.Mutex
+	m      map[string]localClaim
+	adds   int                 // since the last sweep of ended entries
+	begins map[string]*pending // Begins of this Store in flight, by key
+}
+
+// pending is a Begin in flight; a second Begin of its key waits for it
+// (done, made by the first to wait) and then answers from its answer, so
+// that copies of a request that arrive together cost one statement.
+type pending struct {
+	done chan struct{}
+	fp   string     // the first Begin's fingerprint
+	c    idem.Claim // and its answer, once done is closed (when err is nil)
+	err  error
+}
+
+// share answers a Begin of k with fingerprint from p's answer, when that
+// tells: a completed record or a claim in flight (the first Begin's,
+// registered in m, is answered from there) with p's fingerprint, which is
+// also a mismatch for another one, and a mismatch for p's own.
+func (p *pending) share(k idem.Key, fingerprint string) (idem.Claim, bool) {
+	if p.err != nil {
+		return idem.Claim{}, false
+	}
+	c := idem.Claim{Key: k, Fingerprint: fingerprint, Expires: p.c.Expires}
+	switch {
+	case p.c.State == idem.Mismatch && fingerprint == p.fp:
+		c.State = idem.Mismatch
+	case p.c.State != idem.Completed && p.c.State != idem.InFlight:
+		return idem.Claim{}, false
+	case fingerprint != p.fp:
+		c.State = idem.Mismatch
+	case p.c.State == idem.Completed:
+		c.State, c.Result = idem.Completed, slices.Clone(p.c.Result)
+	default:
+		c.State = idem.InFlight
+	}
+	return c, true
 }
 
 type localClaim struct {
@@ -93,18 +131,65 @@ func (l *localClaims) get(key string) (localClaim, bool) {
 }
 
 // begin answers a Begin of k with fingerprint from a claim this Store
-// holds in flight on it: in flight, or a mismatch. ok is false when it
-// holds none.
-func (l *localClaims) begin(k idem.Key, fingerprint string) (idem.Claim, bool) {
-	c, ok := l.get(k.String())
-	if !ok {
-		return idem.Claim{}, false
+// holds in flight on it: in flight, or a mismatch (ok). Otherwise, when
+// another Begin of k is in flight in this Store, it waits for that one
+// (or for ctx) and answers from its answer where that tells (ok), else
+// looks again; when none is, it returns a done function that the
+// caller's own Begin must call with its answer.
+func (l *localClaims) begin(ctx context.Context, k idem.Key, fingerprint string) (c idem.Claim, ok bool, done func(idem.Claim, error), err error) {
+	key := k.String()
+	for {
+		l.mu.Lock()
+		lc, held := l.m[key]
+		if held && !time.Now().Before(lc.until) {
+			delete(l.m, key)
+			held = false
+		}
+		if held {
+			l.mu.Unlock()
+			c = idem.Claim{Key: k, Fingerprint: fingerprint, Expires: lc.until, State: idem.InFlight}
+			if lc.fp != fingerprint {
+				c.State = idem.Mismatch
+			}
+			return c, true, nil, nil
+		}
+		p := l.begins[key]
+		if p == nil {
+			if l.begins == nil {
+				l.begins = map[string]*pending{}
+			}
+			p = &pending{fp: fingerprint}
+			l.begins[key] = p
+			l.mu.Unlock()
+			return idem.Claim{}, false, func(c idem.Claim, err error) {
+				l.mu.Lock()
+				delete(l.begins, key)
+				p.c, p.err = c, err
+				wake := p.done
+				l.mu.Unlock()
+				if wake != nil {
+					close(wake)
+				}
+			}, nil
+		}
+		if p.done == nil {
+			p.done = make(chan struct{})
+		}
+		wait := p.done
+		l.mu.Unlock()
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return idem.Claim{}, false, nil, ctx.Err()
+		}
+		l.mu.Lock()
+		_, held = l.m[key] // (the first Begin's claim: answered above)
+		c, ok = p.share(k, fingerprint)
+		l.mu.Unlock()
+		if ok && !held {
+			return c, true, nil, nil
+		}
 	}
-	out := idem.Claim{Key: k, Fingerprint: fingerprint, Expires: c.until, State: idem.InFlight}
-	if c.fp != fingerprint {
-		out.State = idem.Mismatch
-	}
-	return out, true
 }
 
 // finished forgets c's claim once this Store has finished it (completed,

@@ -186,3 +186,104 @@ func TestLocalClaimAbandonedWakesDuplicate(t *testing.T) {
 		})
 	}
 }
+
+// Copies of one request that reach a Store together cost one claim
+// statement: the first copy's Begin claims the key, the others wait for
+// its answer in the process and find the claim in flight (PostgreSQL,
+// counted by pg_stat_statements on a table prefix of the test's own).
+func TestConcurrentBeginsShareOneClaim(t *testing.T) {
+	url := testenv.PostgresURL(t)
+	admin := open(t, url)
+	if _, err := admin.DB().Exec("CREATE EXTENSION IF NOT EXISTS pg_stat_statements"); err != nil {
+		t.Fatalf("pg_stat_statements (scripts/services.sh preloads it): %v", err)
+	}
+	prefix := fmt.Sprintf("localb%d_", time.Now().UnixNano())
+	s := migrated(t, url, sqlstore.WithTablePrefix(prefix), sqlstore.WithCleanup(0, 500))
+	_, _, records := s.Tables()
+	t.Cleanup(func() {
+		_, _ = admin.DB().Exec("DROP TABLE IF EXISTS " + records + ", " + prefix + "locks, " + prefix + "lock_waiters")
+	})
+	statements := func() int64 {
+		var n int64
+		if err := admin.DB().QueryRow("SELECT coalesce(sum(calls), 0)::bigint FROM pg_stat_statements WHERE query LIKE $1",
+			"%"+records+"%").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	before := statements()
+	k := idem.MustKey("together")
+	const copies = 16
+	claims := make([]idem.Claim, copies)
+	errs := make([]error, copies)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range copies {
+		wg.Go(func() {
+			<-start
+			claims[i], errs[i] = s.Begin(ctx, k, "fp", time.Minute)
+		})
+	}
+	close(start)
+	wg.Wait()
+	acquired := 0
+	for i, c := range claims {
+		switch {
+		case errs[i] != nil:
+			t.Fatalf("copy %d: %v", i, errs[i])
+		case c.State == idem.Acquired:
+			acquired++
+		case c.State != idem.InFlight:
+			t.Fatalf("copy %d: state %v, want Acquired or InFlight", i, c.State)
+		}
+	}
+	if acquired != 1 {
+		t.Fatalf("%d copies acquired the key, want 1", acquired)
+	}
+	if n := statements() - before; n != 1 {
+		t.Errorf("%d copies sent %d statements on the records table, want 1", copies, n)
+	}
+
+	// Completed, the key's replays that arrive together share one look
+	// at the record too; a copy with another fingerprint is a mismatch.
+	var won idem.Claim
+	for _, c := range claims {
+		if c.State == idem.Acquired {
+			won = c
+		}
+	}
+	if err := s.Complete(ctx, won, []byte("result"), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	before = statements()
+	start = make(chan struct{})
+	for i := range copies {
+		wg.Go(func() {
+			<-start
+			fp := "fp"
+			if i == copies-1 {
+				fp = "another"
+			}
+			claims[i], errs[i] = s.Begin(ctx, k, fp, time.Minute)
+		})
+	}
+	close(start)
+	wg.Wait()
+	for i, c := range claims {
+		want := idem.Completed
+		if i == copies-1 {
+			want = idem.Mismatch
+		}
+		if errs[i] != nil || c.State != want || (want == idem.Completed && string(c.Result) != "result") {
+			t.Fatalf("replay %d: %v %q %v, want %v", i, c.State, c.Result, errs[i], want)
+		}
+	}
+	// (One Begin's look is two statements here: a claim that finds the
+	// row, then a read. The mismatched copy's answer, if it went first,
+	// does not answer the others: theirs is a second look.)
+	if n := statements() - before; n > 4 {
+		t.Errorf("%d replays arriving together sent %d statements on the records table, want 4 at most", copies, n)
+	}
+}
