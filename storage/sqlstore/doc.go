@@ -157,7 +157,10 @@
 // claim the Store itself holds (a retry that reaches the same process) is
 // answered in flight by the Store, with no statement, and woken by the
 // claim's finish in the process — the database decides again once the
-// claim's lease has run out, and for the duplicate's next Begin. Results are limited
+// claim's lease has run out, and for the duplicate's next Begin; copies
+// of a Begin that arrive together share the first one's statement (a
+// completed record, too, is read once for the replays that arrive with
+// it). Results are limited
 // to WithMaxResultBytes (1 MiB by default). A row with an unknown state is
 // reported as idem.ErrCorruptRecord, never read as absent. A claim whose
 // answer was lost (ctx ended while its statement ran, or the connection
