@@ -425,6 +425,41 @@ func TestReleaseTombstoneExpiresWithFence(t *testing.T) {
 	}
 }
 
+// A release with no bound on the server's clock reads it, and keeps a
+// fence that is ahead of it in a tombstone only until the clock has
+// passed the fence, as a release with a bound does (not a whole
+// tombstone's life).
+func TestReleaseWithoutClockBoundTombstoneExpiresWithFence(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: testenv.RedisAddrs(t, 1)[0]})
+	defer c.Close()
+	ctx := context.Background()
+	b := &Base{}
+	b.Init(Options{Prefix: fmt.Sprintf("tomb-noclock-test:%d:", time.Now().UnixNano())})
+	const key = "k"
+	lk := b.Keys.Lock(key)
+	ahead := c.Time(ctx).Val().UnixMicro() + 300_000
+	c.Set(ctx, lk, fmt.Sprintf("~|%d|", ahead), time.Minute)
+	r, err := b.Acquire(ctx, c, AcquireArgs{Key: key, Token: "a", TTL: time.Minute}, nil)
+	if err != nil || r.Code != AcquireTaken || r.N != ahead+1 {
+		t.Fatalf("take: %+v %v, want fence %d", r, err, ahead+1)
+	}
+	if code, err := b.Release(ctx, c, key, "a", false, 0, 0, true, 0); err != nil || code != ReleaseFreed {
+		t.Fatalf("release: %v %v", code, err)
+	}
+	if v := c.Get(ctx, lk).Val(); v != fmt.Sprintf("~|%d|", ahead+1) {
+		t.Errorf("released value %q, want a tombstone of %d", v, ahead+1)
+	}
+	if pttl := c.PTTL(ctx, lk).Val(); pttl <= 0 || pttl > 302*time.Millisecond {
+		t.Errorf("tombstone PTTL %s, want at most 302ms (until the clock passes the fence)", pttl)
+	}
+	for c.Exists(ctx, lk).Val() == 1 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if clock := c.Time(ctx).Val().UnixMicro(); clock <= ahead+1 {
+		t.Errorf("the tombstone expired at %d, before the clock passed its fence %d", clock, ahead+1)
+	}
+}
+
 // The scripts reserve as many fences per take as the drivers hand out
 // (HoldFences): fence.lua's issue, and acquire_fast.lua, which runs
 // before fence.lua is defined.

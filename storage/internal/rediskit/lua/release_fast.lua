@@ -31,13 +31,16 @@ if string.byte(fast_v, -1) == 124 then -- ends with '|': no flags
     redis.call('DEL', KEYS[1])
     return 1
   end
-  local px = 60000
+  local px = 0
   if c > 0 and f - c < 59000000 then
     px = math.floor((f - c) / 1000) + 2
   else
+    -- (as fence.lua's tombstone: until the clock has passed f, a
+    -- tombstone's life at most)
     local t = redis.call('TIME')
-    if f < tonumber(t[1]) * 1000000 + tonumber(t[2]) then
-      px = 0
+    local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    if f >= now then
+      px = math.min(60000, math.floor((f - now) / 1000) + 2)
     end
   end
   if px > 0 then
