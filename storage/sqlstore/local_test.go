@@ -14,31 +14,38 @@ import (
 	"github.com/oncekit/oncekit/storage/sqlstore"
 )
 
+// countedStore is a Store on PostgreSQL with tables of its own (a prefix
+// of the test's, no cleanup loop) and a count of the statements that ran
+// on its records table and match like after the table's name, by
+// pg_stat_statements (which scripts/services.sh preloads).
+func countedStore(t *testing.T, like string) (*sqlstore.Store, func() int64) {
+	t.Helper()
+	url := testenv.PostgresURL(t)
+	admin := open(t, url)
+	if _, err := admin.DB().Exec("CREATE EXTENSION IF NOT EXISTS pg_stat_statements"); err != nil {
+		t.Fatalf("pg_stat_statements (scripts/services.sh preloads it): %v", err)
+	}
+	prefix := fmt.Sprintf("counted%d_", time.Now().UnixNano())
+	s := migrated(t, url, sqlstore.WithTablePrefix(prefix), sqlstore.WithCleanup(0, 500))
+	locks, waiters, records := s.Tables()
+	t.Cleanup(func() { _, _ = admin.DB().Exec("DROP TABLE IF EXISTS " + records + ", " + locks + ", " + waiters) })
+	return s, func() int64 {
+		var n int64
+		if err := admin.DB().QueryRow("SELECT coalesce(sum(calls), 0)::bigint FROM pg_stat_statements WHERE query LIKE $1",
+			"%"+records+like).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+}
+
 // A duplicate of a claim the Store holds, in the same process, is answered
 // and woken there: it waits for the run and replays its result, with no
 // statement that marks the record watched (PostgreSQL, counted by
 // pg_stat_statements on a table prefix of the test's own); a duplicate
 // with another fingerprint is a mismatch at once.
 func TestDuplicateInProcessWaitsHere(t *testing.T) {
-	url := testenv.PostgresURL(t)
-	admin := open(t, url)
-	if _, err := admin.DB().Exec("CREATE EXTENSION IF NOT EXISTS pg_stat_statements"); err != nil {
-		t.Fatalf("pg_stat_statements (scripts/services.sh preloads it): %v", err)
-	}
-	prefix := fmt.Sprintf("local%d_", time.Now().UnixNano())
-	s := migrated(t, url, sqlstore.WithTablePrefix(prefix))
-	_, _, records := s.Tables()
-	t.Cleanup(func() {
-		_, _ = admin.DB().Exec("DROP TABLE IF EXISTS " + records + ", " + prefix + "locks, " + prefix + "lock_waiters")
-	})
-	watches := func() int64 {
-		var n int64
-		if err := admin.DB().QueryRow("SELECT coalesce(sum(calls), 0)::bigint FROM pg_stat_statements WHERE query LIKE $1",
-			"%"+records+" SET watched = %").Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
+	s, watches := countedStore(t, " SET watched = %")
 
 	g, err := idem.NewGuard(s, idem.WithWait(20*time.Second))
 	if err != nil {
@@ -192,25 +199,7 @@ func TestLocalClaimAbandonedWakesDuplicate(t *testing.T) {
 // its answer in the process and find the claim in flight (PostgreSQL,
 // counted by pg_stat_statements on a table prefix of the test's own).
 func TestConcurrentBeginsShareOneClaim(t *testing.T) {
-	url := testenv.PostgresURL(t)
-	admin := open(t, url)
-	if _, err := admin.DB().Exec("CREATE EXTENSION IF NOT EXISTS pg_stat_statements"); err != nil {
-		t.Fatalf("pg_stat_statements (scripts/services.sh preloads it): %v", err)
-	}
-	prefix := fmt.Sprintf("localb%d_", time.Now().UnixNano())
-	s := migrated(t, url, sqlstore.WithTablePrefix(prefix), sqlstore.WithCleanup(0, 500))
-	_, _, records := s.Tables()
-	t.Cleanup(func() {
-		_, _ = admin.DB().Exec("DROP TABLE IF EXISTS " + records + ", " + prefix + "locks, " + prefix + "lock_waiters")
-	})
-	statements := func() int64 {
-		var n int64
-		if err := admin.DB().QueryRow("SELECT coalesce(sum(calls), 0)::bigint FROM pg_stat_statements WHERE query LIKE $1",
-			"%"+records+"%").Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
+	s, statements := countedStore(t, "%")
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	before := statements()
