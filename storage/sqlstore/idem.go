@@ -109,7 +109,7 @@ func (s *Store) Begin(ctx context.Context, k idem.Key, fingerprint string, lease
 // beginOnce is Begin's own claim or look in the database.
 func (s *Store) beginOnce(ctx context.Context, k idem.Key, fingerprint string, lease time.Duration) (idem.Claim, error) {
 	var sent string
-	c, err := s.begin(ctx, k, fingerprint, lease, &sent)
+	c, err := s.begin(ctx, k, fingerprint, lease, &sent, s.local.finishedLately(k.String()))
 	if err != nil && sent != "" && (ctx.Err() != nil || connectionLost(err)) {
 		s.giveBackUnanswered(k, sent)
 	}
@@ -129,8 +129,11 @@ func (s *Store) giveBackUnanswered(k idem.Key, tok string) {
 	})
 }
 
-// begin is Begin; sent is set to the token of each claim it sends.
-func (s *Store) begin(ctx context.Context, k idem.Key, fingerprint string, lease time.Duration, sent *string) (idem.Claim, error) {
+// begin is Begin; sent is set to the token of each claim it sends. held
+// says the key's record is most likely there (a claim of this Store's on
+// it finished a moment ago): it is read before a claim is tried, as while
+// most of the Store's recent Begins found their key held (seen).
+func (s *Store) begin(ctx context.Context, k idem.Key, fingerprint string, lease time.Duration, sent *string, held bool) (idem.Claim, error) {
 	if err := k.Check(); err != nil {
 		return idem.Claim{}, err
 	}
@@ -145,14 +148,15 @@ func (s *Store) begin(ctx context.Context, k idem.Key, fingerprint string, lease
 		return idem.Claim{}, err
 	}
 	start := time.Now()
+	claimFirst := s.replays.Load() <= 0 && !held
 	if s.begins != nil {
-		if c, ok, err := s.beginBatched(ctx, k, fingerprint, lease, start, sent); ok {
+		if c, ok, err := s.beginBatched(ctx, k, fingerprint, lease, start, sent, claimFirst); ok {
 			return c, err
 		}
 		// A free, expired or corrupt record, or a failure worth another
 		// way: fastBegin below.
 	}
-	if s.begins == nil && s.q.leanBegin != "" && s.replays.Load() <= 0 {
+	if s.begins == nil && s.q.leanBegin != "" && claimFirst {
 		// Most recent Begins claimed their key: one insert claims a new or
 		// free key; a live record is read next (fastBegin).
 		tok := token.New()
@@ -167,7 +171,7 @@ func (s *Store) begin(ctx context.Context, k idem.Key, fingerprint string, lease
 			return idem.Claim{}, s.errWrap("begin", key, err)
 		}
 	}
-	if s.begins == nil && s.q.fastBegin != "" && s.replays.Load() > 0 {
+	if s.begins == nil && s.q.fastBegin != "" && !claimFirst {
 		// Most recent Begins found their key held (replays, duplicates):
 		// a plain read answers those, in a statement that costs the
 		// server a fifth of fastBegin's; a key it finds free, expired or
@@ -212,7 +216,7 @@ func (s *Store) begin(ctx context.Context, k idem.Key, fingerprint string, lease
 		// REPEATABLE READ: the transaction below, at READ COMMITTED.)
 	}
 	read := s.q.myBegin != "" // MySQL: the read-first claim below
-	if read && s.replays.Load() <= 0 && s.returning(ctx) {
+	if read && claimFirst && s.returning(ctx) {
 		// Most recent Begins claimed their key: most likely a new one
 		// (MariaDB; on MySQL 8 an insert would wait for a locked row).
 		tok := token.New()
@@ -231,7 +235,7 @@ func (s *Store) begin(ctx context.Context, k idem.Key, fingerprint string, lease
 			return idem.Claim{}, s.errWrap("begin", key, err)
 		}
 	}
-	if read && s.returning(ctx) && s.replays.Load() <= 0 {
+	if read && claimFirst && s.returning(ctx) {
 		// MariaDB: one statement claims a free record or answers with the
 		// one that holds the key (its token is then not ours). It does not
 		// wait for the row's lock (a writer's effect transaction, another
@@ -319,9 +323,8 @@ func (s *Store) begin(ctx context.Context, k idem.Key, fingerprint string, lease
 // the read first while most of the Store's recent Begins found their key
 // held (seen). ok is false when neither decided: a free, expired or
 // corrupt record, or a failure the statements after it may get past.
-func (s *Store) beginBatched(ctx context.Context, k idem.Key, fingerprint string, lease time.Duration, start time.Time, sent *string) (c idem.Claim, ok bool, err error) {
+func (s *Store) beginBatched(ctx context.Context, k idem.Key, fingerprint string, lease time.Duration, start time.Time, sent *string, claim bool) (c idem.Claim, ok bool, err error) {
 	key := []byte(k.String())
-	claim := s.replays.Load() <= 0
 	for range 2 {
 		if claim {
 			tok := token.New()

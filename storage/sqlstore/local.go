@@ -24,9 +24,19 @@ import (
 type localClaims struct {
 	mu     sync.Mutex
 	m      map[string]localClaim
-	adds   int                 // since the last sweep of ended entries
-	begins map[string]*pending // Begins of this Store in flight, by key
+	adds   int                  // since the last sweep of ended entries
+	begins map[string]*pending  // Begins of this Store in flight, by key
+	ended  map[string]time.Time // keys whose claim this Store finished lately, and when
+	// (finishes since the last sweep of ended)
+	endedAdds int
 }
+
+// maxEnded bounds the keys a Store remembers as finished lately.
+const maxEnded = 8192
+
+// endedFor is how long a key whose claim this Store finished counts as
+// held: the duplicates its finish woke look at the record first.
+const endedFor = time.Second
 
 // pending is a Begin in flight; a second Begin of its key waits for it
 // (done, made by the first to wait) and then answers from its answer, so
@@ -103,11 +113,29 @@ func (l *localClaims) extend(key, tok string, until time.Time) {
 func (l *localClaims) done(key, tok string) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if c, ok := l.m[key]; ok && c.tok == tok {
-		delete(l.m, key)
-		return true
+	c, ok := l.m[key]
+	if !ok || c.tok != tok {
+		return false
 	}
-	return false
+	delete(l.m, key)
+	// Remembered a moment, for the Begins of the duplicates this finish
+	// wakes: at most maxEnded keys, swept of old ones every 1024 finishes.
+	now := time.Now()
+	if l.ended == nil {
+		l.ended = map[string]time.Time{}
+	}
+	if l.endedAdds++; l.endedAdds >= 1024 {
+		l.endedAdds = 0
+		for k, at := range l.ended {
+			if now.Sub(at) >= endedFor {
+				delete(l.ended, k)
+			}
+		}
+	}
+	if len(l.ended) < maxEnded {
+		l.ended[key] = now
+	}
+	return true
 }
 
 // drop forgets any claim on key.
@@ -200,4 +228,13 @@ func (s *Store) finished(c idem.Claim) {
 	if s.local.done(key, c.Token) {
 		s.wakeRecord(key)
 	}
+}
+
+// finishedLately reports whether this Store finished a claim on key less
+// than endedFor ago.
+func (l *localClaims) finishedLately(key string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	at, ok := l.ended[key]
+	return ok && time.Since(at) < endedFor
 }

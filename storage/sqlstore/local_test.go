@@ -276,3 +276,28 @@ func TestConcurrentBeginsShareOneClaim(t *testing.T) {
 		t.Errorf("%d replays arriving together sent %d statements on the records table, want 4 at most", copies, n)
 	}
 }
+
+// A Begin of a key whose claim the Store has just finished — the
+// duplicate its finish woke — reads the record first: one statement, not
+// a claim that finds the row and then a read.
+func TestBeginAfterLocalFinishReadsFirst(t *testing.T) {
+	s, statements := countedStore(t, "%")
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	k := idem.MustKey("finished-here")
+	c, err := s.Begin(ctx, k, "fp", time.Minute)
+	if err != nil || c.State != idem.Acquired {
+		t.Fatalf("Begin: %v %v", c.State, err)
+	}
+	if err := s.Complete(ctx, c, []byte("done"), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	before := statements()
+	got, err := s.Begin(ctx, k, "fp", time.Minute)
+	if err != nil || got.State != idem.Completed || string(got.Result) != "done" {
+		t.Fatalf("the replay: %v %q %v", got.State, got.Result, err)
+	}
+	if n := statements() - before; n != 1 {
+		t.Errorf("the replay sent %d statements on the records table, want 1 (a read)", n)
+	}
+}

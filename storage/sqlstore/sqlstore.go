@@ -49,6 +49,7 @@ type Store struct {
 	listen          bool
 	pgx             bool          // db's driver is pgx's stdlib: queryRow goes through pgx itself
 	myReturning     atomic.Int32  // MySQL: 0 not asked yet, 1 the server takes INSERT ... RETURNING, 2 not (Store.returning)
+	asking          chan struct{} // (Store.returning: one question at a time)
 	noReturning     bool          // (tests: the path without RETURNING, as on MySQL 8)
 	replays         atomic.Int64  // whether recent Begins found their key held (Store.seen)
 	cleanups        atomic.Int64  // the cleanup loop's runs (tests)
@@ -178,7 +179,7 @@ func New(db *sql.DB, opts ...Option) (*Store, error) {
 	s := &Store{
 		db: db, prefix: DefaultTablePrefix, pollInterval: DefaultPollInterval, waiterTTL: defaultWaiterTTL,
 		cleanupInterval: DefaultCleanupInterval, cleanupBatch: DefaultCleanupBatch, maxResult: DefaultMaxResultBytes,
-		stop: make(chan struct{}), handOffs: keep.HandOffs{Max: DefaultMaxLocalHandOffs, Hold: DefaultMaxLocalHold},
+		stop: make(chan struct{}), asking: make(chan struct{}, 1), handOffs: keep.HandOffs{Max: DefaultMaxLocalHandOffs, Hold: DefaultMaxLocalHold},
 	}
 	for _, o := range opts {
 		o(s)
@@ -718,13 +719,26 @@ func (s *Store) Ping(ctx context.Context) error {
 
 // returning reports whether the MySQL server takes INSERT ... RETURNING
 // (MariaDB 10.5 and later; MySQL 8 does not), asking it once: SELECT
-// VERSION(). A failed question is asked again next time, and answers
-// false meanwhile.
+// VERSION(). One caller asks at a time (the first Begins of a busy
+// service all come at once); a failed question is asked again next time,
+// and answers false meanwhile.
 func (s *Store) returning(ctx context.Context) bool {
 	if s.noReturning {
 		return false
 	}
 	switch s.myReturning.Load() {
+	case 1:
+		return true
+	case 2:
+		return false
+	}
+	select {
+	case s.asking <- struct{}{}:
+		defer func() { <-s.asking }()
+	case <-ctx.Done():
+		return false
+	}
+	switch s.myReturning.Load() { // (answered while we waited)
 	case 1:
 		return true
 	case 2:
