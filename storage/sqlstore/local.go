@@ -16,19 +16,17 @@ import (
 // fingerprint mismatched) with no statement, and its wait is woken by the
 // claim's finish in this process, with no mark on the record, no
 // notification and no polling. A duplicate that comes while the first
-// copy's Begin is still on its way waits for that Begin's answer first. The record stays the truth: an entry is
-// trusted only until the claim's lease ends as the Store last set it (a
+// copy's Begin is still on its way waits for that Begin's answer first.
+// The record stays the truth: an entry is trusted only until the claim's lease ends as the Store last set it (a
 // claim lost to its lease, taken over by another process, is looked up in
 // the database from then on), and a duplicate woken here reads the
 // record from the database, as any other Begin does.
 type localClaims struct {
 	mu     sync.Mutex
 	m      map[string]localClaim
-	adds   int                  // since the last sweep of ended entries
 	begins map[string]*pending  // Begins of this Store in flight, by key
 	ended  map[string]time.Time // keys whose claim this Store finished lately, and when
-	// (finishes since the last sweep of ended)
-	endedAdds int
+	writes int                  // to m and ended since the last sweep
 }
 
 // maxEnded bounds the keys a Store remembers as finished lately.
@@ -86,17 +84,40 @@ func (l *localClaims) add(key, tok, fp string, until time.Time) {
 		l.m = map[string]localClaim{}
 	}
 	l.m[key] = localClaim{tok: tok, fp: fp, until: until}
-	// A claim that ended without a finish here (its lease lost while it
-	// ran) is dropped by a sweep once in a while.
-	if l.adds++; l.adds >= 1024 && l.adds >= len(l.m) {
-		l.adds = 0
-		now := time.Now()
-		for k, c := range l.m {
-			if !now.Before(c.until) {
-				delete(l.m, k)
-			}
+	l.wroteLocked()
+}
+
+// wroteLocked counts a write to m or ended, and sweeps both once in a
+// while (every 1 024 writes, and not more often than their size): a claim
+// that ended without a finish here (its lease lost while it ran), and a
+// finish remembered for longer than endedFor.
+func (l *localClaims) wroteLocked() {
+	if l.writes++; l.writes < 1024 || l.writes < len(l.m)+len(l.ended) {
+		return
+	}
+	l.writes = 0
+	now := time.Now()
+	for k, c := range l.m {
+		if !now.Before(c.until) {
+			delete(l.m, k)
 		}
 	}
+	for k, at := range l.ended {
+		if now.Sub(at) >= endedFor {
+			delete(l.ended, k)
+		}
+	}
+}
+
+// claimLocked returns the claim on key whose lease has not ended, and
+// forgets one that has.
+func (l *localClaims) claimLocked(key string) (localClaim, bool) {
+	c, ok := l.m[key]
+	if ok && !time.Now().Before(c.until) {
+		delete(l.m, key)
+		return localClaim{}, false
+	}
+	return c, ok
 }
 
 // extend moves the end of tok's claim on key to until.
@@ -118,23 +139,15 @@ func (l *localClaims) done(key, tok string) bool {
 		return false
 	}
 	delete(l.m, key)
-	// Remembered a moment, for the Begins of the duplicates this finish
-	// wakes: at most maxEnded keys, swept of old ones every 1024 finishes.
-	now := time.Now()
+	// Remembered a moment (at most maxEnded keys), for the Begins of the
+	// duplicates this finish wakes.
 	if l.ended == nil {
 		l.ended = map[string]time.Time{}
 	}
-	if l.endedAdds++; l.endedAdds >= 1024 {
-		l.endedAdds = 0
-		for k, at := range l.ended {
-			if now.Sub(at) >= endedFor {
-				delete(l.ended, k)
-			}
-		}
-	}
 	if len(l.ended) < maxEnded {
-		l.ended[key] = now
+		l.ended[key] = time.Now()
 	}
+	l.wroteLocked()
 	return true
 }
 
@@ -150,12 +163,7 @@ func (l *localClaims) drop(key string) {
 func (l *localClaims) get(key string) (localClaim, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	c, ok := l.m[key]
-	if ok && !time.Now().Before(c.until) {
-		delete(l.m, key)
-		return localClaim{}, false
-	}
-	return c, ok
+	return l.claimLocked(key)
 }
 
 // begin answers a Begin of k with fingerprint from a claim this Store
@@ -168,12 +176,7 @@ func (l *localClaims) begin(ctx context.Context, k idem.Key, fingerprint string)
 	key := k.String()
 	for {
 		l.mu.Lock()
-		lc, held := l.m[key]
-		if held && !time.Now().Before(lc.until) {
-			delete(l.m, key)
-			held = false
-		}
-		if held {
+		if lc, held := l.claimLocked(key); held {
 			l.mu.Unlock()
 			c = idem.Claim{Key: k, Fingerprint: fingerprint, Expires: lc.until, State: idem.InFlight}
 			if lc.fp != fingerprint {
@@ -211,7 +214,7 @@ func (l *localClaims) begin(ctx context.Context, k idem.Key, fingerprint string)
 			return idem.Claim{}, false, nil, ctx.Err()
 		}
 		l.mu.Lock()
-		_, held = l.m[key] // (the first Begin's claim: answered above)
+		_, held := l.m[key] // (the first Begin's claim: answered above)
 		c, ok = p.share(k, fingerprint)
 		l.mu.Unlock()
 		if ok && !held {
