@@ -17,7 +17,8 @@ type recorder struct {
 	allowed  map[string]bool
 	limit    int
 	status   int
-	header   http.Header
+	fields   []string // the allowed headers when the header was written: name, value, …
+	fieldBuf [8]string
 	body     bytes.Buffer
 	overflow bool // the body passed limit
 	streamed bool // Flush was called
@@ -34,10 +35,12 @@ type recorder struct {
 func (r *recorder) WriteHeader(code int) {
 	if r.status == 0 && code >= 200 {
 		r.status = code
-		r.header = http.Header{}
+		r.fields = r.fieldBuf[:0]
 		for k, vs := range r.ResponseWriter.Header() {
-			if r.allowed[http.CanonicalHeaderKey(k)] {
-				r.header[http.CanonicalHeaderKey(k)] = append([]string(nil), vs...)
+			if k = http.CanonicalHeaderKey(k); r.allowed[k] {
+				for _, v := range vs {
+					r.fields = append(r.fields, k, v)
+				}
 			}
 		}
 	}

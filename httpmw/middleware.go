@@ -9,6 +9,7 @@ import (
 	"math"
 	"net/http"
 	"slices"
+	"strconv"
 
 	"github.com/oncekit/oncekit/core/idem"
 	"github.com/oncekit/oncekit/core/observe"
@@ -372,7 +373,7 @@ func (r *recorder) result(req *http.Request, final func(*http.Request, int, http
 	case !r.final && final != nil && !final(req, r.status, r.ResponseWriter.Header().Clone()):
 		return nil, errNotStored{fmt.Sprintf("status %d is not final", r.status)}
 	}
-	return response{status: r.status, header: r.header, body: r.body.Bytes()}.encode(), nil
+	return response{status: r.status, fields: r.fields, body: r.body.Bytes()}.encode(), nil
 }
 
 // replay writes a stored response. Its headers are filtered again through
@@ -380,13 +381,24 @@ func (r *recorder) result(req *http.Request, final func(*http.Request, int, http
 // configuration never replays a header this one would not store.
 func (m *middleware) replay(w http.ResponseWriter, resp response) {
 	h := w.Header()
-	for k, vs := range resp.header {
-		if k = http.CanonicalHeaderKey(k); m.cfg.replay[k] && !slices.Contains(forbidden, k) {
-			h[k] = vs
+	prev := ""
+	for i := 0; i+1 < len(resp.fields); i += 2 {
+		k := http.CanonicalHeaderKey(resp.fields[i])
+		if !m.cfg.replay[k] || slices.Contains(forbidden, k) {
+			continue
 		}
+		if k == prev {
+			h[k] = append(h[k], resp.fields[i+1])
+		} else {
+			// The stored values replace the name's: the first one as a
+			// slice of the record's own (its capacity capped, so that
+			// an append copies), with no allocation.
+			h[k] = resp.fields[i+1 : i+2 : i+2]
+		}
+		prev = k
 	}
 	h.Set(ReplayedHeader, "true")
-	h.Set("Content-Length", fmt.Sprint(len(resp.body)))
+	h.Set("Content-Length", strconv.Itoa(len(resp.body)))
 	w.WriteHeader(resp.status)
 	_, _ = w.Write(resp.body)
 }

@@ -3,7 +3,6 @@ package httpmw
 import (
 	"encoding/binary"
 	"errors"
-	"net/http"
 )
 
 // A stored response is a version byte, the status (uvarint), the number of
@@ -14,30 +13,22 @@ const recordVersion = 2
 
 type response struct {
 	status int
-	header http.Header
+	fields []string // the stored headers: name, value, name, value…; a name's values together
 	body   []byte
 }
 
 func (r response) encode() []byte {
 	n := 1 + 2*binary.MaxVarintLen32 + len(r.body)
-	count := 0
-	for k, vs := range r.header {
-		for _, v := range vs {
-			n += 2*binary.MaxVarintLen32 + len(k) + len(v)
-			count++
-		}
+	for _, f := range r.fields {
+		n += binary.MaxVarintLen32 + len(f)
 	}
 	b := make([]byte, 0, n)
 	b = append(b, recordVersion)
 	b = binary.AppendUvarint(b, uint64(r.status))
-	b = binary.AppendUvarint(b, uint64(count))
-	for k, vs := range r.header {
-		for _, v := range vs {
-			b = binary.AppendUvarint(b, uint64(len(k)))
-			b = append(b, k...)
-			b = binary.AppendUvarint(b, uint64(len(v)))
-			b = append(b, v...)
-		}
+	b = binary.AppendUvarint(b, uint64(len(r.fields)/2))
+	for _, f := range r.fields[:len(r.fields)&^1] {
+		b = binary.AppendUvarint(b, uint64(len(f)))
+		b = append(b, f...)
 	}
 	return append(b, r.body...)
 }
@@ -71,14 +62,14 @@ func decodeResponse(b []byte) (response, error) {
 	if !ok1 || !ok2 || status < 100 {
 		return response{}, errCorrupt
 	}
-	r := response{status: int(status), header: http.Header{}}
+	r := response{status: int(status), fields: make([]string, 0, 2*min(count, 16))}
 	for range count {
 		k, ok1 := str()
 		v, ok2 := str()
 		if !ok1 || !ok2 {
 			return response{}, errCorrupt
 		}
-		r.header[k] = append(r.header[k], v)
+		r.fields = append(r.fields, k, v)
 	}
 	r.body = b
 	return r, nil

@@ -260,14 +260,16 @@ func (g *Guard) begin(ctx context.Context, key Key, fingerprint string) (Claim, 
 func (g *Guard) run(ctx context.Context, c Claim, valid time.Time, run func(context.Context) ([]byte, error)) (result []byte, replayed bool, err error) {
 	g.inFlight.Add(1)
 	defer g.inFlight.Add(-1)
-	vctx := &runValues{Context: ctx, fence: c.Fence, key: c.Key.text, attempt: c.Attempt}
-	slot := &vctx.slot
-	rctx, cancel := context.WithCancelCause(vctx)
+	// One allocation for the run's values and its watchdog entry: both
+	// live exactly as long as the run.
+	st := &runState{vals: runValues{Context: ctx, fence: c.Fence, key: c.Key.text, attempt: c.Attempt}}
+	slot := &st.vals.slot
+	rctx, cancel := context.WithCancelCause(&st.vals)
 	defer cancel(nil)
 	// The claim lives until run returns, whatever happens to the caller's
 	// context: a client that hangs up must not free the key while its
 	// handler still runs.
-	wd := g.watch(rctx, c, valid, cancel)
+	wd := g.watch(rctx, &st.watched, c, valid, cancel)
 	// giveBack abandons the claim under a clean-up context made when it
 	// is needed: a fresh ReleaseTimeout however long run took, and no timer
 	// on the path that completes.

@@ -62,10 +62,18 @@ func earliest(a, b time.Time) time.Time {
 	return a
 }
 
-// watch starts keeping claim c, valid until valid, alive; its extensions
-// run with ctx's values, not its cancellation.
-func (g *Guard) watch(ctx context.Context, c Claim, valid time.Time, cancel context.CancelCauseFunc) *watched {
-	k := &watched{g: g, ctx: ctx, c: c, cancel: cancel, due: time.Now().Add(g.ttl / 3), valid: valid}
+// runState is what one run of a Guard holds: its context's values and
+// its watchdog entry, made together.
+type runState struct {
+	vals    runValues
+	watched watched
+}
+
+// watch starts keeping claim c, valid until valid, alive in k (zero); its
+// extensions run with ctx's values, not its cancellation.
+func (g *Guard) watch(ctx context.Context, k *watched, c Claim, valid time.Time, cancel context.CancelCauseFunc) *watched {
+	k.g, k.ctx, k.c, k.cancel = g, ctx, c, cancel
+	k.due, k.valid = time.Now().Add(g.ttl/3), valid
 	kp := &g.watchdog
 	kp.mu.Lock()
 	defer kp.mu.Unlock()

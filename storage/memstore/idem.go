@@ -1,7 +1,6 @@
 package memstore
 
 import (
-	"container/list"
 	"context"
 	"errors"
 	"fmt"
@@ -24,9 +23,41 @@ type record struct {
 	done     bool // completed; else in flight
 	expires  time.Time
 	result   []byte
-	changed  chan struct{} // closed when the record is completed or removed
+	changed  chan struct{} // made by the first WaitChange; closed when the record is completed or removed
 	isClosed bool
-	elem     *list.Element // in Store.completed once completed
+	// prev and next link the record into Store.completed once completed
+	// (inCompleted): a list through the records themselves, so that a
+	// completion allocates no list element.
+	prev, next  *record
+	inCompleted bool
+}
+
+// completedList is the Store's completed records, oldest completion first
+// (evicted first), linked through the records.
+type completedList struct{ head, tail *record }
+
+func (l *completedList) pushBack(r *record) {
+	r.prev, r.next, r.inCompleted = l.tail, nil, true
+	if l.tail != nil {
+		l.tail.next = r
+	} else {
+		l.head = r
+	}
+	l.tail = r
+}
+
+func (l *completedList) remove(r *record) {
+	if r.prev != nil {
+		r.prev.next = r.next
+	} else {
+		l.head = r.next
+	}
+	if r.next != nil {
+		r.next.prev = r.prev
+	} else {
+		l.tail = r.prev
+	}
+	r.prev, r.next, r.inCompleted = nil, nil, false
 }
 
 // ErrFull reports a Begin refused because WithMaxRecords claims are in
@@ -36,9 +67,8 @@ var ErrFull = errors.New("memstore: too many idempotency claims in flight")
 // dropRecordLocked forgets key's record r, waking its waiters.
 func (s *Store) dropRecordLocked(key string, r *record) {
 	r.signal()
-	if r.elem != nil {
-		s.completed.Remove(r.elem)
-		r.elem = nil
+	if r.inCompleted {
+		s.completed.remove(r)
 		s.resultBytes -= int64(len(r.result))
 	}
 	if s.records[key] == r {
@@ -50,11 +80,10 @@ func (s *Store) dropRecordLocked(key string, r *record) {
 // more and extra bytes more fit, and reports whether they do.
 func (s *Store) evictLocked(room int, extra int64) bool {
 	for len(s.records)+room > s.maxRecords || s.resultBytes+extra > s.maxBytes {
-		front := s.completed.Front()
-		if front == nil {
+		r := s.completed.head
+		if r == nil {
 			break
 		}
-		r := front.Value.(*record)
 		s.dropRecordLocked(r.key, r)
 	}
 	return len(s.records)+room <= s.maxRecords
@@ -104,7 +133,9 @@ func (s *Store) nextAttemptLocked(key string, now time.Time) int {
 func (r *record) signal() {
 	if !r.isClosed {
 		r.isClosed = true
-		close(r.changed)
+		if r.changed != nil {
+			close(r.changed)
+		}
 	}
 }
 
@@ -166,7 +197,7 @@ func (s *Store) Begin(ctx context.Context, k idem.Key, fingerprint string, lease
 		s.nextFenceLocked()
 		now := time.Now()
 		r = &record{key: key, fp: fingerprint, token: token.New(), fence: s.fence, attempt: s.nextAttemptLocked(key, now),
-			expires: now.Add(lease), changed: make(chan struct{})}
+			expires: now.Add(lease)}
 		s.records[key] = r
 		return idem.Claim{Key: k, State: idem.Acquired, Fingerprint: fingerprint, Token: r.token, Fence: r.fence,
 			Attempt: r.attempt, Expires: r.expires}, nil
@@ -224,7 +255,7 @@ func (s *Store) fits(c idem.Claim, result []byte) error {
 func (s *Store) completeLocked(r *record, result []byte, retention time.Duration) {
 	s.evictLocked(0, int64(len(result)))
 	r.done, r.result, r.expires = true, result, time.Now().Add(retention)
-	r.elem = s.completed.PushBack(r)
+	s.completed.pushBack(r)
 	s.resultBytes += int64(len(result))
 	r.signal()
 }
@@ -270,9 +301,12 @@ func (s *Store) WaitChange(ctx context.Context, k idem.Key, until time.Time) err
 		return closedErr("wait for", key)
 	}
 	r := s.recordLocked(key)
-	if r == nil || r.done {
+	if r == nil || r.done || r.isClosed {
 		s.mu.Unlock()
 		return nil
+	}
+	if r.changed == nil {
+		r.changed = make(chan struct{})
 	}
 	ch, exp := r.changed, r.expires
 	s.mu.Unlock()

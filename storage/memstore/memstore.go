@@ -22,8 +22,8 @@ type Store struct {
 	ended   map[string]ended   // claims that ended without completing
 	fence   uint64             // one counter for all keys: strictly increasing per key too (nextFence)
 
-	completed   list.List // *record, completed ones, oldest completion first: evicted first
-	resultBytes int64     // the completed records' results, in bytes
+	completed   completedList // oldest completion first: evicted first
+	resultBytes int64         // the completed records' results, in bytes
 	maxRecords  int
 	maxBytes    int64
 

@@ -115,8 +115,8 @@ func TestBoundedContextEnds(t *testing.T) {
 		t.Fatalf("a BoundedContext of a cancelled parent: %v, cause %v", a.Err(), context.Cause(a))
 	}
 	time.Sleep(30 * time.Millisecond)
-	if a.Err() != context.DeadlineExceeded {
-		t.Errorf("past its deadline, never asked for Done: %v", a.Err())
+	if a.Err() != context.DeadlineExceeded || context.Cause(a) != context.DeadlineExceeded {
+		t.Errorf("past its deadline, never asked for Done: %v, cause %v", a.Err(), context.Cause(a))
 	}
 	select {
 	case <-a.Done():

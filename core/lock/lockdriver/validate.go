@@ -87,13 +87,14 @@ func CleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
 // boundedKey marks a BoundedContext: its Value is the context itself.
 type boundedKey struct{}
 
-// bounded is a BoundedContext: a deadline over ctx's values (through
-// context.WithoutCancel, which hides ctx's cancellation from
-// context.Cause too), which answers its own boundedKey. It is made on
-// every Release and completion, and most of them finish without anyone
-// asking for Done: its channel and timer are made only when one does.
+// bounded is a BoundedContext: a deadline over ctx's values, which
+// answers its own boundedKey and hides ctx's cancellation from
+// context.Cause (as context.WithoutCancel does, without the allocation of
+// one). It is made on every Release and completion, and most of them
+// finish without anyone asking for Done: its channel and timer are made
+// only when one does.
 type bounded struct {
-	values   context.Context
+	values   context.Context // the caller's: only its Value is used
 	deadline time.Time
 
 	mu     sync.Mutex
@@ -209,10 +210,40 @@ func (b *bounded) endLocked(err error) map[uint64]func() {
 }
 
 func (b *bounded) Value(key any) any {
-	if key == (boundedKey{}) {
+	switch key {
+	case boundedKey{}:
 		return b
+	case causeKey:
+		return nil // context.Cause(b) is then b.Err(), not the caller's cause
 	}
 	return b.values.Value(key)
+}
+
+// causeKey is the key context.Cause looks a context's own cancellation up
+// by (the context package's, unexported): a context whose Value answers
+// nil for it has the cause of its Err. It is learned once, by asking
+// Cause about a context that records what it is asked for; the context
+// tests check that a BoundedContext of a cancelled parent has no cause.
+var causeKey = func() any {
+	var p causeProbe
+	_ = context.Cause(&p)
+	if p.key == nil {
+		return causeProbe{} // Cause asked nothing: match no key
+	}
+	return p.key
+}()
+
+// causeProbe is the context causeKey asks context.Cause about.
+type causeProbe struct{ key any }
+
+func (*causeProbe) Deadline() (time.Time, bool) { return time.Time{}, false }
+func (*causeProbe) Done() <-chan struct{}       { return nil }
+func (*causeProbe) Err() error                  { return context.Canceled } // Cause asks Value only of an ended context
+func (p *causeProbe) Value(key any) any {
+	if p.key == nil {
+		p.key = key
+	}
+	return nil
 }
 
 func (b *bounded) String() string { return "lockdriver.BoundedContext" }
@@ -226,7 +257,7 @@ func (b *bounded) String() string { return "lockdriver.BoundedContext" }
 // request under it on the caller's goroutine, instead of on a background
 // one that lets the caller return the moment the context is cancelled.
 func BoundedContext(ctx context.Context, deadline time.Time) (context.Context, context.CancelFunc) {
-	b := &bounded{values: context.WithoutCancel(ctx), deadline: deadline}
+	b := &bounded{values: ctx, deadline: deadline}
 	return b, func() { b.end(context.Canceled) }
 }
 
