@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -137,7 +138,8 @@ func cycles(b *testing.B, addrs []string, workers int, work func(w int, i int64)
 // locker (16 processes), on one Redis server.
 func BenchmarkNewKeyLock(b *testing.B) {
 	addr := testenv.RedisAddrs(b, 1)[0]
-	impls := []impl{singleNode[0], {"oncekit-unfenced", redisstoreImpl(redisstore.WithoutFencing())}, singleNode[1], singleNode[2]} // oncekit, redislock, redsync
+	impls := []impl{singleNode[0], {"oncekit-unfenced", redisstoreImpl(redisstore.WithoutFencing())}, singleNode[1], singleNode[2], // oncekit, redislock, redsync
+		{"oncekit-scripts-alone", scriptsAlone(b)}}
 	for _, workers := range []int{1, 16} {
 		for _, im := range impls {
 			b.Run(fmt.Sprintf("workers=%d/%s", workers, im.name), func(b *testing.B) {
@@ -157,6 +159,45 @@ func BenchmarkNewKeyLock(b *testing.B) {
 					return release()
 				})
 			})
+		}
+	}
+}
+
+// scriptsAlone is a yardstick, not a peer: the two scripts of oncekit's
+// fenced new-key cycle (the take, lua/acquire_new.lua behind its fast
+// path, and the release, lua/release_new.lua) sent straight from the
+// client with a fixed token, and nothing of the Store around them (lease,
+// token, deadline, hand-off bookkeeping). Against "oncekit" it is the cost
+// of the client's lock layer; against redislock, the scripts' own.
+func scriptsAlone(b *testing.B) func(b *testing.B, c *redis.Client) locker {
+	read := func(names ...string) string {
+		s := ""
+		for _, n := range names {
+			d, err := os.ReadFile("../storage/internal/rediskit/lua/" + n + ".lua")
+			if err != nil {
+				b.Fatal(err)
+			}
+			s += string(d)
+		}
+		return s
+	}
+	take := redis.NewScript(read("acquire_fast", "fence", "acquire_new"))
+	release := redis.NewScript(read("release_fast", "release_new"))
+	return func(b *testing.B, c *redis.Client) locker {
+		const token = "bench-token-0123456789"
+		return func(ctx context.Context, key string) (func() error, error) {
+			// ARGV: token, TTL ms, no deadline, fenced.
+			r, err := take.Run(ctx, c, []string{key}, token, ttl.Milliseconds(), 0, 1).Int64Slice()
+			if err != nil {
+				return nil, err
+			}
+			if len(r) < 3 || r[0] != 1 {
+				return nil, fmt.Errorf("scripts alone: key %s not taken: %v", key, r)
+			}
+			return func() error {
+				// ARGV: token, no fence floor, the clock read at the take, the fence issued.
+				return release.Run(ctx, c, []string{key}, token, 0, r[2], r[1]).Err()
+			}, nil
 		}
 	}
 }
