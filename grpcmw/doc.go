@@ -40,7 +40,10 @@
 //     stored key (idem.KeyFrom) from its context — the same accessors as
 //     HTTP — so that its effects can commit with the record (idem.Commit)
 //     or be deduplicated at their resource. The claim lives until the
-//     handler returns, whatever the client's deadline does.
+//     handler returns, whatever the client's deadline does; the request
+//     that claims the key is not cut short by the call's end either
+//     (idem.ClaimOutlivesCaller), and a claim taken for a call that ended
+//     meanwhile is given back before the handler would run.
 //
 // # Streams
 //

@@ -208,7 +208,7 @@ func (s *server) unaryCall(ctx context.Context, req any, info *grpc.UnaryServerI
 		resp     any
 		firstErr error
 	)
-	result, replayed, err := s.guard.DoKey(idem.AnswersOnReturn(ctx), stored, fp, func(rctx context.Context) ([]byte, error) {
+	result, replayed, err := s.guard.DoKey(idem.ClaimOutlivesCaller(idem.AnswersOnReturn(ctx)), stored, fp, func(rctx context.Context) ([]byte, error) {
 		ran, tr.ran = true, true
 		resp, firstErr = handler(rctx, req)
 		return s.outcome(resp, firstErr)

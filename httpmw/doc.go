@@ -68,7 +68,11 @@
 // # Once, and what a crash does
 //
 // The claim stays alive until the handler returns, whatever the client
-// does (a client that hangs up does not free the key). A replica that dies
+// does (a client that hangs up does not free the key). The request that
+// claims the key is not cut short by a client that hangs up either
+// (idem.ClaimOutlivesCaller: the store can make it on the handler's
+// goroutine); a claim taken for a client that left is given back before
+// the handler would run. A replica that dies
 // after the handler's effect and before the response is stored leaves the
 // claim to expire, and the retry runs the handler again: an effect in
 // another system runs at least once unless it is keyed on Key; an effect

@@ -173,7 +173,7 @@ func (m *middleware) handle(ctx context.Context, w http.ResponseWriter, r *http.
 
 	ran := false
 	var rec *recorder
-	result, replayed, err := m.guard.DoKey(idem.AnswersOnReturn(ctx), stored, fp, func(rctx context.Context) ([]byte, error) {
+	result, replayed, err := m.guard.DoKey(idem.ClaimOutlivesCaller(idem.AnswersOnReturn(ctx)), stored, fp, func(rctx context.Context) ([]byte, error) {
 		ran = true
 		rec = &recorder{ResponseWriter: w, allowed: m.cfg.replay, limit: m.cfg.maxResponse, runCtx: rctx}
 		req := r.WithContext(rctx)

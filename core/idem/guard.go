@@ -206,6 +206,30 @@ func (g *Guard) validity(c Claim, sent time.Time) time.Time {
 	return valid
 }
 
+// storeBegin sends one Begin. Under ClaimOutlivesCaller it goes under a
+// context that keeps ctx's values but ends only ClaimTimeout from now —
+// a store may then make the request on this goroutine rather than hand it
+// to another one that lets the caller leave at once — and a claim taken
+// for a caller that has left meanwhile is given back before it returns
+// ctx's error.
+func (g *Guard) storeBegin(ctx context.Context, key Key, fingerprint string) (Claim, error) {
+	if ctx.Done() == nil || !outlivesCaller(ctx) {
+		return g.store.Begin(ctx, key, fingerprint, g.ttl)
+	}
+	bctx, cancel := lockdriver.BoundedContext(ctx, time.Now().Add(ClaimTimeout))
+	c, err := g.store.Begin(bctx, key, fingerprint, g.ttl)
+	cancel()
+	if cerr := ctx.Err(); cerr != nil {
+		if err == nil && c.State == Acquired {
+			cleanup, cancelCleanup := lockdriver.CleanupContext(ctx)
+			_ = g.abandon(cleanup, c)
+			cancelCleanup()
+		}
+		return Claim{}, cerr
+	}
+	return c, err
+}
+
 // begin claims key, waiting for an in-flight run WithWait. It returns an
 // Acquired or a Completed claim and when the Begin that answered was sent,
 // or an error.
@@ -217,7 +241,7 @@ func (g *Guard) begin(ctx context.Context, key Key, fingerprint string) (Claim, 
 	backoff := 5 * time.Millisecond
 	for {
 		sent := time.Now()
-		c, err := g.store.Begin(ctx, key, fingerprint, g.ttl)
+		c, err := g.storeBegin(ctx, key, fingerprint)
 		if err != nil {
 			return Claim{}, sent, err
 		}

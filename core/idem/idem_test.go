@@ -315,3 +315,69 @@ func TestNewKeyIsUUIDv7(t *testing.T) {
 		}
 	}
 }
+
+// slowBegin is memstore whose Begin waits for release, reporting the
+// context it was given on began.
+type slowBegin struct {
+	*memstore.Store
+	began   chan context.Context
+	release chan struct{}
+}
+
+func (s *slowBegin) Begin(ctx context.Context, k idem.Key, fp string, lease time.Duration) (idem.Claim, error) {
+	s.began <- ctx
+	<-s.release
+	return s.Store.Begin(ctx, k, fp, lease)
+}
+
+// Under ClaimOutlivesCaller, a caller that leaves while its claim is on
+// the way to the store does not cut the request short (the store gets a
+// context that keeps the caller's values and a deadline, not its
+// cancellation); the claim it took is given back before Do returns the
+// caller's error, so the key is free at once. Without the mark the store
+// gets the caller's own context.
+func TestClaimOutlivesCaller(t *testing.T) {
+	type valueKey struct{}
+	for _, marked := range []bool{true, false} {
+		st := &slowBegin{Store: memstore.New(), began: make(chan context.Context, 1), release: make(chan struct{})}
+		g, err := idem.NewGuard(st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.WithValue(t.Context(), valueKey{}, "v"))
+		callCtx := ctx
+		if marked {
+			callCtx = idem.ClaimOutlivesCaller(ctx)
+		}
+		done := make(chan error, 1)
+		go func() {
+			_, _, err := g.Do(callCtx, "k", "fp", func(context.Context) ([]byte, error) {
+				t.Error("ran for a caller that had left")
+				return nil, nil
+			})
+			done <- err
+		}()
+		sctx := <-st.began
+		cancel()
+		if got := sctx.Value(valueKey{}); got != "v" {
+			t.Errorf("marked=%v: the store's context lost the caller's values (%v)", marked, got)
+		}
+		if _, ok := sctx.Deadline(); marked && (sctx.Err() != nil || !ok) {
+			t.Errorf("marked: the store's context ended with the caller's (%v) or has no deadline", sctx.Err())
+		}
+		if !marked && sctx.Err() == nil {
+			t.Error("unmarked: the store's context did not end with the caller's")
+		}
+		close(st.release)
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Errorf("marked=%v: Do = %v, want the caller's context.Canceled", marked, err)
+		}
+		if marked {
+			// Given back: the next caller claims the key at once.
+			c, err := st.Store.Begin(t.Context(), idem.MustKey("k"), "fp", time.Second)
+			if err != nil || c.State != idem.Acquired {
+				t.Errorf("after the caller left: Begin = %v, %v; want the key free", c.State, err)
+			}
+		}
+	}
+}

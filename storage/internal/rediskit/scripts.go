@@ -96,7 +96,8 @@ func NewEffectScript(lua string) *EffectScript {
 //
 // The request runs on the caller's goroutine when ctx never ends, and when
 // only its deadline can end it (lockdriver.DeadlineOnly: the clean-up and
-// completion contexts) and the client enforces deadlines itself
+// completion contexts, and a claim under idem.ClaimOutlivesCaller) and the
+// client enforces deadlines itself
 // (ContextTimeoutEnabled). Otherwise it runs on a background goroutine:
 // the hop costs tens of microseconds on a busy machine, the price of
 // returning at once when a caller's context is cancelled mid-request.
@@ -112,7 +113,10 @@ func runCmd[T redis.Cmder](ctx context.Context, wg *bg.Group, enforces bool, new
 	if ctx.Done() == nil {
 		return do(ctx)
 	}
-	if late == nil && lockdriver.DeadlineOnly(ctx) && enforces {
+	if lockdriver.DeadlineOnly(ctx) && enforces {
+		// late is not needed: the caller itself waits for the reply, until
+		// ctx's deadline (seconds away for the contexts that get here) or
+		// the client's own timeout.
 		cmd := do(ctx)
 		if err := cmd.Err(); err != nil && ctx.Err() != nil && !IsReply(err) {
 			cmd.SetErr(errors.Join(ctx.Err(), err)) // the client's timeout was ctx's deadline
