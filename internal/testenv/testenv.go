@@ -32,13 +32,6 @@ func ZooKeeperAddrs(tb testing.TB) []string {
 	return addrs(tb, "ZOOKEEPER_ADDRS", 1)
 }
 
-// Servers returns the first n addresses (or URLs) listed in env, or skips
-// (fails under ONCEKIT_REQUIRE_SERVERS=1) the test when it lists fewer.
-func Servers(tb testing.TB, env string, n int) []string {
-	tb.Helper()
-	return addrs(tb, env, n)[:n]
-}
-
 func addrs(tb testing.TB, env string, n int) []string {
 	tb.Helper()
 	var out []string
