@@ -64,7 +64,10 @@ var stores = map[string]func(t *testing.T) string{
 	"zk": func(t *testing.T) string { return "zk://" + strings.Join(servers(t, "ZOOKEEPER_ADDRS", 1), ",") },
 }
 
-// servers returns the first n addresses listed in env, or skips t.
+// servers returns the first n addresses listed in env, or skips t (fails
+// it under ONCEKIT_REQUIRE_SERVERS=1, as `make test` runs). The example
+// builds outside this repository, so it has its own copy of the rule the
+// repository's tests take from internal/testenv.
 func servers(t *testing.T, env string, n int) []string {
 	t.Helper()
 	var addrs []string
