@@ -90,16 +90,17 @@ type boundedKey struct{}
 // bounded is a BoundedContext: a deadline over ctx's values, which
 // answers its own boundedKey and hides ctx's cancellation from
 // context.Cause (as context.WithoutCancel does, without the allocation of
-// one). It is made on every Release and completion, and most of them
-// finish without anyone asking for Done: its channel and timer are made
-// only when one does.
+// one). It is made on every Release and completion. Its channel is made
+// only when someone asks for Done (go-redis and pgx do on every request),
+// and then it joins the one timer that ends such contexts at their
+// deadlines (deadlines.go) rather than arming a timer of its own.
 type bounded struct {
 	values   context.Context // the caller's: only its Value is used
 	deadline time.Time
 
 	mu     sync.Mutex
 	done   chan struct{} // made by the first Done or AfterFunc
-	timer  *time.Timer   // ends the context at deadline
+	index  int           // in deadlines' heap (which ends it at its deadline) once done is made; -1 when not
 	err    error
 	afters map[uint64]func() // AfterFunc's, run when the context ends
 	nextID uint64
@@ -115,8 +116,7 @@ func (b *bounded) Done() <-chan struct{} {
 	return done
 }
 
-// armLocked makes done and the timer that ends the context at deadline,
-// once.
+// armLocked makes done, and has the context ended at its deadline, once.
 func (b *bounded) armLocked() {
 	if b.done != nil {
 		return
@@ -129,7 +129,7 @@ func (b *bounded) armLocked() {
 		b.err = context.DeadlineExceeded
 		close(b.done)
 	default:
-		b.timer = time.AfterFunc(d, func() { b.end(context.DeadlineExceeded) })
+		watchDeadline(b)
 	}
 }
 
@@ -198,10 +198,8 @@ func (b *bounded) end(err error) {
 // functions to call once b.mu is unlocked.
 func (b *bounded) endLocked(err error) map[uint64]func() {
 	b.err = err
-	if b.timer != nil {
-		b.timer.Stop()
-	}
 	if b.done != nil {
+		unwatchDeadline(b)
 		close(b.done)
 	}
 	run := b.afters
@@ -257,7 +255,7 @@ func (b *bounded) String() string { return "lockdriver.BoundedContext" }
 // request under it on the caller's goroutine, instead of on a background
 // one that lets the caller return the moment the context is cancelled.
 func BoundedContext(ctx context.Context, deadline time.Time) (context.Context, context.CancelFunc) {
-	b := &bounded{values: ctx, deadline: deadline}
+	b := &bounded{values: ctx, deadline: deadline, index: -1}
 	return b, func() { b.end(context.Canceled) }
 }
 
@@ -266,7 +264,7 @@ func BoundedContext(ctx context.Context, deadline time.Time) (context.Context, c
 const releaseEpoch = 100 * time.Millisecond
 
 // shared is the BoundedContext those Releases share: made every
-// releaseEpoch, never cancelled before its deadline (its timer ends it).
+// releaseEpoch, never cancelled before its deadline (the deadline ends it).
 var shared struct {
 	mu     sync.Mutex
 	ctx    context.Context
@@ -309,7 +307,7 @@ func ReleaseContext(ctx context.Context) (context.Context, context.CancelFunc) {
 // one. A context derived from one with a cancel of its own is not.
 func DeadlineOnly(ctx context.Context) bool {
 	if b, ok := ctx.(*bounded); ok && b != nil {
-		return true // (without asking for Done, which makes a timer)
+		return true // (without asking for Done, which makes its channel)
 	}
 	done := ctx.Done()
 	if done == nil {
