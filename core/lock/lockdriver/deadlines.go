@@ -2,20 +2,19 @@ package lockdriver
 
 import (
 	"container/heap"
-	"context"
 	"sync"
 	"time"
 )
 
-// deadlines ends the BoundedContexts that were asked for Done (or
-// AfterFunc) at their deadlines, on one timer for all of them. Most of
-// them end well before their deadline — a completion or a clean-up
-// seconds away from it takes a round trip — and arming a runtime timer
-// for each, then stopping it, costs every request a timer of its own and,
-// when it is the earliest of its thread, a wake-up of the scheduler's
-// network poller. Here the one timer is armed for the earliest deadline
-// and left armed when contexts end before it: a context whose deadline is
-// later than one already registered touches no timer at all.
+// deadlines calls the expiry of every lease and of every BoundedContext
+// asked for Done at its deadline, on one timer for all of them. Most end
+// well before their deadline — a lease is released, a completion or a
+// clean-up takes a round trip — and arming a runtime timer for each, then
+// stopping it, costs every request a timer of its own and, when it is the
+// earliest of its thread, a wake-up of the scheduler's network poller.
+// Here the one timer is armed for the earliest deadline and left armed
+// when entries go before it: an entry whose deadline is later than one
+// already registered touches no timer at all.
 var deadlines deadlinesState
 
 type deadlinesState struct {
@@ -25,47 +24,59 @@ type deadlinesState struct {
 	at    time.Time // when timer fires; zero when it is not armed
 }
 
-// deadlineHeap is a min-heap of bounded contexts by deadline; each knows
-// its index, -1 once out of it.
-type deadlineHeap []*bounded
+// deadlineEntry is one entry: fire runs (on a goroutine of its own)
+// once at has passed, unless the entry left before. Its owner embeds it and keeps at and fire set while it is in.
+type deadlineEntry struct {
+	at    time.Time
+	fire  func()
+	index int // its place in the heap + 1; 0 when not in it (the zero value)
+}
+
+// deadlineHeap is a min-heap of entries by deadline.
+type deadlineHeap []*deadlineEntry
 
 func (h deadlineHeap) Len() int           { return len(h) }
-func (h deadlineHeap) Less(i, j int) bool { return h[i].deadline.Before(h[j].deadline) }
+func (h deadlineHeap) Less(i, j int) bool { return h[i].at.Before(h[j].at) }
 func (h deadlineHeap) Swap(i, j int) {
 	h[i], h[j] = h[j], h[i]
-	h[i].index, h[j].index = i, j
+	h[i].index, h[j].index = i+1, j+1
 }
 func (h *deadlineHeap) Push(x any) {
-	b := x.(*bounded)
-	b.index = len(*h)
-	*h = append(*h, b)
+	e := x.(*deadlineEntry)
+	*h = append(*h, e)
+	e.index = len(*h)
 }
 func (h *deadlineHeap) Pop() any {
 	old := *h
-	b := old[len(old)-1]
+	e := old[len(old)-1]
 	old[len(old)-1] = nil
 	*h = old[:len(old)-1]
-	b.index = -1
-	return b
+	e.index = 0
+	return e
 }
 
-// watchDeadline has b ended at its deadline (b.mu is held).
-func watchDeadline(b *bounded) {
+// watch has e.fire called at at, or moves e there if it is in already.
+func (e *deadlineEntry) watch(at time.Time) {
 	d := &deadlines
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	heap.Push(&d.heap, b)
-	if d.at.IsZero() || b.deadline.Before(d.at) {
-		d.armLocked(b.deadline)
+	e.at = at
+	if e.index > 0 {
+		heap.Fix(&d.heap, e.index-1)
+	} else {
+		heap.Push(&d.heap, e)
+	}
+	if d.at.IsZero() || at.Before(d.at) {
+		d.armLocked(at)
 	}
 }
 
-// unwatchDeadline forgets b, ended before its deadline (b.mu is held).
-func unwatchDeadline(b *bounded) {
+// unwatch takes e out before its deadline (a no-op once it fired).
+func (e *deadlineEntry) unwatch() {
 	d := &deadlines
 	d.mu.Lock()
-	if b.index >= 0 {
-		heap.Remove(&d.heap, b.index)
+	if e.index > 0 {
+		heap.Remove(&d.heap, e.index-1)
 	}
 	d.mu.Unlock()
 }
@@ -80,22 +91,25 @@ func (d *deadlinesState) armLocked(at time.Time) {
 	d.timer.Reset(time.Until(at))
 }
 
-// fireDeadlines ends the contexts whose deadlines have passed and arms the
+// fireDeadlines fires the entries whose deadlines have passed and arms the
 // timer for the next.
 func fireDeadlines() {
 	d := &deadlines
 	d.mu.Lock()
 	d.at = time.Time{}
 	now := time.Now()
-	var due []*bounded
-	for len(d.heap) > 0 && !now.Before(d.heap[0].deadline) {
-		due = append(due, heap.Pop(&d.heap).(*bounded))
+	var due []func()
+	for len(d.heap) > 0 && !now.Before(d.heap[0].at) {
+		due = append(due, heap.Pop(&d.heap).(*deadlineEntry).fire)
 	}
 	if len(d.heap) > 0 {
-		d.armLocked(d.heap[0].deadline)
+		d.armLocked(d.heap[0].at)
 	}
 	d.mu.Unlock()
-	for _, b := range due {
-		b.end(context.DeadlineExceeded)
+	// Each on a goroutine of its own, as a timer of its own would: an
+	// expiry that waits (a driver's OnEnd taking its Store's lock) must not
+	// hold up the others.
+	for _, fire := range due {
+		go fire()
 	}
 }

@@ -90,7 +90,7 @@ type Lease struct {
 	mu       sync.Mutex
 	state    State
 	deadline time.Time
-	timer    *time.Timer // nil without a deadline
+	expiry   deadlineEntry // on the shared timer (deadlines.go) while live with a deadline
 }
 
 // NewLease returns a held lease.
@@ -107,11 +107,12 @@ func NewLease(cfg Config) *Lease {
 // complete (with a Lease assigned from NewLease after it returns, they
 // could run first and find it nil).
 func (l *Lease) Init(cfg Config) {
-	l.mu.Lock() // the timer may fire before AfterFunc returns
+	l.mu.Lock() // the shared timer may fire before Init returns
 	defer l.mu.Unlock()
 	l.cfg, l.done, l.deadline = cfg, make(chan struct{}), cfg.Deadline
 	if !cfg.Deadline.IsZero() {
-		l.timer = time.AfterFunc(time.Until(cfg.Deadline), l.expire)
+		l.expiry.fire = l.expire
+		l.expiry.watch(cfg.Deadline)
 	}
 }
 
@@ -169,9 +170,7 @@ func (l *Lease) End(st State) bool {
 		return false
 	}
 	l.state = st
-	if l.timer != nil {
-		l.timer.Stop()
-	}
+	l.expiry.unwatch()
 	close(l.done)
 	l.mu.Unlock()
 	if l.cfg.OnEnd != nil {
@@ -189,9 +188,7 @@ func (l *Lease) EndQuietly(st State) bool {
 		return false
 	}
 	l.state = st
-	if l.timer != nil {
-		l.timer.Stop()
-	}
+	l.expiry.unwatch()
 	close(l.done)
 	return true
 }
@@ -204,8 +201,8 @@ func (l *Lease) expire() {
 		l.mu.Unlock()
 		return
 	}
-	if d := time.Until(l.deadline); d > 0 { // refreshed after the timer fired
-		l.timer.Reset(d)
+	if time.Until(l.deadline) > 0 { // refreshed after the timer fired
+		l.expiry.watch(l.deadline)
 		l.mu.Unlock()
 		return
 	}
@@ -247,8 +244,8 @@ func (l *Lease) Refresh(ctx context.Context, ttl time.Duration) error {
 	}
 	if !deadline.IsZero() {
 		l.deadline = deadline
-		if l.timer != nil {
-			l.timer.Reset(time.Until(deadline))
+		if l.expiry.fire != nil {
+			l.expiry.watch(deadline)
 		}
 	}
 	l.mu.Unlock()

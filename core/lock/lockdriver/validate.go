@@ -100,7 +100,7 @@ type bounded struct {
 
 	mu     sync.Mutex
 	done   chan struct{} // made by the first Done or AfterFunc
-	index  int           // in deadlines' heap (which ends it at its deadline) once done is made; -1 when not
+	expiry deadlineEntry // on the shared timer (deadlines.go) once done is made
 	err    error
 	afters map[uint64]func() // AfterFunc's, run when the context ends
 	nextID uint64
@@ -129,7 +129,8 @@ func (b *bounded) armLocked() {
 		b.err = context.DeadlineExceeded
 		close(b.done)
 	default:
-		watchDeadline(b)
+		b.expiry.fire = func() { b.end(context.DeadlineExceeded) }
+		b.expiry.watch(b.deadline)
 	}
 }
 
@@ -199,7 +200,7 @@ func (b *bounded) end(err error) {
 func (b *bounded) endLocked(err error) map[uint64]func() {
 	b.err = err
 	if b.done != nil {
-		unwatchDeadline(b)
+		b.expiry.unwatch()
 		close(b.done)
 	}
 	run := b.afters
@@ -255,7 +256,7 @@ func (b *bounded) String() string { return "lockdriver.BoundedContext" }
 // request under it on the caller's goroutine, instead of on a background
 // one that lets the caller return the moment the context is cancelled.
 func BoundedContext(ctx context.Context, deadline time.Time) (context.Context, context.CancelFunc) {
-	b := &bounded{values: ctx, deadline: deadline, index: -1}
+	b := &bounded{values: ctx, deadline: deadline}
 	return b, func() { b.end(context.Canceled) }
 }
 
