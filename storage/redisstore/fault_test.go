@@ -431,6 +431,57 @@ func TestCancelledBeginLeavesNoClaim(t *testing.T) {
 	}
 }
 
+// A request whose claim outlives it (idem.ClaimOutlivesCaller, as httpmw
+// and grpcmw make theirs) and whose client hangs up while the server is
+// paused: on a client that enforces deadlines the claim is made on the
+// caller's goroutine and waits for the server rather than leave; once the
+// server answers, the claim is given back before Do returns the caller's
+// error, and the key is free at once.
+func TestClaimOutlivingItsCallerOnPausedServer(t *testing.T) {
+	p := testenv.StartRedis(t)
+	c := redis.NewClient(&redis.Options{Addr: p.Addr, MaxRetries: -1, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { c.Close() })
+	s := newStore(t, c)
+	g, err := idem.NewGuard(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxT(t, 20*time.Second)
+	if _, err := s.Begin(ctx, idem.MustKey("warm"), "fp", time.Second); err != nil { // loads the scripts
+		t.Fatal(err)
+	}
+	p.Pause()
+	req, hangUp := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		_, _, err := g.Do(idem.ClaimOutlivesCaller(req), "paused", "fp", func(context.Context) ([]byte, error) {
+			t.Error("ran for a request that had left")
+			return nil, nil
+		})
+		done <- err
+	}()
+	time.Sleep(100 * time.Millisecond)
+	hangUp()
+	select {
+	case err := <-done:
+		t.Fatalf("Do returned while its claim was still on the way to the paused server: %v", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	p.Resume()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("Do = %v, want the caller's context.Canceled", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Do did not return once the server answered")
+	}
+	got, err := s.Begin(ctx, idem.MustKey("paused"), "fp", time.Second)
+	if err != nil || got.State != idem.Acquired {
+		t.Fatalf("after the request left: Begin = %v, %v; want the key given back", got.State, err)
+	}
+}
+
 // A client whose clock is off from the server's by ±5 s still acquires:
 // deadlines reach the scripts on the server's clock (an offset measured
 // with TIME), never as the client wrote them.
