@@ -24,13 +24,19 @@ type deadlinesState struct {
 	at    time.Time // when timer fires; zero when it is not armed
 }
 
-// deadlineEntry is one entry: fire runs (on a goroutine of its own)
-// once at has passed, unless the entry left before. Its owner embeds it and keeps at and fire set while it is in.
+// deadlineEntry is one entry: its owner's expireAtDeadline runs (on a
+// goroutine of its own) once at has passed, unless the entry left before.
+// The owner embeds it and sets owner before it watches.
 type deadlineEntry struct {
 	at    time.Time
-	fire  func()
+	owner expirer
 	index int // its place in the heap + 1; 0 when not in it (the zero value)
 }
+
+// expirer is what a deadline ends: a Lease, a BoundedContext. (An
+// interface rather than a func: a method value would be an allocation
+// per lease.)
+type expirer interface{ expireAtDeadline() }
 
 // deadlineHeap is a min-heap of entries by deadline.
 type deadlineHeap []*deadlineEntry
@@ -98,9 +104,9 @@ func fireDeadlines() {
 	d.mu.Lock()
 	d.at = time.Time{}
 	now := time.Now()
-	var due []func()
+	var due []expirer
 	for len(d.heap) > 0 && !now.Before(d.heap[0].at) {
-		due = append(due, heap.Pop(&d.heap).(*deadlineEntry).fire)
+		due = append(due, heap.Pop(&d.heap).(*deadlineEntry).owner)
 	}
 	if len(d.heap) > 0 {
 		d.armLocked(d.heap[0].at)
@@ -109,7 +115,7 @@ func fireDeadlines() {
 	// Each on a goroutine of its own, as a timer of its own would: an
 	// expiry that waits (a driver's OnEnd taking its Store's lock) must not
 	// hold up the others.
-	for _, fire := range due {
-		go fire()
+	for _, e := range due {
+		go e.expireAtDeadline()
 	}
 }

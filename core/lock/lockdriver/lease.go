@@ -111,7 +111,7 @@ func (l *Lease) Init(cfg Config) {
 	defer l.mu.Unlock()
 	l.cfg, l.done, l.deadline = cfg, make(chan struct{}), cfg.Deadline
 	if !cfg.Deadline.IsZero() {
-		l.expiry.fire = l.expire
+		l.expiry.owner = l
 		l.expiry.watch(cfg.Deadline)
 	}
 }
@@ -193,6 +193,8 @@ func (l *Lease) EndQuietly(st State) bool {
 	return true
 }
 
+func (l *Lease) expireAtDeadline() { l.expire() }
+
 // expire runs at the local deadline. With no successful Refresh since, the
 // lease is no longer ours.
 func (l *Lease) expire() {
@@ -244,7 +246,7 @@ func (l *Lease) Refresh(ctx context.Context, ttl time.Duration) error {
 	}
 	if !deadline.IsZero() {
 		l.deadline = deadline
-		if l.expiry.fire != nil {
+		if l.expiry.owner != nil {
 			l.expiry.watch(deadline)
 		}
 	}

@@ -129,7 +129,7 @@ func (b *bounded) armLocked() {
 		b.err = context.DeadlineExceeded
 		close(b.done)
 	default:
-		b.expiry.fire = func() { b.end(context.DeadlineExceeded) }
+		b.expiry.owner = b
 		b.expiry.watch(b.deadline)
 	}
 }
@@ -181,6 +181,8 @@ func (b *bounded) Err() error {
 	}
 	return err
 }
+
+func (b *bounded) expireAtDeadline() { b.end(context.DeadlineExceeded) }
 
 // end ends the context with err, unless it has ended.
 func (b *bounded) end(err error) {

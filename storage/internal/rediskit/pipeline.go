@@ -39,44 +39,52 @@ type autoPipeline struct {
 	flushers int
 }
 
+// scriptCall is one script a caller sends.
+type scriptCall struct {
+	ctx    context.Context
+	eval   bool // EVAL (script text) rather than EVALSHA
+	ro     bool
+	script string
+	keys   []string
+	args   []any
+}
+
+// pipedScript is a call queued for a pipeline, with its reply.
 type pipedScript struct {
-	ctx      context.Context
-	eval     bool // EVAL (script text) rather than EVALSHA
-	ro       bool
-	script   string
-	keys     []string
-	args     []any
+	scriptCall
 	reply    *redis.Cmd
 	done     chan struct{}
 	canceled atomic.Bool
 }
 
 func (p *autoPipeline) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
-	return p.send(&pipedScript{ctx: ctx, script: sha, keys: keys, args: args})
+	return p.send(scriptCall{ctx: ctx, script: sha, keys: keys, args: args})
 }
 
 func (p *autoPipeline) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
-	return p.send(&pipedScript{ctx: ctx, eval: true, script: script, keys: keys, args: args})
+	return p.send(scriptCall{ctx: ctx, eval: true, script: script, keys: keys, args: args})
 }
 
 func (p *autoPipeline) EvalShaRO(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
-	return p.send(&pipedScript{ctx: ctx, ro: true, script: sha, keys: keys, args: args})
+	return p.send(scriptCall{ctx: ctx, ro: true, script: sha, keys: keys, args: args})
 }
 
 func (p *autoPipeline) EvalRO(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
-	return p.send(&pipedScript{ctx: ctx, eval: true, ro: true, script: script, keys: keys, args: args})
+	return p.send(scriptCall{ctx: ctx, eval: true, ro: true, script: script, keys: keys, args: args})
 }
 
-func (p *autoPipeline) send(s *pipedScript) *redis.Cmd {
-	if err := s.ctx.Err(); err != nil {
-		return failed(s.ctx, err)
+// send sends call: alone at once when nothing waits (no allocation), else
+// queued for the next pipeline.
+func (p *autoPipeline) send(call scriptCall) *redis.Cmd {
+	if err := call.ctx.Err(); err != nil {
+		return failed(call.ctx, err)
 	}
 	p.mu.Lock()
 	if p.flushers < maxFlushers && len(p.queue) == 0 {
 		// Nothing waits and a pipeline slot is free: send it alone, now.
 		p.flushers++
 		p.mu.Unlock()
-		cmd := s.direct(p.Pipeliner)
+		cmd := call.direct(p.Pipeliner)
 		p.mu.Lock()
 		p.flushers--
 		if len(p.queue) > 0 && p.flushers < maxFlushers {
@@ -86,7 +94,7 @@ func (p *autoPipeline) send(s *pipedScript) *redis.Cmd {
 		p.mu.Unlock()
 		return cmd
 	}
-	s.done = make(chan struct{})
+	s := &pipedScript{scriptCall: call, done: make(chan struct{})}
 	p.queue = append(p.queue, s)
 	if p.flushers < maxFlushers {
 		p.flushers++
@@ -149,7 +157,7 @@ func (p *autoPipeline) exec(batch []*pipedScript) {
 	}
 }
 
-func (s *pipedScript) direct(c redis.Scripter) *redis.Cmd {
+func (s *scriptCall) direct(c redis.Scripter) *redis.Cmd {
 	switch {
 	case s.eval && s.ro:
 		return c.EvalRO(s.ctx, s.script, s.keys, s.args...)
@@ -161,7 +169,7 @@ func (s *pipedScript) direct(c redis.Scripter) *redis.Cmd {
 	return c.EvalSha(s.ctx, s.script, s.keys, s.args...)
 }
 
-func (s *pipedScript) queue(pipe redis.Pipeliner) *redis.Cmd {
+func (s *scriptCall) queue(pipe redis.Pipeliner) *redis.Cmd {
 	ctx := context.WithoutCancel(s.ctx)
 	switch {
 	case s.eval && s.ro:

@@ -103,25 +103,38 @@ func NewEffectScript(lua string) *EffectScript {
 // returning at once when a caller's context is cancelled mid-request.
 func Run(ctx context.Context, wg *bg.Group, c redis.Scripter, script *redis.Script,
 	keys []string, late func(*redis.Cmd), args ...any) *redis.Cmd {
-	return runCmd(ctx, wg, EnforcesDeadlines(c), redis.NewCmd,
+	enforces := EnforcesDeadlines(c)
+	if onCaller(ctx, enforces) { // (without the closure below: the path of every request)
+		return deadlineErr(ctx, script.Run(ctx, c, keys, args...))
+	}
+	return runCmd(ctx, wg, enforces, redis.NewCmd,
 		func(ctx context.Context) *redis.Cmd { return script.Run(ctx, c, keys, args...) }, late)
+}
+
+// onCaller reports whether a request under ctx runs on the caller's
+// goroutine: ctx never ends, or only its deadline can end it and the
+// client stops at the deadline itself (enforces). late is not needed
+// then: the caller itself waits for the reply, until ctx's deadline
+// (seconds away for the contexts that get here) or the client's own
+// timeout.
+func onCaller(ctx context.Context, enforces bool) bool {
+	return (enforces && lockdriver.DeadlineOnly(ctx)) || ctx.Done() == nil
+}
+
+// deadlineErr joins ctx's error to cmd's when the client's timeout was
+// ctx's deadline.
+func deadlineErr[T redis.Cmder](ctx context.Context, cmd T) T {
+	if err := cmd.Err(); err != nil && !IsReply(err) && ctx.Err() != nil {
+		cmd.SetErr(errors.Join(ctx.Err(), err))
+	}
+	return cmd
 }
 
 // runCmd is Run for any command: do sends it, with the context it is given.
 func runCmd[T redis.Cmder](ctx context.Context, wg *bg.Group, enforces bool, newCmd func(context.Context, ...any) T,
 	do func(context.Context) T, late func(T)) T {
-	if ctx.Done() == nil {
-		return do(ctx)
-	}
-	if lockdriver.DeadlineOnly(ctx) && enforces {
-		// late is not needed: the caller itself waits for the reply, until
-		// ctx's deadline (seconds away for the contexts that get here) or
-		// the client's own timeout.
-		cmd := do(ctx)
-		if err := cmd.Err(); err != nil && ctx.Err() != nil && !IsReply(err) {
-			cmd.SetErr(errors.Join(ctx.Err(), err)) // the client's timeout was ctx's deadline
-		}
-		return cmd
+	if onCaller(ctx, enforces) {
+		return deadlineErr(ctx, do(ctx))
 	}
 	if err := ctx.Err(); err != nil {
 		cmd := newCmd(ctx)
