@@ -161,7 +161,7 @@ func (l *Lease) Remaining() time.Duration {
 }
 
 // End ends a held lease in state st (Released or Lost): Done closes, the
-// timer stops, OnEnd runs. It reports whether this call ended it. The
+// lease leaves the deadline timer, OnEnd runs. It reports whether this call ended it. The
 // caller may hold its own locks, as long as OnEnd does not take them.
 func (l *Lease) End(st State) bool {
 	l.mu.Lock()
