@@ -3,37 +3,27 @@ package grpcmw_test
 import (
 	"context"
 	"testing"
-	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 
 	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/idem/idemtest"
 	"github.com/oncekit/oncekit/grpcmw"
 	"github.com/oncekit/oncekit/grpcmw/internal/testpb"
 	"github.com/oncekit/oncekit/storage/memstore"
 )
-
-// cancelInBegin is memstore whose Begin cancels the call (cancel) and
-// reports whether its own context ended with it.
-type cancelInBegin struct {
-	*memstore.Store
-	cancel context.CancelFunc
-	ended  chan error
-}
-
-func (s *cancelInBegin) Begin(ctx context.Context, k idem.Key, fp string, lease time.Duration) (idem.Claim, error) {
-	s.cancel()
-	s.ended <- ctx.Err()
-	return s.Store.Begin(ctx, k, fp, lease)
-}
 
 // A call's claim outlives the call (idem.ClaimOutlivesCaller): the store's
 // Begin is not under the call's cancellation, so a store can make it on
 // the handler's goroutine; the handler does not run for a call that left.
 func TestClaimOutlivesCall(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
-	st := &cancelInBegin{Store: memstore.New(), cancel: cancel, ended: make(chan error, 1)}
+	ended := make(chan error, 1)
+	st := idemtest.BeforeBegin(memstore.New(), func(bctx context.Context) {
+		cancel() // the call ends while its claim is on the way
+		ended <- bctx.Err()
+	})
 	g, err := idem.NewGuard(st)
 	if err != nil {
 		t.Fatal(err)
@@ -52,7 +42,7 @@ func TestClaimOutlivesCall(t *testing.T) {
 	if err == nil {
 		t.Error("a call that left got no error")
 	}
-	if err := <-st.ended; err != nil {
+	if err := <-ended; err != nil {
 		t.Errorf("the claim's context ended with the call's: %v", err)
 	}
 }

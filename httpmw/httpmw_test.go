@@ -21,6 +21,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/idem/idemtest"
 	"github.com/oncekit/oncekit/core/observe"
 	"github.com/oncekit/oncekit/httpmw"
 	"github.com/oncekit/oncekit/internal/testenv"
@@ -1100,41 +1101,31 @@ func TestCommitRefusesCallerTransaction(t *testing.T) {
 	}
 }
 
-// cancelInBegin is memstore whose Begin cancels the request (cancel) and
-// reports whether its own context ended with it.
-type cancelInBegin struct {
-	*memstore.Store
-	cancel context.CancelFunc
-	ended  chan error
-}
-
-func (s *cancelInBegin) Begin(ctx context.Context, k idem.Key, fp string, lease time.Duration) (idem.Claim, error) {
-	s.cancel()
-	s.ended <- ctx.Err()
-	return s.Store.Begin(ctx, k, fp, lease)
-}
-
 // A request's claim outlives the request (idem.ClaimOutlivesCaller): the
 // store's Begin is not under the request's cancellation, so a store can
 // make it on the handler's goroutine; the claim of a request that left
 // meanwhile is given back.
 func TestClaimOutlivesRequest(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
-	st := &cancelInBegin{Store: memstore.New(), cancel: cancel, ended: make(chan error, 1)}
+	mem, ended := memstore.New(), make(chan error, 1)
+	st := idemtest.BeforeBegin(mem, func(bctx context.Context) {
+		cancel() // the client hangs up while its claim is on the way
+		ended <- bctx.Err()
+	})
 	h := newMW(t, st, nil)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		t.Error("the handler ran for a request that had left")
 	}))
 	req := httptest.NewRequestWithContext(ctx, http.MethodPost, "/orders", strings.NewReader("{}"))
 	req.Header.Set("Idempotency-Key", "k-outlives")
 	h.ServeHTTP(httptest.NewRecorder(), req)
-	if err := <-st.ended; err != nil {
+	if err := <-ended; err != nil {
 		t.Errorf("the claim's context ended with the request's: %v", err)
 	}
 	stored, err := idem.StoredKey("", "", "k-outlives", "") // Unscoped
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c, err := st.Store.Begin(t.Context(), stored, "other", time.Second); err != nil || c.State != idem.Acquired {
+	if c, err := mem.Begin(t.Context(), stored, "other", time.Second); err != nil || c.State != idem.Acquired {
 		t.Errorf("the left request's claim: Begin = %v, %v; want the key given back", c.State, err)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/idem/idemtest"
 	"github.com/oncekit/oncekit/core/lock/lockdriver"
 	"github.com/oncekit/oncekit/storage/memstore"
 )
@@ -316,20 +317,6 @@ func TestNewKeyIsUUIDv7(t *testing.T) {
 	}
 }
 
-// slowBegin is memstore whose Begin waits for release, reporting the
-// context it was given on began.
-type slowBegin struct {
-	*memstore.Store
-	began   chan context.Context
-	release chan struct{}
-}
-
-func (s *slowBegin) Begin(ctx context.Context, k idem.Key, fp string, lease time.Duration) (idem.Claim, error) {
-	s.began <- ctx
-	<-s.release
-	return s.Store.Begin(ctx, k, fp, lease)
-}
-
 // Under ClaimOutlivesCaller, a caller that leaves while its claim is on
 // the way to the store does not cut the request short (the store gets a
 // context that keeps the caller's values and a deadline, not its
@@ -339,7 +326,11 @@ func (s *slowBegin) Begin(ctx context.Context, k idem.Key, fp string, lease time
 func TestClaimOutlivesCaller(t *testing.T) {
 	type valueKey struct{}
 	for _, marked := range []bool{true, false} {
-		st := &slowBegin{Store: memstore.New(), began: make(chan context.Context, 1), release: make(chan struct{})}
+		mem, began, release := memstore.New(), make(chan context.Context, 1), make(chan struct{})
+		st := idemtest.BeforeBegin(mem, func(ctx context.Context) {
+			began <- ctx
+			<-release // held back until the caller has left
+		})
 		g, err := idem.NewGuard(st)
 		if err != nil {
 			t.Fatal(err)
@@ -357,7 +348,7 @@ func TestClaimOutlivesCaller(t *testing.T) {
 			})
 			done <- err
 		}()
-		sctx := <-st.began
+		sctx := <-began
 		cancel()
 		if got := sctx.Value(valueKey{}); got != "v" {
 			t.Errorf("marked=%v: the store's context lost the caller's values (%v)", marked, got)
@@ -368,13 +359,13 @@ func TestClaimOutlivesCaller(t *testing.T) {
 		if !marked && sctx.Err() == nil {
 			t.Error("unmarked: the store's context did not end with the caller's")
 		}
-		close(st.release)
+		close(release)
 		if err := <-done; !errors.Is(err, context.Canceled) {
 			t.Errorf("marked=%v: Do = %v, want the caller's context.Canceled", marked, err)
 		}
 		if marked {
 			// Given back: the next caller claims the key at once.
-			c, err := st.Store.Begin(t.Context(), idem.MustKey("k"), "fp", time.Second)
+			c, err := mem.Begin(t.Context(), idem.MustKey("k"), "fp", time.Second)
 			if err != nil || c.State != idem.Acquired {
 				t.Errorf("after the caller left: Begin = %v, %v; want the key free", c.State, err)
 			}

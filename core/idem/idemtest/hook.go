@@ -1,0 +1,27 @@
+package idemtest
+
+import (
+	"context"
+	"time"
+
+	"github.com/oncekit/oncekit/core/idem"
+)
+
+// BeforeBegin returns st with before called on the context of each Begin,
+// just before the Begin goes to st: a test's hook into the moment a claim
+// is on its way to the store (to end the caller's context then, or hold
+// the claim back). The Store it returns is only an idem.Store: st's other
+// interfaces (idem.Waiter, idem.EffectStore) are not passed on.
+func BeforeBegin(st idem.Store, before func(ctx context.Context)) idem.Store {
+	return &hookedBegin{Store: st, before: before}
+}
+
+type hookedBegin struct {
+	idem.Store
+	before func(context.Context)
+}
+
+func (h *hookedBegin) Begin(ctx context.Context, k idem.Key, fingerprint string, lease time.Duration) (idem.Claim, error) {
+	h.before(ctx)
+	return h.Store.Begin(ctx, k, fingerprint, lease)
+}
