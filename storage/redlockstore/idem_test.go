@@ -24,7 +24,12 @@ func TestIdemConformance(t *testing.T) {
 		NewStore: func(t *testing.T) idem.Store {
 			return newStore(t, clients(t, addrs), redlockstore.WithNodeTimeout(3*time.Second))
 		},
-		FenceAtLeast:  true, // each node keeps its own fence
+		FenceAtLeast: true, // each node keeps its own fence
+		Settle: func(t *testing.T, st idem.Store) {
+			if !redlockstore.Settle(st.(*redlockstore.Store), 10*time.Second) {
+				t.Fatal("node requests still running in the background after 10 s")
+			}
+		},
 		RunnerProcess: true,
 		Corrupt: func(t *testing.T, key string) {
 			// A record of an unknown version on every node.

@@ -2,6 +2,7 @@ package bg
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -24,6 +25,7 @@ var idleFor = 10 * time.Second
 type Group struct {
 	mu      sync.Mutex
 	wg      sync.WaitGroup // the work
+	running atomic.Int64   // the work in flight (Settle)
 	workers sync.WaitGroup // the goroutines that run it
 	waiting bool
 	idle    []*worker // the most recently parked last
@@ -41,8 +43,10 @@ func (g *Group) Go(f func()) {
 		return
 	}
 	g.wg.Add(1)
+	g.running.Add(1)
 	job := func() {
 		defer g.wg.Done()
+		defer g.running.Add(-1)
 		f()
 	}
 	if n := len(g.idle); n > 0 {
@@ -115,6 +119,21 @@ func (g *Group) retire(w *worker) bool {
 		}
 	}
 	return false
+}
+
+// Settle waits up to timeout until no background work is in flight, and
+// reports whether none is; unlike Wait, work may start again after it.
+// (For tests that need a quorum store's late node requests to have
+// landed.)
+func (g *Group) Settle(timeout time.Duration) bool {
+	deadline := time.Now().Add(timeout)
+	for g.running.Load() > 0 {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return true
 }
 
 // Wait waits for the background work and then for its goroutines to exit;

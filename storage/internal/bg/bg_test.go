@@ -115,3 +115,30 @@ func TestGoAfterWaitRunsInline(t *testing.T) {
 		t.Fatal("Go after Wait did not run its work before returning")
 	}
 }
+
+// Settle waits for the work in flight and lets work start again after it.
+func TestSettle(t *testing.T) {
+	var g Group
+	defer g.Wait()
+	if !g.Settle(time.Millisecond) {
+		t.Fatal("an idle group is not settled")
+	}
+	release := make(chan struct{})
+	done := make(chan struct{})
+	g.Go(func() { <-release; close(done) })
+	if g.Settle(20 * time.Millisecond) {
+		t.Fatal("settled with work in flight")
+	}
+	time.AfterFunc(20*time.Millisecond, func() { close(release) })
+	if !g.Settle(5 * time.Second) {
+		t.Fatal("not settled after the work ended")
+	}
+	select {
+	case <-done:
+	default:
+		t.Fatal("settled before the work ended")
+	}
+	ran := make(chan struct{})
+	g.Go(func() { close(ran) })
+	<-ran // work still runs in the background after Settle
+}
