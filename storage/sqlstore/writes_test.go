@@ -17,6 +17,20 @@ import (
 // statement), PostgreSQL whose sessions default to REPEATABLE READ (a
 // contended write falls back to the Store's transaction), MySQL (the
 // Store's transaction).
+// eachWritesDatabase runs f on each of writesDatabases, with a migrated
+// Store, the counters table and a 30 s context.
+func eachWritesDatabase(t *testing.T, f func(t *testing.T, name string, s *sqlstore.Store, ctx context.Context)) {
+	for name, dbURL := range writesDatabases(t) {
+		t.Run(name, func(t *testing.T) {
+			s := migrated(t, dbURL)
+			createCounters(t, s)
+			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+			defer cancel()
+			f(t, name, s, ctx)
+		})
+	}
+}
+
 func writesDatabases(t *testing.T) map[string]string {
 	dbs := databases(t)
 	dbs["postgres-repeatable-read"] = withParam(dbs["postgres"], "options="+strings.ReplaceAll(url.QueryEscape(`-c default_transaction_isolation=repeatable\ read`), "+", "%20"))
@@ -39,79 +53,73 @@ func saleWrites(s *sqlstore.Store, key string, limit int) sqlstore.Writes {
 // other write nor the record is; a claim lost writes nothing; a write the
 // database refuses is an effect failure that writes nothing.
 func TestWritesCommitWithTheRecord(t *testing.T) {
-	for name, dbURL := range writesDatabases(t) {
-		t.Run(name, func(t *testing.T) {
-			s := migrated(t, dbURL)
-			createCounters(t, s)
-			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-			defer cancel()
-			base := "writes:" + name + ":" + time.Now().Format(time.RFC3339Nano)
-			stock := base + ":stock"
-			execSQL(t, s, "INSERT INTO "+counters+" (k, n) VALUES (?, 0)", []byte(stock))
-			g, err := idem.NewGuard(s)
-			if err != nil {
-				t.Fatal(err)
-			}
-			sell := func(key string, limit int) ([]byte, bool, error) {
-				return g.Do(ctx, key, "fp", func(ctx context.Context) ([]byte, error) {
-					w := saleWrites(s, stock, limit)
-					w[0].Args = []any{[]byte(key + ":order")}
-					return []byte("sold " + key), idem.Commit(ctx, w)
-				})
-			}
+	eachWritesDatabase(t, func(t *testing.T, name string, s *sqlstore.Store, ctx context.Context) {
+		base := "writes:" + name + ":" + time.Now().Format(time.RFC3339Nano)
+		stock := base + ":stock"
+		execSQL(t, s, "INSERT INTO "+counters+" (k, n) VALUES (?, 0)", []byte(stock))
+		g, err := idem.NewGuard(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sell := func(key string, limit int) ([]byte, bool, error) {
+			return g.Do(ctx, key, "fp", func(ctx context.Context) ([]byte, error) {
+				w := saleWrites(s, stock, limit)
+				w[0].Args = []any{[]byte(key + ":order")}
+				return []byte("sold " + key), idem.Commit(ctx, w)
+			})
+		}
 
-			res, replayed, err := sell(base+":a", 1)
-			if err != nil || replayed || string(res) != "sold "+base+":a" {
-				t.Fatalf("a sale: %q %v %v", res, replayed, err)
-			}
-			if n, o := count(t, s, stock), count(t, s, base+":a:order"); n != 1 || o != 1 {
-				t.Fatalf("after a sale: stock taken %d, order rows %d; want 1 and 1", n, o)
-			}
-			if res, replayed, err := sell(base+":a", 1); err != nil || !replayed || string(res) != "sold "+base+":a" {
-				t.Fatalf("its replay: %q %v %v", res, replayed, err)
-			}
+		res, replayed, err := sell(base+":a", 1)
+		if err != nil || replayed || string(res) != "sold "+base+":a" {
+			t.Fatalf("a sale: %q %v %v", res, replayed, err)
+		}
+		if n, o := count(t, s, stock), count(t, s, base+":a:order"); n != 1 || o != 1 {
+			t.Fatalf("after a sale: stock taken %d, order rows %d; want 1 and 1", n, o)
+		}
+		if res, replayed, err := sell(base+":a", 1); err != nil || !replayed || string(res) != "sold "+base+":a" {
+			t.Fatalf("its replay: %q %v %v", res, replayed, err)
+		}
 
-			_, _, err = sell(base+":b", 1) // the limit is reached
-			var refused *idem.EffectRefusedError
-			if !errors.As(err, &refused) || refused.Reason != "sold out" {
-				t.Fatalf("a sale past the limit: %v, want refused with the write's reason", err)
-			}
-			if n, o := count(t, s, stock), count(t, s, base+":b:order"); n != 1 || o != 0 {
-				t.Fatalf("after a refused sale: stock taken %d, order rows %d; want 1 and 0", n, o)
-			}
-			if info, err := s.InspectRecord(ctx, base+":b"); err == nil && info.State == idem.Completed {
-				t.Fatalf("a refused sale's record is completed")
-			}
+		_, _, err = sell(base+":b", 1) // the limit is reached
+		var refused *idem.EffectRefusedError
+		if !errors.As(err, &refused) || refused.Reason != "sold out" {
+			t.Fatalf("a sale past the limit: %v, want refused with the write's reason", err)
+		}
+		if n, o := count(t, s, stock), count(t, s, base+":b:order"); n != 1 || o != 0 {
+			t.Fatalf("after a refused sale: stock taken %d, order rows %d; want 1 and 0", n, o)
+		}
+		if info, err := s.InspectRecord(ctx, base+":b"); err == nil && info.State == idem.Completed {
+			t.Fatalf("a refused sale's record is completed")
+		}
 
-			// A claim that is not the record's: nothing is written.
-			c, err := s.Begin(ctx, idem.MustKey(base+":c"), "fp", time.Minute)
-			if err != nil {
-				t.Fatal(err)
-			}
-			stale := c
-			stale.Token = "not-the-claims"
-			w := saleWrites(s, stock, 10)
-			w[0].Args = []any{[]byte(base + ":c:order")}
-			if err := s.CompleteWith(ctx, stale, []byte("r"), time.Minute, w); !errors.Is(err, idem.ErrLockLost) {
-				t.Fatalf("Writes with a stale claim: %v, want ErrLockLost", err)
-			}
-			if n, o := count(t, s, stock), count(t, s, base+":c:order"); n != 1 || o != 0 {
-				t.Fatalf("after a lost claim: stock taken %d, order rows %d; want 1 and 0", n, o)
-			}
+		// A claim that is not the record's: nothing is written.
+		c, err := s.Begin(ctx, idem.MustKey(base+":c"), "fp", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stale := c
+		stale.Token = "not-the-claims"
+		w := saleWrites(s, stock, 10)
+		w[0].Args = []any{[]byte(base + ":c:order")}
+		if err := s.CompleteWith(ctx, stale, []byte("r"), time.Minute, w); !errors.Is(err, idem.ErrLockLost) {
+			t.Fatalf("Writes with a stale claim: %v, want ErrLockLost", err)
+		}
+		if n, o := count(t, s, stock), count(t, s, base+":c:order"); n != 1 || o != 0 {
+			t.Fatalf("after a lost claim: stock taken %d, order rows %d; want 1 and 0", n, o)
+		}
 
-			// A write the database refuses (the order's row exists).
-			w[0].Args = []any{[]byte(base + ":a:order")}
-			if err := s.CompleteWith(ctx, c, []byte("r"), time.Minute, w); !errors.Is(err, idem.ErrEffectFailed) {
-				t.Fatalf("Writes with a duplicate row: %v, want ErrEffectFailed", err)
-			}
-			if n := count(t, s, stock); n != 1 {
-				t.Fatalf("after a failed write: stock taken %d, want 1", n)
-			}
-			if err := s.CompleteWith(ctx, c, []byte("r"), time.Minute, sqlstore.Writes{}); !errors.Is(err, idem.ErrEffectUnsupported) {
-				t.Fatalf("empty Writes: %v, want ErrEffectUnsupported", err)
-			}
-		})
-	}
+		// A write the database refuses (the order's row exists).
+		w[0].Args = []any{[]byte(base + ":a:order")}
+		if err := s.CompleteWith(ctx, c, []byte("r"), time.Minute, w); !errors.Is(err, idem.ErrEffectFailed) {
+			t.Fatalf("Writes with a duplicate row: %v, want ErrEffectFailed", err)
+		}
+		if n := count(t, s, stock); n != 1 {
+			t.Fatalf("after a failed write: stock taken %d, want 1", n)
+		}
+		if err := s.CompleteWith(ctx, c, []byte("r"), time.Minute, sqlstore.Writes{}); !errors.Is(err, idem.ErrEffectUnsupported) {
+			t.Fatalf("empty Writes: %v, want ErrEffectUnsupported", err)
+		}
+	})
 }
 
 // A completion by Writes notifies a duplicate that waits for the record
@@ -185,39 +193,33 @@ func TestWritesOnARowChangedMeanwhileAtRepeatableRead(t *testing.T) {
 // placeholder, on every database; on PostgreSQL ?? is the ? operator
 // (jsonb).
 func TestWritesQuestionMarkInLiteral(t *testing.T) {
-	for name, dbURL := range writesDatabases(t) {
-		t.Run(name, func(t *testing.T) {
-			s := migrated(t, dbURL)
-			createCounters(t, s)
-			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-			defer cancel()
-			g, err := idem.NewGuard(s)
-			if err != nil {
-				t.Fatal(err)
-			}
-			key := "writes-literal:" + name + ":" + time.Now().Format(time.RFC3339Nano)
-			w := sqlstore.Writes{{
-				Query: "INSERT INTO " + counters + " (k, n) /* why? */ VALUES (?, CASE WHEN 'a?' = ? THEN ? ELSE 0 END)",
-				Args:  []any{[]byte(key), "a?", 7},
-			}}
-			want := 7
-			if s.Dialect() == sqlstore.Postgres {
-				w = append(w, sqlstore.Write{
-					Query: "INSERT INTO " + counters + " (k, n) SELECT ?, ? WHERE '{\"a\": 1}'::jsonb ?? 'a' AND $$b?$$ = E'b\\?'",
-					Args:  []any{[]byte(key + ":jsonb"), 1},
-				})
-			}
-			if _, _, err := g.Do(ctx, key, "fp", func(ctx context.Context) ([]byte, error) {
-				return []byte("ok"), idem.Commit(ctx, w)
-			}); err != nil {
-				t.Fatal(err)
-			}
-			if n := count(t, s, key); n != want {
-				t.Errorf("the write stored %d, want %d", n, want)
-			}
-			if s.Dialect() == sqlstore.Postgres && count(t, s, key+":jsonb") != 1 {
-				t.Error("the write with ?? (jsonb's ? operator) and literals stored nothing")
-			}
-		})
-	}
+	eachWritesDatabase(t, func(t *testing.T, name string, s *sqlstore.Store, ctx context.Context) {
+		g, err := idem.NewGuard(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		key := "writes-literal:" + name + ":" + time.Now().Format(time.RFC3339Nano)
+		w := sqlstore.Writes{{
+			Query: "INSERT INTO " + counters + " (k, n) /* why? */ VALUES (?, CASE WHEN 'a?' = ? THEN ? ELSE 0 END)",
+			Args:  []any{[]byte(key), "a?", 7},
+		}}
+		want := 7
+		if s.Dialect() == sqlstore.Postgres {
+			w = append(w, sqlstore.Write{
+				Query: "INSERT INTO " + counters + " (k, n) SELECT ?, ? WHERE '{\"a\": 1}'::jsonb ?? 'a' AND $$b?$$ = E'b\\?'",
+				Args:  []any{[]byte(key + ":jsonb"), 1},
+			})
+		}
+		if _, _, err := g.Do(ctx, key, "fp", func(ctx context.Context) ([]byte, error) {
+			return []byte("ok"), idem.Commit(ctx, w)
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if n := count(t, s, key); n != want {
+			t.Errorf("the write stored %d, want %d", n, want)
+		}
+		if s.Dialect() == sqlstore.Postgres && count(t, s, key+":jsonb") != 1 {
+			t.Error("the write with ?? (jsonb's ? operator) and literals stored nothing")
+		}
+	})
 }
