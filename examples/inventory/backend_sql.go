@@ -13,8 +13,8 @@ import (
 
 // SQL is the inventory in PostgreSQL or MySQL, in the database of
 // sqlstore's records: a sale's writes — the stock, the order, the outbox
-// row — run in the transaction that completes its record
-// (sqlstore.Effect), so they commit together or not at all. Tables
+// row — commit with its record, in the statement that completes it
+// (sqlstore.Writes), together or not at all. Tables
 // inventory_items, inventory_orders, inventory_outbox and
 // inventory_shipments hold every namespace (the prefix) side by side.
 type SQL struct {
@@ -78,24 +78,19 @@ func (s *SQL) PutItem(ctx context.Context, sku string, stock int64, fence uint64
 }
 
 func (s *SQL) Item(ctx context.Context, sku string) (Item, error) {
-	r, err := s.stock.read(ctx, sku, s.readStock(nil, sku))
+	r, err := s.stock.read(ctx, sku, s.readStock(sku))
 	if errors.Is(err, sql.ErrNoRows) {
 		return Item{}, ErrUnknownSKU
 	}
 	return Item{SKU: sku, Stock: r.stock, Sold: r.sold}, err
 }
 
-// readStock is the query of sku's row, in tx when tx is not nil.
-func (s *SQL) readStock(tx *sql.Tx, sku string) func(context.Context) (stockRow, error) {
+// readStock is the query of sku's row.
+func (s *SQL) readStock(sku string) func(context.Context) (stockRow, error) {
 	return func(ctx context.Context) (stockRow, error) {
-		q := s.q("SELECT stock, sold, fence FROM inventory_items WHERE ns = ? AND sku = ?")
 		var r stockRow
-		var err error
-		if tx != nil {
-			err = tx.QueryRowContext(ctx, q, s.ns, sku).Scan(&r.stock, &r.sold, &r.fence)
-		} else {
-			err = s.db.QueryRowContext(ctx, q, s.ns, sku).Scan(&r.stock, &r.sold, &r.fence)
-		}
+		err := s.db.QueryRowContext(ctx, s.q("SELECT stock, sold, fence FROM inventory_items WHERE ns = ? AND sku = ?"), s.ns, sku).
+			Scan(&r.stock, &r.sold, &r.fence)
 		return r, err
 	}
 }
@@ -120,19 +115,19 @@ func (s *SQL) Order(ctx context.Context, id string) (Order, error) {
 // statement, under the row's lock.
 func (s *SQL) LockFree() bool { return true }
 
-// check reads why a sale cannot go ahead, or nil: in tx when tx is not
-// nil, else — without the SKU lock — in a read shared with the concurrent
-// buyers of the SKU.
-func (s *SQL) check(ctx context.Context, tx *sql.Tx, o Order, lockFence uint64) error {
+// check reads why a sale cannot go ahead, or nil: under the SKU lock
+// (lockFence not 0) in a read of its own, else in a read shared with the
+// concurrent buyers of the SKU.
+func (s *SQL) check(ctx context.Context, o Order, lockFence uint64) error {
 	var r stockRow
 	var err error
-	if tx != nil || lockFence != 0 {
+	if lockFence != 0 {
 		// (Under the SKU's lock a read of its own: one shared with the
 		// buyers outside may start only after the one in flight ends,
 		// and the lock waits for it.)
-		r, err = s.readStock(tx, o.SKU)(ctx)
+		r, err = s.readStock(o.SKU)(ctx)
 	} else {
-		r, err = s.stock.read(ctx, o.SKU, s.readStock(nil, o.SKU))
+		r, err = s.stock.read(ctx, o.SKU, s.readStock(o.SKU))
 	}
 	stock, fence := r.stock, r.fence
 	switch {
@@ -149,7 +144,7 @@ func (s *SQL) check(ctx context.Context, tx *sql.Tx, o Order, lockFence uint64) 
 }
 
 func (s *SQL) Sell(ctx context.Context, o Order, lockFence uint64) (any, error) {
-	if err := s.check(ctx, nil, o, lockFence); err != nil {
+	if err := s.check(ctx, o, lockFence); err != nil {
 		return nil, err
 	}
 	body, _ := json.Marshal(o)
@@ -161,46 +156,21 @@ func (s *SQL) Sell(ctx context.Context, o Order, lockFence uint64) (any, error) 
 		take += " AND fence < ?"
 		takeArgs = append(takeArgs, int64(lockFence))
 	}
-	if s.dialect == sqlstore.Postgres {
-		// One statement with the record's completion: the SKU's row is
-		// locked while it runs, never across a round trip to this
-		// process, where every sale of the SKU waits for it.
-		// A take that changes no row refuses the sale: without the lock,
-		// the units went since the check; under it (checked there), a
-		// later holder's write.
-		why := ErrSoldOut
-		if lockFence != 0 {
-			why = ErrStaleFence
-		}
-		return sqlstore.Writes{
-			{Query: "INSERT INTO inventory_orders (ns, id, body) VALUES (?, ?, ?)", Args: []any{s.ns, o.OrderID, string(body)}},
-			{Query: "INSERT INTO inventory_outbox (ns, id, body) VALUES (?, ?, ?)", Args: []any{s.ns, o.OrderID, string(body)}},
-			{Query: take, Args: takeArgs, Refuse: why.Error()},
-		}, nil
+	// One statement with the record's completion (on MySQL 8, which runs
+	// it as a transaction of statements, one round trip each): the SKU's
+	// row is locked while it runs, never across a round trip to this
+	// process, where every sale of the SKU waits for it. A take that
+	// changes no row refuses the sale: without the lock, the units went
+	// since the check; under it (checked there), a later holder's write.
+	why := ErrSoldOut
+	if lockFence != 0 {
+		why = ErrStaleFence
 	}
-	return sqlstore.Effect(func(ctx context.Context, tx *sql.Tx) error {
-		// The order first, the stock last: the SKU's row is the one every
-		// sale of it waits for, and its lock is held from the UPDATE to
-		// the commit — one round trip (sqlstore completes the record
-		// before it runs the effect) rather than three. A sale the UPDATE
-		// refuses rolls the order and the record's completion back.
-		for _, table := range []string{"inventory_orders", "inventory_outbox"} {
-			if _, err := tx.ExecContext(ctx, s.q("INSERT INTO "+table+" (ns, id, body) VALUES (?, ?, ?)"), s.ns, o.OrderID, string(body)); err != nil {
-				return err
-			}
-		}
-		res, err := tx.ExecContext(ctx, s.q(take), takeArgs...)
-		if err != nil {
-			return err
-		}
-		if n, err := res.RowsAffected(); err != nil || n == 0 {
-			if why := s.check(ctx, tx, o, lockFence); why != nil {
-				return why
-			}
-			return errors.Join(ErrStaleFence, err)
-		}
-		return nil
-	}), nil
+	return sqlstore.Writes{
+		{Query: "INSERT INTO inventory_orders (ns, id, body) VALUES (?, ?, ?)", Args: []any{s.ns, o.OrderID, string(body)}},
+		{Query: "INSERT INTO inventory_outbox (ns, id, body) VALUES (?, ?, ?)", Args: []any{s.ns, o.OrderID, string(body)}},
+		{Query: take, Args: takeArgs, Refuse: why.Error()},
+	}, nil
 }
 
 func (s *SQL) Outbox(ctx context.Context, n int) ([]Order, error) {

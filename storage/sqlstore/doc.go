@@ -40,8 +40,11 @@
 // the record's completion as one statement, in autocommit, so that a row
 // every request writes (a SKU's stock) is locked only while that
 // statement runs, never across a round trip to the client — in a flash
-// sale the row's lock is what every sale waits for. On MySQL they run in
-// the completing transaction. A write's query takes ? placeholders on
+// sale the row's lock is what every sale waits for. On MariaDB the
+// transaction, the completion and the writes are one compound statement
+// (BEGIN NOT ATOMIC … END), one round trip, for the same reason; on
+// MySQL 8, which has no compound statements outside stored programs,
+// they run one after another in the completing transaction. A write's query takes ? placeholders on
 // both databases (Dialect.Rebind numbers them for PostgreSQL, leaving a ?
 // inside a literal or a comment alone; ?? is PostgreSQL's ? operator).
 //

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/oncekit/oncekit/core/idem"
@@ -24,7 +25,13 @@ import (
 // sale — where an Effect's transaction holds the row's lock from its
 // write to the commit, a round trip through a busy client. On MySQL, which
 // has no writes in WITH, they run one after another in the transaction
-// that completes the record, as an Effect's.
+// that completes the record, as an Effect's — on MariaDB in one round
+// trip: the transaction, the record's completion and the writes are one
+// compound statement (BEGIN NOT ATOMIC … END, prepared on the connections
+// of Open's *sql.DB), so that a row every request writes is locked from
+// its write to the commit without a round trip to the client between
+// them; on MySQL 8, which runs compound statements only inside stored
+// programs, as statements of their own.
 //
 // A write with Refuse set must change at least one row: if it changes
 // none (too little stock, say), nothing is written, the record is not
@@ -86,8 +93,9 @@ type refusal struct{ reason string }
 
 func (r refusal) Error() string { return r.reason }
 
-// The markers by which the statement of Writes says why it stopped: the
-// text of a cast to integer that fails, which rolls the statement back.
+// The markers by which the statement of Writes says why it stopped: on
+// PostgreSQL the text of a cast to integer that fails, which rolls the
+// statement back; on MariaDB a SIGNAL's message.
 const (
 	writesLost    = "oncekit:lost"
 	writesRefused = "oncekit:refused:"
@@ -100,7 +108,12 @@ func (s *Store) completeWrites(ctx context.Context, c idem.Claim, result []byte,
 		return err
 	}
 	if s.dialect != Postgres {
-		return s.complete(ctx, c, result, retention, w.effect(s.dialect))
+		// (returning: MariaDB 10.5 or later, which runs compound
+		// statements outside stored programs; MySQL 8 does not.)
+		if !s.returning(ctx) {
+			return s.complete(ctx, c, result, retention, w.effect(s.dialect))
+		}
+		return s.completeCompound(ctx, c, result, retention, w)
 	}
 	if err := s.completing(c, result, retention); err != nil {
 		return err
@@ -142,6 +155,71 @@ func (s *Store) completeWrites(ctx context.Context, c idem.Claim, result []byte,
 		return &idem.EffectFailedError{Key: key, Err: err}
 	}
 	return s.errWrap("complete", key, err)
+}
+
+// completeCompound completes c with w in one MariaDB compound statement
+// (compoundStatement).
+func (s *Store) completeCompound(ctx context.Context, c idem.Claim, result []byte, retention time.Duration, w Writes) error {
+	key := c.Key.String()
+	if err := s.completing(c, result, retention); err != nil {
+		return err
+	}
+	if result == nil {
+		result = []byte{}
+	}
+	query, args := s.compoundStatement(key, c.Token, result, retention, w)
+	_, err := s.exec(ctx, query, args...)
+	var my *mysql.MySQLError
+	signalled := errors.As(err, &my) && my.Number == mysqlSignal
+	switch {
+	case err == nil:
+		s.wakeRecord(key)
+		return nil
+	case signalled && strings.Contains(my.Message, writesLost):
+		return fmt.Errorf("sqlstore: complete %q: %w", c.Key, idem.ErrLockLost)
+	case signalled && strings.Contains(my.Message, writesRefused):
+		if i, ok := refusedWrite(my.Message); ok && i < len(w) {
+			return &idem.EffectRefusedError{Key: key, Reason: w[i].Refuse}
+		}
+		return s.errWrap("complete", key, err)
+	case retryable(err):
+		// A deadlock or a lock wait that timed out (the statement's
+		// handler rolled everything back): the Store's transaction, which
+		// asks again.
+		return s.complete(ctx, c, result, retention, w.effect(s.dialect))
+	case serverAnswer(err):
+		return &idem.EffectFailedError{Key: key, Err: err}
+	}
+	return s.errWrap("complete", key, err)
+}
+
+// mysqlSignal is MySQL's error number for an error raised by SIGNAL
+// (ER_SIGNAL_EXCEPTION).
+const mysqlSignal = 1644
+
+// compoundStatement is completeCompound's statement: a transaction in
+// which the record's completion and then each write runs, and which is
+// rolled back — by the handler every error of the block reaches — when
+// the completion changes no row (the claim is not the record's) or a
+// write with Refuse changes none; the SIGNAL's message names which, as
+// writesStatement's cast does on PostgreSQL. The transaction is MySQL's
+// default, as the Store's own are.
+func (s *Store) compoundStatement(key, tok string, result []byte, retention time.Duration, w Writes) (string, []any) {
+	var b strings.Builder
+	b.WriteString("BEGIN NOT ATOMIC DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END; START TRANSACTION; ")
+	b.WriteString(s.q.myComplete)
+	b.WriteString("; IF ROW_COUNT() <> 1 THEN SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = '" + writesLost + "'; END IF;")
+	args := []any{us(retention), result, []byte(key), tok}
+	for i, x := range w {
+		// (On lines of their own: a write may end in a -- comment.)
+		b.WriteString("\n" + strings.TrimRight(strings.TrimSpace(x.Query), ";") + "\n;")
+		if x.Refuse != "" {
+			fmt.Fprintf(&b, " IF ROW_COUNT() = 0 THEN SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = '%s%d'; END IF;", writesRefused, i)
+		}
+		args = append(args, x.Args...)
+	}
+	b.WriteString(" COMMIT; END")
+	return b.String(), args
 }
 
 // refusedWrite reads the index of the refusing write from the message of
