@@ -29,7 +29,10 @@ func eachWritesDatabase(t *testing.T, f func(t *testing.T, name string, s *sqlst
 				// program); "mysql" runs MariaDB's one statement.
 				opts = append(opts, sqlstore.WithoutReturning())
 			}
-			s := migrated(t, dbURL, opts...)
+			s := suiteStore(t, name, dbURL, opts...) // ("mysql-found-rows": statements as text)
+			if err := s.Migrate(t.Context()); err != nil {
+				t.Fatal(err)
+			}
 			createCounters(t, s)
 			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 			defer cancel()
@@ -41,6 +44,7 @@ func eachWritesDatabase(t *testing.T, f func(t *testing.T, name string, s *sqlst
 func writesDatabases(t *testing.T) map[string]string {
 	dbs := databases(t)
 	dbs["mysql-8"] = dbs["mysql"]
+	dbs["mysql-found-rows"] = withParam(dbs["mysql"], "clientFoundRows=true")
 	dbs["postgres-repeatable-read"] = withParam(dbs["postgres"], "options="+strings.ReplaceAll(url.QueryEscape(`-c default_transaction_isolation=repeatable\ read`), "+", "%20"))
 	return dbs
 }
