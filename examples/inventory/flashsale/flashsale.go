@@ -50,6 +50,10 @@ type Config struct {
 	Progress io.Writer
 	// Attempts bounds each buyer's tries of one request (default 30).
 	Attempts int
+	// Confirmed, if not nil, is called with the number of orders
+	// confirmed so far each time one is (from the buyers' goroutines;
+	// replays of a confirmed order are not counted again).
+	Confirmed func(n int64)
 	// AllowRefused accepts answers that refused a sale's effect (409
 	// effect_refused or conflict: the sale's lock or claim was lost
 	// before it committed, nothing was sold). Buyers retry them either
@@ -90,6 +94,7 @@ type run struct {
 	grpc     []inventorypb.InventoryClient
 	begin    time.Time
 	requests atomic.Int64
+	sold     atomic.Int64 // confirmed orders so far (Config.Confirmed)
 	refused  atomic.Int64 // answers that refused a sale's effect
 	mu       sync.Mutex
 	samples  []sample
@@ -215,6 +220,9 @@ func (r *run) record(s sample) {
 	r.mu.Lock()
 	r.samples = append(r.samples, s)
 	r.mu.Unlock()
+	if s.outcome == created && !s.replayed && r.cfg.Confirmed != nil {
+		r.cfg.Confirmed(r.sold.Add(1))
+	}
 }
 
 func (r *run) fail(format string, args ...any) answer {
