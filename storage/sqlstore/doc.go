@@ -123,7 +123,7 @@
 //
 // Each held lock and each waiter keeps one of the pool's connections, as
 // pg_advisory_lock does, but never more than half of a bounded pool
-// (sql.DB.SetMaxOpenConns as set when New runs; 16 of Open's 32), so
+// (sql.DB.SetMaxOpenConns as set when New runs; 8 of Open's 16), so
 // that the holders' own statements always find a connection. An
 // acquisition beyond that queues
 // in <prefix>lock_waiters instead (and marks the key's row, queued, so

@@ -51,8 +51,17 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Store, error) {
 // DefaultMaxConns is the connection pool size of a database OpenDB opens:
 // open and idle alike, so that a burst neither forks hundreds of server
 // backends nor opens a connection per transaction once the burst ends.
-// One of them is the Store's LISTEN connection on PostgreSQL.
-const DefaultMaxConns = 32
+// One of them is the Store's LISTEN connection on PostgreSQL. A database
+// serves a few connections per process better than many: every server
+// backend costs it a start, plans of its own and a share of every
+// snapshot, and statements beyond its cores only wait there — those that
+// write a row every request shares (a SKU's stock) in its lock manager,
+// where each commit wakes every waiter — while calls that wait here for
+// a connection share statements (see "Concurrent requests share
+// statements"). Measured in the inventory's flash sale on PostgreSQL,
+// three processes: 16 connections each sold 1.3–1.5× as fast as 32, with
+// half the p99 (BENCHMARKS.md).
+const DefaultMaxConns = 16
 
 // cutNotify takes oncekit's notify=BOOL parameter out of a URL (pgx
 // would send it to the server as a setting, go-sql-driver as a variable).
