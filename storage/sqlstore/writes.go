@@ -125,31 +125,50 @@ func (s *Store) completeWrites(ctx context.Context, c idem.Claim, result []byte,
 	var stop int64
 	var watched bool
 	err := s.queryRow(ctx, query, args...).Scan(&stop, &watched)
+	if err != nil {
+		return s.writesFailed(ctx, c, result, retention, w, err)
+	}
+	if watched {
+		// A duplicate in another process waits for the record: it is
+		// told by a statement of its own, as after a plain completion.
+		// (NOTIFY serialises the commits of every transaction that sends
+		// one: in the writes' statement it would keep their rows locked
+		// while it waits for its turn.)
+		_, _, records := s.Tables()
+		_ = s.queryRow(ctx, s.q.notifyWatched, records, keyHash(key)).Scan(new(sql.NullString))
+	}
+	s.wakeRecord(key)
+	return nil
+}
+
+// writesFailed sorts the error of a statement of Writes
+// (completeWrites, completeCompound).
+func (s *Store) writesFailed(ctx context.Context, c idem.Claim, result []byte, retention time.Duration, w Writes, err error) error {
+	key := c.Key.String()
+	// The statement stopped itself: on PostgreSQL by a cast that failed,
+	// on MariaDB by a SIGNAL; the message says why.
+	var stopped string
 	var pg *pgconn.PgError
+	var my *mysql.MySQLError
 	switch {
-	case err == nil:
-		if watched {
-			// A duplicate in another process waits for the record: it is
-			// told by a statement of its own, as after a plain
-			// completion. (NOTIFY serialises the commits of every
-			// transaction that sends one: in the writes' statement it
-			// would keep their rows locked while it waits for its turn.)
-			_, _, records := s.Tables()
-			_ = s.queryRow(ctx, s.q.notifyWatched, records, keyHash(key)).Scan(new(sql.NullString))
-		}
-		s.wakeRecord(key)
-		return nil
-	case errors.As(err, &pg) && pg.Code == "22P02" && strings.Contains(pg.Message, writesLost):
+	case errors.As(err, &pg) && pg.Code == "22P02":
+		stopped = pg.Message
+	case errors.As(err, &my) && my.Number == mysqlSignal:
+		stopped = my.Message
+	}
+	switch {
+	case strings.Contains(stopped, writesLost):
 		return fmt.Errorf("sqlstore: complete %q: %w", c.Key, idem.ErrLockLost)
-	case errors.As(err, &pg) && pg.Code == "22P02" && strings.Contains(pg.Message, writesRefused):
-		if i, ok := refusedWrite(pg.Message); ok && i < len(w) {
+	case strings.Contains(stopped, writesRefused):
+		if i, ok := refusedWrite(stopped); ok && i < len(w) {
 			return &idem.EffectRefusedError{Key: key, Reason: w[i].Refuse}
 		}
 		return s.errWrap("complete", key, err)
 	case retryable(err):
-		// A serialization failure (sessions at REPEATABLE READ) or a
-		// deadlock: the writes in the Store's transaction, at READ
-		// COMMITTED.
+		// A serialization failure (sessions at REPEATABLE READ), a
+		// deadlock or a lock wait that timed out, and nothing written:
+		// the writes in the Store's transaction (at READ COMMITTED on
+		// PostgreSQL), which asks again.
 		return s.complete(ctx, c, result, retention, w.effect(s.dialect))
 	case serverAnswer(err):
 		return &idem.EffectFailedError{Key: key, Err: err}
@@ -168,29 +187,11 @@ func (s *Store) completeCompound(ctx context.Context, c idem.Claim, result []byt
 		result = []byte{}
 	}
 	query, args := s.compoundStatement(key, c.Token, result, retention, w)
-	_, err := s.exec(ctx, query, args...)
-	var my *mysql.MySQLError
-	signalled := errors.As(err, &my) && my.Number == mysqlSignal
-	switch {
-	case err == nil:
-		s.wakeRecord(key)
-		return nil
-	case signalled && strings.Contains(my.Message, writesLost):
-		return fmt.Errorf("sqlstore: complete %q: %w", c.Key, idem.ErrLockLost)
-	case signalled && strings.Contains(my.Message, writesRefused):
-		if i, ok := refusedWrite(my.Message); ok && i < len(w) {
-			return &idem.EffectRefusedError{Key: key, Reason: w[i].Refuse}
-		}
-		return s.errWrap("complete", key, err)
-	case retryable(err):
-		// A deadlock or a lock wait that timed out (the statement's
-		// handler rolled everything back): the Store's transaction, which
-		// asks again.
-		return s.complete(ctx, c, result, retention, w.effect(s.dialect))
-	case serverAnswer(err):
-		return &idem.EffectFailedError{Key: key, Err: err}
+	if _, err := s.exec(ctx, query, args...); err != nil {
+		return s.writesFailed(ctx, c, result, retention, w, err)
 	}
-	return s.errWrap("complete", key, err)
+	s.wakeRecord(key)
+	return nil
 }
 
 // mysqlSignal is MySQL's error number for an error raised by SIGNAL
