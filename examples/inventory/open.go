@@ -37,8 +37,13 @@ func Open(url, prefix string, obs observe.Observer) (store Store, backend Backen
 	case *memstore.Store:
 		backend = NewMemory()
 	case *redisstore.Store: // one server, a Sentinel group or a Cluster
-		backend = NewRedis(d.Client().(redis.UniversalClient), prefix)
+		c := d.Client().(redis.UniversalClient)
+		warmRedis(context.Background(), c)
+		backend = NewRedis(c, prefix)
 	case *redlockstore.Store:
+		for _, c := range d.Clients() {
+			warmRedis(context.Background(), c.(redis.UniversalClient))
+		}
 		backend = NewRedisKeyed(d.Clients()[0].(redis.UniversalClient), prefix)
 	case *etcdstore.Store:
 		backend = NewEtcd(d.Client().(*clientv3.Client), prefix)
@@ -56,9 +61,42 @@ func Open(url, prefix string, obs observe.Observer) (store Store, backend Backen
 			return nil, nil, nil, err
 		}
 		backend = sq
+		if err := d.Warm(context.Background(), 0); err != nil {
+			_ = st.Close()
+			return nil, nil, nil, err
+		}
 	default:
 		_ = st.Close()
 		return nil, nil, nil, fmt.Errorf("inventory: the example does not run on %s", observe.DriverOf(st))
 	}
 	return st, backend, func() { _ = st.Close() }, nil
+}
+
+// warmRedisConns is how many connections warmRedis opens per server: most
+// of go-redis' default pool (10 per CPU).
+const warmRedisConns = 16
+
+// warmRedis opens warmRedisConns connections of c's pool, of each shard's
+// on a Cluster, and hands them back idle. Best effort: a server that does
+// not answer is asked again by the first request.
+func warmRedis(ctx context.Context, c redis.UniversalClient) {
+	switch c := c.(type) {
+	case *redis.Client:
+		conns := make([]*redis.Conn, 0, warmRedisConns)
+		for range warmRedisConns {
+			cn := c.Conn()
+			conns = append(conns, cn)
+			if cn.Ping(ctx).Err() != nil {
+				break
+			}
+		}
+		for _, cn := range conns {
+			_ = cn.Close()
+		}
+	case *redis.ClusterClient:
+		_ = c.ForEachShard(ctx, func(ctx context.Context, sc *redis.Client) error {
+			warmRedis(ctx, sc)
+			return nil
+		})
+	}
 }

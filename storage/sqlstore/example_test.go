@@ -68,3 +68,23 @@ func ExampleWrites() {
 	})
 	fmt.Println(string(res), replayed, err)
 }
+
+// A service warms the Store's pool once at start, before it reports
+// ready: the first burst of requests then finds connections open and
+// the Store's statements prepared. It needs a database, so it is
+// compiled, not run.
+func ExampleStore_Warm() {
+	ctx := context.Background()
+	store, err := sqlstore.Open(ctx, "postgres://app@127.0.0.1:5432/shop?sslmode=disable")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer store.Close()
+	if err := store.Migrate(ctx); err != nil {
+		log.Fatal(err)
+	}
+	if err := store.Warm(ctx, 0); err != nil { // 0: as many as the pool may open, less one
+		log.Fatal(err)
+	}
+	// ... start serving, report ready
+}

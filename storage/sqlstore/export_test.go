@@ -1,6 +1,9 @@
 package sqlstore
 
-import "context"
+import (
+	"context"
+	"database/sql"
+)
 
 // NowUS is the statements' reading of the server's clock, for tests.
 var NowUS = nowUS
@@ -66,4 +69,24 @@ func (b *batcher[A, R]) queued() int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return len(b.queue)
+}
+
+// WarmStatements are the statements Warm prepares.
+func (s *Store) WarmStatements() []string { return s.warmStatements() }
+
+// MyPrepared counts the statements c's connection keeps prepared of
+// stmts (a MySQL connection of Open's pool; 0 on any other).
+func MyPrepared(c *sql.Conn, stmts []string) (int, error) {
+	n := 0
+	err := c.Raw(func(dc any) error {
+		if mc, ok := dc.(*myConn); ok {
+			for _, st := range stmts {
+				if mc.stmts[st] != nil {
+					n++
+				}
+			}
+		}
+		return nil
+	})
+	return n, err
 }

@@ -68,27 +68,38 @@ func (c *myConn) exec(ctx context.Context, query string, args []any) (driver.Res
 			return nil, err
 		}
 	}
-	st, known := c.stmts[query]
-	if !known && len(c.stmts) < myStmtLimit {
-		p, err := c.PrepareContext(ctx, query)
-		switch {
-		case err == nil:
-			st = p
-		case !serverAnswer(err):
-			return nil, err
-		}
-		// (A statement the server will not prepare — one refused in the
-		// binary protocol, or past max_prepared_stmt_count — goes as
-		// text from now on.)
-		if c.stmts == nil {
-			c.stmts = make(map[string]driver.Stmt)
-		}
-		c.stmts[query] = st
+	if err := c.prepare(ctx, query); err != nil {
+		return nil, err
 	}
+	st := c.stmts[query]
 	if st == nil {
 		return c.ExecContext(ctx, query, nv)
 	}
 	return st.(driver.StmtExecContext).ExecContext(ctx, nv)
+}
+
+// prepare prepares query on the connection unless it did already (or
+// keeps its limit of statements).
+func (c *myConn) prepare(ctx context.Context, query string) error {
+	if _, known := c.stmts[query]; known || len(c.stmts) >= myStmtLimit {
+		return nil
+	}
+	var st driver.Stmt
+	p, err := c.PrepareContext(ctx, query)
+	switch {
+	case err == nil:
+		st = p
+	case !serverAnswer(err):
+		return err
+	}
+	// (A statement the server will not prepare — one refused in the
+	// binary protocol, or past max_prepared_stmt_count — goes as text
+	// from now on.)
+	if c.stmts == nil {
+		c.stmts = make(map[string]driver.Stmt)
+	}
+	c.stmts[query] = st
+	return nil
 }
 
 // connExec is c.ExecContext, through a statement c's connection keeps
