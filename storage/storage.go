@@ -49,6 +49,19 @@ Every other form takes:
 // check and an observer hook, closed with Close.
 type Store = driver.Store
 
+// Warmer is a Store that opens its connections ahead of traffic: the SQL,
+// Redis and Redlock drivers, whose pools otherwise open a connection when
+// a request first needs it (on PostgreSQL, a server process each, and a
+// preparation of each statement). A service calls Warm once, before it
+// reports ready, so that the first burst of requests after a quiet start
+// — a flash sale's first second — does not pay for them on its critical
+// path. n is how many connections (per server); n ≤ 0 lets the driver
+// choose (its pool's size). etcd and ZooKeeper keep one connection, open
+// after Open, and memory none: they are not Warmers.
+type Warmer interface {
+	Warm(ctx context.Context, n int) error
+}
+
 // Option configures Open.
 type Option func(*options)
 

@@ -312,6 +312,24 @@ func TestOneDriverLinksOneClient(t *testing.T) {
 	}
 }
 
+// The drivers that keep a pool of connections warm it; those of one
+// connection (etcd, ZooKeeper) and memory are not Warmers.
+func TestWarmers(t *testing.T) {
+	warmers := map[reflect.Type]bool{
+		reflect.TypeFor[*memstore.Store]():     false,
+		reflect.TypeFor[*redisstore.Store]():   true,
+		reflect.TypeFor[*redlockstore.Store](): true,
+		reflect.TypeFor[*etcdstore.Store]():    false,
+		reflect.TypeFor[*sqlstore.Store]():     true,
+		reflect.TypeFor[*zkstore.Store]():      false,
+	}
+	for typ, want := range warmers {
+		if got := typ.Implements(reflect.TypeFor[storage.Warmer]()); got != want {
+			t.Errorf("%s is a storage.Warmer: %v, want %v", typ, got, want)
+		}
+	}
+}
+
 // Every driver's Store shows the contract (driver.Store), the optional
 // capabilities drivers share, and the few methods of its own listed here,
 // and nothing else: a method added to a driver by mistake (a helper made
@@ -325,8 +343,8 @@ func TestDriverSurfaces(t *testing.T) {
 		contract[ct.Method(i).Name] = true
 	}
 	// The capabilities: idem.Waiter, idem.EffectStore, the repairs oncectl
-	// uses, lock.MultiLocker.
-	shared := map[string]bool{"WaitChange": true, "CompleteWith": true, "ForceRelease": true, "DeleteRecord": true, "AcquireAll": true}
+	// uses, lock.MultiLocker, storage.Warmer.
+	shared := map[string]bool{"WaitChange": true, "CompleteWith": true, "ForceRelease": true, "DeleteRecord": true, "AcquireAll": true, "Warm": true}
 	own := map[reflect.Type][]string{
 		reflect.TypeFor[*memstore.Store]():     nil,
 		reflect.TypeFor[*redisstore.Store]():   {"Client"},

@@ -28,6 +28,11 @@ const StoreHelp = storage.Help
 // records' servers, with Redlock on the first node, on SQL in tables of
 // the records' database. obs, if not nil, observes the driver. close
 // closes both.
+//
+// Open returns with the store's connections open (storage.Warmer), as a
+// service opens its pool before it reports ready: a sale starts all at
+// once, and its first buyers should not wait while connections are opened
+// (a server process each on PostgreSQL) and statements prepared.
 func Open(url, prefix string, obs observe.Observer) (store Store, backend Backend, close func(), err error) {
 	st, err := storage.Open(context.Background(), url, storage.WithObserver(obs))
 	if err != nil {
@@ -37,13 +42,8 @@ func Open(url, prefix string, obs observe.Observer) (store Store, backend Backen
 	case *memstore.Store:
 		backend = NewMemory()
 	case *redisstore.Store: // one server, a Sentinel group or a Cluster
-		c := d.Client().(redis.UniversalClient)
-		warmRedis(context.Background(), c)
-		backend = NewRedis(c, prefix)
+		backend = NewRedis(d.Client().(redis.UniversalClient), prefix)
 	case *redlockstore.Store:
-		for _, c := range d.Clients() {
-			warmRedis(context.Background(), c.(redis.UniversalClient))
-		}
 		backend = NewRedisKeyed(d.Clients()[0].(redis.UniversalClient), prefix)
 	case *etcdstore.Store:
 		backend = NewEtcd(d.Client().(*clientv3.Client), prefix)
@@ -61,42 +61,15 @@ func Open(url, prefix string, obs observe.Observer) (store Store, backend Backen
 			return nil, nil, nil, err
 		}
 		backend = sq
-		if err := d.Warm(context.Background(), 0); err != nil {
-			_ = st.Close()
-			return nil, nil, nil, err
-		}
 	default:
 		_ = st.Close()
 		return nil, nil, nil, fmt.Errorf("inventory: the example does not run on %s", observe.DriverOf(st))
 	}
-	return st, backend, func() { _ = st.Close() }, nil
-}
-
-// warmRedisConns is how many connections warmRedis opens per server: most
-// of go-redis' default pool (10 per CPU).
-const warmRedisConns = 16
-
-// warmRedis opens warmRedisConns connections of c's pool, of each shard's
-// on a Cluster, and hands them back idle. Best effort: a server that does
-// not answer is asked again by the first request.
-func warmRedis(ctx context.Context, c redis.UniversalClient) {
-	switch c := c.(type) {
-	case *redis.Client:
-		conns := make([]*redis.Conn, 0, warmRedisConns)
-		for range warmRedisConns {
-			cn := c.Conn()
-			conns = append(conns, cn)
-			if cn.Ping(ctx).Err() != nil {
-				break
-			}
-		}
-		for _, cn := range conns {
-			_ = cn.Close()
-		}
-	case *redis.ClusterClient:
-		_ = c.ForEachShard(ctx, func(ctx context.Context, sc *redis.Client) error {
-			warmRedis(ctx, sc)
-			return nil
-		})
+	if w, ok := st.(storage.Warmer); ok {
+		// An optimisation, not a check: a connection the pool could not
+		// open now is opened when a request needs it, and that request
+		// reports the error (storage.Open has pinged the store already).
+		_ = w.Warm(context.Background(), 0)
 	}
+	return st, backend, func() { _ = st.Close() }, nil
 }

@@ -186,6 +186,23 @@ func (s *Store) Close() error {
 // keeps its own data through it beside the driver's).
 func (s *Store) Client() Client { return s.raw }
 
+// Warm opens n connections of the client's pool (of each primary's on a
+// Cluster) ahead of traffic and hands them back idle, so that the first
+// burst of requests after a quiet start does not dial on its critical
+// path; n ≤ 0 opens as many as the pool holds (go-redis' PoolSize). A
+// service calls it once, before it reports ready (storage.Warmer). A
+// client that is not go-redis' *redis.Client or *redis.ClusterClient is
+// left as it is.
+func (s *Store) Warm(ctx context.Context, n int) error {
+	if s.closed.Load() {
+		return fmt.Errorf("redisstore: warm: %w", lock.ErrClosed)
+	}
+	if err := rediskit.Warm(ctx, s.raw, n); err != nil {
+		return fmt.Errorf("redisstore: warm: %w", err)
+	}
+	return nil
+}
+
 const driverName = "redis"
 
 // closedErr reports a call op on key after Close, nil before.

@@ -251,6 +251,28 @@ func (s *Store) Clients() []Client {
 	return out
 }
 
+// Warm opens n connections of each node's pool ahead of traffic and hands
+// them back idle (see redisstore's Warm); n ≤ 0 opens as many as a pool
+// holds. A node that does not answer is an error, and the other nodes are
+// warmed all the same.
+func (s *Store) Warm(ctx context.Context, n int) error {
+	select {
+	case <-s.closed:
+		return fmt.Errorf("redlockstore: warm: %w", lock.ErrClosed)
+	default:
+	}
+	var errs []error
+	for i, nd := range s.nodes {
+		if err := rediskit.Warm(ctx, nd.c, n); err != nil {
+			errs = append(errs, fmt.Errorf("node %d: %w", i, err))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("redlockstore: warm: %w", err)
+	}
+	return nil
+}
+
 const driverName = "redlock"
 
 // DriverName implements observe.Source: "redlock".

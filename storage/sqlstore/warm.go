@@ -20,8 +20,8 @@ import (
 // that just joined — does not pay on its critical path for what a new
 // connection costs once: the server's session start (a process on
 // PostgreSQL) and each statement's preparation. A service calls it once,
-// after Migrate and before it reports ready; the connections then stay in
-// the pool as its other idle ones do.
+// after Migrate and before it reports ready (storage.Warmer); the
+// connections then stay in the pool as its other idle ones do.
 //
 // n is never more than the pool's SetMaxOpenConns less the connections in
 // use (the Store keeps one for its LISTEN session), and n ≤ 0 warms that
