@@ -26,10 +26,14 @@ import (
 // n is never more than the pool's SetMaxOpenConns less the connections in
 // use (the Store keeps one for its LISTEN session), and n ≤ 0 warms that
 // many (15 of Open's 16), or DefaultMaxConns on a pool without a maximum;
-// a connection the pool does not give within a second (others took it
-// meanwhile) ends the warming there. A pool made elsewhere (New) keeps only
+// a connection the pool does not hand out within a second, because others
+// took it meanwhile, ends the warming there (one the server does not open
+// within a second is an error). A pool made elsewhere (New) keeps only
 // SetMaxIdleConns connections when they are handed back (database/sql's
-// default is 2): set it to at least n.
+// default is 2): set it to at least n. database/sql closes a connection
+// left idle longer than SetConnMaxIdleTime (5 minutes on Open's pool): a
+// service that expects a burst long after it started calls Warm again
+// shortly before.
 //
 // Statements are prepared on PostgreSQL through pgx with its default
 // query mode (behind pgbouncer in transaction pooling mode, with
@@ -68,11 +72,16 @@ func (s *Store) Warm(ctx context.Context, n int) error {
 		}
 	}
 	for range n {
+		waits := s.db.Stats().WaitCount
 		wctx, cancel := context.WithTimeout(ctx, warmWait)
 		c, err := s.db.Conn(wctx)
 		cancel()
 		if err != nil {
-			if ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
+			// The pool is busy (Warm waited for a connection others hold:
+			// warm enough), or the server did not answer in time (an
+			// error, as any other).
+			busy := errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil && s.db.Stats().WaitCount > waits
+			if !busy {
 				fail(err)
 			}
 			break

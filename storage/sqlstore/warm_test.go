@@ -5,7 +5,9 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -174,5 +176,57 @@ func TestWarmBounds(t *testing.T) {
 				t.Fatalf("Warm on a closed Store = %v, want lock.ErrClosed", err)
 			}
 		})
+	}
+}
+
+// A server that takes connections and never answers fails Warm within
+// about a second a connection, rather than passing for a busy pool.
+func TestWarmSilentServer(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var held []net.Conn
+	var mu sync.Mutex
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			held = append(held, c) // (kept open, never answered)
+			mu.Unlock()
+		}
+	}()
+	defer func() {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	for _, url := range []string{"postgres://u@" + ln.Addr().String() + "/db?sslmode=disable", "mysql://u@" + ln.Addr().String() + "/db"} {
+		db, err := sqlstore.OpenDB(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := sqlstore.New(db, sqlstore.WithoutNotify(), sqlstore.WithCleanup(0, 500))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		start := time.Now()
+		err = s.Warm(ctx, 2)
+		cancel()
+		if err == nil {
+			t.Errorf("%s: Warm against a server that never answers = nil, want an error", url)
+		}
+		if d := time.Since(start); d > 10*time.Second {
+			t.Errorf("%s: Warm took %v", url, d)
+		}
+		s.Close()
+		db.Close()
 	}
 }
