@@ -51,7 +51,10 @@
 // and its Close also closes the clients Open made. Those clients are the
 // driver's Client (redisstore, etcdstore), Clients (redlockstore), DB
 // (sqlstore) and Conn (zkstore), for an application that keeps its own
-// data beside the driver's. Every driver closes alike: after Close,
+// data beside the driver's. The drivers with a pool of connections (SQL,
+// Redis, Redlock) are Warmers: a service calls Warm once, before it
+// reports ready, so that its first burst of requests does not open them.
+// Every driver closes alike: after Close,
 // TryAcquire, Acquire and Begin fail with an error matching
 // lock.ErrClosed, an Acquire waiting for a key gives up with it, a lease
 // taken before can still be released (on a driver whose connection Close
