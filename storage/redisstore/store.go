@@ -190,9 +190,10 @@ func (s *Store) Client() Client { return s.raw }
 // Cluster) ahead of traffic and hands them back idle, so that the first
 // burst of requests after a quiet start does not dial on its critical
 // path; n ≤ 0 opens as many as the pool holds (go-redis' PoolSize). A
-// service calls it once, before it reports ready (storage.Warmer). A
-// client that is not go-redis' *redis.Client or *redis.ClusterClient is
-// left as it is.
+// service calls it once, before it reports ready (storage.Warmer); go-redis
+// closes a connection left idle longer than ConnMaxIdleTime (30 minutes by
+// default). A client that is not go-redis' *redis.Client or
+// *redis.ClusterClient is left as it is.
 func (s *Store) Warm(ctx context.Context, n int) error {
 	if s.closed.Load() {
 		return fmt.Errorf("redisstore: warm: %w", lock.ErrClosed)
