@@ -106,18 +106,20 @@ const warmWait = time.Second
 
 // warmStatements are the statements Warm prepares: those of a lock's take
 // and release and of a claim's begin and completion, the common path of
-// every request.
+// every request, and on PostgreSQL their forms for many calls, which a
+// burst uses (batch.go).
 func (s *Store) warmStatements() []string {
 	q := &s.q
 	var list []string
 	if s.dialect == Postgres {
 		list = []string{q.leanBegin, q.fastComplete, q.fastBegin, q.recSelect,
+			q.leanBeginMany, q.fastCompleteMany, q.recSelectMany,
 			q.fastAcquire, q.fastRelease, q.releaseNotify, q.notifyHead, q.renewHold}
 		if s.sessionQueue {
 			list = append(list, q.sqTry, q.sqWait, q.sqRelease, q.sqLeft, q.sqUnlock)
 		}
 	} else {
-		list = []string{q.myBegin, q.myBeginReturning, q.myComplete, q.myAcquire, q.myRelease, q.renewHold}
+		list = []string{q.myBeginInsert, q.myBegin, q.myBeginReturning, q.myComplete, q.myAcquire, q.myRelease, q.renewHold}
 		if s.sessionQueue {
 			list = append(list, q.sqTry, q.sqWait, q.sqRelease)
 		}
