@@ -237,8 +237,8 @@
 // pays for them on its critical path. Store.Warm opens them ahead, with
 // the Store's common statements prepared: a service calls it once at
 // start, before it reports ready (the inventory example's three-replica
-// lock-free sale on PostgreSQL went from 335–385 to 422–450 orders/s, p99
-// from 498–652 to 334–419 ms: BENCHMARKS.md).
+// lock-free sale on PostgreSQL: about 10 % more orders a second and a
+// lower p99, BENCHMARKS.md).
 //
 // A statement that gets no answer — no connection could be made, or the
 // server crashed or restarted while it was sent — fails with an error that
