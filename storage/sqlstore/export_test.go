@@ -72,7 +72,9 @@ func (b *batcher[A, R]) queued() int {
 }
 
 // WarmStatements are the statements Warm prepares.
-func (s *Store) WarmStatements() []string { return s.warmStatements() }
+func (s *Store) WarmStatements() []string {
+	return s.warmStatements(s.dialect == MySQL && s.returning(context.Background()))
+}
 
 // MyPrepared counts the statements c's connection keeps prepared of
 // stmts (a MySQL connection of Open's pool; 0 on any other).

@@ -50,7 +50,6 @@ func (s *Store) Warm(ctx context.Context, n int) error {
 	} else if n <= 0 {
 		n = DefaultMaxConns
 	}
-	stmts := s.warmStatements()
 	// The connections are all held until each is warm: handed back one by
 	// one, the pool would give the next caller the same one again.
 	conns := make([]*sql.Conn, 0, n)
@@ -88,7 +87,7 @@ func (s *Store) Warm(ctx context.Context, n int) error {
 		}
 		conns = append(conns, c)
 		wg.Go(func() {
-			if err := s.warmConn(ctx, c, stmts); err != nil {
+			if err := s.warmConn(ctx, c); err != nil {
 				fail(err)
 			}
 		})
@@ -107,8 +106,8 @@ const warmWait = time.Second
 // warmStatements are the statements Warm prepares: those of a lock's take
 // and release and of a claim's begin and completion, the common path of
 // every request, and on PostgreSQL their forms for many calls, which a
-// burst uses (batch.go).
-func (s *Store) warmStatements() []string {
+// burst uses (batch.go); returning adds MariaDB's (see Begin).
+func (s *Store) warmStatements(returning bool) []string {
 	q := &s.q
 	var list []string
 	if s.dialect == Postgres {
@@ -119,7 +118,10 @@ func (s *Store) warmStatements() []string {
 			list = append(list, q.sqTry, q.sqWait, q.sqRelease, q.sqLeft, q.sqUnlock)
 		}
 	} else {
-		list = []string{q.myBeginInsert, q.myBegin, q.myBeginReturning, q.myComplete, q.myAcquire, q.myRelease, q.renewHold}
+		list = []string{q.myBegin, q.myComplete, q.myAcquire, q.myRelease, q.renewHold}
+		if returning {
+			list = append(list, q.myBeginInsert, q.myBeginReturning)
+		}
 		if s.sessionQueue {
 			list = append(list, q.sqTry, q.sqWait, q.sqRelease)
 		}
@@ -133,12 +135,23 @@ func (s *Store) warmStatements() []string {
 	return out
 }
 
-// warmConn makes sure c's session is open and prepares stmts on it where
-// the connection keeps prepared statements.
-func (s *Store) warmConn(ctx context.Context, c *sql.Conn, stmts []string) error {
+// warmConn makes sure c's session is open and prepares the Store's
+// statements on it where the connection keeps prepared statements.
+func (s *Store) warmConn(ctx context.Context, c *sql.Conn) error {
 	if err := c.PingContext(ctx); err != nil {
 		return err
 	}
+	returning := false
+	if s.dialect == MySQL && !s.noReturning {
+		// Asked on c, not through the pool, whose other connections Warm
+		// may hold.
+		var v string
+		if err := c.QueryRowContext(ctx, "SELECT VERSION()").Scan(&v); err != nil {
+			return err
+		}
+		returning = returningVersion(v)
+	}
+	stmts := s.warmStatements(returning)
 	return c.Raw(func(dc any) error {
 		switch dc := dc.(type) {
 		case *stdlib.Conn:
