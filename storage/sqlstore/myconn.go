@@ -68,21 +68,22 @@ func (c *myConn) exec(ctx context.Context, query string, args []any) (driver.Res
 			return nil, err
 		}
 	}
-	if err := c.prepare(ctx, query); err != nil {
+	st, err := c.prepare(ctx, query)
+	if err != nil {
 		return nil, err
 	}
-	st := c.stmts[query]
 	if st == nil {
 		return c.ExecContext(ctx, query, nv)
 	}
 	return st.(driver.StmtExecContext).ExecContext(ctx, nv)
 }
 
-// prepare prepares query on the connection unless it did already (or
-// keeps its limit of statements).
-func (c *myConn) prepare(ctx context.Context, query string) error {
-	if _, known := c.stmts[query]; known || len(c.stmts) >= myStmtLimit {
-		return nil
+// prepare prepares query on the connection unless it did already, and
+// returns its statement: nil when it goes as text (past the connection's
+// limit of statements, or refused by the server).
+func (c *myConn) prepare(ctx context.Context, query string) (driver.Stmt, error) {
+	if st, known := c.stmts[query]; known || len(c.stmts) >= myStmtLimit {
+		return st, nil
 	}
 	var st driver.Stmt
 	p, err := c.PrepareContext(ctx, query)
@@ -90,7 +91,7 @@ func (c *myConn) prepare(ctx context.Context, query string) error {
 	case err == nil:
 		st = p
 	case !serverAnswer(err):
-		return err
+		return nil, err
 	}
 	// (A statement the server will not prepare — one refused in the
 	// binary protocol, or past max_prepared_stmt_count — goes as text
@@ -99,7 +100,7 @@ func (c *myConn) prepare(ctx context.Context, query string) error {
 		c.stmts = make(map[string]driver.Stmt)
 	}
 	c.stmts[query] = st
-	return nil
+	return st, nil
 }
 
 // connExec is c.ExecContext, through a statement c's connection keeps

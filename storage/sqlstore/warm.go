@@ -168,7 +168,7 @@ func (s *Store) warmConn(ctx context.Context, c *sql.Conn) error {
 			}
 		case *myConn:
 			for _, st := range stmts {
-				if err := dc.prepare(ctx, st); err != nil {
+				if _, err := dc.prepare(ctx, st); err != nil {
 					return err
 				}
 			}
