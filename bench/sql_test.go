@@ -1,11 +1,14 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"errors"
 	"fmt"
+	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -95,6 +98,7 @@ func sqlRun(b *testing.B, count stmtCounter, workers int, pause time.Duration, w
 	if count != nil {
 		stmts0 = count()
 	}
+	cpu0, scpu0 := processCPU(b), sqlServerCPU()
 	b.ResetTimer()
 	start := time.Now()
 	for w := range workers {
@@ -121,16 +125,61 @@ func sqlRun(b *testing.B, count stmtCounter, workers int, pause time.Duration, w
 	wg.Wait()
 	elapsed := time.Since(start)
 	b.StopTimer()
+	cpu, scpu := processCPU(b)-cpu0, sqlServerCPU()-scpu0
 	if err, _ := failed.Load().(error); err != nil {
 		b.Fatal(err)
 	}
 	pct := percentilesMs(lat)
+	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "client-cpu-µs/cycle")
+	if scpu0 > 0 {
+		b.ReportMetric(float64(scpu.Microseconds())/float64(b.N), "server-cpu-µs/cycle")
+	}
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "cycles/s")
 	b.ReportMetric(pct(0.50), "p50-ms")
 	b.ReportMetric(pct(0.99), "p99-ms")
 	if count != nil {
 		b.ReportMetric(float64(count()-stmts0)/float64(b.N), "stmts/cycle")
 	}
+}
+
+// sqlServerCPU is the CPU time (user and system) the database servers on
+// this machine have used so far: every postgres and mariadbd process's,
+// read from /proc; 0 where /proc cannot be read. Processes that ended
+// between two readings are not counted, so it is meant for runs whose
+// connections stay open (a pool's).
+func sqlServerCPU() time.Duration {
+	dirs, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0
+	}
+	var ticks int64
+	for _, d := range dirs {
+		if d.Name()[0] < '0' || d.Name()[0] > '9' {
+			continue
+		}
+		stat, err := os.ReadFile("/proc/" + d.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ... utime stime: fields 14 and 15, counted
+		// after the comm's closing parenthesis (a comm may hold spaces).
+		open, end := bytes.IndexByte(stat, '('), bytes.LastIndexByte(stat, ')')
+		if open < 0 || end < open {
+			continue
+		}
+		comm := string(stat[open+1 : end])
+		if comm != "postgres" && comm != "mariadbd" && comm != "mysqld" {
+			continue
+		}
+		f := strings.Fields(string(stat[end+1:]))
+		if len(f) < 13 {
+			continue
+		}
+		u, _ := strconv.ParseInt(f[11], 10, 64)
+		s, _ := strconv.ParseInt(f[12], 10, 64)
+		ticks += u + s
+	}
+	return time.Duration(ticks) * (time.Second / 100) // USER_HZ: 100 on Linux
 }
 
 // sqlLock is one way to take and give back a lock on SQL.
