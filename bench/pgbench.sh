@@ -6,7 +6,7 @@
 # is the server's work for the guarantees, and how much each part costs.
 #
 #   scripts/services.sh up && eval "$(scripts/services.sh env)"
-#   bench/pgbench.sh            # PGBENCH_TIME (8 s) per case, PGBENCH_ROUNDS (2)
+#   bench/pgbench.sh            # PGBENCH_TIME (8 s) per case, PGBENCH_ROUNDS (2), PGBENCH_CASES (all)
 #
 # The cases, in scratch tables (pgbench_oncekit_*, dropped at the end):
 #   seed            the seed lock: INSERT (key, owner), DELETE by key and owner
@@ -20,6 +20,14 @@
 #   insert-delete   a plain INSERT and a DELETE: what dropping the tombstone
 #                   would leave (it would let a fence go backwards: see
 #                   cleanupGrace in storage/sqlstore/dialect.go)
+#   row-shape       the seed lock's statements on sqlstore's row (seven
+#                   columns, a bytea key), constants for the fence and
+#                   expiry: what the row alone costs
+#   floor           the least a lock with a fence and an expiry by the
+#                   server's clock can run in one statement each way: an
+#                   upsert that reads the clock (a free or expired row is
+#                   taken over in the same statement) and a DELETE; no
+#                   tombstone, no queue
 set -euo pipefail
 export PGOPTIONS="${PGOPTIONS:-} -c client_min_messages=warning"
 : "${POSTGRES_URL:?run eval \"\$(scripts/services.sh env)\" first}"
@@ -58,10 +66,18 @@ printf '%s\n%s\n%s\n' "$set_k" "$take$upsert RETURNING fence;" "$free RETURNING 
 printf '%s\n%s\n%s\n' "$set_k" "$take RETURNING fence;" "$free;" >"$dir/insert-update.sql"
 printf '%s\n%s\n%s\n' "$set_k" "$take RETURNING fence;" \
 	"DELETE FROM pgbench_oncekit_locks WHERE lock_key = $key AND token = $tok;" >"$dir/insert-delete.sql"
+printf '%s\n%s\n%s\n' "$set_k" \
+	"INSERT INTO pgbench_oncekit_locks (lock_key, token, owner, holds, fence, expires_us) VALUES ($key, $tok, ''::bytea, 1, 5, 10);" \
+	"DELETE FROM pgbench_oncekit_locks WHERE lock_key = $key AND token = $tok;" >"$dir/row-shape.sql"
+printf '%s\n%s\n%s\n' "$set_k" \
+	"INSERT INTO pgbench_oncekit_locks AS l (lock_key, token, owner, holds, fence, expires_us) VALUES ($key, $tok, ''::bytea, 1, $now, $now + 10000000)
+  ON CONFLICT (lock_key) DO UPDATE SET token = EXCLUDED.token, owner = EXCLUDED.owner, holds = 1,
+  fence = GREATEST(l.fence + 1, $now), expires_us = $now + 10000000 WHERE l.expires_us <= $now RETURNING fence;" \
+	"DELETE FROM pgbench_oncekit_locks WHERE lock_key = $key AND token = $tok;" >"$dir/floor.sql"
 
 echo "# $(date -u +%Y-%m-%dT%H:%MZ) $(nproc) cores, $(psql "$POSTGRES_URL" -Atc 'SHOW server_version'), pgbench -M prepared -c 16 -j 2 -T $time"
 for round in $(seq "$rounds"); do
-	for c in seed oncekit no-queue insert-update insert-delete; do
+	for c in ${PGBENCH_CASES:-seed oncekit no-queue insert-update insert-delete row-shape floor}; do
 		psql "$POSTGRES_URL" -qc "TRUNCATE pgbench_oncekit_locks, pgbench_oncekit_seed"
 		tps=$(pgbench -n -M prepared -c 16 -j 2 -T "$time" -f "$dir/$c.sql" "$POSTGRES_URL" 2>&1 |
 			sed -n 's/^tps = \([0-9.]*\).*/\1/p')
