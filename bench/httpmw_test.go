@@ -26,7 +26,7 @@ func p50us(samples []time.Duration) float64 {
 // BenchmarkHTTPMiddleware: requests through httpmw over redisstore, one at
 // a time, for new keys and for replays, against the bare handler and a
 // Redis PING measured in the same run. added-p50-µs is the middleware's p50
-// minus the bare handler's; the goal (issue 7) is at most 2 round trips +
+// minus the bare handler's; the goal is at most 2 round trips +
 // 50 µs for a new key and 1 round trip + 50 µs for a replay (budget-µs,
 // from the p50 of a PING timed after every request). req/s is one client
 // at a time: 1 / the mean latency.
