@@ -1,14 +1,11 @@
 package bench
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"errors"
 	"fmt"
-	"os"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -142,45 +139,9 @@ func sqlRun(b *testing.B, count stmtCounter, workers int, pause time.Duration, w
 	}
 }
 
-// sqlServerCPU is the CPU time (user and system) the database servers on
-// this machine have used so far: every postgres and mariadbd process's,
-// read from /proc; 0 where /proc cannot be read. Processes that ended
-// between two readings are not counted, so it is meant for runs whose
-// connections stay open (a pool's).
-func sqlServerCPU() time.Duration {
-	dirs, err := os.ReadDir("/proc")
-	if err != nil {
-		return 0
-	}
-	var ticks int64
-	for _, d := range dirs {
-		if d.Name()[0] < '0' || d.Name()[0] > '9' {
-			continue
-		}
-		stat, err := os.ReadFile("/proc/" + d.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid ... utime stime: fields 14 and 15, counted
-		// after the comm's closing parenthesis (a comm may hold spaces).
-		open, end := bytes.IndexByte(stat, '('), bytes.LastIndexByte(stat, ')')
-		if open < 0 || end < open {
-			continue
-		}
-		comm := string(stat[open+1 : end])
-		if comm != "postgres" && comm != "mariadbd" && comm != "mysqld" {
-			continue
-		}
-		f := strings.Fields(string(stat[end+1:]))
-		if len(f) < 13 {
-			continue
-		}
-		u, _ := strconv.ParseInt(f[11], 10, 64)
-		s, _ := strconv.ParseInt(f[12], 10, 64)
-		ticks += u + s
-	}
-	return time.Duration(ticks) * (time.Second / 100) // USER_HZ: 100 on Linux
-}
+// sqlServerCPU is the CPU time the database servers of this machine
+// have used so far: every postgres and mariadbd (mysqld) process's.
+func sqlServerCPU() time.Duration { return testenv.ProcessesCPU("postgres", "mariadbd", "mysqld") }
 
 // sqlLock is one way to take and give back a lock on SQL.
 type sqlLock func(ctx context.Context, key string) (release func() error, err error)

@@ -10,7 +10,9 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -281,18 +283,55 @@ func alive(pid int) bool {
 
 // procStat reads a process's parent and state from /proc/<pid>/stat.
 func procStat(pid int) (ppid int, state byte, ok bool) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	_, f, ok := readStat(strconv.Itoa(pid))
+	if !ok || len(f) < 2 || f[0] == "" {
+		return 0, 0, false
+	}
+	ppid, err := strconv.Atoi(f[1])
 	if err != nil {
 		return 0, 0, false
 	}
+	return ppid, f[0][0], true
+}
+
+// readStat reads /proc/<pid>/stat: the process's command name and the
+// fields after it (state first, then ppid, …; utime and stime are
+// fields[11] and fields[12]).
+func readStat(pid string) (comm string, fields []string, ok bool) {
+	b, err := os.ReadFile("/proc/" + pid + "/stat")
+	if err != nil {
+		return "", nil, false
+	}
 	// "<pid> (<comm>) <state> <ppid> ...": comm may hold spaces and parentheses.
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 || i+2 >= len(b) {
-		return 0, 0, false
+	open, end := bytes.IndexByte(b, '('), bytes.LastIndexByte(b, ')')
+	if open < 0 || end < open {
+		return "", nil, false
 	}
-	var st string
-	if _, err := fmt.Sscanf(string(b[i+2:]), "%s %d", &st, &ppid); err != nil || st == "" {
-		return 0, 0, false
+	return string(b[open+1 : end]), strings.Fields(string(b[end+1:])), true
+}
+
+// ProcessesCPU is the CPU time (user and system) that the processes of
+// this machine named one of names (their command name, as in
+// /proc/<pid>/stat) have used so far; 0 where /proc cannot be read.
+// Processes that ended between two readings are not counted, so it suits
+// runs whose server processes stay (a pool's connections).
+func ProcessesCPU(names ...string) time.Duration {
+	dirs, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0
 	}
-	return ppid, st[0], true
+	var ticks int64
+	for _, d := range dirs {
+		if c := d.Name()[0]; c < '0' || c > '9' {
+			continue
+		}
+		comm, f, ok := readStat(d.Name())
+		if !ok || len(f) < 13 || !slices.Contains(names, comm) {
+			continue
+		}
+		u, _ := strconv.ParseInt(f[11], 10, 64)
+		s, _ := strconv.ParseInt(f[12], 10, 64)
+		ticks += u + s
+	}
+	return time.Duration(ticks) * (time.Second / 100) // USER_HZ: 100 on Linux
 }
