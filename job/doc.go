@@ -15,14 +15,32 @@
 // gives up (an error). So a tick runs once, and again only after a failed
 // or crashed run, on another replica.
 //
+// Ticks are instants every replica agrees on: the schedule is asked in
+// UTC, so "0 3 * * *" runs at 03:00 UTC once a day on replicas in any
+// zone, and daylight saving neither doubles nor drops a tick. A schedule
+// that names its zone ("CRON_TZ=America/New_York 30 1 * * *") runs by that
+// zone's wall clock instead, and then follows robfig/cron across its
+// daylight-saving days.
+//
 // Runs never overlap unless asked (WithOverlap): a tick holds the job's
 // lock (lock.Mutex: its context ends if the lock is lost, before another
 // replica can take it) while it runs, and a tick that comes while the
 // previous run still holds it waits for it until the tick after (or for
 // the TTL, if that is later: the time a dead run's lock takes to free),
-// and is skipped if it is still held then. Ticks missed while no replica ran are
-// skipped, unless WithCatchUp asks for the latest of them to run when a
-// replica starts.
+// and is skipped if it is still held then. Every replica looks at every
+// tick in turn, also those that came while it ran or waited: so a tick
+// that came during a long run runs as soon as the lock is free, within
+// its time, and each tick of a running fleet either runs once or is
+// reported skipped (ErrSkipped, to WithOnError) once, on the replica that
+// recorded it. A replica that was stopped for more than 1000 ticks reports
+// the rest together and goes on from the current tick. Ticks missed while
+// no replica ran are skipped, unless WithCatchUp asks for the latest of
+// them to run when a replica starts.
+//
+// A run answers when it returns, as a middleware's does: idem.Commit in a
+// run refuses an effect the caller's own transaction commits
+// (sqlstore.InTx; idem.ErrCallerCommits), whose tick would stay in flight;
+// commit with the record instead (sqlstore.Effect).
 //
 // Any lock.Locker that is also an idem.Store serves: every oncekit driver
 // does. Claims and locks report through the store's observer (package

@@ -101,7 +101,10 @@ func WithClock(now func() time.Time) Option { return func(o *options) { o.now = 
 func WithOnError(fn func(Tick, error)) Option { return func(o *options) { o.onError = fn } }
 
 // ErrSkipped is what a tick's record says when the previous run still
-// held the job's lock at the tick after it (see the package documentation).
+// held the job's lock when the tick's time was over (the tick after it,
+// or a TTL after it if later; see the package documentation). It is
+// reported to WithOnError once per skipped tick, on the replica that
+// recorded it.
 var ErrSkipped = errors.New("job: tick skipped: the previous run was still going")
 
 // Run runs fn for every tick of sched under name, once per tick across the
@@ -110,6 +113,11 @@ var ErrSkipped = errors.New("job: tick skipped: the previous run was still going
 // when the job's lock is lost. An error from fn (or a panic, turned into
 // one) gives the tick back for another replica, and is passed to
 // WithOnError.
+//
+// Ticks are instants every replica agrees on: sched is asked in UTC, so a
+// robfig/cron schedule runs by UTC's clock whatever each replica's local
+// zone, unless it names its own zone ("CRON_TZ=Europe/Paris 0 3 * * *"),
+// and then by that zone's clock, daylight saving included.
 func Run(ctx context.Context, store Store, name string, sched Schedule, fn func(ctx context.Context, t Tick) error, opts ...Option) error {
 	o := options{ttl: 10 * time.Second, now: time.Now, onError: func(Tick, error) {}}
 	for _, opt := range opts {
@@ -125,6 +133,13 @@ func Run(ctx context.Context, store Store, name string, sched Schedule, fn func(
 		return errors.New("job: the job has no name")
 	case o.catchUp < 0 || o.now == nil || o.onError == nil:
 		return errors.New("job: negative catch-up, or nil clock or error hook")
+	case o.ttl <= 0:
+		return fmt.Errorf("job: WithTTL(%s): the TTL must be positive", o.ttl)
+	case o.retention <= o.catchUp:
+		return fmt.Errorf("job: WithRetention(%s) must exceed the catch-up window (%s): a tick caught up must still be remembered as done", o.retention, o.catchUp)
+	}
+	if e, ok := sched.(every); ok && time.Duration(e) < time.Millisecond {
+		return fmt.Errorf("job: Every(%s): the interval must be at least a millisecond", time.Duration(e))
 	}
 	g, err := idem.NewGuard(store, idem.WithTTL(o.ttl), idem.WithRetention(o.retention))
 	if err != nil {
@@ -135,9 +150,15 @@ func Run(ctx context.Context, store Store, name string, sched Schedule, fn func(
 		return fmt.Errorf("job: %w", err)
 	}
 	r := &runner{name: name, sched: sched, fn: fn, o: o, guard: g, mutex: m}
-	next := latest(sched, o.now(), o.catchUp)
+	now := o.now()
+	next, err := latest(r.next, now, o.catchUp)
+	if err != nil {
+		return err
+	}
 	if next.IsZero() {
-		next = sched.Next(o.now())
+		if next = r.next(now); next.IsZero() {
+			return fmt.Errorf("job %s: the schedule has no tick after %s", name, now.UTC().Format(time.RFC3339))
+		}
 	}
 	var runs sync.WaitGroup // WithOverlap: ticks run beside the loop
 	defer runs.Wait()
@@ -154,31 +175,70 @@ func Run(ctx context.Context, store Store, name string, sched Schedule, fn func(
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		// The ticks that passed while this one ran are other replicas'
-		// (or skipped): go on from now.
-		next = sched.Next(maxTime(next, o.now()))
+		// Every tick after this one is looked at in turn, also those that
+		// came while this one ran or was waited for: one whose time is
+		// over (its lock wait would have ended) is recorded skipped, once
+		// across the replicas, unless another replica ran it; the others
+		// run as usual, waiting for the lock until their time is over.
+		next = r.next(next)
+		for passed := 0; !next.IsZero() && !r.deadline(next).After(r.o.now()); passed++ {
+			if passed == maxSkipRecords {
+				// A replica that stood still (a paused process, a clock
+				// that jumped): ticks past these are not recorded one by
+				// one, but reported together, and the loop goes on from
+				// the first tick whose time is not over.
+				from := next
+				next = r.firstLive(r.o.now())
+				r.o.onError(Tick{Job: name, At: from.UTC()}, fmt.Errorf("%w: and the ticks after it until %s (this replica was behind)", ErrSkipped, next.UTC().Format(time.RFC3339Nano)))
+				break
+			}
+			r.skip(ctx, next)
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			next = r.next(next)
+		}
 	}
 	<-ctx.Done()
 	return ctx.Err()
 }
 
-// latest is the latest tick of sched in (now-within, now], or zero.
-func latest(sched Schedule, now time.Time, within time.Duration) time.Time {
+// maxSkipRecords bounds the ticks a replica records as skipped one by one
+// when it finds their time over.
+const maxSkipRecords = 1000
+
+// maxScan bounds the Next calls of one search for a tick.
+const maxScan = 1_000_000
+
+// latest is the latest tick of next in (now-within, now], or zero. It
+// looks back from now in doubling steps, so it finds the latest tick of a
+// frequent schedule without walking every tick of the window.
+func latest(next func(time.Time) time.Time, now time.Time, within time.Duration) (time.Time, error) {
 	if within <= 0 {
-		return time.Time{}
+		return time.Time{}, nil
+	}
+	from := now.Add(-within)
+	for step := time.Millisecond; ; step *= 2 {
+		if step < within {
+			from = now.Add(-step)
+		} else {
+			from = now.Add(-within)
+		}
+		if t := next(from); !t.IsZero() && !t.After(now) {
+			break
+		}
+		if step >= within {
+			return time.Time{}, nil // no tick in the window
+		}
 	}
 	var last time.Time
-	for t, n := sched.Next(now.Add(-within)), 0; !t.IsZero() && !t.After(now) && n < 1_000_000; t, n = sched.Next(t), n+1 {
+	for t, n := next(from), 0; !t.IsZero() && !t.After(now); t, n = next(t), n+1 {
+		if n == maxScan {
+			return time.Time{}, fmt.Errorf("job: more than %d ticks in the last %s: the latest could not be found", maxScan, now.Sub(from))
+		}
 		last = t
 	}
-	return last
-}
-
-func maxTime(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
-	}
-	return b
+	return last, nil
 }
 
 type runner struct {
@@ -188,6 +248,35 @@ type runner struct {
 	o     options
 	guard *idem.Guard
 	mutex *lock.Mutex
+}
+
+// next is the schedule's first tick after t, asked in UTC (see Run).
+func (r *runner) next(t time.Time) time.Time { return r.sched.Next(t.UTC()) }
+
+// deadline is when the time of the tick at is over: the tick after it, or
+// a TTL after it if that is later (a run that died holding the job's lock
+// lets go of it within the TTL, and the tick must not be skipped for it).
+// Until then a replica waits for the job's lock to run the tick; after
+// it, the tick is skipped.
+func (r *runner) deadline(at time.Time) time.Time {
+	d := at.Add(r.o.ttl)
+	if following := r.next(at); following.After(d) {
+		return following
+	}
+	return d
+}
+
+// firstLive is the first tick whose time is not over at now: the latest
+// tick at or before now, or the first one of the last TTL if earlier.
+func (r *runner) firstLive(now time.Time) time.Time {
+	first := r.next(now.Add(-r.o.ttl - time.Nanosecond))
+	if last, err := latest(r.next, now, max(r.o.ttl, 24*time.Hour)); err == nil && !last.IsZero() && (first.IsZero() || last.Before(first)) {
+		return last
+	}
+	if first.IsZero() {
+		return r.next(now)
+	}
+	return first
 }
 
 // sleepUntil waits until the replica's clock reaches t. It looks at the
@@ -221,19 +310,23 @@ func LockKey(job string) string { return "oncekit/job/" + job }
 // tick runs the tick at, once across the replicas.
 func (r *runner) tick(ctx context.Context, at time.Time) {
 	t := Tick{Job: r.name, At: at.UTC()}
-	following := r.sched.Next(at)
+	following := r.next(at)
 	// A replica that finds the tick in flight waits for it (and takes it
 	// over if its runner dies) until the tick after, and a TTL more.
 	wait := r.o.ttl
 	if !following.IsZero() {
 		wait += max(0, following.Sub(r.o.now()))
 	}
-	res, replayed, err := r.guard.Do(idem.ContextWithWait(ctx, wait), Key(r.name, at), r.name, func(ctx context.Context) ([]byte, error) {
+	// AnswersOnReturn: the tick's record must be complete when Do returns
+	// (a run that committed its own transaction, sqlstore.InTx, would leave
+	// it in flight and another replica would run the tick again), so
+	// Commit refuses an effect the caller commits (idem.ErrCallerCommits).
+	res, replayed, err := r.guard.Do(idem.AnswersOnReturn(idem.ContextWithWait(ctx, wait)), Key(r.name, at), r.name, func(ctx context.Context) ([]byte, error) {
 		t.Attempt, _ = idem.AttemptFrom(ctx)
 		if r.o.overlap {
 			return []byte("ran"), r.call(ctx, t)
 		}
-		return r.locked(ctx, t, following)
+		return r.locked(ctx, t)
 	})
 	var inFlight *idem.InFlightError
 	switch {
@@ -246,18 +339,20 @@ func (r *runner) tick(ctx context.Context, at time.Time) {
 }
 
 // locked runs the tick under the job's lock, waiting for the previous run
-// until the following tick or for a TTL, whichever is later: a run that
-// died holding the lock lets go of it within the TTL, and its tick's
-// successor must not be skipped for it.
-func (r *runner) locked(ctx context.Context, t Tick, following time.Time) ([]byte, error) {
-	wctx, cancel := ctx, context.CancelFunc(func() {})
-	if !following.IsZero() {
-		wctx, cancel = context.WithTimeout(ctx, max(r.o.ttl, following.Sub(r.o.now())))
+// until the tick's time is over (deadline); a tick reached only then (a
+// catch-up, a late replica) tries the lock once.
+func (r *runner) locked(ctx context.Context, t Tick) ([]byte, error) {
+	var h *lock.Held
+	var err error
+	if wait := r.deadline(t.At).Sub(r.o.now()); wait > 0 {
+		wctx, cancel := context.WithTimeout(ctx, wait)
+		h, err = r.mutex.Lock(wctx, LockKey(r.name))
+		cancel()
+	} else {
+		h, err = r.mutex.TryLock(ctx, LockKey(r.name))
 	}
-	h, err := r.mutex.Lock(wctx, LockKey(r.name))
-	cancel()
 	if err != nil {
-		if ctx.Err() == nil && errors.Is(err, lock.ErrNotAcquired) && wctx.Err() != nil {
+		if ctx.Err() == nil && errors.Is(err, lock.ErrNotAcquired) {
 			return []byte(ErrSkipped.Error()), nil // stored: no replica runs this tick
 		}
 		return nil, err
@@ -284,6 +379,24 @@ func (r *runner) locked(ctx context.Context, t Tick, following time.Time) ([]byt
 		return nil, err // the lock was lost while the run went on: not done
 	}
 	return []byte("ran"), nil
+}
+
+// skip records the tick at, whose time is over, as skipped — unless a
+// replica ran it or runs it now — and reports it on the replica that
+// recorded it.
+func (r *runner) skip(ctx context.Context, at time.Time) {
+	t := Tick{Job: r.name, At: at.UTC()}
+	_, replayed, err := r.guard.Do(ctx, Key(r.name, at), r.name, func(context.Context) ([]byte, error) {
+		return []byte(ErrSkipped.Error()), nil
+	})
+	var inFlight *idem.InFlightError
+	switch {
+	case err == nil && !replayed:
+		r.o.onError(t, ErrSkipped)
+	case err == nil, ctx.Err() != nil, errors.As(err, &inFlight):
+	default:
+		r.o.onError(t, err)
+	}
 }
 
 // call runs the job's function, a panic turned into an error: a job must

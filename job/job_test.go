@@ -10,8 +10,13 @@ import (
 
 	"github.com/robfig/cron/v3"
 
+	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/internal/testenv"
+	"github.com/oncekit/oncekit/internal/teststores"
 	"github.com/oncekit/oncekit/job"
+	"github.com/oncekit/oncekit/storage"
 	"github.com/oncekit/oncekit/storage/memstore"
+	"github.com/oncekit/oncekit/storage/sqlstore"
 )
 
 // ledger records the runs of a job's ticks.
@@ -282,5 +287,340 @@ func TestTickSkippedWhileTheLockIsHeld(t *testing.T) {
 	}))
 	if n := skipped.Load(); n < 3 {
 		t.Errorf("%d ticks reported skipped in 1 s of 100 ms ticks", n)
+	}
+}
+
+// accounting records, per tick, the runs and the ErrSkipped reports of a
+// job.
+type accounting struct {
+	mu           sync.Mutex
+	runs, skips  map[time.Time]int
+	firstRun     time.Time
+	inside, most atomic.Int64
+	otherErrs    []error
+}
+
+func newAccounting() *accounting {
+	return &accounting{runs: map[time.Time]int{}, skips: map[time.Time]int{}}
+}
+
+func (a *accounting) onError(t job.Tick, err error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if errors.Is(err, job.ErrSkipped) {
+		a.skips[t.At]++
+		return
+	}
+	a.otherErrs = append(a.otherErrs, err)
+}
+
+// check says every tick of period from the first run until cutoff ran
+// once or was reported skipped once, never both.
+func (a *accounting) check(t *testing.T, period time.Duration, cutoff time.Time) (ran, skipped int) {
+	t.Helper()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.firstRun.IsZero() {
+		t.Fatal("no tick ran")
+	}
+	for _, err := range a.otherErrs {
+		t.Errorf("error reported: %v", err)
+	}
+	if m := a.most.Load(); m > 1 {
+		t.Errorf("%d runs at once", m)
+	}
+	for at := a.firstRun; at.Before(cutoff); at = at.Add(period) {
+		r, s := a.runs[at], a.skips[at]
+		if r+s != 1 {
+			t.Errorf("tick %s: %d runs, %d reported skipped; want exactly one of them", at.Format("15:04:05.000"), r, s)
+		}
+		ran += r
+		skipped += s
+	}
+	return ran, skipped
+}
+
+// Three replicas, a tick every 400 ms, a TTL of 100 ms, and a first run
+// longer than the period: the tick that came while it ran waits for the
+// lock (free before the tick after it) and runs; no tick is dropped
+// unreported.
+func TestLongRunDoesNotDropTheNextTick(t *testing.T) {
+	for _, long := range []time.Duration{450 * time.Millisecond, 600 * time.Millisecond, 900 * time.Millisecond} {
+		t.Run(long.String(), func(t *testing.T) {
+			t.Parallel()
+			store := memstore.New()
+			defer store.Close()
+			a := newAccounting()
+			period := 400 * time.Millisecond
+			ctx, cancel := context.WithTimeout(t.Context(), 3200*time.Millisecond)
+			defer cancel()
+			var first atomic.Bool
+			replicas(ctx, t, store, job.Every(period), map[string]time.Duration{"a": 0, "b": 0, "c": 0},
+				func(replica string) func(context.Context, job.Tick) error {
+					return func(ctx context.Context, tk job.Tick) error {
+						if n := a.inside.Add(1); n > a.most.Load() {
+							a.most.Store(n)
+						}
+						defer a.inside.Add(-1)
+						a.mu.Lock()
+						a.runs[tk.At]++
+						if a.firstRun.IsZero() {
+							a.firstRun = tk.At
+						}
+						a.mu.Unlock()
+						if first.CompareAndSwap(false, true) {
+							time.Sleep(long)
+						}
+						return nil
+					}
+				}, job.WithTTL(100*time.Millisecond), job.WithOnError(a.onError)).Wait()
+			ran, skipped := a.check(t, period, time.Now().Add(-2*period))
+			a.mu.Lock()
+			second := a.runs[a.firstRun.Add(period)]
+			a.mu.Unlock()
+			if long < 2*period && second != 1 {
+				t.Errorf("the tick after a %s run ran %d times; the lock was free before the tick after it", long, second)
+			}
+			t.Logf("%s first run: %d ticks ran, %d skipped", long, ran, skipped)
+		})
+	}
+}
+
+// fastClock is a clock that runs speed times faster than the real one,
+// from start, in loc.
+func fastClock(start time.Time, speed float64, loc *time.Location) func() time.Time {
+	t0 := time.Now()
+	return func() time.Time {
+		return start.Add(time.Duration(float64(time.Since(t0)) * speed)).In(loc)
+	}
+}
+
+func mustLoad(t *testing.T, name string) *time.Location {
+	t.Helper()
+	loc, err := time.LoadLocation(name)
+	if err != nil {
+		t.Skipf("time zone %s: %v", name, err)
+	}
+	return loc
+}
+
+// A tick is an instant every replica agrees on, whatever their zones: a
+// cron schedule runs by UTC's clock unless it names its zone, so replicas
+// in UTC, Asia/Kolkata and America/New_York run "0 3 * * *" once a day at
+// 03:00 UTC, and New York's daylight-saving days neither run a tick twice
+// nor skip one. A schedule that names its zone (CRON_TZ=) runs by it.
+func TestCronTicksAreInstantsAcrossZones(t *testing.T) {
+	utc, kolkata, newYork := time.UTC, mustLoad(t, "Asia/Kolkata"), mustLoad(t, "America/New_York")
+	for _, tc := range []struct {
+		name, spec string
+		start      time.Time // UTC
+		want       []string  // the ticks that run, UTC
+	}{
+		{"mixed zones", "0 3 * * *", time.Date(2026, 12, 5, 2, 0, 0, 0, utc),
+			[]string{"2026-12-05T03:00:00Z", "2026-12-06T03:00:00Z"}},
+		{"fall back", "30 1 * * *", time.Date(2026, 11, 1, 0, 0, 0, 0, utc),
+			[]string{"2026-11-01T01:30:00Z", "2026-11-02T01:30:00Z"}},
+		{"spring forward", "30 2 * * *", time.Date(2026, 3, 8, 1, 0, 0, 0, utc),
+			[]string{"2026-03-08T02:30:00Z", "2026-03-09T02:30:00Z"}},
+		{"named zone", "CRON_TZ=Asia/Kolkata 0 3 * * *", time.Date(2026, 12, 5, 20, 0, 0, 0, utc),
+			[]string{"2026-12-05T21:30:00Z", "2026-12-06T21:30:00Z"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			sched, err := cron.ParseStandard(tc.spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			store := memstore.New()
+			defer store.Close()
+			var mu sync.Mutex
+			runs := map[string]int{}
+			// 10 hours a second: 3.2 s cover 32 hours.
+			ctx, cancel := context.WithTimeout(t.Context(), 3200*time.Millisecond)
+			defer cancel()
+			var wg sync.WaitGroup
+			for _, loc := range []*time.Location{utc, kolkata, newYork} {
+				wg.Go(func() {
+					_ = job.Run(ctx, store, "report", sched, func(_ context.Context, tk job.Tick) error {
+						mu.Lock()
+						runs[tk.At.Format(time.RFC3339)]++
+						mu.Unlock()
+						return nil
+					}, job.WithClock(fastClock(tc.start, 36000, loc)))
+				})
+			}
+			wg.Wait()
+			mu.Lock()
+			defer mu.Unlock()
+			for _, at := range tc.want {
+				if runs[at] != 1 {
+					t.Errorf("tick %s ran %d times, want once", at, runs[at])
+				}
+			}
+			if len(runs) != len(tc.want) {
+				t.Errorf("ticks run: %v, want %v", runs, tc.want)
+			}
+		})
+	}
+}
+
+// Schedules and options that cannot work are refused with an error, not
+// accepted to tick never (or wrongly).
+func TestRunRefusesSchedulesThatCannotTick(t *testing.T) {
+	store := memstore.New()
+	defer store.Close()
+	fn := func(context.Context, job.Tick) error { t.Error("ran"); return nil }
+	never, err := cron.ParseStandard("0 0 30 2 *") // 30 February
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, run := range map[string]func() error{
+		"Every(0)":     func() error { return job.Run(t.Context(), store, "x", job.Every(0), fn) },
+		"Every(-1s)":   func() error { return job.Run(t.Context(), store, "x", job.Every(-time.Second), fn) },
+		"Every(1µs)":   func() error { return job.Run(t.Context(), store, "x", job.Every(time.Microsecond), fn) },
+		"no tick ever": func() error { return job.Run(t.Context(), store, "x", never, fn) },
+		"retention under catch-up": func() error {
+			return job.Run(t.Context(), store, "x", job.Every(time.Hour), fn, job.WithCatchUp(time.Hour), job.WithRetention(time.Minute))
+		},
+		"zero TTL": func() error { return job.Run(t.Context(), store, "x", job.Every(time.Hour), fn, job.WithTTL(0)) },
+	} {
+		done := make(chan error, 1)
+		go func() { done <- run() }()
+		select {
+		case err := <-done:
+			if err == nil || errors.Is(err, context.Canceled) {
+				t.Errorf("%s: Run returned %v, want an error that says why", name, err)
+			}
+		case <-time.After(2 * time.Second):
+			t.Errorf("%s: Run still running after 2 s", name)
+		}
+	}
+}
+
+// Catch-up finds the latest missed tick however many ticks the window
+// holds (here 7.2 million of 1 ms), not an old one.
+func TestCatchUpRunsTheLatestTickOfALongWindow(t *testing.T) {
+	store := memstore.New()
+	defer store.Close()
+	start := time.Now()
+	first := make(chan time.Time, 1)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	go func() {
+		_ = job.Run(ctx, store, "report", job.Every(time.Millisecond), func(_ context.Context, tk job.Tick) error {
+			select {
+			case first <- tk.At:
+			default:
+			}
+			return nil
+		}, job.WithCatchUp(2*time.Hour))
+	}()
+	select {
+	case at := <-first:
+		if at.Before(start.Add(-time.Second)) {
+			t.Errorf("the caught-up tick is %s, %s before the start: not the latest", at.Format(time.RFC3339Nano), start.Sub(at))
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no tick ran")
+	}
+}
+
+// On every store configuration, fenced or not: three replicas run each
+// tick once (a fence on each run where the store issues fences), the
+// tick after a run longer than the period runs when the lock frees, and
+// no tick is dropped unreported.
+func TestEveryStore(t *testing.T) {
+	teststores.Each(t, func(t *testing.T, c teststores.Config) {
+		t.Parallel()
+		store := c.Open(t)
+		name := teststores.Name("report")
+		a := newAccounting()
+		period := 400 * time.Millisecond
+		ctx, cancel := context.WithTimeout(t.Context(), 3200*time.Millisecond)
+		defer cancel()
+		var first atomic.Bool
+		var wg sync.WaitGroup
+		for range 3 {
+			wg.Go(func() {
+				_ = job.Run(ctx, store, name, job.Every(period), func(ctx context.Context, tk job.Tick) error {
+					if n := a.inside.Add(1); n > a.most.Load() {
+						a.most.Store(n)
+					}
+					defer a.inside.Add(-1)
+					if (tk.Fence != 0) != c.Fenced {
+						t.Errorf("tick %s: fence %d on a store whose leases are fenced: %v", tk.At, tk.Fence, c.Fenced)
+					}
+					a.mu.Lock()
+					a.runs[tk.At]++
+					if a.firstRun.IsZero() {
+						a.firstRun = tk.At
+					}
+					a.mu.Unlock()
+					if first.CompareAndSwap(false, true) {
+						time.Sleep(period + period/4)
+					}
+					return nil
+				}, job.WithTTL(300*time.Millisecond), job.WithOnError(a.onError))
+			})
+		}
+		wg.Wait()
+		a.check(t, period, time.Now().Add(-2*period))
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		if n := a.runs[a.firstRun.Add(period)]; n != 1 {
+			t.Errorf("the tick after the long run ran %d times", n)
+		}
+	})
+}
+
+// A job's run answers when it returns, as a middleware's does: an effect
+// that the caller's own transaction commits (sqlstore.InTx) is refused,
+// since the tick's record would stay in flight and another replica would
+// run the tick again.
+func TestCallerCommittedEffectIsRefused(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		url  func(testing.TB) string
+	}{{"postgres", testenv.PostgresURL}, {"mysql", testenv.MySQLURL}} {
+		t.Run(tc.name, func(t *testing.T) {
+			url := tc.url(t)
+			st, err := storage.Open(t.Context(), url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer st.Close()
+			db, err := sqlstore.OpenDB(url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close()
+			got := make(chan error, 1)
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			go func() {
+				_ = job.Run(ctx, st, teststores.Name("intx"), job.Every(100*time.Millisecond), func(ctx context.Context, _ job.Tick) error {
+					tx, err := db.BeginTx(ctx, nil)
+					if err != nil {
+						got <- err
+						return err
+					}
+					defer tx.Rollback()
+					err = idem.Commit(ctx, sqlstore.InTx(tx))
+					select {
+					case got <- err:
+					default:
+					}
+					return err
+				}, job.WithOnError(func(job.Tick, error) {}))
+			}()
+			select {
+			case err := <-got:
+				if !errors.Is(err, idem.ErrCallerCommits) {
+					t.Errorf("Commit(InTx) in a job's run = %v, want idem.ErrCallerCommits", err)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("no tick ran")
+			}
+		})
 	}
 }

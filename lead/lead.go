@@ -101,7 +101,10 @@ var ErrNotLeader = errors.New("lead: this replica does not lead")
 // Elector campaigns for a key in the background and says whether this
 // replica leads.
 type Elector struct {
-	fence atomic.Uint64 // the leader's lease's fence; 0 while not leading
+	// lease is the leader's lease while this replica leads, nil otherwise.
+	// Leading is having it, never a fence that is not 0: a store that
+	// issues no fences (WithoutFencing) leads with fence 0.
+	lease atomic.Pointer[lock.Lease]
 	done  chan struct{}
 }
 
@@ -115,8 +118,8 @@ func NewElector(ctx context.Context, l lock.Locker, key string, opts ...Option) 
 	go func() {
 		defer close(e.done)
 		_ = Run(ctx, l, key, func(ctx context.Context, lease lock.Lease) error {
-			e.fence.Store(lease.Fence())
-			defer e.fence.Store(0)
+			e.lease.Store(&lease)
+			defer e.lease.Store(nil)
 			<-ctx.Done()
 			return nil
 		}, opts...)
@@ -128,15 +131,22 @@ func NewElector(ctx context.Context, l lock.Locker, key string, opts ...Option) 
 // (go-co-op/gocron v2's Elector interface). Leadership can end right after
 // it answered: pass Fence to what the leader writes.
 func (e *Elector) IsLeader(context.Context) error {
-	if e.fence.Load() == 0 {
+	if e.lease.Load() == nil {
 		return ErrNotLeader
 	}
 	return nil
 }
 
 // Fence is the fence of the leader's lease while this replica leads, 0
-// otherwise.
-func (e *Elector) Fence() uint64 { return e.fence.Load() }
+// otherwise — and 0 while it leads on a store that issues no fences
+// (redisstore's and redlockstore's WithoutFencing): ask IsLeader whether
+// it leads.
+func (e *Elector) Fence() uint64 {
+	if l := e.lease.Load(); l != nil {
+		return (*l).Fence()
+	}
+	return 0
+}
 
 // Done is closed once the Elector stopped campaigning (its ctx ended).
 func (e *Elector) Done() <-chan struct{} { return e.done }

@@ -11,6 +11,7 @@ import (
 	"github.com/go-co-op/gocron/v2"
 
 	"github.com/oncekit/oncekit/core/lock"
+	"github.com/oncekit/oncekit/internal/teststores"
 	"github.com/oncekit/oncekit/lead"
 	"github.com/oncekit/oncekit/storage/memstore"
 )
@@ -217,4 +218,70 @@ func TestGocronElector(t *testing.T) {
 	if (a == 0) == (b == 0) || a+b < 5 {
 		t.Errorf("the schedulers ran %d and %d jobs: want one of them only, several times", a, b)
 	}
+}
+
+// On every store configuration, fenced or not, one of two Electors leads
+// (and answers a fence only where the store issues them), a loop of Run
+// leads, and when the leader's campaign ends the other takes over.
+func TestEveryStore(t *testing.T) {
+	teststores.Each(t, func(t *testing.T, c teststores.Config) {
+		t.Parallel()
+		store := c.Open(t)
+		key := teststores.Name("elector")
+		var electors [2]*lead.Elector
+		var stops [2]context.CancelFunc
+		for i := range electors {
+			ctx, stop := context.WithCancel(t.Context())
+			defer stop()
+			e, err := lead.NewElector(ctx, store, key, lead.WithTTL(time.Second), lead.WithRetryDelay(20*time.Millisecond))
+			if err != nil {
+				t.Fatal(err)
+			}
+			electors[i], stops[i] = e, stop
+		}
+		leader := func() int {
+			t.Helper()
+			for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+				a, b := electors[0].IsLeader(t.Context()) == nil, electors[1].IsLeader(t.Context()) == nil
+				switch {
+				case a && b:
+					t.Fatal("both electors lead")
+				case a:
+					return 0
+				case b:
+					return 1
+				}
+			}
+			t.Fatal("no elector leads")
+			return -1
+		}
+		first := leader()
+		if fenced := electors[first].Fence() != 0; fenced != c.Fenced {
+			t.Errorf("the leader's fence is %d on a store whose leases are fenced: %v", electors[first].Fence(), c.Fenced)
+		}
+		stops[first]()
+		<-electors[first].Done()
+		if next := leader(); next == first {
+			t.Error("the stopped elector leads again")
+		}
+
+		ran := make(chan lock.Lease, 1)
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		go func() {
+			_ = lead.Run(ctx, store, teststores.Name("loop"), func(ctx context.Context, l lock.Lease) error {
+				ran <- l
+				<-ctx.Done()
+				return nil
+			}, lead.WithTTL(time.Second))
+		}()
+		select {
+		case l := <-ran:
+			if (l.Fence() != 0) != c.Fenced {
+				t.Errorf("the loop's lease has fence %d (fenced store: %v)", l.Fence(), c.Fenced)
+			}
+		case <-time.After(5 * time.Second):
+			t.Error("Run's loop did not lead within 5 s")
+		}
+	})
 }

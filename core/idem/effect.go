@@ -38,14 +38,14 @@ type CallerCommits interface {
 
 // ErrCallerCommits refuses an effect that the caller commits
 // (CallerCommits) in a run whose answer is released as soon as Guard.Do
-// returns (AnswersOnReturn: httpmw, grpcmw, kafkamw): the client would
+// returns (AnswersOnReturn: httpmw, grpcmw, kafkamw, job.Run): the client would
 // have its answer, or the message its offset, before the commit that
 // makes it true, and a handler that commits the transaction itself
 // commits its writes before the record, which then fails to complete.
 // Commit the effect with the record instead (sqlstore.Effect: the
 // Store's own transaction runs it and commits it with the record before
 // the answer is released).
-var ErrCallerCommits = errors.New("idem: an effect the caller's transaction commits (sqlstore.InTx) cannot be committed under middleware that answers when the run's Guard.Do returns; use the store's own transaction (sqlstore.Effect)")
+var ErrCallerCommits = errors.New("idem: an effect the caller's transaction commits (sqlstore.InTx) cannot be committed in a run that answers when its Guard.Do returns (the middlewares, job.Run); use the store's own transaction (sqlstore.Effect)")
 
 type answersKey struct{}
 
