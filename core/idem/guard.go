@@ -431,6 +431,8 @@ func finishOutcome(ok observe.Outcome, err error) observe.Outcome {
 		return ok
 	case errors.Is(err, ErrLockLost):
 		return observe.Lost
+	case errors.Is(err, ErrEffectRefused):
+		return observe.Refused // the application's answer, not the store failing
 	}
 	return observe.Error
 }

@@ -35,7 +35,8 @@ const (
 	// IdemBegin is one claim of an idempotency key: Outcome Acquired,
 	// Replayed, InFlight, Mismatch, Invalid or Error; Fence of a new claim.
 	IdemBegin Op = "idem.begin"
-	// IdemComplete stores a run's result: Outcome Stored, Lost or Error.
+	// IdemComplete stores a run's result: Outcome Stored, Refused (the
+	// run's effect refused), Lost or Error.
 	IdemComplete Op = "idem.complete"
 	// IdemAbandon drops a claim whose run failed: Outcome Abandoned, Lost or
 	// Error.
@@ -58,10 +59,15 @@ const (
 	Released Outcome = "released"
 	Lost     Outcome = "lost"
 
-	Replayed  Outcome = "replayed"  // a stored result was returned
-	InFlight  Outcome = "in_flight" // another run holds the key
-	Mismatch  Outcome = "mismatch"  // same key, other request
-	Stored    Outcome = "stored"
+	Replayed Outcome = "replayed"  // a stored result was returned
+	InFlight Outcome = "in_flight" // another run holds the key
+	Mismatch Outcome = "mismatch"  // same key, other request
+	Stored   Outcome = "stored"
+	// Refused is an effect whose own condition refused it
+	// (idem.ErrEffectRefused: a sell-out, a balance too low): the
+	// application's answer, not a store failure — nothing was written and
+	// the claim was given back.
+	Refused   Outcome = "refused"
 	Abandoned Outcome = "abandoned"
 	Executed  Outcome = "executed" // the middleware ran the handler
 

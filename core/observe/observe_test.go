@@ -87,3 +87,16 @@ func TestLoggerHashesKeys(t *testing.T) {
 		t.Error("Logger(nil) is not nil")
 	}
 }
+
+// A refused effect (a sell-out) is logged as an answer, at Debug, never as
+// a failure at Warn.
+func TestLoggerRefusalIsNotAFailure(t *testing.T) {
+	var buf bytes.Buffer
+	l := observe.Logger(slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	l.End(context.Background(), observe.Event{Op: observe.IdemComplete, Driver: "redis", Key: "order-9",
+		Outcome: observe.Refused, Err: errors.New("idem: effect refused: sold_out")})
+	out := buf.String()
+	if strings.Contains(out, `"level":"WARN"`) || strings.Contains(out, `"outcome":"error"`) || !strings.Contains(out, `"outcome":"refused"`) {
+		t.Errorf("a refusal logged as %s", out)
+	}
+}

@@ -2,6 +2,7 @@ package otelobs_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -147,5 +148,33 @@ func TestLockSpans(t *testing.T) {
 	}
 	if releases[0].Status().Code == codes.Error || releases[1].Status().Code != codes.Error {
 		t.Errorf("release statuses %v, %v; want ok, then error (lost)", releases[0].Status(), releases[1].Status())
+	}
+}
+
+// An effect that refuses (a sell-out) is a business answer: its complete
+// span says refused and is not an error.
+func TestRefusedEffectSpanIsNotAnError(t *testing.T) {
+	rec, _, tracing := setup(t)
+	store := memstore.New(memstore.WithObserver(tracing))
+	g, err := idem.NewGuard(store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = g.Do(t.Context(), "order-1", "fp", func(ctx context.Context) ([]byte, error) {
+		return []byte("sold"), idem.Commit(ctx, memstore.Effect(func() error { return errors.New("sold_out") }))
+	})
+	if !errors.Is(err, idem.ErrEffectRefused) {
+		t.Fatalf("Do = %v, want a refused effect", err)
+	}
+	for _, s := range rec.Ended() {
+		if s.Name() != "idem.complete" {
+			continue
+		}
+		if got := attrs(s)[otelobs.AttrOutcome].AsString(); got != "refused" {
+			t.Errorf("complete span outcome %q, want refused", got)
+		}
+		if s.Status().Code == codes.Error {
+			t.Errorf("a refused effect's span is an error: %v", s.Status())
+		}
 	}
 }

@@ -43,8 +43,10 @@ func WithConstLabels(l prometheus.Labels) Option { return func(c *config) { c.la
 //	oncekit_lock_lost_total{driver}                      leases lost while held
 //	oncekit_lock_handoff_seconds{driver,path}            release (local) or notice (notified) to next holder
 //	oncekit_idem_claims_total{driver,outcome}            acquired, replayed, in_flight, mismatch, invalid,
-//	                                                     canceled, stored, abandoned, lost
-//	oncekit_store_errors_total{driver,op}                operations the store failed
+//	                                                     canceled, stored, refused (an effect's own
+//	                                                     refusal: a sell-out), abandoned, lost
+//	oncekit_store_errors_total{driver,op}                operations the store failed (never an
+//	                                                     effect's refusal)
 //	oncekit_store_duration_seconds{driver,op}            store operations' latency: idem.begin, idem.complete,
 //	                                                     idem.abandon, lock.refresh, lock.release
 //	oncekit_middleware_requests_total{op,route,outcome}  HTTP requests, gRPC calls, Kafka messages

@@ -332,3 +332,58 @@ func TestGaugesAndStoreLatency(t *testing.T) {
 type uncommitted map[string]map[int]int64
 
 func (u uncommitted) Uncommitted() map[string]map[int]int64 { return u }
+
+// An effect that refuses (a sell-out) is a business answer, not a store
+// failure: it counts as a refused claim, never in store_errors_total.
+func TestRefusedEffectIsNotAStoreError(t *testing.T) {
+	metrics := promobs.New()
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(metrics)
+	store := memstore.New(memstore.WithObserver(metrics))
+	g, err := idem.NewGuard(store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = g.Do(t.Context(), "order-1", "fp", func(ctx context.Context) ([]byte, error) {
+		return []byte("sold"), idem.Commit(ctx, memstore.Effect(func() error { return errors.New("sold_out") }))
+	})
+	if !errors.Is(err, idem.ErrEffectRefused) {
+		t.Fatalf("Do = %v, want a refused effect", err)
+	}
+	if n := testutil.CollectAndCount(reg, "oncekit_store_errors_total"); n != 0 {
+		t.Errorf("a refused effect is counted as %d store errors", n)
+	}
+	if got := testutil.ToFloat64(metricWith(t, reg, "oncekit_idem_claims_total", map[string]string{"outcome": "refused"})); got != 1 {
+		t.Errorf("refused claims = %v, want 1", got)
+	}
+}
+
+// metricWith returns a collector of the one series of name with labels.
+func metricWith(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) prometheus.Collector {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	series:
+		for _, m := range mf.GetMetric() {
+			for k, v := range labels {
+				found := false
+				for _, lp := range m.GetLabel() {
+					if lp.GetName() == k && lp.GetValue() == v {
+						found = true
+					}
+				}
+				if !found {
+					continue series
+				}
+			}
+			return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "x"}, func() float64 { return m.GetCounter().GetValue() })
+		}
+	}
+	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "x"}, func() float64 { return 0 })
+}
