@@ -38,6 +38,45 @@ var ErrCorruptRecord = errors.New("idem: corrupt record")
 // abandoned and nothing is stored, an effect included.
 var ErrResultTooLarge = errors.New("idem: result too large")
 
+// ErrStore matches every error of Guard.Do that came from the store, not
+// from the run: a server that could not be reached or did not answer in
+// time, a closed Store, a corrupt record, a claim the store no longer
+// holds, a result that could not be stored. The error is a *StoreError
+// naming the step. The middlewares answer these as the store's fault
+// (HTTP 503, gRPC Unavailable; a Kafka message is retried); a run's own
+// error comes back as the run returned it, and the application's answers
+// (ErrInFlight, ErrMismatch, ErrEffectRefused) are not store errors.
+var ErrStore = errors.New("idem: store failed")
+
+// StoreError is an error of the store under Guard.Do. It matches ErrStore
+// and unwraps to the driver's error, so errors.Is still finds
+// ErrCorruptRecord, ErrLockLost or a context's error inside it.
+type StoreError struct {
+	// Op is the Guard's step: "begin" (claiming or waiting), "complete"
+	// (storing the result, with its effect), "abandon" (giving the claim
+	// back after the run failed) or "run" (the claim was lost while the
+	// run went on).
+	Op  string
+	Key string
+	Err error
+}
+
+func (e *StoreError) Error() string { return e.Err.Error() }
+
+// Unwrap returns the store's error.
+func (e *StoreError) Unwrap() error { return e.Err }
+
+// Is reports whether target is ErrStore.
+func (e *StoreError) Is(target error) bool { return target == ErrStore }
+
+// storeErr wraps a store's error of step op (nil stays nil).
+func storeErr(op string, key Key, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &StoreError{Op: op, Key: key.text, Err: err}
+}
+
 // InFlightError is returned for a duplicate of a request still running. It
 // matches ErrInFlight.
 type InFlightError struct {

@@ -153,6 +153,12 @@ func beginOutcome(c Claim, err error) observe.Outcome {
 // result is not stored. A nil run only looks the key up: a duplicate gets
 // its replay as usual, and a free key an error (the claim is given back).
 //
+// An error that came from the store rather than from run — a server that
+// could not be reached, a corrupt record, a claim lost, a result that
+// could not be stored — is a *StoreError (errors.Is(err, ErrStore)); run's
+// own error comes back as run returned it, and the application's answers
+// (ErrInFlight, ErrMismatch, ErrEffectRefused) are neither.
+//
 // key is checked by CheckKey (1 to lock.MaxKeyLen bytes, else
 // ErrInvalidKey); DoKey takes a Key checked already.
 func (g *Guard) Do(ctx context.Context, key, fingerprint string,
@@ -174,8 +180,12 @@ func (g *Guard) DoKey(ctx context.Context, key Key, fingerprint string,
 	octx, call := observe.Begin(ctx, g.observer, observe.IdemBegin, g.driver, key.text)
 	c, sent, err := g.begin(octx, key, fingerprint)
 	if err != nil || c.State == Acquired {
-		call.End(beginOutcome(c, err), c.Fence, err)
+		outcome := beginOutcome(c, err)
+		call.End(outcome, c.Fence, err)
 		if err != nil {
+			if outcome == observe.Error {
+				err = storeErr("begin", key, err)
+			}
 			return nil, false, err
 		}
 		if run == nil { // nothing to run: give the claim back rather than panic
@@ -189,7 +199,7 @@ func (g *Guard) DoKey(ctx context.Context, key Key, fingerprint string,
 	res, err := decodeOutcome(key.text, c.Result)
 	if errors.Is(err, ErrCorruptRecord) {
 		call.End(observe.Error, 0, err)
-		return nil, false, err
+		return nil, false, storeErr("begin", key, err)
 	}
 	call.End(observe.Replayed, 0, nil)
 	return res, true, err // err: a stored final error, as a *ReplayedError
@@ -326,11 +336,11 @@ func (g *Guard) run(ctx context.Context, c Claim, valid time.Time, run func(cont
 		observe.Record(ctx, g.observer, observe.Event{
 			Op: observe.IdemLost, Driver: g.driver, Key: c.Key.text, Outcome: observe.Lost, Fence: c.Fence, Err: ErrLockLost,
 		})
-		return nil, false, errors.Join(fmt.Errorf("idem: %q: claim lost while running: %w", c.Key, ErrLockLost), runErr)
+		return nil, false, errors.Join(storeErr("run", c.Key, fmt.Errorf("idem: %q: claim lost while running: %w", c.Key, ErrLockLost)), runErr)
 	}
 	if runErr != nil && (g.final == nil || !g.final(runErr)) {
 		if err := giveBack(); err != nil && !errors.Is(err, ErrLockLost) {
-			return nil, false, errors.Join(runErr, err)
+			return nil, false, errors.Join(runErr, storeErr("abandon", c.Key, err))
 		}
 		return nil, false, runErr
 	}
@@ -342,6 +352,9 @@ func (g *Guard) run(ctx context.Context, c Claim, valid time.Time, run func(cont
 	if err := g.complete(ctx, c, enc, valid, effect); err != nil {
 		if refusedCompletion(err) {
 			_ = giveBack() // still ours, and nothing was written
+		}
+		if finishOutcome(observe.Stored, err) != observe.Refused && !errors.Is(err, ErrEffectUnsupported) && !errors.Is(err, ErrResultTooLarge) {
+			err = storeErr("complete", c.Key, err)
 		}
 		return nil, false, err
 	}
