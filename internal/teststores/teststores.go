@@ -27,8 +27,11 @@ type Store interface {
 }
 
 // Config is one store configuration: Open gives a store of its own,
-// closed when the test ends. Stores share their servers: a test names its
-// keys apart (Name).
+// closed when the test ends. Two Opens of the memory, Redis and Redlock
+// configurations do not share keys (a store, or a key prefix, each): a
+// test that needs replicas on one store shares one Open. The other
+// configurations share their servers' keys: a test names its keys apart
+// (Name).
 type Config struct {
 	Name   string
 	Fenced bool // whether its leases carry fences

@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/go-co-op/gocron/v2"
 
 	"github.com/oncekit/oncekit/core/lock"
+	"github.com/oncekit/oncekit/core/lock/lockdriver"
 )
 
 // Option configures NewLocker.
@@ -17,6 +19,7 @@ type Option func(*options)
 type options struct {
 	ttl, atLeast time.Duration
 	prefix       string
+	now          func() time.Time
 }
 
 // WithTTL sets the lock's TTL: a replica that dies while it runs a job
@@ -24,9 +27,12 @@ type options struct {
 // 30 s.
 func WithTTL(d time.Duration) Option { return func(o *options) { o.ttl = d } }
 
-// WithHoldAtLeast keeps a lock held for at least d after it was taken,
-// however short the job: it must exceed the clock splay between the
-// replicas' schedulers. Default 1 s.
+// WithHoldAtLeast sets how long a run holds its job's lock, however short
+// the run, until this replica has seen two of the job's ticks and so knows
+// its period (after that the hold is the period less a quarter of it, at
+// most a second less; see the package documentation). It must exceed the
+// splay of the replicas' first ticks and stay below the job's period less
+// the store's round trip. Default 900 ms.
 func WithHoldAtLeast(d time.Duration) Option { return func(o *options) { o.atLeast = d } }
 
 // WithKeyPrefix sets the prefix of the lock keys before the job's name.
@@ -35,7 +41,7 @@ func WithKeyPrefix(p string) Option { return func(o *options) { o.prefix = p } }
 
 // NewLocker returns a gocron.Locker over l.
 func NewLocker(l lock.Locker, opts ...Option) (gocron.Locker, error) {
-	o := options{ttl: 30 * time.Second, atLeast: time.Second, prefix: "gocron/"}
+	o := options{ttl: 30 * time.Second, atLeast: 900 * time.Millisecond, prefix: "gocron/", now: time.Now}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -46,36 +52,76 @@ func NewLocker(l lock.Locker, opts ...Option) (gocron.Locker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gocronjob: %w", err)
 	}
-	return &locker{m: m, o: o}, nil
+	return &locker{m: m, o: o, jobs: map[string]*period{}}, nil
 }
 
 type locker struct {
-	m *lock.Mutex
-	o options
+	m    *lock.Mutex
+	o    options
+	mu   sync.Mutex
+	jobs map[string]*period // by job name: what this replica saw of its ticks
+}
+
+// period is what a replica learned of one job's ticks: gocron calls Lock
+// at every tick, run or not, so the shortest time between two calls is
+// the job's period (a cron schedule's shortest gap).
+type period struct {
+	last     time.Time
+	shortest time.Duration // 0 until two ticks were seen
+}
+
+// hold is how long a run of the job, whose tick came at now, holds the
+// job's lock at least: the period less a quarter (at most a second), so
+// that a replica whose tick comes later in the same period — its clock
+// behind, or a DurationJob started later — finds it held, and the next
+// tick, a period on, finds it free; before the period is known, the
+// WithHoldAtLeast hold.
+func (l *locker) hold(name string, now time.Time) time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	p := l.jobs[name]
+	if p == nil {
+		p = &period{}
+		l.jobs[name] = p
+	}
+	// A gap shorter than the first hold is no period the Locker supports
+	// (a RunNow, a scheduler restarted): it would shrink every later hold.
+	if !p.last.IsZero() {
+		if gap := now.Sub(p.last); gap > l.o.atLeast && (p.shortest == 0 || gap < p.shortest) {
+			p.shortest = gap
+		}
+	}
+	p.last = now
+	if p.shortest == 0 {
+		return l.o.atLeast
+	}
+	return p.shortest - min(p.shortest/4, time.Second)
 }
 
 // Lock takes the job's lock without waiting; gocron skips the run when it
 // fails.
 func (l *locker) Lock(ctx context.Context, key string) (gocron.Lock, error) {
+	now := l.o.now()
+	hold := l.hold(key, now)
 	h, err := l.m.TryLock(ctx, l.o.prefix+key)
 	if err != nil {
 		return nil, err
 	}
-	return &held{h: h, taken: time.Now(), atLeast: l.o.atLeast}, nil
+	return &held{h: h, until: now.Add(hold), now: l.o.now}, nil
 }
 
 type held struct {
-	h       *lock.Held
-	taken   time.Time
-	atLeast time.Duration
+	h     *lock.Held
+	until time.Time
+	now   func() time.Time
 }
 
-// Unlock releases the lock, or, before WithHoldAtLeast has passed since
-// it was taken, arranges its release then and returns nil.
+// Unlock releases the lock, or, before its hold has passed, arranges its
+// release then and returns nil.
 func (h *held) Unlock(ctx context.Context) error {
-	if rest := h.atLeast - time.Since(h.taken); rest > 0 {
+	if rest := h.until.Sub(h.now()); rest > 0 {
 		time.AfterFunc(rest, func() {
-			rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			rctx, cancel := lockdriver.CleanupContext(context.Background())
 			defer cancel()
 			_ = h.h.Release(rctx)
 		})
