@@ -33,6 +33,16 @@ var errZeroKey = fmt.Errorf("%w: the zero Key (make one with CheckKey or StoredK
 // error is a *CorruptRecordError naming the key.
 var ErrCorruptRecord = errors.New("idem: corrupt record")
 
+// ErrUnknownLayout reports a stored record of a layout this version cannot
+// judge: written by a later version (during a rolling deploy), or by an
+// earlier one whose layout this version no longer reads. Such a record is
+// never taken over, nor read as absent or corrupt: Begin answers this
+// error (the middlewares answer it as the store's fault, and a Kafka
+// message is retried, never dead-lettered) until the record expires or
+// every replica runs a version that reads it. Every layout a released
+// version writes is read by every later version (CONTRIBUTING.md).
+var ErrUnknownLayout = errors.New("idem: record of a layout this version does not read")
+
 // ErrResultTooLarge reports a result over the Guard's size limit, or over
 // the store's own (a driver's Complete may return it): the claim is
 // abandoned and nothing is stored, an effect included.

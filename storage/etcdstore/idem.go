@@ -24,7 +24,10 @@ import (
 // An entry's value is a version byte, a state byte ('i' in flight, 'c'
 // completed), the expiry in Unix milliseconds (the lease, a hint for other
 // clients; or the retention, checked on every read), the fingerprint, and
-// the result. Anything else is idem.ErrCorruptRecord. In-flight entries are
+// the result: layout 1, oncekit v0.1.0's, which every later version reads.
+// An entry whose first byte is another small version number is
+// idem.ErrUnknownLayout (a later version's, during a rolling deploy: never
+// taken over); anything else is idem.ErrCorruptRecord. In-flight entries are
 // bound to the session lease of their lease's TTL class, and the claiming
 // Store deletes them when their lease runs out without an Extend: another
 // client never takes a claim over by comparing its clock with the
@@ -94,6 +97,12 @@ func (r recordVal) encode() string {
 func decodeRecord(key string, v []byte) (recordVal, error) {
 	bad := func(why string) (recordVal, error) {
 		return recordVal{}, &idem.CorruptRecordError{Key: key, Reason: why}
+	}
+	if len(v) > 0 && v[0] != recordVersion && v[0] < ' ' {
+		// A small version byte other than ours: a later (or an
+		// earlier) version's layout, never judged nor taken over.
+		return recordVal{}, fmt.Errorf("%w: the record of %q is of layout %d, this version reads %d (a version that wrote it is still running, or this one is older: it is left alone)",
+			idem.ErrUnknownLayout, key, v[0], recordVersion)
 	}
 	if len(v) < 12 || v[0] != recordVersion {
 		return bad("unknown record encoding")

@@ -18,8 +18,9 @@ var fuzzKeys atomic.Int64
 // idempotency record — a hash with any fields, or another type — and
 // claims its key. Whatever is planted, Begin never panics and never treats
 // the key as free: it reports the record (in flight, completed, another
-// fingerprint) or idem.ErrCorruptRecord naming the key, and the Guard never
-// runs.
+// fingerprint), idem.ErrCorruptRecord naming the key, or
+// idem.ErrUnknownLayout for a record of another layout, and the Guard
+// never runs.
 func FuzzCorruptRecord(f *testing.F) {
 	f.Add(uint8(0), "1", "c", "fp", "result", "tok", "12")
 	f.Add(uint8(0), "1", "i", "fp", "", "tok", "x")
@@ -28,6 +29,7 @@ func FuzzCorruptRecord(f *testing.F) {
 	f.Add(uint8(0), "", "", "", "", "", "")
 	f.Add(uint8(0), "1", "z", "fp", "r", "t", "-1")
 	f.Add(uint8(1), "garbage", "", "", "", "", "")
+	f.Add(uint8(1), "R1|i|17||tok|2|fp", "", "fp", "", "", "")
 	f.Add(uint8(2), "a", "b", "", "", "", "")
 	f.Add(uint8(0), "1", "c", "fp", "\x01\x00\xff\xff\xff\xff\x0f", "", "")
 	admin := newClient(f)
@@ -72,6 +74,7 @@ func FuzzCorruptRecord(f *testing.F) {
 			if !errors.As(err, &ce) || ce.Key != key {
 				t.Fatalf("corrupt record error %v does not name the key", err)
 			}
+		case errors.Is(err, idem.ErrUnknownLayout): // "R<n>|…" of another layout: left alone
 		case err != nil:
 			t.Fatalf("Begin: %v", err)
 		case c.State == idem.Acquired:

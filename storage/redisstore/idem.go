@@ -15,7 +15,7 @@ import (
 )
 
 // Idempotency records (idem.Store). A key K is stored as one string
-// "<record prefix>{K}" — "R1|<state>|<fence>|<flags>|<token>|<fingerprint
+// "<record prefix>{K}" — "R2|<state>|<fence>|<flags>|<token>|<fingerprint
 // length>|<fingerprint><result>" (see rediskit's lua/claim.lua) — whose
 // PTTL is the retention, or the lease + idem.AttemptMemory, and a channel "<record prefix>{K}:done"
 // on which completion and abandonment are announced when a duplicate waits.

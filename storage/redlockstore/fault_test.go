@@ -441,7 +441,7 @@ func TestClaimFencesNeverGoBackwards(t *testing.T) {
 	}
 	// Node 0 kept a fence 2 s ahead of its clock (within TTL/2 of 10 s).
 	high := now.Add(2 * time.Second).UnixMicro()
-	if err := rc.Set(ctx, "oncekit:redlock-idem:{"+key+"}", fmt.Sprintf("R1|x|%d|||0|", high), time.Minute).Err(); err != nil {
+	if err := rc.Set(ctx, "oncekit:redlock-idem:{"+key+"}", fmt.Sprintf("R2|x|%d|||0|", high), time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
 	rc.Close()

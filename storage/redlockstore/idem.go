@@ -42,6 +42,8 @@ func (s *Store) Begin(ctx context.Context, key idem.Key, fingerprint string, lea
 	}
 	c := idem.Claim{Key: key, Fingerprint: fingerprint, Expires: now.Add(time.Duration(b.pttl) * time.Millisecond)}
 	switch {
+	case b.corrupt != nil && b.corrupt.v.Code == rediskit.BeginUnknownLayout:
+		return idem.Claim{}, b.corrupt.v.LayoutError(key, s.nodes[b.corrupt.node].name)
 	case b.corrupt != nil:
 		return idem.Claim{}, &idem.CorruptRecordError{Key: key.String(), Reason: s.nodes[b.corrupt.node].name + ": " + b.corrupt.v.Reason}
 	case b.done != nil:
@@ -115,7 +117,7 @@ func (s *Store) sendBegin(ctx context.Context, key idem.Key, fingerprint, tok st
 			b.attempt = max(b.attempt, a.v.Attempt)
 		case rediskit.BeginCompleted:
 			b.done = &a
-		case rediskit.BeginCorrupt:
+		case rediskit.BeginCorrupt, rediskit.BeginUnknownLayout:
 			b.corrupt = &a
 		default:
 			b.pttl = max(b.pttl, a.v.N)

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -36,8 +37,11 @@ const MaxResultBytes = 1<<20 - 64<<10
 // one Begin, and its old holder's writes fail. An in-flight record past its
 // lease, and an abandoned one, are the memory of a claim that ended
 // without completing: the next claim's attempt is one more than theirs
-// (for idem.AttemptMemory; Cleanup keeps them that long). Records of
-// attempt 1 are written in format 1, which every version reads.
+// (for idem.AttemptMemory; Cleanup keeps them that long). Formats 1 and 2
+// are oncekit v0.1.0's (an in-flight or completed record of attempt 1 is
+// written in format 1, the others in format 2), and every later version
+// reads both; a record of another format is idem.ErrUnknownLayout, never
+// taken over.
 type record struct {
 	completed   bool
 	abandoned   bool
@@ -87,7 +91,7 @@ func decodeRecord(b []byte) (record, string) {
 		return record{}, fmt.Sprintf("%d bytes, shorter than any record", len(b))
 	}
 	if b[0] != recFormat && b[0] != recFormat2 {
-		return record{}, fmt.Sprintf("unknown format %d", b[0])
+		return record{}, fmt.Sprintf("%s%d", layoutPrefix, b[0])
 	}
 	r := record{attempt: 1}
 	switch b[1] {
@@ -355,11 +359,20 @@ func (s *Store) read(ctx context.Context, key, path string) (record, *zk.Stat, e
 		return record{}, nil, err
 	}
 	rec, corrupt := decodeRecord(data)
+	if layout, ok := strings.CutPrefix(corrupt, layoutPrefix); ok {
+		return record{}, st, fmt.Errorf("%w: the record of %q is of format %s, this version reads formats %d and %d (a version that wrote it is still running, or this one is older: it is left alone)",
+			idem.ErrUnknownLayout, key, layout, recFormat, recFormat2)
+	}
 	if corrupt != "" {
 		return record{}, st, &idem.CorruptRecordError{Key: key, Reason: corrupt}
 	}
 	return rec, st, nil
 }
+
+// layoutPrefix starts decodeRecord's reason for a record of a format this
+// version does not read (idem.ErrUnknownLayout, not a corrupt record): a
+// later version's, during a rolling deploy.
+const layoutPrefix = "format "
 
 // Complete implements idem.Store: one request when this Store made the
 // claim's last write (it knows the record's version), two otherwise.

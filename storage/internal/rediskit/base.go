@@ -258,10 +258,10 @@ func (b *Base) LookCompleted(ctx context.Context, c Getter, key idem.Key, finger
 }
 
 // completedResult is the result of a completed record v
-// ("R1|c|<fence>|<flags>||<fingerprint length>|<fingerprint><result>", see
+// ("R2|c|<fence>|<flags>||<fingerprint length>|<fingerprint><result>", see
 // lua/claim.lua) when its fingerprint is fingerprint.
 func completedResult(v []byte, fingerprint string) ([]byte, bool) {
-	rest, ok := bytes.CutPrefix(v, []byte("R1|c|"))
+	rest, ok := bytes.CutPrefix(v, []byte("R2|c|"))
 	if !ok {
 		return nil, false
 	}
@@ -478,8 +478,25 @@ func (r BeginReply) Claim(key idem.Key, fingerprint, tok string, lease time.Dura
 		c.State = idem.Mismatch
 	case BeginCorrupt:
 		return idem.Claim{}, &idem.CorruptRecordError{Key: key.String(), Reason: r.Reason}
+	case BeginUnknownLayout:
+		return idem.Claim{}, r.LayoutError(key, "")
 	}
 	return c, nil
+}
+
+// RecordLayout is the layout of the records this version writes and reads
+// (lua/claim.lua).
+const RecordLayout = "R2"
+
+// LayoutError is the error of a BeginUnknownLayout reply (node names the
+// Redlock node that gave it, "" for one server).
+func (r BeginReply) LayoutError(key idem.Key, node string) error {
+	at := ""
+	if node != "" {
+		at = " on " + node
+	}
+	return fmt.Errorf("%w: the record of %q%s is of layout %s, this version reads %s (a version that wrote it is still running, or this one is older: it is left alone until it expires)",
+		idem.ErrUnknownLayout, key, at, r.Reason, RecordLayout)
 }
 
 // Client is what both Redis drivers need of a go-redis client (for

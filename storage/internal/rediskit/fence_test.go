@@ -235,7 +235,7 @@ func TestRecordFence(t *testing.T) {
 	if !finish("a", "tok-a", Complete, `{"ok":1}`, 0) {
 		t.Fatal("Complete of the caller's claim refused")
 	}
-	if v, want := c.Get(ctx, name("a")).Val(), fmt.Sprintf(`R1|c|%d|||4|fp-1{"ok":1}`, r.N); v != want {
+	if v, want := c.Get(ctx, name("a")).Val(), fmt.Sprintf(`R2|c|%d|||4|fp-1{"ok":1}`, r.N); v != want {
 		t.Errorf("completed record %q, want %q", v, want)
 	}
 	if finish("a", "tok-a", Complete, "again", 0) {
@@ -249,7 +249,7 @@ func TestRecordFence(t *testing.T) {
 	if !finish("b", "tok-b", Extend, "", 0) || !finish("b", "tok-b", Abandon, "", 0) {
 		t.Fatal("Extend or Abandon of the caller's claim refused")
 	}
-	if v, want := c.Get(ctx, name("b")).Val(), fmt.Sprintf("R1|x|%d|||0|", rb.N); v != want {
+	if v, want := c.Get(ctx, name("b")).Val(), fmt.Sprintf("R2|x|%d|||0|", rb.N); v != want {
 		t.Errorf("abandoned record %q, want the tombstone %q (attempt 1)", v, want)
 	}
 	if pttl := c.PTTL(ctx, name("b")).Val(); pttl <= idem.AttemptMemory-time.Second {
@@ -283,7 +283,7 @@ func TestRecordFence(t *testing.T) {
 	if !finish("c", "tok-c", GiveBack, "", ahead) {
 		t.Fatal("GiveBack with a floor refused")
 	}
-	if v, want := c.Get(ctx, name("c")).Val(), fmt.Sprintf("R1|x|%d|||0|0", ahead); v != want {
+	if v, want := c.Get(ctx, name("c")).Val(), fmt.Sprintf("R2|x|%d|||0|0", ahead); v != want {
 		t.Errorf("given-back record %q, want the tombstone %q", v, want)
 	}
 	if r3 := begin("c", "tok-c2"); r3.Code != BeginClaimed || uint64(r3.N) != ahead+1 || r3.Attempt != 1 {
@@ -354,10 +354,10 @@ func TestBeginReplies(t *testing.T) {
 	if r := begin("done", "fp|1"); r.Code != BeginClaimed {
 		t.Fatalf("claim: %+v", r)
 	}
-	if ok, err := b.Finish(ctx, c, idem.MustKey("done"), "tok-fp|1", Complete, time.Hour, []byte("R1|c|9|||3|abc"), 0); err != nil || !ok {
+	if ok, err := b.Finish(ctx, c, idem.MustKey("done"), "tok-fp|1", Complete, time.Hour, []byte("R2|c|9|||3|abc"), 0); err != nil || !ok {
 		t.Fatalf("complete: %v %v", ok, err)
 	}
-	if r := begin("done", "fp|1"); r.Code != BeginCompleted || string(r.Result) != "R1|c|9|||3|abc" || r.N <= 59*60*1000 {
+	if r := begin("done", "fp|1"); r.Code != BeginCompleted || string(r.Result) != "R2|c|9|||3|abc" || r.N <= 59*60*1000 {
 		t.Errorf("replay: %+v", r)
 	}
 	for _, fp := range []string{"fp|2", "fp|", "fp|12", ""} {

@@ -161,6 +161,12 @@ func InspectRecord(ctx context.Context, c redis.Scripter, r Records, key idem.Ke
 			return bad()
 		}
 		return RecordState{Found: true, PTTL: pttl, Corrupt: fmt.Sprintf("not a record: %q", v[2])}, nil
+	case kind == "layout" && len(v) == 3:
+		pttl, ok := pttlOf(v[1])
+		if !ok {
+			return bad()
+		}
+		return RecordState{Found: true, PTTL: pttl, Corrupt: fmt.Sprintf("a record of layout %v, which this version does not read (left alone until it expires)", v[2])}, nil
 	case kind != "record" || len(v) != 7:
 		return bad()
 	}
@@ -280,9 +286,9 @@ func recordsAlive(ctx context.Context, c scanner, names []string) ([]bool, error
 		switch {
 		case err != nil: // not a string (a reply error): not ours, listed
 			live[i] = true
-		case head == "R1|x|":
+		case head == "R2|x|":
 			live[i] = false
-		case head == "R1|i|":
+		case head == "R2|i|":
 			live[i] = pttls[i].Val() < 0 || pttls[i].Val() > idem.AttemptMemory
 		default:
 			live[i] = head != "" // "": the key went meanwhile

@@ -192,6 +192,10 @@ const (
 	// BeginCorrupt: something else lives under the record's name; Reason
 	// says what.
 	BeginCorrupt BeginCode = -2
+	// BeginUnknownLayout: a record of a layout this version does not
+	// read (an earlier or a later version's); Reason is its layout tag.
+	// It is never taken over.
+	BeginUnknownLayout BeginCode = -3
 	// BeginClaimed: the key is claimed for the token; N is the fence, Clock
 	// the server's clock in µs when it was issued, Attempt the claim's.
 	BeginClaimed BeginCode = 1
@@ -232,7 +236,7 @@ func ParseBegin(cmd *redis.Cmd) (BeginReply, error) {
 	}
 	switch {
 	case !ok:
-	case r.Code == BeginCorrupt:
+	case r.Code == BeginCorrupt || r.Code == BeginUnknownLayout:
 		r.Reason, ok = v[1].(string)
 	case r.Code == BeginCompleted:
 		var res string

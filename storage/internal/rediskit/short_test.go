@@ -205,16 +205,16 @@ func TestCompletedResult(t *testing.T) {
 		v, fp, res string
 		ok         bool
 	}{
-		{"R1|c|1795915537375806|||2|fp{}", "fp", "{}", true},
-		{"R1|c|17|w||2|fp", "fp", "", true},
-		{"R1|c|17|||2|fpresult|with|bars", "fp", "result|with|bars", true},
-		{"R1|c|17|||2|fpx", "fq", "", false},   // another fingerprint
-		{"R1|c|17|||3|fpx", "fp", "", false},   // another length
-		{"R1|i|17||tok|2|fp", "fp", "", false}, // in flight
-		{"R1|x|17|||0|", "", "", false},        // a tombstone
-		{"R1|c|1a|||2|fp", "fp", "", false},    // not a fence
-		{"R1|c|17||tok|2|fp", "fp", "", false}, // a token
-		{"R1|c|17|||9|fp", "fp", "", false},    // truncated
+		{"R2|c|1795915537375806|||2|fp{}", "fp", "{}", true},
+		{"R2|c|17|w||2|fp", "fp", "", true},
+		{"R2|c|17|||2|fpresult|with|bars", "fp", "result|with|bars", true},
+		{"R2|c|17|||2|fpx", "fq", "", false},   // another fingerprint
+		{"R2|c|17|||3|fpx", "fp", "", false},   // another length
+		{"R2|i|17||tok|2|fp", "fp", "", false}, // in flight
+		{"R2|x|17|||0|", "", "", false},        // a tombstone
+		{"R2|c|1a|||2|fp", "fp", "", false},    // not a fence
+		{"R2|c|17||tok|2|fp", "fp", "", false}, // a token
+		{"R2|c|17|||9|fp", "fp", "", false},    // truncated
 		{"garbage", "fp", "", false},
 	} {
 		res, ok := completedResult([]byte(c.v), c.fp)

@@ -1,8 +1,11 @@
 -- Prepended to the scripts that read or write an idempotency record (see
 -- scripts.go), after fence.lua.
 --
--- A record is one string:
---   "R1|<state>|<fence>|<flags>|<token>|<fingerprint length>|<fingerprint><result>"
+-- A record is one string, of layout R2 (oncekit v0.1.0's):
+--   "R2|<state>|<fence>|<flags>|<token>|<fingerprint length>|<fingerprint><result>"
+-- A value "R<n>|…" of another layout (an earlier or a later version's) is
+-- never judged nor taken over: Begin answers that it cannot read it
+-- (record_layout), and no other script treats it as a claim of its own.
 -- state 'i' in flight (token: the claim's), 'c' completed (token empty,
 -- result: the stored result), 'x' abandoned (a tombstone: free, keeping
 -- the last fence for tomb_life milliseconds); flags: 'w' a duplicate waits
@@ -16,7 +19,7 @@
 -- next claim's is one more. The fence lives in the record: a new key costs
 -- one write to claim and one to complete.
 local function record_parse(v)
-  local s, f, fl, t, n, p = string.match(v, '^R1|(%a)|(%d+)|(%a*)|([^|]*)|(%d+)|()')
+  local s, f, fl, t, n, p = string.match(v, '^R2|(%a)|(%d+)|(%a*)|([^|]*)|(%d+)|()')
   if not s then
     return nil
   end
@@ -43,7 +46,16 @@ local function attempt_str(n)
   return string.format('%d', n)
 end
 local function record_value(s, f, fl, t, fp, r)
-  return 'R1|' .. s .. '|' .. fmt(f) .. '|' .. fl .. '|' .. t .. '|' .. fmt(#fp) .. '|' .. fp .. r
+  return 'R2|' .. s .. '|' .. fmt(f) .. '|' .. fl .. '|' .. t .. '|' .. fmt(#fp) .. '|' .. fp .. r
+end
+-- record_layout is the layout tag ("R1", "R3", …) of a value that is a
+-- record of a layout this version does not read, else nil.
+local function record_layout(v)
+  local tag = string.match(v, '^(R%d+)|')
+  if tag and tag ~= 'R2' then
+    return tag
+  end
+  return nil
 end
 -- record_read returns a record's value, false when there is none, or an
 -- error reply table when something else lives under its name.

@@ -6,7 +6,8 @@
 -- Returns {1, fence, clock, attempt} claimed (clock: the server's clock in
 -- µs when the fence was issued, for Redlock's check of its nodes; attempt:
 -- idem.Claim.Attempt, 1 when absent); {2, lease left in ms} in flight; {3, pttl, result} completed; {4, pttl} another fingerprint;
--- {-2, reason} not our record.
+-- {-2, reason} not our record; {-3, layout} a record of a layout this
+-- version does not read (never taken over).
 local f = clock_us()
 local prev = fast_prev -- what idem_begin_fast.lua found (Redis 7.0+)
 local px = fmt(tonumber(ARGV[3]) + attempt_memory)
@@ -22,6 +23,10 @@ if type(prev) ~= 'string' then
 end
 local r = record_parse(prev)
 if not r then
+  local layout = record_layout(prev)
+  if layout then
+    return {-3, layout}
+  end
   return {-2, 'not a record: ' .. string.format('%q', string.sub(prev, 1, 40))}
 end
 local pttl = redis.call('PTTL', KEYS[1])

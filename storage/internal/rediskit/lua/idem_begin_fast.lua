@@ -23,14 +23,14 @@ do
 end
 if redis.REDIS_VERSION_NUM then
   local f = string.format('%d', clock_read)
-  fast_prev = redis.pcall('SET', KEYS[1], 'R1|i|' .. f .. '||' .. ARGV[2] .. '|' .. string.format('%d', #ARGV[1]) .. '|' .. ARGV[1],
+  fast_prev = redis.pcall('SET', KEYS[1], 'R2|i|' .. f .. '||' .. ARGV[2] .. '|' .. string.format('%d', #ARGV[1]) .. '|' .. ARGV[1],
     'NX', 'GET', 'PX', string.format('%d', tonumber(ARGV[3]) + 86400000)) -- the lease + attempt_memory
   if fast_prev == false then
     return {1, clock_read, clock_read}
   end
   -- A replay: a completed record with the caller's fingerprint.
   if type(fast_prev) == 'string' then
-    local n, p = string.match(fast_prev, '^R1|c|%d+|%a*||(%d+)|()')
+    local n, p = string.match(fast_prev, '^R2|c|%d+|%a*||(%d+)|()')
     if n and tonumber(n) == #ARGV[1] and string.sub(fast_prev, p, p + #ARGV[1] - 1) == ARGV[1] then
       return {3, replay_pttl(), string.sub(fast_prev, p + #ARGV[1])}
     end

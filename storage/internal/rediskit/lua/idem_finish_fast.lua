@@ -9,7 +9,7 @@ do
   if type(v) ~= 'string' then
     return 0 -- no record (or not a string): not ours
   end
-  local f, q = string.match(v, '^R1|i|(%d+)||()')
+  local f, q = string.match(v, '^R2|i|(%d+)||()')
   if f and string.sub(v, q, q + #ARGV[1]) == ARGV[1] .. '|' then
     -- "<fingerprint length>|<fingerprint>" and nothing after it
     local rest = q + #ARGV[1] + 1
@@ -29,18 +29,18 @@ do
         f = string.format('%d', fn)
       end
       if ARGV[2] == 'complete' then
-        redis.call('SET', KEYS[1], 'R1|c|' .. f .. '|||' .. string.sub(v, rest) .. ARGV[4], 'PX', ARGV[3])
+        redis.call('SET', KEYS[1], 'R2|c|' .. f .. '|||' .. string.sub(v, rest) .. ARGV[4], 'PX', ARGV[3])
         return 1
       end
       if ARGV[2] == 'abandon' then
         -- A tombstone of attempt 1, for the next claim's attempt.
-        redis.call('SET', KEYS[1], 'R1|x|' .. f .. '|||0|', 'PX', 86400000)
+        redis.call('SET', KEYS[1], 'R2|x|' .. f .. '|||0|', 'PX', 86400000)
         return 1
       end
       -- giveback: a claim nobody used, the first: nothing to remember
       local t = redis.call('TIME')
       if fn >= tonumber(t[1]) * 1000000 + tonumber(t[2]) then
-        redis.call('SET', KEYS[1], 'R1|x|' .. f .. '|||0|0', 'PX', 60000) -- attempt '0': none
+        redis.call('SET', KEYS[1], 'R2|x|' .. f .. '|||0|0', 'PX', 60000) -- attempt '0': none
       else
         redis.call('DEL', KEYS[1])
       end

@@ -2,7 +2,8 @@
 -- KEYS[1] record (see claim.lua)
 -- Returns {'none'} (also for an abandoned record's tombstone, and an
 -- in-flight claim past its lease),
--- {'other', type}, {'corrupt', pttl, the value's start}, or
+-- {'other', type}, {'corrupt', pttl, the value's start}, {'layout', pttl,
+-- the layout tag} (a layout this version does not read), or
 -- {'record', pttl, state, fingerprint, token, fence, result}.
 local v = record_read(KEYS[1])
 if v == false then
@@ -13,6 +14,10 @@ if type(v) ~= 'string' then
 end
 local r = record_parse(v)
 if not r then
+  local layout = record_layout(v)
+  if layout then
+    return {'layout', redis.call('PTTL', KEYS[1]), layout}
+  end
   return {'corrupt', redis.call('PTTL', KEYS[1]), string.sub(v, 1, 40)}
 end
 local pttl = redis.call('PTTL', KEYS[1])
