@@ -13,7 +13,8 @@ import (
 func init() { driver.Register(openURL, "postgres", "postgresql", "mysql") }
 
 // openURL opens a Store that owns its database (Open) and, unless
-// migrate=false, creates its tables (Migrate).
+// migrate=false, creates its tables and adds missing columns before it
+// returns, and builds missing indexes in the background (Migrate).
 func openURL(ctx context.Context, u *driver.URL) (driver.Store, error) {
 	if u.TLS != nil || u.RecordPrefix != "" {
 		return nil, fmt.Errorf("store URL %q: %s:// takes TLS settings in the driver's own parameters and one table prefix (prefix=P)", u.Redacted(), u.Scheme)
@@ -39,7 +40,9 @@ func openURL(ctx context.Context, u *driver.URL) (driver.Store, error) {
 		return nil, err
 	}
 	if migrate {
-		if err := s.Migrate(ctx); err != nil {
+		// The tables and columns now; indexes (minutes on a large table,
+		// built without blocking writers) in the background.
+		if err := s.migrateInBackground(ctx); err != nil {
 			s.Close()
 			return nil, err
 		}

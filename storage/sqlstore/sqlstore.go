@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/oncekit/oncekit/core/lock"
@@ -352,71 +353,276 @@ func (s *Store) pgColumnTable(table string) string {
 	return records
 }
 
-// Migrate creates the Store's tables and indexes where they do not exist.
-// It is safe to run from many processes at once and again on every start,
-// also while other processes use the tables: on PostgreSQL a schema that
-// is in place is found so in the catalogs, without a statement that
-// locks a table (CREATE INDEX IF NOT EXISTS takes a SHARE lock on its
-// table even when the index exists: it would wait for every transaction
-// writing there, and hold up every write behind it).
+// Migrate creates the Store's tables and indexes where they do not exist,
+// and brings tables made by earlier versions up to date. It is safe to run
+// from many processes at once and again on every start, also while other
+// processes use the tables, and it never stops them for long: on
+// PostgreSQL a schema that is in place is found so in the catalogs,
+// without a statement that locks a table; a column is added under a short
+// lock_timeout (retried: it never queues every writer behind a long
+// transaction), and an index is built with CREATE INDEX CONCURRENTLY,
+// outside any transaction, while writers go on. On MySQL a column is
+// added with ALGORITHM=INSTANT (or INPLACE) and an index with
+// LOCK=NONE, under a short lock_wait_timeout. Migrate returns when every
+// index is built; storage.Open (migrate=true) waits only for the tables
+// and columns, and builds missing indexes in the background.
 func (s *Store) Migrate(ctx context.Context) error {
+	if err := s.migrateTables(ctx); err != nil {
+		return err
+	}
+	return s.migrateIndexes(ctx)
+}
+
+// migrateInBackground is storage.Open's migration: the tables and columns
+// now, the indexes (a build can take minutes on a large table) in the
+// background until they are built or the Store closes; a build cut short
+// is finished by the next one.
+func (s *Store) migrateInBackground(ctx context.Context) error {
+	if err := s.migrateTables(ctx); err != nil {
+		return err
+	}
+	s.wg.Go(func() { _ = s.migrateIndexes(s.sctx) })
+	return nil
+}
+
+// ddlLockTimeout bounds how long a schema change waits for its table's
+// lock: a change queued behind a long transaction would hold up every
+// writer queued behind it. It is tried again, ddlTries times in all.
+const (
+	ddlLockTimeout = time.Second
+	ddlTries       = 5
+)
+
+// retryDDL runs f until it does not fail on a lock it could not take in
+// time, ddlTries times at most, pausing in between.
+func retryDDL(ctx context.Context, f func() error) error {
+	var err error
+	for i := range ddlTries {
+		if err = f(); err == nil || !ddlLockTimedOut(err) {
+			return err
+		}
+		t := time.NewTimer(time.Duration(i+1) * 200 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return errors.Join(err, ctx.Err())
+		case <-t.C:
+		}
+	}
+	return err
+}
+
+// ddlLockTimedOut reports a schema change that gave up waiting for its
+// table's lock (PostgreSQL's lock_timeout, 55P03; MySQL's
+// lock_wait_timeout, 1205).
+func ddlLockTimedOut(err error) bool {
+	var pg *pgconn.PgError
+	if errors.As(err, &pg) {
+		return pg.Code == "55P03"
+	}
+	var my *mysql.MySQLError
+	return errors.As(err, &my) && my.Number == 1205
+}
+
+// isIndexStatement reports a statement of the schema that creates or
+// drops an index.
+func isIndexStatement(stmt string) bool {
+	t := strings.TrimSpace(stmt)
+	return strings.HasPrefix(t, "CREATE INDEX") || strings.HasPrefix(t, "DROP INDEX")
+}
+
+// migrateTables creates the tables and adds the columns of tables made
+// before them.
+func (s *Store) migrateTables(ctx context.Context) error {
 	if s.dialect == Postgres {
 		// One transaction under an advisory lock: concurrent CREATE ... IF
 		// NOT EXISTS can otherwise collide in PostgreSQL's catalogs.
-		return s.inTx(ctx, "migrate", "", func(tx *sql.Tx) error {
-			if _, err := tx.ExecContext(ctx, "SELECT pg_advisory_xact_lock(hashtext($1))", "oncekit-migrate:"+s.prefix); err != nil {
-				return err
-			}
-			if done, err := s.pgSchemaInPlace(ctx, tx); err != nil || done {
-				return err
-			}
-			// A table made before a column: added (only then, as ALTER
-			// TABLE locks the table), before the schema's indexes, which
-			// may name it. (A table not made yet is made with it.)
-			for _, col := range pgColumns {
-				table := s.pgColumnTable(col.table)
-				var exists, has bool
-				if err := tx.QueryRowContext(ctx, "SELECT to_regclass($1) IS NOT NULL, EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass($1)"+
-					" AND attname = $2 AND NOT attisdropped)", table, col.name).Scan(&exists, &has); err != nil {
+		return retryDDL(ctx, func() error {
+			return s.inTx(ctx, "migrate", "", func(tx *sql.Tx) error {
+				if _, err := tx.ExecContext(ctx, "SELECT pg_advisory_xact_lock(hashtext($1))", "oncekit-migrate:"+s.prefix); err != nil {
 					return err
 				}
-				if exists && !has {
-					if _, err := tx.ExecContext(ctx, "ALTER TABLE "+table+" ADD COLUMN "+col.name+" "+col.ddl); err != nil {
+				if done, err := s.pgSchemaInPlace(ctx, tx); err != nil || done {
+					return err
+				}
+				if _, err := tx.ExecContext(ctx, fmt.Sprintf("SET LOCAL lock_timeout = %d", ddlLockTimeout.Milliseconds())); err != nil {
+					return err
+				}
+				// A table made before a column: added (only then, as ALTER
+				// TABLE locks the table, for a moment: a column with a
+				// constant default changes no row), before the schema's
+				// indexes, which may name it. (A table not made yet is made
+				// with it.)
+				for _, col := range pgColumns {
+					table := s.pgColumnTable(col.table)
+					var exists, has bool
+					if err := tx.QueryRowContext(ctx, "SELECT to_regclass($1) IS NOT NULL, EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass($1)"+
+						" AND attname = $2 AND NOT attisdropped)", table, col.name).Scan(&exists, &has); err != nil {
+						return err
+					}
+					if exists && !has {
+						if _, err := tx.ExecContext(ctx, "ALTER TABLE "+table+" ADD COLUMN "+col.name+" "+col.ddl); err != nil {
+							return err
+						}
+					}
+				}
+				for _, stmt := range s.Schema() {
+					if isIndexStatement(stmt) {
+						continue // migrateIndexes: CONCURRENTLY
+					}
+					if _, err := tx.ExecContext(ctx, stmt); err != nil {
 						return err
 					}
 				}
-			}
-			for _, stmt := range s.Schema() {
-				if _, err := tx.ExecContext(ctx, stmt); err != nil {
-					return err
-				}
-			}
-			return nil
+				return nil
+			})
 		})
 	}
+	return s.myMigrateTables(ctx)
+}
+
+// migrateIndexes builds the schema's indexes and drops the ones it drops,
+// without blocking writers: on PostgreSQL CONCURRENTLY, outside any
+// transaction (an invalid index that a build cut short left behind is
+// dropped and built again, unless another process is building it now).
+func (s *Store) migrateIndexes(ctx context.Context) error {
+	if s.dialect != Postgres {
+		return s.myMigrateIndexes(ctx)
+	}
+	for _, stmt := range s.Schema() {
+		t := strings.TrimSpace(stmt)
+		var err error
+		switch {
+		case strings.HasPrefix(t, "DROP INDEX IF EXISTS "):
+			_, err = s.db.ExecContext(ctx, "DROP INDEX CONCURRENTLY IF EXISTS "+strings.TrimPrefix(t, "DROP INDEX IF EXISTS "))
+		case strings.HasPrefix(t, "CREATE INDEX IF NOT EXISTS "):
+			err = s.pgBuildIndex(ctx, t)
+		default:
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("sqlstore: migrate: %s: %w", t, err)
+		}
+	}
+	return nil
+}
+
+// pgBuildIndex builds the index of stmt ("CREATE INDEX IF NOT EXISTS name
+// ON table ...") concurrently, unless it is built and valid.
+func (s *Store) pgBuildIndex(ctx context.Context, stmt string) error {
+	m := pgSchemaStatement.FindStringSubmatch(stmt)
+	if m == nil {
+		return fmt.Errorf("not an index statement")
+	}
+	name := m[2]
+	if sch, ok := schemaOf(m[3]).(string); ok {
+		name = sch + "." + m[2]
+	}
+	for {
+		// valid: built; building: another process's build is under way;
+		// exists: an index by that name (invalid when not valid).
+		var exists, valid, building bool
+		if err := s.db.QueryRowContext(ctx, `SELECT to_regclass($1) IS NOT NULL,
+			coalesce((SELECT indisvalid AND indisready FROM pg_index WHERE indexrelid = to_regclass($1)), false),
+			EXISTS (SELECT 1 FROM pg_stat_progress_create_index WHERE index_relid = to_regclass($1))`, name).Scan(&exists, &valid, &building); err != nil {
+			return err
+		}
+		switch {
+		case valid:
+			return nil
+		case building:
+			t := time.NewTimer(200 * time.Millisecond)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return ctx.Err()
+			case <-t.C:
+			}
+			continue
+		case exists: // a build cut short: invalid, and nobody finishes it
+			if _, err := s.db.ExecContext(ctx, "DROP INDEX CONCURRENTLY IF EXISTS "+name); err != nil {
+				return err
+			}
+		}
+		_, err := s.db.ExecContext(ctx, strings.Replace(stmt, "CREATE INDEX IF NOT EXISTS", "CREATE INDEX CONCURRENTLY IF NOT EXISTS", 1))
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+		// Another process made it at the same moment: look again.
+		var again bool
+		if qerr := s.db.QueryRowContext(ctx, "SELECT to_regclass($1) IS NOT NULL", name).Scan(&again); qerr != nil || !again {
+			return err
+		}
+	}
+}
+
+// myMigrateTables is migrateTables on MySQL.
+func (s *Store) myMigrateTables(ctx context.Context) error {
+	c, err := s.db.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("sqlstore: migrate: %w", err)
+	}
+	defer c.Close()
+	// A change waits for its table's metadata lock at most this long (and
+	// is tried again): queued behind a long transaction, it would hold up
+	// every statement on the table queued behind it.
+	if _, err := c.ExecContext(ctx, fmt.Sprintf("SET SESSION lock_wait_timeout = %d", int(ddlLockTimeout.Seconds()))); err != nil {
+		return fmt.Errorf("sqlstore: migrate: %w", err)
+	}
+	defer c.ExecContext(context.WithoutCancel(ctx), "SET SESSION lock_wait_timeout = DEFAULT") //nolint:errcheck
 	for _, stmt := range s.Schema() { // MySQL's DDL commits on its own
-		if _, err := s.db.ExecContext(ctx, stmt); err != nil {
+		if err := retryDDL(ctx, func() error { _, err := c.ExecContext(ctx, stmt); return err }); err != nil {
 			return fmt.Errorf("sqlstore: migrate: %w", err)
 		}
 	}
 	locks, _, records := s.Tables()
-	// A table made before a column: added (only then).
+	// A table made before a column: added (only then), in place and at
+	// once where the server can (a column at the end, with a default).
 	for _, col := range []struct{ table, name, ddl string }{
 		{records, "attempt", "INT NOT NULL DEFAULT 0"},
 		{records, "sweep_us", "BIGINT NOT NULL DEFAULT 0"},
 		{locks, "queued", "BOOLEAN NOT NULL DEFAULT FALSE"},
 	} {
 		var n int
-		if err := s.db.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = COALESCE(?, DATABASE())"+
+		if err := c.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = COALESCE(?, DATABASE())"+
 			" AND TABLE_NAME = ? AND COLUMN_NAME = ?", schemaOf(col.table), tableOf(col.table), col.name).Scan(&n); err != nil {
 			return fmt.Errorf("sqlstore: migrate: %w", err)
 		}
-		if n == 0 {
-			if _, err := s.db.ExecContext(ctx, "ALTER TABLE "+col.table+" ADD COLUMN "+col.name+" "+col.ddl); err != nil && !myDuplicateColumn(err) {
-				return fmt.Errorf("sqlstore: migrate: %w", err)
-			}
+		if n > 0 {
+			continue
+		}
+		add := "ALTER TABLE " + col.table + " ADD COLUMN " + col.name + " " + col.ddl
+		err := retryDDL(ctx, func() error { _, err := c.ExecContext(ctx, add+", ALGORITHM=INSTANT"); return err })
+		if myAlgorithmRefused(err) { // MySQL before 8.0.12
+			err = retryDDL(ctx, func() error { _, err := c.ExecContext(ctx, add+", ALGORITHM=INPLACE, LOCK=NONE"); return err })
+		}
+		if err != nil && !myDuplicateColumn(err) {
+			return fmt.Errorf("sqlstore: migrate: %w", err)
 		}
 	}
+	return nil
+}
+
+// myAlgorithmRefused reports an ALTER TABLE whose ALGORITHM the server
+// does not support for it (1845/1846: ER_ALTER_OPERATION_NOT_SUPPORTED[_REASON]).
+func myAlgorithmRefused(err error) bool {
+	var my *mysql.MySQLError
+	return errors.As(err, &my) && (my.Number == 1845 || my.Number == 1846)
+}
+
+// myMigrateIndexes adds and drops the indexes of tables made before them,
+// in place, with writes going on (LOCK=NONE).
+func (s *Store) myMigrateIndexes(ctx context.Context) error {
+	c, err := s.db.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("sqlstore: migrate: %w", err)
+	}
+	defer c.Close()
+	if _, err := c.ExecContext(ctx, fmt.Sprintf("SET SESSION lock_wait_timeout = %d", int(ddlLockTimeout.Seconds()))); err != nil {
+		return fmt.Errorf("sqlstore: migrate: %w", err)
+	}
+	defer c.ExecContext(context.WithoutCancel(ctx), "SET SESSION lock_wait_timeout = DEFAULT") //nolint:errcheck
+	locks, _, records := s.Tables()
 	// Indexes of tables made before: the records' sweep index added, the
 	// expiry indexes of both tables dropped (only then; MySQL 8 has no
 	// IF [NOT] EXISTS for them).
@@ -430,14 +636,15 @@ func (s *Store) Migrate(ctx context.Context) error {
 		{locks, index + "locks_expires", "DROP INDEX " + index + "locks_expires", false},
 	} {
 		var k int
-		if err := s.db.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = COALESCE(?, DATABASE())"+
+		if err := c.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = COALESCE(?, DATABASE())"+
 			" AND TABLE_NAME = ? AND INDEX_NAME = ?", schemaOf(ix.table), tableOf(ix.table), ix.name).Scan(&k); err != nil {
 			return fmt.Errorf("sqlstore: migrate: %w", err)
 		}
 		if (k > 0) == ix.want {
 			continue
 		}
-		if _, err := s.db.ExecContext(ctx, "ALTER TABLE "+ix.table+" "+ix.ddl); err != nil && !myNoSuchIndex(err) && !myDuplicateIndex(err) {
+		alter := "ALTER TABLE " + ix.table + " " + ix.ddl + ", ALGORITHM=INPLACE, LOCK=NONE"
+		if err := retryDDL(ctx, func() error { _, err := c.ExecContext(ctx, alter); return err }); err != nil && !myNoSuchIndex(err) && !myDuplicateIndex(err) {
 			return fmt.Errorf("sqlstore: migrate: %w", err)
 		}
 	}
