@@ -98,7 +98,7 @@ func decodeRecord(key string, v []byte) (recordVal, error) {
 	bad := func(why string) (recordVal, error) {
 		return recordVal{}, &idem.CorruptRecordError{Key: key, Reason: why}
 	}
-	if len(v) > 0 && v[0] != recordVersion && v[0] < ' ' {
+	if len(v) > 0 && v[0] > recordVersion && v[0] < ' ' {
 		// A small version byte other than ours: a later (or an
 		// earlier) version's layout, never judged nor taken over.
 		return recordVal{}, fmt.Errorf("%w: the record of %q is of layout %d, this version reads %d (a version that wrote it is still running, or this one is older: it is left alone)",
