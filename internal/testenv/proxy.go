@@ -57,6 +57,15 @@ func StartPeerProxy(tb testing.TB, target string) *Proxy {
 	return startProxy(tb, target, 2*time.Second)
 }
 
+// Retarget sends the connections accepted from now on to target; those
+// open now stay where they are: a proxy that spreads its clients'
+// connections over several servers (ProxySQL, HAProxy before a cluster).
+func (p *Proxy) Retarget(target string) {
+	p.mu.Lock()
+	p.target = target
+	p.mu.Unlock()
+}
+
 // Stall stops forwarding on every connection, present and future.
 func (p *Proxy) Stall() {
 	p.mu.Lock()
@@ -147,10 +156,13 @@ func (p *Proxy) accept() {
 func (p *Proxy) connect(c net.Conn) {
 	defer p.wg.Done()
 	deadline := time.Now().Add(p.redial)
-	s, err := net.Dial("tcp", p.target)
+	p.mu.Lock()
+	target := p.target
+	p.mu.Unlock()
+	s, err := net.Dial("tcp", target)
 	for err != nil && time.Now().Before(deadline) && p.open() {
 		time.Sleep(20 * time.Millisecond)
-		s, err = net.Dial("tcp", p.target)
+		s, err = net.Dial("tcp", target)
 	}
 	if err != nil {
 		_ = c.Close()

@@ -51,7 +51,7 @@ func (c myConnector) Connect(ctx context.Context) (driver.Conn, error) {
 // time, so its fields need no lock.
 type myConn struct {
 	myDriverConn
-	id    int64                  // CONNECTION_ID(), once asked (0: not yet)
+	id    connID                 // CONNECTION_ID() and its server, once asked (0: not yet)
 	stmts map[string]driver.Stmt // by text; nil: sent as text (not preparable)
 }
 

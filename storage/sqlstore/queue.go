@@ -887,11 +887,7 @@ func (s *Store) myWaitLook(ctx context.Context, c *sql.Conn, key, tok, owner str
 	defer done()
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), budget+5*time.Second)
 	defer cancel()
-	stop := context.AfterFunc(ctx, func() {
-		kctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_, _ = s.db.ExecContext(kctx, "KILL QUERY "+strconv.FormatInt(id, 10))
-	})
+	stop := context.AfterFunc(ctx, func() { s.myKillQuery(id) })
 	res, err := connExec(wctx, c, s.q.sqWait, []byte(key), tok, []byte(owner), us(ttl), name, secs)
 	if !stop() {
 		// Killed (or about to be): whatever the statement did, the
@@ -925,20 +921,66 @@ func (s *Store) myWaitLook(ctx context.Context, c *sql.Conn, key, tok, owner str
 // connection must not be used again (see myWaitLook).
 var errConnKilled = errors.New("sqlstore: the wait was ended by KILL QUERY")
 
-// myConnID is the server's id of c's session (CONNECTION_ID()), asked once
-// per driver connection.
-func (s *Store) myConnID(ctx context.Context, c *sql.Conn) (int64, error) {
+// connID is a MySQL session: its CONNECTION_ID() and the server it is on
+// (myServer), for a KILL QUERY that must reach that server and no other.
+type connID struct {
+	id     int64
+	server string
+}
+
+// myServer names the server a connection is on: behind a proxy that
+// spreads connections over several servers (ProxySQL, HAProxy in front of
+// a Galera cluster), connection ids are per server, and the same id on
+// another server is another session.
+const myServer = "CONCAT(@@hostname, ':', @@port, ':', @@server_id)"
+
+// myKillQuery ends the statement of session target (KILL QUERY), sent on
+// a connection of the pool that is on the same server: a connection of
+// another server would end an unrelated statement with that id. It tries
+// a few connections; when none is on target's server, nothing is killed,
+// and the statement ends by its own timeout (GET_LOCK's).
+func (s *Store) myKillQuery(target connID) {
+	kctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var held []*sql.Conn // held, so that the next one is another connection
+	defer func() {
+		for _, c := range held {
+			_ = c.Close()
+		}
+	}()
+	for range myKillTries {
+		c, err := s.db.Conn(kctx)
+		if err != nil {
+			return
+		}
+		held = append(held, c)
+		var server string
+		if err := c.QueryRowContext(kctx, "SELECT "+myServer).Scan(&server); err != nil || server != target.server {
+			continue
+		}
+		_, _ = c.ExecContext(kctx, "KILL QUERY "+strconv.FormatInt(target.id, 10))
+		return
+	}
+}
+
+// myKillTries is how many of the pool's connections myKillQuery looks at
+// for one on the waiter's server.
+const myKillTries = 4
+
+// myConnID is the server's id of c's session (CONNECTION_ID()) and the
+// server's name, asked once per driver connection.
+func (s *Store) myConnID(ctx context.Context, c *sql.Conn) (connID, error) {
 	var dc any
 	_ = c.Raw(func(d any) error { dc = d; return nil })
-	if mc, ok := dc.(*myConn); ok && mc.id != 0 {
+	if mc, ok := dc.(*myConn); ok && mc.id.id != 0 {
 		return mc.id, nil
 	}
 	if id, ok := s.connIDs.Load(dc); ok {
-		return id.(int64), nil
+		return id.(connID), nil
 	}
-	var id int64
-	if err := c.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&id); err != nil {
-		return 0, err
+	var id connID
+	if err := c.QueryRowContext(ctx, "SELECT CONNECTION_ID(), "+myServer).Scan(&id.id, &id.server); err != nil {
+		return connID{}, err
 	}
 	if mc, ok := dc.(*myConn); ok {
 		mc.id = id // (c is ours until the caller hands it back)
