@@ -680,14 +680,31 @@ func (s *Store) wrap(op, key string, ctx context.Context, err error) error {
 // expiry is the value of an entry: when its holder's TTL runs out, in Unix
 // milliseconds, for other clients' BusyError.
 func expiry(start time.Time, ttl time.Duration) string {
-	return strconv.FormatInt(start.Add(ttl).UnixMilli(), 10)
+	return expiryValue(start.Add(ttl).UnixMilli())
+}
+
+// expiryValue is an entry's value of layout L1 (oncekit v0.1.0's):
+// "L1|<expiry in Unix ms>". The value is only a hint: an entry holds its
+// key by its place in the create-revision queue and its lease, whatever it
+// says, so an entry of a later layout is held like any other.
+func expiryValue(ms int64) string { return "L1|" + strconv.FormatInt(ms, 10) }
+
+// expiryOf reads an entry's recorded expiry; 0 when it is not one this
+// version reads.
+func expiryOf(v []byte) int64 {
+	rest, ok := strings.CutPrefix(string(v), "L1|")
+	if !ok {
+		return 0
+	}
+	ms, _ := strconv.ParseInt(rest, 10, 64)
+	return ms
 }
 
 // remaining reads an entry's recorded expiry; -1 when it is unknown or
 // already past (a holder that waited in the queue and has not refreshed).
 func remaining(v string) time.Duration {
-	ms, err := strconv.ParseInt(v, 10, 64)
-	if err != nil {
+	ms := expiryOf([]byte(v))
+	if ms == 0 {
 		return -1
 	}
 	if d := time.Until(time.UnixMilli(ms)); d > 0 {

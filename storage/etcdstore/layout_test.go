@@ -12,6 +12,7 @@ import (
 	"github.com/oncekit/oncekit/core/idem"
 	"github.com/oncekit/oncekit/internal/testenv"
 	"github.com/oncekit/oncekit/storage/etcdstore"
+	"github.com/oncekit/oncekit/storage/internal/layouts"
 )
 
 // etcdLayout is an etcd layout's stored entry: its name under the key's
@@ -29,10 +30,10 @@ func TestStoredLayouts(t *testing.T) {
 	t.Parallel()
 	c := newClient(t, testenv.EtcdAddrs(t))
 	store := newStore(t, c, etcdstore.WithPrefix("layout/lock/"), etcdstore.WithRecordPrefix("layout/idem/"))
-	if testenv.WritingLayouts() {
+	if layouts.Writing() {
 		writeEtcdLayouts(t, store, c)
 	}
-	testenv.CheckLayouts(t, "testdata/layouts", store, func(t *testing.T, key string, l testenv.Layout) {
+	layouts.Check(t, "testdata/layouts", store, func(t *testing.T, key string, l layouts.Layout) {
 		var d etcdLayout
 		if err := json.Unmarshal(l.Data, &d); err != nil {
 			t.Fatal(err)
@@ -51,8 +52,8 @@ func TestStoredLayouts(t *testing.T) {
 func writeEtcdLayouts(t *testing.T, store *etcdstore.Store, c *clientv3.Client) {
 	ctx := t.Context()
 	run := fmt.Sprint(time.Now().UnixNano())
-	var out []testenv.Layout
-	read := func(l testenv.Layout, prefix string) testenv.Layout {
+	var out []layouts.Layout
+	read := func(l layouts.Layout, prefix string) layouts.Layout {
 		resp, err := c.Get(ctx, prefix, clientv3.WithPrefix())
 		if err != nil || len(resp.Kvs) != 1 {
 			t.Fatalf("%s: %v entries, %v", prefix, len(resp.Kvs), err)
@@ -69,7 +70,7 @@ func writeEtcdLayouts(t *testing.T, store *etcdstore.Store, c *clientv3.Client) 
 	}
 	k := "golden-inflight-" + run
 	cl := begin(k, "fp-1")
-	out = append(out, read(testenv.Layout{Name: "record in flight", What: "record", Want: "in_flight", Fingerprint: "fp-1"}, etcdstore.RecordDir(store, k)))
+	out = append(out, read(layouts.Layout{Name: "record in flight", What: "record", Want: "in_flight", Fingerprint: "fp-1"}, etcdstore.RecordDir(store, k)))
 	_ = store.Abandon(ctx, cl)
 
 	k = "golden-completed-" + run
@@ -79,7 +80,7 @@ func writeEtcdLayouts(t *testing.T, store *etcdstore.Store, c *clientv3.Client) 
 	}
 	// A completed record keeps its retention's end; the golden one is
 	// kept far ahead, so that it is still retained whenever it is read.
-	l := read(testenv.Layout{Name: "record completed", What: "record", Want: "completed", Fingerprint: "fp-2", Result: []byte(`{"order":"o-1"}`)}, etcdstore.RecordDir(store, k))
+	l := read(layouts.Layout{Name: "record completed", What: "record", Want: "completed", Fingerprint: "fp-2", Result: []byte(`{"order":"o-1"}`)}, etcdstore.RecordDir(store, k))
 	var d etcdLayout
 	_ = json.Unmarshal(l.Data, &d)
 	far := []byte(d.Value)
@@ -94,14 +95,14 @@ func writeEtcdLayouts(t *testing.T, store *etcdstore.Store, c *clientv3.Client) 
 	_ = json.Unmarshal(out[0].Data, &first)
 	later := append([]byte{2}, first.Value[1:]...)
 	data, _ := json.Marshal(etcdLayout{Entry: first.Entry, Value: later})
-	out = append(out, testenv.Layout{Name: "record of layout 2", What: "record", Want: "unknown_layout", Fingerprint: "fp-1", Data: data})
+	out = append(out, layouts.Layout{Name: "record of layout 2", What: "record", Want: "unknown_layout", Fingerprint: "fp-1", Data: data})
 
 	k = "golden-lock-" + run
 	lease, err := store.Acquire(ctx, k, 30*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	out = append(out, read(testenv.Layout{Name: "lock held", What: "lock", Want: "held"}, etcdstore.LockPrefix(store, k)))
+	out = append(out, read(layouts.Layout{Name: "lock held", What: "lock", Want: "held"}, etcdstore.LockPrefix(store, k)))
 	_ = lease.Release(ctx)
-	testenv.WriteLayouts(t, "testdata/layouts/v0.1.0.json", out)
+	layouts.Write(t, "testdata/layouts/v0.1.0.json", out)
 }

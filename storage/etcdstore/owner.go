@@ -33,20 +33,23 @@ type ownerRec struct {
 	holds int
 }
 
+// encode is the owner record of layout O1 (oncekit v0.1.0's):
+// "O1\x00<owner>\x00<entry>\x00<holds>". A record of another layout is
+// not read: its owner cannot re-enter the hold, which frees as any other.
 func (r ownerRec) encode() string {
-	return r.owner + "\x00" + r.entry + "\x00" + strconv.Itoa(r.holds)
+	return "O1\x00" + r.owner + "\x00" + r.entry + "\x00" + strconv.Itoa(r.holds)
 }
 
 func decodeOwner(v []byte) (ownerRec, bool) {
 	parts := strings.Split(string(v), "\x00")
-	if len(parts) != 3 {
+	if len(parts) != 4 || parts[0] != "O1" {
 		return ownerRec{}, false
 	}
-	n, err := strconv.Atoi(parts[2])
+	n, err := strconv.Atoi(parts[3])
 	if err != nil || n < 1 {
 		return ownerRec{}, false
 	}
-	return ownerRec{owner: parts[0], entry: parts[1], holds: n}, true
+	return ownerRec{owner: parts[1], entry: parts[2], holds: n}, true
 }
 
 // tokenOf returns the token part of an entry's name ("<lease>-<token>").
@@ -82,7 +85,7 @@ func (s *Store) reenter(ctx context.Context, sess *session, key, owner string, t
 			If(clientv3.Compare(clientv3.ModRevision(ok), "=", recs[0].ModRevision),
 				clientv3.Compare(clientv3.CreateRevision(rec.entry), "=", first[0].CreateRevision)).
 			Then(clientv3.OpPut(ok, rec.encode(), clientv3.WithIgnoreLease()),
-				clientv3.OpPut(rec.entry, strconv.FormatInt(exp, 10), clientv3.WithIgnoreLease())).
+				clientv3.OpPut(rec.entry, expiryValue(exp), clientv3.WithIgnoreLease())).
 			Commit()
 		if err != nil {
 			return nil, false, err
@@ -98,11 +101,6 @@ func (s *Store) reenter(ctx context.Context, sess *session, key, owner string, t
 		return l, true, nil
 	}
 	return nil, false, errors.New("owner record keeps changing")
-}
-
-func expiryOf(v []byte) int64 {
-	ms, _ := strconv.ParseInt(string(v), 10, 64)
-	return ms
 }
 
 // recordOwner writes the owner record for a freshly granted entry.

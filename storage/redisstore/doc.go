@@ -12,13 +12,13 @@
 //
 // A key K lives in one Redis string, "<prefix>{K}" (the prefix defaults to
 // "oncekit:lock:"; the hash tag keeps every name of a key in one Cluster
-// slot): "<token>|<fence>|<flags>" with a PX expiry while held. Its fence
+// slot): "L1|<token>|<fence>|<flags>" with a PX expiry while held. Its fence
 // is issued when the key is taken: max(the key's last fence + 1, the
 // server's clock in µs). A release deletes the key once the server's clock
 // has passed its fence — any later take issues at least the clock, which is
 // then above it — and otherwise (a fence issued faster than the clock
 // moves, or carried over from a server whose clock ran ahead) leaves a
-// tombstone "~|<fence>|<flags>" that expires when the clock passes the
+// tombstone "L1|~|<fence>|<flags>" that expires when the clock passes the
 // fence (a minute, while flags must be kept). Fences therefore rise with
 // every take, also after the key expired, after a tombstone lived out its
 // life, and after a restart without persistence, as long as the server's
@@ -185,9 +185,15 @@
 // more hold, expiry extended to at least the TTL), and release, refresh and
 // the local hand-off count holds down in the same scripts.
 //
+// Every lock value and record carries its layout ("L1|", "R2|": oncekit
+// v0.1.0's, which every later version reads). A lock value of another
+// layout is held by someone this version does not know, until its PTTL
+// runs out; a record of another layout is idem.ErrUnknownLayout, never
+// taken over (a rolling deploy's later version, or an earlier one's).
+//
 // # Idempotency records
 //
-// Store is also an idem.Store: a record is one versioned string
+// Store is also an idem.Store: a record is one string, of layout R2,
 // "oncekit:idem:{K}" (WithRecordPrefix) holding its state, fence, flags,
 // the claim's token, the fingerprint and the result (an in-flight
 // record's: its attempt), whose PTTL is the result's retention, or the

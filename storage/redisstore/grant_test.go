@@ -146,7 +146,7 @@ func TestWaiterLeavingGivesGrantBack(t *testing.T) {
 	}
 	// The key is the waiter's, as a grant would leave it; its message is lost.
 	_, fence := lockValue(t, admin, lockName)
-	if err := admin.Set(ctx, lockName, fmt.Sprintf("%s|%d|w", tok, fence+1), 10*time.Second).Err(); err != nil {
+	if err := admin.Set(ctx, lockName, fmt.Sprintf("L1|%s|%d|w", tok, fence+1), 10*time.Second).Err(); err != nil {
 		t.Fatal(err)
 	}
 	cancel()

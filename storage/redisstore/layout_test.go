@@ -5,7 +5,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/oncekit/oncekit/internal/testenv"
+	"github.com/oncekit/oncekit/storage/internal/layouts"
 	"github.com/oncekit/oncekit/storage/internal/rediskit"
 	"github.com/oncekit/oncekit/storage/internal/rediskit/layouttest"
 	"github.com/oncekit/oncekit/storage/redisstore"
@@ -21,8 +21,8 @@ func TestStoredLayouts(t *testing.T) {
 	c := newClient(t)
 	names := layouttest.Names{Keys: rediskit.Keys{Prefix: "layout:lock:"}, Records: rediskit.Records{Prefix: "layout:idem:"}}
 	store := newStore(t, c, redisstore.WithPrefix(names.Keys.Prefix), redisstore.WithRecordPrefix(names.Records.Prefix))
-	if testenv.WritingLayouts() {
+	if layouts.Writing() {
 		layouttest.Write(t, "testdata/layouts/v0.1.0.json", store, c, names)
 	}
-	testenv.CheckLayouts(t, "testdata/layouts", store, layouttest.Plant([]*redis.Client{c}, names))
+	layouts.Check(t, "testdata/layouts", store, layouttest.Plant([]*redis.Client{c}, names))
 }

@@ -34,8 +34,8 @@ func lockValue(t *testing.T, c *redis.Client, name string) (tok string, fence ui
 	if err != nil {
 		t.Fatal(err)
 	}
-	parts := strings.Split(v, "|")
-	if len(parts) != 3 {
+	parts := strings.Split(strings.TrimPrefix(v, "L1|"), "|")
+	if len(parts) != 3 || !strings.HasPrefix(v, "L1|") {
 		t.Fatalf("lock key %s holds %q", name, v)
 	}
 	if fence, err = strconv.ParseUint(parts[1], 10, 64); err != nil {

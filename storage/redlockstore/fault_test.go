@@ -298,7 +298,7 @@ func TestReleasedFenceKeptOnEveryNode(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		rcs[i].Set(ctx, name, fmt.Sprintf("~|%d|", now.Add(800*time.Millisecond).UnixMicro()), time.Minute)
+		rcs[i].Set(ctx, name, fmt.Sprintf("L1|~|%d|", now.Add(800*time.Millisecond).UnixMicro()), time.Minute)
 	}
 	l, err := s.Acquire(ctx, "kept-fence", 2*time.Second)
 	if err != nil {
@@ -313,8 +313,8 @@ func TestReleasedFenceKeptOnEveryNode(t *testing.T) {
 		for {
 			v, err := rc.Get(ctx, name).Result()
 			var f uint64
-			if err == nil && strings.HasPrefix(v, "~|") {
-				fmt.Sscanf(v, "~|%d|", &f)
+			if err == nil && strings.HasPrefix(v, "L1|~|") {
+				fmt.Sscanf(v, "L1|~|%d|", &f)
 			}
 			if f >= base {
 				break
@@ -358,7 +358,7 @@ func TestFencesGrowAcrossInterleavings(t *testing.T) {
 			t.Fatal(err)
 		}
 		ahead := time.Duration([]int{50, 3, 400, 7, 200}[i]) * time.Millisecond
-		rc.Set(ctx, "oncekit:redlock:{interleave}", fmt.Sprintf("~|%d|", now.Add(ahead).UnixMicro()), time.Minute)
+		rc.Set(ctx, "oncekit:redlock:{interleave}", fmt.Sprintf("L1|~|%d|", now.Add(ahead).UnixMicro()), time.Minute)
 		rc.Close()
 	}
 	stores := []*redlockstore.Store{newStore(t, c.clients(t)), newStore(t, c.clients(t))}

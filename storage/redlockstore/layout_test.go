@@ -6,6 +6,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/oncekit/oncekit/internal/testenv"
+	"github.com/oncekit/oncekit/storage/internal/layouts"
 	"github.com/oncekit/oncekit/storage/internal/rediskit"
 	"github.com/oncekit/oncekit/storage/internal/rediskit/layouttest"
 	"github.com/oncekit/oncekit/storage/redlockstore"
@@ -24,8 +25,8 @@ func TestStoredLayouts(t *testing.T) {
 	}
 	names := layouttest.Names{Keys: rediskit.Keys{Prefix: "layout:redlock:"}, Records: rediskit.Records{Prefix: "layout:redlock-idem:"}}
 	store := newStore(t, cs, redlockstore.WithPrefix(names.Keys.Prefix), redlockstore.WithRecordPrefix(names.Records.Prefix))
-	if testenv.WritingLayouts() {
+	if layouts.Writing() {
 		layouttest.Write(t, "testdata/layouts/v0.1.0.json", store, nodes[0], names)
 	}
-	testenv.CheckLayouts(t, "testdata/layouts", store, layouttest.Plant(nodes, names))
+	layouts.Check(t, "testdata/layouts", store, layouttest.Plant(nodes, names))
 }

@@ -302,7 +302,7 @@ func TestReservationOnQueueNodesBarsOthers(t *testing.T) {
 		}
 		// What a release leaves for the member it woke: a tombstone that
 		// says a process is queued, and the member's grace.
-		if err := c.Set(ctx, lockKey, "~|0|w", time.Minute).Err(); err != nil {
+		if err := c.Set(ctx, lockKey, "L1|~|0|w", time.Minute).Err(); err != nil {
 			t.Fatal(err)
 		}
 		if err := c.ZAdd(ctx, q, redis.Z{Score: 0, Member: "woken"}).Err(); err != nil {
@@ -329,7 +329,7 @@ func TestReservationOnQueueNodesBarsOthers(t *testing.T) {
 		}
 		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
 			v, err := c.(*redis.Client).Get(ctx, lockKey).Result()
-			if err == redis.Nil || err == nil && strings.HasPrefix(v, "~|") && strings.HasSuffix(v, "|") {
+			if err == redis.Nil || err == nil && strings.HasPrefix(v, "L1|~|") && strings.HasSuffix(v, "|") {
 				break
 			}
 			if time.Now().After(deadline) {

@@ -14,7 +14,17 @@
 // storage.Open, which migrates unless migrate=false). Schema returns the
 // statements for users who apply migrations with their own tool; the
 // tables are <prefix>locks, <prefix>lock_waiters and <prefix>records
-// (WithTablePrefix, default "oncekit_").
+// (WithTablePrefix, default "oncekit_"), each naming its layout in its
+// comment ("oncekit layout 1"; a Store refuses tables of a later layout:
+// CheckLayout).
+//
+// Migrate is safe on a live deployment: it adds columns under a short lock
+// timeout and builds indexes without blocking writers (PostgreSQL's
+// CREATE INDEX CONCURRENTLY; MySQL's LOCK=NONE), so other replicas keep
+// claiming keys while the first upgraded one migrates. storage.Open waits
+// for tables and columns and builds missing indexes in the background.
+// Users applying Schema with their own tool on a large live table should
+// build its indexes CONCURRENTLY themselves.
 //
 // # Effects in the caller's transaction
 //
@@ -28,7 +38,7 @@
 // transaction, idem.Commit(ctx, sqlstore.InTx(tx)) completes the record in
 // it instead — the caller commits after Guard.Do returns — and
 // Store.CompleteInTx does the same for code that calls Begin itself. Not
-// under httpmw, grpcmw or kafkamw, which answer when Guard.Do returns,
+// under httpmw, grpcmw, kafkamw or job.Run, which answer when Guard.Do returns,
 // before that commit: there Commit refuses InTx (idem.ErrCallerCommits),
 // and sqlstore.Effect is the way. A caller's transaction must run at READ
 // COMMITTED: at REPEATABLE READ or SERIALIZABLE it cannot complete a

@@ -46,6 +46,9 @@ func openURL(ctx context.Context, u *driver.URL) (driver.Store, error) {
 			s.Close()
 			return nil, err
 		}
+	} else if err := s.CheckLayout(ctx); err != nil {
+		s.Close()
+		return nil, err
 	}
 	return s, nil
 }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
 
+	"github.com/oncekit/oncekit/core/idem"
 	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/core/observe"
 	"github.com/oncekit/oncekit/storage/internal/keep"
@@ -431,9 +433,58 @@ func isIndexStatement(stmt string) bool {
 	return strings.HasPrefix(t, "CREATE INDEX") || strings.HasPrefix(t, "DROP INDEX")
 }
 
+// Layout is the layout of the tables this version makes and reads, named
+// in each table's comment ("oncekit layout 1": oncekit v0.1.0's). Every
+// later version reads the rows of every earlier layout; a Store refuses
+// tables of a later layout than its own (CheckLayout).
+const Layout = 1
+
+// layoutComment is a table's comment naming Layout.
+var layoutComment = "oncekit layout " + strconv.Itoa(Layout)
+
+// CheckLayout reads the layout of the Store's tables (their comments) and
+// returns an error matching idem.ErrUnknownLayout when one is of a later
+// layout than this version reads: a later version migrated them, and this
+// one must not judge their rows. Tables not made yet, and tables made
+// before their layout was named, pass. Migrate checks it first, and
+// storage.Open always.
+func (s *Store) CheckLayout(ctx context.Context) error {
+	locks, waiters, records := s.Tables()
+	names := []string{locks, waiters, records}
+	var rows *sql.Rows
+	var err error
+	if s.dialect == Postgres {
+		rows, err = s.db.QueryContext(ctx, "SELECT n, coalesce(obj_description(to_regclass(n), 'pg_class'), '') FROM unnest($1::text[]) n WHERE to_regclass(n) IS NOT NULL", pgArray(names))
+	} else {
+		rows, err = s.db.QueryContext(ctx, "SELECT TABLE_NAME, TABLE_COMMENT FROM information_schema.TABLES WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME IN (?, ?, ?)",
+			schemaOf(locks), tableOf(locks), tableOf(waiters), tableOf(records))
+	}
+	if err != nil {
+		return s.errWrap("check layout", "", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var table, comment string
+		if err := rows.Scan(&table, &comment); err != nil {
+			return s.errWrap("check layout", "", err)
+		}
+		rest, ok := strings.CutPrefix(comment, "oncekit layout ")
+		if !ok {
+			continue // made before the layout was named
+		}
+		if n, err := strconv.Atoi(rest); err != nil || n > Layout {
+			return fmt.Errorf("sqlstore: table %s is of %s, this version reads layout %d: a later oncekit migrated it (upgrade this one): %w", table, comment, Layout, idem.ErrUnknownLayout)
+		}
+	}
+	return rows.Err()
+}
+
 // migrateTables creates the tables and adds the columns of tables made
 // before them.
 func (s *Store) migrateTables(ctx context.Context) error {
+	if err := s.CheckLayout(ctx); err != nil {
+		return err
+	}
 	if s.dialect == Postgres {
 		// One transaction under an advisory lock: concurrent CREATE ... IF
 		// NOT EXISTS can otherwise collide in PostgreSQL's catalogs.
@@ -600,6 +651,23 @@ func (s *Store) myMigrateTables(ctx context.Context) error {
 			return fmt.Errorf("sqlstore: migrate: %w", err)
 		}
 	}
+	// Tables made before their layout was named: named (their rows are of
+	// it once the columns above are there).
+	_, waiters, _ := s.Tables()
+	for _, table := range []string{locks, waiters, records} {
+		var comment string
+		if err := c.QueryRowContext(ctx, "SELECT TABLE_COMMENT FROM information_schema.TABLES WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME = ?",
+			schemaOf(table), tableOf(table)).Scan(&comment); err != nil {
+			return fmt.Errorf("sqlstore: migrate: %w", err)
+		}
+		if comment == layoutComment {
+			continue
+		}
+		mark := "ALTER TABLE " + table + " COMMENT = '" + layoutComment + "'"
+		if err := retryDDL(ctx, func() error { _, err := c.ExecContext(ctx, mark); return err }); err != nil {
+			return fmt.Errorf("sqlstore: migrate: %w", err)
+		}
+	}
 	return nil
 }
 
@@ -654,19 +722,21 @@ func (s *Store) myMigrateIndexes(ctx context.Context) error {
 // pgSchemaStatement matches the statements of the PostgreSQL schema, which
 // pgSchemaInPlace checks in the catalogs: a table or an index that must
 // exist, an index that must not.
-var pgSchemaStatement = regexp.MustCompile(`^(CREATE TABLE IF NOT EXISTS|CREATE INDEX IF NOT EXISTS|DROP INDEX IF EXISTS) ([\w.]+)(?: ON ([\w.]+))?`)
+var pgSchemaStatement = regexp.MustCompile(`^(CREATE TABLE IF NOT EXISTS|CREATE INDEX IF NOT EXISTS|DROP INDEX IF EXISTS|COMMENT ON TABLE) ([\w.]+)(?: ON ([\w.]+))?`)
 
 // pgSchemaInPlace reports whether every statement of the schema would
 // change nothing and the records table has all of pgColumns, read from
 // the catalogs (which lock no table). A statement it does not know
 // counts as work to do.
 func (s *Store) pgSchemaInPlace(ctx context.Context, tx *sql.Tx) (bool, error) {
-	var exist, absent []string
+	var exist, absent, marked []string
 	for _, stmt := range s.Schema() {
 		m := pgSchemaStatement.FindStringSubmatch(strings.TrimSpace(stmt))
 		switch {
 		case m == nil:
 			return false, nil
+		case m[1] == "COMMENT ON TABLE":
+			marked = append(marked, m[2])
 		case m[1] == "DROP INDEX IF EXISTS":
 			absent = append(absent, m[2])
 		case m[3] != "": // an index lives in its table's schema
@@ -687,8 +757,9 @@ func (s *Store) pgSchemaInPlace(ctx context.Context, tx *sql.Tx) (bool, error) {
 	err := tx.QueryRowContext(ctx, `SELECT (SELECT bool_and(to_regclass(n) IS NOT NULL) FROM unnest($1::text[]) n)
 		AND (SELECT coalesce(bool_and(to_regclass(n) IS NULL), true) FROM unnest($2::text[]) n)
 		AND (SELECT count(*) FROM unnest($3::text[], $4::text[]) c(t, n)
-			WHERE EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass(c.t) AND attname = c.n AND NOT attisdropped)) = cardinality($4::text[])`,
-		pgArray(exist), pgArray(absent), pgArray(tables), pgArray(cols)).Scan(&done)
+			WHERE EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass(c.t) AND attname = c.n AND NOT attisdropped)) = cardinality($4::text[])
+		AND (SELECT coalesce(bool_and(obj_description(to_regclass(n), 'pg_class') IS NOT DISTINCT FROM $5), true) FROM unnest($6::text[]) n)`,
+		pgArray(exist), pgArray(absent), pgArray(tables), pgArray(cols), layoutComment, pgArray(marked)).Scan(&done)
 	return done, err
 }
 

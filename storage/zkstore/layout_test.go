@@ -12,7 +12,7 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/oncekit/oncekit/core/idem"
-	"github.com/oncekit/oncekit/internal/testenv"
+	"github.com/oncekit/oncekit/storage/internal/layouts"
 	"github.com/oncekit/oncekit/storage/zkstore"
 )
 
@@ -46,10 +46,10 @@ func create(t *testing.T, c *zk.Conn, p string, data []byte, flags int32) string
 func TestStoredLayouts(t *testing.T) {
 	t.Parallel()
 	store, other := connect(t), connect(t) // other: a holder's session
-	if testenv.WritingLayouts() {
+	if layouts.Writing() {
 		writeLayouts(t, store)
 	}
-	testenv.CheckLayouts(t, "testdata/layouts", store, func(t *testing.T, key string, l testenv.Layout) {
+	layouts.Check(t, "testdata/layouts", store, func(t *testing.T, key string, l layouts.Layout) {
 		var d zkLayout
 		if err := json.Unmarshal(l.Data, &d); err != nil {
 			t.Fatal(err)
@@ -65,8 +65,8 @@ func TestStoredLayouts(t *testing.T) {
 func writeLayouts(t *testing.T, store *zkstore.Store) {
 	ctx := t.Context()
 	run := fmt.Sprint(time.Now().UnixNano())
-	var out []testenv.Layout
-	read := func(l testenv.Layout, p string) testenv.Layout {
+	var out []layouts.Layout
+	read := func(l layouts.Layout, p string) layouts.Layout {
 		data, _, err := store.Conn().Get(p)
 		if err != nil {
 			t.Fatalf("%s: %v", p, err)
@@ -83,7 +83,7 @@ func writeLayouts(t *testing.T, store *zkstore.Store) {
 	}
 	k := "golden-inflight-" + run
 	c := begin(k, "fp-1")
-	out = append(out, read(testenv.Layout{Name: "record in flight", What: "record", Want: "in_flight", Fingerprint: "fp-1"}, zkstore.RecordPath(store, k)))
+	out = append(out, read(layouts.Layout{Name: "record in flight", What: "record", Want: "in_flight", Fingerprint: "fp-1"}, zkstore.RecordPath(store, k)))
 	_ = store.Abandon(ctx, c)
 
 	k = "golden-completed-" + run
@@ -91,16 +91,16 @@ func writeLayouts(t *testing.T, store *zkstore.Store) {
 	if err := store.Complete(ctx, c, []byte(`{"order":"o-1"}`), time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	out = append(out, read(testenv.Layout{Name: "record completed", What: "record", Want: "completed", Fingerprint: "fp-2", Result: []byte(`{"order":"o-1"}`)}, zkstore.RecordPath(store, k)))
+	out = append(out, read(layouts.Layout{Name: "record completed", What: "record", Want: "completed", Fingerprint: "fp-2", Result: []byte(`{"order":"o-1"}`)}, zkstore.RecordPath(store, k)))
 
 	k = "golden-abandoned-" + run
 	c = begin(k, "fp-3")
 	if err := store.Abandon(ctx, c); err != nil {
 		t.Fatal(err)
 	}
-	out = append(out, read(testenv.Layout{Name: "record abandoned", What: "record", Want: "free", Fingerprint: "fp-3", Attempt: 2}, zkstore.RecordPath(store, k)))
+	out = append(out, read(layouts.Layout{Name: "record abandoned", What: "record", Want: "free", Fingerprint: "fp-3", Attempt: 2}, zkstore.RecordPath(store, k)))
 	c = begin(k, "fp-3")
-	out = append(out, read(testenv.Layout{Name: "record in flight, attempt 2", What: "record", Want: "in_flight", Fingerprint: "fp-3"}, zkstore.RecordPath(store, k)))
+	out = append(out, read(layouts.Layout{Name: "record in flight, attempt 2", What: "record", Want: "in_flight", Fingerprint: "fp-3"}, zkstore.RecordPath(store, k)))
 	_ = store.Abandon(ctx, c)
 
 	// A record of a later format: never judged, never taken over.
@@ -108,7 +108,7 @@ func writeLayouts(t *testing.T, store *zkstore.Store) {
 	_ = json.Unmarshal(out[0].Data, &first)
 	later := append([]byte{3}, first.Data[1:]...)
 	d, _ := json.Marshal(zkLayout{Data: later})
-	out = append(out, testenv.Layout{Name: "record of format 3", What: "record", Want: "unknown_layout", Fingerprint: "fp-1", Data: d})
+	out = append(out, layouts.Layout{Name: "record of format 3", What: "record", Want: "unknown_layout", Fingerprint: "fp-1", Data: d})
 
 	k = "golden-lock-" + run
 	lease, err := store.Acquire(ctx, k, 30*time.Second)
@@ -119,7 +119,7 @@ func writeLayouts(t *testing.T, store *zkstore.Store) {
 	if err != nil || len(kids) != 1 {
 		t.Fatalf("lock nodes %v, %v", kids, err)
 	}
-	out = append(out, read(testenv.Layout{Name: "lock held", What: "lock", Want: "held"}, zkstore.LockDir(store, k)+"/"+kids[0]))
+	out = append(out, read(layouts.Layout{Name: "lock held", What: "lock", Want: "held"}, zkstore.LockDir(store, k)+"/"+kids[0]))
 	_ = lease.Release(ctx)
-	testenv.WriteLayouts(t, "testdata/layouts/v0.1.0.json", out)
+	layouts.Write(t, "testdata/layouts/v0.1.0.json", out)
 }

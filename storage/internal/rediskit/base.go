@@ -291,7 +291,7 @@ func completedResult(v []byte, fingerprint string) ([]byte, bool) {
 // outside the queue. It reports whether it took the key; a key that exists
 // in any form (held, a tombstone, a queue flag) is left alone, for the
 // acquire script to decide. The value written is the one the acquire
-// script writes for such a take ("<token>|0|"), so every other script
+// script writes for such a take ("L1|<token>|0|"), so every other script
 // reads it as its own. When ctx ends first, it returns ctx's error at once
 // and late (if set) is called if the key was taken after all, to give it
 // back.
@@ -309,7 +309,7 @@ func (b *Base) TakeNew(ctx context.Context, c SetNXer, key, tok string, ttl time
 		enforces = EnforcesDeadlines(s)
 	}
 	return runCmd(ctx, &b.BG, enforces, redis.NewBoolCmd, func(ctx context.Context) *redis.BoolCmd {
-		return c.SetNX(ctx, b.Keys.Lock(key), tok+"|0|", ttl)
+		return c.SetNX(ctx, b.Keys.Lock(key), "L1|"+tok+"|0|", ttl)
 	}, onLate).Result()
 }
 

@@ -50,7 +50,7 @@ func TestLockKeyFence(t *testing.T) {
 		t.Fatalf("new key: %+v, want taken with the clock as first fence and %d fences", r, HoldFences)
 	}
 	last := r.N + HoldFences - 1
-	if v := c.Get(ctx, lk).Val(); v != fmt.Sprintf("a|%d|", last) {
+	if v := c.Get(ctx, lk).Val(); v != fmt.Sprintf("L1|a|%d|", last) {
 		t.Errorf("held value %q, want the hold's last fence %d", v, last)
 	}
 	release("a", r.Clock) // the clock has not passed the hold's last fence: a tombstone until it has
@@ -59,7 +59,7 @@ func TestLockKeyFence(t *testing.T) {
 	_, _ = p.Exec(ctx)
 	// (On a loaded machine the tombstone may be gone already: it lives
 	// until the clock passes its fence, 2 ms at most.)
-	if v, pttl := get.Val(), ttl.Val(); (v != fmt.Sprintf("~|%d|", last) || pttl < 0 || pttl > 3*time.Millisecond) && v != "" {
+	if v, pttl := get.Val(), ttl.Val(); (v != fmt.Sprintf("L1|~|%d|", last) || pttl < 0 || pttl > 3*time.Millisecond) && v != "" {
 		t.Errorf("released at once: %q for %s, want a tombstone with fence %d for at most 3ms", v, pttl, last)
 	}
 	time.Sleep(5 * time.Millisecond)
@@ -86,7 +86,7 @@ func TestLockKeyFence(t *testing.T) {
 	}
 	ahead := r.Clock + 1_000_000_000
 	for _, withClock := range []bool{false, true} {
-		c.Set(ctx, lk, fmt.Sprintf("~|%d|", ahead), time.Minute)
+		c.Set(ctx, lk, fmt.Sprintf("L1|~|%d|", ahead), time.Minute)
 		rb := take("b")
 		if rb.Code != AcquireTaken || rb.N != ahead+1 || rb.Clock >= rb.N || rb.Fences != 1 {
 			t.Errorf("tombstone %d: %+v, want one fence, %d, ahead of the clock", ahead, rb, ahead+1)
@@ -96,7 +96,7 @@ func TestLockKeyFence(t *testing.T) {
 			clock = rb.Clock // a reading below the fence does not spare the check
 		}
 		release("b", clock)
-		if v := c.Get(ctx, lk).Val(); v != fmt.Sprintf("~|%d|", ahead+1) {
+		if v := c.Get(ctx, lk).Val(); v != fmt.Sprintf("L1|~|%d|", ahead+1) {
 			t.Errorf("released (clock %d) value %q, want a tombstone with fence %d (ahead of the clock)", clock, v, ahead+1)
 		}
 	}
@@ -323,7 +323,7 @@ func TestReleaseKeepsWaitersFlag(t *testing.T) {
 		if code, err := b.Release(ctx, c, key, "a", false, 0, 0, true, 0); err != nil || code != ReleaseFreed {
 			t.Fatalf("unfenced=%v: release a: %v %v", unfenced, code, err)
 		}
-		if v := c.Get(ctx, lk).Val(); !strings.HasPrefix(v, "~|") || !strings.HasSuffix(v, "|w") {
+		if v := c.Get(ctx, lk).Val(); !strings.HasPrefix(v, "L1|~|") || !strings.HasSuffix(v, "|w") {
 			t.Errorf("unfenced=%v: released key with a queued process holds %q, want a tombstone flagged w", unfenced, v)
 		}
 		if r := take("b", true); r.Code != AcquireTaken {
@@ -394,7 +394,7 @@ func TestReleaseTombstoneExpiresWithFence(t *testing.T) {
 	}
 	now := c.Time(ctx).Val().UnixMicro()
 	ahead := now + 300_000
-	c.Set(ctx, lk, fmt.Sprintf("~|%d|", ahead), time.Minute)
+	c.Set(ctx, lk, fmt.Sprintf("L1|~|%d|", ahead), time.Minute)
 	r, err := b.Acquire(ctx, c, AcquireArgs{Key: key, Token: "a", TTL: time.Minute}, nil)
 	if err != nil || r.Code != AcquireTaken || r.N != ahead+1 {
 		t.Fatalf("take: %+v %v, want fence %d", r, err, ahead+1)
@@ -406,7 +406,7 @@ func TestReleaseTombstoneExpiresWithFence(t *testing.T) {
 	if got := timeCalls() - before; got != 0 {
 		t.Errorf("the release read the clock %d times, want none", got)
 	}
-	if v := c.Get(ctx, lk).Val(); v != fmt.Sprintf("~|%d|", ahead+1) {
+	if v := c.Get(ctx, lk).Val(); v != fmt.Sprintf("L1|~|%d|", ahead+1) {
 		t.Errorf("released value %q, want a tombstone of %d", v, ahead+1)
 	}
 	want := time.Duration(ahead+1-r.Clock)*time.Microsecond + 2*time.Millisecond
@@ -438,7 +438,7 @@ func TestReleaseWithoutClockBoundTombstoneExpiresWithFence(t *testing.T) {
 	const key = "k"
 	lk := b.Keys.Lock(key)
 	ahead := c.Time(ctx).Val().UnixMicro() + 300_000
-	c.Set(ctx, lk, fmt.Sprintf("~|%d|", ahead), time.Minute)
+	c.Set(ctx, lk, fmt.Sprintf("L1|~|%d|", ahead), time.Minute)
 	r, err := b.Acquire(ctx, c, AcquireArgs{Key: key, Token: "a", TTL: time.Minute}, nil)
 	if err != nil || r.Code != AcquireTaken || r.N != ahead+1 {
 		t.Fatalf("take: %+v %v, want fence %d", r, err, ahead+1)
@@ -446,7 +446,7 @@ func TestReleaseWithoutClockBoundTombstoneExpiresWithFence(t *testing.T) {
 	if code, err := b.Release(ctx, c, key, "a", false, 0, 0, true, 0); err != nil || code != ReleaseFreed {
 		t.Fatalf("release: %v %v", code, err)
 	}
-	if v := c.Get(ctx, lk).Val(); v != fmt.Sprintf("~|%d|", ahead+1) {
+	if v := c.Get(ctx, lk).Val(); v != fmt.Sprintf("L1|~|%d|", ahead+1) {
 		t.Errorf("released value %q, want a tombstone of %d", v, ahead+1)
 	}
 	if pttl := c.PTTL(ctx, lk).Val(); pttl <= 0 || pttl > 302*time.Millisecond {

@@ -93,7 +93,7 @@ func TestShortScriptsAnswerAsTheFullOnes(t *testing.T) {
 		r = take("issued-more", "a", AcquireArgs{})
 		issued := uint64(r.N) + 5
 		releaseIssued("issued-more", r.Clock, issued)
-		if v := c.Get(ctx, b.Keys.Lock("issued-more")).Val(); v != "" && v != fmt.Sprintf("~|%d|", issued) {
+		if v := c.Get(ctx, b.Keys.Lock("issued-more")).Val(); v != "" && v != fmt.Sprintf("L1|~|%d|", issued) {
 			t.Errorf("a hold that issued up to %d left %q, want a tombstone of %d (or none once the clock passed it)", issued, v, issued)
 		}
 		if again := take("issued-more", "a", AcquireArgs{}); uint64(again.N) <= issued {
@@ -108,7 +108,7 @@ func TestShortScriptsAnswerAsTheFullOnes(t *testing.T) {
 			t.Fatalf("%+v, want busy with the holder's last fence %d as floor, nobody queued", r, last)
 		}
 		// Held with processes queued: the reply says so.
-		c.Set(ctx, b.Keys.Lock("crowded"), "x|5|w", time.Minute)
+		c.Set(ctx, b.Keys.Lock("crowded"), "L1|x|5|w", time.Minute)
 		if r := take("crowded", "b", AcquireArgs{}); r.Code != AcquireBusy || !r.Crowded || r.Floor != 5 {
 			t.Fatalf("a held key with processes queued: %+v, want busy and crowded", r)
 		}
@@ -120,7 +120,7 @@ func TestShortScriptsAnswerAsTheFullOnes(t *testing.T) {
 	})
 	t.Run("tombstone ahead of the clock", func(t *testing.T) {
 		ahead := now() + int64(time.Hour/time.Microsecond)
-		c.Set(ctx, b.Keys.Lock("tomb"), fmt.Sprintf("~|%d|", ahead), time.Minute)
+		c.Set(ctx, b.Keys.Lock("tomb"), fmt.Sprintf("L1|~|%d|", ahead), time.Minute)
 		r := take("tomb", "a", AcquireArgs{})
 		if r.Code != AcquireTaken || !r.Plain || r.N != ahead+1 {
 			t.Fatalf("%+v, want a plain take with fence %d", r, ahead+1)
@@ -128,7 +128,7 @@ func TestShortScriptsAnswerAsTheFullOnes(t *testing.T) {
 		if code := release("tomb", "a", r.Clock); code != ReleaseFreed {
 			t.Fatalf("release: %v", code)
 		}
-		if v := c.Get(ctx, b.Keys.Lock("tomb")).Val(); v != fmt.Sprintf("~|%d|", ahead+1) {
+		if v := c.Get(ctx, b.Keys.Lock("tomb")).Val(); v != fmt.Sprintf("L1|~|%d|", ahead+1) {
 			t.Errorf("released key ahead of the clock holds %q, want its tombstone", v)
 		}
 	})
@@ -136,7 +136,7 @@ func TestShortScriptsAnswerAsTheFullOnes(t *testing.T) {
 		// A process is queued and was just woken: the key is reserved for
 		// it.
 		lk := b.Keys.Lock("queued")
-		c.Set(ctx, lk, "~|5|w", time.Minute)
+		c.Set(ctx, lk, "L1|~|5|w", time.Minute)
 		c.ZAdd(ctx, b.Keys.Queue("queued"), redis.Z{Score: 1, Member: "other"})
 		c.HSet(ctx, b.Keys.QueueExpiry("queued"), "other", now()/1000+b.wakeGrace()/2)
 		r := take("queued", "a", AcquireArgs{})
@@ -150,7 +150,7 @@ func TestShortScriptsAnswerAsTheFullOnes(t *testing.T) {
 		if r.Code != AcquireTaken || r.Plain || r.N <= 5 {
 			t.Fatalf("%+v, want taken, not plain (flagged)", r)
 		}
-		if v := c.Get(ctx, lk).Val(); v != fmt.Sprintf("a|%d|w", r.N+int64(r.Fences)-1) {
+		if v := c.Get(ctx, lk).Val(); v != fmt.Sprintf("L1|a|%d|w", r.N+int64(r.Fences)-1) {
 			t.Errorf("taken key holds %q, want it flagged", v)
 		}
 		// Released by the short script, which leaves a flagged key to the

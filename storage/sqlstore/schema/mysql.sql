@@ -3,7 +3,8 @@
 -- without its schema (an index lives in its table's). Keys, owners and
 -- fingerprints are binary: any Go string, compared byte for byte (never by
 -- a case-insensitive collation). Times are microseconds since the Unix
--- epoch by the server's clock.
+-- epoch by the server's clock. Each table's comment names its layout
+-- ("oncekit layout 1": oncekit v0.1.0's), which Migrate and Open check.
 
 CREATE TABLE IF NOT EXISTS {prefix}locks (
 	lock_key   VARBINARY(512) NOT NULL PRIMARY KEY,
@@ -13,7 +14,7 @@ CREATE TABLE IF NOT EXISTS {prefix}locks (
 	fence      BIGINT         NOT NULL,
 	expires_us BIGINT         NOT NULL,
 	queued     BOOLEAN        NOT NULL DEFAULT FALSE -- waiters may be queued in lock_waiters (see queue.go)
-) ENGINE = InnoDB;
+) ENGINE = InnoDB COMMENT = 'oncekit layout 1';
 -- No index on expires_us: every acquisition and release changes it, and on
 -- a new key its index entries cost the server a third of the cycle. The
 -- cleanup scans the table instead (it holds the keys locked or freed in
@@ -28,7 +29,7 @@ CREATE TABLE IF NOT EXISTS {prefix}lock_waiters (
 	PRIMARY KEY (lock_key, waiter),
 	INDEX {index}lock_waiters_seq (lock_key, seq),
 	INDEX {index}lock_waiters_expires (expires_us)
-) ENGINE = InnoDB;
+) ENGINE = InnoDB COMMENT = 'oncekit layout 1';
 
 CREATE TABLE IF NOT EXISTS {prefix}records (
 	record_key  VARBINARY(512) NOT NULL PRIMARY KEY,
@@ -41,7 +42,7 @@ CREATE TABLE IF NOT EXISTS {prefix}records (
 	attempt     INT            NOT NULL DEFAULT 0, -- the last claim's number among those that did not complete
 	sweep_us    BIGINT         NOT NULL DEFAULT 0, -- when the cleanup looks at the row next
 	INDEX {index}records_sweep (sweep_us)
-) ENGINE = InnoDB;
+) ENGINE = InnoDB COMMENT = 'oncekit layout 1';
 -- The cleanup finds rows by sweep_us, not by expires_us: a claim writes it
 -- once, as the time its record is likely to be deletable (its lease plus
 -- the retention its Store saw last, at most a day), and a completion,

@@ -3,6 +3,8 @@
 -- its schema (an index lives in its table's). Keys, owners and
 -- fingerprints are bytes: any Go string, compared byte for byte.
 -- Times are microseconds since the Unix epoch by the server's clock.
+-- Each table's comment names its layout ("oncekit layout 1": oncekit
+-- v0.1.0's), which Migrate and Open check (at the end of this file).
 
 CREATE TABLE IF NOT EXISTS {prefix}locks (
 	lock_key   bytea  PRIMARY KEY,
@@ -52,3 +54,7 @@ CREATE TABLE IF NOT EXISTS {prefix}records (
 -- made before this get the column (Migrate) and lose their expiry index:
 CREATE INDEX IF NOT EXISTS {index}records_sweep ON {prefix}records (sweep_us);
 DROP INDEX IF EXISTS {prefix}records_expires;
+
+COMMENT ON TABLE {prefix}locks IS 'oncekit layout 1';
+COMMENT ON TABLE {prefix}lock_waiters IS 'oncekit layout 1';
+COMMENT ON TABLE {prefix}records IS 'oncekit layout 1';

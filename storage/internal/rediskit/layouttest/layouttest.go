@@ -1,7 +1,3 @@
-// Package layouttest writes and checks the golden layouts of the Redis
-// drivers' records and locks (testenv.Layout): the values a released
-// version wrote, planted as they were on every node and judged by this
-// version.
 package layouttest
 
 import (
@@ -15,7 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/oncekit/oncekit/core/idem"
-	"github.com/oncekit/oncekit/internal/testenv"
+	"github.com/oncekit/oncekit/storage/internal/layouts"
 	"github.com/oncekit/oncekit/storage/internal/rediskit"
 )
 
@@ -31,7 +27,7 @@ type Names struct {
 	Records rediskit.Records
 }
 
-func (n Names) name(l testenv.Layout, key string) string {
+func (n Names) name(l layouts.Layout, key string) string {
 	if l.What == "lock" {
 		return n.Keys.Lock(key)
 	}
@@ -40,8 +36,8 @@ func (n Names) name(l testenv.Layout, key string) string {
 
 // Plant returns CheckLayouts' plant for a store over nodes (one client,
 // or a Redlock's every node).
-func Plant(nodes []*redis.Client, names Names) func(t *testing.T, key string, l testenv.Layout) {
-	return func(t *testing.T, key string, l testenv.Layout) {
+func Plant(nodes []*redis.Client, names Names) func(t *testing.T, key string, l layouts.Layout) {
+	return func(t *testing.T, key string, l layouts.Layout) {
 		var d Data
 		if err := json.Unmarshal(l.Data, &d); err != nil {
 			t.Fatalf("layout %s: %v", l.Name, err)
@@ -58,7 +54,7 @@ func Plant(nodes []*redis.Client, names Names) func(t *testing.T, key string, l 
 
 // Store is what Write drives: every Redis driver's Store.
 type Store interface {
-	testenv.LayoutStore
+	layouts.Store
 }
 
 // Write makes the golden layouts of this version by driving store (over
@@ -66,8 +62,8 @@ type Store interface {
 // file.
 func Write(t *testing.T, file string, store Store, node *redis.Client, names Names) {
 	ctx := t.Context()
-	var out []testenv.Layout
-	read := func(l testenv.Layout, key string, pttl int64) testenv.Layout {
+	var out []layouts.Layout
+	read := func(l layouts.Layout, key string, pttl int64) layouts.Layout {
 		name := names.name(l, key)
 		v, err := node.Get(ctx, name).Result()
 		if err != nil {
@@ -90,10 +86,10 @@ func Write(t *testing.T, file string, store Store, node *redis.Client, names Nam
 	key := func(what string) string { return "golden-" + what + "-" + run }
 
 	c := begin(key("inflight"), "fp-1")
-	out = append(out, read(testenv.Layout{Name: "record in flight", What: "record", Want: "in_flight", Fingerprint: "fp-1"}, key("inflight"), 0))
+	out = append(out, read(layouts.Layout{Name: "record in flight", What: "record", Want: "in_flight", Fingerprint: "fp-1"}, key("inflight"), 0))
 	// The same claim once its lease ran out: the record stays, as the
 	// memory of an attempt, for idem.AttemptMemory past the lease.
-	out = append(out, read(testenv.Layout{Name: "record in flight, lease ended", What: "record", Want: "free", Fingerprint: "fp-1", Fence: c.Fence, Attempt: 2},
+	out = append(out, read(layouts.Layout{Name: "record in flight, lease ended", What: "record", Want: "free", Fingerprint: "fp-1", Fence: c.Fence, Attempt: 2},
 		key("inflight"), idem.AttemptMemory.Milliseconds()-1000))
 	_ = store.Abandon(ctx, c)
 
@@ -101,17 +97,17 @@ func Write(t *testing.T, file string, store Store, node *redis.Client, names Nam
 	if err := store.Complete(ctx, c, []byte(`{"order":"o-1"}`), time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	out = append(out, read(testenv.Layout{Name: "record completed", What: "record", Want: "completed", Fingerprint: "fp-2", Result: []byte(`{"order":"o-1"}`)}, key("completed"), 0))
+	out = append(out, read(layouts.Layout{Name: "record completed", What: "record", Want: "completed", Fingerprint: "fp-2", Result: []byte(`{"order":"o-1"}`)}, key("completed"), 0))
 
 	c = begin(key("abandoned"), "fp-3")
 	if err := store.Abandon(ctx, c); err != nil {
 		t.Fatal(err)
 	}
-	out = append(out, read(testenv.Layout{Name: "record abandoned", What: "record", Want: "free", Fingerprint: "fp-3", Fence: c.Fence, Attempt: 2}, key("abandoned"), 0))
+	out = append(out, read(layouts.Layout{Name: "record abandoned", What: "record", Want: "free", Fingerprint: "fp-3", Fence: c.Fence, Attempt: 2}, key("abandoned"), 0))
 
 	c2 := begin(key("abandoned"), "fp-3") // attempt 2, in flight
-	out = append(out, read(testenv.Layout{Name: "record in flight, attempt 2", What: "record", Want: "in_flight", Fingerprint: "fp-3"}, key("abandoned"), 0))
-	out = append(out, read(testenv.Layout{Name: "record in flight, attempt 2, lease ended", What: "record", Want: "free", Fingerprint: "fp-3", Fence: c2.Fence, Attempt: 3},
+	out = append(out, read(layouts.Layout{Name: "record in flight, attempt 2", What: "record", Want: "in_flight", Fingerprint: "fp-3"}, key("abandoned"), 0))
+	out = append(out, read(layouts.Layout{Name: "record in flight, attempt 2, lease ended", What: "record", Want: "free", Fingerprint: "fp-3", Fence: c2.Fence, Attempt: 3},
 		key("abandoned"), idem.AttemptMemory.Milliseconds()-1000))
 	_ = store.Abandon(ctx, c2)
 
@@ -122,17 +118,22 @@ func Write(t *testing.T, file string, store Store, node *redis.Client, names Nam
 	_ = json.Unmarshal(out[0].Data, &first)
 	old := strings.Replace(first.Value, rediskit.RecordLayout+"|", "R1|", 1)
 	d, _ := json.Marshal(Data{Value: old, PTTLms: 30_000})
-	out = append(out, testenv.Layout{Name: "record of layout R1", What: "record", Want: "unknown_layout", Fingerprint: "fp-1", Data: d})
+	out = append(out, layouts.Layout{Name: "record of layout R1", What: "record", Want: "unknown_layout", Fingerprint: "fp-1", Data: d})
 
 	lease, err := store.Acquire(ctx, key("lock"), 30*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	out = append(out, read(testenv.Layout{Name: "lock held", What: "lock", Want: "held"}, key("lock"), 0))
+	out = append(out, read(layouts.Layout{Name: "lock held", What: "lock", Want: "held"}, key("lock"), 0))
 	_ = lease.Release(ctx)
 	// A released lock whose fence ran ahead of the server's clock keeps
 	// it in a tombstone.
+	d, _ = json.Marshal(Data{Value: fmt.Sprintf("L1|~|%d|", lease.Fence()+1000), PTTLms: 60_000})
+	out = append(out, layouts.Layout{Name: "lock tombstone", What: "lock", Want: "lock_free", Fence: lease.Fence() + 1000, Data: d})
+	// A lock value of another layout (here the unversioned one before L1,
+	// a tombstone there): held by someone this version does not know until
+	// its PTTL runs out, never taken over.
 	d, _ = json.Marshal(Data{Value: fmt.Sprintf("~|%d|", lease.Fence()+1000), PTTLms: 60_000})
-	out = append(out, testenv.Layout{Name: "lock tombstone", What: "lock", Want: "lock_free", Fence: lease.Fence() + 1000, Data: d})
-	testenv.WriteLayouts(t, file, out)
+	out = append(out, layouts.Layout{Name: "lock of another layout", What: "lock", Want: "held", Data: d})
+	layouts.Write(t, file, out)
 }

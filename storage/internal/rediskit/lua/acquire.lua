@@ -139,7 +139,7 @@ if member ~= '' then
   end
   redis.call('PEXPIRE', KEYS[3], 2 * life)
   redis.call('PEXPIRE', KEYS[4], 2 * life)
-  if tok and not has(flags, 'w') and string.find(prev, '|', 1, true) then
+  if tok and not has(flags, 'w') and string.sub(prev, 1, 3) == 'L1|' then
     redis.call('SET', KEYS[1], lock_value(tok, f, flags .. 'w'), 'KEEPTTL')
   end
 end

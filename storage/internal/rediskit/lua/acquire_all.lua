@@ -28,7 +28,7 @@ for i = 1, n do
       redis.call('HSET', KEYS[3 * i], member, now + life)
       redis.call('PEXPIRE', KEYS[3 * i - 1], 2 * life)
       redis.call('PEXPIRE', KEYS[3 * i], 2 * life)
-      if not has(flags, 'w') and string.find(v, '|', 1, true) then
+      if not has(flags, 'w') and string.sub(v, 1, 3) == 'L1|' then
         redis.call('SET', lk, lock_value(tok, f, flags .. 'w'), 'KEEPTTL')
       end
     end

@@ -22,7 +22,7 @@ if (#KEYS == 1 or (ARGV[5] == '' and ARGV[6] == '')) and redis.REDIS_VERSION_NUM
   -- fence.lua): the key keeps the last.
   local last = first
   if first > 0 then last = first + 127 end
-  fast_prev = redis.call('SET', KEYS[1], ARGV[1] .. '|' .. string.format('%d', last) .. '|', 'NX', 'GET', 'PX', ARGV[2])
+  fast_prev = redis.call('SET', KEYS[1], 'L1|' .. ARGV[1] .. '|' .. string.format('%d', last) .. '|', 'NX', 'GET', 'PX', ARGV[2])
   if not fast_prev then
     return {1, first, first, last - first + 1}
   end

@@ -1,11 +1,14 @@
 -- Prepended to the scripts that read or write a lock key or a record (see
 -- scripts.go), after head.lua or the script's fast path.
 --
--- A lock key holds one string:
---   "<token>|<fence>|<flags>"  held by token, with the key's last fence;
---   "~|<fence>|<flags>"        free (a tombstone): released while its
---                              fence ran ahead of the clock, or with a
---                              flag to keep; for tomb_life milliseconds;
+-- A lock key holds one string, of layout L1 (oncekit v0.1.0's):
+--   "L1|<token>|<fence>|<flags>"  held by token, with the key's last fence;
+--   "L1|~|<fence>|<flags>"        free (a tombstone): released while its
+--                                 fence ran ahead of the clock, or with a
+--                                 flag to keep; for tomb_life milliseconds;
+-- A value of any other form (another layout's "L<n>|…") is held by
+-- someone this version does not know, with fence 0: never taken over nor
+-- rewritten, it frees when its PTTL runs out.
 -- flags: 'o' an owner hash records an owner's holds (reentrancy); 'w' a
 -- process joined the key's waiting queue (a release looks at the queue
 -- only then). The fence lives in the key itself: a new key costs one
@@ -54,12 +57,12 @@ local function has(flags, c)
 end
 -- lock_parse reads a lock key's value: the holder's token (nil when free),
 -- the last fence, the flags. A value of another form is a holder's token
--- with fence 0 (nothing of ours writes one).
+-- with fence 0 (another layout's, or nothing of ours).
 local function lock_parse(v)
   if not v then
     return nil, 0, ''
   end
-  local t, f, fl = string.match(v, '^([^|]+)|(%d+)|(%a*)$')
+  local t, f, fl = string.match(v, '^L1|([^|]+)|(%d+)|(%a*)$')
   if not t then
     return v, 0, ''
   end
@@ -69,7 +72,7 @@ local function lock_parse(v)
   return t, tonumber(f), fl
 end
 local function lock_value(tok, f, flags)
-  return tok .. '|' .. fmt(f) .. '|' .. flags
+  return 'L1|' .. tok .. '|' .. fmt(f) .. '|' .. flags
 end
 local function next_fence(last)
   return math.max(last + 1, clock_us())

@@ -5,11 +5,11 @@
 -- the script goes on from the value read (fast_v).
 local clock_read = nil
 local fast_v = redis.call('GET', KEYS[1])
-if not fast_v or string.sub(fast_v, 1, #ARGV[1] + 1) ~= ARGV[1] .. '|' then
-  return 0 -- free, or another token's (tokens hold no '|')
+if not fast_v or string.sub(fast_v, 1, #ARGV[1] + 4) ~= 'L1|' .. ARGV[1] .. '|' then
+  return 0 -- free, or another token's (tokens hold no '|'), or another layout's
 end
 if string.byte(fast_v, -1) == 124 then -- ends with '|': no flags
-  local f = tonumber(string.sub(fast_v, #ARGV[1] + 2, -2)) or 0
+  local f = tonumber(string.sub(fast_v, #ARGV[1] + 5, -2)) or 0
   -- release_new.lua's ARGV[4]: the highest fence the token handed out.
   -- The take reserved fences above it (fence.lua's issue) for a hold
   -- passed on from lease to lease; a plain hold used none of them, so the
@@ -44,7 +44,7 @@ if string.byte(fast_v, -1) == 124 then -- ends with '|': no flags
     end
   end
   if px > 0 then
-    redis.call('SET', KEYS[1], '~|' .. string.format('%d', f) .. '|', 'PX', px)
+    redis.call('SET', KEYS[1], 'L1|~|' .. string.format('%d', f) .. '|', 'PX', px)
   else
     redis.call('DEL', KEYS[1])
   end

@@ -1,4 +1,4 @@
-package testenv
+package layouts
 
 import (
 	"context"
@@ -36,19 +36,19 @@ type Layout struct {
 	Attempt     int    `json:"attempt,omitempty"`
 }
 
-// LayoutStore is what CheckLayouts asks: every oncekit driver.
-type LayoutStore interface {
+// Store is what Check asks: every oncekit driver.
+type Store interface {
 	idem.Store
 	lock.Locker
 }
 
-// WritingLayouts reports whether golden layout files are to be written
+// Writing reports whether golden layout files are to be written
 // (ONCEKIT_WRITE_LAYOUTS=1) rather than read: done once per released
 // version, whose files then never change.
-func WritingLayouts() bool { return os.Getenv("ONCEKIT_WRITE_LAYOUTS") == "1" }
+func Writing() bool { return os.Getenv("ONCEKIT_WRITE_LAYOUTS") == "1" }
 
-// WriteLayouts writes layouts to file (testdata/layouts/<version>.json).
-func WriteLayouts(t *testing.T, file string, layouts []Layout) {
+// Write writes layouts to file (testdata/layouts/<version>.json).
+func Write(t *testing.T, file string, layouts []Layout) {
 	t.Helper()
 	b, err := json.MarshalIndent(layouts, "", "  ")
 	if err != nil {
@@ -62,10 +62,10 @@ func WriteLayouts(t *testing.T, file string, layouts []Layout) {
 	}
 }
 
-// CheckLayouts reads every golden file under dir (one per released
+// Check reads every golden file under dir (one per released
 // version) and, for each value, plants it under a fresh key (plant writes
 // the driver's Data for key) and checks that store judges it as Want.
-func CheckLayouts(t *testing.T, dir string, store LayoutStore, plant func(t *testing.T, key string, l Layout)) {
+func Check(t *testing.T, dir string, store Store, plant func(t *testing.T, key string, l Layout)) {
 	t.Helper()
 	files, err := filepath.Glob(filepath.Join(dir, "*.json"))
 	if err != nil || len(files) == 0 {
@@ -90,7 +90,7 @@ func CheckLayouts(t *testing.T, dir string, store LayoutStore, plant func(t *tes
 	}
 }
 
-func checkLayout(t *testing.T, store LayoutStore, key string, l Layout) {
+func checkLayout(t *testing.T, store Store, key string, l Layout) {
 	t.Helper()
 	ctx := t.Context()
 	begin := func(fp string) (idem.Claim, error) {
