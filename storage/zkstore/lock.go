@@ -114,8 +114,8 @@ func (s *Store) reenter(ctx context.Context, key, dir string, ttl time.Duration,
 		return nil, nil
 	}
 	h, st, err := s.getLock(ctx, dir+"/"+first)
-	if errors.Is(err, zk.ErrNoNode) {
-		return nil, nil // let go meanwhile
+	if errors.Is(err, zk.ErrNoNode) || errors.Is(err, errOtherLayout) {
+		return nil, nil // let go meanwhile, or another layout's: not owner's
 	}
 	if err != nil {
 		return nil, s.acquireErr(ctx, key, err)
@@ -567,7 +567,10 @@ func (l *lease) StoreRelease(ctx context.Context) error {
 	return nil
 }
 
-// lockInfo is an acquisition node's data: "v1|<ttl ms>|<fence>|<token>|<owner>".
+// lockInfo is an acquisition node's data, of layout v1 (oncekit v0.1.0's):
+// "v1|<ttl ms>|<fence>|<token>|<owner>". A node holds its key by its place
+// in the queue, whatever its data: a node of another layout is a holder
+// or a waiter this version does not know.
 // A queue node's fence is 0 (its own creation's zxid, czxid); a re-entry
 // node carries its hold's token and fence.
 type lockInfo struct {
@@ -612,9 +615,14 @@ func (s *Store) getLock(ctx context.Context, path string) (lockInfo, *zk.Stat, e
 	}
 	i, ok := parseLockData(data)
 	if !ok {
-		return lockInfo{}, st, fmt.Errorf("%s holds no oncekit data", path)
+		return lockInfo{}, st, fmt.Errorf("%s: %w", path, errOtherLayout)
 	}
 	return i, st, nil
 }
+
+// errOtherLayout is an acquisition node whose data is not of layout v1
+// (another version's, or not oncekit's): it holds its place in the queue
+// like any other, and this version reads nothing else from it.
+var errOtherLayout = errors.New("holds no data of layout v1")
 
 var _ lock.Locker = (*Store)(nil)
