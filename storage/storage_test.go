@@ -350,7 +350,7 @@ func TestDriverSurfaces(t *testing.T) {
 		reflect.TypeFor[*redisstore.Store]():   {"Client"},
 		reflect.TypeFor[*redlockstore.Store](): {"Clients", "Quorum"},
 		reflect.TypeFor[*etcdstore.Store]():    {"Client"},
-		reflect.TypeFor[*sqlstore.Store]():     {"Cleanup", "CompleteInTx", "DB", "Dialect", "Migrate", "Schema", "Tables"},
+		reflect.TypeFor[*sqlstore.Store]():     {"CheckLayout", "Cleanup", "CompleteInTx", "DB", "Dialect", "Migrate", "Schema", "Tables"},
 		reflect.TypeFor[*zkstore.Store]():      {"Cleanup", "Conn", "SessionTimeout"},
 	}
 	for typ, extra := range own {
