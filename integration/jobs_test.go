@@ -8,15 +8,19 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/go-co-op/gocron/v2"
+
 	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/internal/testenv"
 	"github.com/oncekit/oncekit/job"
+	"github.com/oncekit/oncekit/job/gocronjob"
 	"github.com/oncekit/oncekit/lead"
 )
 
@@ -67,6 +71,24 @@ func runRoleWorker() {
 			report("done", t.Fence, t.At)
 			return nil
 		}, job.WithTTL(roleTTL), job.WithClock(func() time.Time { return time.Now().Add(skew) }))
+	case "gocron":
+		// A gocron scheduler at the Locker's defaults, with a DurationJob
+		// whose ticks follow this worker's own start: the skew is how long
+		// after the others it starts.
+		time.Sleep(skew)
+		var locker gocron.Locker
+		if locker, err = gocronjob.NewLocker(st); err != nil {
+			break
+		}
+		var s gocron.Scheduler
+		if s, err = gocron.NewScheduler(gocron.WithDistributedLocker(locker)); err != nil {
+			break
+		}
+		if _, err = s.NewJob(gocron.DurationJob(time.Second), gocron.NewTask(func() { report("start", 0, time.Now()) }), gocron.WithName(key)); err != nil {
+			break
+		}
+		s.Start()
+		select {}
 	case "lead":
 		err = lead.Run(ctx, st, key, func(ctx context.Context, l lock.Lease) error {
 			report("start", l.Fence(), time.Time{})
@@ -273,4 +295,37 @@ func TestLeaderKilledHandsOverWithinTTL(t *testing.T) {
 			t.Errorf("after the leader %s was killed, the next led after %s (TTL %s)", killed, next, roleTTL)
 		}
 	})
+}
+
+// Three worker processes run one gocron scheduler each, with gocronjob's
+// Locker at its defaults and a one-second DurationJob, started 0, 300 and
+// 700 ms apart (so their ticks are spread over the second): the job runs
+// once per second across them — never two runs within three quarters of
+// a second, never a gap over a second and a quarter.
+func TestGocronOncePerPeriodAcrossStaggeredProcesses(t *testing.T) {
+	r := startRoles(t, "gocron", "redis://"+testenv.RedisAddrs(t, 1)[0], map[string]time.Duration{"a": 0, "b": 300 * time.Millisecond, "c": 700 * time.Millisecond})
+	begin := time.Now()
+	time.Sleep(9 * time.Second)
+	r.ledger.mu.Lock()
+	defer r.ledger.mu.Unlock()
+	var runs []int64
+	for at := range r.ledger.starts {
+		if time.Unix(0, at).After(begin.Add(3 * time.Second)) { // past the first ticks: each worker knows the period
+			runs = append(runs, at)
+		}
+	}
+	slices.Sort(runs)
+	if len(runs) < 4 {
+		t.Fatalf("%d runs in 6 s of a one-second job", len(runs))
+	}
+	for i := 1; i < len(runs); i++ {
+		gap := time.Duration(runs[i] - runs[i-1])
+		switch {
+		case gap < 750*time.Millisecond:
+			t.Errorf("two runs %s apart (by %v and %v): a tick ran twice", gap.Round(time.Millisecond), r.ledger.starts[runs[i-1]], r.ledger.starts[runs[i]])
+		case gap > 1250*time.Millisecond:
+			t.Errorf("runs %s apart: a tick ran nowhere", gap.Round(time.Millisecond))
+		}
+	}
+	t.Logf("%d runs in 6 s", len(runs))
 }
