@@ -28,11 +28,14 @@
 //     WithScope (the authenticated principal, say), so one principal can
 //     never replay another's response. The key space is an explicit
 //     choice: New fails unless it gets exactly one of WithScope and
-//     Unscoped (one key space for every client).
+//     Unscoped (one key space for every client). A scope function that
+//     returns "" for a request: 500 idempotency_scope_empty, nothing run.
 //   - The fingerprint is a SHA-256 over the method, the path with its
 //     query, the Content-Type and the body. The body is read up to WithMaxBody (1 MiB; over it: 413
 //     body_too_large) and handed on to the handler intact. The same key
-//     with another fingerprint: 422 idempotency_key_reused.
+//     with another fingerprint: 422 idempotency_key_reused. A body the
+//     fingerprint cannot read (JSONFingerprint and a body that is not
+//     JSON): 400 request_body_invalid, nothing run.
 //   - A duplicate that arrives while the first request runs: 409
 //     request_in_flight with Retry-After (the seconds until the first
 //     request's claim expires at the latest), or, WithWait, it waits up to a
@@ -58,6 +61,11 @@
 //     it is never treated as absent (oncectl record delete removes it).
 //   - A request body that cannot be read (a broken chunked encoding, a
 //     client gone): 400 request_body_unreadable, nothing run.
+//   - A handler that commits an effect with its response (Commit): the
+//     effect refused by its own condition, 409 effect_refused; a success
+//     that cannot be stored (over WithMaxResponse, not final, a stream)
+//     or an effect the store failed, 500 effect_not_committed — nothing
+//     done either way (an error answer of the handler's own is passed on).
 //
 // Every error response is RFC 9457 application/problem+json with a stable
 // "code" member (Problem). The handler finds its claim's fence (Fence) and

@@ -243,3 +243,46 @@ func qualifiers(t *testing.T, src string) []string {
 	}
 	return selectorNames(f)
 }
+
+// httpAnswer is "<status> <code>" as the documents write an answer of
+// httpmw's: 409 `request_in_flight`, or 409 request_in_flight.
+var httpAnswer = regexp.MustCompile("\\b([1-5][0-9][0-9])\\s+`?([a-z]+(?:_[a-z]+)+)`?")
+
+// The HTTP middleware's answers are written for two readers: the package
+// documentation (go doc, pkg.go.dev) and docs/middleware.md's table.
+// Both name every problem code httpmw answers with, each with the same
+// status, so neither can drift from the code or from the other.
+func TestHTTPAnswersAgree(t *testing.T) {
+	src, err := os.ReadFile(filepath.Join(root, "httpmw/problem.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	codes := regexp.MustCompile(`Code\w+\s*=\s*"([a-z_]+)"`).FindAllStringSubmatch(string(src), -1)
+	if len(codes) < 8 {
+		t.Fatalf("found %d problem codes in httpmw/problem.go", len(codes))
+	}
+	answers := func(doc string) map[string]string {
+		b, err := os.ReadFile(filepath.Join(root, doc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := strings.ReplaceAll(string(b), "\n//", "")
+		out := map[string]string{}
+		for _, m := range httpAnswer.FindAllStringSubmatch(text, -1) {
+			out[m[2]] = m[1]
+		}
+		return out
+	}
+	godoc, guide := answers("httpmw/doc.go"), answers("docs/middleware.md")
+	for _, c := range codes {
+		code := c[1]
+		switch g, d := godoc[code], guide[code]; {
+		case g == "":
+			t.Errorf("httpmw/doc.go does not say which status answers %s", code)
+		case d == "":
+			t.Errorf("docs/middleware.md does not say which status answers %s", code)
+		case g != d:
+			t.Errorf("%s is %s in httpmw/doc.go and %s in docs/middleware.md", code, g, d)
+		}
+	}
+}
