@@ -9,6 +9,7 @@ import (
 
 	"github.com/oncekit/oncekit/core/idem"
 	"github.com/oncekit/oncekit/core/lock"
+	"github.com/oncekit/oncekit/core/lock/lockdriver"
 )
 
 // Store is what a job needs of a driver: every oncekit driver is both.
@@ -358,7 +359,7 @@ func (r *runner) locked(ctx context.Context, t Tick) ([]byte, error) {
 		return nil, err
 	}
 	defer func() {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		rctx, cancel := lockdriver.CleanupContext(ctx)
 		defer cancel()
 		_ = h.Release(rctx)
 	}()

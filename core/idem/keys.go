@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/oncekit/oncekit/core/lock"
+	"github.com/oncekit/oncekit/core/internal/bounds"
 )
 
 // ScopedKey derives the stored key from a scope (a tenant, a principal, a
@@ -82,11 +82,8 @@ type Key struct {
 // an error matching ErrInvalidKey — and returns it as a Key, placed when
 // it starts with "{place}" (PlaceOf).
 func CheckKey(text string) (Key, error) {
-	switch {
-	case text == "":
-		return Key{}, fmt.Errorf("%w: empty", ErrInvalidKey)
-	case len(text) > lock.MaxKeyLen:
-		return Key{}, fmt.Errorf("%w: %d bytes, limit %d", ErrInvalidKey, len(text), lock.MaxKeyLen)
+	if err := bounds.Key(text); err != nil {
+		return Key{}, err
 	}
 	place, _ := PlaceOf(text)
 	return Key{text: text, place: uint8(len(place))}, nil

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/oncekit/oncekit/core/internal/bounds"
 )
 
 // ErrNotAcquired reports that a lock could not be taken: the key is held by
@@ -17,13 +19,13 @@ var ErrNotAcquired = errors.New("lock: not acquired")
 var ErrLockLost = errors.New("lock: lock lost")
 
 // ErrInvalidKey reports a key that is empty or longer than MaxKeyLen bytes.
-var ErrInvalidKey = errors.New("lock: invalid key")
+var ErrInvalidKey = bounds.ErrInvalidKey
 
 // ErrInvalidTTL reports a TTL shorter than MinTTL.
-var ErrInvalidTTL = errors.New("lock: invalid ttl")
+var ErrInvalidTTL = bounds.ErrInvalidTTL
 
 // ErrInvalidOwner reports an owner identity longer than MaxOwnerLen.
-var ErrInvalidOwner = errors.New("lock: invalid owner")
+var ErrInvalidOwner = bounds.ErrInvalidOwner
 
 // ErrReentrancyUnsupported reports an acquisition with an owner (WithOwner)
 // on a driver that does not implement owner reentrancy.

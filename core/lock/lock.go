@@ -2,17 +2,18 @@ package lock
 
 import (
 	"context"
-	"fmt"
 	"time"
+
+	"github.com/oncekit/oncekit/core/internal/bounds"
 )
 
 // MaxKeyLen is the longest key, in bytes, that a Locker accepts.
-const MaxKeyLen = 512
+const MaxKeyLen = bounds.MaxKeyLen
 
 // MinTTL is the shortest TTL a Locker accepts. Shorter leases cannot be
 // expressed by the stores (Redis PX and etcd leases count in milliseconds or
 // more) and would expire before a single round trip completes.
-const MinTTL = time.Millisecond
+const MinTTL = bounds.MinTTL
 
 // Locker hands out leases on keys. Implementations are safe for concurrent
 // use by many goroutines; each Locker stands for one client, and separate
@@ -74,22 +75,12 @@ type Lease interface {
 	Deadline() time.Time
 }
 
-// checkKey and checkTTL are the bounds above; drivers check them with
-// package lockdriver, which reports the same errors.
-func checkKey(key string) error {
-	if key == "" || len(key) > MaxKeyLen {
-		return fmt.Errorf("%w: %d bytes, want 1 to %d", ErrInvalidKey, len(key), MaxKeyLen)
-	}
-	return nil
-}
+// checkKey and checkTTL are the bounds above (package bounds owns them;
+// drivers check them with package lockdriver, through the same code).
+func checkKey(key string) error { return bounds.Key(key) }
 
-func checkTTL(ttl time.Duration) error {
-	if ttl < MinTTL {
-		return fmt.Errorf("%w: %s, minimum %s", ErrInvalidTTL, ttl, MinTTL)
-	}
-	return nil
-}
+func checkTTL(ttl time.Duration) error { return bounds.TTL(ttl) }
 
 // cleanupTimeout bounds clean-up that runs after the caller's context
 // ended (releasing the keys a failed AcquireAll took).
-const cleanupTimeout = 5 * time.Second
+const cleanupTimeout = bounds.Cleanup

@@ -1,9 +1,13 @@
 package lock
 
-import "context"
+import (
+	"context"
+
+	"github.com/oncekit/oncekit/core/internal/bounds"
+)
 
 // MaxOwnerLen is the longest owner identity, in bytes.
-const MaxOwnerLen = 256
+const MaxOwnerLen = bounds.MaxOwnerLen
 
 type ownerKey struct{}
 

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"sync"
 	"time"
+
+	"github.com/oncekit/oncekit/core/lock/lockdriver"
 )
 
 // gates let one acquisition of a key at a time wait in the database per
@@ -79,7 +81,7 @@ func (g *gates) enter(ctx context.Context, stop <-chan struct{}, key string, ttl
 	if l := <-w.ch; l == nil {
 		g.leave(key)
 	} else {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		rctx, cancel := lockdriver.CleanupContext(ctx)
 		_ = l.Release(rctx) // (a lease not released runs out on its own)
 		cancel()
 	}

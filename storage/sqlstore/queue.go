@@ -269,10 +269,10 @@ func (s *Store) waitLook(ctx context.Context, c *sql.Conn, key, tok, owner strin
 			// nobody. A cancel request ends the statement instead; the
 			// server's lock_timeout bounds it, and a deadline a little
 			// past that bounds a connection that stopped answering.
-			wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), budget+5*time.Second)
+			wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), budget+lockdriver.ReleaseTimeout)
 			defer cancel()
 			stop := context.AfterFunc(ctx, func() {
-				cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				cctx, cancel := lockdriver.CleanupContext(context.Background())
 				defer cancel()
 				_ = pc.Conn().PgConn().CancelRequest(cctx)
 			})
@@ -885,7 +885,7 @@ func (s *Store) myWaitLook(ctx context.Context, c *sql.Conn, key, tok, owner str
 		return look{}, s.closedErr("acquire", key)
 	}
 	defer done()
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), budget+5*time.Second)
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), budget+lockdriver.ReleaseTimeout)
 	defer cancel()
 	stop := context.AfterFunc(ctx, func() { s.myKillQuery(id) })
 	res, err := connExec(wctx, c, s.q.sqWait, []byte(key), tok, []byte(owner), us(ttl), name, secs)
@@ -940,7 +940,7 @@ const myServer = "CONCAT(@@hostname, ':', @@port, ':', @@server_id)"
 // a few connections; when none is on target's server, nothing is killed,
 // and the statement ends by its own timeout (GET_LOCK's).
 func (s *Store) myKillQuery(target connID) {
-	kctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	kctx, cancel := lockdriver.CleanupContext(context.Background())
 	defer cancel()
 	var held []*sql.Conn // held, so that the next one is another connection
 	defer func() {

@@ -3,42 +3,24 @@ package lockdriver
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"time"
 
+	"github.com/oncekit/oncekit/core/internal/bounds"
 	"github.com/oncekit/oncekit/core/lock"
 )
 
 // ValidateKey returns an error matching lock.ErrInvalidKey unless key is
 // non-empty and at most lock.MaxKeyLen bytes long.
-func ValidateKey(key string) error {
-	switch {
-	case key == "":
-		return fmt.Errorf("%w: empty", lock.ErrInvalidKey)
-	case len(key) > lock.MaxKeyLen:
-		return fmt.Errorf("%w: %d bytes, limit %d", lock.ErrInvalidKey, len(key), lock.MaxKeyLen)
-	}
-	return nil
-}
+func ValidateKey(key string) error { return bounds.Key(key) }
 
 // ValidateTTL returns an error matching lock.ErrInvalidTTL when ttl is
 // shorter than lock.MinTTL.
-func ValidateTTL(ttl time.Duration) error {
-	if ttl < lock.MinTTL {
-		return fmt.Errorf("%w: %s, minimum %s", lock.ErrInvalidTTL, ttl, lock.MinTTL)
-	}
-	return nil
-}
+func ValidateTTL(ttl time.Duration) error { return bounds.TTL(ttl) }
 
 // ValidateOwner returns an error matching lock.ErrInvalidOwner for an owner
 // longer than lock.MaxOwnerLen bytes.
-func ValidateOwner(owner string) error {
-	if len(owner) > lock.MaxOwnerLen {
-		return fmt.Errorf("%w: %d bytes, limit %d", lock.ErrInvalidOwner, len(owner), lock.MaxOwnerLen)
-	}
-	return nil
-}
+func ValidateOwner(owner string) error { return bounds.Owner(owner) }
 
 // Validate checks a key and a TTL together, the way every driver does
 // before it talks to its store.
@@ -75,7 +57,7 @@ func NotAcquired(ctx context.Context, causes ...error) error {
 
 // ReleaseTimeout is the deadline a Release whose caller's context is
 // already cancelled gets, so that clean-up still happens.
-const ReleaseTimeout = 5 * time.Second
+const ReleaseTimeout = bounds.Cleanup
 
 // CleanupContext returns a context for clean-up work (Release, undoing a
 // half-finished Acquire) that keeps ctx's values but not its cancellation,
