@@ -24,7 +24,12 @@ scripts/layers.sh || rc=1
 # not on the CPU: three packages at a time, and up to four parallel tests
 # in each (the conformance suites' configurations), keep the two cores
 # busy. The integration scenarios, and tests that bound a time, run alone.
-go test -race -count=1 -timeout 30m -p 3 -parallel 4 ./... || rc=1
+log=$(mktemp)
+trap '$services down; rm -f "$log"' EXIT
+start=$SECONDS
+go test -race -count=1 -timeout 30m -p 3 -parallel 4 ./... 2>&1 | tee "$log"
+[[ ${PIPESTATUS[0]} -eq 0 ]] || rc=1
+race=$((SECONDS - start))
 # The first command a Go developer types, with no server configured:
 # every server-backed test must skip with its reason, and everything else
 # pass. (-short: the tests that start servers of their own, to kill and
@@ -35,4 +40,7 @@ env -u REDIS_ADDRS -u REDIS_CLUSTER_ADDRS -u REDIS_SENTINEL_ADDRS -u ETCD_ENDPOI
 # each benchmark runs once so it cannot rot.
 (cd bench && go test -count=1 -run '^$' -bench . -benchtime 1x ./...) || rc=1
 go test -count=1 -run '^$' -bench . -benchtime 1x ./grpcmw/ ./kafkamw/ ./integration/ || rc=1
+# Where the time went: the race run's slowest packages.
+echo "make test: the race run took ${race}s, all ${SECONDS}s; its slowest packages:"
+awk '$1 == "ok" || $1 == "FAIL" { if ($3 ~ /s$/) { t = $3; sub(/s$/, "", t); print t "s\t" $2 } }' "$log" | sort -rn | head -10
 exit $rc
