@@ -18,6 +18,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/oncekit/oncekit"
 	"github.com/oncekit/oncekit/core/idem"
 	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/core/lock/lockdriver"
@@ -210,14 +211,15 @@ func (c *cli) recordKey(key string) (string, error) {
 	return k.String(), err
 }
 
-// version is the module's version as the build recorded it ("(devel)"
-// for a build from a checkout) and the Go version.
+// version is oncekit's version (oncekit.Version), the module's version as
+// the build recorded it ("(devel)" for a build from a checkout) and the Go
+// version.
 func version() string {
 	v := "(unknown)"
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		v = bi.Main.Version
 	}
-	return "oncekit oncectl " + v + " " + runtime.Version()
+	return "oncekit oncectl " + oncekit.Version + " (module " + v + ") " + runtime.Version()
 }
 
 // parse reads flags anywhere on the line and returns the positional

@@ -273,7 +273,7 @@ func TestRecordKeyFlags(t *testing.T) {
 			t.Errorf("%+v: %q, want an error", bad, got)
 		}
 	}
-	if code, out, _ := oncectl(t, "", "version"); code != exitOK || !strings.HasPrefix(out, "oncekit oncectl ") || !strings.Contains(out, "go1.") {
+	if code, out, _ := oncectl(t, "", "version"); code != exitOK || !strings.HasPrefix(out, "oncekit oncectl v0.1.0 ") || !strings.Contains(out, "go1.") {
 		t.Errorf("version: exit %d %q", code, out)
 	}
 	if code, _, errOut := oncectl(t, "", "record", "get", "k", "--kafka-group", "g", "--store", "redis://127.0.0.1:1"); code != exitUsage || !strings.Contains(errOut, "go together") {
