@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/oncekit/oncekit/core/lock"
@@ -13,95 +12,6 @@ import (
 	"github.com/oncekit/oncekit/core/observe"
 	"github.com/oncekit/oncekit/storage/internal/token"
 )
-
-// Store is the in-process driver. The zero value is not usable; call New.
-type Store struct {
-	mu      sync.Mutex
-	locks   map[string]*entry
-	records map[string]*record // idempotency records (idem.Store)
-	ended   map[string]ended   // claims that ended without completing
-	fence   uint64             // one counter for all keys: strictly increasing per key too (nextFence)
-
-	completed   completedList // oldest completion first: evicted first
-	resultBytes int64         // the completed records' results, in bytes
-	maxRecords  int
-	maxBytes    int64
-
-	observer observe.Observer
-
-	closed  bool          // Close was called: new calls fail with lock.ErrClosed
-	closing chan struct{} // closed by Close: waiters give up
-}
-
-// Defaults of the bounds on idempotency records.
-const (
-	DefaultMaxRecords = 100_000
-	DefaultMaxBytes   = 256 << 20
-)
-
-// Option configures a Store.
-type Option func(*Store)
-
-// WithObserver sets where the Store reports hand-offs, and where the
-// lock.Mutex and idem.Guard built on it report their operations (see
-// package observe). Default: none.
-func WithObserver(o observe.Observer) Option { return func(s *Store) { s.observer = o } }
-
-// WithMaxRecords bounds how many idempotency records the Store keeps. When
-// a new claim would exceed it, the records completed longest ago are
-// evicted first (a duplicate of an evicted key runs again, as after its
-// retention); in-flight claims are never evicted: when they alone reach
-// the bound, Begin fails with ErrFull. Default DefaultMaxRecords (100 000).
-func WithMaxRecords(n int) Option { return func(s *Store) { s.maxRecords = n } }
-
-// WithMaxBytes bounds the bytes of stored results; the records completed
-// longest ago are evicted to stay within it. One result larger than the
-// bound is refused with idem.ErrResultTooLarge before anything (an effect
-// included) is applied, rather than stored and evicted at once. Default
-// DefaultMaxBytes (256 MiB).
-func WithMaxBytes(n int64) Option { return func(s *Store) { s.maxBytes = n } }
-
-// Close implements io.Closer, as every driver does (see package storage):
-// after it, Acquire, TryAcquire, Begin and WaitChange fail with an error
-// matching lock.ErrClosed, and Acquires waiting for a key give up with it.
-// Leases and claims taken before can still be released, completed or
-// abandoned. Close is idempotent.
-func (s *Store) Close() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !s.closed {
-		s.closed = true
-		close(s.closing)
-	}
-	return nil
-}
-
-// closedErr is the error of a call op on key after Close.
-func closedErr(op, key string) error {
-	return fmt.Errorf("memstore: %s %q: %w", op, key, lock.ErrClosed)
-}
-
-// DriverName implements observe.Source: "memory".
-func (s *Store) DriverName() string { return "memory" }
-
-// Observer implements observe.Source.
-func (s *Store) Observer() observe.Observer { return s.observer }
-
-// New returns an empty Store.
-func New(opts ...Option) *Store {
-	s := &Store{locks: make(map[string]*entry), maxRecords: DefaultMaxRecords, maxBytes: DefaultMaxBytes, closing: make(chan struct{})}
-	for _, o := range opts {
-		o(s)
-	}
-	s.maxRecords, s.maxBytes = max(s.maxRecords, 1), max(s.maxBytes, 0)
-	return s
-}
-
-// entry is the state of one key: its holder and the FIFO of waiters.
-type entry struct {
-	holder  *grant
-	waiters list.List // of *waiter
-}
 
 type waiter struct {
 	ttl     time.Duration
@@ -113,12 +23,6 @@ type waiter struct {
 
 // A grant is held, released or lost, like its leases.
 type grantState = lockdriver.State
-
-const (
-	held     = lockdriver.Live
-	released = lockdriver.Released
-	lost     = lockdriver.Lost
-)
 
 // grant is one acquisition of a key: its token, fence and expiry, shared
 // by the leases (handles) of an owner that re-entered it.
@@ -398,11 +302,6 @@ func (l *lease) StoreRelease(context.Context) error {
 	return nil
 }
 
-var (
-	_ lock.Locker = (*Store)(nil)
-	_ lock.Lease  = (*lease)(nil)
-)
-
 // Deadline implements lock.Lease: the key's expiry, which all of an
 // owner's holds share.
 func (l *lease) Deadline() time.Time {
@@ -415,5 +314,14 @@ func (l *lease) Deadline() time.Time {
 	return l.g.expires
 }
 
-// Ping implements the stores' health check: a memory store is always up.
-func (s *Store) Ping(ctx context.Context) error { return ctx.Err() }
+// entry is the state of one key: its holder and the FIFO of waiters.
+type entry struct {
+	holder  *grant
+	waiters list.List // of *waiter
+}
+
+const (
+	held     = lockdriver.Live
+	released = lockdriver.Released
+	lost     = lockdriver.Lost
+)
