@@ -15,8 +15,11 @@
 // -cluster and -sentinel forms), storage/redlockstore (redlock://),
 // storage/etcdstore (etcd://), storage/sqlstore (postgres://, mysql://),
 // storage/zkstore (zk://), or storage/all for all of them. memory://
-// (storage/memstore) is always there. A URL whose driver was not imported fails with an error
-// naming the package to import.
+// (storage/memstore) is always there. A URL whose driver was not imported
+// fails with an error that lists the schemes the program has and says to
+// import the driver's package. Each driver registers its schemes and its
+// lines of Help (driver.Info): adding a driver is its folder and one line
+// in storage/all.
 //
 // The forms:
 //

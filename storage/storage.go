@@ -16,29 +16,22 @@ import (
 	_ "github.com/oncekit/oncekit/storage/memstore" // memory://, always registered
 )
 
-// Help lists the URL forms, for a command's usage text.
-const Help = `Store URLs:
-  memory://                                      the in-process driver (one process only)
-  redis://[user:password@]host:port[/db]         one Redis server (rediss:// for TLS)
-  redis-cluster://[user:password@]host:port,...  a Redis Cluster (rediss-cluster:// for TLS)
-  redis-sentinel://host:port,...[/db]?master_name=NAME
-                                                 a primary managed by Sentinel (the hosts are the sentinels)
-  redlock://host:port,host:port,host:port        Redlock over N independent Redis servers
-  etcd://host:port,host:port,...                 an etcd cluster
-  postgres://user:password@host:port/dbname      PostgreSQL (pgx's parameters: sslmode=...)
-  mysql://user:password@host:port/dbname         MySQL 8 or MariaDB (go-sql-driver/mysql's parameters)
-  zk://host:port,host:port,...[/root][?session_timeout=10s]
-                                                 a ZooKeeper ensemble (znodes under root, default /oncekit)
-Credentials: user:password@ before the hosts (a Redis ACL user or requirepass, an etcd user).
-Redis forms take go-redis' query parameters (dial_timeout=2s, pool_size=50, ...)
-and replicas=N (replica_timeout=1s): every lease and claim waits for N
-replicas (redisstore.WithReplicas).
-SQL forms create their tables if missing (migrate=false skips that) and
-take prefix=P as the table prefix (default oncekit_); TLS through the
-driver's own parameters. Behind pgbouncer in transaction mode add
-notify=false&default_query_exec_mode=exec. zk:// waits for a session (within the timeout)
-and takes no other parameter.
-Every other form takes:
+// Help lists the URL forms of the registered drivers (every one, with
+// storage/all imported), for a command's usage text.
+func Help() string {
+	var b strings.Builder
+	b.WriteString("Store URLs:\n")
+	for _, d := range driver.Drivers() {
+		b.WriteString(d.Usage)
+		b.WriteString("\n")
+	}
+	b.WriteString(commonHelp)
+	return b.String()
+}
+
+// commonHelp is what every form takes.
+const commonHelp = `Credentials: user:password@ before the hosts (a Redis ACL user or requirepass, an etcd user).
+Unless its notes above say otherwise, a form takes:
   prefix=P          the lock key prefix
   record_prefix=P   the idempotency record prefix
   ca=FILE           PEM certificates to trust; turns TLS on
@@ -79,16 +72,6 @@ func WithTimeout(d time.Duration) Option { return func(o *options) { o.timeout =
 // none.
 func WithObserver(obs observe.Observer) Option { return func(o *options) { o.observer = obs } }
 
-// driverPackages names the package that registers each scheme oncekit
-// ships, for the error that says which to import.
-var driverPackages = map[string]string{
-	"redis": "redisstore", "rediss": "redisstore", "redis-cluster": "redisstore", "rediss-cluster": "redisstore",
-	"redis-sentinel": "redisstore", "rediss-sentinel": "redisstore",
-	"redlock": "redlockstore", "etcd": "etcdstore",
-	"postgres": "sqlstore", "postgresql": "sqlstore", "mysql": "sqlstore",
-	"zk": "zkstore", "zookeeper": "zkstore",
-}
-
 // Open opens the store rawURL names (see the package documentation for the
 // forms) with the driver registered for its scheme: import the driver's
 // package (or storage/all for every driver) to register it. It makes no
@@ -108,26 +91,23 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (Store, error) {
 		return nil, fmt.Errorf("storage: timeout %s is not positive", o.timeout)
 	}
 	if rawURL == "" {
-		return nil, errors.New("storage: no store URL\n" + Help)
+		return nil, errors.New("storage: no store URL\n" + Help())
 	}
 	if !strings.Contains(rawURL, "://") {
-		return nil, fmt.Errorf("storage: store URL %q has no scheme\n%s", rawURL, Help)
+		return nil, fmt.Errorf("storage: store URL %q has no scheme\n%s", rawURL, Help())
 	}
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		return nil, fmt.Errorf("storage: store URL: %w", err)
 	}
 	if u.Scheme == "" {
-		return nil, fmt.Errorf("storage: store URL %q has no scheme\n%s", rawURL, Help)
+		return nil, fmt.Errorf("storage: store URL %q has no scheme\n%s", rawURL, Help())
 	}
 	open, ok := driver.Lookup(u.Scheme)
 	if !ok {
-		if pkg, known := driverPackages[u.Scheme]; known {
-			return nil, fmt.Errorf("storage: store URL scheme %q needs its driver: import _ \"github.com/oncekit/oncekit/storage/%s\" "+
-				"(or storage/all for every driver)", u.Scheme, pkg)
-		}
-		return nil, fmt.Errorf("storage: store URL scheme %q is not supported (registered: %s)\n%s",
-			u.Scheme, strings.Join(driver.Schemes(), ", "), Help)
+		return nil, fmt.Errorf("storage: store URL scheme %q is not supported by the drivers this program imports "+
+			"(registered: %s; import the driver's package, github.com/oncekit/oncekit/storage/<name>store, or storage/all for every one)\n%s",
+			u.Scheme, strings.Join(driver.Schemes(), ", "), Help())
 	}
 	q := u.Query()
 	du := &driver.URL{URL: u, Prefix: q.Get("prefix"), RecordPrefix: q.Get("record_prefix"), Timeout: o.timeout, Observer: o.observer}

@@ -26,7 +26,9 @@ type opened struct {
 	close func()
 }
 
-const storeHelp = storage.Help + `
+// storeHelp is storage.Help with what oncectl adds (it imports every
+// driver).
+var storeHelp = storage.Help() + `
 memory:// stores live inside one process; oncectl cannot reach them.`
 
 // openStore connects to the store named by raw (see storeHelp).
@@ -43,7 +45,7 @@ func openStore(raw string, timeout time.Duration) (*opened, error) {
 		if !strings.Contains(err.Error(), "Store URLs:") {
 			return nil, err
 		}
-		return nil, errors.New(strings.Replace(err.Error(), storage.Help, storeHelp, 1))
+		return nil, errors.New(strings.Replace(err.Error(), storage.Help(), storeHelp, 1))
 	}
 	return &opened{s, func() { _ = s.Close() }}, nil
 }

@@ -17,8 +17,9 @@ import (
 	"github.com/oncekit/oncekit/storage/zkstore"
 )
 
-// StoreHelp describes the store URLs Open takes.
-const StoreHelp = storage.Help
+// StoreHelp describes the store URLs Open takes (every driver's: this
+// package imports them all).
+var StoreHelp = storage.Help()
 
 // Open opens the oncekit driver a store URL names (the forms of oncectl:
 // memory://, redis://, redis-sentinel://, redis-cluster://,

@@ -7,15 +7,25 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	_ "github.com/oncekit/oncekit/storage/all"
+	"github.com/oncekit/oncekit/storage/driver"
 )
 
 // root is the repository's root, two levels up from this package.
 const root = "../.."
 
-// drivers are the driver packages oncekit ships. A driver added here
-// without its name in every driver list of the documents fails
+// drivers are the driver packages oncekit ships, as they registered
+// themselves (storage/all imports every one): a driver added without its
+// name in every driver list of the documents fails
 // TestDriverListsAreComplete.
-var drivers = []string{"memstore", "redisstore", "redlockstore", "etcdstore", "sqlstore", "zkstore"}
+var drivers = func() []string {
+	var names []string
+	for _, d := range driver.Drivers() {
+		names = append(names, d.Package)
+	}
+	return names
+}()
 
 // documents are the Markdown files and package documentation users read,
 // by path from the root. The benchmark pages compare the drivers that were
@@ -137,5 +147,22 @@ func TestEveryPackageHasDocGo(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// The package documentation of storage shows every URL form a registered
+// driver's usage names (driver.Info.Usage, the source of storage.Help).
+func TestStorageDocNamesEveryForm(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join(root, "storage/doc.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	form := regexp.MustCompile(`(?m)^\s+([a-z-]+://)`)
+	for _, d := range driver.Drivers() {
+		for _, m := range form.FindAllStringSubmatch(d.Usage, -1) {
+			if !strings.Contains(string(doc), "//\t"+m[1]) {
+				t.Errorf("storage/doc.go does not show %s's form %s", d.Package, m[1])
+			}
+		}
 	}
 }

@@ -3,9 +3,12 @@
 // schemes. Applications do not need it; a driver author does (see
 // CONTRIBUTING.md for the checklist).
 //
-// A driver registers its schemes in an init function:
+// A driver registers itself — its package, schemes, usage text and
+// opener — in an init function:
 //
-//	func init() { driver.Register(openURL, "redis", "rediss") }
+//	func init() {
+//		driver.Register(driver.Info{Package: "redisstore", Schemes: []string{"redis", "rediss"}, Usage: usage, Open: openURL})
+//	}
 //
 // so that a program links only the drivers it imports: importing
 // storage/redisstore makes storage.Open take redis:// URLs, and importing

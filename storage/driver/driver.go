@@ -77,28 +77,49 @@ func (u *URL) Hosts() ([]string, error) {
 // the driver allows); ctx bounds the opening itself.
 type OpenFunc func(ctx context.Context, u *URL) (Store, error)
 
+// Info is what a driver registers: everything storage.Open, its help text,
+// oncectl and the documentation checks know of it comes from here.
+type Info struct {
+	// Package is the driver's package name ("redisstore"), under
+	// github.com/oncekit/oncekit/storage/.
+	Package string
+	// Schemes are the URL schemes it opens ("redis", "rediss", …).
+	Schemes []string
+	// Usage is its lines of storage.Help: each URL form, padded to the
+	// 49th column, and what it opens; then notes on its parameters.
+	Usage string
+	// Open opens a store from a URL of one of its schemes.
+	Open OpenFunc
+}
+
 var (
 	mu      sync.RWMutex
 	openers = map[string]OpenFunc{}
+	drivers = map[string]Info{}
 )
 
-// Register makes the URL schemes open with open. A driver package calls
-// it from an init function, so that importing the driver (or
-// storage/all, which imports every driver) is what makes storage.Open
-// know its schemes. It panics when open is nil or a scheme is registered
-// twice, as database/sql's Register does.
-func Register(open OpenFunc, schemes ...string) {
-	if open == nil {
-		panic("storage/driver: Register: nil OpenFunc")
+// Register makes the driver's URL schemes open with its Open. A driver
+// package calls it from an init function, so that importing the driver
+// (or storage/all, which imports every driver) is what makes storage.Open
+// know its schemes. It panics when Open is nil, a scheme is registered
+// twice or the package has no name, as database/sql's Register does.
+func Register(d Info) {
+	if d.Open == nil || d.Package == "" || len(d.Schemes) == 0 {
+		panic("storage/driver: Register: an Info needs a Package, Schemes and Open")
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	for _, s := range schemes {
+	if _, dup := drivers[d.Package]; dup {
+		panic("storage/driver: Register called twice for " + d.Package)
+	}
+	for _, s := range d.Schemes {
 		if _, dup := openers[s]; dup {
 			panic("storage/driver: Register called twice for scheme " + s)
 		}
-		openers[s] = open
+		openers[s] = d.Open
 	}
+	d.Schemes = slices.Clone(d.Schemes)
+	drivers[d.Package] = d
 }
 
 // Lookup returns the OpenFunc registered for scheme.
@@ -107,6 +128,29 @@ func Lookup(scheme string) (OpenFunc, bool) {
 	defer mu.RUnlock()
 	open, ok := openers[scheme]
 	return open, ok
+}
+
+// Drivers returns the registered drivers: memstore (always registered,
+// the default) first, then by package name.
+func Drivers() []Info {
+	mu.RLock()
+	defer mu.RUnlock()
+	out := make([]Info, 0, len(drivers))
+	for _, d := range drivers {
+		out = append(out, d)
+	}
+	slices.SortFunc(out, func(a, b Info) int {
+		switch {
+		case a.Package == b.Package:
+			return 0
+		case a.Package == "memstore":
+			return -1
+		case b.Package == "memstore":
+			return 1
+		}
+		return strings.Compare(a.Package, b.Package)
+	})
+	return out
 }
 
 // Schemes returns the registered schemes, sorted.

@@ -11,7 +11,10 @@ import (
 )
 
 // Importing the package registers the etcd:// scheme with storage.Open.
-func init() { driver.Register(openURL, "etcd") }
+func init() {
+	driver.Register(driver.Info{Package: "etcdstore", Schemes: []string{"etcd"}, Open: openURL,
+		Usage: "  etcd://host:port,host:port,...                 an etcd cluster"})
+}
 
 // openURL opens a Store over a client of u's endpoints, which the Store's
 // Close closes.

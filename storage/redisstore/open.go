@@ -15,7 +15,15 @@ import (
 
 // Importing the package registers its URL schemes with storage.Open.
 func init() {
-	driver.Register(openURL, "redis", "rediss", "redis-cluster", "rediss-cluster", "redis-sentinel", "rediss-sentinel")
+	driver.Register(driver.Info{Package: "redisstore", Open: openURL,
+		Schemes: []string{"redis", "rediss", "redis-cluster", "rediss-cluster", "redis-sentinel", "rediss-sentinel"},
+		Usage: `  redis://[user:password@]host:port[/db]         one Redis server (rediss:// for TLS)
+  redis-cluster://[user:password@]host:port,...  a Redis Cluster (rediss-cluster:// for TLS)
+  redis-sentinel://host:port,...[/db]?master_name=NAME
+                                                 a primary managed by Sentinel (the hosts are the sentinels)
+  Redis forms take go-redis' query parameters (dial_timeout=2s, pool_size=50, ...)
+  and replicas=N (replica_timeout=1s): every lease and claim waits for N
+  replicas (redisstore.WithReplicas).`})
 }
 
 // openURL opens a Store over a client made from u (go-redis' own URL forms,

@@ -12,7 +12,10 @@ import (
 )
 
 // Importing the package registers the redlock:// scheme with storage.Open.
-func init() { driver.Register(openURL, "redlock") }
+func init() {
+	driver.Register(driver.Info{Package: "redlockstore", Schemes: []string{"redlock"}, Open: openURL,
+		Usage: "  redlock://host:port,host:port,host:port        Redlock over N independent Redis servers"})
+}
 
 // openURL opens a Store over one client per host of u (each host a node,
 // with go-redis' parameters of redis://), which the Store's Close closes.

@@ -176,7 +176,15 @@ func redact(raw string) string {
 
 // Importing the package registers the postgres://, postgresql:// and
 // mysql:// schemes with storage.Open.
-func init() { driver.Register(openURL, "postgres", "postgresql", "mysql") }
+func init() {
+	driver.Register(driver.Info{Package: "sqlstore", Schemes: []string{"postgres", "postgresql", "mysql"}, Open: openURL,
+		Usage: `  postgres://user:password@host:port/dbname      PostgreSQL (pgx's parameters: sslmode=...)
+  mysql://user:password@host:port/dbname         MySQL 8 or MariaDB (go-sql-driver/mysql's parameters)
+  SQL forms create their tables if missing (migrate=false skips that) and
+  take prefix=P as the table prefix (default oncekit_); TLS through the
+  driver's own parameters. Behind pgbouncer in transaction mode add
+  notify=false&default_query_exec_mode=exec.`})
+}
 
 // openURL opens a Store that owns its database (Open) and, unless
 // migrate=false, creates its tables and adds missing columns before it

@@ -11,7 +11,12 @@ import (
 
 // Importing the package registers the zk:// and zookeeper:// schemes with
 // storage.Open.
-func init() { driver.Register(openURL, "zk", "zookeeper") }
+func init() {
+	driver.Register(driver.Info{Package: "zkstore", Schemes: []string{"zk", "zookeeper"}, Open: openURL,
+		Usage: `  zk://host:port,host:port,...[/root][?session_timeout=10s]
+                                                 a ZooKeeper ensemble (znodes under root, default /oncekit)
+  zk:// waits for a session (within the timeout) and takes no other parameter.`})
+}
 
 // openURL connects a Store to u's ensemble (Connect, within u.Timeout),
 // with the root as the URL's path.
