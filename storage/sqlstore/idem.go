@@ -51,6 +51,13 @@ func (r recordRow) live() bool {
 	return r.found && (r.state == stateInFlight || r.state == stateCompleted) && r.expires > r.now
 }
 
+// otherLayout reports a row whose state this layout does not have: a
+// later version's, which no statement of this one takes over (each takes
+// a row only in states 0, 1 and 2).
+func (r recordRow) otherLayout() bool {
+	return r.found && r.state != stateFree && r.state != stateInFlight && r.state != stateCompleted
+}
+
 // corrupt says why a row is not one this package writes, or "".
 func (r recordRow) corrupt() string {
 	switch {
@@ -297,6 +304,10 @@ func (s *Store) begin(ctx context.Context, k idem.Key, fingerprint string, lease
 		r, err := s.q.recordRow(ctx, tx, key, true)
 		if err != nil {
 			return err
+		}
+		if r.otherLayout() {
+			return stop(fmt.Errorf("%w: the record of %q has state %d, which layout %d does not have (a later version wrote it: it is left alone)",
+				idem.ErrUnknownLayout, key, r.state, Layout))
 		}
 		if reason := r.corrupt(); reason != "" {
 			return stop(&idem.CorruptRecordError{Key: key, Reason: reason})

@@ -118,6 +118,14 @@ func writeSQLLayouts(t *testing.T, s *sqlstore.Store) {
 	}
 	out = append(out, read(layouts.Layout{Name: "record abandoned", What: "record", Want: "free", Fingerprint: "fp-3", Fence: c.Fence, Attempt: 2}, k))
 
+	// A row of a later layout (a state this one does not have): never
+	// taken over, whatever its expiry says.
+	var later sqlRecord
+	_ = json.Unmarshal(out[0].Data, &later)
+	later.State = 3
+	data, _ := json.Marshal(later)
+	out = append(out, layouts.Layout{Name: "record of a later layout", What: "record", Want: "unknown_layout", Fingerprint: "fp-1", Data: data})
+
 	k = "golden-lock-" + run
 	lease, err := s.Acquire(ctx, k, 30*time.Second)
 	if err != nil {
