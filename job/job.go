@@ -218,13 +218,9 @@ func latest(next func(time.Time) time.Time, now time.Time, within time.Duration)
 	if within <= 0 {
 		return time.Time{}, nil
 	}
-	from := now.Add(-within)
+	var from time.Time
 	for step := time.Millisecond; ; step *= 2 {
-		if step < within {
-			from = now.Add(-step)
-		} else {
-			from = now.Add(-within)
-		}
+		from = now.Add(-min(step, within))
 		if t := next(from); !t.IsZero() && !t.After(now) {
 			break
 		}
