@@ -7,50 +7,10 @@
 //	defer store.Close()
 //	lease, err := store.Acquire(ctx, "order:42", 10*time.Second)
 //
-// # Data layout and round trips
-//
-// Every lock is a directory "<prefix><escaped key>/" (prefix default
-// "oncekit/lock/"; the key is path-escaped so "a" and "a/b" never share
-// one). Each acquisition writes an entry of its own, "<dir><session
-// lease>-<token>", bound to the Store's session lease; no other
-// acquisition ever reuses an entry, so a Release retried after a timeout
-// can never delete a newer holder's entry. The holder is the entry with
-// the lowest create revision; the lease's fence is that revision × 128
-// (plus, for the leases a kept entry serves, one per lease before it; see
-// Hot keys).
-//
-// TryAcquire is one transaction (take the key if the directory is empty,
-// else read the holder's entry for its remaining TTL). Acquire is one
-// transaction when uncontended (write the entry, read the first). Refresh
-// is one transaction (compare the entry's create revision, record the new
-// expiry); Release is one delete.
-//
-// # Hot keys
-//
-// A key this Store asks for again within 10 ms of releasing it is hot here
-// (a loop, a stream of orders for one item), unless a kept entry of it went
-// unused in the last 100 ms (two processes taking turns): its Release keeps the entry
-// for WithLinger (default 100 µs), and the Store's next Acquire of the key
-// in that moment takes it with no request — the same entry, its validity
-// (at least 7/8 of the asked TTL must be left) and the next fence
-// (revision × 128 + 1, + 2, …: every later entry's revision is higher, so
-// its fences are above them). Within WithMaxLocalHandOffs leases in a row
-// (default 16) or as many as start within WithMaxLocalHold of taking the
-// key (default 1 ms), whichever is more, the entry is then deleted so that
-// the next waiting process gets its turn. A lease that passed its entry on
-// never refreshes or deletes it again. The price: the key stays held for
-// up to the linger after Release returns, and a process that exits in that
-// moment without Close leaves it held until its session's TTL ends.
-//
-// # Waiting
-//
-// A waiter waits for the entry just before its own (its predecessor) to be
-// deleted, so a release wakes exactly one waiter, in arrival order. The
-// deletes reach it through one long-lived watch on the directory per Store
-// and key, kept open while waiters use it and for two seconds after: a watch
-// created at a past revision — which under contention even "now" quickly
-// becomes — is served by etcd's 100 ms catch-up loop, the reason
-// concurrency.Mutex needs about 100 ms per hand-off (see BENCHMARKS.md).
+// How it works inside — data layout and round trips, hot keys, waiting,
+// owners, idempotency records — is in docs/drivers.md, "How etcdstore
+// works"
+// (https://github.com/oncekit/oncekit/blob/main/docs/drivers.md#how-etcdstore-works).
 //
 // # TTLs and sessions
 //
@@ -95,29 +55,4 @@
 // and a Store with waiters keeps one watch on the heartbeats. The recorded expiry that other clients' TryAcquire reports for
 // a holder that waited in the queue counts from when it joined the queue,
 // until its first Refresh.
-//
-// # Owners
-//
-// With lock.WithOwner, a record "<prefix><escaped key>\x00owner" (outside
-// every queue directory) names the owner, the holder's entry and the number
-// of holds. Re-entering and giving a hold back are transactions conditional
-// on the record's mod revision and the entry's create revision; a hold
-// whose TTL runs out gives back only itself.
-//
-// # Idempotency records
-//
-// Store is also an idem.Store. Each claim of a key is an entry of its own
-// under "oncekit/idem/<escaped key>/" (WithRecordPrefix), so a claim taken
-// over after its lease is a new key with a new create revision, which is
-// also its fence. An in-flight claim is bound to the session of its lease's
-// TTL class and ended by the claiming Store when its lease runs out without
-// an Extend: no client takes a claim over by comparing its clock with the
-// claimer's. Values carry a version byte and an expiry (a hint for other
-// clients); completed records are bound to a lease shared by the records
-// that expire in the same minute. "oncekit/idem/<escaped key>#attempts"
-// counts the key's claims (its version) for idem.Claim.Attempt: every
-// claim puts it in the claim's transaction, a completion deletes it, and a
-// lease (one per hour of claims) ends it between idem.AttemptMemory and an
-// hour more after the last claim. A claim's effect (Effect) joins the
-// transaction that completes its record.
 package etcdstore
