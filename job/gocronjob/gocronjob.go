@@ -3,7 +3,6 @@ package gocronjob
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"time"
 
@@ -23,8 +22,8 @@ type options struct {
 }
 
 // WithTTL sets the lock's TTL: a replica that dies while it runs a job
-// holds it that long. The lease is refreshed while the job runs. Default
-// 30 s.
+// holds it that long. The lease is refreshed every third of it while the
+// job runs. Default 30 s.
 func WithTTL(d time.Duration) Option { return func(o *options) { o.ttl = d } }
 
 // WithHoldAtLeast sets how long a run holds its job's lock, however short
@@ -45,18 +44,17 @@ func NewLocker(l lock.Locker, opts ...Option) (gocron.Locker, error) {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	if l == nil || o.atLeast < 0 {
+	switch {
+	case l == nil || o.atLeast < 0:
 		return nil, errors.New("gocronjob: NewLocker needs a lock.Locker and a hold that is not negative")
+	case o.ttl < lock.MinTTL:
+		return nil, errors.New("gocronjob: WithTTL below lock.MinTTL")
 	}
-	m, err := lock.NewMutex(l, lock.WithTTL(o.ttl))
-	if err != nil {
-		return nil, fmt.Errorf("gocronjob: %w", err)
-	}
-	return &locker{m: m, o: o, jobs: map[string]*period{}}, nil
+	return &locker{l: l, o: o, jobs: map[string]*period{}}, nil
 }
 
 type locker struct {
-	m    *lock.Mutex
+	l    lock.Locker
 	o    options
 	mu   sync.Mutex
 	jobs map[string]*period // by job name: what this replica saw of its ticks
@@ -99,33 +97,66 @@ func (l *locker) hold(name string, now time.Time) time.Duration {
 }
 
 // Lock takes the job's lock without waiting; gocron skips the run when it
-// fails.
+// fails. The lease is refreshed while the job runs.
 func (l *locker) Lock(ctx context.Context, key string) (gocron.Lock, error) {
 	now := l.o.now()
 	hold := l.hold(key, now)
-	h, err := l.m.TryLock(ctx, l.o.prefix+key)
+	lease, err := l.l.TryAcquire(ctx, l.o.prefix+key, l.o.ttl)
 	if err != nil {
 		return nil, err
 	}
-	return &held{h: h, until: now.Add(hold), now: l.o.now}, nil
+	h := &held{lease: lease, until: now.Add(hold), now: l.o.now, stop: make(chan struct{}), stopped: make(chan struct{})}
+	go h.keepAlive(l.o.ttl)
+	return h, nil
 }
 
 type held struct {
-	h     *lock.Held
-	until time.Time
-	now   func() time.Time
+	lease         lock.Lease
+	until         time.Time
+	now           func() time.Time
+	stop, stopped chan struct{}
+	once          sync.Once
 }
 
-// Unlock releases the lock, or, before its hold has passed, arranges its
-// release then and returns nil.
+// keepAlive refreshes the lease every third of ttl until Unlock, or until
+// the lease is lost.
+func (h *held) keepAlive(ttl time.Duration) {
+	defer close(h.stopped)
+	t := time.NewTicker(ttl / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-h.stop:
+			return
+		case <-h.lease.Done():
+			return
+		case <-t.C:
+			ctx, cancel := lockdriver.CleanupContext(context.Background())
+			err := h.lease.Refresh(ctx, ttl)
+			cancel()
+			if errors.Is(err, lock.ErrLockLost) {
+				return
+			}
+		}
+	}
+}
+
+// Unlock ends the run's hold on the job's lock: before its hold has passed
+// since the tick, it shortens the lease to end then — the store lets the
+// key go at that moment, with no request from this replica at the
+// boundary, where a late release would make the next tick find the key
+// still held — else it releases it.
 func (h *held) Unlock(ctx context.Context) error {
-	if rest := h.until.Sub(h.now()); rest > 0 {
-		time.AfterFunc(rest, func() {
-			rctx, cancel := lockdriver.CleanupContext(context.Background())
-			defer cancel()
-			_ = h.h.Release(rctx)
-		})
+	h.once.Do(func() { close(h.stop) })
+	<-h.stopped
+	if rest := h.until.Sub(h.now()); rest >= lock.MinTTL {
+		if err := h.lease.Refresh(ctx, rest); !errors.Is(err, lock.ErrLockLost) {
+			return err
+		}
 		return nil
 	}
-	return h.h.Release(ctx)
+	if err := h.lease.Release(ctx); err != nil && !errors.Is(err, lock.ErrLockLost) {
+		return err
+	}
+	return nil
 }

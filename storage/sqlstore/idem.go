@@ -156,9 +156,22 @@ func (s *Store) begin(ctx context.Context, k idem.Key, fingerprint string, lease
 	}
 	start := time.Now()
 	claimFirst := s.replays.Load() <= 0 && !held
+	if c, done, err := s.beginOneStatement(ctx, k, key, fingerprint, lease, start, sent, claimFirst); done {
+		return c, err
+	}
+	if c, done, err := s.beginReadFirst(ctx, k, key, fingerprint, lease, start, sent, claimFirst); done {
+		return c, err
+	}
+	return s.beginInTx(ctx, k, key, fingerprint, lease, start, sent)
+}
+
+// beginOneStatement is begin's PostgreSQL paths, each one statement (or a
+// batch's share of one): done is false when none decided, and the
+// transaction of beginInTx goes on.
+func (s *Store) beginOneStatement(ctx context.Context, k idem.Key, key, fingerprint string, lease time.Duration, start time.Time, sent *string, claimFirst bool) (c idem.Claim, done bool, err error) {
 	if s.begins != nil {
 		if c, ok, err := s.beginBatched(ctx, k, fingerprint, lease, start, sent, claimFirst); ok {
-			return c, err
+			return c, true, err
 		}
 		// A free, expired or corrupt record, or a failure worth another
 		// way: fastBegin below.
@@ -173,9 +186,9 @@ func (s *Store) begin(ctx context.Context, k idem.Key, fingerprint string, lease
 		case err == nil:
 			s.seen(false)
 			return idem.Claim{Key: k, State: idem.Acquired, Fingerprint: fingerprint, Token: tok, Fence: uint64(r.fence),
-				Attempt: int(r.attempt), Expires: start.Add(lease)}, nil
+				Attempt: int(r.attempt), Expires: start.Add(lease)}, true, nil
 		case !errors.Is(err, sql.ErrNoRows) && !retryable(err):
-			return idem.Claim{}, s.errWrap("begin", key, err)
+			return idem.Claim{}, true, s.errWrap("begin", key, err)
 		}
 	}
 	if s.begins == nil && s.q.fastBegin != "" && !claimFirst {
@@ -190,10 +203,10 @@ func (s *Store) begin(ctx context.Context, k idem.Key, fingerprint string, lease
 		case err == nil:
 			if c, ok := claimOf(k, fingerprint, r); ok {
 				s.seen(true)
-				return c, nil
+				return c, true, nil
 			}
 		case !errors.Is(err, sql.ErrNoRows):
-			return idem.Claim{}, s.errWrap("begin", key, err)
+			return idem.Claim{}, true, s.errWrap("begin", key, err)
 		}
 	}
 	if s.q.fastBegin != "" {
@@ -209,19 +222,26 @@ func (s *Store) begin(ctx context.Context, k idem.Key, fingerprint string, lease
 		case err == nil && claimed:
 			s.seen(false)
 			return idem.Claim{Key: k, State: idem.Acquired, Fingerprint: fingerprint, Token: tok, Fence: uint64(r.fence),
-				Attempt: int(r.attempt), Expires: start.Add(lease)}, nil
+				Attempt: int(r.attempt), Expires: start.Add(lease)}, true, nil
 		case err == nil:
 			r.found = true
 			if c, ok := claimOf(k, fingerprint, r); ok {
 				s.seen(true)
-				return c, nil
+				return c, true, nil
 			}
 		case !errors.Is(err, sql.ErrNoRows) && !retryable(err):
-			return idem.Claim{}, s.errWrap("begin", key, err)
+			return idem.Claim{}, true, s.errWrap("begin", key, err)
 		}
 		// (A serialization failure, under a session default of
 		// REPEATABLE READ: the transaction below, at READ COMMITTED.)
 	}
+	return idem.Claim{}, false, nil
+}
+
+// beginReadFirst is begin's MySQL paths: MariaDB's insert, its upsert
+// with RETURNING, and a read followed by an upsert; done is false when
+// none decided.
+func (s *Store) beginReadFirst(ctx context.Context, k idem.Key, key, fingerprint string, lease time.Duration, start time.Time, sent *string, claimFirst bool) (c idem.Claim, done bool, err error) {
 	read := s.q.myBegin != "" // MySQL: the read-first claim below
 	if read && claimFirst && s.returning(ctx) {
 		// Most recent Begins claimed their key: most likely a new one
@@ -233,13 +253,13 @@ func (s *Store) begin(ctx context.Context, k idem.Key, fingerprint string, lease
 		case err == nil:
 			fence, err := res.LastInsertId()
 			if err != nil {
-				return idem.Claim{}, s.errWrap("begin", key, err)
+				return idem.Claim{}, true, s.errWrap("begin", key, err)
 			}
 			s.seen(false)
 			return idem.Claim{Key: k, State: idem.Acquired, Fingerprint: fingerprint, Token: tok, Fence: uint64(fence),
-				Attempt: 1, Expires: start.Add(lease)}, nil
+				Attempt: 1, Expires: start.Add(lease)}, true, nil
 		case !duplicateKey(err) && !retryable(err):
-			return idem.Claim{}, s.errWrap("begin", key, err)
+			return idem.Claim{}, true, s.errWrap("begin", key, err)
 		}
 	}
 	if read && claimFirst && s.returning(ctx) {
@@ -258,18 +278,18 @@ func (s *Store) begin(ctx context.Context, k idem.Key, fingerprint string, lease
 		case err == nil && r.token == tok && r.state == stateInFlight:
 			s.seen(false)
 			return idem.Claim{Key: k, State: idem.Acquired, Fingerprint: fingerprint, Token: tok, Fence: uint64(r.fence),
-				Attempt: int(r.attempt), Expires: start.Add(lease)}, nil
+				Attempt: int(r.attempt), Expires: start.Add(lease)}, true, nil
 		case err == nil:
 			r.found = true
 			if c, ok := claimOf(k, fingerprint, r); ok {
 				s.seen(true)
-				return c, nil
+				return c, true, nil
 			}
 			read = false // a corrupt record: the transaction below reports it
 		case unsupported(err):
 			s.myReturning.Store(2) // (a proxy or a protocol that refuses it)
 		case !retryable(err):
-			return idem.Claim{}, s.errWrap("begin", key, err)
+			return idem.Claim{}, true, s.errWrap("begin", key, err)
 		}
 	}
 	if read {
@@ -279,11 +299,11 @@ func (s *Store) begin(ctx context.Context, k idem.Key, fingerprint string, lease
 		err := s.queryRow(ctx, s.q.recSelect, []byte(key)).Scan(&r.state, &r.fp, &r.token, &r.fence, &r.expires, &r.result, &r.attempt, &r.now)
 		r.found = err == nil
 		if err != nil && !errors.Is(err, sql.ErrNoRows) {
-			return idem.Claim{}, s.errWrap("begin", key, err)
+			return idem.Claim{}, true, s.errWrap("begin", key, err)
 		}
 		if c, ok := claimOf(k, fingerprint, r); ok {
 			s.seen(true)
-			return c, nil
+			return c, true, nil
 		}
 		s.seen(false)
 		if r.corrupt() == "" {
@@ -291,14 +311,21 @@ func (s *Store) begin(ctx context.Context, k idem.Key, fingerprint string, lease
 			*sent = tok
 			res, err := s.exec(ctx, s.q.myBegin, []byte(key), []byte(fingerprint), tok, us(lease), s.sweepAfter(lease))
 			if err != nil && !retryable(err) {
-				return idem.Claim{}, s.errWrap("begin", key, err)
+				return idem.Claim{}, true, s.errWrap("begin", key, err)
 			}
 			if fence, ok := myTaken(res, err); ok {
 				return idem.Claim{Key: k, State: idem.Acquired, Fingerprint: fingerprint, Token: tok, Fence: uint64(fence),
-					Attempt: s.myAttempt(ctx, key, tok, res), Expires: start.Add(lease)}, nil
+					Attempt: s.myAttempt(ctx, key, tok, res), Expires: start.Add(lease)}, true, nil
 			}
 		}
 	}
+	return idem.Claim{}, false, nil
+}
+
+// beginInTx claims key in a transaction that locks its row: the path that
+// decides every case the one-statement ones leave (a corrupt record, a
+// serialization failure, a record of another layout).
+func (s *Store) beginInTx(ctx context.Context, k idem.Key, key, fingerprint string, lease time.Duration, start time.Time, sent *string) (idem.Claim, error) {
 	var c idem.Claim
 	err := s.inTx(ctx, "begin", key, func(tx *sql.Tx) error {
 		r, err := s.q.recordRow(ctx, tx, key, true)

@@ -450,7 +450,7 @@ func TestBeginWhileKeysAreHeld(t *testing.T) {
 			if c, err := s.Begin(ctx, key("short"), "fp", time.Minute); err != nil || c.State != idem.Acquired || c.Attempt != 2 || c.Fence <= short.Fence {
 				t.Errorf("a claim past its lease: %+v, %v; want it claimed again (attempt 2, a higher fence than %d)", c, err, short.Fence)
 			}
-			execSQL(t, s, "INSERT INTO "+records+" (record_key, state, fingerprint, token, fence, expires_us) VALUES (?, 7, ?, 'x', 1, ?)",
+			execSQL(t, s, "INSERT INTO "+records+" (record_key, state, fingerprint, token, fence, expires_us) VALUES (?, 1, ?, '', 1, ?)",
 				[]byte(key("corrupt").String()), []byte("fp"), time.Now().Add(time.Hour).UnixMicro())
 			if _, err := s.Begin(ctx, key("corrupt"), "fp", time.Minute); !errors.Is(err, idem.ErrCorruptRecord) {
 				t.Errorf("a corrupt record: %v, want ErrCorruptRecord", err)

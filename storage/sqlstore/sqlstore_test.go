@@ -184,7 +184,10 @@ func TestIdemConformance(t *testing.T) {
 				RunnerProcess: true,
 				ProcessEnv:    []string{holderURLEnv + "=" + url},
 				Corrupt: func(t *testing.T, key string) {
-					execSQL(t, admin, "INSERT INTO "+records+" (record_key, state, fingerprint, token, fence, expires_us) VALUES (?, 7, ?, 'x', 1, ?)",
+					// An in-flight record without a token: corrupt in every
+					// layout (a state this layout lacks is another
+					// layout's: idem.ErrUnknownLayout, TestStoredLayouts).
+					execSQL(t, admin, "INSERT INTO "+records+" (record_key, state, fingerprint, token, fence, expires_us) VALUES (?, 1, ?, '', 1, ?)",
 						[]byte(key), []byte("garbage"), time.Now().Add(time.Hour).UnixMicro())
 				},
 				Effect: func(t *testing.T, key string, limit int) (any, func() int) {
