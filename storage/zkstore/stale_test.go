@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/internal/testenv"
 	"github.com/oncekit/oncekit/storage/zkstore"
 )
@@ -34,7 +35,7 @@ func TestTryAcquireAfterReleaseOnAnotherServer(t *testing.T) {
 	}
 	a, b := connectOne(addrs[0]), connectOne(addrs[1])
 	ctx := ctxT(t, time.Minute)
-	busy := 0
+	busy, unanswered := 0, 0
 	const rounds = 300
 	for i := range rounds {
 		key := fmt.Sprintf("stale-%d-%d", time.Now().UnixNano(), i)
@@ -46,14 +47,24 @@ func TestTryAcquireAfterReleaseOnAnotherServer(t *testing.T) {
 			t.Fatal(err)
 		}
 		l2, err := b.TryAcquire(ctx, key, 10*time.Second)
-		if err != nil {
+		switch {
+		case errors.Is(err, lock.ErrNotAcquired):
 			busy++
+			continue
+		case err != nil:
+			// Not the stale read this test is about: a request that did
+			// not answer in time on a loaded machine, say.
+			unanswered++
+			t.Logf("round %d: %v", i, err)
 			continue
 		}
 		_ = l2.Release(ctx)
 	}
 	if busy > 0 {
 		t.Errorf("%d of %d TryAcquires right after a release on another server found the key busy", busy, rounds)
+	}
+	if unanswered > rounds/10 {
+		t.Errorf("%d of %d TryAcquires failed", unanswered, rounds)
 	}
 }
 
