@@ -25,9 +25,9 @@ const lostState = lockdriver.Lost
 // sequential node's name.
 const seqLen = 10
 
-// TryAcquire implements lock.Locker: three requests when the key is held
-// by another (a read, a sync with the leader and the read again), four to
-// report its remaining TTL; three when it is free.
+// TryAcquire implements lock.Locker: two requests when the key is free
+// (the node made, the queue listed), four when it is held by another (and
+// the node deleted again, the holder's remaining TTL read).
 func (s *Store) TryAcquire(ctx context.Context, key string, ttl time.Duration) (lock.Lease, error) {
 	return lockdriver.Seal(s.tryAcquire(ctx, key, ttl))
 }
@@ -66,30 +66,13 @@ func (s *Store) acquire(ctx context.Context, key string, ttl time.Duration, wait
 			return l, err
 		}
 	}
-	if !wait {
-		// A key with anyone queued or holding is not free: the first in
-		// the queue holds it or is about to. The server this session reads
-		// from may not have applied a release another session's server
-		// already confirmed (ZooKeeper reads are served locally): a key
-		// that looks taken is looked at again after a sync with the
-		// leader, so that a release that returned before this call began
-		// is seen.
-		sn, err := s.children(ctx, dir)
-		if err == nil && !sn.free() {
-			if err = s.sync(ctx, dir); err == nil {
-				sn, err = s.children(ctx, dir)
-			}
-		}
-		if err != nil {
-			return nil, s.acquireErr(ctx, key, err)
-		}
-		if first, _ := sn.holders(); first != "" {
-			return nil, s.busy(ctx, key, dir, first)
-		}
-		if len(sn.queue) > 0 {
-			return nil, s.busy(ctx, key, dir, sn.queue[0])
-		}
-	}
+	// A TryAcquire joins the queue as an Acquire does and leaves it at once
+	// when the key is taken: a write, after which this session's server
+	// has applied every earlier change, so that a release another
+	// session's server confirmed before this call began is seen. (A read
+	// is served by the session's server alone, which may not have applied
+	// it yet; a sync with the leader before the read narrowed that window
+	// but did not close it on a busy ensemble.)
 	for {
 		l, err := s.enqueue(ctx, key, dir, ttl, owner, wait)
 		if !errors.Is(err, errRequeue) {
@@ -318,16 +301,6 @@ func (s *Store) create(ctx context.Context, dir, tok string, ttl time.Duration, 
 	return "", 0, errors.New("the key's directory kept disappearing")
 }
 
-// sync makes the server this session reads from catch up with the
-// leader on path: reads after it see every write confirmed before it.
-func (s *Store) sync(ctx context.Context, path string) error {
-	_, err := call(ctx, s, func() (string, error) { return s.conn.Sync(path) }, nil)
-	if errors.Is(err, zk.ErrNoNode) {
-		return nil
-	}
-	return err
-}
-
 // children lists dir's queue and re-entry holds (empty for a missing
 // directory).
 func (s *Store) children(ctx context.Context, dir string) (snapshot, error) {
@@ -377,12 +350,6 @@ func anchorOf(name string) string {
 	}
 	return name[len(name)-seqLen:]
 }
-
-// holders returns the nodes that hold the key — the re-entry nodes of a
-// hold whose queue node is gone, or else the first queue node with its
-// re-entry nodes — and the first of them ("" when the key is free).
-// free reports whether nobody holds or waits for the key.
-func (sn snapshot) free() bool { return len(sn.queue) == 0 && len(sn.holds) == 0 }
 
 func (sn snapshot) holders() (first string, group []string) {
 	head := ""
