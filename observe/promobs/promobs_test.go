@@ -269,35 +269,7 @@ func TestGaugesAndStoreLatency(t *testing.T) {
 	metrics.WatchMutex("skus", m)
 	metrics.WatchConsumer("shipping", uncommitted{"order.created": {0: 3, 1: 0}})
 
-	gauge := func(name string, labels ...string) float64 {
-		t.Helper()
-		mfs, err := reg.Gather()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, mf := range mfs {
-			if mf.GetName() != name {
-				continue
-			}
-		next:
-			for _, mt := range mf.GetMetric() {
-				for i := 0; i < len(labels); i += 2 {
-					found := false
-					for _, lp := range mt.GetLabel() {
-						if lp.GetName() == labels[i] && lp.GetValue() == labels[i+1] {
-							found = true
-						}
-					}
-					if !found {
-						continue next
-					}
-				}
-				return mt.GetGauge().GetValue()
-			}
-		}
-		t.Fatalf("no %s%v", name, labels)
-		return 0
-	}
+	gauge := func(name string, labels ...string) float64 { t.Helper(); return series(t, reg, name, labels...) }
 	h, err := m.Lock(ctx, "sku-1")
 	if err != nil {
 		t.Fatal(err)
@@ -353,13 +325,14 @@ func TestRefusedEffectIsNotAStoreError(t *testing.T) {
 	if n := testutil.CollectAndCount(reg, "oncekit_store_errors_total"); n != 0 {
 		t.Errorf("a refused effect is counted as %d store errors", n)
 	}
-	if got := testutil.ToFloat64(metricWith(t, reg, "oncekit_idem_claims_total", map[string]string{"outcome": "refused"})); got != 1 {
+	if got := series(t, reg, "oncekit_idem_claims_total", "outcome", "refused"); got != 1 {
 		t.Errorf("refused claims = %v, want 1", got)
 	}
 }
 
-// metricWith returns a collector of the one series of name with labels.
-func metricWith(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) prometheus.Collector {
+// series returns the value of the series of name with labels (name,
+// value pairs): a gauge's or a counter's.
+func series(t *testing.T, reg *prometheus.Registry, name string, labels ...string) float64 {
 	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
@@ -369,21 +342,25 @@ func metricWith(t *testing.T, reg *prometheus.Registry, name string, labels map[
 		if mf.GetName() != name {
 			continue
 		}
-	series:
-		for _, m := range mf.GetMetric() {
-			for k, v := range labels {
+	next:
+		for _, mt := range mf.GetMetric() {
+			for i := 0; i < len(labels); i += 2 {
 				found := false
-				for _, lp := range m.GetLabel() {
-					if lp.GetName() == k && lp.GetValue() == v {
+				for _, lp := range mt.GetLabel() {
+					if lp.GetName() == labels[i] && lp.GetValue() == labels[i+1] {
 						found = true
 					}
 				}
 				if !found {
-					continue series
+					continue next
 				}
 			}
-			return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "x"}, func() float64 { return m.GetCounter().GetValue() })
+			if mt.GetCounter() != nil {
+				return mt.GetCounter().GetValue()
+			}
+			return mt.GetGauge().GetValue()
 		}
 	}
-	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "x"}, func() float64 { return 0 })
+	t.Fatalf("no %s%v", name, labels)
+	return 0
 }
