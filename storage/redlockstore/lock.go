@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -193,6 +194,8 @@ func (s *Store) sendAcquire(ctx context.Context, v *votes, ttl time.Duration, qu
 		idx = s.all()
 	}
 	ar.asked = len(idx)
+	leader := s.leaderNode(v.key)
+	leaderIn := slices.Contains(idx, leader) // asked, not answered yet
 	v.sending(idx)
 	r := newRound(s, idx, func(ctx context.Context, n *node) (rediskit.AcquireReply, error) {
 		if sn, ok := n.c.(rediskit.SetNXer); ok && plain {
@@ -237,10 +240,17 @@ func (s *Store) sendAcquire(ctx context.Context, v *votes, ttl time.Duration, qu
 			r.failed[a.node] = errLate
 		}
 		v.answered(a.node, a.err != nil)
+		if a.node == leader {
+			leaderIn = false
+		}
 		// An owner's round waits for every answer (or the timeout): the
-		// re-entries it does not use are given back.
-		return owner == "" && (len(ar.taken) >= s.quorum || len(ar.busy)+len(r.failed) > len(s.nodes)-s.quorum ||
-			len(ar.taken)+r.hopeful() < s.quorum)
+		// re-entries it does not use are given back. A round that can no
+		// longer reach a majority still waits for the key's leader node
+		// (unless it is suspect): its holder settles a split vote, and
+		// one whose take there lands after the round would give it back.
+		return owner == "" && (len(ar.taken) >= s.quorum ||
+			(len(ar.busy)+len(r.failed) > len(s.nodes)-s.quorum || len(ar.taken)+r.hopeful() < s.quorum) &&
+				(!leaderIn || s.nodes[leader].isSuspect()))
 	})
 	ar.failed = r.failed
 	r.rest(func(a answer[rediskit.AcquireReply]) { // late answers: keep or give back what they took
@@ -386,7 +396,10 @@ func (s *Store) fenceOf(op, key string, taken, clocks map[int]int64, ttl time.Du
 }
 
 // TryAcquire implements lock.Locker: one round to all nodes at once (two in
-// fenced mode once a majority is taken).
+// fenced mode once a majority is taken). When simultaneous attempts split
+// the nodes with no majority, the one holding the key's leader node asks
+// the rest again (after 1, 2, 4 and 8 ms at most) while the others give
+// theirs back: one of them gets the key, not none.
 func (s *Store) TryAcquire(ctx context.Context, key string, ttl time.Duration) (lock.Lease, error) {
 	return lockdriver.Seal(s.tryAcquire(ctx, key, ttl))
 }
@@ -404,8 +417,24 @@ func (s *Store) tryAcquire(ctx context.Context, key string, ttl time.Duration) (
 	}
 	v := s.newVotes(key)
 	out := s.attempt(ctx, v, ttl, nil, false, 0, nil)
+	// A split vote between simultaneous attempts, none of them a majority:
+	// the one holding the key's leader node keeps its nodes and asks again
+	// while the others hand theirs back, so that one of them gets the key.
+	for c := 0; out.lease == nil && out.split && out.leader && out.err == nil && c < candidateRounds; c++ {
+		t := time.NewTimer(time.Millisecond << c)
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
+		if ctx.Err() != nil {
+			break
+		}
+		out = s.attempt(ctx, v, ttl, nil, false, 0, nil)
+	}
 	if out.lease == nil {
-		v.giveUp(s.nodeTimeout(ttl), false)
+		// A loser whose rival holds the leader node wakes no waiter.
+		v.giveUp(s.nodeTimeout(ttl), out.split && out.rival && out.err == nil)
 	}
 	switch {
 	case out.lease != nil:
