@@ -9,7 +9,7 @@ STATICCHECK_VERSION ?= v0.8.2
 ## process on the embedded store and an embedded Kafka-protocol broker, and a
 ## flash sale against them
 run:
-	$(GO) run ./examples/inventory/cmd/inventory --demo
+	cd examples/inventory && $(GO) run ./cmd/inventory --demo
 
 ## demo-redis, demo-redlock, demo-etcd: the same demo on the servers of
 ## `make services-up`
@@ -17,11 +17,11 @@ REDIS_ADDRS ?= 127.0.0.1:6379,127.0.0.1:6380,127.0.0.1:6381,127.0.0.1:6382,127.0
 ETCD_ENDPOINTS ?= 127.0.0.1:2379
 KAFKA_BROKERS ?= 127.0.0.1:9092
 demo-redis:
-	$(GO) run ./examples/inventory/cmd/inventory --demo --store redis://$(firstword $(subst $(comma), ,$(REDIS_ADDRS))) --kafka $(KAFKA_BROKERS)
+	cd examples/inventory && $(GO) run ./cmd/inventory --demo --store redis://$(firstword $(subst $(comma), ,$(REDIS_ADDRS))) --kafka $(KAFKA_BROKERS)
 demo-redlock:
-	$(GO) run ./examples/inventory/cmd/inventory --demo --store redlock://$(REDIS_ADDRS) --kafka $(KAFKA_BROKERS)
+	cd examples/inventory && $(GO) run ./cmd/inventory --demo --store redlock://$(REDIS_ADDRS) --kafka $(KAFKA_BROKERS)
 demo-etcd:
-	$(GO) run ./examples/inventory/cmd/inventory --demo --store etcd://$(ETCD_ENDPOINTS) --kafka $(KAFKA_BROKERS)
+	cd examples/inventory && $(GO) run ./cmd/inventory --demo --store etcd://$(ETCD_ENDPOINTS) --kafka $(KAFKA_BROKERS)
 comma := ,
 
 ## test: start the servers, run every test with -race, stop the servers
@@ -37,7 +37,7 @@ bench:
 SOAK ?= 10m
 soak:
 	scripts/services.sh up
-	eval "$$(scripts/services.sh env)"; ONCEKIT_REQUIRE_SERVERS=1 ONCEKIT_SOAK=$(SOAK) $(GO) test -tags soak -count=1 -v -timeout 0 -run '^TestSoak$$' ./integration; rc=$$?; scripts/services.sh down; exit $$rc
+	eval "$$(scripts/services.sh env)"; cd integration && ONCEKIT_REQUIRE_SERVERS=1 ONCEKIT_SOAK=$(SOAK) $(GO) test -tags soak -count=1 -v -timeout 0 -run '^TestSoak$$' .; rc=$$?; scripts/services.sh down; exit $$rc
 
 ## fuzz: every fuzz target for FUZZTIME (default 30s) each, on the real servers
 fuzz:
@@ -50,12 +50,13 @@ services-up:
 services-down:
 	scripts/services.sh down
 
+## lint: gofmt, vet, the layers and staticcheck over every module (one
+## workspace: scripts/workspace.sh)
 lint:
 	@unformatted=$$(gofmt -l . ); if [[ -n "$$unformatted" ]]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
-	$(GO) vet ./...
-	scripts/layers.sh
-	cd bench && $(GO) vet ./...
-	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
+	export GOWORK=$$(scripts/workspace.sh); pkgs=$$(scripts/workspace.sh --patterns); $(GO) vet $$pkgs && scripts/layers.sh && \
+		$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) $$pkgs
+	cd bench && GOWORK=off $(GO) vet ./...
 
 ## proto: regenerate the committed gRPC code (grpcmw's test service, the inventory API) (protoc from Debian's
 ## protobuf-compiler, the Go plugins from the module proxy)

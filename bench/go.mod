@@ -11,6 +11,7 @@ require (
 	github.com/go-zookeeper/zk v1.0.4
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/oncekit/oncekit v0.0.0-00010101000000-000000000000
+	github.com/oncekit/oncekit/examples/inventory v0.0.0-00010101000000-000000000000
 	github.com/redis/go-redis/v9 v9.23.0
 	go.etcd.io/etcd/client/v3 v3.7.3
 	go.uber.org/zap v1.28.0
@@ -33,6 +34,9 @@ require (
 	github.com/jackc/puddle/v2 v2.2.3 // indirect
 	github.com/klauspost/compress v1.20.3 // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
+	github.com/oncekit/oncekit/kafkamw/kafkamwtest v0.0.0-00010101000000-000000000000 // indirect
+	github.com/oncekit/oncekit/observe/otelobs v0.0.0-00010101000000-000000000000 // indirect
+	github.com/oncekit/oncekit/observe/promobs v0.0.0-00010101000000-000000000000 // indirect
 	github.com/pierrec/lz4/v4 v4.1.33 // indirect
 	github.com/prometheus/client_golang v1.24.1 // indirect
 	github.com/prometheus/client_model v0.6.2 // indirect
@@ -59,3 +63,11 @@ require (
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260803160001-6ac0973c030d // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 )
+
+replace github.com/oncekit/oncekit/examples/inventory => ../examples/inventory
+
+replace github.com/oncekit/oncekit/kafkamw/kafkamwtest => ../kafkamw/kafkamwtest
+
+replace github.com/oncekit/oncekit/observe/otelobs => ../observe/otelobs
+
+replace github.com/oncekit/oncekit/observe/promobs => ../observe/promobs

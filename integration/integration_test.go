@@ -22,7 +22,6 @@ import (
 
 	"github.com/oncekit/oncekit/examples/inventory/flashsale"
 	"github.com/oncekit/oncekit/internal/testenv"
-	"github.com/oncekit/oncekit/kafkamw/kafkamwtest"
 )
 
 // inventoryBin is the inventory service and oncectlBin the command-line
@@ -106,7 +105,7 @@ func deploy(t testing.TB, store string, n int, flags ...string) *deployment {
 		flags = append([]string{"--lock-free"}, flags...)
 	}
 	run := fmt.Sprintf("it-%d", time.Now().UnixNano())
-	d := &deployment{t: t, store: store, flags: flags, brokers: strings.Join(kafkamwtest.Brokers(t), ","),
+	d := &deployment{t: t, store: store, flags: flags, brokers: strings.Join(testenv.KafkaBrokers(t), ","),
 		prefix: "inventory:" + run + ":", topic: "order.created." + run, group: "shipping." + run}
 	for range n {
 		r := d.start()

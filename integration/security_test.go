@@ -25,8 +25,8 @@ import (
 	"github.com/oncekit/oncekit/examples/inventory/inventorypb"
 	"github.com/oncekit/oncekit/grpcmw"
 	"github.com/oncekit/oncekit/httpmw"
+	"github.com/oncekit/oncekit/internal/testenv"
 	"github.com/oncekit/oncekit/kafkamw"
-	"github.com/oncekit/oncekit/kafkamw/kafkamwtest"
 	"github.com/oncekit/oncekit/storage"
 	"github.com/oncekit/oncekit/storage/etcdstore"
 	"github.com/oncekit/oncekit/storage/memstore"
@@ -220,8 +220,8 @@ func TestNoCrossPrincipalReplay(t *testing.T) {
 	}
 
 	// Kafka: the scope is the message's tenant header.
-	brokers := kafkamwtest.Brokers(t)
-	topic := kafkamwtest.Topic(t, brokers, 1)
+	brokers := testenv.KafkaBrokers(t)
+	topic := testenv.KafkaTopic(t, brokers, 1)
 	tr := &kafka.Transport{}
 	defer tr.CloseIdleConnections()
 	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: topic, Transport: tr, BatchTimeout: time.Millisecond}

@@ -7,8 +7,9 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
+	"github.com/oncekit/oncekit/internal/testenv"
 	"github.com/oncekit/oncekit/kafkamw"
-	"github.com/oncekit/oncekit/kafkamw/kafkamwtest"
+	"github.com/oncekit/oncekit/kafkamw/internal/kafkatest"
 )
 
 // BenchmarkConsumer compares the runner over each store with bare kafka-go
@@ -19,10 +20,10 @@ import (
 //
 //	go test -run '^$' -bench Consumer -benchtime 20000x ./kafkamw
 func BenchmarkConsumer(b *testing.B) {
-	brokers := kafkamwtest.Brokers(b)
+	brokers := testenv.KafkaBrokers(b)
 	const partitions = 4
 	prepare := func(b *testing.B) (topic string) {
-		topic = kafkamwtest.Topic(b, brokers, partitions)
+		topic = testenv.KafkaTopic(b, brokers, partitions)
 		msgs := make([]kafka.Message, b.N)
 		for i := range msgs {
 			msgs[i] = message(i)
@@ -65,10 +66,10 @@ func BenchmarkConsumer(b *testing.B) {
 	b.Run("bare/commit-each", bare(1))
 	b.Run("bare/commit-100", bare(100))
 
-	for _, s := range stores {
-		b.Run("kafkamw/"+s.name, func(b *testing.B) {
+	for _, s := range kafkatest.Stores {
+		b.Run("kafkamw/"+s.Name, func(b *testing.B) {
 			topic := prepare(b)
-			c, err := kafkamw.NewConsumer(newReader(b, brokers, topic, "g-"+topic), newGuard(b, s.new(b)),
+			c, err := kafkamw.NewConsumer(newReader(b, brokers, topic, "g-"+topic), newGuard(b, s.New(b)),
 				func(context.Context, kafka.Message) error { return nil }, kafkamw.WithConcurrency(partitions))
 			if err != nil {
 				b.Fatal(err)

@@ -384,7 +384,7 @@ func (c *Consumer) dispatch(ctx context.Context, msg kafka.Message, wg *sync.Wai
 		defer wg.Done()
 		// The producer's trace context, when the message carries one: the
 		// message's span and the handler continue its trace.
-		mctx := propagatorOr(c.cfg.propagator).Extract(ctx, HeaderCarrier{&msg})
+		mctx := extract(ctx, c.cfg.propagator, &msg)
 		var octx context.Context
 		var call observe.Call
 		if o := c.guard.Observer(); o != nil {

@@ -16,8 +16,8 @@ import (
 
 	"github.com/oncekit/oncekit/core/idem"
 	"github.com/oncekit/oncekit/core/observe"
+	"github.com/oncekit/oncekit/internal/testenv"
 	"github.com/oncekit/oncekit/kafkamw"
-	"github.com/oncekit/oncekit/kafkamw/kafkamwtest"
 	"github.com/oncekit/oncekit/storage/memstore"
 )
 
@@ -26,9 +26,9 @@ import (
 // each once, and every offset is committed.
 func TestDuplicatesRunOnce(t *testing.T) {
 	eachStore(t, func(t *testing.T, st idem.Store) {
-		brokers := kafkamwtest.Brokers(t)
+		brokers := testenv.KafkaBrokers(t)
 		const partitions, unique, dups = 4, 8000, 2000
-		topic := kafkamwtest.Topic(t, brokers, partitions)
+		topic := testenv.KafkaTopic(t, brokers, partitions)
 		msgs, want := messages(unique, 0)
 		for range dups { // a duplicate lands after its original, anywhere
 			at := unique/2 + rand.N(len(msgs)-unique/2)
@@ -44,14 +44,14 @@ func TestDuplicatesRunOnce(t *testing.T) {
 				if k, ok := idem.KeyFrom(ctx); !ok || k == "" {
 					return errors.New("no stored key in the handler's context")
 				}
-				eff.add(idOf(m))
+				eff.Add(idOf(m))
 				return nil
 			}, kafkamw.WithConcurrency(4))
 		if err != nil {
 			t.Fatal(err)
 		}
 		stop := run(t, c)
-		waitFor(t, 2*time.Minute, "every message", func() bool { return c.Stats().Fetched >= unique+dups && eff.distinct() >= unique })
+		waitFor(t, 2*time.Minute, "every message", func() bool { return c.Stats().Fetched >= unique+dups && eff.Distinct() >= unique })
 		waitFor(t, 30*time.Second, "every offset committed", func() bool {
 			s := c.Stats()
 			return s.Handled+s.Duplicates == unique+dups
@@ -59,7 +59,7 @@ func TestDuplicatesRunOnce(t *testing.T) {
 		if err := stop(); err != nil {
 			t.Fatalf("Run: %v", err)
 		}
-		eff.check(t, want)
+		eff.Check(t, want)
 		s := c.Stats()
 		if s.Handled != unique || s.Duplicates != dups {
 			t.Errorf("stats %+v: want %d handled, %d duplicates", s, unique, dups)
@@ -70,63 +70,13 @@ func TestDuplicatesRunOnce(t *testing.T) {
 	})
 }
 
-// Messages of one partition are handled in offset order, whatever the
-// pipeline depth and concurrency.
-func TestPartitionOrder(t *testing.T) {
-	eachReader(t, func(t *testing.T, newR newReaderFunc) {
-		brokers := kafkamwtest.Brokers(t)
-		const partitions, n = 3, 1500
-		topic := kafkamwtest.Topic(t, brokers, partitions)
-		msgs := make([]kafka.Message, n)
-		for i := range msgs {
-			msgs[i] = message(i)
-		}
-		produce(t, newWriter(t, brokers, topic), msgs)
-
-		var mu sync.Mutex
-		last := map[int]int64{}
-		var disorder, running, maxRunning atomic.Int64
-		var handled atomic.Int64
-		c, err := kafkamw.NewConsumer(newR(t, brokers, topic, "g-"+topic), newGuard(t, memstore.New()),
-			func(ctx context.Context, m kafka.Message) error {
-				r := running.Add(1)
-				defer running.Add(-1)
-				for old := maxRunning.Load(); r > old && !maxRunning.CompareAndSwap(old, r); old = maxRunning.Load() {
-				}
-				mu.Lock()
-				if prev, ok := last[m.Partition]; ok && m.Offset <= prev {
-					disorder.Add(1)
-				}
-				last[m.Partition] = m.Offset
-				mu.Unlock()
-				time.Sleep(100 * time.Microsecond)
-				handled.Add(1)
-				return nil
-			}, kafkamw.WithConcurrency(8), kafkamw.WithPipeline(32))
-		if err != nil {
-			t.Fatal(err)
-		}
-		stop := run(t, c)
-		waitFor(t, time.Minute, "every message", func() bool { return handled.Load() == n })
-		if err := stop(); err != nil {
-			t.Fatal(err)
-		}
-		if d := disorder.Load(); d != 0 {
-			t.Errorf("%d messages handled before an earlier one of their partition", d)
-		}
-		if m := maxRunning.Load(); m > partitions {
-			t.Errorf("%d handlers ran at once with %d partitions", m, partitions)
-		}
-	})
-}
-
 // A message whose handler always fails is dead-lettered after its attempts,
 // with its coordinates and the error in headers, and its partition moves
 // on; a Permanent error is dead-lettered at once.
 func TestPoisonMessageDeadLettered(t *testing.T) {
-	brokers := kafkamwtest.Brokers(t)
-	topic := kafkamwtest.Topic(t, brokers, 1)
-	dlqTopic := kafkamwtest.Topic(t, brokers, 1)
+	brokers := testenv.KafkaBrokers(t)
+	topic := testenv.KafkaTopic(t, brokers, 1)
+	dlqTopic := testenv.KafkaTopic(t, brokers, 1)
 	msgs := make([]kafka.Message, 50)
 	for i := range msgs {
 		msgs[i] = message(i)
@@ -150,7 +100,7 @@ func TestPoisonMessageDeadLettered(t *testing.T) {
 			case "m-30":
 				panic("handler bug")
 			}
-			eff.add(idOf(m))
+			eff.Add(idOf(m))
 			return nil
 		},
 		kafkamw.WithRetry(3, time.Millisecond, 10*time.Millisecond),
@@ -159,7 +109,7 @@ func TestPoisonMessageDeadLettered(t *testing.T) {
 		t.Fatal(err)
 	}
 	stop := run(t, c)
-	waitFor(t, time.Minute, "the partition to move on", func() bool { return eff.distinct() == 47 })
+	waitFor(t, time.Minute, "the partition to move on", func() bool { return eff.Distinct() == 47 })
 	waitFor(t, 10*time.Second, "dead letters", func() bool { return c.Stats().DeadLettered == 3 })
 	if err := stop(); err != nil {
 		t.Fatal(err)
@@ -205,50 +155,13 @@ func headers(m kafka.Message) map[string]string {
 	return out
 }
 
-// Without a dead-letter destination a poison message stops the Consumer
-// with a *PoisonError, and nothing from it on is committed.
-func TestPoisonWithoutDeadLetterStops(t *testing.T) {
-	eachReader(t, func(t *testing.T, newR newReaderFunc) {
-		brokers := kafkamwtest.Brokers(t)
-		topic := kafkamwtest.Topic(t, brokers, 1)
-		msgs := make([]kafka.Message, 20)
-		for i := range msgs {
-			msgs[i] = message(i)
-		}
-		produce(t, newWriter(t, brokers, topic), msgs)
-		c, err := kafkamw.NewConsumer(newR(t, brokers, topic, "g-"+topic), newGuard(t, memstore.New()),
-			func(ctx context.Context, m kafka.Message) error {
-				if idOf(m) == "m-7" {
-					return errors.New("boom")
-				}
-				return nil
-			}, kafkamw.WithRetry(2, time.Millisecond, time.Millisecond))
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		err = c.Run(ctx)
-		var pe *kafkamw.PoisonError
-		if !errors.As(err, &pe) || pe.Offset != 7 || pe.Partition != 0 || pe.Topic != topic {
-			t.Fatalf("Run: %v, want a *PoisonError for offset 7", err)
-		}
-		if got := committed(t, brokers, topic, "g-"+topic, 1)[0]; got != 7 {
-			t.Errorf("committed offset %d, want 7 (up to the poison message, not past it)", got)
-		}
-		if u := c.Uncommitted()[topic][0]; u < 1 || u > 13 {
-			t.Errorf("%d messages uncommitted: want the poison message and at most the 12 behind it", u)
-		}
-	})
-}
-
 // Messages that cannot be keyed — an empty or malformed message-id, a key
 // reused with another payload, no key when keys are required — are
 // dead-lettered with the reason, never handled unkeyed.
 func TestBadKeysDeadLettered(t *testing.T) {
-	brokers := kafkamwtest.Brokers(t)
-	topic := kafkamwtest.Topic(t, brokers, 1)
-	dlqTopic := kafkamwtest.Topic(t, brokers, 1)
+	brokers := testenv.KafkaBrokers(t)
+	topic := testenv.KafkaTopic(t, brokers, 1)
+	dlqTopic := testenv.KafkaTopic(t, brokers, 1)
 	bad := func(id string) kafka.Message {
 		return kafka.Message{Key: []byte("x"), Value: []byte("v"), Headers: []kafka.Header{{Key: kafkamw.DefaultKeyHeader, Value: []byte(id)}}}
 	}
@@ -260,7 +173,7 @@ func TestBadKeysDeadLettered(t *testing.T) {
 	})
 	eff := newEffects()
 	c, err := kafkamw.NewConsumer(newReader(t, brokers, topic, "g-"+topic), newGuard(t, memstore.New()),
-		func(ctx context.Context, m kafka.Message) error { eff.add(idOf(m)); return nil },
+		func(ctx context.Context, m kafka.Message) error { eff.Add(idOf(m)); return nil },
 		kafkamw.WithRequireKey(), kafkamw.WithDeadLetter(newWriter(t, brokers, dlqTopic), ""))
 	if err != nil {
 		t.Fatal(err)
@@ -270,7 +183,7 @@ func TestBadKeysDeadLettered(t *testing.T) {
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
-	eff.check(t, map[string]bool{"m-0": true, "m-1": true, "m-2": true})
+	eff.Check(t, map[string]bool{"m-0": true, "m-1": true, "m-2": true})
 	if got := committed(t, brokers, topic, "g-"+topic, 1)[0]; got != 8 {
 		t.Errorf("committed offset %d, want 8", got)
 	}
@@ -280,8 +193,8 @@ func TestBadKeysDeadLettered(t *testing.T) {
 // answer was lost: the retry writes the same key again, and the consumer
 // runs the message once.
 func TestProducerKeepsKeyAcrossRetries(t *testing.T) {
-	brokers := kafkamwtest.Brokers(t)
-	topic := kafkamwtest.Topic(t, brokers, 1)
+	brokers := testenv.KafkaBrokers(t)
+	topic := testenv.KafkaTopic(t, brokers, 1)
 	w := &lostAck{w: newWriter(t, brokers, topic)}
 	p, err := kafkamw.NewProducer(w, kafkamw.WithSendRetries(3, time.Millisecond, 10*time.Millisecond))
 	if err != nil {
@@ -363,8 +276,8 @@ func (l *lostAck) WriteMessages(ctx context.Context, msgs ...kafka.Message) erro
 // Shutdown lets the handler in flight finish with its context intact and
 // commits its offset before Run returns.
 func TestGracefulShutdown(t *testing.T) {
-	brokers := kafkamwtest.Brokers(t)
-	topic := kafkamwtest.Topic(t, brokers, 1)
+	brokers := testenv.KafkaBrokers(t)
+	topic := testenv.KafkaTopic(t, brokers, 1)
 	produce(t, newWriter(t, brokers, topic), []kafka.Message{message(0), message(1)})
 	started, release := make(chan struct{}), make(chan struct{})
 	var ctxErr error
@@ -444,8 +357,8 @@ func TestNewConsumerRejectsBadInput(t *testing.T) {
 // the fingerprint cannot read stops a Consumer without a dead-letter
 // destination with a *PoisonError at its offset.
 func TestFingerprint(t *testing.T) {
-	brokers := kafkamwtest.Brokers(t)
-	topic := kafkamwtest.Topic(t, brokers, 1)
+	brokers := testenv.KafkaBrokers(t)
+	topic := testenv.KafkaTopic(t, brokers, 1)
 	msg := func(id, value string) kafka.Message {
 		return kafka.Message{Key: []byte(id), Value: []byte(value), Headers: []kafka.Header{{Key: kafkamw.DefaultKeyHeader, Value: []byte(id)}}}
 	}
@@ -493,10 +406,10 @@ func TestFingerprint(t *testing.T) {
 // behind them are not held up; a duplicate of m-3 sent to the original
 // topic afterwards is a duplicate.
 func TestRetryTopic(t *testing.T) {
-	brokers := kafkamwtest.Brokers(t)
-	topic := kafkamwtest.Topic(t, brokers, 1)
-	retryTopic := kafkamwtest.Topic(t, brokers, 1)
-	dlqTopic := kafkamwtest.Topic(t, brokers, 1)
+	brokers := testenv.KafkaBrokers(t)
+	topic := testenv.KafkaTopic(t, brokers, 1)
+	retryTopic := testenv.KafkaTopic(t, brokers, 1)
+	dlqTopic := testenv.KafkaTopic(t, brokers, 1)
 	msgs := make([]kafka.Message, 10)
 	for i := range msgs {
 		msgs[i] = message(i)

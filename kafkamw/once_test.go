@@ -12,8 +12,9 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/internal/testenv"
 	"github.com/oncekit/oncekit/kafkamw"
-	"github.com/oncekit/oncekit/kafkamw/kafkamwtest"
+	"github.com/oncekit/oncekit/kafkamw/internal/kafkatest"
 	"github.com/oncekit/oncekit/storage/memstore"
 )
 
@@ -21,8 +22,8 @@ import (
 // Guard of its own) is the handler's error: retried, not taken for a
 // duplicate and committed with no effect.
 func TestHandlerErrorWrappingReplayedIsRetried(t *testing.T) {
-	brokers := kafkamwtest.Brokers(t)
-	topic := kafkamwtest.Topic(t, brokers, 1)
+	brokers := testenv.KafkaBrokers(t)
+	topic := testenv.KafkaTopic(t, brokers, 1)
 	produce(t, newWriter(t, brokers, topic), []kafka.Message{message(0), message(1)})
 	var calls atomic.Int64
 	eff := newEffects()
@@ -31,7 +32,7 @@ func TestHandlerErrorWrappingReplayedIsRetried(t *testing.T) {
 			if idOf(m) == "m-0" && calls.Add(1) == 1 {
 				return fmt.Errorf("downstream: %w", &idem.ReplayedError{Message: "an earlier failure"})
 			}
-			eff.add(idOf(m))
+			eff.Add(idOf(m))
 			return nil
 		}, kafkamw.WithRetry(3, time.Millisecond, 10*time.Millisecond))
 	if err != nil {
@@ -42,7 +43,7 @@ func TestHandlerErrorWrappingReplayedIsRetried(t *testing.T) {
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
-	eff.check(t, map[string]bool{"m-0": true, "m-1": true})
+	eff.Check(t, map[string]bool{"m-0": true, "m-1": true})
 	if s := c.Stats(); s.Handled != 2 || s.Duplicates != 0 || s.Retries != 1 {
 		t.Errorf("stats %+v, want 2 handled, 1 retry, no duplicate", s)
 	}
@@ -52,7 +53,7 @@ func TestHandlerErrorWrappingReplayedIsRetried(t *testing.T) {
 // the group must have no member.
 func rewind(t *testing.T, brokers []string, topic, group string, offset int64) {
 	t.Helper()
-	c, done := admin(t, brokers)
+	c, done := kafkatest.Admin(t, brokers)
 	defer done()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -79,9 +80,9 @@ func rewind(t *testing.T, brokers []string, topic, group string, offset int64) {
 // moved back to 0 after a first consumer handled everything, and a second
 // consumer of the group reads it all again.
 func TestRejectionRecorded(t *testing.T) {
-	brokers := kafkamwtest.Brokers(t)
-	topic := kafkamwtest.Topic(t, brokers, 1)
-	dlqTopic := kafkamwtest.Topic(t, brokers, 1)
+	brokers := testenv.KafkaBrokers(t)
+	topic := testenv.KafkaTopic(t, brokers, 1)
+	dlqTopic := testenv.KafkaTopic(t, brokers, 1)
 	group := "g-" + topic
 	bad := kafka.Message{Key: []byte("x"), Value: []byte("v"), Headers: []kafka.Header{{Key: kafkamw.DefaultKeyHeader, Value: []byte("has space")}}}
 	reused := message(1)
@@ -90,7 +91,7 @@ func TestRejectionRecorded(t *testing.T) {
 	store := memstore.New()
 	dlq := newWriter(t, brokers, dlqTopic)
 	consume := func() kafkamw.Stats {
-		r := kafka.NewReader(readerConfig(brokers, topic, group))
+		r := kafka.NewReader(kafkatest.ReaderConfig(brokers, topic, group))
 		c, err := kafkamw.NewConsumer(r, newGuard(t, store),
 			func(ctx context.Context, m kafka.Message) error { return nil },
 			kafkamw.WithDeadLetter(dlq, ""))
@@ -209,8 +210,8 @@ func (s *swapReader) resume(r *kafka.Reader) {
 // committed meanwhile) must not have its group offset moved back by the
 // messages still in flight here from its earlier assignment.
 func TestPartitionBackAtHigherOffsetNeverCommitsBelow(t *testing.T) {
-	brokers := kafkamwtest.Brokers(t)
-	topic := kafkamwtest.Topic(t, brokers, 1)
+	brokers := testenv.KafkaBrokers(t)
+	topic := testenv.KafkaTopic(t, brokers, 1)
 	group := "g-" + topic
 	const n, fetched, jump = 20, 7, 10
 	msgs := make([]kafka.Message, n)
@@ -219,7 +220,7 @@ func TestPartitionBackAtHigherOffsetNeverCommitsBelow(t *testing.T) {
 	}
 	w := newWriter(t, brokers, topic)
 	produce(t, w, msgs[:fetched])
-	sr := newSwapReader(kafka.NewReader(readerConfig(brokers, topic, group)))
+	sr := newSwapReader(kafka.NewReader(kafkatest.ReaderConfig(brokers, topic, group)))
 	blocked, release := make(chan struct{}), make(chan struct{})
 	var releaseOnce sync.Once
 	unblock := func() { releaseOnce.Do(func() { close(release) }) }
@@ -248,7 +249,7 @@ func TestPartitionBackAtHigherOffsetNeverCommitsBelow(t *testing.T) {
 	_ = sr.pause().Close()
 	rewind(t, brokers, topic, group, jump)
 	produce(t, w, msgs[fetched:])
-	second := kafka.NewReader(readerConfig(brokers, topic, group))
+	second := kafka.NewReader(kafkatest.ReaderConfig(brokers, topic, group))
 	t.Cleanup(func() { second.Close() })
 	sr.resume(second)
 	waitFor(t, 30*time.Second, "offset 10 fetched", func() bool { return c.Stats().Fetched > fetched })

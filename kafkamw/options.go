@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
-	"go.opentelemetry.io/otel/propagation"
 )
 
 // DefaultKeyHeader is the message header that carries a message's
@@ -48,7 +47,7 @@ type config struct {
 	retryTopic  string
 	retryAfter  int
 	retryDelay  time.Duration
-	propagator  propagation.TextMapPropagator
+	propagator  Propagator
 	fingerprint func(kafka.Message) (string, error)
 	group       string
 	concurrency int
@@ -249,10 +248,11 @@ func WithRetryTopic(w Writer, topic string, after int, delay time.Duration) Opti
 }
 
 // WithPropagator sets how a message's trace context is read from its
-// headers (default: otel.GetTextMapPropagator(), a no-op until the
-// application sets one): the handler's context, and the message's span
-// (otelobs), continue the producer's trace.
-func WithPropagator(p propagation.TextMapPropagator) Option {
+// headers, so that the message's span (otelobs) and the handler's context
+// continue the producer's trace: otelobs.KafkaPropagator(nil) reads
+// OpenTelemetry's global propagator. Default: none, the headers are not
+// read for a trace.
+func WithPropagator(p Propagator) Option {
 	return func(c *config) { c.propagator = p }
 }
 

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
-	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/oncekit/oncekit/core/idem"
 )
@@ -26,7 +25,7 @@ type Producer struct {
 	attempts   int
 	backoff    time.Duration
 	maxBackoff time.Duration
-	propagator propagation.TextMapPropagator
+	propagator Propagator
 }
 
 // ProducerOption configures a Producer.
@@ -49,11 +48,11 @@ func WithSendRetries(attempts int, backoff, max time.Duration) ProducerOption {
 }
 
 // WithProducerPropagator sets how Send writes the caller's trace context
-// into each message's headers (default: otel.GetTextMapPropagator() at
-// each Send, a no-op until the application sets one), so that the
-// consumer's span (otelobs, through kafkamw) continues the producer's
-// trace. A message that already carries a trace context keeps it.
-func WithProducerPropagator(p propagation.TextMapPropagator) ProducerOption {
+// into each message's headers, so that the consumer's span (otelobs,
+// through kafkamw) continues the producer's trace:
+// otelobs.KafkaPropagator(nil) writes OpenTelemetry's global propagator's.
+// A message that already carries a trace context keeps it. Default: none.
+func WithProducerPropagator(p Propagator) ProducerOption {
 	return func(pr *Producer) { pr.propagator = p }
 }
 
@@ -104,12 +103,11 @@ func (p *Producer) Stamp(msg *kafka.Message) string {
 // itself is kept; it must be a valid idempotency key (1 to 255 bytes of
 // printable ASCII).
 func (p *Producer) Send(ctx context.Context, msgs ...kafka.Message) error {
-	prop := propagatorOr(p.propagator)
 	for i := range msgs {
 		if err := idem.CheckClientKey(p.Stamp(&msgs[i])); err != nil {
 			return fmt.Errorf("kafkamw: message %d: %s header: %w", i, p.header, err)
 		}
-		inject(ctx, prop, &msgs[i])
+		inject(ctx, p.propagator, &msgs[i])
 	}
 	d := p.backoff
 	for attempt := 1; ; attempt++ {

@@ -4,13 +4,23 @@ import (
 	"context"
 
 	"github.com/segmentio/kafka-go"
-	"go.opentelemetry.io/otel"
-	"go.opentelemetry.io/otel/propagation"
 )
 
-// HeaderCarrier lets an OpenTelemetry propagator read and write a
-// message's headers (propagation.TextMapCarrier): Set replaces a header of
-// the name, Get reads the first.
+// Propagator carries a trace context in a message's headers: the
+// producer's Send writes the caller's, and the consumer continues it in
+// the message's span and the handler's context. It has the method set of
+// OpenTelemetry's propagation.TextMapPropagator over a HeaderCarrier;
+// otelobs.KafkaPropagator adapts one (kafkamw itself does not depend on
+// OpenTelemetry).
+type Propagator interface {
+	Inject(ctx context.Context, carrier HeaderCarrier)
+	Extract(ctx context.Context, carrier HeaderCarrier) context.Context
+	Fields() []string
+}
+
+// HeaderCarrier reads and writes a message's headers for a Propagator
+// (and satisfies OpenTelemetry's propagation.TextMapCarrier): Set
+// replaces a header of the name, Get reads the first.
 type HeaderCarrier struct{ Msg *kafka.Message }
 
 // Get returns the value of the first header named key, or "".
@@ -43,21 +53,21 @@ func (c HeaderCarrier) Keys() []string {
 	return keys
 }
 
-var _ propagation.TextMapCarrier = HeaderCarrier{}
-
-// propagatorOr is p, or the global propagator (otel.GetTextMapPropagator,
-// a no-op until the application sets one) read now.
-func propagatorOr(p propagation.TextMapPropagator) propagation.TextMapPropagator {
-	if p != nil {
-		return p
+// extract is ctx with msg's trace context, when p is set.
+func extract(ctx context.Context, p Propagator, msg *kafka.Message) context.Context {
+	if p == nil {
+		return ctx
 	}
-	return otel.GetTextMapPropagator()
+	return p.Extract(ctx, HeaderCarrier{msg})
 }
 
 // inject writes ctx's trace context into msg, unless msg already carries
 // one (a message relayed from an outbox with the context of the request
-// that wrote it keeps that one).
-func inject(ctx context.Context, p propagation.TextMapPropagator, msg *kafka.Message) {
+// that wrote it keeps that one), or p is nil.
+func inject(ctx context.Context, p Propagator, msg *kafka.Message) {
+	if p == nil {
+		return
+	}
 	c := HeaderCarrier{msg}
 	for _, f := range p.Fields() {
 		if c.Get(f) != "" {

@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-co-op/gocron/v2"
-
 	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/internal/teststores"
 	"github.com/oncekit/oncekit/lead"
@@ -189,34 +187,6 @@ func TestBadArguments(t *testing.T) {
 	}
 	if _, err := lead.NewElector(t.Context(), store, ""); err == nil {
 		t.Error("NewElector with no key: nil error")
-	}
-}
-
-// Elector is go-co-op/gocron v2's Elector: of two schedulers that share a
-// store, only the leader's runs its jobs.
-func TestGocronElector(t *testing.T) {
-	store := memstore.New()
-	defer store.Close()
-	var runs [2]atomic.Int64
-	for i := range 2 {
-		e, err := lead.NewElector(t.Context(), store, "gocron", lead.WithTTL(time.Second))
-		if err != nil {
-			t.Fatal(err)
-		}
-		s, err := gocron.NewScheduler(gocron.WithDistributedElector(e))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := s.NewJob(gocron.DurationJob(50*time.Millisecond), gocron.NewTask(func() { runs[i].Add(1) })); err != nil {
-			t.Fatal(err)
-		}
-		s.Start()
-		defer func() { _ = s.Shutdown() }()
-	}
-	time.Sleep(time.Second)
-	a, b := runs[0].Load(), runs[1].Load()
-	if (a == 0) == (b == 0) || a+b < 5 {
-		t.Errorf("the schedulers ran %d and %d jobs: want one of them only, several times", a, b)
 	}
 }
 

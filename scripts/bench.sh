@@ -11,10 +11,12 @@ trap '$services down' EXIT
 $services up || exit 1
 eval "$($services env)"
 export ONCEKIT_REQUIRE_SERVERS=1
+export GOWORK # every module but the benchmarks' own (scripts/workspace.sh)
+GOWORK=$(scripts/workspace.sh)
 
 echo "# $(date -u +%Y-%m-%dT%H:%MZ) $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(go version)"
 echo "# redis-server $(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p')"
-(cd bench && go test -run '^$' -bench "${BENCH:-.}" -benchtime "${BENCH_TIME:-2s}" -count "${BENCH_COUNT:-3}" ./...) \
+(cd bench && GOWORK=off go test -run '^$' -bench "${BENCH:-.}" -benchtime "${BENCH_TIME:-2s}" -count "${BENCH_COUNT:-3}" ./...) \
 	| tee bench/last-run.txt
 rc=${PIPESTATUS[0]}
 # The gRPC interceptor's own benchmark lives beside it (it uses the

@@ -16,10 +16,14 @@
 # - the middleware (and job, lead) import no driver,
 #   no storage and no other middleware (what they share is internal/mwcore);
 # - nothing under examples/ imports an internal/ package, tests included.
-# Test files may import what their tests need (test servers, drivers), except
-# under examples/.
+# Test files, and the packages only tests import (kafkamw/internal/kafkatest),
+# may import what their tests need (test servers, drivers), except under
+# examples/. Every module of the repository is checked (scripts/workspace.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+export GOWORK=${GOWORK:-$(scripts/workspace.sh)}
+# shellcheck disable=SC2207
+pkgs=($(scripts/workspace.sh --patterns))
 mod=github.com/oncekit/oncekit
 fail=0
 bad() { echo "layers: $*" >&2; fail=1; }
@@ -31,6 +35,7 @@ while read -r pkg imports; do
 		*) [[ $pkg == $mod/core* && $imp == *.* ]] && bad "$pkg imports $imp (core imports only the standard library)"; continue ;;
 		esac
 		case $pkg in
+		$mod/kafkamw/internal/kafkatest) ;;
 		$mod/core*)
 			[[ $imp == $mod/core* ]] || bad "$pkg imports $imp (core imports only core)" ;;
 		$mod/storage/internal*)
@@ -51,13 +56,14 @@ while read -r pkg imports; do
 				bad "$pkg imports $imp (middleware imports only core, internal/mwcore and its own packages)" ;;
 		esac
 	done
-done < <(go list -f '{{.ImportPath}} {{join .Imports " "}}' ./...)
+done < <(go list -f '{{.ImportPath}} {{join .Imports " "}}' "${pkgs[@]}")
 
 while read -r pkg imports; do
+	[[ $pkg == $mod/examples/* ]] || continue
 	for imp in $imports; do
 		[[ $imp == */internal/* || $imp == */internal ]] && bad "$pkg imports $imp: examples/ must build outside this repository"
 	done
-done < <(go list -f '{{.ImportPath}} {{join .Imports " "}} {{join .TestImports " "}} {{join .XTestImports " "}}' ./examples/...)
+done < <(go list -f '{{.ImportPath}} {{join .Imports " "}} {{join .TestImports " "}} {{join .XTestImports " "}}' "${pkgs[@]}")
 
 [[ $fail == 0 ]] && echo "layers: ok"
 exit $fail

@@ -271,7 +271,7 @@ kafka_up() {
 	fi
 	command -v go >/dev/null || die "go not found: the Kafka broker is built from cmd/kfake"
 	log "building cmd/kfake"
-	(cd "$root" && go build -o "$dir/kfake" ./cmd/kfake) || die "go build ./cmd/kfake failed"
+	(cd "$root/cmd/kfake" && GOWORK=off go build -o "$dir/kfake" .) || die "go build ./cmd/kfake failed"
 	nohup "$dir/kfake" --port "$KAFKA_PORT" >"$dir/kfake.log" 2>&1 </dev/null &
 	local pid=$!
 	echo $pid >"$dir/kfake.pid"

@@ -14,6 +14,7 @@ import (
 	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/kafkamw"
 	"github.com/oncekit/oncekit/lead"
+	"github.com/oncekit/oncekit/observe/otelobs"
 )
 
 // traceOf is the trace context in ctx, as the global propagator writes it
@@ -105,6 +106,8 @@ func (s *Service) ShippingConsumer(r kafkamw.Reader, opts ...kafkamw.Option) (*k
 		// The shipment's record lives with the SKU's shipments (the
 		// message's key is the SKU): on Redis Cluster, in its slot.
 		kafkamw.WithPlacement(func(m kafka.Message) string { return placeOf(string(m.Key)) }),
+		// The handler continues the trace of the request that sold it.
+		kafkamw.WithPropagator(otelobs.KafkaPropagator(nil)),
 	}, opts...)...)
 	if err == nil {
 		s.consumers.Store(c, struct{}{}) // its Stats show in /v1/stats

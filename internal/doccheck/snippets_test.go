@@ -160,8 +160,11 @@ func TestSnippetsCompile(t *testing.T) {
 		}
 		pkgs = append(pkgs, "./"+filepath.Base(dir)+"/"+pkg)
 	}
+	// In the repository's workspace: the snippets import the adapters that
+	// are modules of their own (promobs, otelobs, gocronjob).
 	cmd := exec.Command("go", append([]string{"vet"}, pkgs...)...)
 	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "GOWORK="+workspace(t))
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Errorf("the documents' Go blocks do not compile (file names: document and block):\n%s", out)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/oncekit/oncekit/internal/testenv"
 	"github.com/oncekit/oncekit/internal/teststores"
 	"github.com/oncekit/oncekit/job/gocronjob"
+	"github.com/oncekit/oncekit/lead"
 	"github.com/oncekit/oncekit/storage/memstore"
 	"github.com/oncekit/oncekit/storage/redisstore"
 )
@@ -198,4 +199,32 @@ func TestEveryStore(t *testing.T) {
 		time.Sleep(time.Until(begin.Add(6500 * time.Millisecond)))
 		log.check(t, time.Second, begin.Add(1500*time.Millisecond))
 	})
+}
+
+// lead.Elector is go-co-op/gocron v2's Elector: of two schedulers that share a
+// store, only the leader's runs its jobs.
+func TestGocronElector(t *testing.T) {
+	store := memstore.New()
+	defer store.Close()
+	var runs [2]atomic.Int64
+	for i := range 2 {
+		e, err := lead.NewElector(t.Context(), store, "gocron", lead.WithTTL(time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := gocron.NewScheduler(gocron.WithDistributedElector(e))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.NewJob(gocron.DurationJob(50*time.Millisecond), gocron.NewTask(func() { runs[i].Add(1) })); err != nil {
+			t.Fatal(err)
+		}
+		s.Start()
+		defer func() { _ = s.Shutdown() }()
+	}
+	time.Sleep(time.Second)
+	a, b := runs[0].Load(), runs[1].Load()
+	if (a == 0) == (b == 0) || a+b < 5 {
+		t.Errorf("the schedulers ran %d and %d jobs: want one of them only, several times", a, b)
+	}
 }

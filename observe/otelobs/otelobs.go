@@ -49,7 +49,7 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 // messaging.operation.type, messaging.destination.name, its partition,
 // messaging.kafka.offset, messaging.consumer.group.name), the child of
 // the producer's span when the message carries its context (kafkamw
-// propagates it in headers). Attributes:
+// propagates it in headers with KafkaPropagator). Attributes:
 // oncekit.driver, oncekit.key_hash (observe.HashKey, never the key),
 // oncekit.route, and at the end oncekit.outcome, oncekit.fence and
 // oncekit.replayed. An Error or Lost outcome sets the span's status to

@@ -16,8 +16,9 @@ import (
 
 	"github.com/oncekit/oncekit/core/idem"
 	"github.com/oncekit/oncekit/httpmw"
+	"github.com/oncekit/oncekit/internal/testenv"
 	"github.com/oncekit/oncekit/kafkamw"
-	"github.com/oncekit/oncekit/kafkamw/kafkamwtest"
+	"github.com/oncekit/oncekit/observe/otelobs"
 	"github.com/oncekit/oncekit/storage/memstore"
 )
 
@@ -76,13 +77,13 @@ func TestRequestSpanKinds(t *testing.T) {
 // context carries it.
 func TestTraceThroughKafka(t *testing.T) {
 	rec, tp, tracing := setup(t)
-	brokers := kafkamwtest.Brokers(t)
-	topic := kafkamwtest.Topic(t, brokers, 1)
+	brokers := testenv.KafkaBrokers(t)
+	topic := testenv.KafkaTopic(t, brokers, 1)
 	prop := propagation.TraceContext{}
 
 	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: topic, BatchTimeout: time.Millisecond}
 	t.Cleanup(func() { w.Close() })
-	producer, err := kafkamw.NewProducer(w, kafkamw.WithProducerPropagator(prop))
+	producer, err := kafkamw.NewProducer(w, kafkamw.WithProducerPropagator(otelobs.KafkaPropagator(prop)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,7 +113,7 @@ func TestTraceThroughKafka(t *testing.T) {
 	c, err := kafkamw.NewConsumer(r, g, func(ctx context.Context, m kafka.Message) error {
 		handled <- trace.SpanContextFromContext(ctx)
 		return nil
-	}, kafkamw.WithPropagator(prop))
+	}, kafkamw.WithPropagator(otelobs.KafkaPropagator(prop)))
 	if err != nil {
 		t.Fatal(err)
 	}

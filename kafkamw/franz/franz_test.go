@@ -1,4 +1,4 @@
-package kafkamw_test
+package franz_test
 
 import (
 	"context"
@@ -11,31 +11,44 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/internal/testenv"
 	"github.com/oncekit/oncekit/kafkamw"
 	"github.com/oncekit/oncekit/kafkamw/franz"
-	"github.com/oncekit/oncekit/kafkamw/kafkamwtest"
+	"github.com/oncekit/oncekit/kafkamw/internal/kafkatest"
 	"github.com/oncekit/oncekit/storage/memstore"
+	"go.uber.org/goleak"
 )
 
-// newReaderFunc makes a group member.
-type newReaderFunc func(t testing.TB, brokers []string, topic, group string) kafkamw.Reader
+func TestMain(m *testing.M) {
+	kafkatest.RunChild(func(brokers []string, topic, group string) (kafkatest.ReadCloser, error) {
+		return franz.NewReader(franzReaderOpts(brokers, topic, group)...)
+	})
+	goleak.VerifyTestMain(m)
+}
 
-// eachReader runs f with kafka-go's Reader and with franz-go's.
-func eachReader(t *testing.T, f func(t *testing.T, newR newReaderFunc)) {
-	t.Run("kafka-go", func(t *testing.T) {
-		f(t, func(t testing.TB, b []string, topic, group string) kafkamw.Reader {
-			return newReader(t, b, topic, group)
-		})
-	})
-	t.Run("franz-go", func(t *testing.T) {
-		f(t, func(t testing.TB, b []string, topic, group string) kafkamw.Reader {
-			return newFranzReader(t, b, topic, group)
-		})
-	})
+// The scenarios every Reader runs (kafkatest), on franz-go's.
+func TestPartitionOrder(t *testing.T) { kafkatest.PartitionOrder(t, franzReader) }
+
+func TestPoisonWithoutDeadLetterStops(t *testing.T) {
+	kafkatest.PoisonWithoutDeadLetterStops(t, franzReader)
+}
+
+func TestStoreAway(t *testing.T) {
+	t.Parallel()
+	kafkatest.StoreAway(t, franzReader)
+}
+
+func TestKilledConsumer(t *testing.T) {
+	t.Parallel()
+	kafkatest.KilledConsumer(t)
+}
+
+func franzReader(t testing.TB, brokers []string, topic, group string) kafkamw.Reader {
+	return newFranzReader(t, brokers, topic, group)
 }
 
 // newFranzReader is a group member over franz-go with short timeouts, as
-// newReader is over kafka-go.
+// kafkatest.NewReader is over kafka-go.
 func newFranzReader(t testing.TB, brokers []string, topic, group string) *franz.Reader {
 	r, err := franz.NewReader(franzReaderOpts(brokers, topic, group)...)
 	if err != nil {
@@ -66,14 +79,14 @@ func newFranzWriter(t testing.TB, brokers []string, topic string) *franz.Writer 
 // over franz.Writer, 20 % of them sent again, consumed through
 // franz.Reader: each unique message's effect once, every offset committed.
 func TestFranzDuplicatesRunOnce(t *testing.T) {
-	eachStore(t, func(t *testing.T, st idem.Store) {
-		brokers := kafkamwtest.Brokers(t)
+	kafkatest.EachStore(t, func(t *testing.T, st idem.Store) {
+		brokers := testenv.KafkaBrokers(t)
 		const partitions, unique, dups = 4, 2000, 500
-		topic := kafkamwtest.Topic(t, brokers, partitions)
-		msgs, want := messages(unique, 0)
+		topic := testenv.KafkaTopic(t, brokers, partitions)
+		msgs, want := kafkatest.Messages(unique, 0)
 		for range dups {
 			at := unique/2 + rand.N(len(msgs)-unique/2)
-			msgs = append(msgs[:at], append([]kafka.Message{message(rand.N(unique / 2))}, msgs[at:]...)...)
+			msgs = append(msgs[:at], append([]kafka.Message{kafkatest.Message(rand.N(unique / 2))}, msgs[at:]...)...)
 		}
 		p, err := kafkamw.NewProducer(newFranzWriter(t, brokers, topic))
 		if err != nil {
@@ -84,22 +97,22 @@ func TestFranzDuplicatesRunOnce(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		eff := newEffects()
+		eff := kafkatest.NewEffects()
 		group := "g-" + topic
-		c, err := kafkamw.NewConsumer(newFranzReader(t, brokers, topic, group), newGuard(t, st),
-			func(ctx context.Context, m kafka.Message) error { eff.add(idOf(m)); return nil }, kafkamw.WithConcurrency(4))
+		c, err := kafkamw.NewConsumer(newFranzReader(t, brokers, topic, group), kafkatest.NewGuard(t, st),
+			func(ctx context.Context, m kafka.Message) error { eff.Add(kafkatest.IDOf(m)); return nil }, kafkamw.WithConcurrency(4))
 		if err != nil {
 			t.Fatal(err)
 		}
-		stop := run(t, c)
-		waitFor(t, 2*time.Minute, "every offset committed", func() bool {
+		stop := kafkatest.Run(t, c)
+		kafkatest.WaitFor(t, 2*time.Minute, "every offset committed", func() bool {
 			s := c.Stats()
-			return s.Handled+s.Duplicates == unique+dups && allCommitted(t, brokers, topic, group, partitions)
+			return s.Handled+s.Duplicates == unique+dups && kafkatest.AllCommitted(t, brokers, topic, group, partitions)
 		})
 		if err := stop(); err != nil {
 			t.Fatalf("Run: %v", err)
 		}
-		eff.check(t, want)
+		eff.Check(t, want)
 		if s := c.Stats(); s.Handled != unique || s.Duplicates != dups {
 			t.Errorf("stats %+v: want %d handled, %d duplicates", s, unique, dups)
 		}
@@ -110,16 +123,16 @@ func TestFranzDuplicatesRunOnce(t *testing.T) {
 // down mid-stream and the other takes its partitions over. Every message's
 // effect happens once and every offset ends committed.
 func TestFranzRebalance(t *testing.T) {
-	brokers := kafkamwtest.Brokers(t)
+	brokers := testenv.KafkaBrokers(t)
 	const partitions, n = 4, 3000
-	topic := kafkamwtest.Topic(t, brokers, partitions)
-	msgs, want := messages(n, 0)
-	produce(t, newWriter(t, brokers, topic), msgs)
+	topic := testenv.KafkaTopic(t, brokers, partitions)
+	msgs, want := kafkatest.Messages(n, 0)
+	kafkatest.Produce(t, kafkatest.NewWriter(t, brokers, topic), msgs)
 	st := memstore.New()
-	eff := newEffects()
+	eff := kafkatest.NewEffects()
 	var handled atomic.Int64
 	handler := func(ctx context.Context, m kafka.Message) error {
-		eff.add(idOf(m))
+		eff.Add(kafkatest.IDOf(m))
 		handled.Add(1)
 		time.Sleep(200 * time.Microsecond)
 		return nil
@@ -127,7 +140,7 @@ func TestFranzRebalance(t *testing.T) {
 	group := "g-" + topic
 	newConsumer := func() (*kafkamw.Consumer, *franz.Reader) {
 		r := newFranzReader(t, brokers, topic, group)
-		c, err := kafkamw.NewConsumer(r, newGuard(t, st), handler, kafkamw.WithConcurrency(2))
+		c, err := kafkamw.NewConsumer(r, kafkatest.NewGuard(t, st), handler, kafkamw.WithConcurrency(2))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -135,19 +148,19 @@ func TestFranzRebalance(t *testing.T) {
 	}
 	a, _ := newConsumer()
 	b, rb := newConsumer()
-	stopA, stopB := run(t, a), run(t, b)
-	waitFor(t, time.Minute, "a third of the messages", func() bool { return handled.Load() >= n/3 })
+	stopA, stopB := kafkatest.Run(t, a), kafkatest.Run(t, b)
+	kafkatest.WaitFor(t, time.Minute, "a third of the messages", func() bool { return handled.Load() >= n/3 })
 	if err := stopB(); err != nil {
 		t.Fatalf("the leaving member's Run: %v", err)
 	}
 	_ = rb.Close() // leaves the group: its partitions go to the other member
-	waitFor(t, 2*time.Minute, "every offset committed", func() bool {
-		return eff.distinct() == n && allCommitted(t, brokers, topic, group, partitions)
+	kafkatest.WaitFor(t, 2*time.Minute, "every offset committed", func() bool {
+		return eff.Distinct() == n && kafkatest.AllCommitted(t, brokers, topic, group, partitions)
 	})
 	if err := stopA(); err != nil {
 		t.Fatal(err)
 	}
-	eff.check(t, want)
+	eff.Check(t, want)
 	if b.Stats().Fetched == 0 {
 		t.Error("the second member never got a partition: no rebalance was tested")
 	}
@@ -156,12 +169,12 @@ func TestFranzRebalance(t *testing.T) {
 // A dead letter written through franz.Writer carries the original and the
 // prefixed headers, as over kafka-go.
 func TestFranzDeadLetter(t *testing.T) {
-	brokers := kafkamwtest.Brokers(t)
-	topic, dlqTopic := kafkamwtest.Topic(t, brokers, 1), kafkamwtest.Topic(t, brokers, 1)
-	produce(t, newWriter(t, brokers, topic), []kafka.Message{message(0), message(1), message(2)})
-	c, err := kafkamw.NewConsumer(newFranzReader(t, brokers, topic, "g-"+topic), newGuard(t, memstore.New()),
+	brokers := testenv.KafkaBrokers(t)
+	topic, dlqTopic := testenv.KafkaTopic(t, brokers, 1), testenv.KafkaTopic(t, brokers, 1)
+	kafkatest.Produce(t, kafkatest.NewWriter(t, brokers, topic), []kafka.Message{kafkatest.Message(0), kafkatest.Message(1), kafkatest.Message(2)})
+	c, err := kafkamw.NewConsumer(newFranzReader(t, brokers, topic, "g-"+topic), kafkatest.NewGuard(t, memstore.New()),
 		func(ctx context.Context, m kafka.Message) error {
-			if idOf(m) == "m-1" {
+			if kafkatest.IDOf(m) == "m-1" {
 				return kafkamw.Permanent(context.DeadlineExceeded)
 			}
 			return nil
@@ -169,14 +182,14 @@ func TestFranzDeadLetter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stop := run(t, c)
-	waitFor(t, time.Minute, "every offset committed", func() bool { return allCommitted(t, brokers, topic, "g-"+topic, 1) })
+	stop := kafkatest.Run(t, c)
+	kafkatest.WaitFor(t, time.Minute, "every offset committed", func() bool { return kafkatest.AllCommitted(t, brokers, topic, "g-"+topic, 1) })
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
-	dl, h := deadLetter(t, newReader(t, brokers, dlqTopic, ""))
-	if idOf(dl) != "m-1" || h[kafkamw.HeaderOriginalTopic] != topic || h[kafkamw.HeaderOriginalOffset] != "1" ||
+	dl, h := kafkatest.DeadLetter(t, kafkatest.NewReader(t, brokers, dlqTopic, ""))
+	if kafkatest.IDOf(dl) != "m-1" || h[kafkamw.HeaderOriginalTopic] != topic || h[kafkamw.HeaderOriginalOffset] != "1" ||
 		h[kafkamw.HeaderConsumerGroup] != "g-"+topic || h[kafkamw.HeaderAttempts] != "1" {
-		t.Errorf("dead letter %s: headers %v", idOf(dl), h)
+		t.Errorf("dead letter %s: headers %v", kafkatest.IDOf(dl), h)
 	}
 }
