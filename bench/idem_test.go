@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/idem/idemdriver"
 	"github.com/oncekit/oncekit/internal/testenv"
 	"github.com/oncekit/oncekit/storage/etcdstore"
 	"github.com/oncekit/oncekit/storage/redisstore"
@@ -33,11 +34,11 @@ func (g *grpcCounter) intercept(ctx context.Context, method string, req, reply a
 type idemImpl struct {
 	name    string
 	perTrip float64 // requests per round trip (N for a fan-out to N nodes)
-	make    func(b *testing.B) (idem.Store, func() int64)
+	make    func(b *testing.B) (idemdriver.Store, func() int64)
 }
 
 var idemImpls = []idemImpl{
-	{"redisstore", 1, func(b *testing.B) (idem.Store, func() int64) {
+	{"redisstore", 1, func(b *testing.B) (idemdriver.Store, func() int64) {
 		cc := &commandCounter{}
 		c, _ := client(b, testenv.RedisAddrs(b, 1)[0])
 		c.AddHook(cc)
@@ -48,7 +49,7 @@ var idemImpls = []idemImpl{
 		b.Cleanup(func() { s.Close() })
 		return s, cc.n.Load
 	}},
-	{"redlockstore", 5, func(b *testing.B) (idem.Store, func() int64) {
+	{"redlockstore", 5, func(b *testing.B) (idemdriver.Store, func() int64) {
 		cc := &commandCounter{}
 		cs := fiveClients(b, cc)
 		clients := make([]redlockstore.Client, len(cs))
@@ -62,7 +63,7 @@ var idemImpls = []idemImpl{
 		b.Cleanup(func() { s.Close() })
 		return s, cc.n.Load
 	}},
-	{"etcdstore", 1, func(b *testing.B) (idem.Store, func() int64) {
+	{"etcdstore", 1, func(b *testing.B) (idemdriver.Store, func() int64) {
 		gc := &grpcCounter{}
 		c, err := clientv3.New(clientv3.Config{Endpoints: testenv.EtcdAddrs(b), DialTimeout: 5 * time.Second,
 			Logger: zap.NewNop(), DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(gc.intercept)}})
@@ -93,8 +94,8 @@ func BenchmarkGuardDo(b *testing.B) {
 				}
 				ctx := context.Background()
 				prefix := fmt.Sprintf("bench-%d-", time.Now().UnixNano())
-				replayKey := idem.ScopedKey("bench", prefix+"replay")
-				for _, k := range []string{idem.ScopedKey("bench", prefix+"warm"), replayKey} {
+				replayKey := idemdriver.ScopedKey("bench", prefix+"replay")
+				for _, k := range []string{idemdriver.ScopedKey("bench", prefix+"warm"), replayKey} {
 					if _, _, err := g.Do(ctx, k, "fp", run); err != nil { // loads scripts, opens sessions
 						b.Fatal(err)
 					}
@@ -106,7 +107,7 @@ func BenchmarkGuardDo(b *testing.B) {
 					k := replayKey
 					if mode == "new" {
 						i++
-						k = idem.ScopedKey("bench", fmt.Sprintf("%s%d", prefix, i))
+						k = idemdriver.ScopedKey("bench", fmt.Sprintf("%s%d", prefix, i))
 					}
 					_, replayed, err := g.Do(ctx, k, "fp", run)
 					if err != nil || replayed != (mode == "replay") {

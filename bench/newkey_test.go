@@ -19,6 +19,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/idem/idemdriver"
 	"github.com/oncekit/oncekit/httpmw"
 	"github.com/oncekit/oncekit/internal/testenv"
 	"github.com/oncekit/oncekit/storage/redisstore"
@@ -323,7 +324,7 @@ func BenchmarkNewKeyGuard(b *testing.B) {
 				b.Run(fmt.Sprintf("%s/workers=%d/%s", mode, workers, im.name), func(b *testing.B) {
 					doers := make([]doer, workers)
 					ctx := context.Background()
-					replayKey := idem.ScopedKey("bench", benchKey("replay"))
+					replayKey := idemdriver.ScopedKey("bench", benchKey("replay"))
 					for w := range doers {
 						c, _ := client(b, addr)
 						doers[w] = im.make(b, c)
@@ -335,7 +336,7 @@ func BenchmarkNewKeyGuard(b *testing.B) {
 					cycles(b, []string{addr}, workers, func(w int, i int64) error {
 						k := replayKey
 						if mode == "new" {
-							k = idem.ScopedKey("bench", prefix+strconv.FormatInt(i, 10))
+							k = idemdriver.ScopedKey("bench", prefix+strconv.FormatInt(i, 10))
 						}
 						_, replayed, err := doers[w](ctx, k, run)
 						if err == nil && replayed != (mode == "replay") {

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/idem/idemdriver"
 	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/internal/testenv"
 	"github.com/oncekit/oncekit/storage/redisstore"
@@ -455,7 +456,7 @@ func sqlGuardCase(b *testing.B, mode string, workers int, name, impl string) {
 		mode = "new-key"
 	}
 	for w := range built {
-		var st idem.Store
+		var st idemdriver.Store
 		if name == "redis" {
 			c, _ := client(b, testenv.RedisAddrs(b, 1)[0])
 			rs, err := redisstore.New(c)

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/idem/idemdriver"
 	"github.com/oncekit/oncekit/grpcmw"
 	"github.com/oncekit/oncekit/grpcmw/internal/testpb"
 	"github.com/oncekit/oncekit/internal/testenv"
@@ -48,7 +49,7 @@ func BenchmarkUnaryInterceptor(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer st.Close()
-	interceptor := func(st idem.Store) grpc.UnaryServerInterceptor {
+	interceptor := func(st idemdriver.Store) grpc.UnaryServerInterceptor {
 		g, err := idem.NewGuard(st)
 		if err != nil {
 			b.Fatal(err)

@@ -14,10 +14,10 @@
 //   - The key comes from the "idempotency-key" metadata (WithKeyMetadata),
 //     or from the request through WithKeyExtractor (an AIP-155 request_id
 //     field): 1 to 255 bytes of visible ASCII, as in HTTP
-//     (idem.CheckClientKey). Missing or invalid: InvalidArgument (or pass
+//     (idemdriver.CheckClientKey). Missing or invalid: InvalidArgument (or pass
 //     through when missing, WithOptionalKey). WithSelector limits the
 //     interceptor to the methods that need it.
-//   - The stored key is idem.ScopedKey of the scope (WithScope: the
+//   - The stored key is idemdriver.ScopedKey of the scope (WithScope: the
 //     principal; or Unscoped — the choice is explicit), the full method
 //     name and the key.
 //   - The fingerprint is a SHA-256 over the full method name and the
@@ -42,7 +42,7 @@
 //     or be deduplicated at their resource. The claim lives until the
 //     handler returns, whatever the client's deadline does; the request
 //     that claims the key is not cut short by the call's end either
-//     (idem.ClaimOutlivesCaller), and a claim taken for a call that ended
+//     (idemdriver.ClaimOutlivesCaller), and a claim taken for a call that ended
 //     meanwhile is given back before the handler would run.
 //
 // # Streams

@@ -26,6 +26,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/idem/idemdriver"
 	"github.com/oncekit/oncekit/core/observe"
 	"github.com/oncekit/oncekit/grpcmw"
 	"github.com/oncekit/oncekit/grpcmw/internal/testpb"
@@ -63,10 +64,10 @@ func (o *orders) Follow(s testpb.Orders_FollowServer) error {
 
 var stores = []struct {
 	name string
-	new  func(t *testing.T) idem.Store
+	new  func(t *testing.T) idemdriver.Store
 }{
-	{"memory", func(*testing.T) idem.Store { return memstore.New() }},
-	{"redis", func(t *testing.T) idem.Store {
+	{"memory", func(*testing.T) idemdriver.Store { return memstore.New() }},
+	{"redis", func(t *testing.T) idemdriver.Store {
 		c := redis.NewClient(&redis.Options{Addr: testenv.RedisAddrs(t, 1)[0]})
 		t.Cleanup(func() { c.Close() })
 		s, err := redisstore.New(c, redisstore.WithRecordPrefix(fmt.Sprintf("grpcmw-test:%d:", time.Now().UnixNano())))
@@ -78,7 +79,7 @@ var stores = []struct {
 	}},
 }
 
-func eachStore(t *testing.T, f func(t *testing.T, st idem.Store)) {
+func eachStore(t *testing.T, f func(t *testing.T, st idemdriver.Store)) {
 	for _, s := range stores {
 		t.Run(s.name, func(t *testing.T) { f(t, s.new(t)) })
 	}
@@ -86,7 +87,7 @@ func eachStore(t *testing.T, f func(t *testing.T, st idem.Store)) {
 
 // serve runs o behind the interceptors on a loopback listener and returns
 // a client.
-func serve(t *testing.T, st idem.Store, o *orders, gopts []idem.Option, opts []grpcmw.Option, dial ...grpc.DialOption) testpb.OrdersClient {
+func serve(t *testing.T, st idemdriver.Store, o *orders, gopts []idem.Option, opts []grpcmw.Option, dial ...grpc.DialOption) testpb.OrdersClient {
 	t.Helper()
 	g, err := idem.NewGuard(st, gopts...)
 	if err != nil {
@@ -136,7 +137,7 @@ func ctxT(t *testing.T, d time.Duration) context.Context {
 
 // A duplicate runs once and gets an equal reply, marked as replayed.
 func TestDuplicateRunsOnce(t *testing.T) {
-	eachStore(t, func(t *testing.T, st idem.Store) {
+	eachStore(t, func(t *testing.T, st idemdriver.Store) {
 		o := &orders{}
 		c := serve(t, st, o, nil, nil)
 		req := &testpb.PlaceRequest{Sku: "phone", Qty: 1, User: "alice"}
@@ -163,7 +164,7 @@ func TestDuplicateRunsOnce(t *testing.T) {
 
 // 100 concurrent duplicates: one run, every caller gets its reply.
 func TestConcurrentDuplicates(t *testing.T) {
-	eachStore(t, func(t *testing.T, st idem.Store) {
+	eachStore(t, func(t *testing.T, st idemdriver.Store) {
 		o := &orders{place: func(ctx context.Context, req *testpb.PlaceRequest, n int64) (*testpb.PlaceReply, error) {
 			time.Sleep(50 * time.Millisecond)
 			return &testpb.PlaceReply{OrderId: "order", Run: n}, nil
@@ -226,7 +227,7 @@ func TestKeysAndMismatch(t *testing.T) {
 // Final errors are stored and replayed with their status details; others
 // let a retry run.
 func TestStoredErrorsReplayedWithDetails(t *testing.T) {
-	eachStore(t, func(t *testing.T, st idem.Store) {
+	eachStore(t, func(t *testing.T, st idemdriver.Store) {
 		var attempts []int
 		o := &orders{place: func(ctx context.Context, req *testpb.PlaceRequest, n int64) (*testpb.PlaceReply, error) {
 			if req.Sku == "flaky" {
@@ -271,7 +272,7 @@ func TestStoredErrorsReplayedWithDetails(t *testing.T) {
 // never gets a second concurrent run: the claim lives until the handler
 // returns.
 func TestClientTimeoutThenRetry(t *testing.T) {
-	eachStore(t, func(t *testing.T, st idem.Store) {
+	eachStore(t, func(t *testing.T, st idemdriver.Store) {
 		var running, overlaps atomic.Int32
 		release := make(chan struct{})
 		o := &orders{place: func(context.Context, *testpb.PlaceRequest, int64) (*testpb.PlaceReply, error) {

@@ -14,7 +14,7 @@ import (
 	"github.com/oncekit/oncekit/storage/memstore"
 )
 
-// A call's claim outlives the call (idem.ClaimOutlivesCaller): the store's
+// A call's claim outlives the call (idemdriver.ClaimOutlivesCaller): the store's
 // Begin is not under the call's cancellation, so a store can make it on
 // the handler's goroutine; the handler does not run for a call that left.
 func TestClaimOutlivesCall(t *testing.T) {

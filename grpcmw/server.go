@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/idem/idemdriver"
 	"github.com/oncekit/oncekit/core/observe"
 	"github.com/oncekit/oncekit/internal/mwcore"
 )
@@ -84,7 +85,7 @@ func (s *server) key(ctx context.Context, req any) (key string, ok bool, err err
 	default:
 		return "", false, nil
 	}
-	if err := idem.CheckClientKey(key); err != nil {
+	if err := idemdriver.CheckClientKey(key); err != nil {
 		return "", false, status.Errorf(codes.InvalidArgument, "grpcmw: %s: %v", s.cfg.metadataKey, err)
 	}
 	return key, true, nil
@@ -95,11 +96,11 @@ func (s *server) key(ctx context.Context, req any) (key string, ok bool, err err
 // A scope function that returns "" refuses the call (Internal): an empty
 // scope is the key space every unscoped call shares, where one principal's
 // key could replay to another.
-func (s *server) stored(ctx context.Context, fullMethod, key string, req any) (idem.Key, error) {
+func (s *server) stored(ctx context.Context, fullMethod, key string, req any) (idemdriver.Key, error) {
 	scope := ""
 	if s.cfg.scope != nil {
 		if scope = s.cfg.scope(ctx); scope == "" {
-			return idem.Key{}, status.Errorf(codes.Internal, "grpcmw: %s: the scope function returned an empty scope "+
+			return idemdriver.Key{}, status.Errorf(codes.Internal, "grpcmw: %s: the scope function returned an empty scope "+
 				"(return the caller's principal, or use Unscoped)", fullMethod)
 		}
 	}
@@ -107,9 +108,9 @@ func (s *server) stored(ctx context.Context, fullMethod, key string, req any) (i
 	if s.cfg.place != nil && req != nil {
 		place = s.cfg.place(ctx, req)
 	}
-	stored, err := idem.StoredKey(scope, fullMethod, key, place)
+	stored, err := idemdriver.StoredKey(scope, fullMethod, key, place)
 	if err != nil {
-		return idem.Key{}, status.Errorf(codes.InvalidArgument, "grpcmw: %s: %v", fullMethod, err)
+		return idemdriver.Key{}, status.Errorf(codes.InvalidArgument, "grpcmw: %s: %v", fullMethod, err)
 	}
 	return stored, nil
 }
@@ -208,7 +209,7 @@ func (s *server) unaryCall(ctx context.Context, req any, info *grpc.UnaryServerI
 		resp     any
 		firstErr error
 	)
-	result, replayed, err := s.guard.DoKey(idem.ClaimOutlivesCaller(idem.AnswersOnReturn(ctx)), stored, fp, func(rctx context.Context) ([]byte, error) {
+	result, replayed, err := s.guard.Do(idemdriver.ClaimOutlivesCaller(idemdriver.AnswersOnReturn(ctx)), stored.String(), fp, func(rctx context.Context) ([]byte, error) {
 		ran, tr.ran = true, true
 		resp, firstErr = handler(rctx, req)
 		return s.outcome(resp, firstErr)
@@ -326,7 +327,7 @@ func (s *server) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerIn
 	ran := false
 	// Lock only: the claim is held while the stream runs and dropped when
 	// it ends (the run never stores), so the next stream with the key runs.
-	_, _, err = s.guard.DoKey(ctx, stored, idem.Fingerprint([]byte(info.FullMethod)),
+	_, _, err = s.guard.Do(ctx, stored.String(), idem.Fingerprint([]byte(info.FullMethod)),
 		func(rctx context.Context) ([]byte, error) {
 			ran = true
 			handlerErr = handler(srv, &wrappedStream{ServerStream: ss, ctx: rctx})

@@ -24,7 +24,7 @@
 //     1 to 255 bytes of visible ASCII (ParseKey). Missing: 400
 //     idempotency_key_missing (or pass through, WithOptionalKey).
 //     Malformed or repeated: 400 idempotency_key_invalid.
-//   - The stored key is idem.ScopedKey(scope, key), the scope coming from
+//   - The stored key is idemdriver.ScopedKey(scope, key), the scope coming from
 //     WithScope (the authenticated principal, say), so one principal can
 //     never replay another's response. The key space is an explicit
 //     choice: New fails unless it gets exactly one of WithScope and
@@ -78,7 +78,7 @@
 // The claim stays alive until the handler returns, whatever the client
 // does (a client that hangs up does not free the key). The request that
 // claims the key is not cut short by a client that hangs up either
-// (idem.ClaimOutlivesCaller: the store can make it on the handler's
+// (idemdriver.ClaimOutlivesCaller: the store can make it on the handler's
 // goroutine); a claim taken for a client that left is given back before
 // the handler would run. A replica that dies
 // after the handler's effect and before the response is stored leaves the

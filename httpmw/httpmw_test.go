@@ -21,6 +21,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/idem/idemdriver"
 	"github.com/oncekit/oncekit/core/idem/idemtest"
 	"github.com/oncekit/oncekit/core/observe"
 	"github.com/oncekit/oncekit/httpmw"
@@ -32,10 +33,10 @@ import (
 // stores are the drivers every rule is checked on.
 var stores = []struct {
 	name string
-	new  func(t *testing.T) idem.Store
+	new  func(t *testing.T) idemdriver.Store
 }{
-	{"memory", func(*testing.T) idem.Store { return memstore.New() }},
-	{"redis", func(t *testing.T) idem.Store {
+	{"memory", func(*testing.T) idemdriver.Store { return memstore.New() }},
+	{"redis", func(t *testing.T) idemdriver.Store {
 		c := redis.NewClient(&redis.Options{Addr: testenv.RedisAddrs(t, 1)[0]})
 		t.Cleanup(func() { _ = c.Close() })
 		s, err := redisstore.New(c, redisstore.WithRecordPrefix(fmt.Sprintf("httpmw-test:%d:", time.Now().UnixNano())))
@@ -47,13 +48,13 @@ var stores = []struct {
 	}},
 }
 
-func eachStore(t *testing.T, f func(t *testing.T, st idem.Store)) {
+func eachStore(t *testing.T, f func(t *testing.T, st idemdriver.Store)) {
 	for _, s := range stores {
 		t.Run(s.name, func(t *testing.T) { f(t, s.new(t)) })
 	}
 }
 
-func newMW(t *testing.T, st idem.Store, gopts []idem.Option, opts ...httpmw.Option) func(http.Handler) http.Handler {
+func newMW(t *testing.T, st idemdriver.Store, gopts []idem.Option, opts ...httpmw.Option) func(http.Handler) http.Handler {
 	t.Helper()
 	g, err := idem.NewGuard(st, gopts...)
 	if err != nil {
@@ -66,7 +67,7 @@ func newMW(t *testing.T, st idem.Store, gopts []idem.Option, opts ...httpmw.Opti
 	return mw
 }
 
-func newScopedMW(t *testing.T, st idem.Store, scope func(*http.Request) string, opts ...httpmw.Option) func(http.Handler) http.Handler {
+func newScopedMW(t *testing.T, st idemdriver.Store, scope func(*http.Request) string, opts ...httpmw.Option) func(http.Handler) http.Handler {
 	t.Helper()
 	g, err := idem.NewGuard(st)
 	if err != nil {
@@ -145,7 +146,7 @@ func problemCode(t *testing.T, w *httptest.ResponseRecorder) string {
 }
 
 func TestReplayByteForByte(t *testing.T) {
-	eachStore(t, func(t *testing.T, st idem.Store) {
+	eachStore(t, func(t *testing.T, st idemdriver.Store) {
 		a := newApp(newMW(t, st, nil, httpmw.WithReplayHeaders("X-Custom")))
 		first := a.do(t, "POST", "/orders?sku=1", "k-1", `{"qty":1}`)
 		if first.Code != http.StatusCreated || first.Header().Get(httpmw.ReplayedHeader) != "" {
@@ -172,7 +173,7 @@ func TestReplayByteForByte(t *testing.T) {
 }
 
 func TestMethods(t *testing.T) {
-	eachStore(t, func(t *testing.T, st idem.Store) {
+	eachStore(t, func(t *testing.T, st idemdriver.Store) {
 		a := newApp(newMW(t, st, nil))
 		for range 2 {
 			if w := a.do(t, "GET", "/orders", "k-get", ""); w.Code != 200 || w.Header().Get(httpmw.ReplayedHeader) != "" {
@@ -242,7 +243,7 @@ func TestKeyRequiredAndValid(t *testing.T) {
 }
 
 func TestFingerprint(t *testing.T) {
-	eachStore(t, func(t *testing.T, st idem.Store) {
+	eachStore(t, func(t *testing.T, st idemdriver.Store) {
 		a := newApp(newMW(t, st, nil))
 		if w := a.do(t, "POST", "/orders?x=1", "fp", "body-1"); w.Code != 201 || !strings.Contains(w.Body.String(), `"body":"body-1"`) {
 			t.Fatalf("first: %d %s (the handler must get the body intact)", w.Code, w.Body)
@@ -283,7 +284,7 @@ func TestBodyLimit(t *testing.T) {
 }
 
 func TestWhatIsStored(t *testing.T) {
-	eachStore(t, func(t *testing.T, st idem.Store) {
+	eachStore(t, func(t *testing.T, st idemdriver.Store) {
 		a := newApp(newMW(t, st, nil))
 		for _, c := range []struct {
 			status int
@@ -311,7 +312,7 @@ func TestWhatIsStored(t *testing.T) {
 }
 
 func TestPanicAbandons(t *testing.T) {
-	eachStore(t, func(t *testing.T, st idem.Store) {
+	eachStore(t, func(t *testing.T, st idemdriver.Store) {
 		var runs atomic.Int64
 		h := newMW(t, st, nil)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if runs.Add(1) == 1 {
@@ -384,7 +385,7 @@ func TestStreamsAndHijacksNotStored(t *testing.T) {
 }
 
 func TestInFlight(t *testing.T) {
-	eachStore(t, func(t *testing.T, st idem.Store) {
+	eachStore(t, func(t *testing.T, st idemdriver.Store) {
 		for _, wait := range []bool{false, true} {
 			started, finish := make(chan struct{}), make(chan struct{})
 			var runs atomic.Int64
@@ -437,7 +438,7 @@ func TestInFlight(t *testing.T) {
 // 50 duplicates at once with one key through a chi router: the handler runs
 // once, and every response is its bytes or a 409.
 func TestFiftyConcurrentDuplicates(t *testing.T) {
-	eachStore(t, func(t *testing.T, st idem.Store) {
+	eachStore(t, func(t *testing.T, st idemdriver.Store) {
 		for _, wait := range []bool{false, true} {
 			var opts []httpmw.Option
 			if wait {
@@ -481,7 +482,7 @@ func TestFiftyConcurrentDuplicates(t *testing.T) {
 }
 
 func TestScopeSeparatesPrincipals(t *testing.T) {
-	eachStore(t, func(t *testing.T, st idem.Store) {
+	eachStore(t, func(t *testing.T, st idemdriver.Store) {
 		a := newApp(newScopedMW(t, st, func(r *http.Request) string { return r.Header.Get("X-User") }))
 		send := func(user string) *httptest.ResponseRecorder {
 			req := httptest.NewRequest("POST", "/orders", strings.NewReader("same"))
@@ -506,7 +507,7 @@ func TestScopeSeparatesPrincipals(t *testing.T) {
 // space that every unscoped request shares, where one user's key would
 // replay to another.
 func TestEmptyScopeRefused(t *testing.T) {
-	eachStore(t, func(t *testing.T, st idem.Store) {
+	eachStore(t, func(t *testing.T, st idemdriver.Store) {
 		a := newApp(newScopedMW(t, st, func(r *http.Request) string { return r.Header.Get("X-User") }))
 		w := a.do(t, "POST", "/orders", "k-anon", "x")
 		if w.Code != http.StatusInternalServerError || problemCode(t, w) != httpmw.CodeScopeEmpty || a.runs.Load() != 0 {
@@ -517,7 +518,7 @@ func TestEmptyScopeRefused(t *testing.T) {
 }
 
 func TestFenceInHandler(t *testing.T) {
-	eachStore(t, func(t *testing.T, st idem.Store) {
+	eachStore(t, func(t *testing.T, st idemdriver.Store) {
 		var fences []uint64
 		h := newMW(t, st, nil)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			f, ok := httpmw.Fence(r.Context())
@@ -543,7 +544,7 @@ func TestFenceInHandler(t *testing.T) {
 // A retry of a request whose run failed (a 5xx is not stored) knows it is
 // one: idem.AttemptFrom says 2.
 func TestAttemptInHandler(t *testing.T) {
-	eachStore(t, func(t *testing.T, st idem.Store) {
+	eachStore(t, func(t *testing.T, st idemdriver.Store) {
 		var attempts []int
 		h := newMW(t, st, nil)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			n, ok := idem.AttemptFrom(r.Context())
@@ -596,7 +597,7 @@ func TestCorruptStoredResponse(t *testing.T) {
 		t.Fatal(err)
 	}
 	fp := idem.Fingerprint([]byte("POST"), []byte("/orders"), nil, []byte("x")) // method, target, Content-Type, body
-	if _, _, err := g.Do(t.Context(), idem.ScopedKey("", "bad"), fp, func(context.Context) ([]byte, error) {
+	if _, _, err := g.Do(t.Context(), idemdriver.ScopedKey("", "bad"), fp, func(context.Context) ([]byte, error) {
 		return []byte("not a response"), nil
 	}); err != nil {
 		t.Fatal(err)
@@ -692,7 +693,7 @@ func TestObserved(t *testing.T) {
 // sold out), a classifier can do the same by status and header, and the
 // middleware's own 409 request_in_flight is never stored.
 func TestApplicationClassifiesOutcomes(t *testing.T) {
-	eachStore(t, func(t *testing.T, st idem.Store) {
+	eachStore(t, func(t *testing.T, st idemdriver.Store) {
 		var runs atomic.Int64
 		soldOut := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			runs.Add(1)
@@ -805,7 +806,7 @@ func TestKeyInHandler(t *testing.T) {
 		req.Header.Set("Idempotency-Key", "k1")
 		h.ServeHTTP(httptest.NewRecorder(), req)
 	}
-	if len(got) != 2 || got[0] == "" || got[0] != got[1] || got[0] != idem.ScopedKey("alice", "k1") {
+	if len(got) != 2 || got[0] == "" || got[0] != got[1] || got[0] != idemdriver.ScopedKey("alice", "k1") {
 		t.Errorf("keys in the handler %q; want the same stored key on every run", got)
 	}
 }
@@ -836,7 +837,7 @@ func TestPlacement(t *testing.T) {
 	if w := send("sku=tv-1"); w.Code != http.StatusCreated {
 		t.Fatalf("placed request: %d %s", w.Code, w.Body)
 	}
-	want, _ := idem.Placed("tv-1", idem.ScopedKey("alice", "k1"))
+	want, _ := idem.Placed("tv-1", idemdriver.ScopedKey("alice", "k1"))
 	if len(got) != 1 || got[0] != want+" sku=tv-1" {
 		t.Errorf("the handler saw %q, want the key %q and the whole body", got, want)
 	}
@@ -919,7 +920,7 @@ func TestKeyExtractor(t *testing.T) {
 // must not get a second concurrent run, even after the claim's lease
 // would have run out (the claim lives until the handler returns).
 func TestClientTimeoutThenRetry(t *testing.T) {
-	eachStore(t, func(t *testing.T, st idem.Store) {
+	eachStore(t, func(t *testing.T, st idemdriver.Store) {
 		var running, runs, overlaps atomic.Int32
 		release := make(chan struct{})
 		handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -976,7 +977,7 @@ func TestClientTimeoutThenRetry(t *testing.T) {
 
 // stockEffect returns an effect of st's driver that takes one from a stock
 // of 10, and a function reading the stock.
-func stockEffect(t *testing.T, st idem.Store) (any, func() int) {
+func stockEffect(t *testing.T, st idemdriver.Store) (any, func() int) {
 	t.Helper()
 	switch st.(type) {
 	case *memstore.Store:
@@ -1035,7 +1036,7 @@ func TestCommitWithUnstoredResponse(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			eachStore(t, func(t *testing.T, st idem.Store) {
+			eachStore(t, func(t *testing.T, st idemdriver.Store) {
 				effect, stock := stockEffect(t, st)
 				var runs atomic.Int64
 				h := newMW(t, st, nil, tc.opts...)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -1101,7 +1102,7 @@ func TestCommitRefusesCallerTransaction(t *testing.T) {
 	}
 }
 
-// A request's claim outlives the request (idem.ClaimOutlivesCaller): the
+// A request's claim outlives the request (idemdriver.ClaimOutlivesCaller): the
 // store's Begin is not under the request's cancellation, so a store can
 // make it on the handler's goroutine; the claim of a request that left
 // meanwhile is given back.
@@ -1121,11 +1122,11 @@ func TestClaimOutlivesRequest(t *testing.T) {
 	if err := <-ended; err != nil {
 		t.Errorf("the claim's context ended with the request's: %v", err)
 	}
-	stored, err := idem.StoredKey("", "", "k-outlives", "") // Unscoped
+	stored, err := idemdriver.StoredKey("", "", "k-outlives", "") // Unscoped
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c, err := mem.Begin(t.Context(), stored, "other", time.Second); err != nil || c.State != idem.Acquired {
+	if c, err := mem.Begin(t.Context(), stored, "other", time.Second); err != nil || c.State != idemdriver.Acquired {
 		t.Errorf("the left request's claim: Begin = %v, %v; want the key given back", c.State, err)
 	}
 }

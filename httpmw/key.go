@@ -5,12 +5,12 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/idem/idemdriver"
 )
 
 // MaxKeyLen is the longest idempotency key accepted, in bytes: the rule
-// of every oncekit middleware (idem.MaxClientKeyLen).
-const MaxKeyLen = idem.MaxClientKeyLen
+// of every oncekit middleware (idemdriver.MaxClientKeyLen).
+const MaxKeyLen = idemdriver.MaxClientKeyLen
 
 var errKeyTooLong = fmt.Errorf("the key is longer than %d bytes", MaxKeyLen)
 
@@ -48,7 +48,7 @@ func ParseKey(v string) (string, error) {
 }
 
 func checkKey(k string) (string, error) {
-	if err := idem.CheckClientKey(k); err != nil {
+	if err := idemdriver.CheckClientKey(k); err != nil {
 		return "", err
 	}
 	return k, nil

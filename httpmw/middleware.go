@@ -12,6 +12,7 @@ import (
 	"strconv"
 
 	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/idem/idemdriver"
 	"github.com/oncekit/oncekit/core/observe"
 	"github.com/oncekit/oncekit/internal/mwcore"
 )
@@ -118,7 +119,7 @@ func (m *middleware) handle(ctx context.Context, w http.ResponseWriter, r *http.
 		extracted, found := m.cfg.extract(r)
 		r.Body = rewind(r.Body, body) // the extractor may have read it
 		if found {
-			if err := idem.CheckClientKey(extracted); err != nil {
+			if err := idemdriver.CheckClientKey(extracted); err != nil {
 				writeProblem(w, http.StatusBadRequest, CodeKeyInvalid, fmt.Sprintf("The request's idempotency key: %v.", err), 0)
 				return observe.Invalid, nil
 			}
@@ -164,7 +165,7 @@ func (m *middleware) handle(ctx context.Context, w http.ResponseWriter, r *http.
 		place = m.cfg.place(r)
 		r.Body = rewind(r.Body, body) // the placement may have read it
 	}
-	stored, err := idem.StoredKey(scope, "", key, place)
+	stored, err := idemdriver.StoredKey(scope, "", key, place)
 	if err != nil {
 		writeProblem(w, http.StatusBadRequest, CodeKeyInvalid, fmt.Sprintf("The request cannot be placed: %v.", err), 0)
 		return observe.Invalid, nil
@@ -173,7 +174,7 @@ func (m *middleware) handle(ctx context.Context, w http.ResponseWriter, r *http.
 
 	ran := false
 	var rec *recorder
-	result, replayed, err := m.guard.DoKey(idem.ClaimOutlivesCaller(idem.AnswersOnReturn(ctx)), stored, fp, func(rctx context.Context) ([]byte, error) {
+	result, replayed, err := m.guard.Do(idemdriver.ClaimOutlivesCaller(idemdriver.AnswersOnReturn(ctx)), stored.String(), fp, func(rctx context.Context) ([]byte, error) {
 		ran = true
 		rec = &recorder{ResponseWriter: w, allowed: m.cfg.replay, limit: m.cfg.maxResponse, runCtx: rctx}
 		req := r.WithContext(rctx)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/idem/idemdriver"
 	"github.com/oncekit/oncekit/internal/mwcore"
 )
 
@@ -143,7 +144,7 @@ func DefaultFingerprint(r *http.Request, body []byte) (string, error) {
 // JSONFingerprint is DefaultFingerprint for JSON APIs: the method, the
 // path and query as sent, the media type without its parameters and in
 // lower case ("application/json; charset=utf-8" is "application/json"),
-// and the body in canonical form (idem.CanonicalJSON), so that a retry
+// and the body in canonical form (idemdriver.CanonicalJSON), so that a retry
 // that re-serialises its body — another member order, other whitespace —
 // is the same request. An empty body stays empty; a body that is not one
 // JSON value is an error (400 CodeBodyInvalid).
@@ -157,7 +158,7 @@ func JSONFingerprint(r *http.Request, body []byte) (string, error) {
 		media = mt // lower case
 	}
 	if len(bytes.TrimSpace(body)) > 0 {
-		c, err := idem.CanonicalJSON(body)
+		c, err := idemdriver.CanonicalJSON(body)
 		if err != nil {
 			return "", err
 		}
@@ -182,7 +183,7 @@ func target(r *http.Request) string {
 // WithMaxBody); it reports false when the request carries no key, which is
 // then answered as one without the header (400 CodeKeyMissing, or passed
 // through with WithOptionalKey). An extracted key obeys the header's rules
-// (idem.CheckClientKey: 1 to 255 bytes of visible ASCII; 400
+// (idemdriver.CheckClientKey: 1 to 255 bytes of visible ASCII; 400
 // CodeKeyInvalid otherwise). The header wins when both are there.
 func WithKeyExtractor(extract func(*http.Request) (key string, ok bool)) Option {
 	return func(c *config) {

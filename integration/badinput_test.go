@@ -14,6 +14,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/idem/idemdriver"
 	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/examples/inventory"
 	"github.com/oncekit/oncekit/grpcmw"
@@ -150,7 +151,7 @@ func TestDriversRejectBadInput(t *testing.T) {
 				if _, _, err := g.Do(ctx, fmt.Sprintf("nil-run-%d", time.Now().UnixNano()), "fp", nil); err == nil {
 					t.Error("Do with a nil run on a free key: no error")
 				}
-				if _, err := o.Begin(ctx, idem.MustKey("k"), "fp", 0); err == nil {
+				if _, err := o.Begin(ctx, idemdriver.MustKey("k"), "fp", 0); err == nil {
 					t.Error("Begin with a zero lease: no error")
 				}
 			})

@@ -42,7 +42,7 @@
 // (sqlstore.InTx; idem.ErrCallerCommits), whose tick would stay in flight;
 // commit with the record instead (sqlstore.Effect).
 //
-// Any lock.Locker that is also an idem.Store serves: every oncekit driver
+// Any lock.Locker that is also an idemdriver.Store serves: every oncekit driver
 // does. Claims and locks report through the store's observer (package
 // observe), as the Guard and the Mutex do.
 package job

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/idem/idemdriver"
 	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/core/lock/lockdriver"
 )
@@ -15,7 +16,7 @@ import (
 // Store is what a job needs of a driver: every oncekit driver is both.
 type Store interface {
 	lock.Locker
-	idem.Store
+	idemdriver.Store
 }
 
 // Schedule gives the first tick after t. robfig/cron/v3's cron.Schedule
@@ -297,7 +298,7 @@ func (r *runner) sleepUntil(ctx context.Context, t time.Time) error {
 
 // Key is the stored key of a job's tick: the same on every replica.
 func Key(job string, at time.Time) string {
-	return idem.ScopedKey("oncekit/job\x00"+job, at.UTC().Format(time.RFC3339Nano))
+	return idemdriver.ScopedKey("oncekit/job\x00"+job, at.UTC().Format(time.RFC3339Nano))
 }
 
 // LockKey is the key of the job's lock, which a run holds (unless
@@ -318,7 +319,7 @@ func (r *runner) tick(ctx context.Context, at time.Time) {
 	// (a run that committed its own transaction, sqlstore.InTx, would leave
 	// it in flight and another replica would run the tick again), so
 	// Commit refuses an effect the caller commits (idem.ErrCallerCommits).
-	res, replayed, err := r.guard.Do(idem.AnswersOnReturn(idem.ContextWithWait(ctx, wait)), Key(r.name, at), r.name, func(ctx context.Context) ([]byte, error) {
+	res, replayed, err := r.guard.Do(idemdriver.AnswersOnReturn(idemdriver.ContextWithWait(ctx, wait)), Key(r.name, at), r.name, func(ctx context.Context) ([]byte, error) {
 		t.Attempt, _ = idem.AttemptFrom(ctx)
 		if r.o.overlap {
 			return []byte("ran"), r.call(ctx, t)

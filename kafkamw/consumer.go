@@ -12,6 +12,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/idem/idemdriver"
 	"github.com/oncekit/oncekit/core/observe"
 )
 
@@ -90,7 +91,7 @@ type Consumer struct {
 
 	mu        sync.Mutex
 	lanes     map[partition]*lane
-	keys      map[idem.Key]chan struct{} // key -> closed when the latest message in flight with it is done
+	keys      map[idemdriver.Key]chan struct{} // key -> closed when the latest message in flight with it is done
 	toCommit  map[partition]*candidate
 	committed map[partition]int64
 	stats     Stats
@@ -169,7 +170,7 @@ func NewConsumer(r Reader, guard *idem.Guard, handler Handler, opts ...Option) (
 			if g == "" {
 				g = group
 			}
-			return idem.KafkaScope(g, topic)
+			return idemdriver.KafkaScope(g, topic)
 		}
 	}
 	if err := cfg.check(); err != nil {
@@ -181,7 +182,7 @@ func NewConsumer(r Reader, guard *idem.Guard, handler Handler, opts ...Option) (
 		workers:   make(chan struct{}, cfg.concurrency),
 		kick:      make(chan struct{}, 1),
 		lanes:     make(map[partition]*lane),
-		keys:      make(map[idem.Key]chan struct{}),
+		keys:      make(map[idemdriver.Key]chan struct{}),
 		toCommit:  make(map[partition]*candidate),
 		committed: make(map[partition]int64),
 	}, nil

@@ -15,6 +15,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/idem/idemdriver"
 	"github.com/oncekit/oncekit/core/observe"
 	"github.com/oncekit/oncekit/internal/testenv"
 	"github.com/oncekit/oncekit/kafkamw"
@@ -25,7 +26,7 @@ import (
 // logical message again): the handler's effects are the unique messages,
 // each once, and every offset is committed.
 func TestDuplicatesRunOnce(t *testing.T) {
-	eachStore(t, func(t *testing.T, st idem.Store) {
+	eachStore(t, func(t *testing.T, st idemdriver.Store) {
 		brokers := testenv.KafkaBrokers(t)
 		const partitions, unique, dups = 4, 8000, 2000
 		topic := testenv.KafkaTopic(t, brokers, partitions)

@@ -8,6 +8,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/idem/idemdriver"
 )
 
 // FuzzKeyOf: any message-id header is either a clear error or a stored key
@@ -26,7 +27,7 @@ func FuzzKeyOf(f *testing.F) {
 			msg.Headers = []kafka.Header{{Key: DefaultKeyHeader, Value: []byte(id)}}
 		}
 		key, err := c.keyOf(msg)
-		valid := noHeader || idem.CheckClientKey(id) == nil
+		valid := noHeader || idemdriver.CheckClientKey(id) == nil
 		if (err == nil) != valid {
 			t.Fatalf("header %q (present %v): key %q, error %v", id, !noHeader, key, err)
 		}

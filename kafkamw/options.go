@@ -133,7 +133,7 @@ func WithPlacement(place func(kafka.Message) string) Option {
 // same message" (a redelivery is committed as a duplicate; another
 // payload under the key is rejected: dead-lettered, or the Consumer stops
 // with a PoisonError): to leave out a field a producer changes on every
-// send (a timestamp), say, or to compare JSON values by idem.CanonicalJSON.
+// send (a timestamp), say, or to compare JSON values by idemdriver.CanonicalJSON.
 // An error rejects the message the same way. Default DefaultFingerprint.
 func WithFingerprint(fingerprint func(kafka.Message) (string, error)) Option {
 	return func(c *config) {

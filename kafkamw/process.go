@@ -13,6 +13,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/idem/idemdriver"
 	"github.com/oncekit/oncekit/core/observe"
 	"github.com/oncekit/oncekit/internal/mwcore"
 )
@@ -59,21 +60,21 @@ func IsPermanent(err error) bool {
 }
 
 // keyOf returns msg's stored (scoped) key.
-func (c *Consumer) keyOf(msg kafka.Message) (idem.Key, error) {
+func (c *Consumer) keyOf(msg kafka.Message) (idemdriver.Key, error) {
 	raw, found := header(msg, c.cfg.keyHeader)
 	if found && raw == "" {
-		return idem.Key{}, fmt.Errorf("kafkamw: empty %s header: %w", c.cfg.keyHeader, idem.ErrInvalidKey)
+		return idemdriver.Key{}, fmt.Errorf("kafkamw: empty %s header: %w", c.cfg.keyHeader, idem.ErrInvalidKey)
 	}
 	if !found && c.cfg.extract != nil {
 		raw, found = c.cfg.extract(msg)
 	}
 	if found {
-		if err := idem.CheckClientKey(raw); err != nil {
-			return idem.Key{}, fmt.Errorf("kafkamw: %s: %w", c.cfg.keyHeader, err)
+		if err := idemdriver.CheckClientKey(raw); err != nil {
+			return idemdriver.Key{}, fmt.Errorf("kafkamw: %s: %w", c.cfg.keyHeader, err)
 		}
 	} else {
 		if c.cfg.requireKey {
-			return idem.Key{}, ErrNoKey
+			return idemdriver.Key{}, ErrNoKey
 		}
 		raw = "offset\x00" + msg.Topic + "\x00" + strconv.Itoa(msg.Partition) + "\x00" + strconv.FormatInt(msg.Offset, 10)
 	}
@@ -81,9 +82,9 @@ func (c *Consumer) keyOf(msg kafka.Message) (idem.Key, error) {
 	if c.cfg.place != nil {
 		place = c.cfg.place(msg)
 	}
-	stored, err := idem.StoredKey(c.cfg.scope(msg), "", raw, place)
+	stored, err := idemdriver.StoredKey(c.cfg.scope(msg), "", raw, place)
 	if err != nil {
-		return idem.Key{}, fmt.Errorf("kafkamw: %w: %w", idem.ErrInvalidKey, err)
+		return idemdriver.Key{}, fmt.Errorf("kafkamw: %w: %w", idem.ErrInvalidKey, err)
 	}
 	return stored, nil
 }
@@ -101,9 +102,9 @@ func header(msg kafka.Message, name string) (string, bool) {
 // before (Duplicate), or dead-lettered (DeadLettered). Else it stopped
 // first — the Consumer is stopping (Canceled) or failed (Error) — and msg
 // is not committed.
-func (c *Consumer) process(ctx context.Context, msg kafka.Message, key idem.Key, keyErr error, prev, keyPrev <-chan struct{}, pass func()) observe.Outcome {
+func (c *Consumer) process(ctx context.Context, msg kafka.Message, key idemdriver.Key, keyErr error, prev, keyPrev <-chan struct{}, pass func()) observe.Outcome {
 	if keyErr != nil {
-		return c.reject(ctx, msg, idem.Key{}, keyErr, prev)
+		return c.reject(ctx, msg, idemdriver.Key{}, keyErr, prev)
 	}
 	if keyPrev != nil {
 		select {
@@ -124,7 +125,7 @@ func (c *Consumer) process(ctx context.Context, msg kafka.Message, key idem.Key,
 	move := false
 	for {
 		var herr error
-		res, replayed, err := c.guard.DoKey(idem.AnswersOnReturn(ctx), key, fp, func(ctx context.Context) ([]byte, error) {
+		res, replayed, err := c.guard.Do(idemdriver.AnswersOnReturn(ctx), key.String(), fp, func(ctx context.Context) ([]byte, error) {
 			if err := c.turn(ctx, prev); err != nil {
 				return nil, err
 			}
@@ -229,7 +230,7 @@ func (c *Consumer) call(ctx context.Context, msg kafka.Message) (err error) {
 // under the message's coordinates (it has no key of its own to record it
 // under): a redelivery of the same message finds it and is committed as a
 // duplicate, not dead-lettered again.
-func (c *Consumer) reject(ctx context.Context, msg kafka.Message, key idem.Key, cause error, prev <-chan struct{}) observe.Outcome {
+func (c *Consumer) reject(ctx context.Context, msg kafka.Message, key idemdriver.Key, cause error, prev <-chan struct{}) observe.Outcome {
 	if c.cfg.dlq == nil {
 		c.fail(&PoisonError{Topic: msg.Topic, Partition: msg.Partition, Offset: msg.Offset, Err: cause})
 		return observe.Error
@@ -253,7 +254,7 @@ func (c *Consumer) reject(ctx context.Context, msg kafka.Message, key idem.Key, 
 // owner after a rebalance) or the store does not answer, the partition
 // waits.
 func (c *Consumer) onceAt(ctx context.Context, msg kafka.Message, what string, write func(ctx context.Context) ([]byte, error)) observe.Outcome {
-	rkey := idem.ScopedKey(c.cfg.scope(msg), what+"\x00"+msg.Topic+"\x00"+strconv.Itoa(msg.Partition)+"\x00"+strconv.FormatInt(msg.Offset, 10))
+	rkey := idemdriver.ScopedKey(c.cfg.scope(msg), what+"\x00"+msg.Topic+"\x00"+strconv.Itoa(msg.Partition)+"\x00"+strconv.FormatInt(msg.Offset, 10))
 	for waits := 1; ; waits++ {
 		res, replayed, err := c.guard.Do(ctx, rkey, fingerprint(msg, c.cfg.dlqPrefix), write)
 		switch {
@@ -359,7 +360,7 @@ func (c *Consumer) retried(ctx context.Context, msg kafka.Message) (int, error) 
 // the ones it carries), the stored key, the error and the attempts so
 // far. Headers of those names already there (from an earlier move) are
 // replaced, and retry-at is dropped.
-func (c *Consumer) outHeaders(msg kafka.Message, key idem.Key, cause error, attempts int) []kafka.Header {
+func (c *Consumer) outHeaders(msg kafka.Message, key idemdriver.Key, cause error, attempts int) []kafka.Header {
 	p := c.cfg.dlqPrefix
 	topic, partition, offset, group := msg.Topic, strconv.Itoa(msg.Partition), strconv.FormatInt(msg.Offset, 10), c.cfg.group
 	if _, moved := header(msg, p+HeaderRetryAt); moved {
@@ -393,7 +394,7 @@ func (c *Consumer) outHeaders(msg kafka.Message, key idem.Key, cause error, atte
 // moveToRetry publishes msg to the retry topic (WithRetryTopic) after its
 // handler failed attempts times in all, recorded under the message's
 // coordinates so that a redelivery of it is not moved again.
-func (c *Consumer) moveToRetry(ctx context.Context, msg kafka.Message, key idem.Key, cause error, attempts int) observe.Outcome {
+func (c *Consumer) moveToRetry(ctx context.Context, msg kafka.Message, key idemdriver.Key, cause error, attempts int) observe.Outcome {
 	hs := append(c.outHeaders(msg, key, cause, attempts), kafka.Header{
 		Key:   c.cfg.dlqPrefix + HeaderRetryAt,
 		Value: []byte(strconv.FormatInt(time.Now().Add(c.cfg.retryDelay+time.Millisecond-1).UnixMilli(), 10)), // rounded up
@@ -409,7 +410,7 @@ func (c *Consumer) moveToRetry(ctx context.Context, msg kafka.Message, key idem.
 
 // deadLetter publishes msg to the dead-letter destination, retrying until
 // it is written or ctx ends.
-func (c *Consumer) deadLetter(ctx context.Context, msg kafka.Message, key idem.Key, cause error, attempts int) error {
+func (c *Consumer) deadLetter(ctx context.Context, msg kafka.Message, key idemdriver.Key, cause error, attempts int) error {
 	dl := kafka.Message{Topic: c.cfg.dlqTopic, Key: msg.Key, Value: msg.Value, Headers: c.outHeaders(msg, key, cause, attempts)}
 	if err := c.write(ctx, c.cfg.dlq, dl, &c.stats.DeadLettered); err != nil {
 		return fmt.Errorf("kafkamw: dead-letter %s/%d@%d: %w", msg.Topic, msg.Partition, msg.Offset, err)

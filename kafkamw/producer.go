@@ -10,6 +10,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/idem/idemdriver"
 )
 
 // Producer publishes messages through a Writer (a *kafka.Writer) with an
@@ -104,7 +105,7 @@ func (p *Producer) Stamp(msg *kafka.Message) string {
 // printable ASCII).
 func (p *Producer) Send(ctx context.Context, msgs ...kafka.Message) error {
 	for i := range msgs {
-		if err := idem.CheckClientKey(p.Stamp(&msgs[i])); err != nil {
+		if err := idemdriver.CheckClientKey(p.Stamp(&msgs[i])); err != nil {
 			return fmt.Errorf("kafkamw: message %d: %s header: %w", i, p.header, err)
 		}
 		inject(ctx, p.propagator, &msgs[i])

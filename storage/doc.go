@@ -6,7 +6,7 @@
 //	st, err := storage.Open(ctx, os.Getenv("ONCEKIT_STORE")) // e.g. "redis://127.0.0.1:6379"
 //	if err != nil { ... }
 //	defer st.Close()
-//	guard, err := idem.NewGuard(st)       // st is an idem.Store
+//	guard, err := idem.NewGuard(st)       // st is an idemdriver.Store
 //	mutex, err := lock.NewMutex(st)       // and a lock.Locker
 //
 // Drivers register their schemes when their package is imported, as

@@ -6,11 +6,12 @@ import (
 	"time"
 
 	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/idem/idemdriver"
 	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/storage"
 )
 
-// One URL opens a store that is both a lock.Locker and an idem.Store:
+// One URL opens a store that is both a lock.Locker and an idemdriver.Store:
 // here the in-process one; "redis://127.0.0.1:6379" or
 // "etcd://127.0.0.1:2379" open the others the same way.
 func ExampleOpen() {
@@ -36,7 +37,7 @@ func ExampleOpen() {
 		panic(err)
 	}
 	for range 2 {
-		res, replayed, err := g.Do(ctx, idem.ScopedKey("alice", "order-1"), "fp", func(context.Context) ([]byte, error) {
+		res, replayed, err := g.Do(ctx, idemdriver.ScopedKey("alice", "order-1"), "fp", func(context.Context) ([]byte, error) {
 			return []byte("order placed"), nil
 		})
 		fmt.Println(string(res), replayed, err)

@@ -38,7 +38,7 @@ Unless its notes above say otherwise, a form takes:
   cert=FILE key=FILE  a client certificate for TLS`
 
 // Store is what every driver is (the driver.Store contract): a
-// lock.Locker and an idem.Store with their inspectors and lister, a health
+// lock.Locker and an idemdriver.Store with their inspectors and lister, a health
 // check and an observer hook, closed with Close.
 type Store = driver.Store
 

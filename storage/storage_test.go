@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/idem/idemdriver"
 	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/core/observe"
 	"github.com/oncekit/oncekit/internal/testenv"
@@ -77,7 +78,7 @@ func TestOpenEachForm(t *testing.T) {
 				t.Fatal(err)
 			}
 			for i := range 2 {
-				res, replayed, err := g.Do(ctx, idem.ScopedKey("storage-test", key), "fp", func(context.Context) ([]byte, error) { return []byte("once"), nil })
+				res, replayed, err := g.Do(ctx, idemdriver.ScopedKey("storage-test", key), "fp", func(context.Context) ([]byte, error) { return []byte("once"), nil })
 				if err != nil || string(res) != "once" || replayed != (i == 1) {
 					t.Errorf("Do %d: %q replayed=%v err=%v", i, res, replayed, err)
 				}
@@ -187,18 +188,18 @@ func withParam(url, param string) string {
 }
 
 // The capabilities of the driver survive Open: a Redis store is an
-// idem.EffectStore and an idem.Waiter, as redisstore.Store is.
+// idemdriver.EffectStore and an idemdriver.Waiter, as redisstore.Store is.
 func TestOpenKeepsCapabilities(t *testing.T) {
 	st, err := storage.Open(t.Context(), "redis://"+testenv.RedisAddrs(t, 1)[0])
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	if _, ok := st.(idem.EffectStore); !ok {
-		t.Error("a Redis store from Open is not an idem.EffectStore")
+	if _, ok := st.(idemdriver.EffectStore); !ok {
+		t.Error("a Redis store from Open is not an idemdriver.EffectStore")
 	}
-	if _, ok := st.(idem.Waiter); !ok {
-		t.Error("a Redis store from Open is not an idem.Waiter")
+	if _, ok := st.(idemdriver.Waiter); !ok {
+		t.Error("a Redis store from Open is not an idemdriver.Waiter")
 	}
 	if _, ok := st.(lock.MultiLocker); !ok {
 		t.Error("a Redis store from Open is not a lock.MultiLocker")
@@ -345,7 +346,7 @@ func TestDriverSurfaces(t *testing.T) {
 	for i := range ct.NumMethod() {
 		contract[ct.Method(i).Name] = true
 	}
-	// The capabilities: idem.Waiter, idem.EffectStore, the repairs oncectl
+	// The capabilities: idemdriver.Waiter, idemdriver.EffectStore, the repairs oncectl
 	// uses, lock.MultiLocker, storage.Warmer.
 	shared := map[string]bool{"WaitChange": true, "CompleteWith": true, "ForceRelease": true, "DeleteRecord": true, "AcquireAll": true, "Warm": true}
 	own := map[reflect.Type][]string{

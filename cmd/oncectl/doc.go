@@ -1,6 +1,6 @@
 // Command oncectl inspects and repairs oncekit locks and idempotency
 // records in a running deployment, over the same drivers the services use
-// (lock.Inspector and idem.Inspector).
+// (lock.Inspector and idemdriver.Inspector).
 //
 //	oncectl --store redis://localhost:6379 lock inspect sku-42
 //	oncectl --store redis://localhost:6379 lock release sku-42 --force
@@ -16,11 +16,11 @@
 // for confirmation unless --yes is given; releasing also needs --force.
 //
 // Record keys are given the way clients send them, and oncectl derives
-// the stored key as the middleware did: idem.ScopedKey(--scope, KEY) for
+// the stored key as the middleware did: idemdriver.ScopedKey(--scope, KEY) for
 // httpmw; with --grpc-method /pkg.Service/Method for grpcmw; with
 // --kafka-group and --kafka-topic for kafkamw's default scope; --place for
 // a placed record (WithPlacement). Pass --stored to give the stored key
-// ("idem:...") itself. record list walks the store's records (idem.Lister;
+// ("idem:...") itself. record list walks the store's records (idemdriver.Lister;
 // --in-flight for the claims still running or stuck, --limit to bound it).
 // oncectl version prints the build's module version.
 //

@@ -20,6 +20,7 @@ import (
 
 	"github.com/oncekit/oncekit"
 	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/idem/idemdriver"
 	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/core/lock/lockdriver"
 )
@@ -45,7 +46,7 @@ Flags (anywhere on the line):
   --limit N        record list: at most N records (default 100)
 
 Key flags (how the middleware stored KEY, the key the client sent):
-  --scope S        httpmw (and Guard users): idem.ScopedKey(S, KEY), S the
+  --scope S        httpmw (and Guard users): idemdriver.ScopedKey(S, KEY), S the
                    scope function's answer ("" for Unscoped)
   --grpc-method M  grpcmw: the call's full method ("/pkg.Service/Method"),
                    with --scope for the scope
@@ -205,9 +206,9 @@ func (c *cli) recordKey(key string) (string, error) {
 	}
 	scope, method := c.scope, c.method
 	if kafka {
-		scope = idem.KafkaScope(c.group, c.topic)
+		scope = idemdriver.KafkaScope(c.group, c.topic)
 	}
-	k, err := idem.StoredKey(scope, method, key, c.place)
+	k, err := idemdriver.StoredKey(scope, method, key, c.place)
 	return k.String(), err
 }
 
@@ -339,7 +340,7 @@ func (c *cli) deleteRecord(ctx context.Context, st store, key string) int {
 		return c.printRecord(info)
 	}
 	what := "the completed record"
-	if info.State == idem.InFlight {
+	if info.State == idemdriver.InFlight {
 		what = "the in-flight claim (its run loses it and cannot store a result)"
 	}
 	if info.Corrupt != "" {
@@ -420,7 +421,7 @@ type recordJSON struct {
 }
 
 // toJSON is info as printed.
-func toJSON(info idem.RecordInfo) recordJSON {
+func toJSON(info idemdriver.RecordInfo) recordJSON {
 	j := recordJSON{Key: info.Key, Found: info.Found, Fingerprint: info.Fingerprint, Token: info.Token,
 		Fence: info.Fence, Corrupt: info.Corrupt, Detail: info.Detail}
 	if info.Found && info.Corrupt == "" {
@@ -429,8 +430,8 @@ func toJSON(info idem.RecordInfo) recordJSON {
 	if !info.Expires.IsZero() {
 		j.Expires = info.Expires.UTC().Format(time.RFC3339Nano)
 	}
-	if info.State == idem.Completed && info.Corrupt == "" {
-		res, final, err := info.Outcome()
+	if info.State == idemdriver.Completed && info.Corrupt == "" {
+		res, final, err := idem.RecordOutcome(info)
 		switch {
 		case err != nil:
 			j.Corrupt = err.Error()
@@ -450,7 +451,7 @@ func (c *cli) listRecords() int {
 }
 
 func (c *cli) listStore(ctx context.Context, st *opened) int {
-	l, ok := st.store.(idem.Lister)
+	l, ok := st.store.(idemdriver.Lister)
 	if !ok {
 		return c.fail(fmt.Errorf("%T cannot list its records", st.store))
 	}
@@ -462,7 +463,7 @@ func (c *cli) listStore(ctx context.Context, st *opened) int {
 			inspectErr = err
 			return false
 		}
-		if !info.Found || (c.inFlight && (info.State != idem.InFlight || info.Corrupt != "")) {
+		if !info.Found || (c.inFlight && (info.State != idemdriver.InFlight || info.Corrupt != "")) {
 			return true
 		}
 		out = append(out, toJSON(info))
@@ -496,7 +497,7 @@ func (c *cli) listStore(ctx context.Context, st *opened) int {
 	return exitOK
 }
 
-func (c *cli) printRecord(info idem.RecordInfo) int {
+func (c *cli) printRecord(info idemdriver.RecordInfo) int {
 	j := toJSON(info)
 	if c.json {
 		return c.printJSON(j)
@@ -516,7 +517,7 @@ func (c *cli) printRecord(info idem.RecordInfo) int {
 	if !info.Expires.IsZero() {
 		add("expires", fmt.Sprintf("%s (in %s)", j.Expires, ttl(time.Until(info.Expires))))
 	}
-	if info.State == idem.Completed && j.FinalError == "" && j.Corrupt == "" {
+	if info.State == idemdriver.Completed && j.FinalError == "" && j.Corrupt == "" {
 		add("result", fmt.Sprintf("%d bytes: %s", j.ResultBytes, j.Result))
 	}
 	add("final error", j.FinalError)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/idem/idemdriver"
 	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/core/lock/lockdriver"
 	"github.com/oncekit/oncekit/internal/testenv"
@@ -128,12 +129,12 @@ func scenario(t *testing.T, url string) {
 	_ = next.Release(ctx)
 
 	// A completed request, scoped to a tenant.
-	g, err := idem.NewGuard(app.store.(idem.Store))
+	g, err := idem.NewGuard(app.store.(idemdriver.Store))
 	if err != nil {
 		t.Fatal(err)
 	}
 	req := randKey("req-")
-	if _, _, err := g.Do(ctx, idem.ScopedKey("tenant-1", req), "fp-1", func(context.Context) ([]byte, error) {
+	if _, _, err := g.Do(ctx, idemdriver.ScopedKey("tenant-1", req), "fp-1", func(context.Context) ([]byte, error) {
 		return []byte(`{"order":42}`), nil
 	}); err != nil {
 		t.Fatal(err)
@@ -149,7 +150,7 @@ func scenario(t *testing.T, url string) {
 	if !rj.Found || rj.State != "completed" || rj.Result != `"{\"order\":42}"` || rj.ResultBytes != 12 || rj.Fingerprint != "fp-1" || rj.Expires == "" {
 		t.Errorf("record get = %+v", rj)
 	}
-	if code, out, _ := oncectl(t, "", "--store", url, "record", "get", "--stored", idem.ScopedKey("tenant-1", req)); code != exitOK ||
+	if code, out, _ := oncectl(t, "", "--store", url, "record", "get", "--stored", idemdriver.ScopedKey("tenant-1", req)); code != exitOK ||
 		!regexp.MustCompile(`state\s+completed`).MatchString(out) {
 		t.Errorf("record get --stored (exit %d):\n%s", code, out)
 	}
@@ -158,8 +159,8 @@ func scenario(t *testing.T, url string) {
 	}
 	// A claim left in flight (a run stuck, or still going) is listed with
 	// --in-flight; the completed record is not.
-	stuck := idem.ScopedKey("tenant-1", randKey("stuck-"))
-	if c, err := app.store.(idem.Store).Begin(ctx, idem.MustKey(stuck), "fp", time.Minute); err != nil || c.State != idem.Acquired {
+	stuck := idemdriver.ScopedKey("tenant-1", randKey("stuck-"))
+	if c, err := app.store.(idemdriver.Store).Begin(ctx, idemdriver.MustKey(stuck), "fp", time.Minute); err != nil || c.State != idemdriver.Acquired {
 		t.Fatalf("Begin: %v %v", c.State, err)
 	}
 	listed := func(args ...string) map[string]string {
@@ -178,10 +179,10 @@ func scenario(t *testing.T, url string) {
 		}
 		return m
 	}
-	if all := listed(); all[stuck] != "in_flight" || all[idem.ScopedKey("tenant-1", req)] != "completed" {
-		t.Errorf("record list: the stuck claim %q and the completed record %q", all[stuck], all[idem.ScopedKey("tenant-1", req)])
+	if all := listed(); all[stuck] != "in_flight" || all[idemdriver.ScopedKey("tenant-1", req)] != "completed" {
+		t.Errorf("record list: the stuck claim %q and the completed record %q", all[stuck], all[idemdriver.ScopedKey("tenant-1", req)])
 	}
-	if stuckOnly := listed("--in-flight"); stuckOnly[stuck] != "in_flight" || stuckOnly[idem.ScopedKey("tenant-1", req)] != "" {
+	if stuckOnly := listed("--in-flight"); stuckOnly[stuck] != "in_flight" || stuckOnly[idemdriver.ScopedKey("tenant-1", req)] != "" {
 		t.Errorf("record list --in-flight: %v", stuckOnly)
 	}
 	if code, out, _ := oncectl(t, "", "--store", url, "record", "list", "--in-flight", "--limit", "100000", "--timeout", "60s"); code != exitOK || !strings.Contains(out, "in flight") {
@@ -194,7 +195,7 @@ func scenario(t *testing.T, url string) {
 		t.Fatalf("record delete --yes: exit %d: %s %s", code, out, errOut)
 	}
 	ran := false
-	if _, replayed, err := g.Do(ctx, idem.ScopedKey("tenant-1", req), "fp-1", func(context.Context) ([]byte, error) {
+	if _, replayed, err := g.Do(ctx, idemdriver.ScopedKey("tenant-1", req), "fp-1", func(context.Context) ([]byte, error) {
 		ran = true
 		return nil, nil
 	}); err != nil || replayed || !ran {
@@ -249,15 +250,15 @@ func TestErrors(t *testing.T) {
 // The key flags derive the stored key as each middleware does; bad
 // combinations are usage errors.
 func TestRecordKeyFlags(t *testing.T) {
-	placed, _ := idem.Placed("tv-1", idem.ScopedKey("user:ann", "k1"))
+	placed, _ := idem.Placed("tv-1", idemdriver.ScopedKey("user:ann", "k1"))
 	for _, tc := range []struct {
 		cli  cli
 		want string
 	}{
-		{cli{}, idem.ScopedKey("", "k1")},
-		{cli{scope: "user:ann"}, idem.ScopedKey("user:ann", "k1")},
-		{cli{scope: "user:ann", method: "/shop.Orders/Place"}, idem.ScopedKey("user:ann", "/shop.Orders/Place\nk1")},
-		{cli{group: "shipping", topic: "order.created"}, idem.ScopedKey("kafka\x00shipping\x00order.created", "k1")},
+		{cli{}, idemdriver.ScopedKey("", "k1")},
+		{cli{scope: "user:ann"}, idemdriver.ScopedKey("user:ann", "k1")},
+		{cli{scope: "user:ann", method: "/shop.Orders/Place"}, idemdriver.ScopedKey("user:ann", "/shop.Orders/Place\nk1")},
+		{cli{group: "shipping", topic: "order.created"}, idemdriver.ScopedKey("kafka\x00shipping\x00order.created", "k1")},
 		{cli{scope: "user:ann", place: "tv-1"}, placed},
 		{cli{stored: true}, "k1"},
 	} {

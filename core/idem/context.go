@@ -2,14 +2,11 @@ package idem
 
 import (
 	"context"
-	"time"
 )
 
 type fenceKey struct{}
 
 type storedKey struct{}
-
-type waitKey struct{}
 
 type attemptKey struct{}
 
@@ -76,19 +73,4 @@ func FenceFrom(ctx context.Context) (uint64, bool) {
 func AttemptFrom(ctx context.Context) (int, bool) {
 	n, ok := ctx.Value(attemptKey{}).(int)
 	return n, ok
-}
-
-// ContextWithWait overrides, for the Do calls made with the returned
-// context, how long a duplicate waits for an in-flight run (see WithWait).
-// Middleware uses it to offer waiting per route; d = 0 fails at once with
-// ErrInFlight.
-func ContextWithWait(ctx context.Context, d time.Duration) context.Context {
-	return context.WithValue(ctx, waitKey{}, max(d, 0))
-}
-
-func waitOf(ctx context.Context, def time.Duration) time.Duration {
-	if d, ok := ctx.Value(waitKey{}).(time.Duration); ok {
-		return d
-	}
-	return def
 }

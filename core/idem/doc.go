@@ -1,37 +1,27 @@
-// Package idem is oncekit's idempotency engine: a Store of idempotency
-// records, and Guard, which runs a function once per key across every
-// process sharing the Store and replays its stored result to duplicates.
+// Package idem is oncekit's idempotency engine: Guard runs a function once
+// per key across every process sharing a store and replays its stored
+// result to duplicates.
 //
-// The in-flight record is the lock: the first caller's Begin writes it with
-// a short lease, duplicates read it (one round trip); Complete stores the
-// result with its retention only while the caller's token still holds the
+// The in-flight record is the lock: the first caller's claim writes it
+// with a short lease, duplicates read it (one round trip); the result is
+// stored with its retention only while the caller's claim still holds the
 // key (one round trip). A run whose claim was lost — its lease ran out and
 // someone else claimed the key — can neither store its result nor delete
 // the newer claim.
 //
 //	g, err := idem.NewGuard(store, idem.WithWait(5*time.Second))
-//	key := idem.ScopedKey(principal, idempotencyKey)
 //	fp := idem.Fingerprint([]byte(method), []byte(route), body)
-//	res, replayed, err := g.Do(ctx, key, fp, func(ctx context.Context) ([]byte, error) {
+//	res, replayed, err := g.Do(ctx, "order:"+orderID, fp, func(ctx context.Context) ([]byte, error) {
 //		return placeOrder(ctx, body)
 //	})
 //
-// Keys are scoped (ScopedKey) before they reach the store, so one tenant
-// can never replay another's response, and they are stored hashed. Results
-// have a size limit (1 MiB by default). Expiry is checked on read as well
-// as by the store's own TTLs.
-//
-// # Keys
-//
-// A key reaches a Store as a Key: its text, checked once when the Key is
-// made, and its place (Placed) found once. Guard.Do makes it from a
-// string (CheckKey: 1 to lock.MaxKeyLen bytes, else ErrInvalidKey);
-// the middlewares make it with StoredKey from the client's key, which
-// CheckClientKey has checked, and call Guard.DoKey; a program calling a
-// Store directly uses CheckKey or MustKey. A Store refuses only the zero
-// Key, and a sharded driver (Redis Cluster) reads the record's shard from
-// Key.Place instead of parsing it back from the text. Inspector and
-// Lister, for operators, take and report the text (Key.String).
+// A key is 1 to lock.MaxKeyLen bytes (else ErrInvalidKey), stored as
+// given; a key that starts with "{place}" (Placed) is kept in that
+// place's shard. The middlewares (httpmw, grpcmw, kafkamw) scope the
+// client's key to its caller and hash it before it reaches the store, so
+// one tenant can never replay another's response. Results have a size
+// limit (1 MiB by default). What a store implements, and what the
+// middlewares build on, is package idemdriver.
 //
 // # Once, across crashes
 //
@@ -40,8 +30,8 @@
 // the claim lives. What a crash between the run's effect and its Complete
 // does depends on the effect:
 //
-//   - An effect in the idempotency store commits with the record (Commit,
-//     EffectStore: one Redis script, one etcd transaction, one SQL
+//   - An effect in the idempotency store commits with the record (Commit:
+//     one Redis script, one etcd transaction, one SQL
 //     transaction, one ZooKeeper multi-operation, one memstore critical
 //     section): both or neither, so it runs once.
 //   - An effect elsewhere, keyed on the stored key the run reads with
@@ -64,6 +54,6 @@
 // resource instead (package lock).
 //
 // Every driver — storage/memstore, redisstore, redlockstore, etcdstore,
-// sqlstore, zkstore — is an idem.Store and an idem.Waiter, and passes the
-// conformance suite in core/idem/idemtest.
+// sqlstore, zkstore — serves a Guard, waking waiting duplicates without
+// polling, and passes the conformance suite in core/idem/idemtest.
 package idem

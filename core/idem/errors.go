@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/oncekit/oncekit/core/idem/idemdriver"
 	"github.com/oncekit/oncekit/core/lock"
 )
 
@@ -24,9 +25,6 @@ var ErrLockLost = lock.ErrLockLost
 // ErrInvalidKey reports an empty or oversized key (see lock.MaxKeyLen). It
 // is lock.ErrInvalidKey.
 var ErrInvalidKey = lock.ErrInvalidKey
-
-// errZeroKey is the error of a zero Key, which every Store refuses.
-var errZeroKey = fmt.Errorf("%w: the zero Key (make one with CheckKey or StoredKey)", ErrInvalidKey)
 
 // ErrCorruptRecord reports a stored record that is not one this package
 // wrote (unknown version, truncated): it is never read as absent. The
@@ -80,11 +78,11 @@ func (e *StoreError) Unwrap() error { return e.Err }
 func (e *StoreError) Is(target error) bool { return target == ErrStore }
 
 // storeErr wraps a store's error of step op (nil stays nil).
-func storeErr(op string, key Key, err error) error {
+func storeErr(op string, key idemdriver.Key, err error) error {
 	if err == nil {
 		return nil
 	}
-	return &StoreError{Op: op, Key: key.text, Err: err}
+	return &StoreError{Op: op, Key: key.String(), Err: err}
 }
 
 // InFlightError is returned for a duplicate of a request still running. It

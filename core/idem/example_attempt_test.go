@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/idem/idemdriver"
 	"github.com/oncekit/oncekit/storage/memstore"
 )
 
@@ -26,7 +27,7 @@ func ExampleAttemptFrom() {
 		charged[key] = true
 		return nil, errors.New("payment provider: timeout") // though the charge went through
 	}
-	key := idem.ScopedKey("customer-42", "order-7f3a")
+	key := idemdriver.ScopedKey("customer-42", "order-7f3a")
 	for range 2 {
 		res, _, err := g.Do(context.Background(), key, "fp", charge)
 		if err != nil {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/idem/idemdriver"
 	"github.com/oncekit/oncekit/storage/memstore"
 )
 
@@ -23,7 +24,7 @@ func ExampleCommit() {
 	}
 	stock := 10
 	for range 2 {
-		res, replayed, err := g.Do(ctx, idem.ScopedKey("alice", "order-1"), "fp", func(ctx context.Context) ([]byte, error) {
+		res, replayed, err := g.Do(ctx, idemdriver.ScopedKey("alice", "order-1"), "fp", func(ctx context.Context) ([]byte, error) {
 			sell := memstore.Effect(func() error {
 				if stock == 0 {
 					return fmt.Errorf("sold out")

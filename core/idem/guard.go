@@ -9,7 +9,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/oncekit/oncekit/core/lock/lockdriver"
+	"github.com/oncekit/oncekit/core/idem/idemdriver"
+	"github.com/oncekit/oncekit/core/internal/bounds"
+	"github.com/oncekit/oncekit/core/internal/ctxbound"
+	"github.com/oncekit/oncekit/core/internal/runflags"
 	"github.com/oncekit/oncekit/core/observe"
 )
 
@@ -59,7 +62,7 @@ func WithObserver(o observe.Observer) Option {
 // Guard runs a function once per key across every process that shares the
 // Store, and replays its stored result to duplicates.
 type Guard struct {
-	store     Store
+	store     idemdriver.Store
 	ttl       time.Duration
 	retention time.Duration
 	maxResult int
@@ -78,7 +81,7 @@ type Guard struct {
 func (g *Guard) InFlight() int64 { return g.inFlight.Load() }
 
 // NewGuard returns a Guard over store.
-func NewGuard(store Store, opts ...Option) (*Guard, error) {
+func NewGuard(store idemdriver.Store, opts ...Option) (*Guard, error) {
 	if store == nil {
 		return nil, errors.New("idem: NewGuard: nil store")
 	}
@@ -87,10 +90,10 @@ func NewGuard(store Store, opts ...Option) (*Guard, error) {
 		o(g)
 	}
 	var errs []error
-	if err := lockdriver.ValidateTTL(g.ttl); err != nil {
+	if err := bounds.TTL(g.ttl); err != nil {
 		errs = append(errs, fmt.Errorf("TTL: %w", err))
 	}
-	if err := lockdriver.ValidateTTL(g.retention); err != nil {
+	if err := bounds.TTL(g.retention); err != nil {
 		errs = append(errs, fmt.Errorf("retention: %w", err))
 	}
 	if g.maxResult < 0 || g.wait < 0 {
@@ -115,11 +118,11 @@ func (g *Guard) Observer() observe.Observer { return g.observer }
 func (g *Guard) DriverName() string { return g.driver }
 
 // beginOutcome classifies how a Do's claim ended for the observer.
-func beginOutcome(c Claim, err error) observe.Outcome {
+func beginOutcome(c idemdriver.Claim, err error) observe.Outcome {
 	switch {
-	case err == nil && c.State == Acquired:
+	case err == nil && c.State == idemdriver.Acquired:
 		return observe.Acquired
-	case err == nil && c.State == Completed:
+	case err == nil && c.State == idemdriver.Completed:
 		return observe.Replayed
 	case errors.Is(err, ErrInFlight):
 		return observe.InFlight
@@ -133,8 +136,7 @@ func beginOutcome(c Claim, err error) observe.Outcome {
 	return observe.Error
 }
 
-// Do runs run once for key (already scoped, see ScopedKey) and
-// fingerprint, and returns its result. A duplicate gets the stored result
+// Do runs run once for key and fingerprint, and returns its result. A duplicate gets the stored result
 // with replayed set; one that arrives while the first run is in flight gets
 // an *InFlightError (or waits, WithWait); one with another fingerprint gets
 // ErrMismatch.
@@ -159,27 +161,24 @@ func beginOutcome(c Claim, err error) observe.Outcome {
 // own error comes back as run returned it, and the application's answers
 // (ErrInFlight, ErrMismatch, ErrEffectRefused) are neither.
 //
-// key is checked by CheckKey (1 to lock.MaxKeyLen bytes, else
-// ErrInvalidKey); DoKey takes a Key checked already.
+// key is 1 to lock.MaxKeyLen bytes, else ErrInvalidKey.
 func (g *Guard) Do(ctx context.Context, key, fingerprint string,
 	run func(ctx context.Context) ([]byte, error)) (result []byte, replayed bool, err error) {
-	k, err := CheckKey(key)
+	k, err := idemdriver.CheckKey(key)
 	if err != nil {
 		_, call := observe.Begin(ctx, g.observer, observe.IdemBegin, g.driver, key)
 		call.End(observe.Invalid, 0, err)
 		return nil, false, err
 	}
-	return g.DoKey(ctx, k, fingerprint, run)
+	return g.do(ctx, k, fingerprint, run)
 }
 
-// DoKey is Do for a Key made already (StoredKey, CheckKey): what the
-// middlewares call, the key checked once on its way to the store. The
-// zero Key is refused with ErrInvalidKey.
-func (g *Guard) DoKey(ctx context.Context, key Key, fingerprint string,
+// do is Do for a checked key.
+func (g *Guard) do(ctx context.Context, key idemdriver.Key, fingerprint string,
 	run func(ctx context.Context) ([]byte, error)) (result []byte, replayed bool, err error) {
-	octx, call := observe.Begin(ctx, g.observer, observe.IdemBegin, g.driver, key.text)
+	octx, call := observe.Begin(ctx, g.observer, observe.IdemBegin, g.driver, key.String())
 	c, sent, err := g.begin(octx, key, fingerprint)
-	if err != nil || c.State == Acquired {
+	if err != nil || c.State == idemdriver.Acquired {
 		outcome := beginOutcome(c, err)
 		call.End(outcome, c.Fence, err)
 		if err != nil {
@@ -189,14 +188,14 @@ func (g *Guard) DoKey(ctx context.Context, key Key, fingerprint string,
 			return nil, false, err
 		}
 		if run == nil { // nothing to run: give the claim back rather than panic
-			cctx, cancel := lockdriver.CleanupContext(ctx)
+			cctx, cancel := ctxbound.Cleanup(ctx)
 			defer cancel()
 			_ = g.abandon(cctx, c)
 			return nil, false, errors.New("idem: Do claimed the key but has no run function")
 		}
 		return g.run(ctx, c, g.validity(c, sent), run)
 	}
-	res, err := decodeOutcome(key.text, c.Result)
+	res, err := decodeOutcome(key.String(), c.Result)
 	if errors.Is(err, ErrCorruptRecord) {
 		call.End(observe.Error, 0, err)
 		return nil, false, storeErr("begin", key, err)
@@ -208,7 +207,7 @@ func (g *Guard) DoKey(ctx context.Context, key Key, fingerprint string,
 // validity is when claim c, acquired by a Begin sent at sent, may be
 // claimed by someone else at the earliest: the lease counted from before
 // the request, or the store's own Expires when that is earlier.
-func (g *Guard) validity(c Claim, sent time.Time) time.Time {
+func (g *Guard) validity(c idemdriver.Claim, sent time.Time) time.Time {
 	valid := sent.Add(g.ttl)
 	if !c.Expires.IsZero() && c.Expires.Before(valid) {
 		valid = c.Expires
@@ -217,25 +216,25 @@ func (g *Guard) validity(c Claim, sent time.Time) time.Time {
 }
 
 // storeBegin sends one Begin. Under ClaimOutlivesCaller it goes under a
-// context that keeps ctx's values but ends only ClaimTimeout from now —
+// context that keeps ctx's values but ends only idemdriver.ClaimTimeout from now —
 // a store may then make the request on this goroutine rather than hand it
 // to another one that lets the caller leave at once — and a claim taken
 // for a caller that has left meanwhile is given back before it returns
 // ctx's error.
-func (g *Guard) storeBegin(ctx context.Context, key Key, fingerprint string) (Claim, error) {
-	if ctx.Done() == nil || !outlivesCaller(ctx) {
+func (g *Guard) storeBegin(ctx context.Context, key idemdriver.Key, fingerprint string) (idemdriver.Claim, error) {
+	if ctx.Done() == nil || !runflags.OutlivesCaller(ctx) {
 		return g.store.Begin(ctx, key, fingerprint, g.ttl)
 	}
-	bctx, cancel := lockdriver.BoundedContext(ctx, time.Now().Add(ClaimTimeout))
+	bctx, cancel := ctxbound.Bounded(ctx, time.Now().Add(idemdriver.ClaimTimeout))
 	c, err := g.store.Begin(bctx, key, fingerprint, g.ttl)
 	cancel()
 	if cerr := ctx.Err(); cerr != nil {
-		if err == nil && c.State == Acquired {
-			cleanup, cancelCleanup := lockdriver.CleanupContext(ctx)
+		if err == nil && c.State == idemdriver.Acquired {
+			cleanup, cancelCleanup := ctxbound.Cleanup(ctx)
 			_ = g.abandon(cleanup, c)
 			cancelCleanup()
 		}
-		return Claim{}, cerr
+		return idemdriver.Claim{}, cerr
 	}
 	return c, err
 }
@@ -243,29 +242,29 @@ func (g *Guard) storeBegin(ctx context.Context, key Key, fingerprint string) (Cl
 // begin claims key, waiting for an in-flight run WithWait. It returns an
 // Acquired or a Completed claim and when the Begin that answered was sent,
 // or an error.
-func (g *Guard) begin(ctx context.Context, key Key, fingerprint string) (Claim, time.Time, error) {
+func (g *Guard) begin(ctx context.Context, key idemdriver.Key, fingerprint string) (idemdriver.Claim, time.Time, error) {
 	if err := key.Check(); err != nil {
-		return Claim{}, time.Time{}, err
+		return idemdriver.Claim{}, time.Time{}, err
 	}
-	deadline := time.Now().Add(waitOf(ctx, g.wait))
+	deadline := time.Now().Add(runflags.Wait(ctx, g.wait))
 	backoff := 5 * time.Millisecond
 	for {
 		sent := time.Now()
 		c, err := g.storeBegin(ctx, key, fingerprint)
 		if err != nil {
-			return Claim{}, sent, err
+			return idemdriver.Claim{}, sent, err
 		}
 		switch c.State {
-		case Acquired, Completed:
+		case idemdriver.Acquired, idemdriver.Completed:
 			return c, sent, nil
-		case Mismatch:
-			return Claim{}, sent, fmt.Errorf("%w: %q", ErrMismatch, key)
-		case InFlight:
+		case idemdriver.Mismatch:
+			return idemdriver.Claim{}, sent, fmt.Errorf("%w: %q", ErrMismatch, key)
+		case idemdriver.InFlight:
 			if !time.Now().Before(deadline) {
-				return Claim{}, sent, &InFlightError{Key: key.text, RetryAfter: max(0, time.Until(c.Expires))}
+				return idemdriver.Claim{}, sent, &InFlightError{Key: key.String(), RetryAfter: max(0, time.Until(c.Expires))}
 			}
 			wctx, cancel := context.WithDeadline(ctx, deadline)
-			if w, ok := g.store.(Waiter); ok {
+			if w, ok := g.store.(idemdriver.Waiter); ok {
 				err = w.WaitChange(wctx, key, c.Expires)
 			} else {
 				t := time.NewTimer(rand.N(backoff) + backoff/2)
@@ -279,24 +278,24 @@ func (g *Guard) begin(ctx context.Context, key Key, fingerprint string) (Claim, 
 			}
 			cancel()
 			if ctx.Err() != nil {
-				return Claim{}, sent, ctx.Err()
+				return idemdriver.Claim{}, sent, ctx.Err()
 			}
 			if err != nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
-				return Claim{}, sent, err // the store is closing
+				return idemdriver.Claim{}, sent, err // the store is closing
 			}
 			// The wait's deadline passed or the key changed: look again.
 		default:
-			return Claim{}, sent, fmt.Errorf("idem: %q: store answered state %d", key, c.State)
+			return idemdriver.Claim{}, sent, fmt.Errorf("idem: %q: store answered state %d", key, c.State)
 		}
 	}
 }
 
-func (g *Guard) run(ctx context.Context, c Claim, valid time.Time, run func(context.Context) ([]byte, error)) (result []byte, replayed bool, err error) {
+func (g *Guard) run(ctx context.Context, c idemdriver.Claim, valid time.Time, run func(context.Context) ([]byte, error)) (result []byte, replayed bool, err error) {
 	g.inFlight.Add(1)
 	defer g.inFlight.Add(-1)
 	// One allocation for the run's values and its watchdog entry: both
 	// live exactly as long as the run.
-	st := &runState{vals: runValues{Context: ctx, fence: c.Fence, key: c.Key.text, attempt: c.Attempt}}
+	st := &runState{vals: runValues{Context: ctx, fence: c.Fence, key: c.Key.String(), attempt: c.Attempt}}
 	slot := &st.vals.slot
 	rctx, cancel := context.WithCancelCause(&st.vals)
 	defer cancel(nil)
@@ -308,7 +307,7 @@ func (g *Guard) run(ctx context.Context, c Claim, valid time.Time, run func(cont
 	// is needed: a fresh ReleaseTimeout however long run took, and no timer
 	// on the path that completes.
 	giveBack := func() error {
-		cleanup, cancelCleanup := lockdriver.CleanupContext(ctx)
+		cleanup, cancelCleanup := ctxbound.Cleanup(ctx)
 		defer cancelCleanup()
 		return g.abandon(cleanup, c)
 	}
@@ -334,7 +333,7 @@ func (g *Guard) run(ctx context.Context, c Claim, valid time.Time, run func(cont
 
 	if errors.Is(context.Cause(rctx), ErrLockLost) {
 		observe.Record(ctx, g.observer, observe.Event{
-			Op: observe.IdemLost, Driver: g.driver, Key: c.Key.text, Outcome: observe.Lost, Fence: c.Fence, Err: ErrLockLost,
+			Op: observe.IdemLost, Driver: g.driver, Key: c.Key.String(), Outcome: observe.Lost, Fence: c.Fence, Err: ErrLockLost,
 		})
 		return nil, false, errors.Join(storeErr("run", c.Key, fmt.Errorf("idem: %q: claim lost while running: %w", c.Key, ErrLockLost)), runErr)
 	}
@@ -372,19 +371,19 @@ func (g *Guard) run(ctx context.Context, c Claim, valid time.Time, run func(cont
 // is done, and a claim left in flight would run it again once its lease
 // ran out. A retry that finds the claim gone checks whether the earlier
 // attempt had in fact stored the outcome (only its reply was lost).
-func (g *Guard) complete(ctx context.Context, c Claim, enc []byte, valid time.Time, effect any) error {
-	es, _ := g.store.(EffectStore)
+func (g *Guard) complete(ctx context.Context, c idemdriver.Claim, enc []byte, valid time.Time, effect any) error {
+	es, _ := g.store.(idemdriver.EffectStore)
 	if effect != nil && es == nil {
 		return fmt.Errorf("idem: %q: %T cannot commit an effect: %w", c.Key, g.store, ErrEffectUnsupported)
 	}
 	backoff := 10 * time.Millisecond
 	for retried := false; ; retried = true {
-		deadline := time.Now().Add(lockdriver.ReleaseTimeout)
+		deadline := time.Now().Add(bounds.Cleanup)
 		if valid.After(deadline) {
 			deadline = valid
 		}
-		cctx, cancel := lockdriver.BoundedContext(ctx, deadline)
-		cctx, call := observe.Begin(cctx, g.observer, observe.IdemComplete, g.driver, c.Key.text)
+		cctx, cancel := ctxbound.Bounded(ctx, deadline)
+		cctx, call := observe.Begin(cctx, g.observer, observe.IdemComplete, g.driver, c.Key.String())
 		var err error
 		if effect != nil {
 			err = es.CompleteWith(cctx, c, enc, g.retention, effect)
@@ -418,21 +417,21 @@ func refusedCompletion(err error) bool {
 
 // storedAlready reports whether key's record is completed with enc: an
 // earlier Complete whose reply was lost did store it.
-func (g *Guard) storedAlready(ctx context.Context, c Claim, enc []byte) bool {
+func (g *Guard) storedAlready(ctx context.Context, c idemdriver.Claim, enc []byte) bool {
 	got, err := g.store.Begin(ctx, c.Key, c.Fingerprint, g.ttl)
 	if err != nil {
 		return false
 	}
-	if got.State == Acquired { // the record is gone: give the fresh claim back
+	if got.State == idemdriver.Acquired { // the record is gone: give the fresh claim back
 		_ = g.store.Abandon(ctx, got)
 		return false
 	}
-	return got.State == Completed && bytes.Equal(got.Result, enc)
+	return got.State == idemdriver.Completed && bytes.Equal(got.Result, enc)
 }
 
 // abandon drops c's claim, reporting it.
-func (g *Guard) abandon(ctx context.Context, c Claim) error {
-	ctx, call := observe.Begin(ctx, g.observer, observe.IdemAbandon, g.driver, c.Key.text)
+func (g *Guard) abandon(ctx context.Context, c idemdriver.Claim) error {
+	ctx, call := observe.Begin(ctx, g.observer, observe.IdemAbandon, g.driver, c.Key.String())
 	err := g.store.Abandon(ctx, c)
 	call.End(finishOutcome(observe.Abandoned, err), c.Fence, err)
 	return err

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/idem/idemdriver"
 	"github.com/oncekit/oncekit/core/idem/idemtest"
 	"github.com/oncekit/oncekit/core/lock/lockdriver"
 	"github.com/oncekit/oncekit/storage/memstore"
@@ -22,14 +23,14 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestScopedKey(t *testing.T) {
-	a, b := idem.ScopedKey("ab", "c"), idem.ScopedKey("a", "bc")
+	a, b := idemdriver.ScopedKey("ab", "c"), idemdriver.ScopedKey("a", "bc")
 	if a == b {
 		t.Error("scope and key boundaries are not part of the hash")
 	}
-	if idem.ScopedKey("tenant-1", "k") == idem.ScopedKey("tenant-2", "k") {
+	if idemdriver.ScopedKey("tenant-1", "k") == idemdriver.ScopedKey("tenant-2", "k") {
 		t.Error("two scopes share a stored key")
 	}
-	if len(a) != 69 || idem.ScopedKey("ab", "c") != a {
+	if len(a) != 69 || idemdriver.ScopedKey("ab", "c") != a {
 		t.Errorf("ScopedKey = %q (%d bytes), want a stable 69-byte key", a, len(a))
 	}
 }
@@ -72,8 +73,8 @@ func TestFingerprint(t *testing.T) {
 func TestCorruptOutcome(t *testing.T) {
 	st := memstore.New()
 	ctx := context.Background()
-	k := idem.ScopedKey("t", "corrupt-outcome")
-	c, err := st.Begin(ctx, idem.MustKey(k), "fp", 10e9)
+	k := idemdriver.ScopedKey("t", "corrupt-outcome")
+	c, err := st.Begin(ctx, idemdriver.MustKey(k), "fp", 10e9)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +107,7 @@ func ExampleGuard_Do() {
 	if err != nil {
 		panic(err)
 	}
-	key := idem.ScopedKey("customer-42", "order-7f3a") // scope + client's idempotency key
+	key := idemdriver.ScopedKey("customer-42", "order-7f3a") // scope + client's idempotency key
 	fp := idem.Fingerprint([]byte("POST /orders"), []byte(`{"sku":"phone-x"}`))
 	for range 2 {
 		res, replayed, err := g.Do(context.Background(), key, fp, func(ctx context.Context) ([]byte, error) {
@@ -160,7 +161,7 @@ func TestFenceAndWaitFromContext(t *testing.T) {
 		t.Fatalf("without waiting: %v, want ErrInFlight", err)
 	}
 	go func() { time.Sleep(20 * time.Millisecond); close(finish) }()
-	res, replayed, err := g.Do(idem.ContextWithWait(ctx, 5*time.Second), "slow", "fp", nil)
+	res, replayed, err := g.Do(idemdriver.ContextWithWait(ctx, 5*time.Second), "slow", "fp", nil)
 	if err != nil || !replayed || string(res) != "done" {
 		t.Errorf("waiting per call: %q %v %v", res, replayed, err)
 	}
@@ -169,11 +170,11 @@ func TestFenceAndWaitFromContext(t *testing.T) {
 // flakyComplete fails its first n Completes the way an unreachable store
 // does.
 type flakyComplete struct {
-	idem.Store
+	idemdriver.Store
 	fails atomic.Int32
 }
 
-func (f *flakyComplete) Complete(ctx context.Context, c idem.Claim, result []byte, retention time.Duration) error {
+func (f *flakyComplete) Complete(ctx context.Context, c idemdriver.Claim, result []byte, retention time.Duration) error {
 	if f.fails.Add(-1) >= 0 {
 		return errors.New("dial tcp 127.0.0.1:6379: connect: connection refused")
 	}
@@ -212,9 +213,9 @@ func TestCompleteRetriedWhileClaimAlive(t *testing.T) {
 }
 
 // ctxStore's Abandon honours its context, as a network store's requests do.
-type ctxStore struct{ idem.Store }
+type ctxStore struct{ idemdriver.Store }
 
-func (s ctxStore) Abandon(ctx context.Context, c idem.Claim) error {
+func (s ctxStore) Abandon(ctx context.Context, c idemdriver.Claim) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -240,7 +241,7 @@ func TestLongFailedRunGivesKeyBack(t *testing.T) {
 	if !errors.Is(err, failed) {
 		t.Fatalf("Do: %v, want the run's error", err)
 	}
-	if c, err := st.Begin(t.Context(), idem.MustKey("long"), "fp", time.Minute); err != nil || c.State != idem.Acquired {
+	if c, err := st.Begin(t.Context(), idemdriver.MustKey("long"), "fp", time.Minute); err != nil || c.State != idemdriver.Acquired {
 		t.Fatalf("after the failed run: state %v (%v), want the key free to claim", c.State, err)
 	}
 }
@@ -270,7 +271,7 @@ func TestManyLongRunsKeptAlive(t *testing.T) {
 						return nil, context.Cause(ctx)
 					case <-time.After(lease):
 					}
-					if c, err := st.Begin(ctx, idem.MustKey(key), "fp", lease); err != nil || c.State != idem.InFlight {
+					if c, err := st.Begin(ctx, idemdriver.MustKey(key), "fp", lease); err != nil || c.State != idemdriver.InFlight {
 						return nil, fmt.Errorf("mid-run, a duplicate found state %v (%v), want in flight", c.State, err)
 					}
 				}
@@ -303,7 +304,7 @@ func TestNewKeyIsUUIDv7(t *testing.T) {
 		if !form.MatchString(k) {
 			t.Fatalf("NewKey() = %q, not a version 7 UUID", k)
 		}
-		if err := idem.CheckClientKey(k); err != nil {
+		if err := idemdriver.CheckClientKey(k); err != nil {
 			t.Fatalf("NewKey() = %q: %v", k, err)
 		}
 		if seen[k] {
@@ -338,7 +339,7 @@ func TestClaimOutlivesCaller(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.WithValue(t.Context(), valueKey{}, "v"))
 		callCtx := ctx
 		if marked {
-			callCtx = idem.ClaimOutlivesCaller(ctx)
+			callCtx = idemdriver.ClaimOutlivesCaller(ctx)
 		}
 		done := make(chan error, 1)
 		go func() {
@@ -365,8 +366,8 @@ func TestClaimOutlivesCaller(t *testing.T) {
 		}
 		if marked {
 			// Given back: the next caller claims the key at once.
-			c, err := mem.Begin(t.Context(), idem.MustKey("k"), "fp", time.Second)
-			if err != nil || c.State != idem.Acquired {
+			c, err := mem.Begin(t.Context(), idemdriver.MustKey("k"), "fp", time.Second)
+			if err != nil || c.State != idemdriver.Acquired {
 				t.Errorf("after the caller left: Begin = %v, %v; want the key free", c.State, err)
 			}
 		}

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/idem/idemdriver"
 )
 
 // The stored keys never change: records written by one version are found
@@ -22,17 +23,17 @@ func TestStoredKeyNeverChanges(t *testing.T) {
 	}{
 		{"alice", "", "order-1", "", "idem:cdd93c91617d632c98ec5203d8891592d1fd14c1000c1bcffc5832585ce633a0"},
 		{"alice", "/shop.Orders/Place", "order-1", "", "idem:c1cc1cf607b02a1d7efb8e672b578aa3877655ee2651df0e6c4e6e31c9e78ed6"},
-		{idem.KafkaScope("billing", "orders"), "", "msg-1", "sku-9", "{sku-9}idem:1f0279e0d13d64d6d728eb4faa3fee8ecfbb5be4d2bbd75b4fe978650d56e46d"},
+		{idemdriver.KafkaScope("billing", "orders"), "", "msg-1", "sku-9", "{sku-9}idem:1f0279e0d13d64d6d728eb4faa3fee8ecfbb5be4d2bbd75b4fe978650d56e46d"},
 	} {
-		got, err := idem.StoredKey(c.scope, c.method, c.key, c.place)
+		got, err := idemdriver.StoredKey(c.scope, c.method, c.key, c.place)
 		if err != nil || got.String() != c.want || got.Place() != c.place {
 			t.Errorf("StoredKey(%q, %q, %q, %q) = %q (place %q), %v; want %q", c.scope, c.method, c.key, c.place, got, got.Place(), err, c.want)
 		}
 	}
-	if a, b := idem.ScopedKey("alice", "/shop.Orders/Place\norder-1"), "idem:c1cc1cf607b02a1d7efb8e672b578aa3877655ee2651df0e6c4e6e31c9e78ed6"; a != b {
+	if a, b := idemdriver.ScopedKey("alice", "/shop.Orders/Place\norder-1"), "idem:c1cc1cf607b02a1d7efb8e672b578aa3877655ee2651df0e6c4e6e31c9e78ed6"; a != b {
 		t.Errorf("the gRPC key is not ScopedKey(scope, method+\"\\n\"+key): %s", a)
 	}
-	if _, err := idem.StoredKey("alice", "", "k", "a{b"); err == nil {
+	if _, err := idemdriver.StoredKey("alice", "", "k", "a{b"); err == nil {
 		t.Error("StoredKey placed a key at a place with a brace")
 	}
 }
@@ -53,7 +54,7 @@ func TestKeyChecksOnceAndKeepsItsPlace(t *testing.T) {
 		{"x{sku}", "", "x{sku}"},                     // a tag elsewhere is not a place
 		{strings.Repeat("k", 512), "", strings.Repeat("k", 512)},
 	} {
-		k, err := idem.CheckKey(c.text)
+		k, err := idemdriver.CheckKey(c.text)
 		if err != nil || k.String() != c.text || k.Place() != c.place || k.Rest() != c.rest || k.IsZero() || k.Check() != nil {
 			t.Errorf("CheckKey(%q) = %q place %q rest %q, %v; want place %q rest %q", c.text, k, k.Place(), k.Rest(), err, c.place, c.rest)
 		}
@@ -62,19 +63,19 @@ func TestKeyChecksOnceAndKeepsItsPlace(t *testing.T) {
 		}
 	}
 	for _, bad := range []string{"", strings.Repeat("k", 513)} {
-		if _, err := idem.CheckKey(bad); !errors.Is(err, idem.ErrInvalidKey) {
+		if _, err := idemdriver.CheckKey(bad); !errors.Is(err, idem.ErrInvalidKey) {
 			t.Errorf("CheckKey of %d bytes: %v, want ErrInvalidKey", len(bad), err)
 		}
 	}
-	var zero idem.Key
+	var zero idemdriver.Key
 	if !zero.IsZero() || !errors.Is(zero.Check(), idem.ErrInvalidKey) || zero.Place() != "" {
 		t.Errorf("the zero Key: IsZero %v, Check %v", zero.IsZero(), zero.Check())
 	}
-	sk, err := idem.StoredKey("alice", "", "order-1", "sku-1")
+	sk, err := idemdriver.StoredKey("alice", "", "order-1", "sku-1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if again := idem.MustKey(sk.String()); again != sk {
+	if again := idemdriver.MustKey(sk.String()); again != sk {
 		t.Errorf("CheckKey(StoredKey's text) = %#v, StoredKey gave %#v", again, sk)
 	}
 	defer func() {
@@ -82,7 +83,7 @@ func TestKeyChecksOnceAndKeepsItsPlace(t *testing.T) {
 			t.Error("MustKey(\"\") did not panic")
 		}
 	}()
-	idem.MustKey("")
+	idemdriver.MustKey("")
 }
 
 // A fingerprint is stored with its record, and compared with the

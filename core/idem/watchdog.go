@@ -5,6 +5,8 @@ import (
 	"errors"
 	"sync"
 	"time"
+
+	"github.com/oncekit/oncekit/core/idem/idemdriver"
 )
 
 // watchdog extends the leases of a Guard's claims while their runs are busy,
@@ -33,7 +35,7 @@ type watchdog struct {
 type watched struct {
 	g      *Guard
 	ctx    context.Context // the run's: extensions detach it from its cancellation
-	c      Claim
+	c      idemdriver.Claim
 	cancel context.CancelCauseFunc
 	due    time.Time // its next extension
 	valid  time.Time // when the claim may be someone else's, as last granted or extended
@@ -71,7 +73,7 @@ type runState struct {
 
 // watch starts keeping claim c, valid until valid, alive in k (zero); its
 // extensions run with ctx's values, not its cancellation.
-func (g *Guard) watch(ctx context.Context, k *watched, c Claim, valid time.Time, cancel context.CancelCauseFunc) *watched {
+func (g *Guard) watch(ctx context.Context, k *watched, c idemdriver.Claim, valid time.Time, cancel context.CancelCauseFunc) *watched {
 	k.g, k.ctx, k.c, k.cancel = g, ctx, c, cancel
 	k.due, k.valid = time.Now().Add(g.ttl/3), valid
 	kp := &g.watchdog

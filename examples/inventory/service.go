@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/idem/idemdriver"
 	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/httpmw"
 	"github.com/oncekit/oncekit/kafkamw"
@@ -27,7 +28,7 @@ import (
 // both.
 type Store interface {
 	lock.Locker
-	idem.Store
+	idemdriver.Store
 }
 
 // Config wires a Service.

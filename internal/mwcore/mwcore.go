@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/idem/idemdriver"
 )
 
 // Config is the configuration every middleware shares. The zero value
@@ -54,7 +55,7 @@ func (c *Config) Check() error {
 // Context is ctx with the wait override, when one was set.
 func (c *Config) Context(ctx context.Context) context.Context {
 	if c.waitSet {
-		return idem.ContextWithWait(ctx, c.wait)
+		return idemdriver.ContextWithWait(ctx, c.wait)
 	}
 	return ctx
 }

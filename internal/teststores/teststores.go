@@ -9,7 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/idem/idemdriver"
 	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/internal/testenv"
 	"github.com/oncekit/oncekit/storage"
@@ -23,7 +23,7 @@ import (
 // Store is what every oncekit driver is.
 type Store interface {
 	lock.Locker
-	idem.Store
+	idemdriver.Store
 }
 
 // Config is one store configuration: Open gives a store of its own,

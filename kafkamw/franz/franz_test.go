@@ -10,7 +10,7 @@ import (
 	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/idem/idemdriver"
 	"github.com/oncekit/oncekit/internal/testenv"
 	"github.com/oncekit/oncekit/kafkamw"
 	"github.com/oncekit/oncekit/kafkamw/franz"
@@ -79,7 +79,7 @@ func newFranzWriter(t testing.TB, brokers []string, topic string) *franz.Writer 
 // over franz.Writer, 20 % of them sent again, consumed through
 // franz.Reader: each unique message's effect once, every offset committed.
 func TestFranzDuplicatesRunOnce(t *testing.T) {
-	kafkatest.EachStore(t, func(t *testing.T, st idem.Store) {
+	kafkatest.EachStore(t, func(t *testing.T, st idemdriver.Store) {
 		brokers := testenv.KafkaBrokers(t)
 		const partitions, unique, dups = 4, 2000, 500
 		topic := testenv.KafkaTopic(t, brokers, partitions)

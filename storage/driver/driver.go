@@ -10,22 +10,22 @@ import (
 	"sync"
 	"time"
 
-	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/idem/idemdriver"
 	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/core/observe"
 )
 
 // Store is the contract every driver keeps: a lock.Locker and an
-// idem.Store with their inspectors and lister, a health check, an
+// idemdriver.Store with their inspectors and lister, a health check, an
 // observer hook, closed with Close. Each driver checks it at compile time
 // (var _ driver.Store = (*Store)(nil)), and the conformance suites
 // (lock/locktest, idem/idemtest) check its behaviour.
 type Store interface {
 	lock.Locker
-	idem.Store
+	idemdriver.Store
 	lock.Inspector
-	idem.Inspector
-	idem.Lister
+	idemdriver.Inspector
+	idemdriver.Lister
 	// Ping reports whether the store can serve now, for a readiness
 	// probe: one request to the server (to every Redlock node, healthy
 	// with a majority).

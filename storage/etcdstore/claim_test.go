@@ -12,7 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/idem/idemdriver"
 	"github.com/oncekit/oncekit/internal/testenv"
 	"github.com/oncekit/oncekit/storage/etcdstore"
 )
@@ -47,17 +47,17 @@ func TestExpiredClaimDeletedAfterFailedAttempt(t *testing.T) {
 	defer cancel()
 	key := "expired-claim-" + time.Now().Format("150405.000000")
 
-	claim, err := s.Begin(ctx, idem.MustKey(key), "fp", time.Second)
-	if err != nil || claim.State != idem.Acquired {
+	claim, err := s.Begin(ctx, idemdriver.MustKey(key), "fp", time.Second)
+	if err != nil || claim.State != idemdriver.Acquired {
 		t.Fatalf("Begin: %+v %v", claim, err)
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		next, err := other.Begin(ctx, idem.MustKey(key), "fp", time.Second)
+		next, err := other.Begin(ctx, idemdriver.MustKey(key), "fp", time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if next.State == idem.Acquired {
+		if next.State == idemdriver.Acquired {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -81,7 +81,7 @@ func TestLostBeginAnswerLeavesNoClaim(t *testing.T) {
 	s, other, failed := loseOneAnswer(t, 2)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	key := idem.MustKey("lost-begin-answer-" + time.Now().Format("150405.000000"))
+	key := idemdriver.MustKey("lost-begin-answer-" + time.Now().Format("150405.000000"))
 
 	if _, err := s.Begin(ctx, key, "fp", 2*time.Second); err == nil {
 		t.Fatal("Begin whose answer was lost succeeded")
@@ -95,7 +95,7 @@ func TestLostBeginAnswerLeavesNoClaim(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if next.State == idem.Acquired {
+		if next.State == idemdriver.Acquired {
 			if next.Attempt < 2 {
 				t.Errorf("attempt %d after a lost claim, want 2 or more", next.Attempt)
 			}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/idem/idemdriver"
 	"github.com/oncekit/oncekit/internal/testenv"
 )
 
@@ -42,7 +43,7 @@ func FuzzCorruptRecord(f *testing.F) {
 		}
 		defer admin.Delete(context.Background(), dir+name)
 
-		c, err := store.Begin(ctx, idem.MustKey(key), "fp", time.Second)
+		c, err := store.Begin(ctx, idemdriver.MustKey(key), "fp", time.Second)
 		switch {
 		case errors.Is(err, idem.ErrCorruptRecord):
 			var ce *idem.CorruptRecordError
@@ -52,7 +53,7 @@ func FuzzCorruptRecord(f *testing.F) {
 		case errors.Is(err, idem.ErrUnknownLayout): // a later version's layout: left alone
 		case err != nil:
 			t.Fatalf("Begin: %v", err)
-		case c.State == idem.Acquired:
+		case c.State == idemdriver.Acquired:
 			_ = store.Abandon(ctx, c)
 			t.Fatalf("a planted entry %q = %q was taken for a free key", name, value)
 		}

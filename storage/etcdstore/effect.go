@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/idem/idemdriver"
 )
 
 // Effect is a write that commits atomically with an idempotency record:
@@ -25,10 +26,10 @@ type Effect struct {
 	Reason string // why If failing refuses the effect; default "condition failed"
 }
 
-// CompleteWith implements idem.EffectStore: the record's completion and the
+// CompleteWith implements idemdriver.EffectStore: the record's completion and the
 // Effect in one transaction, after a read of the claim's entry (two round
 // trips).
-func (s *Store) CompleteWith(ctx context.Context, c idem.Claim, result []byte, retention time.Duration, effect any) error {
+func (s *Store) CompleteWith(ctx context.Context, c idemdriver.Claim, result []byte, retention time.Duration, effect any) error {
 	e, ok := effect.(Effect)
 	if p, isPtr := effect.(*Effect); isPtr && p != nil {
 		e, ok = *p, true
@@ -102,4 +103,4 @@ func rejected(err error) bool {
 	return errors.As(err, &ee) && ee.Code() == codes.InvalidArgument
 }
 
-var _ idem.EffectStore = (*Store)(nil)
+var _ idemdriver.EffectStore = (*Store)(nil)

@@ -15,7 +15,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
 
-	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/idem/idemdriver"
 	"github.com/oncekit/oncekit/core/idem/idemtest"
 	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/core/lock/locktest"
@@ -38,7 +38,7 @@ func TestMain(m *testing.M) {
 		return etcdstore.New(c)
 	}
 	locktest.RunHolder(func() (lock.Locker, error) { return newStore() })
-	idemtest.RunRunner(func() (idem.Store, error) { return newStore() })
+	idemtest.RunRunner(func() (idemdriver.Store, error) { return newStore() })
 	goleak.VerifyTestMain(m,
 		// The etcd client's gRPC machinery winds down asynchronously.
 		goleak.IgnoreTopFunction("google.golang.org/grpc/internal/grpcsync.(*CallbackSerializer).run"),

@@ -11,11 +11,12 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/idem/idemdriver"
 	"github.com/oncekit/oncekit/core/lock/lockdriver"
 	"github.com/oncekit/oncekit/storage/internal/token"
 )
 
-// Idempotency records (idem.Store). Each claim of a key K is an entry of
+// Idempotency records (idemdriver.Store). Each claim of a key K is an entry of
 // its own, "<record prefix><escaped K>/<token>", so a claim taken over after
 // its lease ran out is a new key with a new create revision: a stale
 // holder's Complete, Abandon and Extend compare that revision and can never
@@ -46,7 +47,7 @@ func (s *Store) recordDir(key string) string {
 	return s.opts.recordPrefix + url.PathEscape(key) + "/"
 }
 
-// attemptsKey is where key's claims are counted (idem.Claim.Attempt): each
+// attemptsKey is where key's claims are counted (idemdriver.Claim.Attempt): each
 // claim puts it, so its version is the number of claims since it was
 // made; a completion deletes it. It is bound to a lease that ends between
 // idem.AttemptMemory and an hour more after the last claim. ('#' is
@@ -119,22 +120,22 @@ func decodeRecord(key string, v []byte) (recordVal, error) {
 	return r, nil
 }
 
-// Begin implements idem.Store: one transaction, or two when it takes over a
+// Begin implements idemdriver.Store: one transaction, or two when it takes over a
 // claim whose lease ran out.
-func (s *Store) Begin(ctx context.Context, k idem.Key, fingerprint string, lease time.Duration) (idem.Claim, error) {
+func (s *Store) Begin(ctx context.Context, k idemdriver.Key, fingerprint string, lease time.Duration) (idemdriver.Claim, error) {
 	if err := k.Check(); err != nil {
-		return idem.Claim{}, err
+		return idemdriver.Claim{}, err
 	}
 	key := k.String()
 	if err := lockdriver.ValidateTTL(lease); err != nil {
-		return idem.Claim{}, err
+		return idemdriver.Claim{}, err
 	}
 	if len(fingerprint) > 1<<15 {
-		return idem.Claim{}, fmt.Errorf("etcdstore: begin %q: fingerprint of %d bytes", key, len(fingerprint))
+		return idemdriver.Claim{}, fmt.Errorf("etcdstore: begin %q: fingerprint of %d bytes", key, len(fingerprint))
 	}
 	sess, err := s.session(ctx, lease)
 	if err != nil {
-		return idem.Claim{}, fmt.Errorf("etcdstore: begin %q: %w", key, err)
+		return idemdriver.Claim{}, fmt.Errorf("etcdstore: begin %q: %w", key, err)
 	}
 	dir := s.recordDir(key)
 	tok := token.New()
@@ -143,7 +144,7 @@ func (s *Store) Begin(ctx context.Context, k idem.Key, fingerprint string, lease
 	val := recordVal{state: stateInFlight, expires: now.Add(lease), fp: fingerprint}.encode()
 	count, err := s.countAttempt(ctx, key)
 	if err != nil {
-		return idem.Claim{}, fmt.Errorf("etcdstore: begin %q: %w", key, err)
+		return idemdriver.Claim{}, fmt.Errorf("etcdstore: begin %q: %w", key, err)
 	}
 	resp, err := s.c.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(dir).WithPrefix(), "=", 0)).
@@ -152,21 +153,21 @@ func (s *Store) Begin(ctx context.Context, k idem.Key, fingerprint string, lease
 		Commit()
 	if err != nil {
 		s.dropUnanswered(entry, lease)
-		return idem.Claim{}, fmt.Errorf("etcdstore: begin %q: %w", key, err)
+		return idemdriver.Claim{}, fmt.Errorf("etcdstore: begin %q: %w", key, err)
 	}
 	if resp.Succeeded {
 		rev := resp.Header.Revision
 		s.startClaimTimer(entry, rev, now.Add(lease))
-		return idem.Claim{Key: k, State: idem.Acquired, Fingerprint: fingerprint, Token: tok,
+		return idemdriver.Claim{Key: k, State: idemdriver.Acquired, Fingerprint: fingerprint, Token: tok,
 			Fence: uint64(rev), Attempt: attemptOf(resp.Responses[1]), Expires: claimValidity(now.Add(lease), sess)}, nil
 	}
 	kvs := resp.Responses[0].GetResponseRange().Kvs
 	if len(kvs) != 1 {
-		return idem.Claim{}, &idem.CorruptRecordError{Key: key, Reason: fmt.Sprintf("%d entries for one key", len(kvs))}
+		return idemdriver.Claim{}, &idem.CorruptRecordError{Key: key, Reason: fmt.Sprintf("%d entries for one key", len(kvs))}
 	}
 	cur, err := decodeRecord(key, kvs[0].Value)
 	if err != nil {
-		return idem.Claim{}, err
+		return idemdriver.Claim{}, err
 	}
 	// An in-flight entry lives until its claimer completes or abandons it,
 	// its claimer's Store ends it when its lease runs out without an
@@ -183,31 +184,31 @@ func (s *Store) Begin(ctx context.Context, k idem.Key, fingerprint string, lease
 			Commit()
 		if err != nil {
 			s.dropUnanswered(entry, lease)
-			return idem.Claim{}, fmt.Errorf("etcdstore: begin %q: %w", key, err)
+			return idemdriver.Claim{}, fmt.Errorf("etcdstore: begin %q: %w", key, err)
 		}
 		if t.Succeeded {
 			rev := t.Header.Revision
 			s.startClaimTimer(entry, rev, now.Add(lease))
-			return idem.Claim{Key: k, State: idem.Acquired, Fingerprint: fingerprint, Token: tok,
+			return idemdriver.Claim{Key: k, State: idemdriver.Acquired, Fingerprint: fingerprint, Token: tok,
 				Fence: uint64(rev), Attempt: attemptOf(t.Responses[2]), Expires: claimValidity(now.Add(lease), sess)}, nil
 		}
 		return s.Begin(ctx, k, fingerprint, lease) // lost the race: look again
 	}
-	c := idem.Claim{Key: k, Fingerprint: fingerprint, Expires: cur.expires}
+	c := idemdriver.Claim{Key: k, Fingerprint: fingerprint, Expires: cur.expires}
 	switch {
 	case cur.fp != fingerprint:
-		c.State = idem.Mismatch
+		c.State = idemdriver.Mismatch
 	case cur.state == stateCompleted:
-		c.State, c.Result = idem.Completed, cur.result
+		c.State, c.Result = idemdriver.Completed, cur.result
 	default:
-		c.State = idem.InFlight
+		c.State = idemdriver.InFlight
 	}
 	return c, nil
 }
 
 // finish runs op on c's entry only while c still holds it: the entry exists
 // with c's create revision and its lease has not run out.
-func (s *Store) finish(ctx context.Context, c idem.Claim, op string, update func(cur recordVal, sessionLease clientv3.LeaseID) (clientv3.Op, error), done func(rev int64)) error {
+func (s *Store) finish(ctx context.Context, c idemdriver.Claim, op string, update func(cur recordVal, sessionLease clientv3.LeaseID) (clientv3.Op, error), done func(rev int64)) error {
 	if c.Token == "" {
 		return fmt.Errorf("etcdstore: %s %q: %w", op, c.Key, idem.ErrLockLost)
 	}
@@ -243,11 +244,11 @@ func (s *Store) finish(ctx context.Context, c idem.Claim, op string, update func
 	return nil
 }
 
-// Complete implements idem.Store in one transaction (plus, once a minute,
+// Complete implements idemdriver.Store in one transaction (plus, once a minute,
 // the grant of a retention lease): the result is stored if the claim's
 // entry still exists with the claim's create revision. Entries are never
 // reused, so that proves no newer claim took the key.
-func (s *Store) Complete(ctx context.Context, c idem.Claim, result []byte, retention time.Duration) error {
+func (s *Store) Complete(ctx context.Context, c idemdriver.Claim, result []byte, retention time.Duration) error {
 	ctx, cancel := cleanupIfDone(ctx)
 	defer cancel()
 	entry, val, lease, err := s.completion(ctx, c, result, retention)
@@ -270,7 +271,7 @@ func (s *Store) Complete(ctx context.Context, c idem.Claim, result []byte, reten
 
 // completion checks a Complete's arguments and returns c's entry, its
 // completed value and the retention lease it is bound to.
-func (s *Store) completion(ctx context.Context, c idem.Claim, result []byte, retention time.Duration) (entry, val string, lease clientv3.LeaseID, err error) {
+func (s *Store) completion(ctx context.Context, c idemdriver.Claim, result []byte, retention time.Duration) (entry, val string, lease clientv3.LeaseID, err error) {
 	if err := lockdriver.ValidateTTL(retention); err != nil {
 		return "", "", 0, err
 	}
@@ -286,8 +287,8 @@ func (s *Store) completion(ctx context.Context, c idem.Claim, result []byte, ret
 	return entry, val, lease, nil
 }
 
-// Abandon implements idem.Store.
-func (s *Store) Abandon(ctx context.Context, c idem.Claim) error {
+// Abandon implements idemdriver.Store.
+func (s *Store) Abandon(ctx context.Context, c idemdriver.Claim) error {
 	ctx, cancel := cleanupIfDone(ctx)
 	defer cancel()
 	return s.finish(ctx, c, "abandon", func(recordVal, clientv3.LeaseID) (clientv3.Op, error) {
@@ -305,9 +306,9 @@ func claimValidity(lease time.Time, sess *session) time.Time {
 	return lease
 }
 
-// Extend implements idem.Store: the claim's entry and the session lease it
+// Extend implements idemdriver.Store: the claim's entry and the session lease it
 // is bound to are both renewed (two round trips after the read).
-func (s *Store) Extend(ctx context.Context, c idem.Claim, lease time.Duration) error {
+func (s *Store) Extend(ctx context.Context, c idemdriver.Claim, lease time.Duration) error {
 	if err := lockdriver.ValidateTTL(lease); err != nil {
 		return err
 	}
@@ -446,8 +447,8 @@ func (s *Store) retentionLease(ctx context.Context, expires time.Time) (clientv3
 	return g.ID, nil
 }
 
-// WaitChange implements idem.Waiter with a watch on the key's records.
-func (s *Store) WaitChange(ctx context.Context, k idem.Key, until time.Time) error {
+// WaitChange implements idemdriver.Waiter with a watch on the key's records.
+func (s *Store) WaitChange(ctx context.Context, k idemdriver.Key, until time.Time) error {
 	key := k.String()
 	dir := s.recordDir(key)
 	wctx, cancel := context.WithDeadline(ctx, until.Add(time.Millisecond))
@@ -480,6 +481,6 @@ func (s *Store) WaitChange(ctx context.Context, k idem.Key, until time.Time) err
 }
 
 var (
-	_ idem.Store  = (*Store)(nil)
-	_ idem.Waiter = (*Store)(nil)
+	_ idemdriver.Store  = (*Store)(nil)
+	_ idemdriver.Waiter = (*Store)(nil)
 )

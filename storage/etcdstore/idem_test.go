@@ -12,6 +12,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/idem/idemdriver"
 	"github.com/oncekit/oncekit/core/idem/idemtest"
 	"github.com/oncekit/oncekit/internal/testenv"
 	"github.com/oncekit/oncekit/storage/etcdstore"
@@ -22,7 +23,7 @@ func TestIdemConformance(t *testing.T) {
 	eps := testenv.EtcdAddrs(t)
 	admin := newClient(t, eps)
 	idemtest.Run(t, idemtest.Config{
-		NewStore:      func(t *testing.T) idem.Store { return newStore(t, newClient(t, eps)) },
+		NewStore:      func(t *testing.T) idemdriver.Store { return newStore(t, newClient(t, eps)) },
 		RunnerProcess: true,
 		Corrupt: func(t *testing.T, key string) {
 			if _, err := admin.Put(context.Background(), "oncekit/idem/"+url.PathEscape(key)+"/planted", "garbage"); err != nil {
@@ -61,8 +62,8 @@ func TestClaimNotTakenOverByClockSkew(t *testing.T) {
 	claimer, other := newStore(t, newClient(t, eps)), newStore(t, newClient(t, eps))
 	ctx := t.Context()
 	key := "skewed-" + time.Now().Format("150405.000000")
-	c, err := claimer.Begin(ctx, idem.MustKey(key), "fp", 30*time.Second)
-	if err != nil || c.State != idem.Acquired {
+	c, err := claimer.Begin(ctx, idemdriver.MustKey(key), "fp", 30*time.Second)
+	if err != nil || c.State != idemdriver.Acquired {
 		t.Fatalf("Begin: %v %v", c.State, err)
 	}
 	// Rewrite the entry's recorded expiry as a client an hour behind would
@@ -77,8 +78,8 @@ func TestClaimNotTakenOverByClockSkew(t *testing.T) {
 	if _, err := admin.Put(ctx, entry, string(v), clientv3.WithIgnoreLease()); err != nil {
 		t.Fatal(err)
 	}
-	got, err := other.Begin(ctx, idem.MustKey(key), "fp", 30*time.Second)
-	if err != nil || got.State != idem.InFlight {
+	got, err := other.Begin(ctx, idemdriver.MustKey(key), "fp", 30*time.Second)
+	if err != nil || got.State != idemdriver.InFlight {
 		t.Fatalf("Begin by another client: %v %v; want in flight (no takeover by comparing clocks)", got.State, err)
 	}
 	if err := claimer.Abandon(ctx, c); err != nil && !errors.Is(err, idem.ErrLockLost) {
@@ -98,7 +99,7 @@ func TestEffectRejectedNotRetried(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := t.Context()
-	k := idem.ScopedKey("effect-rejected", time.Now().Format(time.RFC3339Nano))
+	k := idemdriver.ScopedKey("effect-rejected", time.Now().Format(time.RFC3339Nano))
 	dup := "effect-rejected/" + url.PathEscape(k)
 	effect := etcdstore.Effect{Then: []clientv3.Op{clientv3.OpPut(dup, "a"), clientv3.OpPut(dup, "b")}}
 	start := time.Now()
@@ -108,8 +109,8 @@ func TestEffectRejectedNotRetried(t *testing.T) {
 	if !errors.Is(err, idem.ErrEffectFailed) {
 		t.Fatalf("Do with a rejected effect: %v (after %s), want ErrEffectFailed", err, time.Since(start))
 	}
-	c, err := s.Begin(ctx, idem.MustKey(k), "fp", time.Second)
-	if err != nil || c.State != idem.Acquired {
+	c, err := s.Begin(ctx, idemdriver.MustKey(k), "fp", time.Second)
+	if err != nil || c.State != idemdriver.Acquired {
 		t.Fatalf("after a rejected effect the key is %v (%v), want it free (abandoned)", c.State, err)
 	}
 	_ = s.Abandon(ctx, c)
@@ -123,16 +124,16 @@ func TestClaimValidityBoundedBySession(t *testing.T) {
 	s := newStore(t, newClient(t, testenv.EtcdAddrs(t)))
 	ctx := t.Context()
 	const lease = 2 * time.Second
-	k := idem.ScopedKey("session-bound", time.Now().Format(time.RFC3339Nano))
+	k := idemdriver.ScopedKey("session-bound", time.Now().Format(time.RFC3339Nano))
 	sent := time.Now()
-	c1, err := s.Begin(ctx, idem.MustKey(k+"/1"), "fp", lease) // creates the session of the 2 s class
-	if err != nil || c1.State != idem.Acquired {
+	c1, err := s.Begin(ctx, idemdriver.MustKey(k+"/1"), "fp", lease) // creates the session of the 2 s class
+	if err != nil || c1.State != idemdriver.Acquired {
 		t.Fatalf("Begin: %v %v", c1.State, err)
 	}
 	defer s.Abandon(context.Background(), c1)
 	time.Sleep(400 * time.Millisecond) // before the session's first keep-alive (TTL/3)
-	c2, err := s.Begin(ctx, idem.MustKey(k+"/2"), "fp", lease)
-	if err != nil || c2.State != idem.Acquired {
+	c2, err := s.Begin(ctx, idemdriver.MustKey(k+"/2"), "fp", lease)
+	if err != nil || c2.State != idemdriver.Acquired {
 		t.Fatalf("Begin: %v %v", c2.State, err)
 	}
 	defer s.Abandon(context.Background(), c2)

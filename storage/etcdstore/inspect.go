@@ -9,7 +9,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/idem/idemdriver"
 	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/core/lock/lockdriver"
 )
@@ -92,17 +92,17 @@ func (s *Store) ForceRelease(ctx context.Context, key string) (lock.LockInfo, er
 	return info, nil
 }
 
-// InspectRecord implements idem.Inspector: Fence is the claim entry's
+// InspectRecord implements idemdriver.Inspector: Fence is the claim entry's
 // create revision.
-func (s *Store) InspectRecord(ctx context.Context, key string) (idem.RecordInfo, error) {
+func (s *Store) InspectRecord(ctx context.Context, key string) (idemdriver.RecordInfo, error) {
 	if err := lockdriver.ValidateKey(key); err != nil {
-		return idem.RecordInfo{}, err
+		return idemdriver.RecordInfo{}, err
 	}
 	resp, err := s.c.Get(ctx, s.recordDir(key), clientv3.WithPrefix())
 	if err != nil {
-		return idem.RecordInfo{}, fmt.Errorf("etcdstore: inspect record %q: %w", key, err)
+		return idemdriver.RecordInfo{}, fmt.Errorf("etcdstore: inspect record %q: %w", key, err)
 	}
-	info := idem.RecordInfo{Key: key}
+	info := idemdriver.RecordInfo{Key: key}
 	switch len(resp.Kvs) {
 	case 0:
 		return info, nil
@@ -120,9 +120,9 @@ func (s *Store) InspectRecord(ctx context.Context, key string) (idem.RecordInfo,
 	}
 	info.Fingerprint, info.Fence, info.Expires = rec.fp, uint64(kv.CreateRevision), rec.expires
 	if rec.state == stateCompleted {
-		info.State, info.Stored = idem.Completed, rec.result
+		info.State, info.Stored = idemdriver.Completed, rec.result
 	} else {
-		info.State, info.Token = idem.InFlight, lockdriver.TokenPrefix(tokenOfRecord(string(kv.Key)))
+		info.State, info.Token = idemdriver.InFlight, lockdriver.TokenPrefix(tokenOfRecord(string(kv.Key)))
 	}
 	if !time.Now().Before(rec.expires) {
 		info.Detail = "expired: the next Begin replaces it"
@@ -141,7 +141,7 @@ func tokenOfRecord(entry string) string {
 	return entry
 }
 
-// DeleteRecord implements idem.Inspector: it deletes every entry of the
+// DeleteRecord implements idemdriver.Inspector: it deletes every entry of the
 // key, which wakes the duplicates watching it.
 func (s *Store) DeleteRecord(ctx context.Context, key string) (bool, error) {
 	if err := lockdriver.ValidateKey(key); err != nil {
@@ -155,11 +155,11 @@ func (s *Store) DeleteRecord(ctx context.Context, key string) (bool, error) {
 }
 
 var (
-	_ lock.Inspector = (*Store)(nil)
-	_ idem.Inspector = (*Store)(nil)
+	_ lock.Inspector       = (*Store)(nil)
+	_ idemdriver.Inspector = (*Store)(nil)
 )
 
-// ListKeys implements idem.Lister: a keys-only range read of the record
+// ListKeys implements idemdriver.Lister: a keys-only range read of the record
 // prefix, 1000 keys a page.
 func (s *Store) ListKeys(ctx context.Context, fn func(key string) bool) error {
 	prefix := s.opts.recordPrefix

@@ -9,7 +9,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/idem/idemdriver"
 	"github.com/oncekit/oncekit/internal/testenv"
 	"github.com/oncekit/oncekit/storage/etcdstore"
 	"github.com/oncekit/oncekit/storage/internal/layouts"
@@ -61,9 +61,9 @@ func writeEtcdLayouts(t *testing.T, store *etcdstore.Store, c *clientv3.Client) 
 		l.Data, _ = json.Marshal(etcdLayout{Entry: string(resp.Kvs[0].Key[len(prefix):]), Value: resp.Kvs[0].Value})
 		return l
 	}
-	begin := func(key, fp string) idem.Claim {
-		cl, err := store.Begin(ctx, idem.MustKey(key), fp, 30*time.Second)
-		if err != nil || cl.State != idem.Acquired {
+	begin := func(key, fp string) idemdriver.Claim {
+		cl, err := store.Begin(ctx, idemdriver.MustKey(key), fp, 30*time.Second)
+		if err != nil || cl.State != idemdriver.Acquired {
 			t.Fatalf("begin %s: %v %v", key, cl.State, err)
 		}
 		return cl

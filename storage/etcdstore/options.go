@@ -56,7 +56,7 @@ func WithMaxLocalHandOffs(n int) Option { return func(o *options) { o.maxHandOff
 func WithMaxLocalHold(d time.Duration) Option { return func(o *options) { o.maxHold = d } }
 
 // WithRecordPrefix sets the etcd key prefix of the idempotency records
-// (idem.Store). It must differ from the lock prefix. Default "oncekit/idem/".
+// (idemdriver.Store). It must differ from the lock prefix. Default "oncekit/idem/".
 func WithRecordPrefix(p string) Option { return func(o *options) { o.recordPrefix = p } }
 
 // WithObserver sets where the Store reports hand-offs, and where the

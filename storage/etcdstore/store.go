@@ -24,7 +24,7 @@ type Client interface {
 	clientv3.Watcher
 }
 
-// Store is a lock.Locker and an idem.Store over etcd. It is safe for
+// Store is a lock.Locker and an idemdriver.Store over etcd. It is safe for
 // concurrent use. Its keys are bound to session leases, one per TTL class
 // (the TTL rounded up to whole seconds), created on first use and kept
 // alive in the background while the process runs; Close revokes them.

@@ -18,6 +18,6 @@
 // same token and fence, one more hold; the key is freed with the last
 // Release, and a hold's Done closes when it is released or the key is lost.
 //
-// Store is also an idem.Store (records beside the locks, expiry checked on
-// every read, expired records swept as others are read) and an idem.Waiter.
+// Store is also an idemdriver.Store (records beside the locks, expiry checked on
+// every read, expired records swept as others are read) and an idemdriver.Waiter.
 package memstore

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/idem/idemdriver"
 	"github.com/oncekit/oncekit/core/lock/lockdriver"
 )
 
@@ -19,8 +20,8 @@ import (
 // idem.Commit in a Guard's run (or httpmw.Commit in a handler).
 type Effect func() error
 
-// CompleteWith implements idem.EffectStore.
-func (s *Store) CompleteWith(ctx context.Context, c idem.Claim, result []byte, retention time.Duration, effect any) error {
+// CompleteWith implements idemdriver.EffectStore.
+func (s *Store) CompleteWith(ctx context.Context, c idemdriver.Claim, result []byte, retention time.Duration, effect any) error {
 	if err := lockdriver.ValidateTTL(retention); err != nil {
 		return err
 	}
@@ -47,4 +48,4 @@ func (s *Store) CompleteWith(ctx context.Context, c idem.Claim, result []byte, r
 	return nil
 }
 
-var _ idem.EffectStore = (*Store)(nil)
+var _ idemdriver.EffectStore = (*Store)(nil)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/idem/idemdriver"
 	"github.com/oncekit/oncekit/core/lock/lockdriver"
 	"github.com/oncekit/oncekit/storage/internal/token"
 )
@@ -172,50 +173,50 @@ func (s *Store) expireLocked(key string, r *record, now time.Time) {
 	s.dropRecordLocked(key, r)
 }
 
-// Begin implements idem.Store.
-func (s *Store) Begin(ctx context.Context, k idem.Key, fingerprint string, lease time.Duration) (idem.Claim, error) {
+// Begin implements idemdriver.Store.
+func (s *Store) Begin(ctx context.Context, k idemdriver.Key, fingerprint string, lease time.Duration) (idemdriver.Claim, error) {
 	if err := k.Check(); err != nil {
-		return idem.Claim{}, err
+		return idemdriver.Claim{}, err
 	}
 	if err := lockdriver.ValidateTTL(lease); err != nil {
-		return idem.Claim{}, err
+		return idemdriver.Claim{}, err
 	}
 	key := k.String()
 	if err := ctx.Err(); err != nil {
-		return idem.Claim{}, err
+		return idemdriver.Claim{}, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return idem.Claim{}, closedErr("begin", key)
+		return idemdriver.Claim{}, closedErr("begin", key)
 	}
 	r := s.recordLocked(key)
 	if r == nil {
 		if !s.evictLocked(1, 0) {
-			return idem.Claim{}, fmt.Errorf("memstore: begin %q: %w (%d)", key, ErrFull, s.maxRecords)
+			return idemdriver.Claim{}, fmt.Errorf("memstore: begin %q: %w (%d)", key, ErrFull, s.maxRecords)
 		}
 		s.nextFenceLocked()
 		now := time.Now()
 		r = &record{key: key, fp: fingerprint, token: token.New(), fence: s.fence, attempt: s.nextAttemptLocked(key, now),
 			expires: now.Add(lease)}
 		s.records[key] = r
-		return idem.Claim{Key: k, State: idem.Acquired, Fingerprint: fingerprint, Token: r.token, Fence: r.fence,
+		return idemdriver.Claim{Key: k, State: idemdriver.Acquired, Fingerprint: fingerprint, Token: r.token, Fence: r.fence,
 			Attempt: r.attempt, Expires: r.expires}, nil
 	}
-	c := idem.Claim{Key: k, Fingerprint: fingerprint, Expires: r.expires}
+	c := idemdriver.Claim{Key: k, Fingerprint: fingerprint, Expires: r.expires}
 	switch {
 	case r.fp != fingerprint:
-		c.State = idem.Mismatch
+		c.State = idemdriver.Mismatch
 	case r.done:
-		c.State, c.Result = idem.Completed, slices.Clone(r.result)
+		c.State, c.Result = idemdriver.Completed, slices.Clone(r.result)
 	default:
-		c.State = idem.InFlight
+		c.State = idemdriver.InFlight
 	}
 	return c, nil
 }
 
 // ownLocked returns c's record if c still holds it.
-func (s *Store) ownLocked(c idem.Claim, op string) (*record, error) {
+func (s *Store) ownLocked(c idemdriver.Claim, op string) (*record, error) {
 	r := s.recordLocked(c.Key.String())
 	if r == nil || r.done || r.token != c.Token || c.Token == "" {
 		return nil, fmt.Errorf("memstore: %s %q: %w", op, c.Key, idem.ErrLockLost)
@@ -223,8 +224,8 @@ func (s *Store) ownLocked(c idem.Claim, op string) (*record, error) {
 	return r, nil
 }
 
-// Complete implements idem.Store.
-func (s *Store) Complete(ctx context.Context, c idem.Claim, result []byte, retention time.Duration) error {
+// Complete implements idemdriver.Store.
+func (s *Store) Complete(ctx context.Context, c idemdriver.Claim, result []byte, retention time.Duration) error {
 	if err := lockdriver.ValidateTTL(retention); err != nil {
 		return err
 	}
@@ -244,7 +245,7 @@ func (s *Store) Complete(ctx context.Context, c idem.Claim, result []byte, reten
 // fits refuses a result larger than WithMaxBytes: stored, it would be
 // evicted at once, and a retry would run again the work it completes.
 // The claim stays in flight, for its holder to abandon.
-func (s *Store) fits(c idem.Claim, result []byte) error {
+func (s *Store) fits(c idemdriver.Claim, result []byte) error {
 	if int64(len(result)) > s.maxBytes {
 		return fmt.Errorf("memstore: complete %q: %w: %d bytes, WithMaxBytes %d", c.Key, idem.ErrResultTooLarge, len(result), s.maxBytes)
 	}
@@ -260,8 +261,8 @@ func (s *Store) completeLocked(r *record, result []byte, retention time.Duration
 	r.signal()
 }
 
-// Abandon implements idem.Store.
-func (s *Store) Abandon(ctx context.Context, c idem.Claim) error {
+// Abandon implements idemdriver.Store.
+func (s *Store) Abandon(ctx context.Context, c idemdriver.Claim) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r, err := s.ownLocked(c, "abandon")
@@ -273,8 +274,8 @@ func (s *Store) Abandon(ctx context.Context, c idem.Claim) error {
 	return nil
 }
 
-// Extend implements idem.Store.
-func (s *Store) Extend(ctx context.Context, c idem.Claim, lease time.Duration) error {
+// Extend implements idemdriver.Store.
+func (s *Store) Extend(ctx context.Context, c idemdriver.Claim, lease time.Duration) error {
 	if err := lockdriver.ValidateTTL(lease); err != nil {
 		return err
 	}
@@ -291,9 +292,9 @@ func (s *Store) Extend(ctx context.Context, c idem.Claim, lease time.Duration) e
 	return nil
 }
 
-// WaitChange implements idem.Waiter: it returns when key's in-flight record
+// WaitChange implements idemdriver.Waiter: it returns when key's in-flight record
 // is completed, abandoned or expires, or ctx ends.
-func (s *Store) WaitChange(ctx context.Context, k idem.Key, until time.Time) error {
+func (s *Store) WaitChange(ctx context.Context, k idemdriver.Key, until time.Time) error {
 	key := k.String()
 	s.mu.Lock()
 	if s.closed {
@@ -325,6 +326,6 @@ func (s *Store) WaitChange(ctx context.Context, k idem.Key, until time.Time) err
 }
 
 var (
-	_ idem.Store  = (*Store)(nil)
-	_ idem.Waiter = (*Store)(nil)
+	_ idemdriver.Store  = (*Store)(nil)
+	_ idemdriver.Waiter = (*Store)(nil)
 )

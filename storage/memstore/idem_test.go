@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/idem/idemdriver"
 	"github.com/oncekit/oncekit/core/idem/idemtest"
 	"github.com/oncekit/oncekit/storage/memstore"
 )
@@ -16,7 +17,7 @@ func TestIdemConformance(t *testing.T) {
 	t.Parallel()
 	store := memstore.New()
 	idemtest.Run(t, idemtest.Config{
-		NewStore: func(*testing.T) idem.Store { return store },
+		NewStore: func(*testing.T) idemdriver.Store { return store },
 		Effect: func(t *testing.T, key string, limit int) (any, func() int) {
 			var mu sync.Mutex // the effect runs under the store's lock; count does not
 			n := 0
@@ -42,15 +43,15 @@ func TestRecordsBounded(t *testing.T) {
 	s := memstore.New(memstore.WithMaxRecords(3), memstore.WithMaxBytes(10))
 	complete := func(key string, result string) {
 		t.Helper()
-		c, err := s.Begin(ctx, idem.MustKey(key), "fp", time.Minute)
-		if err != nil || c.State != idem.Acquired {
+		c, err := s.Begin(ctx, idemdriver.MustKey(key), "fp", time.Minute)
+		if err != nil || c.State != idemdriver.Acquired {
 			t.Fatalf("Begin(%s): %v %v", key, c.State, err)
 		}
 		if err := s.Complete(ctx, c, []byte(result), time.Hour); err != nil {
 			t.Fatal(err)
 		}
 	}
-	state := func(key string) idem.State {
+	state := func(key string) idemdriver.State {
 		t.Helper()
 		info, err := s.InspectRecord(ctx, key)
 		if err != nil {
@@ -64,13 +65,13 @@ func TestRecordsBounded(t *testing.T) {
 	complete("a", "1234")
 	complete("b", "1234")
 	complete("c", "1234") // 12 bytes > 10: a goes
-	if state("a") != -1 || state("b") != idem.Completed || state("c") != idem.Completed {
+	if state("a") != -1 || state("b") != idemdriver.Completed || state("c") != idemdriver.Completed {
 		t.Fatalf("after the byte bound: a %v b %v c %v; want a evicted", state("a"), state("b"), state("c"))
 	}
-	var claims []idem.Claim
+	var claims []idemdriver.Claim
 	for _, k := range []string{"x", "y", "z"} { // in flight: b and c make room
-		c, err := s.Begin(ctx, idem.MustKey(k), "fp", time.Minute)
-		if err != nil || c.State != idem.Acquired {
+		c, err := s.Begin(ctx, idemdriver.MustKey(k), "fp", time.Minute)
+		if err != nil || c.State != idemdriver.Acquired {
 			t.Fatalf("Begin(%s): %v %v", k, c.State, err)
 		}
 		claims = append(claims, c)
@@ -78,11 +79,11 @@ func TestRecordsBounded(t *testing.T) {
 	if state("b") != -1 || state("c") != -1 {
 		t.Fatal("completed records kept while in-flight claims needed the room")
 	}
-	if _, err := s.Begin(ctx, idem.MustKey("w"), "fp", time.Minute); !errors.Is(err, memstore.ErrFull) {
+	if _, err := s.Begin(ctx, idemdriver.MustKey("w"), "fp", time.Minute); !errors.Is(err, memstore.ErrFull) {
 		t.Fatalf("Begin with the Store full of in-flight claims: %v, want ErrFull", err)
 	}
 	for _, c := range claims {
-		if state(c.Key.String()) != idem.InFlight {
+		if state(c.Key.String()) != idemdriver.InFlight {
 			t.Fatalf("in-flight claim %s was evicted", c.Key)
 		}
 	}
@@ -110,8 +111,8 @@ func TestResultOverMaxBytesRefusedBeforeEffect(t *testing.T) {
 	if applied != 0 {
 		t.Errorf("the effect applied %d times for a result the store cannot keep, want 0", applied)
 	}
-	c, err := s.Begin(ctx, idem.MustKey("big"), "fp", time.Minute)
-	if err != nil || c.State != idem.Acquired {
+	c, err := s.Begin(ctx, idemdriver.MustKey("big"), "fp", time.Minute)
+	if err != nil || c.State != idemdriver.Acquired {
 		t.Fatalf("after a refused result the key is %v (%v), want it free", c.State, err)
 	}
 }

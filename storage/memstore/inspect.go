@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/idem/idemdriver"
 	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/core/lock/lockdriver"
 )
@@ -50,26 +50,26 @@ func (s *Store) ForceRelease(_ context.Context, key string) (lock.LockInfo, erro
 	return info, nil
 }
 
-// InspectRecord implements idem.Inspector.
-func (s *Store) InspectRecord(_ context.Context, key string) (idem.RecordInfo, error) {
+// InspectRecord implements idemdriver.Inspector.
+func (s *Store) InspectRecord(_ context.Context, key string) (idemdriver.RecordInfo, error) {
 	if err := lockdriver.ValidateKey(key); err != nil {
-		return idem.RecordInfo{}, err
+		return idemdriver.RecordInfo{}, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r := s.recordLocked(key)
 	if r == nil {
-		return idem.RecordInfo{Key: key}, nil
+		return idemdriver.RecordInfo{Key: key}, nil
 	}
-	info := idem.RecordInfo{Key: key, Found: true, State: idem.InFlight, Fingerprint: r.fp,
+	info := idemdriver.RecordInfo{Key: key, Found: true, State: idemdriver.InFlight, Fingerprint: r.fp,
 		Token: lockdriver.TokenPrefix(r.token), Fence: r.fence, Expires: r.expires}
 	if r.done {
-		info.State, info.Token, info.Stored = idem.Completed, "", append([]byte(nil), r.result...)
+		info.State, info.Token, info.Stored = idemdriver.Completed, "", append([]byte(nil), r.result...)
 	}
 	return info, nil
 }
 
-// DeleteRecord implements idem.Inspector.
+// DeleteRecord implements idemdriver.Inspector.
 func (s *Store) DeleteRecord(_ context.Context, key string) (bool, error) {
 	if err := lockdriver.ValidateKey(key); err != nil {
 		return false, err
@@ -85,11 +85,11 @@ func (s *Store) DeleteRecord(_ context.Context, key string) (bool, error) {
 }
 
 var (
-	_ lock.Inspector = (*Store)(nil)
-	_ idem.Inspector = (*Store)(nil)
+	_ lock.Inspector       = (*Store)(nil)
+	_ idemdriver.Inspector = (*Store)(nil)
 )
 
-// ListKeys implements idem.Lister.
+// ListKeys implements idemdriver.Lister.
 func (s *Store) ListKeys(ctx context.Context, fn func(key string) bool) error {
 	s.mu.Lock()
 	keys := make([]string, 0, len(s.records))

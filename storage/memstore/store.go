@@ -13,7 +13,7 @@ import (
 type Store struct {
 	mu      sync.Mutex
 	locks   map[string]*entry
-	records map[string]*record // idempotency records (idem.Store)
+	records map[string]*record // idempotency records (idemdriver.Store)
 	ended   map[string]ended   // claims that ended without completing
 	fence   uint64             // one counter for all keys: strictly increasing per key too (nextFence)
 

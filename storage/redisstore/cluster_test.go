@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/idem/idemdriver"
 	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/core/lock/locktest"
 	"github.com/oncekit/oncekit/internal/testenv"
@@ -102,8 +103,8 @@ func TestClusterKeysWithBraces(t *testing.T) {
 			t.Fatalf("Refresh(%q): %v", k, err)
 		}
 		leases = append(leases, l)
-		c, err := s.Begin(ctx, idem.MustKey(k), "fp", time.Minute)
-		if err != nil || c.State != idem.Acquired {
+		c, err := s.Begin(ctx, idemdriver.MustKey(k), "fp", time.Minute)
+		if err != nil || c.State != idemdriver.Acquired {
 			t.Fatalf("Begin(%q): %v %v", k, c.State, err)
 		}
 		if err := s.Complete(ctx, c, []byte("ok"), time.Minute); err != nil {
@@ -134,7 +135,7 @@ func TestClusterPlacedEffect(t *testing.T) {
 	for i := range 12 { // spread over the slots of all shards
 		place := fmt.Sprintf("sku-%d-%s", i, run)
 		stock, orders := "stock:{"+place+"}", "orders:{"+place+"}"
-		key, err := idem.Placed(place, idem.ScopedKey("user-1", "k"))
+		key, err := idem.Placed(place, idemdriver.ScopedKey("user-1", "k"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -193,7 +194,7 @@ func clusterFailover(t *testing.T, acked bool) {
 	primary := rc.PrimaryOf("{" + key + "}")
 	rc.HoldReplication(primary)
 	held, lockErr := first.Acquire(ctx, key, 2*time.Minute)
-	claim, beginErr := first.Begin(ctx, idem.MustKey(key), "fp", 2*time.Minute)
+	claim, beginErr := first.Begin(ctx, idemdriver.MustKey(key), "fp", 2*time.Minute)
 	if acked {
 		if !errors.Is(lockErr, redisstore.ErrNotReplicated) || !errors.Is(beginErr, redisstore.ErrNotReplicated) {
 			t.Fatalf("with the replicas cut off: Acquire %v, Begin %v; want ErrNotReplicated", lockErr, beginErr)
@@ -202,9 +203,9 @@ func clusterFailover(t *testing.T, acked bool) {
 		if held, lockErr = first.Acquire(ctx, key, 2*time.Minute); lockErr != nil {
 			t.Fatal(lockErr)
 		}
-		claim, beginErr = first.Begin(ctx, idem.MustKey(key), "fp", 2*time.Minute)
+		claim, beginErr = first.Begin(ctx, idemdriver.MustKey(key), "fp", 2*time.Minute)
 	}
-	if lockErr != nil || beginErr != nil || claim.State != idem.Acquired {
+	if lockErr != nil || beginErr != nil || claim.State != idemdriver.Acquired {
 		t.Fatalf("Acquire %v, Begin %+v %v", lockErr, claim, beginErr)
 	}
 	primary.Kill()
@@ -234,8 +235,8 @@ func clusterFailover(t *testing.T, acked bool) {
 			t.Errorf("the second holder's fence %d is not above the first's %d", other.Fence(), held.Fence())
 		}
 		retry("Begin by another client", func() error {
-			c, err := second.Begin(ctx, idem.MustKey(key), "fp", time.Minute)
-			if err == nil && c.State != idem.Acquired {
+			c, err := second.Begin(ctx, idemdriver.MustKey(key), "fp", time.Minute)
+			if err == nil && c.State != idemdriver.Acquired {
 				t.Fatalf("Begin after the failover: %v; the cut-off replica was expected to lack the claim", c.State)
 			}
 			return err
@@ -254,8 +255,8 @@ func clusterFailover(t *testing.T, acked bool) {
 		return err
 	})
 	retry("Begin by another client", func() error {
-		c, err := second.Begin(ctx, idem.MustKey(key), "fp", time.Minute)
-		if err == nil && c.State != idem.InFlight {
+		c, err := second.Begin(ctx, idemdriver.MustKey(key), "fp", time.Minute)
+		if err == nil && c.State != idemdriver.InFlight {
 			t.Fatalf("Begin after the failover: %v, want the claim still in flight", c.State)
 		}
 		return err
@@ -279,7 +280,7 @@ func afterFailover(ctx context.Context, t *testing.T, s *redisstore.Store, key, 
 	if next.Fence() <= before {
 		t.Errorf("fence after the failover %d, not above %d", next.Fence(), before)
 	}
-	if c, err := s.Begin(ctx, idem.MustKey(record), "fp", time.Minute); err != nil || c.State != idem.Completed || string(c.Result) != "once" {
+	if c, err := s.Begin(ctx, idemdriver.MustKey(record), "fp", time.Minute); err != nil || c.State != idemdriver.Completed || string(c.Result) != "once" {
 		t.Errorf("replay after the failover: %+v %v", c, err)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/idem/idemdriver"
 	"github.com/oncekit/oncekit/storage/internal/rediskit"
 )
 
@@ -42,7 +43,7 @@ func FuzzCorruptRecord(f *testing.F) {
 	f.Fuzz(func(t *testing.T, kind uint8, v, s, fp, r, tok, fence string) {
 		ctx := context.Background()
 		key := fmt.Sprintf("fuzz-%d-%d", time.Now().UnixNano(), fuzzKeys.Add(1))
-		name := records.Record(idem.MustKey(key))
+		name := records.Record(idemdriver.MustKey(key))
 		var err error
 		switch kind % 3 {
 		case 0:
@@ -67,7 +68,7 @@ func FuzzCorruptRecord(f *testing.F) {
 		defer admin.Del(ctx, name)
 		admin.PExpire(ctx, name, time.Minute)
 
-		c, err := store.Begin(ctx, idem.MustKey(key), fp, time.Second)
+		c, err := store.Begin(ctx, idemdriver.MustKey(key), fp, time.Second)
 		switch {
 		case errors.Is(err, idem.ErrCorruptRecord):
 			var ce *idem.CorruptRecordError
@@ -77,7 +78,7 @@ func FuzzCorruptRecord(f *testing.F) {
 		case errors.Is(err, idem.ErrUnknownLayout): // "R<n>|…" of another layout: left alone
 		case err != nil:
 			t.Fatalf("Begin: %v", err)
-		case c.State == idem.Acquired:
+		case c.State == idemdriver.Acquired:
 			t.Fatalf("a planted record (%d %q %q %q) was taken for a free key", kind, v, s, fp)
 		}
 		ran := false

@@ -22,7 +22,7 @@
 // end (Release's clean-up context, an idempotency Guard's completion) run
 // on the caller's goroutine when the client enforces deadlines itself —
 // ContextTimeoutEnabled: true, recommended — which saves the hop. So do
-// the claims of httpmw and grpcmw requests (idem.ClaimOutlivesCaller): a
+// the claims of httpmw and grpcmw requests (idemdriver.ClaimOutlivesCaller): a
 // request's claim is not cut short by a client that hangs up.
 //
 // # Replicas and failover

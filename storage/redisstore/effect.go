@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/idem/idemdriver"
 	"github.com/oncekit/oncekit/storage/internal/rediskit"
 )
 
@@ -62,9 +63,9 @@ func EffectKey(storedKey, name string) string {
 	return name + "{" + rediskit.Tag(storedKey) + "}"
 }
 
-// CompleteWith implements idem.EffectStore: the claim's completion and the
+// CompleteWith implements idemdriver.EffectStore: the claim's completion and the
 // Effect in one script, one round trip.
-func (s *Store) CompleteWith(ctx context.Context, c idem.Claim, result []byte, retention time.Duration, effect any) error {
+func (s *Store) CompleteWith(ctx context.Context, c idemdriver.Claim, result []byte, retention time.Duration, effect any) error {
 	e, ok := effect.(Effect)
 	if p, isPtr := effect.(*Effect); isPtr && p != nil {
 		e, ok = *p, true
@@ -91,4 +92,4 @@ func (s *Store) CompleteWith(ctx context.Context, c idem.Claim, result []byte, r
 	return nil
 }
 
-var _ idem.EffectStore = (*Store)(nil)
+var _ idemdriver.EffectStore = (*Store)(nil)

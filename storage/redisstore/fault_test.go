@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/idem/idemdriver"
 	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/internal/testenv"
 	"github.com/oncekit/oncekit/storage/internal/rediskit"
@@ -333,8 +334,8 @@ func TestFencesSurviveEmptyRestart(t *testing.T) {
 			if err := l.Release(ctx); err != nil {
 				t.Fatalf("round %d: Release: %v", round, err)
 			}
-			c, err := s.Begin(ctx, idem.MustKey("claimed"), "fp", time.Minute)
-			if err != nil || c.State != idem.Acquired {
+			c, err := s.Begin(ctx, idemdriver.MustKey("claimed"), "fp", time.Minute)
+			if err != nil || c.State != idemdriver.Acquired {
 				t.Fatalf("round %d: Begin: %v %v", round, c.State, err)
 			}
 			claims = append(claims, c.Fence)
@@ -407,12 +408,12 @@ func TestCancelledBeginLeavesNoClaim(t *testing.T) {
 	p := testenv.StartRedis(t)
 	s := newStore(t, privateClient(t, p))
 	ctx := ctxT(t, 20*time.Second)
-	if _, err := s.Begin(ctx, idem.MustKey("warm"), "fp", time.Second); err != nil { // loads the scripts
+	if _, err := s.Begin(ctx, idemdriver.MustKey("warm"), "fp", time.Second); err != nil { // loads the scripts
 		t.Fatal(err)
 	}
 	p.Pause()
 	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
-	_, err := s.Begin(short, idem.MustKey("paused"), "fp", 30*time.Second)
+	_, err := s.Begin(short, idemdriver.MustKey("paused"), "fp", 30*time.Second)
 	cancel()
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Begin on a paused server: %v, want the deadline", err)
@@ -420,8 +421,8 @@ func TestCancelledBeginLeavesNoClaim(t *testing.T) {
 	p.Resume()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		c, err := s.Begin(ctx, idem.MustKey("paused"), "fp", time.Second)
-		if err == nil && c.State == idem.Acquired {
+		c, err := s.Begin(ctx, idemdriver.MustKey("paused"), "fp", time.Second)
+		if err == nil && c.State == idemdriver.Acquired {
 			return
 		}
 		if time.Now().After(deadline) {
@@ -431,7 +432,7 @@ func TestCancelledBeginLeavesNoClaim(t *testing.T) {
 	}
 }
 
-// A request whose claim outlives it (idem.ClaimOutlivesCaller, as httpmw
+// A request whose claim outlives it (idemdriver.ClaimOutlivesCaller, as httpmw
 // and grpcmw make theirs) and whose client hangs up while the server is
 // paused: on a client that enforces deadlines the claim is made on the
 // caller's goroutine and waits for the server rather than leave; once the
@@ -447,14 +448,14 @@ func TestClaimOutlivingItsCallerOnPausedServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := ctxT(t, 20*time.Second)
-	if _, err := s.Begin(ctx, idem.MustKey("warm"), "fp", time.Second); err != nil { // loads the scripts
+	if _, err := s.Begin(ctx, idemdriver.MustKey("warm"), "fp", time.Second); err != nil { // loads the scripts
 		t.Fatal(err)
 	}
 	p.Pause()
 	req, hangUp := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {
-		_, _, err := g.Do(idem.ClaimOutlivesCaller(req), "paused", "fp", func(context.Context) ([]byte, error) {
+		_, _, err := g.Do(idemdriver.ClaimOutlivesCaller(req), "paused", "fp", func(context.Context) ([]byte, error) {
 			t.Error("ran for a request that had left")
 			return nil, nil
 		})
@@ -476,8 +477,8 @@ func TestClaimOutlivingItsCallerOnPausedServer(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("Do did not return once the server answered")
 	}
-	got, err := s.Begin(ctx, idem.MustKey("paused"), "fp", time.Second)
-	if err != nil || got.State != idem.Acquired {
+	got, err := s.Begin(ctx, idemdriver.MustKey("paused"), "fp", time.Second)
+	if err != nil || got.State != idemdriver.Acquired {
 		t.Fatalf("after the request left: Begin = %v, %v; want the key given back", got.State, err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/idem/idemdriver"
 	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/core/lock/lockdriver"
 	"github.com/oncekit/oncekit/storage/internal/rediskit"
@@ -14,7 +15,7 @@ import (
 	"github.com/oncekit/oncekit/storage/internal/token"
 )
 
-// Idempotency records (idem.Store). A key K is stored as one string
+// Idempotency records (idemdriver.Store). A key K is stored as one string
 // "<record prefix>{K}" — "R2|<state>|<fence>|<flags>|<token>|<fingerprint
 // length>|<fingerprint><result>" (see rediskit's lua/claim.lua) — whose
 // PTTL is the retention, or the lease + idem.AttemptMemory, and a channel "<record prefix>{K}:done"
@@ -22,16 +23,16 @@ import (
 // Anything else under the record's name is reported as
 // idem.ErrCorruptRecord, never read as absent.
 
-// Begin implements idem.Store in one round trip.
-func (s *Store) Begin(ctx context.Context, key idem.Key, fingerprint string, lease time.Duration) (idem.Claim, error) {
+// Begin implements idemdriver.Store in one round trip.
+func (s *Store) Begin(ctx context.Context, key idemdriver.Key, fingerprint string, lease time.Duration) (idemdriver.Claim, error) {
 	if err := key.Check(); err != nil {
-		return idem.Claim{}, err
+		return idemdriver.Claim{}, err
 	}
 	if err := lockdriver.ValidateTTL(lease); err != nil {
-		return idem.Claim{}, err
+		return idemdriver.Claim{}, err
 	}
 	if err := s.closedErr("begin", key.String()); err != nil {
-		return idem.Claim{}, err
+		return idemdriver.Claim{}, err
 	}
 	if s.get != nil && s.replays.Load() > 0 {
 		// Most recent Begins were replays (a burst of retries, a consumer
@@ -40,10 +41,10 @@ func (s *Store) Begin(ctx context.Context, key idem.Key, fingerprint string, lea
 		res, ok, err := s.base.LookCompleted(ctx, s.get, key, fingerprint)
 		if err == nil && ok {
 			s.seen(true)
-			return idem.Claim{Key: key, State: idem.Completed, Fingerprint: fingerprint, Result: res}, nil
+			return idemdriver.Claim{Key: key, State: idemdriver.Completed, Fingerprint: fingerprint, Result: res}, nil
 		}
 		if ctx.Err() != nil {
-			return idem.Claim{}, fmt.Errorf("redisstore: begin %q: %w", key, ctx.Err())
+			return idemdriver.Claim{}, fmt.Errorf("redisstore: begin %q: %w", key, ctx.Err())
 		}
 	}
 	tok := token.New()
@@ -65,7 +66,7 @@ func (s *Store) Begin(ctx context.Context, key idem.Key, fingerprint string, lea
 		case ctx.Err() == nil && !rediskit.IsReply(err):
 			s.base.BG.Go(giveBack) // the script may have run before the connection failed
 		}
-		return idem.Claim{}, fmt.Errorf("redisstore: begin %q: %w", key, err)
+		return idemdriver.Claim{}, fmt.Errorf("redisstore: begin %q: %w", key, err)
 	}
 	s.seen(r.Code == rediskit.BeginCompleted)
 	return r.Claim(key, fingerprint, tok, lease, now)
@@ -89,7 +90,7 @@ func (s *Store) seen(replay bool) {
 }
 
 // finish runs op on claim c in one round trip.
-func (s *Store) finish(ctx context.Context, c idem.Claim, op rediskit.FinishOp, d time.Duration, result []byte) error {
+func (s *Store) finish(ctx context.Context, c idemdriver.Claim, op rediskit.FinishOp, d time.Duration, result []byte) error {
 	ctx, cancel, err := rediskit.FinishContext(ctx, c, op, "redisstore")
 	if err != nil {
 		return err
@@ -105,11 +106,11 @@ func (s *Store) finish(ctx context.Context, c idem.Claim, op rediskit.FinishOp, 
 	return nil
 }
 
-// WaitChange implements idem.Waiter: it subscribes to the record's channel,
+// WaitChange implements idemdriver.Waiter: it subscribes to the record's channel,
 // looks once more (the record may have changed before the subscription),
 // and returns on the completion or abandonment message, at until (the
 // lease's end), or when ctx ends.
-func (s *Store) WaitChange(ctx context.Context, key idem.Key, until time.Time) error {
+func (s *Store) WaitChange(ctx context.Context, key idemdriver.Key, until time.Time) error {
 	w, err := s.sub.Watch(ctx, s.base.Records.Channel(key))
 	if errors.Is(err, redisnotify.ErrClosed) {
 		return fmt.Errorf("redisstore: wait for %q: %w", key, lock.ErrClosed)
@@ -138,18 +139,18 @@ func (s *Store) WaitChange(ctx context.Context, key idem.Key, until time.Time) e
 	return nil
 }
 
-// Complete implements idem.Store: the result is stored if c still holds
+// Complete implements idemdriver.Store: the result is stored if c still holds
 // the key (else idem.ErrLockLost), in one round trip.
-func (s *Store) Complete(ctx context.Context, c idem.Claim, result []byte, retention time.Duration) error {
+func (s *Store) Complete(ctx context.Context, c idemdriver.Claim, result []byte, retention time.Duration) error {
 	return s.fin.Complete(ctx, c, result, retention)
 }
 
-// Abandon implements idem.Store: c's in-flight record is deleted so that a
+// Abandon implements idemdriver.Store: c's in-flight record is deleted so that a
 // retry can run (else idem.ErrLockLost), in one round trip.
-func (s *Store) Abandon(ctx context.Context, c idem.Claim) error { return s.fin.Abandon(ctx, c) }
+func (s *Store) Abandon(ctx context.Context, c idemdriver.Claim) error { return s.fin.Abandon(ctx, c) }
 
-// Extend implements idem.Store: c's lease is lengthened to lease from now
+// Extend implements idemdriver.Store: c's lease is lengthened to lease from now
 // (else idem.ErrLockLost), in one round trip.
-func (s *Store) Extend(ctx context.Context, c idem.Claim, lease time.Duration) error {
+func (s *Store) Extend(ctx context.Context, c idemdriver.Claim, lease time.Duration) error {
 	return s.fin.Extend(ctx, c, lease)
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/idem/idemdriver"
 	"github.com/oncekit/oncekit/core/idem/idemtest"
 	"github.com/oncekit/oncekit/storage/redisstore"
 
@@ -20,7 +21,7 @@ func TestIdemConformance(t *testing.T) {
 	t.Parallel()
 	admin := newClient(t)
 	idemtest.Run(t, idemtest.Config{
-		NewStore:      func(t *testing.T) idem.Store { return newStore(t, newClient(t)) },
+		NewStore:      func(t *testing.T) idemdriver.Store { return newStore(t, newClient(t)) },
 		RunnerProcess: true,
 		Corrupt: func(t *testing.T, key string) {
 			// Not a record: a plain string under the record's name.
@@ -62,8 +63,8 @@ func TestIdemRoundTrips(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := t.Context()
-	k := idem.ScopedKey("rt", time.Now().Format(time.RFC3339Nano))
-	warm := idem.ScopedKey("rt-warm", time.Now().Format(time.RFC3339Nano))
+	k := idemdriver.ScopedKey("rt", time.Now().Format(time.RFC3339Nano))
+	warm := idemdriver.ScopedKey("rt-warm", time.Now().Format(time.RFC3339Nano))
 	if _, _, err := g.Do(ctx, warm, "fp", func(context.Context) ([]byte, error) { return []byte("w"), nil }); err != nil {
 		t.Fatal(err) // loads the scripts
 	}
@@ -114,7 +115,7 @@ func testEffectErrorReply(t *testing.T, script *redisstore.EffectScript) {
 		t.Fatal(err)
 	}
 	ctx := t.Context()
-	k := idem.ScopedKey("effect-error", time.Now().Format(time.RFC3339Nano))
+	k := idemdriver.ScopedKey("effect-error", time.Now().Format(time.RFC3339Nano))
 	counter := redisstore.EffectKey(k, "effect-error:")
 	_, _, err = g.Do(ctx, k, "fp", func(ctx context.Context) ([]byte, error) {
 		return []byte("ok"), idem.Commit(ctx, redisstore.Effect{Script: script, Keys: []string{counter}})
@@ -125,8 +126,8 @@ func testEffectErrorReply(t *testing.T, script *redisstore.EffectScript) {
 	if n, err := admin.Get(ctx, counter).Int(); err != nil || n != 1 {
 		t.Errorf("the effect ran %d times (%v), want once", n, err)
 	}
-	c, err := s.Begin(ctx, idem.MustKey(k), "fp", time.Second)
-	if err != nil || c.State != idem.Acquired {
+	c, err := s.Begin(ctx, idemdriver.MustKey(k), "fp", time.Second)
+	if err != nil || c.State != idemdriver.Acquired {
 		t.Fatalf("after a failed effect the key is %v (%v), want it free (abandoned)", c.State, err)
 	}
 	_ = s.Abandon(ctx, c)
@@ -171,34 +172,34 @@ func TestReplaysAnsweredByOneGet(t *testing.T) {
 	counts := &cmdCounts{}
 	st := newStore(t, newClient(t, counts))
 	ctx := ctxT(t, 10*time.Second)
-	k := idem.ScopedKey("t", fmt.Sprintf("replayed-%d", time.Now().UnixNano()))
-	c, err := st.Begin(ctx, idem.MustKey(k), "fp", time.Minute)
-	if err != nil || c.State != idem.Acquired {
+	k := idemdriver.ScopedKey("t", fmt.Sprintf("replayed-%d", time.Now().UnixNano()))
+	c, err := st.Begin(ctx, idemdriver.MustKey(k), "fp", time.Minute)
+	if err != nil || c.State != idemdriver.Acquired {
 		t.Fatalf("Begin: %v %v", c.State, err)
 	}
 	if err := st.Complete(ctx, c, []byte("result"), time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	for i := range 10 {
-		r, err := st.Begin(ctx, idem.MustKey(k), "fp", time.Minute)
-		if err != nil || r.State != idem.Completed || string(r.Result) != "result" {
+		r, err := st.Begin(ctx, idemdriver.MustKey(k), "fp", time.Minute)
+		if err != nil || r.State != idemdriver.Completed || string(r.Result) != "result" {
 			t.Fatalf("replay %d: %v %q %v", i, r.State, r.Result, err)
 		}
 	}
 	if gets := counts.get("get"); gets < 8 {
 		t.Errorf("%d GETs for 10 replays, want the replays after the first answered by GET", gets)
 	}
-	if r, err := st.Begin(ctx, idem.MustKey(k), "other", time.Minute); err != nil || r.State != idem.Mismatch {
+	if r, err := st.Begin(ctx, idemdriver.MustKey(k), "other", time.Minute); err != nil || r.State != idemdriver.Mismatch {
 		t.Errorf("another fingerprint after the replays: %v %v, want mismatch", r.State, err)
 	}
 	inFlight := k + "-in-flight"
-	if c, err := newStore(t, newClient(t)).Begin(ctx, idem.MustKey(inFlight), "fp", time.Minute); err != nil || c.State != idem.Acquired {
+	if c, err := newStore(t, newClient(t)).Begin(ctx, idemdriver.MustKey(inFlight), "fp", time.Minute); err != nil || c.State != idemdriver.Acquired {
 		t.Fatalf("Begin: %v %v", c.State, err)
 	}
-	if r, err := st.Begin(ctx, idem.MustKey(inFlight), "fp", time.Minute); err != nil || r.State != idem.InFlight {
+	if r, err := st.Begin(ctx, idemdriver.MustKey(inFlight), "fp", time.Minute); err != nil || r.State != idemdriver.InFlight {
 		t.Errorf("a key in flight after the replays: %v %v, want in flight", r.State, err)
 	}
-	if r, err := st.Begin(ctx, idem.MustKey(k+"-new"), "fp", time.Minute); err != nil || r.State != idem.Acquired || r.Attempt != 1 {
+	if r, err := st.Begin(ctx, idemdriver.MustKey(k+"-new"), "fp", time.Minute); err != nil || r.State != idemdriver.Acquired || r.Attempt != 1 {
 		t.Errorf("a new key after the replays: %v attempt %d %v, want acquired, attempt 1", r.State, r.Attempt, err)
 	}
 }
@@ -210,10 +211,10 @@ func TestReplaysAnsweredByOneGet(t *testing.T) {
 func TestListKeysSkipsAttemptMemory(t *testing.T) {
 	s := newStore(t, newClient(t), redisstore.WithRecordPrefix(fmt.Sprintf("list-attempts:%d:", time.Now().UnixNano())))
 	ctx := t.Context()
-	begin := func(key string, lease time.Duration) idem.Claim {
+	begin := func(key string, lease time.Duration) idemdriver.Claim {
 		t.Helper()
-		c, err := s.Begin(ctx, idem.MustKey(key), "fp", lease)
-		if err != nil || c.State != idem.Acquired {
+		c, err := s.Begin(ctx, idemdriver.MustKey(key), "fp", lease)
+		if err != nil || c.State != idemdriver.Acquired {
 			t.Fatalf("Begin %s: %v %v", key, c.State, err)
 		}
 		return c

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/idem/idemdriver"
 	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/core/lock/lockdriver"
 	"github.com/oncekit/oncekit/storage/internal/rediskit"
@@ -42,23 +42,23 @@ func (s *Store) ForceRelease(ctx context.Context, key string) (lock.LockInfo, er
 	return info, nil
 }
 
-// InspectRecord implements idem.Inspector: one round trip.
-func (s *Store) InspectRecord(ctx context.Context, key string) (idem.RecordInfo, error) {
-	k, err := idem.CheckKey(key)
+// InspectRecord implements idemdriver.Inspector: one round trip.
+func (s *Store) InspectRecord(ctx context.Context, key string) (idemdriver.RecordInfo, error) {
+	k, err := idemdriver.CheckKey(key)
 	if err != nil {
-		return idem.RecordInfo{}, err
+		return idemdriver.RecordInfo{}, err
 	}
 	st, err := rediskit.InspectRecord(ctx, s.client, s.base.Records, k)
 	if err != nil {
-		return idem.RecordInfo{}, fmt.Errorf("redisstore: inspect record %q: %w", key, err)
+		return idemdriver.RecordInfo{}, fmt.Errorf("redisstore: inspect record %q: %w", key, err)
 	}
 	return st.Info(key, time.Now()), nil
 }
 
-// DeleteRecord implements idem.Inspector: one round trip, which also wakes
+// DeleteRecord implements idemdriver.Inspector: one round trip, which also wakes
 // the duplicates waiting for the key.
 func (s *Store) DeleteRecord(ctx context.Context, key string) (bool, error) {
-	k, err := idem.CheckKey(key)
+	k, err := idemdriver.CheckKey(key)
 	if err != nil {
 		return false, err
 	}
@@ -69,7 +69,7 @@ func (s *Store) DeleteRecord(ctx context.Context, key string) (bool, error) {
 	return ok, nil
 }
 
-// ListKeys implements idem.Lister: a SCAN of the record prefix (on every
+// ListKeys implements idemdriver.Lister: a SCAN of the record prefix (on every
 // primary of a Cluster).
 func (s *Store) ListKeys(ctx context.Context, fn func(key string) bool) error {
 	if err := rediskit.ListRecordKeys(ctx, s.raw, s.base.Records, fn); err != nil {

@@ -86,7 +86,7 @@ var ErrNotReplicated = rediskit.ErrNotReplicated
 // keeps a lock's keys in one Redis Cluster slot. Default "oncekit:lock:".
 func WithPrefix(p string) Option { return func(o *options) { o.Prefix = p } }
 
-// WithRecordPrefix sets the prefix of the idempotency records (idem.Store)
+// WithRecordPrefix sets the prefix of the idempotency records (idemdriver.Store)
 // and their channels. It must not contain '{' or '}'.
 // Default "oncekit:idem:".
 func WithRecordPrefix(p string) Option { return func(o *options) { o.RecordPrefix = p } }

@@ -8,7 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/idem/idemdriver"
 	"github.com/oncekit/oncekit/core/idem/idemtest"
 	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/core/lock/locktest"
@@ -42,7 +42,7 @@ func TestSentinelConformance(t *testing.T) {
 	})
 	t.Run("idem", func(t *testing.T) {
 		idemtest.Run(t, idemtest.Config{
-			NewStore: func(t *testing.T) idem.Store { return newStore(t, failoverClient(t, sentinels, master), opts...) },
+			NewStore: func(t *testing.T) idemdriver.Store { return newStore(t, failoverClient(t, sentinels, master), opts...) },
 			Corrupt: func(t *testing.T, key string) {
 				if err := admin.Set(context.Background(), "oncekit:idem:{"+key+"}", "garbage", time.Minute).Err(); err != nil {
 					t.Fatal(err)
@@ -82,7 +82,7 @@ func TestFailover(t *testing.T) {
 			primary := g.Primary()
 			g.HoldReplication() // as a slow link would: the replicas do not get the writes
 			held, lockErr := first.Acquire(ctx, key, time.Minute)
-			claim, beginErr := first.Begin(ctx, idem.MustKey(record), "fp", time.Minute)
+			claim, beginErr := first.Begin(ctx, idemdriver.MustKey(record), "fp", time.Minute)
 			if acked {
 				// The replicas cannot acknowledge: nothing is granted.
 				if !errors.Is(lockErr, redisstore.ErrNotReplicated) || !errors.Is(beginErr, redisstore.ErrNotReplicated) {
@@ -92,10 +92,10 @@ func TestFailover(t *testing.T) {
 				if held, lockErr = first.Acquire(ctx, key, time.Minute); lockErr != nil {
 					t.Fatal(lockErr)
 				}
-				if claim, beginErr = first.Begin(ctx, idem.MustKey(record), "fp", time.Minute); beginErr != nil || claim.State != idem.Acquired {
+				if claim, beginErr = first.Begin(ctx, idemdriver.MustKey(record), "fp", time.Minute); beginErr != nil || claim.State != idemdriver.Acquired {
 					t.Fatalf("Begin: %+v %v", claim, beginErr)
 				}
-			} else if lockErr != nil || beginErr != nil || claim.State != idem.Acquired {
+			} else if lockErr != nil || beginErr != nil || claim.State != idemdriver.Acquired {
 				t.Fatalf("Acquire %v, Begin %+v %v", lockErr, claim, beginErr)
 			}
 
@@ -106,7 +106,7 @@ func TestFailover(t *testing.T) {
 
 			second := newStore(t, failoverClient(t, g.SentinelAddrs(), g.Master), opts...)
 			var other lock.Lease
-			var otherClaim idem.Claim
+			var otherClaim idemdriver.Claim
 			var err error
 			for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 				// The new primary may refuse writes for a moment after its
@@ -116,7 +116,7 @@ func TestFailover(t *testing.T) {
 					break
 				}
 			}
-			otherClaim, beginErr = second.Begin(ctx, idem.MustKey(record), "fp", time.Minute)
+			otherClaim, beginErr = second.Begin(ctx, idemdriver.MustKey(record), "fp", time.Minute)
 			if beginErr != nil {
 				t.Fatal(beginErr)
 			}
@@ -127,7 +127,7 @@ func TestFailover(t *testing.T) {
 			}
 			if !acked {
 				// The hazard, shown: two holders, two runs.
-				if err != nil || otherClaim.State != idem.Acquired {
+				if err != nil || otherClaim.State != idemdriver.Acquired {
 					t.Fatalf("after an unacknowledged grant and a failover: TryAcquire %v, Begin %v; "+
 						"want both granted again (the documented hazard)", err, otherClaim.State)
 				}
@@ -140,7 +140,7 @@ func TestFailover(t *testing.T) {
 			if !errors.Is(err, lock.ErrNotAcquired) {
 				t.Fatalf("TryAcquire after the failover: %v, want the key still held", err)
 			}
-			if otherClaim.State != idem.InFlight {
+			if otherClaim.State != idemdriver.InFlight {
 				t.Fatalf("Begin after the failover: %v, want the claim still in flight", otherClaim.State)
 			}
 			// The first holder carries on through the new primary.
@@ -245,30 +245,30 @@ func TestFailoverCompletionAcknowledged(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	const key = "completion-acked"
-	c, err := s.Begin(ctx, idem.MustKey(key), "fp", 10*time.Second)
+	c, err := s.Begin(ctx, idemdriver.MustKey(key), "fp", 10*time.Second)
 	for deadline := time.Now().Add(10 * time.Second); errors.Is(err, redisstore.ErrNotReplicated) && time.Now().Before(deadline); {
-		c, err = s.Begin(ctx, idem.MustKey(key), "fp", 10*time.Second) // a loaded machine's replica may lag past the timeout
+		c, err = s.Begin(ctx, idemdriver.MustKey(key), "fp", 10*time.Second) // a loaded machine's replica may lag past the timeout
 	}
-	if err != nil || c.State != idem.Acquired {
+	if err != nil || c.State != idemdriver.Acquired {
 		t.Fatalf("Begin: %+v %v", c, err)
 	}
 	g.HoldReplication()
 	if err := s.Complete(ctx, c, []byte("placed"), time.Minute); !errors.Is(err, redisstore.ErrNotReplicated) {
 		t.Fatalf("Complete with the replicas held = %v, want ErrNotReplicated", err)
 	}
-	if got, err := dup.Begin(ctx, idem.MustKey(key), "fp", 10*time.Second); err == nil {
+	if got, err := dup.Begin(ctx, idemdriver.MustKey(key), "fp", 10*time.Second); err == nil {
 		t.Fatalf("Begin while no replica had the completion = %v %q, want ErrNotReplicated", got.State, got.Result)
 	} else if !errors.Is(err, redisstore.ErrNotReplicated) {
 		t.Fatalf("Begin while no replica had the completion: %v, want ErrNotReplicated", err)
 	}
 	g.ResumeReplication()
-	var got idem.Claim
+	var got idemdriver.Claim
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		if got, err = dup.Begin(ctx, idem.MustKey(key), "fp", 10*time.Second); err == nil || time.Now().After(deadline) {
+		if got, err = dup.Begin(ctx, idemdriver.MustKey(key), "fp", 10*time.Second); err == nil || time.Now().After(deadline) {
 			break
 		}
 	}
-	if err != nil || got.State != idem.Completed || string(got.Result) != "placed" {
+	if err != nil || got.State != idemdriver.Completed || string(got.Result) != "placed" {
 		t.Fatalf("Begin after replication resumed: %+v %v, want the completed record replayed", got, err)
 	}
 }

@@ -11,7 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/idem/idemdriver"
 	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/core/lock/lockdriver"
 	"github.com/oncekit/oncekit/core/observe"
@@ -34,9 +34,9 @@ type Client interface {
 	Time(ctx context.Context) *redis.TimeCmd
 }
 
-// Store is a lock.Locker, an idem.Store (Begin, Complete, Abandon,
-// Extend, each one round trip), an idem.EffectStore and an inspector
-// (lock.Inspector, idem.Inspector) over one Redis deployment. It is safe
+// Store is a lock.Locker, an idemdriver.Store (Begin, Complete, Abandon,
+// Extend, each one round trip), an idemdriver.EffectStore and an inspector
+// (lock.Inspector, idemdriver.Inspector) over one Redis deployment. It is safe
 // for concurrent use; Close releases its pub/sub connection.
 //
 // Goroutines of one Store that wait for the same key queue up locally, first
@@ -51,7 +51,7 @@ type Store struct {
 	owned    func() error // closes the client storage.Open made (nil for New's)
 	ownOnce  sync.Once
 	base     rediskit.Base     // what both Redis drivers share (options, names, script calls)
-	fin      rediskit.Finisher // idem.Store's Complete, Abandon and Extend
+	fin      rediskit.Finisher // idemdriver.Store's Complete, Abandon and Extend
 	client   Client            // scripts go through it: auto-pipelined when the client can pipeline
 	raw      Client            // the client as given
 	handOffs keep.HandOffs
@@ -234,11 +234,11 @@ func (s *Store) watch(ctx context.Context, channel string) (*redisnotify.Watcher
 }
 
 var (
-	_ lock.Locker    = (*Store)(nil)
-	_ idem.Store     = (*Store)(nil)
-	_ idem.Waiter    = (*Store)(nil)
-	_ lock.Inspector = (*Store)(nil)
-	_ idem.Inspector = (*Store)(nil)
+	_ lock.Locker          = (*Store)(nil)
+	_ idemdriver.Store     = (*Store)(nil)
+	_ idemdriver.Waiter    = (*Store)(nil)
+	_ lock.Inspector       = (*Store)(nil)
+	_ idemdriver.Inspector = (*Store)(nil)
 )
 
 // Ping is a health check for readiness probes: one request (TIME) to the

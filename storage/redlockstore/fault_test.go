@@ -14,7 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/idem/idemdriver"
 	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/internal/testenv"
 	"github.com/oncekit/oncekit/storage/redlockstore"
@@ -448,8 +448,8 @@ func TestClaimFencesNeverGoBackwards(t *testing.T) {
 	s := newStore(t, c.clients(t))
 	c.procs[3].Pause() // X's majority is nodes 0, 1 and 2
 	c.procs[4].Pause()
-	x, err := s.Begin(ctx, idem.MustKey(key), "fp", 10*time.Second)
-	if err != nil || x.State != idem.Acquired {
+	x, err := s.Begin(ctx, idemdriver.MustKey(key), "fp", 10*time.Second)
+	if err != nil || x.State != idemdriver.Acquired {
 		t.Fatalf("claim X: %v %v", x.State, err)
 	}
 	if x.Fence <= uint64(high) {
@@ -463,17 +463,17 @@ func TestClaimFencesNeverGoBackwards(t *testing.T) {
 	c.procs[0].Kill() // the node whose fence ran ahead is gone
 	// X's requests to the paused nodes ran when they resumed; the Store
 	// gives those late claims back (or their lease ends).
-	var y idem.Claim
+	var y idemdriver.Claim
 	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		// (With node 0 gone and X's late claims still on nodes 3 and 4, a
 		// round can also end without a majority either way.)
-		y, err = s.Begin(ctx, idem.MustKey(key), "fp", 10*time.Second)
-		waiting := y.State == idem.InFlight || errors.Is(err, redlockstore.ErrNoQuorum)
+		y, err = s.Begin(ctx, idemdriver.MustKey(key), "fp", 10*time.Second)
+		waiting := y.State == idemdriver.InFlight || errors.Is(err, redlockstore.ErrNoQuorum)
 		if !waiting || time.Now().After(deadline) {
 			break
 		}
 	}
-	if err != nil || y.State != idem.Acquired {
+	if err != nil || y.State != idemdriver.Acquired {
 		t.Fatalf("claim Y: %v %v", y.State, err)
 	}
 	if y.Fence <= x.Fence {
@@ -488,8 +488,8 @@ func TestCloseWakesWaitChange(t *testing.T) {
 	c := newCluster(t, 3)
 	ctx := ctxT(t, 20*time.Second)
 	holder := newStore(t, c.clients(t))
-	claim, err := holder.Begin(ctx, idem.MustKey("waited"), "fp", 30*time.Second)
-	if err != nil || claim.State != idem.Acquired {
+	claim, err := holder.Begin(ctx, idemdriver.MustKey("waited"), "fp", 30*time.Second)
+	if err != nil || claim.State != idemdriver.Acquired {
 		t.Fatalf("Begin: %v %v", claim.State, err)
 	}
 	s, err := redlockstore.New(c.clients(t))
@@ -497,7 +497,7 @@ func TestCloseWakesWaitChange(t *testing.T) {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
-	go func() { done <- s.WaitChange(ctx, idem.MustKey("waited"), time.Now().Add(30*time.Second)) }()
+	go func() { done <- s.WaitChange(ctx, idemdriver.MustKey("waited"), time.Now().Add(30*time.Second)) }()
 	time.Sleep(200 * time.Millisecond)
 	closed := make(chan error, 1)
 	go func() { closed <- s.Close() }()
@@ -520,8 +520,8 @@ func TestQuorumLostReportsNodes(t *testing.T) {
 	c := newCluster(t, 5)
 	s := newStore(t, c.clients(t), redlockstore.WithQuorumWait(time.Second))
 	ctx := ctxT(t, 30*time.Second)
-	claim, err := s.Begin(ctx, idem.MustKey("begun"), "fp", 30*time.Second)
-	if err != nil || claim.State != idem.Acquired {
+	claim, err := s.Begin(ctx, idemdriver.MustKey("begun"), "fp", 30*time.Second)
+	if err != nil || claim.State != idemdriver.Acquired {
 		t.Fatalf("Begin: %v %v", claim.State, err)
 	}
 	for _, p := range c.procs[2:] {
@@ -541,7 +541,7 @@ func TestQuorumLostReportsNodes(t *testing.T) {
 		!strings.Contains(msg, "reset by peer") {
 		t.Errorf("the error does not say what the nodes did: %v", err)
 	}
-	_, err = s.Begin(ctx, idem.MustKey("begun"), "fp", time.Second)
+	_, err = s.Begin(ctx, idemdriver.MustKey("begun"), "fp", time.Second)
 	if !errors.Is(err, redlockstore.ErrNoQuorum) {
 		t.Errorf("Begin with 2 of 5 nodes answering: %v, want ErrNoQuorum (not in flight)", err)
 	}

@@ -6,13 +6,14 @@ import (
 	"time"
 
 	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/idem/idemdriver"
 	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/core/lock/lockdriver"
 	"github.com/oncekit/oncekit/storage/internal/rediskit"
 	"github.com/oncekit/oncekit/storage/internal/token"
 )
 
-// Idempotency records (idem.Store) on N independent nodes. Each node keeps
+// Idempotency records (idemdriver.Store) on N independent nodes. Each node keeps
 // the same record as redisstore does (one string with the claim's token
 // and fence, and a completion channel). A claim is begun on every node at
 // once and holds only with a majority; a completed record found on any
@@ -21,17 +22,17 @@ import (
 // nodes' fences, checked against their clocks as a lock's is (fenceOf),
 // and Complete and Abandon leave it on every node.
 
-// Begin implements idem.Store: one round to every node at once.
-func (s *Store) Begin(ctx context.Context, key idem.Key, fingerprint string, lease time.Duration) (idem.Claim, error) {
+// Begin implements idemdriver.Store: one round to every node at once.
+func (s *Store) Begin(ctx context.Context, key idemdriver.Key, fingerprint string, lease time.Duration) (idemdriver.Claim, error) {
 	if err := key.Check(); err != nil {
-		return idem.Claim{}, err
+		return idemdriver.Claim{}, err
 	}
 	if err := lockdriver.ValidateTTL(lease); err != nil {
-		return idem.Claim{}, err
+		return idemdriver.Claim{}, err
 	}
 	select {
 	case <-s.closed:
-		return idem.Claim{}, fmt.Errorf("redlockstore: begin %q: %w", key, lock.ErrClosed)
+		return idemdriver.Claim{}, fmt.Errorf("redlockstore: begin %q: %w", key, lock.ErrClosed)
 	default:
 	}
 	tok := token.New()
@@ -40,37 +41,37 @@ func (s *Store) Begin(ctx context.Context, key idem.Key, fingerprint string, lea
 	if !b.claimed() && len(b.claims) > 0 {
 		s.finishNodes(ctx, key, tok, rediskit.GiveBack, time.Millisecond, nil, indexes(b.claims), 0)
 	}
-	c := idem.Claim{Key: key, Fingerprint: fingerprint, Expires: now.Add(time.Duration(b.pttl) * time.Millisecond)}
+	c := idemdriver.Claim{Key: key, Fingerprint: fingerprint, Expires: now.Add(time.Duration(b.pttl) * time.Millisecond)}
 	switch {
 	case b.corrupt != nil && b.corrupt.v.Code == rediskit.BeginUnknownLayout:
-		return idem.Claim{}, b.corrupt.v.LayoutError(key, s.nodes[b.corrupt.node].name)
+		return idemdriver.Claim{}, b.corrupt.v.LayoutError(key, s.nodes[b.corrupt.node].name)
 	case b.corrupt != nil:
-		return idem.Claim{}, &idem.CorruptRecordError{Key: key.String(), Reason: s.nodes[b.corrupt.node].name + ": " + b.corrupt.v.Reason}
+		return idemdriver.Claim{}, &idem.CorruptRecordError{Key: key.String(), Reason: s.nodes[b.corrupt.node].name + ": " + b.corrupt.v.Reason}
 	case b.done != nil:
-		c.State, c.Result = idem.Completed, b.done.v.Result
+		c.State, c.Result = idemdriver.Completed, b.done.v.Result
 		return c, nil
 	case b.ctxErr != nil:
-		return idem.Claim{}, b.ctxErr
+		return idemdriver.Claim{}, b.ctxErr
 	case b.claimed():
 		fence, err := s.fenceOf("begin", key.String(), b.claims, b.clocks, lease)
 		if err != nil {
 			s.finishNodes(context.WithoutCancel(ctx), key, tok, rediskit.GiveBack, time.Millisecond, nil, s.all(), 0)
-			return idem.Claim{}, err
+			return idemdriver.Claim{}, err
 		}
-		c.State, c.Token, c.Fence, c.Attempt, c.Expires = idem.Acquired, tok, fence, int(b.attempt), now.Add(lease)
+		c.State, c.Token, c.Fence, c.Attempt, c.Expires = idemdriver.Acquired, tok, fence, int(b.attempt), now.Add(lease)
 		return c, nil
 	case b.answers < s.quorum:
 		// Too few nodes answered to tell a live claim (or another
 		// fingerprint's record) from a stale copy on a minority.
-		return idem.Claim{}, s.quorumError("begin", key.String(), b.answers, b.failed)
+		return idemdriver.Claim{}, s.quorumError("begin", key.String(), b.answers, b.failed)
 	case b.counts[rediskit.BeginMismatch] > 0:
-		c.State = idem.Mismatch
+		c.State = idemdriver.Mismatch
 		return c, nil
 	case b.counts[rediskit.BeginInFlight] > 0 || len(b.claims) > 0:
-		c.State = idem.InFlight
+		c.State = idemdriver.InFlight
 		return c, nil
 	default:
-		return idem.Claim{}, s.quorumError("begin", key.String(), len(b.claims), b.failed)
+		return idemdriver.Claim{}, s.quorumError("begin", key.String(), len(b.claims), b.failed)
 	}
 }
 
@@ -97,7 +98,7 @@ func (b *beginRound) claimed() bool {
 // record decides at once. Otherwise it waits for a majority of claims, or
 // for a majority of answers once a claim is out of reach (a completed
 // record lives on a majority, so any majority of answers includes it).
-func (s *Store) sendBegin(ctx context.Context, key idem.Key, fingerprint, tok string, lease time.Duration) *beginRound {
+func (s *Store) sendBegin(ctx context.Context, key idemdriver.Key, fingerprint, tok string, lease time.Duration) *beginRound {
 	n := len(s.nodes)
 	b := &beginRound{quorum: s.quorum, claims: map[int]int64{}, clocks: map[int]int64{}, counts: map[rediskit.BeginCode]int{}}
 	r := newRound(s, s.all(), func(ctx context.Context, nd *node) (rediskit.BeginReply, error) {
@@ -139,13 +140,13 @@ func (s *Store) sendBegin(ctx context.Context, key idem.Key, fingerprint, tok st
 // node (or the timeout), so that a completion reaches as many as it can.
 // The record keeps the fence floor on each node (a claim's fence: see
 // fenceOf; 0 for a claim never granted).
-func (s *Store) finishNodes(ctx context.Context, key idem.Key, tok string, op rediskit.FinishOp, d time.Duration, result []byte, idx []int, floor uint64) vote {
+func (s *Store) finishNodes(ctx context.Context, key idemdriver.Key, tok string, op rediskit.FinishOp, d time.Duration, result []byte, idx []int, floor uint64) vote {
 	return s.poll(ctx, idx, s.nodeTimeout(max(d, time.Second)), true, func(ctx context.Context, n *node) (bool, error) {
 		return s.base.Finish(ctx, n.c, key, tok, op, d, result, floor)
 	})
 }
 
-func (s *Store) finishClaim(ctx context.Context, c idem.Claim, op rediskit.FinishOp, d time.Duration, result []byte) error {
+func (s *Store) finishClaim(ctx context.Context, c idemdriver.Claim, op rediskit.FinishOp, d time.Duration, result []byte) error {
 	ctx, cancel, err := rediskit.FinishContext(ctx, c, op, "redlockstore")
 	if err != nil {
 		return err
@@ -155,10 +156,10 @@ func (s *Store) finishClaim(ctx context.Context, c idem.Claim, op rediskit.Finis
 	return s.verdict(string(op), c.Key.String(), v, idem.ErrLockLost)
 }
 
-// WaitChange implements idem.Waiter: a completion or abandonment message
+// WaitChange implements idemdriver.Waiter: a completion or abandonment message
 // from any node wakes the waiter, as does the lease's end. Close wakes it
 // with lock.ErrClosed.
-func (s *Store) WaitChange(ctx context.Context, key idem.Key, until time.Time) error {
+func (s *Store) WaitChange(ctx context.Context, key idemdriver.Key, until time.Time) error {
 	select {
 	case <-s.closed:
 		return fmt.Errorf("redlockstore: wait for %q: %w", key, lock.ErrClosed)
@@ -187,7 +188,7 @@ func (s *Store) WaitChange(ctx context.Context, key idem.Key, until time.Time) e
 // in-flight record on each, so that whichever node completes announces
 // it) and returns what it found: "c" when any node has the completed
 // record, else "i" when any has it in flight.
-func (s *Store) peek(ctx context.Context, key idem.Key) (string, error) {
+func (s *Store) peek(ctx context.Context, key idemdriver.Key) (string, error) {
 	r := newRound(s, s.all(), func(ctx context.Context, n *node) (string, error) {
 		return s.base.RecordStatus(ctx, n.c, key)
 	})
@@ -204,18 +205,18 @@ func (s *Store) peek(ctx context.Context, key idem.Key) (string, error) {
 	return st, nil
 }
 
-// Complete implements idem.Store: the result is stored if c still holds
+// Complete implements idemdriver.Store: the result is stored if c still holds
 // the key on a majority of the nodes (else idem.ErrLockLost).
-func (s *Store) Complete(ctx context.Context, c idem.Claim, result []byte, retention time.Duration) error {
+func (s *Store) Complete(ctx context.Context, c idemdriver.Claim, result []byte, retention time.Duration) error {
 	return s.fin.Complete(ctx, c, result, retention)
 }
 
-// Abandon implements idem.Store: c's in-flight record is deleted on the
+// Abandon implements idemdriver.Store: c's in-flight record is deleted on the
 // nodes so that a retry can run (else idem.ErrLockLost).
-func (s *Store) Abandon(ctx context.Context, c idem.Claim) error { return s.fin.Abandon(ctx, c) }
+func (s *Store) Abandon(ctx context.Context, c idemdriver.Claim) error { return s.fin.Abandon(ctx, c) }
 
-// Extend implements idem.Store: c's lease is lengthened to lease from now
+// Extend implements idemdriver.Store: c's lease is lengthened to lease from now
 // on a majority of the nodes (else idem.ErrLockLost).
-func (s *Store) Extend(ctx context.Context, c idem.Claim, lease time.Duration) error {
+func (s *Store) Extend(ctx context.Context, c idemdriver.Claim, lease time.Duration) error {
 	return s.fin.Extend(ctx, c, lease)
 }

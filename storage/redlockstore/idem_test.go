@@ -7,7 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/idem/idemdriver"
 	"github.com/oncekit/oncekit/core/idem/idemtest"
 	"github.com/oncekit/oncekit/internal/testenv"
 	"github.com/oncekit/oncekit/storage/redlockstore"
@@ -21,11 +21,11 @@ func TestIdemConformance(t *testing.T) {
 		// two loaded cores: a node can take longer than the default node
 		// timeout (TTL/10, at most 1 s) to answer, which is a quorum error,
 		// not a wrong answer. The suite checks answers: nodes get 3 s.
-		NewStore: func(t *testing.T) idem.Store {
+		NewStore: func(t *testing.T) idemdriver.Store {
 			return newStore(t, clients(t, addrs), redlockstore.WithNodeTimeout(3*time.Second))
 		},
 		FenceAtLeast: true, // each node keeps its own fence
-		Settle: func(t *testing.T, st idem.Store) {
+		Settle: func(t *testing.T, st idemdriver.Store) {
 			if !redlockstore.Settle(st.(*redlockstore.Store), 10*time.Second) {
 				t.Fatal("node requests still running in the background after 10 s")
 			}

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/idem/idemdriver"
 	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/core/lock/lockdriver"
 	"github.com/oncekit/oncekit/storage/internal/rediskit"
@@ -142,19 +142,19 @@ func (s *Store) ForceRelease(ctx context.Context, key string) (lock.LockInfo, er
 	return info, nil
 }
 
-// InspectRecord implements idem.Inspector, the way Begin reads the nodes:
+// InspectRecord implements idemdriver.Inspector, the way Begin reads the nodes:
 // a completed record on any node wins; else a claim is in flight when one
 // token holds a majority. Detail says how many nodes agree.
-func (s *Store) InspectRecord(ctx context.Context, key string) (idem.RecordInfo, error) {
-	k, err := idem.CheckKey(key)
+func (s *Store) InspectRecord(ctx context.Context, key string) (idemdriver.RecordInfo, error) {
+	k, err := idemdriver.CheckKey(key)
 	if err != nil {
-		return idem.RecordInfo{}, err
+		return idemdriver.RecordInfo{}, err
 	}
 	states, ok, err := onEveryNode(ctx, s, "inspect record", key, func(ctx context.Context, n *node) (rediskit.RecordState, error) {
 		return rediskit.InspectRecord(ctx, n.c, s.base.Records, k)
 	})
 	if err != nil {
-		return idem.RecordInfo{}, err
+		return idemdriver.RecordInfo{}, err
 	}
 	now := time.Now()
 	var (
@@ -172,23 +172,23 @@ func (s *Store) InspectRecord(ctx context.Context, key string) (idem.RecordInfo,
 		case !st.Found:
 		case st.Corrupt != "":
 			corrupt = append(corrupt, s.nodes[i].name+": "+st.Corrupt)
-		case st.State == idem.Completed:
-			if best < 0 || states[best].State != idem.Completed {
+		case st.State == idemdriver.Completed:
+			if best < 0 || states[best].State != idemdriver.Completed {
 				best = i
 			}
 			count["c"]++
 		default:
 			count[st.Token]++
-			if best < 0 || (states[best].State != idem.Completed && count[st.Token] > count[states[best].Token]) {
+			if best < 0 || (states[best].State != idemdriver.Completed && count[st.Token] > count[states[best].Token]) {
 				best = i
 			}
 		}
 	}
-	info := idem.RecordInfo{Key: key}
+	info := idemdriver.RecordInfo{Key: key}
 	if best >= 0 {
 		info = states[best].Info(key, now)
 		agree := count["c"]
-		if info.State == idem.InFlight {
+		if info.State == idemdriver.InFlight {
 			agree = count[states[best].Token]
 			info.Fence = highestFence(states, ok, states[best].Token)
 			if agree < s.quorum {
@@ -207,10 +207,10 @@ func (s *Store) InspectRecord(ctx context.Context, key string) (idem.RecordInfo,
 	return info, nil
 }
 
-// DeleteRecord implements idem.Inspector: every node that answers deletes
+// DeleteRecord implements idemdriver.Inspector: every node that answers deletes
 // its copy; it needs a majority to answer.
 func (s *Store) DeleteRecord(ctx context.Context, key string) (bool, error) {
-	k, err := idem.CheckKey(key)
+	k, err := idemdriver.CheckKey(key)
 	if err != nil {
 		return false, err
 	}
@@ -235,7 +235,7 @@ func highestFence(states []rediskit.RecordState, ok []bool, tok string) uint64 {
 	return top
 }
 
-// ListKeys implements idem.Lister: the keys of the records on any node
+// ListKeys implements idemdriver.Lister: the keys of the records on any node
 // that answers, each once (a record on a minority of nodes is listed too;
 // InspectRecord says whether a majority agrees).
 func (s *Store) ListKeys(ctx context.Context, fn func(key string) bool) error {

@@ -65,7 +65,7 @@ func WithPrefix(p string) Option { return func(o *options) { o.Prefix = p } }
 // package observe). Default: none.
 func WithObserver(obs observe.Observer) Option { return func(o *options) { o.Observer = obs } }
 
-// WithRecordPrefix sets the prefix of the idempotency records (idem.Store).
+// WithRecordPrefix sets the prefix of the idempotency records (idemdriver.Store).
 // It must not contain '{' or '}'. Default "oncekit:redlock-idem:".
 func WithRecordPrefix(p string) Option { return func(o *options) { o.RecordPrefix = p } }
 

@@ -12,7 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
-	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/idem/idemdriver"
 	"github.com/oncekit/oncekit/core/idem/idemtest"
 	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/core/lock/locktest"
@@ -35,7 +35,7 @@ func TestMain(m *testing.M) {
 		return redlockstore.New(redlockstore.FromClients(cs...))
 	}
 	locktest.RunHolder(func() (lock.Locker, error) { return newStore() })
-	idemtest.RunRunner(func() (idem.Store, error) { return newStore() })
+	idemtest.RunRunner(func() (idemdriver.Store, error) { return newStore() })
 	testenv.QuietRedisDialErrors() // the fault tests stop servers on purpose
 	goleak.VerifyTestMain(m,
 		// go-redis retries a failed dial (a server the fault tests stopped)

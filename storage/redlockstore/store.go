@@ -13,7 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/idem/idemdriver"
 	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/core/observe"
 	"github.com/oncekit/oncekit/storage/internal/keep"
@@ -34,14 +34,14 @@ type Client interface {
 	Time(ctx context.Context) *redis.TimeCmd
 }
 
-// Store is a lock.Locker, an idem.Store (Begin, Complete, Abandon and
+// Store is a lock.Locker, an idemdriver.Store (Begin, Complete, Abandon and
 // Extend, each a round to every node that needs a majority) and an
-// inspector (lock.Inspector, idem.Inspector) over N independent Redis
+// inspector (lock.Inspector, idemdriver.Inspector) over N independent Redis
 // nodes with majority quorum. It is safe for concurrent use; Close releases its
 // pub/sub connections.
 type Store struct {
 	base    rediskit.Base     // what both Redis drivers share (options, names, script calls)
-	fin     rediskit.Finisher // idem.Store's Complete, Abandon and Extend
+	fin     rediskit.Finisher // idemdriver.Store's Complete, Abandon and Extend
 	redlock redlockOptions
 	nodes   []*node
 	ring    []int // the nodes' indexes in the order of their names (keyRing)
@@ -382,11 +382,11 @@ func indexes[V any](m map[int]V) []int {
 }
 
 var (
-	_ lock.Locker    = (*Store)(nil)
-	_ idem.Store     = (*Store)(nil)
-	_ idem.Waiter    = (*Store)(nil)
-	_ lock.Inspector = (*Store)(nil)
-	_ idem.Inspector = (*Store)(nil)
+	_ lock.Locker          = (*Store)(nil)
+	_ idemdriver.Store     = (*Store)(nil)
+	_ idemdriver.Waiter    = (*Store)(nil)
+	_ lock.Inspector       = (*Store)(nil)
+	_ idemdriver.Inspector = (*Store)(nil)
 )
 
 // Ping is a health check for readiness probes: a TIME request to every

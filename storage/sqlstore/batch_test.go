@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/idem/idemdriver"
 	"github.com/oncekit/oncekit/internal/testenv"
 )
 
@@ -50,7 +51,7 @@ func concurrentCallsShareStatements(t *testing.T, url string) {
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
 	base := "batch:" + time.Now().Format(time.RFC3339Nano) + ":"
-	done, err := s.Begin(ctx, idem.MustKey(base+"done"), "fp", time.Minute)
+	done, err := s.Begin(ctx, idemdriver.MustKey(base+"done"), "fp", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,12 +70,12 @@ func concurrentCallsShareStatements(t *testing.T, url string) {
 	for range replays {
 		keys = append(keys, base+"done")
 	}
-	claims := make([]idem.Claim, len(keys))
+	claims := make([]idemdriver.Claim, len(keys))
 	errs := make([]error, len(keys))
 	queued, release := s.HoldBatches()
 	var wg sync.WaitGroup
 	for i, k := range keys {
-		wg.Go(func() { claims[i], errs[i] = s.Begin(ctx, idem.MustKey(k), "fp", time.Minute) })
+		wg.Go(func() { claims[i], errs[i] = s.Begin(ctx, idemdriver.MustKey(k), "fp", time.Minute) })
 	}
 	// (Of the copies of one key, the first is sent; the others wait for
 	// its answer in the Store: local.go.)
@@ -83,7 +84,7 @@ func concurrentCallsShareStatements(t *testing.T, url string) {
 	wg.Wait()
 
 	tokens := map[string]bool{}
-	var acquired []idem.Claim
+	var acquired []idemdriver.Claim
 	dupWinners := 0
 	for i, c := range claims {
 		if errs[i] != nil {
@@ -91,21 +92,21 @@ func concurrentCallsShareStatements(t *testing.T, url string) {
 		}
 		switch {
 		case i < fresh:
-			if c.State != idem.Acquired || c.Token == "" || tokens[c.Token] || c.Fence == 0 || c.Attempt != 1 {
+			if c.State != idemdriver.Acquired || c.Token == "" || tokens[c.Token] || c.Fence == 0 || c.Attempt != 1 {
 				t.Fatalf("new key %s: %+v, want acquired with a token of its own, a fence, attempt 1", keys[i], c)
 			}
 		case i < fresh+dups:
-			if c.State == idem.Acquired {
+			if c.State == idemdriver.Acquired {
 				dupWinners++
-			} else if c.State != idem.InFlight {
+			} else if c.State != idemdriver.InFlight {
 				t.Fatalf("duplicate %s: %v, want acquired or in flight", keys[i], c.State)
 			}
 		default:
-			if c.State != idem.Completed || string(c.Result) != "stored" {
+			if c.State != idemdriver.Completed || string(c.Result) != "stored" {
 				t.Fatalf("replay %s: %v %q, want the stored result", keys[i], c.State, c.Result)
 			}
 		}
-		if c.State == idem.Acquired {
+		if c.State == idemdriver.Acquired {
 			tokens[c.Token] = true
 			acquired = append(acquired, c)
 		}
@@ -137,7 +138,7 @@ func concurrentCallsShareStatements(t *testing.T, url string) {
 	}
 	for _, c := range acquired {
 		got, err := s.Begin(ctx, c.Key, "fp", time.Minute)
-		if err != nil || got.State != idem.Completed || string(got.Result) != "r:"+c.Key.String() {
+		if err != nil || got.State != idemdriver.Completed || string(got.Result) != "r:"+c.Key.String() {
 			t.Fatalf("after the completions, %s: %v %q %v", c.Key, got.State, got.Result, err)
 		}
 	}
@@ -163,29 +164,29 @@ func batchedClaimsPassARowBeingWritten(t *testing.T, url string) {
 	base := "batch-busy:" + time.Now().Format(time.RFC3339Nano) + ":"
 	// (Claimed by another process: a duplicate of a claim s holds itself
 	// is answered in s, with no statement.)
-	busy, err := migrated(t, url).Begin(ctx, idem.MustKey(base+"busy"), "fp", time.Minute)
+	busy, err := migrated(t, url).Begin(ctx, idemdriver.MustKey(base+"busy"), "fp", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
 	lockRecordRow(ctx, t, s, "UPDATE %s SET watched = true WHERE record_key = ?", busy.Key.String())
 
 	keys := []string{base + "busy", base + "a", base + "b", base + "c"}
-	claims := make([]idem.Claim, len(keys))
+	claims := make([]idemdriver.Claim, len(keys))
 	errs := make([]error, len(keys))
 	bctx, bcancel := context.WithTimeout(ctx, 5*time.Second)
 	defer bcancel()
 	queued, release := s.HoldBatches()
 	var wg sync.WaitGroup
 	for i, k := range keys {
-		wg.Go(func() { claims[i], errs[i] = s.Begin(bctx, idem.MustKey(k), "fp", time.Minute) })
+		wg.Go(func() { claims[i], errs[i] = s.Begin(bctx, idemdriver.MustKey(k), "fp", time.Minute) })
 	}
 	waitQueued(t, queued, len(keys))
 	release()
 	wg.Wait()
 	for i, c := range claims {
-		want := idem.Acquired
+		want := idemdriver.Acquired
 		if i == 0 {
-			want = idem.InFlight
+			want = idemdriver.InFlight
 		}
 		if errs[i] != nil || c.State != want {
 			t.Errorf("Begin %s while another transaction writes %s's row: %v %v, want %v", keys[i], keys[0], c.State, errs[i], want)
@@ -199,7 +200,7 @@ func TestQueuedClaimWhoseCallerLeft(t *testing.T) {
 	s := migrated(t, testenv.PostgresURL(t))
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	key := idem.MustKey("batch-left:" + time.Now().Format(time.RFC3339Nano))
+	key := idemdriver.MustKey("batch-left:" + time.Now().Format(time.RFC3339Nano))
 	queued, release := s.HoldBatches()
 	lctx, lcancel := context.WithCancel(ctx)
 	left := make(chan error, 1)
@@ -214,7 +215,7 @@ func TestQueuedClaimWhoseCallerLeft(t *testing.T) {
 	}
 	release()
 	c, err := s.Begin(ctx, key, "fp", time.Minute)
-	if err != nil || c.State != idem.Acquired || c.Attempt != 1 {
+	if err != nil || c.State != idemdriver.Acquired || c.Attempt != 1 {
 		t.Fatalf("the next Begin: %+v %v, want acquired, attempt 1", c, err)
 	}
 }
@@ -227,9 +228,9 @@ func TestBatchedCompletionWakesADuplicate(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
 	base := "batch-woken:" + time.Now().Format(time.RFC3339Nano) + ":"
-	var claims []idem.Claim
+	var claims []idemdriver.Claim
 	for _, k := range []string{"watched", "b", "c"} {
-		c, err := s.Begin(ctx, idem.MustKey(base+k), "fp", time.Minute)
+		c, err := s.Begin(ctx, idemdriver.MustKey(base+k), "fp", time.Minute)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -262,9 +263,9 @@ func TestLargeResultsGoAlone(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
 	base := "batch-large:" + time.Now().Format(time.RFC3339Nano) + ":"
-	var claims []idem.Claim
+	var claims []idemdriver.Claim
 	for i := range 3 {
-		c, err := s.Begin(ctx, idem.MustKey(fmt.Sprint(base, i)), "fp", time.Minute)
+		c, err := s.Begin(ctx, idemdriver.MustKey(fmt.Sprint(base, i)), "fp", time.Minute)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -289,7 +290,7 @@ func TestLargeResultsGoAlone(t *testing.T) {
 	}
 	for _, c := range claims {
 		got, err := s.Begin(ctx, c.Key, "fp", time.Minute)
-		if err != nil || got.State != idem.Completed || len(got.Result) != len(result) {
+		if err != nil || got.State != idemdriver.Completed || len(got.Result) != len(result) {
 			t.Fatalf("%s: %v, %d bytes, %v", c.Key, got.State, len(got.Result), err)
 		}
 	}
@@ -306,7 +307,7 @@ func TestLostBatchAnswerGivesTheClaimsBack(t *testing.T) {
 	s, other := open(t, withHost(t, dbURL, proxy.Addr)), open(t, dbURL)
 	ctx := t.Context()
 	base := "lost-batch:" + time.Now().Format(time.RFC3339Nano) + ":"
-	warm, err := s.Begin(ctx, idem.MustKey(base+"warm"), "fp", time.Minute)
+	warm, err := s.Begin(ctx, idemdriver.MustKey(base+"warm"), "fp", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -320,7 +321,7 @@ func TestLostBatchAnswerGivesTheClaimsBack(t *testing.T) {
 	queued, release := s.HoldBatches()
 	for _, k := range keys {
 		go func() {
-			_, err := s.Begin(bctx, idem.MustKey(k), "fp", 30*time.Second)
+			_, err := s.Begin(bctx, idemdriver.MustKey(k), "fp", 30*time.Second)
 			errs <- err
 		}()
 	}
@@ -329,7 +330,7 @@ func TestLostBatchAnswerGivesTheClaimsBack(t *testing.T) {
 	proxy.WaitStalled(t, 10*time.Second)
 	time.Sleep(100 * time.Millisecond) // (the server runs the statement it got)
 	for _, k := range keys {
-		if c, err := other.Begin(ctx, idem.MustKey(k), "fp", time.Minute); err != nil || c.State != idem.InFlight {
+		if c, err := other.Begin(ctx, idemdriver.MustKey(k), "fp", time.Minute); err != nil || c.State != idemdriver.InFlight {
 			t.Fatalf("%s while the batch's answer is held: %v %v, want in flight (the statement ran)", k, c.State, err)
 		}
 	}
@@ -343,11 +344,11 @@ func TestLostBatchAnswerGivesTheClaimsBack(t *testing.T) {
 	deadline := time.Now().Add(10 * time.Second)
 	for _, k := range keys {
 		for {
-			c, err := other.Begin(ctx, idem.MustKey(k), "fp", time.Minute)
+			c, err := other.Begin(ctx, idemdriver.MustKey(k), "fp", time.Minute)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if c.State == idem.Acquired {
+			if c.State == idemdriver.Acquired {
 				if c.Attempt != 2 {
 					t.Errorf("%s: the retry's attempt %d, want 2 (the lost claim counted)", k, c.Attempt)
 				}

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/idem/idemdriver"
 )
 
 // Effect is a write in the database that commits atomically with an
@@ -33,11 +34,11 @@ import (
 // idem.Commit in a Guard's run (or httpmw.Commit in a handler).
 type Effect func(ctx context.Context, tx *sql.Tx) error
 
-// CompleteWith implements idem.EffectStore: effect is an Effect (or a
+// CompleteWith implements idemdriver.EffectStore: effect is an Effect (or a
 // func(context.Context, *sql.Tx) error), run in a transaction of the
 // Store's; Writes, on PostgreSQL one statement with the completion; or
 // InTx(tx), the caller's own transaction.
-func (s *Store) CompleteWith(ctx context.Context, c idem.Claim, result []byte, retention time.Duration, effect any) error {
+func (s *Store) CompleteWith(ctx context.Context, c idemdriver.Claim, result []byte, retention time.Duration, effect any) error {
 	defer s.finished(c)
 	if own, isTx := effect.(txEffect); isTx {
 		if own.tx == nil {
@@ -61,7 +62,7 @@ func (s *Store) CompleteWith(ctx context.Context, c idem.Claim, result []byte, r
 // txEffect is InTx's effect.
 type txEffect struct{ tx *sql.Tx }
 
-// CallerCommits implements idem.CallerCommits: the caller commits tx.
+// CallerCommits implements idemdriver.CallerCommits: the caller commits tx.
 func (txEffect) CallerCommits() {}
 
 // InTx is an effect for idem.Commit when the caller's
@@ -86,7 +87,7 @@ func InTx(tx *sql.Tx) any { return txEffect{tx} }
 // roll back). The record is completed when — and only if — tx commits.
 // tx must be a transaction on the Store's database. On PostgreSQL, waiters
 // are notified at the commit; on MySQL they notice at their next poll.
-func (s *Store) CompleteInTx(ctx context.Context, tx *sql.Tx, c idem.Claim, result []byte, retention time.Duration) error {
+func (s *Store) CompleteInTx(ctx context.Context, tx *sql.Tx, c idemdriver.Claim, result []byte, retention time.Duration) error {
 	defer s.finished(c) // (a duplicate woken now waits for tx on the record's row)
 	if err := s.fits(c, result); err != nil {
 		return err

@@ -7,6 +7,7 @@ import (
 	"log"
 
 	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/idem/idemdriver"
 	"github.com/oncekit/oncekit/storage/sqlstore"
 )
 
@@ -28,7 +29,7 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	res, replayed, err := g.Do(ctx, idem.ScopedKey("alice", "order-7"), "fingerprint", func(ctx context.Context) ([]byte, error) {
+	res, replayed, err := g.Do(ctx, idemdriver.ScopedKey("alice", "order-7"), "fingerprint", func(ctx context.Context) ([]byte, error) {
 		sale := sqlstore.Effect(func(ctx context.Context, tx *sql.Tx) error {
 			_, err := tx.ExecContext(ctx, "UPDATE stock SET units = units - 1 WHERE sku = $1 AND units > 0", "sku-42")
 			return err
@@ -56,7 +57,7 @@ func ExampleWrites() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	res, replayed, err := g.Do(ctx, idem.ScopedKey("alice", "order-8"), "fingerprint", func(ctx context.Context) ([]byte, error) {
+	res, replayed, err := g.Do(ctx, idemdriver.ScopedKey("alice", "order-8"), "fingerprint", func(ctx context.Context) ([]byte, error) {
 		sale := sqlstore.Writes{
 			{Query: "INSERT INTO orders (id, sku) VALUES (?, ?)", Args: []any{"order-8", "sku-42"}},
 			{Query: "UPDATE stock SET units = units - 1 WHERE sku = ? AND units > 0", Args: []any{"sku-42"}, Refuse: "sold out"},

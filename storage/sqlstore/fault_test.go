@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/idem/idemdriver"
 	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/internal/testenv"
 	"github.com/oncekit/oncekit/storage/sqlstore"
@@ -62,7 +63,7 @@ func TestEffectKilledMidTransaction(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			admin := migrated(t, dbURL)
 			createCounters(t, admin)
-			key := idem.ScopedKey("killed-mid-tx", time.Now().Format(time.RFC3339Nano))
+			key := idemdriver.ScopedKey("killed-mid-tx", time.Now().Format(time.RFC3339Nano))
 			child := exec.Command(os.Args[0], "-test.run=^$")
 			child.Env = append(os.Environ(), effectChildURL+"="+dbURL, effectChildKey+"="+key)
 			out, err := child.StdoutPipe()
@@ -94,7 +95,7 @@ func TestEffectKilledMidTransaction(t *testing.T) {
 				t.Fatalf("after the kill the effect's counter is %d, want 0 (rolled back)", n)
 			}
 			info, err := admin.InspectRecord(t.Context(), key)
-			if err != nil || info.State == idem.Completed {
+			if err != nil || info.State == idemdriver.Completed {
 				t.Fatalf("after the kill the record is %+v (%v), want in flight or gone", info, err)
 			}
 
@@ -149,7 +150,7 @@ func TestConnectionCutMidTransaction(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			key := idem.ScopedKey("cut-mid-tx", time.Now().Format(time.RFC3339Nano))
+			key := idemdriver.ScopedKey("cut-mid-tx", time.Now().Format(time.RFC3339Nano))
 			var attempts atomic.Int32
 			effect := sqlstore.Effect(func(ctx context.Context, tx *sql.Tx) error {
 				if err := bump(ctx, tx, s.Dialect(), key, 10); err != nil {
@@ -185,14 +186,14 @@ func TestLateCompletionRefused(t *testing.T) {
 			createCounters(t, admin)
 			paused, other := open(t, dbURL), open(t, dbURL)
 			ctx := t.Context()
-			key := idem.ScopedKey("late", time.Now().Format(time.RFC3339Nano))
-			c1, err := paused.Begin(ctx, idem.MustKey(key), "fp", 200*time.Millisecond)
-			if err != nil || c1.State != idem.Acquired {
+			key := idemdriver.ScopedKey("late", time.Now().Format(time.RFC3339Nano))
+			c1, err := paused.Begin(ctx, idemdriver.MustKey(key), "fp", 200*time.Millisecond)
+			if err != nil || c1.State != idemdriver.Acquired {
 				t.Fatalf("Begin: %v %v", c1.State, err)
 			}
 			time.Sleep(400 * time.Millisecond) // paused past the lease
-			c2, err := other.Begin(ctx, idem.MustKey(key), "fp", 5*time.Second)
-			if err != nil || c2.State != idem.Acquired || c2.Fence <= c1.Fence {
+			c2, err := other.Begin(ctx, idemdriver.MustKey(key), "fp", 5*time.Second)
+			if err != nil || c2.State != idemdriver.Acquired || c2.Fence <= c1.Fence {
 				t.Fatalf("Begin after the lease: %v fence %d (first %d) %v", c2.State, c2.Fence, c1.Fence, err)
 			}
 			effect := sqlstore.Effect(func(ctx context.Context, tx *sql.Tx) error { return bump(ctx, tx, paused.Dialect(), key, 10) })
@@ -206,7 +207,7 @@ func TestLateCompletionRefused(t *testing.T) {
 				t.Fatal(err)
 			}
 			info, err := admin.InspectRecord(ctx, key)
-			if err != nil || info.State != idem.Completed || info.Fence != c2.Fence || count(t, admin, key) != 1 {
+			if err != nil || info.State != idemdriver.Completed || info.Fence != c2.Fence || count(t, admin, key) != 1 {
 				t.Errorf("record %+v (%v), counter %d; want completed by the second claim, once", info, err, count(t, admin, key))
 			}
 		})
@@ -241,7 +242,7 @@ func restartedMidRun(t *testing.T, srv restartable, dbURL string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	key := idem.ScopedKey("restart", time.Now().Format(time.RFC3339Nano))
+	key := idemdriver.ScopedKey("restart", time.Now().Format(time.RFC3339Nano))
 	var runs atomic.Int32
 	started, restarted := make(chan struct{}), make(chan struct{})
 	run := func(ctx context.Context) ([]byte, error) {
@@ -313,7 +314,7 @@ func TestLostBeginAnswerGivesTheClaimBack(t *testing.T) {
 			proxy := testenv.StartProxy(t, u.Host)
 			s, other := open(t, withHost(t, dbURL, proxy.Addr)), open(t, dbURL)
 			ctx := t.Context()
-			warm, err := s.Begin(ctx, idem.MustKey("lost-answer-warm:"+time.Now().Format(time.RFC3339Nano)), "fp", time.Minute)
+			warm, err := s.Begin(ctx, idemdriver.MustKey("lost-answer-warm:"+time.Now().Format(time.RFC3339Nano)), "fp", time.Minute)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -325,7 +326,7 @@ func TestLostBeginAnswerGivesTheClaimBack(t *testing.T) {
 			bctx, cancel := context.WithCancel(ctx)
 			errc := make(chan error, 1)
 			go func() {
-				_, err := s.Begin(bctx, idem.MustKey(key), "fp", 30*time.Second)
+				_, err := s.Begin(bctx, idemdriver.MustKey(key), "fp", 30*time.Second)
 				errc <- err
 			}()
 			// The claim is written (the server ran the statement); its
@@ -334,14 +335,14 @@ func TestLostBeginAnswerGivesTheClaimBack(t *testing.T) {
 			time.Sleep(100 * time.Millisecond) // (the server runs the statement it got)
 			deadline := time.Now().Add(10 * time.Second)
 			for {
-				c, err := other.Begin(ctx, idem.MustKey(key), "fp", time.Minute)
+				c, err := other.Begin(ctx, idemdriver.MustKey(key), "fp", time.Minute)
 				if err != nil {
 					t.Fatal(err)
 				}
-				if c.State == idem.InFlight {
+				if c.State == idemdriver.InFlight {
 					break
 				}
-				if c.State == idem.Acquired {
+				if c.State == idemdriver.Acquired {
 					t.Fatalf("the key was free: the claim under test never reached the server")
 				}
 				if time.Now().After(deadline) {
@@ -356,11 +357,11 @@ func TestLostBeginAnswerGivesTheClaimBack(t *testing.T) {
 			proxy.Resume()
 			deadline = time.Now().Add(10 * time.Second)
 			for {
-				c, err := other.Begin(ctx, idem.MustKey(key), "fp", time.Minute)
+				c, err := other.Begin(ctx, idemdriver.MustKey(key), "fp", time.Minute)
 				if err != nil {
 					t.Fatal(err)
 				}
-				if c.State == idem.Acquired {
+				if c.State == idemdriver.Acquired {
 					if c.Attempt != 2 {
 						t.Errorf("the retry's attempt %d, want 2 (the lost claim counted)", c.Attempt)
 					}

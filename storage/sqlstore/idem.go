@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/idem/idemdriver"
 	"github.com/oncekit/oncekit/core/lock/lockdriver"
 	"github.com/oncekit/oncekit/storage/internal/token"
 )
@@ -31,7 +32,7 @@ type recordRow struct {
 	fence   int64
 	expires int64 // µs, server clock
 	result  []byte
-	attempt int64 // the last claim's idem.Claim.Attempt (0: never claimed)
+	attempt int64 // the last claim's idemdriver.Claim.Attempt (0: never claimed)
 	now     int64 // µs, server clock, when the row was read
 }
 
@@ -91,14 +92,14 @@ func (s *Store) setRecord(ctx context.Context, tx *sql.Tx, key string, r recordR
 	return s.matchedOne(res, err, "record", key)
 }
 
-// Begin implements idem.Store.
+// Begin implements idemdriver.Store.
 //
 // A claim whose answer was lost — ctx ended while its statement ran, or
 // the connection failed after sending it — may have been written: the
 // Store gives it back in the background (abandons it if the record holds
 // the token it sent), so that a retry does not find the key in flight
 // for nobody until the lease ends.
-func (s *Store) Begin(ctx context.Context, k idem.Key, fingerprint string, lease time.Duration) (idem.Claim, error) {
+func (s *Store) Begin(ctx context.Context, k idemdriver.Key, fingerprint string, lease time.Duration) (idemdriver.Claim, error) {
 	if k.Check() == nil && ctx.Err() == nil && !s.closed() {
 		// A duplicate of a claim this Store holds, or of a Begin it is
 		// sending, is answered here (local.go).
@@ -114,13 +115,13 @@ func (s *Store) Begin(ctx context.Context, k idem.Key, fingerprint string, lease
 }
 
 // beginOnce is Begin's own claim or look in the database.
-func (s *Store) beginOnce(ctx context.Context, k idem.Key, fingerprint string, lease time.Duration) (idem.Claim, error) {
+func (s *Store) beginOnce(ctx context.Context, k idemdriver.Key, fingerprint string, lease time.Duration) (idemdriver.Claim, error) {
 	var sent string
 	c, err := s.begin(ctx, k, fingerprint, lease, &sent, s.local.finishedLately(k.String()))
 	if err != nil && sent != "" && (ctx.Err() != nil || connectionLost(err)) {
 		s.giveBackUnanswered(k, sent)
 	}
-	if err == nil && c.State == idem.Acquired {
+	if err == nil && c.State == idemdriver.Acquired {
 		s.local.add(k.String(), c.Token, fingerprint, c.Expires)
 	}
 	return c, err
@@ -128,11 +129,11 @@ func (s *Store) beginOnce(ctx context.Context, k idem.Key, fingerprint string, l
 
 // giveBackUnanswered abandons key's claim in the background if the
 // record holds tok (see undoUnanswered).
-func (s *Store) giveBackUnanswered(k idem.Key, tok string) {
+func (s *Store) giveBackUnanswered(k idemdriver.Key, tok string) {
 	s.undoUnanswered(func() bool {
 		ctx, cancel := lockdriver.CleanupContext(s.sctx)
 		defer cancel()
-		return s.Abandon(ctx, idem.Claim{Key: k, State: idem.Acquired, Token: tok}) == nil
+		return s.Abandon(ctx, idemdriver.Claim{Key: k, State: idemdriver.Acquired, Token: tok}) == nil
 	})
 }
 
@@ -140,19 +141,19 @@ func (s *Store) giveBackUnanswered(k idem.Key, tok string) {
 // says the key's record is most likely there (a claim of this Store's on
 // it finished a moment ago): it is read before a claim is tried, as while
 // most of the Store's recent Begins found their key held (seen).
-func (s *Store) begin(ctx context.Context, k idem.Key, fingerprint string, lease time.Duration, sent *string, held bool) (idem.Claim, error) {
+func (s *Store) begin(ctx context.Context, k idemdriver.Key, fingerprint string, lease time.Duration, sent *string, held bool) (idemdriver.Claim, error) {
 	if err := k.Check(); err != nil {
-		return idem.Claim{}, err
+		return idemdriver.Claim{}, err
 	}
 	key := k.String()
 	if err := lockdriver.ValidateTTL(lease); err != nil {
-		return idem.Claim{}, err
+		return idemdriver.Claim{}, err
 	}
 	if err := ctx.Err(); err != nil {
-		return idem.Claim{}, err
+		return idemdriver.Claim{}, err
 	}
 	if err := s.closedErr("begin", key); err != nil {
-		return idem.Claim{}, err
+		return idemdriver.Claim{}, err
 	}
 	start := time.Now()
 	claimFirst := s.replays.Load() <= 0 && !held
@@ -168,7 +169,7 @@ func (s *Store) begin(ctx context.Context, k idem.Key, fingerprint string, lease
 // beginOneStatement is begin's PostgreSQL paths, each one statement (or a
 // batch's share of one): done is false when none decided, and the
 // transaction of beginInTx goes on.
-func (s *Store) beginOneStatement(ctx context.Context, k idem.Key, key, fingerprint string, lease time.Duration, start time.Time, sent *string, claimFirst bool) (c idem.Claim, done bool, err error) {
+func (s *Store) beginOneStatement(ctx context.Context, k idemdriver.Key, key, fingerprint string, lease time.Duration, start time.Time, sent *string, claimFirst bool) (c idemdriver.Claim, done bool, err error) {
 	if s.begins != nil {
 		if c, ok, err := s.beginBatched(ctx, k, fingerprint, lease, start, sent, claimFirst); ok {
 			return c, true, err
@@ -185,10 +186,10 @@ func (s *Store) beginOneStatement(ctx context.Context, k idem.Key, key, fingerpr
 		switch {
 		case err == nil:
 			s.seen(false)
-			return idem.Claim{Key: k, State: idem.Acquired, Fingerprint: fingerprint, Token: tok, Fence: uint64(r.fence),
+			return idemdriver.Claim{Key: k, State: idemdriver.Acquired, Fingerprint: fingerprint, Token: tok, Fence: uint64(r.fence),
 				Attempt: int(r.attempt), Expires: start.Add(lease)}, true, nil
 		case !errors.Is(err, sql.ErrNoRows) && !retryable(err):
-			return idem.Claim{}, true, s.errWrap("begin", key, err)
+			return idemdriver.Claim{}, true, s.errWrap("begin", key, err)
 		}
 	}
 	if s.begins == nil && s.q.fastBegin != "" && !claimFirst {
@@ -206,7 +207,7 @@ func (s *Store) beginOneStatement(ctx context.Context, k idem.Key, key, fingerpr
 				return c, true, nil
 			}
 		case !errors.Is(err, sql.ErrNoRows):
-			return idem.Claim{}, true, s.errWrap("begin", key, err)
+			return idemdriver.Claim{}, true, s.errWrap("begin", key, err)
 		}
 	}
 	if s.q.fastBegin != "" {
@@ -221,7 +222,7 @@ func (s *Store) beginOneStatement(ctx context.Context, k idem.Key, key, fingerpr
 		switch {
 		case err == nil && claimed:
 			s.seen(false)
-			return idem.Claim{Key: k, State: idem.Acquired, Fingerprint: fingerprint, Token: tok, Fence: uint64(r.fence),
+			return idemdriver.Claim{Key: k, State: idemdriver.Acquired, Fingerprint: fingerprint, Token: tok, Fence: uint64(r.fence),
 				Attempt: int(r.attempt), Expires: start.Add(lease)}, true, nil
 		case err == nil:
 			r.found = true
@@ -230,18 +231,18 @@ func (s *Store) beginOneStatement(ctx context.Context, k idem.Key, key, fingerpr
 				return c, true, nil
 			}
 		case !errors.Is(err, sql.ErrNoRows) && !retryable(err):
-			return idem.Claim{}, true, s.errWrap("begin", key, err)
+			return idemdriver.Claim{}, true, s.errWrap("begin", key, err)
 		}
 		// (A serialization failure, under a session default of
 		// REPEATABLE READ: the transaction below, at READ COMMITTED.)
 	}
-	return idem.Claim{}, false, nil
+	return idemdriver.Claim{}, false, nil
 }
 
 // beginReadFirst is begin's MySQL paths: MariaDB's insert, its upsert
 // with RETURNING, and a read followed by an upsert; done is false when
 // none decided.
-func (s *Store) beginReadFirst(ctx context.Context, k idem.Key, key, fingerprint string, lease time.Duration, start time.Time, sent *string, claimFirst bool) (c idem.Claim, done bool, err error) {
+func (s *Store) beginReadFirst(ctx context.Context, k idemdriver.Key, key, fingerprint string, lease time.Duration, start time.Time, sent *string, claimFirst bool) (c idemdriver.Claim, done bool, err error) {
 	read := s.q.myBegin != "" // MySQL: the read-first claim below
 	if read && claimFirst && s.returning(ctx) {
 		// Most recent Begins claimed their key: most likely a new one
@@ -253,13 +254,13 @@ func (s *Store) beginReadFirst(ctx context.Context, k idem.Key, key, fingerprint
 		case err == nil:
 			fence, err := res.LastInsertId()
 			if err != nil {
-				return idem.Claim{}, true, s.errWrap("begin", key, err)
+				return idemdriver.Claim{}, true, s.errWrap("begin", key, err)
 			}
 			s.seen(false)
-			return idem.Claim{Key: k, State: idem.Acquired, Fingerprint: fingerprint, Token: tok, Fence: uint64(fence),
+			return idemdriver.Claim{Key: k, State: idemdriver.Acquired, Fingerprint: fingerprint, Token: tok, Fence: uint64(fence),
 				Attempt: 1, Expires: start.Add(lease)}, true, nil
 		case !duplicateKey(err) && !retryable(err):
-			return idem.Claim{}, true, s.errWrap("begin", key, err)
+			return idemdriver.Claim{}, true, s.errWrap("begin", key, err)
 		}
 	}
 	if read && claimFirst && s.returning(ctx) {
@@ -277,7 +278,7 @@ func (s *Store) beginReadFirst(ctx context.Context, k idem.Key, key, fingerprint
 		switch {
 		case err == nil && r.token == tok && r.state == stateInFlight:
 			s.seen(false)
-			return idem.Claim{Key: k, State: idem.Acquired, Fingerprint: fingerprint, Token: tok, Fence: uint64(r.fence),
+			return idemdriver.Claim{Key: k, State: idemdriver.Acquired, Fingerprint: fingerprint, Token: tok, Fence: uint64(r.fence),
 				Attempt: int(r.attempt), Expires: start.Add(lease)}, true, nil
 		case err == nil:
 			r.found = true
@@ -289,7 +290,7 @@ func (s *Store) beginReadFirst(ctx context.Context, k idem.Key, key, fingerprint
 		case unsupported(err):
 			s.myReturning.Store(2) // (a proxy or a protocol that refuses it)
 		case !retryable(err):
-			return idem.Claim{}, true, s.errWrap("begin", key, err)
+			return idemdriver.Claim{}, true, s.errWrap("begin", key, err)
 		}
 	}
 	if read {
@@ -299,7 +300,7 @@ func (s *Store) beginReadFirst(ctx context.Context, k idem.Key, key, fingerprint
 		err := s.queryRow(ctx, s.q.recSelect, []byte(key)).Scan(&r.state, &r.fp, &r.token, &r.fence, &r.expires, &r.result, &r.attempt, &r.now)
 		r.found = err == nil
 		if err != nil && !errors.Is(err, sql.ErrNoRows) {
-			return idem.Claim{}, true, s.errWrap("begin", key, err)
+			return idemdriver.Claim{}, true, s.errWrap("begin", key, err)
 		}
 		if c, ok := claimOf(k, fingerprint, r); ok {
 			s.seen(true)
@@ -311,22 +312,22 @@ func (s *Store) beginReadFirst(ctx context.Context, k idem.Key, key, fingerprint
 			*sent = tok
 			res, err := s.exec(ctx, s.q.myBegin, []byte(key), []byte(fingerprint), tok, us(lease), s.sweepAfter(lease))
 			if err != nil && !retryable(err) {
-				return idem.Claim{}, true, s.errWrap("begin", key, err)
+				return idemdriver.Claim{}, true, s.errWrap("begin", key, err)
 			}
 			if fence, ok := myTaken(res, err); ok {
-				return idem.Claim{Key: k, State: idem.Acquired, Fingerprint: fingerprint, Token: tok, Fence: uint64(fence),
+				return idemdriver.Claim{Key: k, State: idemdriver.Acquired, Fingerprint: fingerprint, Token: tok, Fence: uint64(fence),
 					Attempt: s.myAttempt(ctx, key, tok, res), Expires: start.Add(lease)}, true, nil
 			}
 		}
 	}
-	return idem.Claim{}, false, nil
+	return idemdriver.Claim{}, false, nil
 }
 
 // beginInTx claims key in a transaction that locks its row: the path that
 // decides every case the one-statement ones leave (a corrupt record, a
 // serialization failure, a record of another layout).
-func (s *Store) beginInTx(ctx context.Context, k idem.Key, key, fingerprint string, lease time.Duration, start time.Time, sent *string) (idem.Claim, error) {
-	var c idem.Claim
+func (s *Store) beginInTx(ctx context.Context, k idemdriver.Key, key, fingerprint string, lease time.Duration, start time.Time, sent *string) (idemdriver.Claim, error) {
+	var c idemdriver.Claim
 	err := s.inTx(ctx, "begin", key, func(tx *sql.Tx) error {
 		r, err := s.q.recordRow(ctx, tx, key, true)
 		if err != nil {
@@ -343,13 +344,13 @@ func (s *Store) beginInTx(ctx context.Context, k idem.Key, key, fingerprint stri
 		if c, ok = claimOf(k, fingerprint, r); ok {
 			return nil
 		}
-		c = idem.Claim{Key: k, Fingerprint: fingerprint}
+		c = idemdriver.Claim{Key: k, Fingerprint: fingerprint}
 		tok, fence, attempt := token.New(), max(r.fence+1, r.now), r.nextAttempt()
 		*sent = tok
 		if err := s.setRecord(ctx, tx, key, r, stateInFlight, []byte(fingerprint), tok, fence, r.now+us(lease), nil, attempt); err != nil {
 			return err
 		}
-		c.State, c.Token, c.Fence, c.Attempt, c.Expires = idem.Acquired, tok, uint64(fence), int(attempt), start.Add(lease)
+		c.State, c.Token, c.Fence, c.Attempt, c.Expires = idemdriver.Acquired, tok, uint64(fence), int(attempt), start.Add(lease)
 		return nil
 	})
 	return c, err
@@ -361,7 +362,7 @@ func (s *Store) beginInTx(ctx context.Context, k idem.Key, key, fingerprint stri
 // the read first while most of the Store's recent Begins found their key
 // held (seen). ok is false when neither decided: a free, expired or
 // corrupt record, or a failure the statements after it may get past.
-func (s *Store) beginBatched(ctx context.Context, k idem.Key, fingerprint string, lease time.Duration, start time.Time, sent *string, claim bool) (c idem.Claim, ok bool, err error) {
+func (s *Store) beginBatched(ctx context.Context, k idemdriver.Key, fingerprint string, lease time.Duration, start time.Time, sent *string, claim bool) (c idemdriver.Claim, ok bool, err error) {
 	key := []byte(k.String())
 	for range 2 {
 		if claim {
@@ -371,12 +372,12 @@ func (s *Store) beginBatched(ctx context.Context, k idem.Key, fingerprint string
 			switch {
 			case err == nil:
 				s.seen(false)
-				return idem.Claim{Key: k, State: idem.Acquired, Fingerprint: fingerprint, Token: tok, Fence: uint64(r.fence),
+				return idemdriver.Claim{Key: k, State: idemdriver.Acquired, Fingerprint: fingerprint, Token: tok, Fence: uint64(r.fence),
 					Attempt: int(r.attempt), Expires: start.Add(lease)}, true, nil
 			case retryable(err):
-				return idem.Claim{}, false, nil
+				return idemdriver.Claim{}, false, nil
 			case !errors.Is(err, sql.ErrNoRows):
-				return idem.Claim{}, true, s.errWrap("begin", k.String(), err)
+				return idemdriver.Claim{}, true, s.errWrap("begin", k.String(), err)
 			}
 			claim = false // the key has a record: read it
 			continue
@@ -388,13 +389,13 @@ func (s *Store) beginBatched(ctx context.Context, k idem.Key, fingerprint string
 				s.seen(true)
 				return c, true, nil
 			}
-			return idem.Claim{}, false, nil
+			return idemdriver.Claim{}, false, nil
 		case !errors.Is(err, sql.ErrNoRows):
-			return idem.Claim{}, true, s.errWrap("begin", k.String(), err)
+			return idemdriver.Claim{}, true, s.errWrap("begin", k.String(), err)
 		}
 		claim = true // no record: claim the key
 	}
-	return idem.Claim{}, false, nil
+	return idemdriver.Claim{}, false, nil
 }
 
 // myAttempt is the Attempt of a claim myBegin made with tok: 1 when it
@@ -436,24 +437,24 @@ func (s *Store) seen(held bool) {
 // claimOf is the answer to a Begin that found r holding key: a live
 // record (in flight, completed, or another request's), and true; false
 // for a record that is free, expired or corrupt.
-func claimOf(key idem.Key, fingerprint string, r recordRow) (idem.Claim, bool) {
+func claimOf(key idemdriver.Key, fingerprint string, r recordRow) (idemdriver.Claim, bool) {
 	if !r.live() || r.corrupt() != "" {
-		return idem.Claim{}, false
+		return idemdriver.Claim{}, false
 	}
-	c := idem.Claim{Key: key, Fingerprint: fingerprint, Expires: time.Now().Add(r.remaining())}
+	c := idemdriver.Claim{Key: key, Fingerprint: fingerprint, Expires: time.Now().Add(r.remaining())}
 	switch {
 	case string(r.fp) != fingerprint:
-		c.State = idem.Mismatch
+		c.State = idemdriver.Mismatch
 	case r.state == stateCompleted:
-		c.State, c.Result = idem.Completed, r.result
+		c.State, c.Result = idemdriver.Completed, r.result
 	default:
-		c.State = idem.InFlight
+		c.State = idemdriver.InFlight
 	}
 	return c, true
 }
 
 // own locks c's record in tx and returns it if c still holds it.
-func (s *Store) own(ctx context.Context, tx *sql.Tx, c idem.Claim, op string) (recordRow, error) {
+func (s *Store) own(ctx context.Context, tx *sql.Tx, c idemdriver.Claim, op string) (recordRow, error) {
 	r, err := s.q.recordRow(ctx, tx, c.Key.String(), false)
 	if err != nil {
 		return r, err
@@ -464,13 +465,13 @@ func (s *Store) own(ctx context.Context, tx *sql.Tx, c idem.Claim, op string) (r
 	return r, nil
 }
 
-// Complete implements idem.Store.
-func (s *Store) Complete(ctx context.Context, c idem.Claim, result []byte, retention time.Duration) error {
+// Complete implements idemdriver.Store.
+func (s *Store) Complete(ctx context.Context, c idemdriver.Claim, result []byte, retention time.Duration) error {
 	defer s.finished(c)
 	return s.complete(ctx, c, result, retention, nil)
 }
 
-func (s *Store) fits(c idem.Claim, result []byte) error {
+func (s *Store) fits(c idemdriver.Claim, result []byte) error {
 	if len(result) > s.maxResult {
 		return fmt.Errorf("sqlstore: complete %q: %w: %d bytes, WithMaxResultBytes %d", c.Key, idem.ErrResultTooLarge, len(result), s.maxResult)
 	}
@@ -479,7 +480,7 @@ func (s *Store) fits(c idem.Claim, result []byte) error {
 
 // completing checks a completion's retention and result, and keeps the
 // retention for the next claims' sweep_us (sweepAfter).
-func (s *Store) completing(c idem.Claim, result []byte, retention time.Duration) error {
+func (s *Store) completing(c idemdriver.Claim, result []byte, retention time.Duration) error {
 	if err := lockdriver.ValidateTTL(retention); err != nil {
 		return err
 	}
@@ -491,7 +492,7 @@ func (s *Store) completing(c idem.Claim, result []byte, retention time.Duration)
 
 // complete stores c's result, after effect (when not nil) in the same
 // transaction.
-func (s *Store) complete(ctx context.Context, c idem.Claim, result []byte, retention time.Duration, effect Effect) error {
+func (s *Store) complete(ctx context.Context, c idemdriver.Claim, result []byte, retention time.Duration, effect Effect) error {
 	key := c.Key.String()
 	if err := s.completing(c, result, retention); err != nil {
 		return err
@@ -549,7 +550,7 @@ func (s *Store) complete(ctx context.Context, c idem.Claim, result []byte, reten
 
 // completeTx is complete's work in tx: the claim checked (its row locked),
 // the effect, the record; with an effect, completeEffect.
-func (s *Store) completeTx(ctx context.Context, tx *sql.Tx, c idem.Claim, result []byte, retention time.Duration, effect Effect) error {
+func (s *Store) completeTx(ctx context.Context, tx *sql.Tx, c idemdriver.Claim, result []byte, retention time.Duration, effect Effect) error {
 	key := c.Key.String()
 	if effect != nil && (s.q.fastComplete != "" || s.q.myComplete != "") {
 		return s.completeEffect(ctx, tx, c, result, retention, effect)
@@ -573,9 +574,9 @@ func (s *Store) completeTx(ctx context.Context, tx *sql.Tx, c idem.Claim, result
 	return s.notifyTx(ctx, tx, records, key)
 }
 
-// Abandon implements idem.Store: the claim's record is deleted (or freed
+// Abandon implements idemdriver.Store: the claim's record is deleted (or freed
 // while the clock has not passed its fence) and waiters are woken.
-func (s *Store) Abandon(ctx context.Context, c idem.Claim) error {
+func (s *Store) Abandon(ctx context.Context, c idemdriver.Claim) error {
 	defer s.finished(c)
 	key := c.Key.String()
 	err := s.inTx(ctx, "abandon", key, func(tx *sql.Tx) error {
@@ -607,8 +608,8 @@ func (s *Store) freeRecord(ctx context.Context, tx *sql.Tx, key string, r record
 	return s.notifyTx(ctx, tx, records, key)
 }
 
-// Extend implements idem.Store.
-func (s *Store) Extend(ctx context.Context, c idem.Claim, lease time.Duration) error {
+// Extend implements idemdriver.Store.
+func (s *Store) Extend(ctx context.Context, c idemdriver.Claim, lease time.Duration) error {
 	if err := lockdriver.ValidateTTL(lease); err != nil {
 		return err
 	}
@@ -630,12 +631,12 @@ func (s *Store) Extend(ctx context.Context, c idem.Claim, lease time.Duration) e
 	return err
 }
 
-// WaitChange implements idem.Waiter: it returns when key's record is no
+// WaitChange implements idemdriver.Waiter: it returns when key's record is no
 // longer in flight (completed, abandoned, deleted or expired), or at
 // until. On PostgreSQL with pgx the completion's NOTIFY wakes it (and it
 // looks once a second besides); on MySQL it looks without locks, after
 // 2 ms and then less often, up to every WithPollInterval.
-func (s *Store) WaitChange(ctx context.Context, k idem.Key, until time.Time) error {
+func (s *Store) WaitChange(ctx context.Context, k idemdriver.Key, until time.Time) error {
 	key := k.String()
 	if err := s.closedErr("wait for", key); err != nil {
 		return err
@@ -710,9 +711,9 @@ func (s *Store) WaitChange(ctx context.Context, k idem.Key, until time.Time) err
 }
 
 var (
-	_ idem.Store       = (*Store)(nil)
-	_ idem.Waiter      = (*Store)(nil)
-	_ idem.EffectStore = (*Store)(nil)
+	_ idemdriver.Store       = (*Store)(nil)
+	_ idemdriver.Waiter      = (*Store)(nil)
+	_ idemdriver.EffectStore = (*Store)(nil)
 )
 
 // completeEffect is completeTx with an effect, in the Store's own
@@ -729,7 +730,7 @@ var (
 // over before the transaction ends, however long the effect waits for its
 // rows. Two round trips fewer than a look at the record before the effect
 // and a notification sent whatever.
-func (s *Store) completeEffect(ctx context.Context, tx *sql.Tx, c idem.Claim, result []byte, retention time.Duration, effect Effect) error {
+func (s *Store) completeEffect(ctx context.Context, tx *sql.Tx, c idemdriver.Claim, result []byte, retention time.Duration, effect Effect) error {
 	key := c.Key.String()
 	if result == nil {
 		result = []byte{}

@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/idem/idemdriver"
 	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/core/lock/lockdriver"
 )
@@ -82,18 +82,18 @@ func (s *Store) ForceRelease(ctx context.Context, key string) (lock.LockInfo, er
 	return info, nil
 }
 
-// InspectRecord implements idem.Inspector.
-func (s *Store) InspectRecord(ctx context.Context, key string) (idem.RecordInfo, error) {
+// InspectRecord implements idemdriver.Inspector.
+func (s *Store) InspectRecord(ctx context.Context, key string) (idemdriver.RecordInfo, error) {
 	if err := lockdriver.ValidateKey(key); err != nil {
-		return idem.RecordInfo{}, err
+		return idemdriver.RecordInfo{}, err
 	}
 	var r recordRow
 	err := s.queryRow(ctx, s.q.recSelect, []byte(key)).Scan(&r.state, &r.fp, &r.token, &r.fence, &r.expires, &r.result, &r.attempt, &r.now)
 	r.found = err == nil
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
-		return idem.RecordInfo{}, s.errWrap("inspect", key, err)
+		return idemdriver.RecordInfo{}, s.errWrap("inspect", key, err)
 	}
-	info := idem.RecordInfo{Key: key}
+	info := idemdriver.RecordInfo{Key: key}
 	if reason := r.corrupt(); reason != "" {
 		info.Found, info.Corrupt, info.Fence = true, reason, uint64(max(r.fence, 0))
 		return info, nil
@@ -104,14 +104,14 @@ func (s *Store) InspectRecord(ctx context.Context, key string) (idem.RecordInfo,
 	info.Found, info.Fingerprint, info.Fence = true, string(r.fp), uint64(r.fence)
 	info.Expires = time.Now().Add(r.remaining())
 	if r.state == stateCompleted {
-		info.State, info.Stored = idem.Completed, r.result
+		info.State, info.Stored = idemdriver.Completed, r.result
 	} else {
-		info.State, info.Token = idem.InFlight, lockdriver.TokenPrefix(r.token)
+		info.State, info.Token = idemdriver.InFlight, lockdriver.TokenPrefix(r.token)
 	}
 	return info, nil
 }
 
-// DeleteRecord implements idem.Inspector.
+// DeleteRecord implements idemdriver.Inspector.
 func (s *Store) DeleteRecord(ctx context.Context, key string) (bool, error) {
 	if err := lockdriver.ValidateKey(key); err != nil {
 		return false, err
@@ -135,11 +135,11 @@ func (s *Store) DeleteRecord(ctx context.Context, key string) (bool, error) {
 }
 
 var (
-	_ lock.Inspector = (*Store)(nil)
-	_ idem.Inspector = (*Store)(nil)
+	_ lock.Inspector       = (*Store)(nil)
+	_ idemdriver.Inspector = (*Store)(nil)
 )
 
-// ListKeys implements idem.Lister: the records table in key order, 1000
+// ListKeys implements idemdriver.Lister: the records table in key order, 1000
 // rows a page (rows left free by an abandoned claim are not records).
 func (s *Store) ListKeys(ctx context.Context, fn func(key string) bool) error {
 	after := []byte{}

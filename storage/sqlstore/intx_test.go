@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/idem/idemdriver"
 	"github.com/oncekit/oncekit/storage/sqlstore"
 )
 
@@ -27,7 +28,7 @@ func TestInTx(t *testing.T) {
 				t.Fatal(err)
 			}
 			ctx := t.Context()
-			key := idem.ScopedKey("intx", time.Now().Format(time.RFC3339Nano))
+			key := idemdriver.ScopedKey("intx", time.Now().Format(time.RFC3339Nano))
 			handler := func(commit bool) ([]byte, bool, error) {
 				tx, err := s.DB().BeginTx(ctx, nil) // the framework's transaction
 				if err != nil {
@@ -55,7 +56,7 @@ func TestInTx(t *testing.T) {
 				t.Fatalf("rolled back, the write is there (%d)", n)
 			}
 			info, err := s.InspectRecord(ctx, key)
-			if err != nil || info.State == idem.Completed {
+			if err != nil || info.State == idemdriver.Completed {
 				t.Fatalf("rolled back, the record is %v (%v)", info.State, err)
 			}
 			// The rolled-back claim stays in flight until its lease ends;
@@ -81,9 +82,9 @@ func TestCompleteInTx(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			s := migrated(t, dbURL)
 			ctx := t.Context()
-			key := idem.ScopedKey("complete-in-tx", time.Now().Format(time.RFC3339Nano))
-			c, err := s.Begin(ctx, idem.MustKey(key), "fp", 5*time.Second)
-			if err != nil || c.State != idem.Acquired {
+			key := idemdriver.ScopedKey("complete-in-tx", time.Now().Format(time.RFC3339Nano))
+			c, err := s.Begin(ctx, idemdriver.MustKey(key), "fp", 5*time.Second)
+			if err != nil || c.State != idemdriver.Acquired {
 				t.Fatalf("Begin: %v %v", c.State, err)
 			}
 			tx, err := s.DB().BeginTx(ctx, nil)
@@ -106,8 +107,8 @@ func TestCompleteInTx(t *testing.T) {
 			if err := tx.Commit(); err != nil {
 				t.Fatal(err)
 			}
-			got, err := s.Begin(ctx, idem.MustKey(key), "fp", time.Second)
-			if err != nil || got.State != idem.Completed || string(got.Result) != "done" {
+			got, err := s.Begin(ctx, idemdriver.MustKey(key), "fp", time.Second)
+			if err != nil || got.State != idemdriver.Completed || string(got.Result) != "done" {
 				t.Errorf("after the commit: %v %q %v", got.State, got.Result, err)
 			}
 			if err := s.CompleteWith(ctx, c, nil, time.Minute, sqlstore.InTx(nil)); !errors.Is(err, idem.ErrEffectUnsupported) {
@@ -168,8 +169,8 @@ func TestCompleteInTxRepeatableReadSaysWhy(t *testing.T) {
 	s := migrated(t, databases(t)["postgres"])
 	ctx := t.Context()
 	key := "intx-rr-" + time.Now().Format(time.RFC3339Nano)
-	c, err := s.Begin(ctx, idem.MustKey(key), "fp", 10*time.Second)
-	if err != nil || c.State != idem.Acquired {
+	c, err := s.Begin(ctx, idemdriver.MustKey(key), "fp", 10*time.Second)
+	if err != nil || c.State != idemdriver.Acquired {
 		t.Fatalf("Begin: %+v %v", c, err)
 	}
 	tx, err := s.DB().BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead})
@@ -194,15 +195,15 @@ func TestCompleteInTxRepeatableReadSaysWhy(t *testing.T) {
 // InTx's effect is one the caller commits: the middlewares refuse it
 // (idem.ErrCallerCommits) instead of answering before that commit.
 func TestInTxRefusedUnderMiddleware(t *testing.T) {
-	if _, ok := sqlstore.InTx(nil).(idem.CallerCommits); !ok {
-		t.Fatal("sqlstore.InTx's effect is not an idem.CallerCommits")
+	if _, ok := sqlstore.InTx(nil).(idemdriver.CallerCommits); !ok {
+		t.Fatal("sqlstore.InTx's effect is not an idemdriver.CallerCommits")
 	}
 	g, err := idem.NewGuard(migrated(t, databases(t)["postgres"]))
 	if err != nil {
 		t.Fatal(err)
 	}
 	var commitErr error
-	_, _, err = g.Do(idem.AnswersOnReturn(t.Context()), "intx-mw-"+time.Now().Format(time.RFC3339Nano), "fp", func(ctx context.Context) ([]byte, error) {
+	_, _, err = g.Do(idemdriver.AnswersOnReturn(t.Context()), "intx-mw-"+time.Now().Format(time.RFC3339Nano), "fp", func(ctx context.Context) ([]byte, error) {
 		commitErr = idem.Commit(ctx, sqlstore.InTx(nil))
 		return nil, commitErr
 	})
@@ -303,21 +304,21 @@ func TestLostClaimDoesNotRunEffect(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			s, other := migrated(t, dbURL), open(t, dbURL)
 			ctx := t.Context()
-			key := idem.MustKey(idem.ScopedKey("lost-claim-effect", time.Now().Format(time.RFC3339Nano)))
+			key := idemdriver.MustKey(idemdriver.ScopedKey("lost-claim-effect", time.Now().Format(time.RFC3339Nano)))
 			c, err := s.Begin(ctx, key, "fp", 50*time.Millisecond)
-			if err != nil || c.State != idem.Acquired {
+			if err != nil || c.State != idemdriver.Acquired {
 				t.Fatalf("Begin: %v %v", c.State, err)
 			}
-			var next idem.Claim
+			var next idemdriver.Claim
 			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 				if next, err = other.Begin(ctx, key, "fp", time.Minute); err != nil {
 					t.Fatal(err)
 				}
-				if next.State == idem.Acquired || time.Now().After(deadline) {
+				if next.State == idemdriver.Acquired || time.Now().After(deadline) {
 					break
 				}
 			}
-			if next.State != idem.Acquired {
+			if next.State != idemdriver.Acquired {
 				t.Fatalf("the key was not taken over: %v", next.State)
 			}
 			ran := 0
@@ -391,7 +392,7 @@ func TestCleanupSweep(t *testing.T) {
 				retention := c.want
 				key := "claimed-" + strconv.Itoa(i)
 				t0 := time.Now()
-				claim, err := s.Begin(ctx, idem.MustKey(key), "fp", time.Minute)
+				claim, err := s.Begin(ctx, idemdriver.MustKey(key), "fp", time.Minute)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -419,7 +420,7 @@ func TestBeginWhileKeysAreHeld(t *testing.T) {
 			ctx := t.Context()
 			_, _, records := s.Tables()
 			prefix := "held-burst:" + time.Now().Format(time.RFC3339Nano) + ":"
-			key := func(k string) idem.Key { return idem.MustKey(prefix + k) }
+			key := func(k string) idemdriver.Key { return idemdriver.MustKey(prefix + k) }
 			done, err := s.Begin(ctx, key("done"), "fp", time.Minute)
 			if err != nil {
 				t.Fatal(err)
@@ -428,26 +429,26 @@ func TestBeginWhileKeysAreHeld(t *testing.T) {
 				t.Fatal(err)
 			}
 			for range 20 { // (most recent Begins found their key held)
-				if c, err := s.Begin(ctx, key("done"), "fp", time.Minute); err != nil || c.State != idem.Completed || string(c.Result) != "result" {
+				if c, err := s.Begin(ctx, key("done"), "fp", time.Minute); err != nil || c.State != idemdriver.Completed || string(c.Result) != "result" {
 					t.Fatalf("replay: %+v, %v", c, err)
 				}
 			}
-			if c, err := s.Begin(ctx, key("done"), "other", time.Minute); err != nil || c.State != idem.Mismatch {
+			if c, err := s.Begin(ctx, key("done"), "other", time.Minute); err != nil || c.State != idemdriver.Mismatch {
 				t.Errorf("another fingerprint: %+v, %v; want a mismatch", c, err)
 			}
 			flying, err := s.Begin(ctx, key("flying"), "fp", time.Minute)
-			if err != nil || flying.State != idem.Acquired {
+			if err != nil || flying.State != idemdriver.Acquired {
 				t.Fatalf("a new key among replays: %+v, %v", flying, err)
 			}
-			if c, err := s.Begin(ctx, key("flying"), "fp", time.Minute); err != nil || c.State != idem.InFlight {
+			if c, err := s.Begin(ctx, key("flying"), "fp", time.Minute); err != nil || c.State != idemdriver.InFlight {
 				t.Errorf("a duplicate of a claim in flight: %+v, %v", c, err)
 			}
 			short, err := s.Begin(ctx, key("short"), "fp", 50*time.Millisecond)
-			if err != nil || short.State != idem.Acquired {
+			if err != nil || short.State != idemdriver.Acquired {
 				t.Fatal(short, err)
 			}
 			time.Sleep(100 * time.Millisecond)
-			if c, err := s.Begin(ctx, key("short"), "fp", time.Minute); err != nil || c.State != idem.Acquired || c.Attempt != 2 || c.Fence <= short.Fence {
+			if c, err := s.Begin(ctx, key("short"), "fp", time.Minute); err != nil || c.State != idemdriver.Acquired || c.Attempt != 2 || c.Fence <= short.Fence {
 				t.Errorf("a claim past its lease: %+v, %v; want it claimed again (attempt 2, a higher fence than %d)", c, err, short.Fence)
 			}
 			execSQL(t, s, "INSERT INTO "+records+" (record_key, state, fingerprint, token, fence, expires_us) VALUES (?, 1, ?, '', 1, ?)",

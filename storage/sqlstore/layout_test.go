@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/idem/idemdriver"
 	"github.com/oncekit/oncekit/storage"
 	"github.com/oncekit/oncekit/storage/internal/layouts"
 	"github.com/oncekit/oncekit/storage/sqlstore"
@@ -86,9 +87,9 @@ func writeSQLLayouts(t *testing.T, s *sqlstore.Store) {
 		l.Data, _ = json.Marshal(d)
 		return l
 	}
-	begin := func(key, fp string) idem.Claim {
-		c, err := s.Begin(ctx, idem.MustKey(key), fp, 30*time.Second)
-		if err != nil || c.State != idem.Acquired {
+	begin := func(key, fp string) idemdriver.Claim {
+		c, err := s.Begin(ctx, idemdriver.MustKey(key), fp, 30*time.Second)
+		if err != nil || c.State != idemdriver.Acquired {
 			t.Fatalf("begin %s: %v %v", key, c.State, err)
 		}
 		return c

@@ -6,7 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/idem/idemdriver"
 )
 
 // localClaims are the claims this Store holds in flight, by record key.
@@ -41,8 +41,8 @@ const endedFor = time.Second
 // that copies of a request that arrive together cost one statement.
 type pending struct {
 	done chan struct{}
-	fp   string     // the first Begin's fingerprint
-	c    idem.Claim // and its answer, once done is closed (when err is nil)
+	fp   string           // the first Begin's fingerprint
+	c    idemdriver.Claim // and its answer, once done is closed (when err is nil)
 	err  error
 }
 
@@ -50,22 +50,22 @@ type pending struct {
 // tells: a completed record or a claim in flight (the first Begin's,
 // registered in m, is answered from there) with p's fingerprint, which is
 // also a mismatch for another one, and a mismatch for p's own.
-func (p *pending) share(k idem.Key, fingerprint string) (idem.Claim, bool) {
+func (p *pending) share(k idemdriver.Key, fingerprint string) (idemdriver.Claim, bool) {
 	if p.err != nil {
-		return idem.Claim{}, false
+		return idemdriver.Claim{}, false
 	}
-	c := idem.Claim{Key: k, Fingerprint: fingerprint, Expires: p.c.Expires}
+	c := idemdriver.Claim{Key: k, Fingerprint: fingerprint, Expires: p.c.Expires}
 	switch {
-	case p.c.State == idem.Mismatch && fingerprint == p.fp:
-		c.State = idem.Mismatch
-	case p.c.State != idem.Completed && p.c.State != idem.InFlight:
-		return idem.Claim{}, false
+	case p.c.State == idemdriver.Mismatch && fingerprint == p.fp:
+		c.State = idemdriver.Mismatch
+	case p.c.State != idemdriver.Completed && p.c.State != idemdriver.InFlight:
+		return idemdriver.Claim{}, false
 	case fingerprint != p.fp:
-		c.State = idem.Mismatch
-	case p.c.State == idem.Completed:
-		c.State, c.Result = idem.Completed, slices.Clone(p.c.Result)
+		c.State = idemdriver.Mismatch
+	case p.c.State == idemdriver.Completed:
+		c.State, c.Result = idemdriver.Completed, slices.Clone(p.c.Result)
 	default:
-		c.State = idem.InFlight
+		c.State = idemdriver.InFlight
 	}
 	return c, true
 }
@@ -172,15 +172,15 @@ func (l *localClaims) get(key string) (localClaim, bool) {
 // (or for ctx) and answers from its answer where that tells (ok), else
 // looks again; when none is, it returns a done function that the
 // caller's own Begin must call with its answer.
-func (l *localClaims) begin(ctx context.Context, k idem.Key, fingerprint string) (c idem.Claim, ok bool, done func(idem.Claim, error), err error) {
+func (l *localClaims) begin(ctx context.Context, k idemdriver.Key, fingerprint string) (c idemdriver.Claim, ok bool, done func(idemdriver.Claim, error), err error) {
 	key := k.String()
 	for {
 		l.mu.Lock()
 		if lc, held := l.claimLocked(key); held {
 			l.mu.Unlock()
-			c = idem.Claim{Key: k, Fingerprint: fingerprint, Expires: lc.until, State: idem.InFlight}
+			c = idemdriver.Claim{Key: k, Fingerprint: fingerprint, Expires: lc.until, State: idemdriver.InFlight}
 			if lc.fp != fingerprint {
-				c.State = idem.Mismatch
+				c.State = idemdriver.Mismatch
 			}
 			return c, true, nil, nil
 		}
@@ -192,7 +192,7 @@ func (l *localClaims) begin(ctx context.Context, k idem.Key, fingerprint string)
 			p = &pending{fp: fingerprint}
 			l.begins[key] = p
 			l.mu.Unlock()
-			return idem.Claim{}, false, func(c idem.Claim, err error) {
+			return idemdriver.Claim{}, false, func(c idemdriver.Claim, err error) {
 				l.mu.Lock()
 				delete(l.begins, key)
 				p.c, p.err = c, err
@@ -211,7 +211,7 @@ func (l *localClaims) begin(ctx context.Context, k idem.Key, fingerprint string)
 		select {
 		case <-wait:
 		case <-ctx.Done():
-			return idem.Claim{}, false, nil, ctx.Err()
+			return idemdriver.Claim{}, false, nil, ctx.Err()
 		}
 		l.mu.Lock()
 		_, held := l.m[key] // (the first Begin's claim: answered above)
@@ -226,7 +226,7 @@ func (l *localClaims) begin(ctx context.Context, k idem.Key, fingerprint string)
 // finished forgets c's claim once this Store has finished it (completed,
 // abandoned, or failed to, the claim being lost), and wakes the waiters
 // of its record in this process when it was known.
-func (s *Store) finished(c idem.Claim) {
+func (s *Store) finished(c idemdriver.Claim) {
 	key := c.Key.String()
 	if s.local.done(key, c.Token) {
 		s.wakeRecord(key)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/idem/idemdriver"
 	"github.com/oncekit/oncekit/internal/testenv"
 	"github.com/oncekit/oncekit/storage/sqlstore"
 )
@@ -103,14 +104,14 @@ func TestLocalClaimEndsWithItsLease(t *testing.T) {
 			s, other := migrated(t, url), migrated(t, url)
 			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 			defer cancel()
-			k := idem.MustKey("local-lease:" + name + ":" + time.Now().Format(time.RFC3339Nano))
+			k := idemdriver.MustKey("local-lease:" + name + ":" + time.Now().Format(time.RFC3339Nano))
 			const lease = 400 * time.Millisecond
 			c, err := s.Begin(ctx, k, "fp", lease)
-			if err != nil || c.State != idem.Acquired {
+			if err != nil || c.State != idemdriver.Acquired {
 				t.Fatalf("Begin: %v %v", c.State, err)
 			}
 			dup, err := s.Begin(ctx, k, "fp", lease)
-			if err != nil || dup.State != idem.InFlight {
+			if err != nil || dup.State != idemdriver.InFlight {
 				t.Fatalf("a duplicate while the claim runs: %v %v, want InFlight", dup.State, err)
 			}
 			start := time.Now()
@@ -122,21 +123,21 @@ func TestLocalClaimEndsWithItsLease(t *testing.T) {
 			}
 			// Past the lease (by the database's clock too), another process
 			// claims the key and stores its result.
-			var taken idem.Claim
+			var taken idemdriver.Claim
 			for time.Since(start) < 10*time.Second {
-				if taken, err = other.Begin(ctx, k, "fp", time.Minute); err != nil || taken.State == idem.Acquired {
+				if taken, err = other.Begin(ctx, k, "fp", time.Minute); err != nil || taken.State == idemdriver.Acquired {
 					break
 				}
 				time.Sleep(50 * time.Millisecond)
 			}
-			if err != nil || taken.State != idem.Acquired {
+			if err != nil || taken.State != idemdriver.Acquired {
 				t.Fatalf("another process after the lease: %v %v", taken.State, err)
 			}
 			if err := other.Complete(ctx, taken, []byte("theirs"), time.Hour); err != nil {
 				t.Fatal(err)
 			}
 			got, err := s.Begin(ctx, k, "fp", lease)
-			if err != nil || got.State != idem.Completed || string(got.Result) != "theirs" {
+			if err != nil || got.State != idemdriver.Completed || string(got.Result) != "theirs" {
 				t.Fatalf("the first process's duplicate after that: %v %q %v, want the other's result", got.State, got.Result, err)
 			}
 			if err := s.Complete(ctx, c, []byte("mine"), time.Hour); !errors.Is(err, idem.ErrLockLost) {
@@ -155,9 +156,9 @@ func TestLocalClaimAbandonedWakesDuplicate(t *testing.T) {
 			s := migrated(t, url, sqlstore.WithPollInterval(time.Minute))
 			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 			defer cancel()
-			k := idem.MustKey("local-abandon:" + name + ":" + time.Now().Format(time.RFC3339Nano))
+			k := idemdriver.MustKey("local-abandon:" + name + ":" + time.Now().Format(time.RFC3339Nano))
 			c, err := s.Begin(ctx, k, "fp", time.Minute)
-			if err != nil || c.State != idem.Acquired {
+			if err != nil || c.State != idemdriver.Acquired {
 				t.Fatalf("Begin: %v %v", c.State, err)
 			}
 			woke := make(chan time.Duration, 1)
@@ -181,7 +182,7 @@ func TestLocalClaimAbandonedWakesDuplicate(t *testing.T) {
 				t.Fatal("the duplicate was not woken by the abandonment")
 			}
 			got, err := s.Begin(ctx, k, "fp", time.Minute)
-			if err != nil || got.State != idem.Acquired {
+			if err != nil || got.State != idemdriver.Acquired {
 				t.Fatalf("the duplicate's Begin after the abandonment: %v %v, want Acquired", got.State, err)
 			}
 			if err := s.Complete(ctx, got, []byte("ok"), time.Hour); err != nil {
@@ -203,9 +204,9 @@ func TestConcurrentBeginsShareOneClaim(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	before := statements()
-	k := idem.MustKey("together")
+	k := idemdriver.MustKey("together")
 	const copies = 16
-	claims := make([]idem.Claim, copies)
+	claims := make([]idemdriver.Claim, copies)
 	errs := make([]error, copies)
 	var wg sync.WaitGroup
 	start := make(chan struct{})
@@ -222,9 +223,9 @@ func TestConcurrentBeginsShareOneClaim(t *testing.T) {
 		switch {
 		case errs[i] != nil:
 			t.Fatalf("copy %d: %v", i, errs[i])
-		case c.State == idem.Acquired:
+		case c.State == idemdriver.Acquired:
 			acquired++
-		case c.State != idem.InFlight:
+		case c.State != idemdriver.InFlight:
 			t.Fatalf("copy %d: state %v, want Acquired or InFlight", i, c.State)
 		}
 	}
@@ -237,9 +238,9 @@ func TestConcurrentBeginsShareOneClaim(t *testing.T) {
 
 	// Completed, the key's replays that arrive together share one look
 	// at the record too; a copy with another fingerprint is a mismatch.
-	var won idem.Claim
+	var won idemdriver.Claim
 	for _, c := range claims {
-		if c.State == idem.Acquired {
+		if c.State == idemdriver.Acquired {
 			won = c
 		}
 	}
@@ -261,11 +262,11 @@ func TestConcurrentBeginsShareOneClaim(t *testing.T) {
 	close(start)
 	wg.Wait()
 	for i, c := range claims {
-		want := idem.Completed
+		want := idemdriver.Completed
 		if i == copies-1 {
-			want = idem.Mismatch
+			want = idemdriver.Mismatch
 		}
-		if errs[i] != nil || c.State != want || (want == idem.Completed && string(c.Result) != "result") {
+		if errs[i] != nil || c.State != want || (want == idemdriver.Completed && string(c.Result) != "result") {
 			t.Fatalf("replay %d: %v %q %v, want %v", i, c.State, c.Result, errs[i], want)
 		}
 	}
@@ -284,9 +285,9 @@ func TestBeginAfterLocalFinishReadsFirst(t *testing.T) {
 	s, statements := countedStore(t, "%")
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	k := idem.MustKey("finished-here")
+	k := idemdriver.MustKey("finished-here")
 	c, err := s.Begin(ctx, k, "fp", time.Minute)
-	if err != nil || c.State != idem.Acquired {
+	if err != nil || c.State != idemdriver.Acquired {
 		t.Fatalf("Begin: %v %v", c.State, err)
 	}
 	if err := s.Complete(ctx, c, []byte("done"), time.Hour); err != nil {
@@ -294,7 +295,7 @@ func TestBeginAfterLocalFinishReadsFirst(t *testing.T) {
 	}
 	before := statements()
 	got, err := s.Begin(ctx, k, "fp", time.Minute)
-	if err != nil || got.State != idem.Completed || string(got.Result) != "done" {
+	if err != nil || got.State != idemdriver.Completed || string(got.Result) != "done" {
 		t.Fatalf("the replay: %v %q %v", got.State, got.Result, err)
 	}
 	if n := statements() - before; n != 1 {

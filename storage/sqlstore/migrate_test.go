@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/idem/idemdriver"
 	"github.com/oncekit/oncekit/internal/testenv"
 	"github.com/oncekit/oncekit/storage/sqlstore"
 )
@@ -57,9 +57,9 @@ func migrateUnderLoad(t testing.TB, url string, rows int) migrationLoad {
 		wg.Go(func() {
 			for i := 0; cctx.Err() == nil; i++ {
 				start := time.Now()
-				k := idem.MustKey(fmt.Sprintf("new-%d-%d-%d", w, i, start.UnixNano()))
+				k := idemdriver.MustKey(fmt.Sprintf("new-%d-%d-%d", w, i, start.UnixNano()))
 				c, err := claimant.Begin(cctx, k, "fp", 10*time.Second)
-				if err == nil && c.State == idem.Acquired {
+				if err == nil && c.State == idemdriver.Acquired {
 					err = claimant.Complete(cctx, c, []byte("done"), time.Minute)
 				}
 				if err != nil {

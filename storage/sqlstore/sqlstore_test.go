@@ -13,7 +13,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/idem/idemdriver"
 	"github.com/oncekit/oncekit/core/idem/idemtest"
 	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/core/lock/locktest"
@@ -34,7 +34,7 @@ func TestMain(m *testing.M) {
 		return sqlstore.Open(context.Background(), os.Getenv(holderURLEnv))
 	}
 	locktest.RunHolder(func() (lock.Locker, error) { return newStore() })
-	idemtest.RunRunner(func() (idem.Store, error) { return newStore() })
+	idemtest.RunRunner(func() (idemdriver.Store, error) { return newStore() })
 	goleak.VerifyTestMain(m)
 }
 
@@ -180,7 +180,7 @@ func TestIdemConformance(t *testing.T) {
 				opts = append(opts, sqlstore.WithoutReturning())
 			}
 			idemtest.Run(t, idemtest.Config{
-				NewStore:      func(t *testing.T) idem.Store { return suiteStore(t, name, url, opts...) },
+				NewStore:      func(t *testing.T) idemdriver.Store { return suiteStore(t, name, url, opts...) },
 				RunnerProcess: true,
 				ProcessEnv:    []string{holderURLEnv + "=" + url},
 				Corrupt: func(t *testing.T, key string) {

@@ -20,7 +20,7 @@ import (
 )
 
 // Store is the SQL driver: locks (lock.Locker) and idempotency records
-// (idem.Store, idem.EffectStore) in three tables of one database. Make it
+// (idemdriver.Store, idemdriver.EffectStore) in three tables of one database. Make it
 // with New or Open; apply the schema once with Migrate.
 type Store struct {
 	connIDs     sync.Map     // MySQL: driver connection -> CONNECTION_ID() (myConnID)

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/idem/idemdriver"
 	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/internal/testenv"
 	"github.com/oncekit/oncekit/storage/sqlstore"
@@ -141,7 +141,7 @@ func TestReplayTakesNoRowLock(t *testing.T) {
 			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 			defer cancel()
 			key := "replay-no-lock:" + time.Now().Format(time.RFC3339Nano)
-			c, err := s.Begin(ctx, idem.MustKey(key), "fp", time.Minute)
+			c, err := s.Begin(ctx, idemdriver.MustKey(key), "fp", time.Minute)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -151,8 +151,8 @@ func TestReplayTakesNoRowLock(t *testing.T) {
 			lockRecordRow(ctx, t, s, "SELECT state FROM %s WHERE record_key = ? FOR UPDATE", key)
 			bctx, bcancel := context.WithTimeout(ctx, 3*time.Second)
 			defer bcancel()
-			got, err := s.Begin(bctx, idem.MustKey(key), "fp", time.Minute)
-			if err != nil || got.State != idem.Completed || string(got.Result) != "done" {
+			got, err := s.Begin(bctx, idemdriver.MustKey(key), "fp", time.Minute)
+			if err != nil || got.State != idemdriver.Completed || string(got.Result) != "done" {
 				t.Fatalf("Begin of a completed key while its row is locked: %+v %v, want the result at once", got, err)
 			}
 		})
@@ -161,7 +161,7 @@ func TestReplayTakesNoRowLock(t *testing.T) {
 
 // duplicateWaits starts a duplicate's wait for key's record in dup (for
 // 20 s at most); the channel gets the time the wait returned.
-func duplicateWaits(ctx context.Context, dup *sqlstore.Store, key idem.Key) <-chan time.Time {
+func duplicateWaits(ctx context.Context, dup *sqlstore.Store, key idemdriver.Key) <-chan time.Time {
 	woken := make(chan time.Time, 1)
 	go func() {
 		_ = dup.WaitChange(ctx, key, time.Now().Add(20*time.Second))
@@ -180,11 +180,11 @@ func TestDuplicateWokenByCompletion(t *testing.T) {
 	for _, finish := range []string{"complete", "complete-with-effect", "abandon"} {
 		t.Run(finish, func(t *testing.T) {
 			key := "woken-" + finish + ":" + time.Now().Format(time.RFC3339Nano)
-			c, err := s.Begin(ctx, idem.MustKey(key), "fp", time.Minute)
+			c, err := s.Begin(ctx, idemdriver.MustKey(key), "fp", time.Minute)
 			if err != nil {
 				t.Fatal(err)
 			}
-			woken := duplicateWaits(ctx, dup, idem.MustKey(key))
+			woken := duplicateWaits(ctx, dup, idemdriver.MustKey(key))
 			time.Sleep(100 * time.Millisecond)
 			done := time.Now()
 			switch finish {
@@ -214,7 +214,7 @@ func TestMigrateAddsWatchedColumn(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := t.Context()
-	c, err := s.Begin(ctx, idem.MustKey("k"), "fp", time.Minute)
+	c, err := s.Begin(ctx, idemdriver.MustKey("k"), "fp", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/idem/idemdriver"
 )
 
 // Writes is an effect made of SQL writes — INSERT, UPDATE or DELETE
@@ -102,7 +103,7 @@ const (
 )
 
 // completeWrites completes c with w (see Writes).
-func (s *Store) completeWrites(ctx context.Context, c idem.Claim, result []byte, retention time.Duration, w Writes) error {
+func (s *Store) completeWrites(ctx context.Context, c idemdriver.Claim, result []byte, retention time.Duration, w Writes) error {
 	key := c.Key.String()
 	if err := w.check(key); err != nil {
 		return err
@@ -143,7 +144,7 @@ func (s *Store) completeWrites(ctx context.Context, c idem.Claim, result []byte,
 
 // writesFailed sorts the error of a statement of Writes
 // (completeWrites, completeCompound).
-func (s *Store) writesFailed(ctx context.Context, c idem.Claim, result []byte, retention time.Duration, w Writes, err error) error {
+func (s *Store) writesFailed(ctx context.Context, c idemdriver.Claim, result []byte, retention time.Duration, w Writes, err error) error {
 	key := c.Key.String()
 	// The statement stopped itself: on PostgreSQL by a cast that failed,
 	// on MariaDB by a SIGNAL; the message says why.
@@ -178,7 +179,7 @@ func (s *Store) writesFailed(ctx context.Context, c idem.Claim, result []byte, r
 
 // completeCompound completes c with w in one MariaDB compound statement
 // (compoundStatement).
-func (s *Store) completeCompound(ctx context.Context, c idem.Claim, result []byte, retention time.Duration, w Writes) error {
+func (s *Store) completeCompound(ctx context.Context, c idemdriver.Claim, result []byte, retention time.Duration, w Writes) error {
 	key := c.Key.String()
 	if err := s.completing(c, result, retention); err != nil {
 		return err

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/idem/idemdriver"
 	"github.com/oncekit/oncekit/internal/testenv"
 	"github.com/oncekit/oncekit/storage/sqlstore"
 )
@@ -100,12 +101,12 @@ func TestWritesCommitWithTheRecord(t *testing.T) {
 		if n, o := count(t, s, stock), count(t, s, base+":b:order"); n != 1 || o != 0 {
 			t.Fatalf("after a refused sale: stock taken %d, order rows %d; want 1 and 0", n, o)
 		}
-		if info, err := s.InspectRecord(ctx, base+":b"); err == nil && info.State == idem.Completed {
+		if info, err := s.InspectRecord(ctx, base+":b"); err == nil && info.State == idemdriver.Completed {
 			t.Fatalf("a refused sale's record is completed")
 		}
 
 		// A claim that is not the record's: nothing is written.
-		c, err := s.Begin(ctx, idem.MustKey(base+":c"), "fp", time.Minute)
+		c, err := s.Begin(ctx, idemdriver.MustKey(base+":c"), "fp", time.Minute)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -143,11 +144,11 @@ func TestWritesWakeADuplicate(t *testing.T) {
 	defer cancel()
 	key := "writes-woken:" + time.Now().Format(time.RFC3339Nano)
 	execSQL(t, s, "INSERT INTO "+counters+" (k, n) VALUES (?, 0)", []byte(key))
-	c, err := s.Begin(ctx, idem.MustKey(key), "fp", time.Minute)
+	c, err := s.Begin(ctx, idemdriver.MustKey(key), "fp", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
-	woken := duplicateWaits(ctx, dup, idem.MustKey(key))
+	woken := duplicateWaits(ctx, dup, idemdriver.MustKey(key))
 	time.Sleep(200 * time.Millisecond)
 	done := time.Now()
 	w := sqlstore.Writes{{Query: "UPDATE " + counters + " SET n = n + 1 WHERE k = ?", Args: []any{[]byte(key)}, Refuse: "gone"}}
@@ -169,7 +170,7 @@ func TestWritesOnARowChangedMeanwhileAtRepeatableRead(t *testing.T) {
 	defer cancel()
 	key := "writes-rr:" + time.Now().Format(time.RFC3339Nano)
 	execSQL(t, s, "INSERT INTO "+counters+" (k, n) VALUES (?, 0)", []byte(key))
-	c, err := s.Begin(ctx, idem.MustKey(key), "fp", time.Minute)
+	c, err := s.Begin(ctx, idemdriver.MustKey(key), "fp", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,7 +197,7 @@ func TestWritesOnARowChangedMeanwhileAtRepeatableRead(t *testing.T) {
 	if n := count(t, s, key); n != 11 {
 		t.Fatalf("the counter is %d, want 11 (both writes)", n)
 	}
-	if got, err := s.Begin(ctx, c.Key, "fp", time.Minute); err != nil || got.State != idem.Completed {
+	if got, err := s.Begin(ctx, c.Key, "fp", time.Minute); err != nil || got.State != idemdriver.Completed {
 		t.Fatalf("the record: %v %v, want completed", got.State, err)
 	}
 }
@@ -264,7 +265,7 @@ func TestWritesOneStatementOnMariaDB(t *testing.T) {
 				return n
 			}
 			sell := func(key string) int {
-				claim, err := s.Begin(ctx, idem.MustKey(key), "fp", time.Minute)
+				claim, err := s.Begin(ctx, idemdriver.MustKey(key), "fp", time.Minute)
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -1,4 +1,4 @@
-// Package zkstore is the lock.Locker and idem.Store driver for Apache
+// Package zkstore is the lock.Locker and idemdriver.Store driver for Apache
 // ZooKeeper (3.5 or later; tested on 3.8), through
 // github.com/go-zookeeper/zk.
 //

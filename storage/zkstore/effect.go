@@ -10,6 +10,7 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/idem/idemdriver"
 	"github.com/oncekit/oncekit/core/lock/lockdriver"
 )
 
@@ -53,10 +54,10 @@ func multiSize(ops []any) int {
 	return n
 }
 
-// CompleteWith implements idem.EffectStore: the record's completion and
+// CompleteWith implements idemdriver.EffectStore: the record's completion and
 // the Effect in one transaction (one request when this Store made the
 // claim's last write, after a read otherwise).
-func (s *Store) CompleteWith(ctx context.Context, c idem.Claim, result []byte, retention time.Duration, effect any) (err error) {
+func (s *Store) CompleteWith(ctx context.Context, c idemdriver.Claim, result []byte, retention time.Duration, effect any) (err error) {
 	key := c.Key.String()
 	e, ok := effect.(Effect)
 	if p, isPtr := effect.(*Effect); isPtr && p != nil {
@@ -160,4 +161,4 @@ func isCondition(err error) bool {
 		errors.Is(err, zk.ErrNotEmpty)
 }
 
-var _ idem.EffectStore = (*Store)(nil)
+var _ idemdriver.EffectStore = (*Store)(nil)

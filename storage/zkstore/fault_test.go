@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/idem/idemdriver"
 	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/internal/testenv"
 	"github.com/oncekit/oncekit/storage/zkstore"
@@ -70,7 +70,7 @@ func TestHolderSessionExpired(t *testing.T) {
 	}
 	_ = l.Release(context.Background())
 	// Its idempotency records do not depend on the session.
-	c, err := cut.Begin(ctxT(t, 10*time.Second), idem.MustKey(key+"-record"), "fp", time.Minute)
+	c, err := cut.Begin(ctxT(t, 10*time.Second), idemdriver.MustKey(key+"-record"), "fp", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +139,7 @@ func TestCancelledBeginLeavesNothingBehind(t *testing.T) {
 	// The record's bucket directory exists, the record does not (an
 	// abandoned one stays, for the next claim's attempt): the held request
 	// is the create.
-	if _, err := other.Begin(ctxT(t, 10*time.Second), idem.MustKey(key), "fp", time.Minute); err != nil {
+	if _, err := other.Begin(ctxT(t, 10*time.Second), idemdriver.MustKey(key), "fp", time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := other.DeleteRecord(ctxT(t, 10*time.Second), key); err != nil {
@@ -149,7 +149,7 @@ func TestCancelledBeginLeavesNothingBehind(t *testing.T) {
 	proxy.Stall()
 	resumed := make(chan struct{})
 	time.AfterFunc(300*time.Millisecond, func() { proxy.Resume(); close(resumed) })
-	if _, err := cut.Begin(ctxT(t, 100*time.Millisecond), idem.MustKey(key), "fp", time.Minute); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := cut.Begin(ctxT(t, 100*time.Millisecond), idemdriver.MustKey(key), "fp", time.Minute); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Begin past its deadline: %v, want DeadlineExceeded", err)
 	}
 	// A sync first, as in TestCancelledJoinLeavesNothingBehind: other may
@@ -181,9 +181,9 @@ func TestCancelledTakeoverGivesTheClaimBack(t *testing.T) {
 	proxy := testenv.StartProxy(t, testenv.ZooKeeperAddrs(t)[0])
 	cut := connectTo(t, proxy.Addr)
 	other := connect(t)
-	key := idem.MustKey("cancelled-takeover-" + time.Now().Format(time.RFC3339Nano))
+	key := idemdriver.MustKey("cancelled-takeover-" + time.Now().Format(time.RFC3339Nano))
 	first, err := other.Begin(ctxT(t, 10*time.Second), key, "fp", time.Minute)
-	if err != nil || first.State != idem.Acquired {
+	if err != nil || first.State != idemdriver.Acquired {
 		t.Fatalf("Begin: %+v %v", first, err)
 	}
 	if err := other.Abandon(ctxT(t, 10*time.Second), first); err != nil {
@@ -197,7 +197,7 @@ func TestCancelledTakeoverGivesTheClaimBack(t *testing.T) {
 		t.Fatalf("Begin past its deadline: %v, want DeadlineExceeded", err)
 	}
 	<-resumed
-	var c idem.Claim
+	var c idemdriver.Claim
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		// (a sync first: other may talk to a follower behind the give-back)
 		if _, err := other.Conn().Sync(zkstore.RecordPath(other, key.String())); err != nil {
@@ -206,11 +206,11 @@ func TestCancelledTakeoverGivesTheClaimBack(t *testing.T) {
 		if c, err = other.Begin(ctxT(t, 5*time.Second), key, "fp", time.Minute); err != nil {
 			t.Fatal(err)
 		}
-		if c.State == idem.Acquired || time.Now().After(deadline) {
+		if c.State == idemdriver.Acquired || time.Now().After(deadline) {
 			break
 		}
 	}
-	if c.State != idem.Acquired || c.Attempt < 2 {
+	if c.State != idemdriver.Acquired || c.Attempt < 2 {
 		t.Fatalf("Begin after the cancelled takeover: %v attempt %d, want acquired (the claim given back), attempt 2 or more", c.State, c.Attempt)
 	}
 }
@@ -249,27 +249,27 @@ func TestRecordStampedByFormerLeader(t *testing.T) {
 	}
 	holder := connectTo()
 	const key, lease = "former-leader", time.Second
-	c, err := holder.Begin(ctx, idem.MustKey(key), "fp", lease)
-	if err != nil || c.State != idem.Acquired {
+	c, err := holder.Begin(ctx, idemdriver.MustKey(key), "fp", lease)
+	if err != nil || c.State != idemdriver.Acquired {
 		t.Fatalf("Begin: %+v %v", c, err)
 	}
 	testenv.ZooKeeperLeader(t, members).Kill()
 	testenv.ZooKeeperLeader(t, members) // a new leader, a new epoch
 	time.Sleep(lease + 200*time.Millisecond)
 	other := connectTo()
-	var c2 idem.Claim
+	var c2 idemdriver.Claim
 	for deadline := time.Now().Add(40 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		if c2, err = other.Begin(ctx, idem.MustKey(key), "fp", lease); err == nil || time.Now().After(deadline) {
+		if c2, err = other.Begin(ctx, idemdriver.MustKey(key), "fp", lease); err == nil || time.Now().After(deadline) {
 			break // (the ensemble may refuse requests while it settles)
 		}
 	}
-	if err != nil || c2.State != idem.InFlight {
+	if err != nil || c2.State != idemdriver.InFlight {
 		t.Fatalf("Begin after the lease ran out under a former leader: %v %v, want in flight (stamped again, not taken over)", c2.State, err)
 	}
 	if err := holder.Complete(ctx, c, []byte("once"), time.Minute); err != nil {
 		t.Fatalf("the holder's Complete after the rewrite: %v", err)
 	}
-	if c3, err := other.Begin(ctx, idem.MustKey(key), "fp", lease); err != nil || c3.State != idem.Completed || string(c3.Result) != "once" {
+	if c3, err := other.Begin(ctx, idemdriver.MustKey(key), "fp", lease); err != nil || c3.State != idemdriver.Completed || string(c3.Result) != "once" {
 		t.Fatalf("Begin after the holder completed: %+v %v, want the result replayed", c3, err)
 	}
 }

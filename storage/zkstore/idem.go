@@ -11,6 +11,7 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/idem/idemdriver"
 	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/core/lock/lockdriver"
 	"github.com/oncekit/oncekit/storage/internal/token"
@@ -234,32 +235,32 @@ func (s *Store) restampRecord(ctx context.Context, path string, rec record, st *
 	return call(ctx, s, func() (*zk.Stat, error) { return s.conn.Set(path, rec.encode(), st.Version) }, nil)
 }
 
-// Begin implements idem.Store: one request for a new key (a transaction
+// Begin implements idemdriver.Store: one request for a new key (a transaction
 // that creates the record), two for a key with a live record (the create
 // fails, the record is read), and one more to take over a record whose
 // lease or retention ended.
-func (s *Store) Begin(ctx context.Context, k idem.Key, fingerprint string, lease time.Duration) (idem.Claim, error) {
+func (s *Store) Begin(ctx context.Context, k idemdriver.Key, fingerprint string, lease time.Duration) (idemdriver.Claim, error) {
 	if err := k.Check(); err != nil {
-		return idem.Claim{}, err
+		return idemdriver.Claim{}, err
 	}
 	key := k.String()
 	if err := lockdriver.ValidateTTL(lease); err != nil {
-		return idem.Claim{}, err
+		return idemdriver.Claim{}, err
 	}
 	if err := s.closedErr("begin", key); err != nil {
-		return idem.Claim{}, err
+		return idemdriver.Claim{}, err
 	}
 	if len(fingerprint) > 1<<16-1 {
-		return idem.Claim{}, fmt.Errorf("zkstore: begin %q: a fingerprint of %d bytes (at most 65535)", key, len(fingerprint))
+		return idemdriver.Claim{}, fmt.Errorf("zkstore: begin %q: a fingerprint of %d bytes (at most 65535)", key, len(fingerprint))
 	}
 	path := s.recordPath(key)
 	for range 16 {
 		start := time.Now()
 		tok := token.New()
 		data := record{dur: lease, token: tok, fingerprint: fingerprint}.encode()
-		acquired := func(st *zk.Stat, attempt int) idem.Claim {
+		acquired := func(st *zk.Stat, attempt int) idemdriver.Claim {
 			s.versions.store(tok, st.Version, lease)
-			return idem.Claim{Key: k, State: idem.Acquired, Fingerprint: fingerprint, Token: tok,
+			return idemdriver.Claim{Key: k, State: idemdriver.Acquired, Fingerprint: fingerprint, Token: tok,
 				Fence: uint64(st.Mzxid), Attempt: attempt, Expires: start.Add(lease)}
 		}
 		r, err := call(ctx, s, func() ([]zk.MultiResponse, error) {
@@ -277,23 +278,23 @@ func (s *Store) Begin(ctx context.Context, k idem.Key, fingerprint string, lease
 			return acquired(r[1].Stat, 1), nil
 		case errors.Is(err, zk.ErrNoNode): // the bucket's directory
 			if err := s.ensure(ctx, path[:len(path)-len(escape(key))-1]); err != nil {
-				return idem.Claim{}, s.idemErr(ctx, "begin", key, err)
+				return idemdriver.Claim{}, s.idemErr(ctx, "begin", key, err)
 			}
 			continue
 		case err != nil && !errors.Is(err, zk.ErrNodeExists):
-			return idem.Claim{}, s.idemErr(ctx, "begin", key, err)
+			return idemdriver.Claim{}, s.idemErr(ctx, "begin", key, err)
 		}
 		rec, st, err := s.read(ctx, key, path)
 		switch {
 		case errors.Is(err, zk.ErrNoNode):
 			continue // deleted meanwhile
 		case err != nil:
-			return idem.Claim{}, s.idemErr(ctx, "begin", key, err)
+			return idemdriver.Claim{}, s.idemErr(ctx, "begin", key, err)
 		}
 		exp := rec.expiresMs(st)
 		v, err := s.expired(ctx, exp, st)
 		if err != nil {
-			return idem.Claim{}, s.idemErr(ctx, "begin", key, err)
+			return idemdriver.Claim{}, s.idemErr(ctx, "begin", key, err)
 		}
 		if v == restamp {
 			nst, err := s.restampRecord(ctx, path, rec, st)
@@ -301,19 +302,19 @@ func (s *Store) Begin(ctx context.Context, k idem.Key, fingerprint string, lease
 			case errors.Is(err, zk.ErrBadVersion) || errors.Is(err, zk.ErrNoNode):
 				continue // written or deleted meanwhile: look again
 			case err != nil:
-				return idem.Claim{}, s.idemErr(ctx, "begin", key, err)
+				return idemdriver.Claim{}, s.idemErr(ctx, "begin", key, err)
 			}
 			exp, v = rec.expiresMs(nst), live
 		}
 		if v == live && !rec.abandoned {
-			c := idem.Claim{Key: k, Fingerprint: fingerprint, Expires: time.UnixMilli(exp)}
+			c := idemdriver.Claim{Key: k, Fingerprint: fingerprint, Expires: time.UnixMilli(exp)}
 			switch {
 			case rec.fingerprint != fingerprint:
-				c.State = idem.Mismatch
+				c.State = idemdriver.Mismatch
 			case rec.completed:
-				c.State, c.Result = idem.Completed, rec.result
+				c.State, c.Result = idemdriver.Completed, rec.result
 			default:
-				c.State = idem.InFlight
+				c.State = idemdriver.InFlight
 			}
 			return c, nil
 		}
@@ -334,10 +335,10 @@ func (s *Store) Begin(ctx context.Context, k idem.Key, fingerprint string, lease
 		case errors.Is(err, zk.ErrBadVersion) || errors.Is(err, zk.ErrNoNode):
 			continue // another Begin took it over, or it was deleted
 		default:
-			return idem.Claim{}, s.idemErr(ctx, "begin", key, err)
+			return idemdriver.Claim{}, s.idemErr(ctx, "begin", key, err)
 		}
 	}
-	return idem.Claim{}, fmt.Errorf("zkstore: begin %q: the record kept changing", key)
+	return idemdriver.Claim{}, fmt.Errorf("zkstore: begin %q: the record kept changing", key)
 }
 
 // giveBackTakeover writes rec, an abandoned record, over the record a
@@ -374,9 +375,9 @@ func (s *Store) read(ctx context.Context, key, path string) (record, *zk.Stat, e
 // later version's, during a rolling deploy.
 const layoutPrefix = "format "
 
-// Complete implements idem.Store: one request when this Store made the
+// Complete implements idemdriver.Store: one request when this Store made the
 // claim's last write (it knows the record's version), two otherwise.
-func (s *Store) Complete(ctx context.Context, c idem.Claim, result []byte, retention time.Duration) error {
+func (s *Store) Complete(ctx context.Context, c idemdriver.Claim, result []byte, retention time.Duration) error {
 	if err := lockdriver.ValidateTTL(retention); err != nil {
 		return err
 	}
@@ -393,9 +394,9 @@ func (s *Store) Complete(ctx context.Context, c idem.Claim, result []byte, reten
 	return err
 }
 
-// Abandon implements idem.Store: the claim's record becomes an abandoned
-// one, free for the next Begin, which counts it (idem.Claim.Attempt).
-func (s *Store) Abandon(ctx context.Context, c idem.Claim) error {
+// Abandon implements idemdriver.Store: the claim's record becomes an abandoned
+// one, free for the next Begin, which counts it (idemdriver.Claim.Attempt).
+func (s *Store) Abandon(ctx context.Context, c idemdriver.Claim) error {
 	err := s.finish(ctx, c, "abandon", 0, func(rec record) ([]byte, bool) {
 		rec.abandoned, rec.dur = true, idem.AttemptMemory
 		return rec.encode(), true
@@ -404,9 +405,9 @@ func (s *Store) Abandon(ctx context.Context, c idem.Claim) error {
 	return err
 }
 
-// Extend implements idem.Store: a new lease from the servers' clock at the
+// Extend implements idemdriver.Store: a new lease from the servers' clock at the
 // write, which comes after the call began.
-func (s *Store) Extend(ctx context.Context, c idem.Claim, lease time.Duration) error {
+func (s *Store) Extend(ctx context.Context, c idemdriver.Claim, lease time.Duration) error {
 	if err := lockdriver.ValidateTTL(lease); err != nil {
 		return err
 	}
@@ -423,7 +424,7 @@ func (s *Store) Extend(ctx context.Context, c idem.Claim, lease time.Duration) e
 // lease to have ended by the servers' clock) or it was deleted; a claim
 // whose lease ended but that nobody took over still finishes, as no other
 // run can have started.
-func (s *Store) finish(ctx context.Context, c idem.Claim, op string, lease time.Duration, next func(record) ([]byte, bool)) (err error) {
+func (s *Store) finish(ctx context.Context, c idemdriver.Claim, op string, lease time.Duration, next func(record) ([]byte, bool)) (err error) {
 	key := c.Key.String()
 	if err := c.Key.Check(); err != nil {
 		return err
@@ -482,9 +483,9 @@ func (s *Store) finish(ctx context.Context, c idem.Claim, op string, lease time.
 	return lost
 }
 
-// WaitChange implements idem.Waiter: it returns when key's record changes
+// WaitChange implements idemdriver.Waiter: it returns when key's record changes
 // or goes (a watch on its node), at until, or when ctx ends.
-func (s *Store) WaitChange(ctx context.Context, k idem.Key, until time.Time) error {
+func (s *Store) WaitChange(ctx context.Context, k idemdriver.Key, until time.Time) error {
 	key := k.String()
 	if err := lockdriver.ValidateKey(key); err != nil {
 		return err
@@ -535,6 +536,6 @@ func (s *Store) idemErr(ctx context.Context, op, key string, err error) error {
 }
 
 var (
-	_ idem.Store  = (*Store)(nil)
-	_ idem.Waiter = (*Store)(nil)
+	_ idemdriver.Store  = (*Store)(nil)
+	_ idemdriver.Waiter = (*Store)(nil)
 )

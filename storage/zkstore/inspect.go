@@ -10,6 +10,7 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/idem/idemdriver"
 	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/core/lock/lockdriver"
 )
@@ -107,14 +108,14 @@ func (s *Store) ForceRelease(ctx context.Context, key string) (lock.LockInfo, er
 	return info, nil
 }
 
-// InspectRecord implements idem.Inspector. A record whose lease or
+// InspectRecord implements idemdriver.Inspector. A record whose lease or
 // retention ended (by the servers' clock) is reported as not found, as a
 // Begin would treat it.
-func (s *Store) InspectRecord(ctx context.Context, key string) (idem.RecordInfo, error) {
+func (s *Store) InspectRecord(ctx context.Context, key string) (idemdriver.RecordInfo, error) {
 	if err := lockdriver.ValidateKey(key); err != nil {
-		return idem.RecordInfo{}, err
+		return idemdriver.RecordInfo{}, err
 	}
-	info := idem.RecordInfo{Key: key}
+	info := idemdriver.RecordInfo{Key: key}
 	rec, st, err := s.read(ctx, key, s.recordPath(key))
 	var ce *idem.CorruptRecordError
 	switch {
@@ -124,24 +125,24 @@ func (s *Store) InspectRecord(ctx context.Context, key string) (idem.RecordInfo,
 		info.Found, info.Corrupt = true, ce.Reason
 		return info, nil
 	case err != nil:
-		return idem.RecordInfo{}, fmt.Errorf("zkstore: inspect %q: %w", key, err)
+		return idemdriver.RecordInfo{}, fmt.Errorf("zkstore: inspect %q: %w", key, err)
 	}
 	exp := rec.expiresMs(st)
 	if v, err := s.expired(ctx, exp, st); err != nil {
-		return idem.RecordInfo{}, fmt.Errorf("zkstore: inspect %q: %w", key, err)
+		return idemdriver.RecordInfo{}, fmt.Errorf("zkstore: inspect %q: %w", key, err)
 	} else if v == ended || rec.abandoned {
 		return info, nil
 	}
 	info.Found, info.Fingerprint, info.Fence, info.Expires = true, rec.fingerprint, rec.fenceOf(st), time.UnixMilli(exp)
 	if rec.completed {
-		info.State, info.Stored = idem.Completed, rec.result
+		info.State, info.Stored = idemdriver.Completed, rec.result
 	} else {
-		info.State, info.Token = idem.InFlight, lockdriver.TokenPrefix(rec.token)
+		info.State, info.Token = idemdriver.InFlight, lockdriver.TokenPrefix(rec.token)
 	}
 	return info, nil
 }
 
-// DeleteRecord implements idem.Inspector: the next Begin of the key runs
+// DeleteRecord implements idemdriver.Inspector: the next Begin of the key runs
 // again, and an in-flight run's Complete fails with idem.ErrLockLost.
 func (s *Store) DeleteRecord(ctx context.Context, key string) (bool, error) {
 	if err := lockdriver.ValidateKey(key); err != nil {
@@ -247,11 +248,11 @@ func (s *Store) stopCleanup() {
 }
 
 var (
-	_ lock.Inspector = (*Store)(nil)
-	_ idem.Inspector = (*Store)(nil)
+	_ lock.Inspector       = (*Store)(nil)
+	_ idemdriver.Inspector = (*Store)(nil)
 )
 
-// ListKeys implements idem.Lister: the children of the 256 record
+// ListKeys implements idemdriver.Lister: the children of the 256 record
 // directories.
 func (s *Store) ListKeys(ctx context.Context, fn func(key string) bool) error {
 	if err := s.eachRecord(ctx, func(_, key string) (bool, error) { return fn(key), nil }); err != nil {

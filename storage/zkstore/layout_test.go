@@ -11,7 +11,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
-	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/idem/idemdriver"
 	"github.com/oncekit/oncekit/storage/internal/layouts"
 	"github.com/oncekit/oncekit/storage/zkstore"
 )
@@ -74,9 +74,9 @@ func writeLayouts(t *testing.T, store *zkstore.Store) {
 		l.Data, _ = json.Marshal(zkLayout{Data: data})
 		return l
 	}
-	begin := func(key, fp string) idem.Claim {
-		c, err := store.Begin(ctx, idem.MustKey(key), fp, 30*time.Second)
-		if err != nil || c.State != idem.Acquired {
+	begin := func(key, fp string) idemdriver.Claim {
+		c, err := store.Begin(ctx, idemdriver.MustKey(key), fp, 30*time.Second)
+		if err != nil || c.State != idemdriver.Acquired {
 			t.Fatalf("begin %s: %v %v", key, c.State, err)
 		}
 		return c

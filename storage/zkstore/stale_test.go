@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/idem/idemdriver"
 	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/internal/testenv"
 	"github.com/oncekit/oncekit/storage/zkstore"
@@ -77,17 +78,17 @@ func TestLostClaimForgotten(t *testing.T) {
 		t.Run(finish, func(t *testing.T) {
 			holder, other := connect(t), connect(t)
 			key := "lost-claim-" + finish + "-" + time.Now().Format(time.RFC3339Nano)
-			c, err := holder.Begin(ctx, idem.MustKey(key), "fp", 100*time.Millisecond)
-			if err != nil || c.State != idem.Acquired {
+			c, err := holder.Begin(ctx, idemdriver.MustKey(key), "fp", 100*time.Millisecond)
+			if err != nil || c.State != idemdriver.Acquired {
 				t.Fatalf("Begin: %+v %v", c, err)
 			}
 			if n := zkstore.CachedVersions(holder); n != 1 {
 				t.Fatalf("%d cached versions while the claim is held, want 1", n)
 			}
-			var c2 idem.Claim
-			for c2.State != idem.Acquired {
+			var c2 idemdriver.Claim
+			for c2.State != idemdriver.Acquired {
 				time.Sleep(50 * time.Millisecond)
-				if c2, err = other.Begin(ctx, idem.MustKey(key), "fp", time.Minute); err != nil {
+				if c2, err = other.Begin(ctx, idemdriver.MustKey(key), "fp", time.Minute); err != nil {
 					t.Fatal(err)
 				}
 			}

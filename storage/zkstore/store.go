@@ -17,8 +17,8 @@ import (
 	"github.com/oncekit/oncekit/storage/internal/bg"
 )
 
-// Store is a lock.Locker, an idem.Store and an inspector (lock.Inspector,
-// idem.Inspector) over one ZooKeeper ensemble, through one session. It is
+// Store is a lock.Locker, an idemdriver.Store and an inspector (lock.Inspector,
+// idemdriver.Inspector) over one ZooKeeper ensemble, through one session. It is
 // safe for concurrent use; Close ends the session, and with it every lease
 // of the Store.
 type Store struct {

@@ -11,6 +11,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/idem/idemdriver"
 	"github.com/oncekit/oncekit/core/idem/idemtest"
 	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/core/lock/locktest"
@@ -31,7 +32,7 @@ func TestMain(m *testing.M) {
 		return zkstore.Connect(ctx, testenv.Addrs("ZOOKEEPER_ADDRS"), zkstore.WithSessionTimeout(sessionTimeout))
 	}
 	locktest.RunHolder(func() (lock.Locker, error) { return newStore() })
-	idemtest.RunRunner(func() (idem.Store, error) { return newStore() })
+	idemtest.RunRunner(func() (idemdriver.Store, error) { return newStore() })
 	goleak.VerifyTestMain(m)
 }
 
@@ -63,11 +64,11 @@ func TestIdemConformance(t *testing.T) {
 	t.Parallel()
 	admin := connect(t)
 	idemtest.Run(t, idemtest.Config{
-		NewStore:      func(t *testing.T) idem.Store { return connect(t) },
+		NewStore:      func(t *testing.T) idemdriver.Store { return connect(t) },
 		RunnerProcess: true,
 		Corrupt: func(t *testing.T, key string) {
 			p := zkstore.RecordPath(admin, key)
-			if _, err := admin.Begin(context.Background(), idem.MustKey(key), "plant", time.Minute); err != nil {
+			if _, err := admin.Begin(context.Background(), idemdriver.MustKey(key), "plant", time.Minute); err != nil {
 				t.Fatal(err) // creates the bucket directory
 			}
 			if _, err := admin.Conn().Set(p, []byte("garbage"), -1); err != nil && err != zk.ErrNoNode {
@@ -163,7 +164,7 @@ func TestCleanupDeletesExpiredRecords(t *testing.T) {
 	ctx := ctxT(t, 30*time.Second)
 	for i, retention := range []time.Duration{50 * time.Millisecond, time.Hour} {
 		key := "k" + string(rune('a'+i))
-		c, err := s.Begin(ctx, idem.MustKey(key), "fp", time.Minute)
+		c, err := s.Begin(ctx, idemdriver.MustKey(key), "fp", time.Minute)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -182,7 +183,7 @@ func TestCleanupDeletesExpiredRecords(t *testing.T) {
 	if _, _, err := s.Conn().Get(zkstore.RecordPath(s, "ka")); err == nil {
 		t.Error("the expired record's node is still there")
 	}
-	if info, err := s.InspectRecord(ctx, "kb"); err != nil || !info.Found || info.State != idem.Completed {
+	if info, err := s.InspectRecord(ctx, "kb"); err != nil || !info.Found || info.State != idemdriver.Completed {
 		t.Errorf("the live record after Cleanup: %+v %v", info, err)
 	}
 }
@@ -196,8 +197,8 @@ func TestOversizedEffectRefusedBeforeSending(t *testing.T) {
 	s := connect(t)
 	ctx := t.Context()
 	key := "oversized-" + time.Now().Format("150405.000000")
-	c, err := s.Begin(ctx, idem.MustKey(key), "fp", 10*time.Second)
-	if err != nil || c.State != idem.Acquired {
+	c, err := s.Begin(ctx, idemdriver.MustKey(key), "fp", 10*time.Second)
+	if err != nil || c.State != idemdriver.Acquired {
 		t.Fatalf("Begin: %+v %v", c, err)
 	}
 	held, err := s.Acquire(ctx, key+"-lock", 10*time.Second)

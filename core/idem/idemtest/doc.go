@@ -1,7 +1,7 @@
-// Package idemtest is the conformance suite every idem.Store runs:
+// Package idemtest is the conformance suite every idemdriver.Store runs:
 //
 //	idemtest.Run(t, idemtest.Config{
-//		NewStore: func(t *testing.T) idem.Store { return store },
+//		NewStore: func(t *testing.T) idemdriver.Store { return store },
 //	})
 //
 // It drives the stores through idem.Guard as well as directly, and sleeps

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/idem/idemdriver"
 	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/core/lock/lockdriver"
 )
@@ -25,7 +26,7 @@ type Config struct {
 	// NewStore returns a Store on the backend under test; all Stores of
 	// one Run must share it (clients of one server, or one in-process
 	// store).
-	NewStore func(t *testing.T) idem.Store
+	NewStore func(t *testing.T) idemdriver.Store
 
 	// Corrupt, when set, plants under key, through the real server, a
 	// record the store did not write. Stores that cannot hold a foreign
@@ -40,7 +41,7 @@ type Config struct {
 	// a higher one).
 	FenceAtLeast bool
 
-	// Effect, for a store that is an idem.EffectStore, returns an effect
+	// Effect, for a store that is an idemdriver.EffectStore, returns an effect
 	// of the driver's type that adds one to a counter kept in the store
 	// for key, refusing (with nothing written) once the counter reached
 	// limit, and a function that reads the counter. Stores that are not
@@ -52,7 +53,7 @@ type Config struct {
 	// after the majority, whose writes could otherwise land after the
 	// subtest's next step. The subtests that expect every node to have
 	// seen a run call it after the run. Nil for a store with one server.
-	Settle func(t *testing.T, st idem.Store)
+	Settle func(t *testing.T, st idemdriver.Store)
 
 	// RunnerProcess says the driver's TestMain calls RunRunner, so that
 	// the suite can kill a process in the middle of its run.
@@ -104,18 +105,18 @@ type suite struct{ cfg Config }
 func key(t *testing.T) string {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
-	return idem.ScopedKey("idemtest", strings.ReplaceAll(t.Name(), "/", ".")+"/"+hex.EncodeToString(b[:]))
+	return idemdriver.ScopedKey("idemtest", strings.ReplaceAll(t.Name(), "/", ".")+"/"+hex.EncodeToString(b[:]))
 }
 
 // settle waits for st's late node requests (Config.Settle).
-func (s *suite) settle(t *testing.T, st idem.Store) {
+func (s *suite) settle(t *testing.T, st idemdriver.Store) {
 	t.Helper()
 	if s.cfg.Settle != nil {
 		s.cfg.Settle(t, st)
 	}
 }
 
-func guard(t *testing.T, st idem.Store, opts ...idem.Option) *idem.Guard {
+func guard(t *testing.T, st idemdriver.Store, opts ...idem.Option) *idem.Guard {
 	t.Helper()
 	g, err := idem.NewGuard(st, opts...)
 	if err != nil {
@@ -133,7 +134,7 @@ func ctxT(t *testing.T, d time.Duration) context.Context {
 func (s *suite) exactlyOnce(t *testing.T) {
 	k := key(t)
 	var runs atomic.Int64
-	stores := []idem.Store{s.cfg.NewStore(t), s.cfg.NewStore(t), s.cfg.NewStore(t), s.cfg.NewStore(t)}
+	stores := []idemdriver.Store{s.cfg.NewStore(t), s.cfg.NewStore(t), s.cfg.NewStore(t), s.cfg.NewStore(t)}
 	results := make([][]byte, 64)
 	replays := make([]bool, 64)
 	errs := make([]error, 64)
@@ -174,11 +175,11 @@ func (s *suite) mismatch(t *testing.T) {
 	k := key(t)
 	st := s.cfg.NewStore(t)
 	ctx := ctxT(t, 5*time.Second)
-	c, err := st.Begin(ctx, idem.MustKey(k), "fp-a", 10*time.Second)
-	if err != nil || c.State != idem.Acquired {
+	c, err := st.Begin(ctx, idemdriver.MustKey(k), "fp-a", 10*time.Second)
+	if err != nil || c.State != idemdriver.Acquired {
 		t.Fatalf("Begin: %v %v", c.State, err)
 	}
-	if d, err := st.Begin(ctx, idem.MustKey(k), "fp-b", 10*time.Second); err != nil || d.State != idem.Mismatch {
+	if d, err := st.Begin(ctx, idemdriver.MustKey(k), "fp-b", 10*time.Second); err != nil || d.State != idemdriver.Mismatch {
 		t.Errorf("Begin with another fingerprint while in flight: %v %v, want mismatch", d.State, err)
 	}
 	if err := st.Complete(ctx, c, []byte("x"), time.Minute); err != nil {
@@ -214,7 +215,7 @@ func (s *suite) crashedExpires(t *testing.T) {
 	ctx := ctxT(t, 10*time.Second)
 	// (Half a second: Redlock reads a lease of 100 ms that a loaded
 	// machine answered 60 ms late as node clocks that disagree.)
-	if c, err := st.Begin(ctx, idem.MustKey(k), "fp", 500*time.Millisecond); err != nil || c.State != idem.Acquired {
+	if c, err := st.Begin(ctx, idemdriver.MustKey(k), "fp", 500*time.Millisecond); err != nil || c.State != idemdriver.Acquired {
 		t.Fatalf("Begin: %v %v", c.State, err)
 	}
 	// The holder crashes: no Complete, no Abandon.
@@ -232,16 +233,16 @@ func (s *suite) attempts(t *testing.T) {
 	k := key(t)
 	st := s.cfg.NewStore(t)
 	ctx := ctxT(t, 20*time.Second)
-	begin := func(lease time.Duration, want int) idem.Claim {
+	begin := func(lease time.Duration, want int) idemdriver.Claim {
 		t.Helper()
-		c, err := st.Begin(ctx, idem.MustKey(k), "fp", lease)
+		c, err := st.Begin(ctx, idemdriver.MustKey(k), "fp", lease)
 		// A crashed claim ends by the store's own clock or timer, which a
 		// loaded machine may run late: look again for a while.
-		for deadline := time.Now().Add(10 * time.Second); err == nil && c.State == idem.InFlight && time.Now().Before(deadline); {
+		for deadline := time.Now().Add(10 * time.Second); err == nil && c.State == idemdriver.InFlight && time.Now().Before(deadline); {
 			time.Sleep(50 * time.Millisecond)
-			c, err = st.Begin(ctx, idem.MustKey(k), "fp", lease)
+			c, err = st.Begin(ctx, idemdriver.MustKey(k), "fp", lease)
 		}
-		if err != nil || c.State != idem.Acquired {
+		if err != nil || c.State != idemdriver.Acquired {
 			t.Fatalf("Begin: %v %v, want acquired", c.State, err)
 		}
 		if c.Attempt != want {
@@ -250,11 +251,11 @@ func (s *suite) attempts(t *testing.T) {
 		return c
 	}
 	other := s.cfg.NewStore(t) // (made, and its connection dialled, before the claim's lease runs)
-	if _, err := other.Begin(ctx, idem.MustKey(key(t)), "fp", time.Second); err != nil {
+	if _, err := other.Begin(ctx, idemdriver.MustKey(key(t)), "fp", time.Second); err != nil {
 		t.Fatal(err)
 	}
 	first := begin(time.Second, 1)
-	if d, err := other.Begin(ctx, idem.MustKey(k), "fp", time.Second); err != nil || d.State != idem.InFlight || d.Attempt != 0 {
+	if d, err := other.Begin(ctx, idemdriver.MustKey(k), "fp", time.Second); err != nil || d.State != idemdriver.InFlight || d.Attempt != 0 {
 		t.Errorf("a duplicate's Begin: %v attempt %d %v, want in flight, attempt 0", d.State, d.Attempt, err)
 	}
 	// The holder crashed: no Complete, no Abandon; begin looks until its
@@ -319,13 +320,13 @@ func (s *suite) staleHolder(t *testing.T) {
 	k := key(t)
 	st := s.cfg.NewStore(t)
 	ctx := ctxT(t, 10*time.Second)
-	old, err := st.Begin(ctx, idem.MustKey(k), "fp", 100*time.Millisecond)
-	if err != nil || old.State != idem.Acquired {
+	old, err := st.Begin(ctx, idemdriver.MustKey(k), "fp", 100*time.Millisecond)
+	if err != nil || old.State != idemdriver.Acquired {
 		t.Fatalf("Begin: %v %v", old.State, err)
 	}
 	time.Sleep(200 * time.Millisecond)
-	cur, err := s.cfg.NewStore(t).Begin(ctx, idem.MustKey(k), "fp", 10*time.Second)
-	if err != nil || cur.State != idem.Acquired {
+	cur, err := s.cfg.NewStore(t).Begin(ctx, idemdriver.MustKey(k), "fp", 10*time.Second)
+	if err != nil || cur.State != idemdriver.Acquired {
 		t.Fatalf("Begin after the lease: %v %v", cur.State, err)
 	}
 	if cur.Fence <= old.Fence {
@@ -340,13 +341,13 @@ func (s *suite) staleHolder(t *testing.T) {
 	if err := st.Extend(ctx, old, time.Minute); !errors.Is(err, idem.ErrLockLost) {
 		t.Errorf("stale Extend: %v, want ErrLockLost", err)
 	}
-	if c, err := st.Begin(ctx, idem.MustKey(k), "fp", time.Second); err != nil || c.State != idem.InFlight {
+	if c, err := st.Begin(ctx, idemdriver.MustKey(k), "fp", time.Second); err != nil || c.State != idemdriver.InFlight {
 		t.Errorf("the newer claim after the stale calls: %v %v, want in flight", c.State, err)
 	}
 	if err := st.Complete(ctx, cur, []byte("fresh"), time.Minute); err != nil {
 		t.Fatalf("newer claim's Complete: %v", err)
 	}
-	if c, err := st.Begin(ctx, idem.MustKey(k), "fp", time.Second); err != nil || c.State != idem.Completed || string(c.Result) != "fresh" {
+	if c, err := st.Begin(ctx, idemdriver.MustKey(k), "fp", time.Second); err != nil || c.State != idemdriver.Completed || string(c.Result) != "fresh" {
 		t.Errorf("after Complete: %v %q %v", c.State, c.Result, err)
 	}
 }
@@ -358,7 +359,7 @@ func (s *suite) corrupt(t *testing.T) {
 	k := key(t)
 	s.cfg.Corrupt(t, k)
 	st := s.cfg.NewStore(t)
-	_, err := st.Begin(ctxT(t, 5*time.Second), idem.MustKey(k), "fp", time.Second)
+	_, err := st.Begin(ctxT(t, 5*time.Second), idemdriver.MustKey(k), "fp", time.Second)
 	var ce *idem.CorruptRecordError
 	if !errors.Is(err, idem.ErrCorruptRecord) || !errors.As(err, &ce) || ce.Key != k {
 		t.Fatalf("Begin on a corrupt record: %v, want a *CorruptRecordError naming the key", err)
@@ -426,7 +427,7 @@ func (s *suite) inFlight(t *testing.T) {
 	k := key(t)
 	st := s.cfg.NewStore(t)
 	ctx := ctxT(t, 5*time.Second)
-	if c, err := st.Begin(ctx, idem.MustKey(k), "fp", 10*time.Second); err != nil || c.State != idem.Acquired {
+	if c, err := st.Begin(ctx, idemdriver.MustKey(k), "fp", 10*time.Second); err != nil || c.State != idemdriver.Acquired {
 		t.Fatalf("Begin: %v %v", c.State, err)
 	}
 	_, _, err := guard(t, s.cfg.NewStore(t)).Do(ctx, k, "fp", func(context.Context) ([]byte, error) {
@@ -517,7 +518,7 @@ func (s *suite) runEndsBeforeAnother(t *testing.T) {
 // checks that the run's context is done before a Begin on other (another
 // process's Store of the same servers) can claim the key, and that Do then
 // reports idem.ErrLockLost: never two runs at once.
-func CheckRunEndsBeforeAnother(t *testing.T, via, other idem.Store, cut func()) {
+func CheckRunEndsBeforeAnother(t *testing.T, via, other idemdriver.Store, cut func()) {
 	t.Helper()
 	k := key(t)
 	const lease = 1200 * time.Millisecond
@@ -543,11 +544,11 @@ func CheckRunEndsBeforeAnother(t *testing.T, via, other idem.Store, cut func()) 
 	cut()
 	var began time.Time
 	for began.IsZero() {
-		c, err := other.Begin(ctx, idem.MustKey(k), "fp", lease)
+		c, err := other.Begin(ctx, idemdriver.MustKey(k), "fp", lease)
 		switch {
 		case err != nil:
 			t.Fatalf("another process's Begin: %v", err)
-		case c.State == idem.Acquired:
+		case c.State == idemdriver.Acquired:
 			began = time.Now()
 			defer other.Abandon(context.Background(), c)
 		default:
@@ -568,12 +569,12 @@ func CheckRunEndsBeforeAnother(t *testing.T, via, other idem.Store, cut func()) 
 // hangingExtend lets the first after extensions through, then hangs every
 // later one until its context ends.
 type hangingExtend struct {
-	idem.Store
+	idemdriver.Store
 	after    int64
 	extended atomic.Int64
 }
 
-func (h *hangingExtend) Extend(ctx context.Context, c idem.Claim, lease time.Duration) error {
+func (h *hangingExtend) Extend(ctx context.Context, c idemdriver.Claim, lease time.Duration) error {
 	if h.extended.Load() < h.after {
 		if err := h.Store.Extend(ctx, c, lease); err != nil {
 			return err
@@ -585,9 +586,9 @@ func (h *hangingExtend) Extend(ctx context.Context, c idem.Claim, lease time.Dur
 	return ctx.Err()
 }
 
-type noExtend struct{ idem.Store }
+type noExtend struct{ idemdriver.Store }
 
-func (noExtend) Extend(ctx context.Context, _ idem.Claim, _ time.Duration) error {
+func (noExtend) Extend(ctx context.Context, _ idemdriver.Claim, _ time.Duration) error {
 	<-ctx.Done()
 	return ctx.Err()
 }
@@ -625,8 +626,8 @@ func (s *suite) goexit(t *testing.T) {
 		})
 	}()
 	<-done
-	c, err := st.Begin(ctx, idem.MustKey(k), "fp", time.Second)
-	if err != nil || c.State != idem.Acquired {
+	c, err := st.Begin(ctx, idemdriver.MustKey(k), "fp", time.Second)
+	if err != nil || c.State != idemdriver.Acquired {
 		t.Fatalf("Begin after a run that called Goexit: %v %v; want Acquired (the claim abandoned)", c.State, err)
 	}
 	_ = st.Abandon(ctx, c)
@@ -714,8 +715,8 @@ func (s *suite) claimFences(t *testing.T) {
 	var last uint64
 	for i := range 4 {
 		st := s.cfg.NewStore(t)
-		c, err := st.Begin(ctx, idem.MustKey(k), "fp", 5*time.Second)
-		if err != nil || c.State != idem.Acquired {
+		c, err := st.Begin(ctx, idemdriver.MustKey(k), "fp", 5*time.Second)
+		if err != nil || c.State != idemdriver.Acquired {
 			t.Fatalf("claim %d: %v %v", i, c.State, err)
 		}
 		if c.Fence <= last {
@@ -730,12 +731,12 @@ func (s *suite) claimFences(t *testing.T) {
 
 // effectStore returns the store under test as an EffectStore, or checks
 // that a store without Config.Effect is none and reports false.
-func (s *suite) effectStore(t *testing.T) (idem.EffectStore, bool) {
+func (s *suite) effectStore(t *testing.T) (idemdriver.EffectStore, bool) {
 	st := s.cfg.NewStore(t)
-	es, ok := st.(idem.EffectStore)
+	es, ok := st.(idemdriver.EffectStore)
 	if s.cfg.Effect == nil {
 		if ok {
-			t.Fatalf("%T is an idem.EffectStore but Config.Effect is not set", st)
+			t.Fatalf("%T is an idemdriver.EffectStore but Config.Effect is not set", st)
 		}
 		g := guard(t, st)
 		_, _, err := g.Do(ctxT(t, 5*time.Second), key(t), "fp", func(ctx context.Context) ([]byte, error) {
@@ -747,7 +748,7 @@ func (s *suite) effectStore(t *testing.T) (idem.EffectStore, bool) {
 		return nil, false
 	}
 	if !ok {
-		t.Fatalf("Config.Effect is set but %T is not an idem.EffectStore", st)
+		t.Fatalf("Config.Effect is set but %T is not an idemdriver.EffectStore", st)
 	}
 	return es, true
 }
@@ -805,8 +806,8 @@ func (s *suite) effectRefused(t *testing.T) {
 	if n := count(); n != 0 {
 		t.Errorf("a refused effect wrote: counter %d", n)
 	}
-	c, err := es.Begin(ctx, idem.MustKey(k), "fp", time.Second)
-	if err != nil || c.State != idem.Acquired {
+	c, err := es.Begin(ctx, idemdriver.MustKey(k), "fp", time.Second)
+	if err != nil || c.State != idemdriver.Acquired {
 		t.Fatalf("Begin after a refused effect: %v %v; want the key free again", c.State, err)
 	}
 	_ = es.Abandon(ctx, c)
@@ -824,13 +825,13 @@ func (s *suite) effectAcrossCrash(t *testing.T) {
 	k := key(t)
 	effect, count := s.cfg.Effect(t, k, 10)
 	ctx := ctxT(t, 10*time.Second)
-	crashed, err := es.Begin(ctx, idem.MustKey(k), "fp", 300*time.Millisecond)
-	if err != nil || crashed.State != idem.Acquired {
+	crashed, err := es.Begin(ctx, idemdriver.MustKey(k), "fp", 300*time.Millisecond)
+	if err != nil || crashed.State != idemdriver.Acquired {
 		t.Fatalf("Begin: %v %v", crashed.State, err)
 	}
 	time.Sleep(400 * time.Millisecond) // its lease runs out
-	retry, err := es.Begin(ctx, idem.MustKey(k), "fp", 10*time.Second)
-	if err != nil || retry.State != idem.Acquired {
+	retry, err := es.Begin(ctx, idemdriver.MustKey(k), "fp", 10*time.Second)
+	if err != nil || retry.State != idemdriver.Acquired {
 		t.Fatalf("Begin after the lease: %v %v", retry.State, err)
 	}
 	if err := es.CompleteWith(ctx, retry, []byte("r"), time.Minute, effect); err != nil {
@@ -845,7 +846,7 @@ func (s *suite) effectAcrossCrash(t *testing.T) {
 	if n := count(); n != 1 {
 		t.Errorf("effect applied %d times across a crash, a retry and a stale commit; want 1", n)
 	}
-	if c, err := es.Begin(ctx, idem.MustKey(k), "fp", time.Second); err != nil || c.State != idem.Completed || string(c.Result) != "r" {
+	if c, err := es.Begin(ctx, idemdriver.MustKey(k), "fp", time.Second); err != nil || c.State != idemdriver.Completed || string(c.Result) != "r" {
 		t.Errorf("Begin after the commit: %v %q %v; want the result replayed", c.State, c.Result, err)
 	}
 }
@@ -853,11 +854,11 @@ func (s *suite) effectAcrossCrash(t *testing.T) {
 func (s *suite) invalidKey(t *testing.T) {
 	st := s.cfg.NewStore(t)
 	ctx := ctxT(t, 5*time.Second)
-	if _, err := st.Begin(ctx, idem.Key{}, "fp", time.Second); !errors.Is(err, idem.ErrInvalidKey) {
+	if _, err := st.Begin(ctx, idemdriver.Key{}, "fp", time.Second); !errors.Is(err, idem.ErrInvalidKey) {
 		t.Errorf("Begin with the zero Key: %v, want ErrInvalidKey", err)
 	}
 	for _, k := range []string{"", strings.Repeat("k", 513)} {
-		if _, err := idem.CheckKey(k); !errors.Is(err, idem.ErrInvalidKey) {
+		if _, err := idemdriver.CheckKey(k); !errors.Is(err, idem.ErrInvalidKey) {
 			t.Errorf("CheckKey of a %d-byte key: %v, want ErrInvalidKey", len(k), err)
 		}
 		if _, _, err := guard(t, st).Do(ctx, k, "fp", nil); !errors.Is(err, idem.ErrInvalidKey) {
@@ -866,12 +867,12 @@ func (s *suite) invalidKey(t *testing.T) {
 	}
 }
 
-// inspect checks idem.Inspector, which every oncekit driver implements.
+// inspect checks idemdriver.Inspector, which every oncekit driver implements.
 func (s *suite) inspect(t *testing.T) {
 	st := s.cfg.NewStore(t)
-	in, ok := st.(idem.Inspector)
+	in, ok := st.(idemdriver.Inspector)
 	if !ok {
-		t.Fatalf("%T does not implement idem.Inspector", st)
+		t.Fatalf("%T does not implement idemdriver.Inspector", st)
 	}
 	ctx := ctxT(t, 10*time.Second)
 	k := key(t)
@@ -881,8 +882,8 @@ func (s *suite) inspect(t *testing.T) {
 	if info, err := in.InspectRecord(ctx, k); err != nil || info.Found {
 		t.Fatalf("InspectRecord of a missing key = %+v, %v", info, err)
 	}
-	c, err := st.Begin(ctx, idem.MustKey(k), "fp-1", 5*time.Second)
-	if err != nil || c.State != idem.Acquired {
+	c, err := st.Begin(ctx, idemdriver.MustKey(k), "fp-1", 5*time.Second)
+	if err != nil || c.State != idemdriver.Acquired {
 		t.Fatalf("Begin: %v %v", c.State, err)
 	}
 	info, err := in.InspectRecord(ctx, k)
@@ -890,7 +891,7 @@ func (s *suite) inspect(t *testing.T) {
 		t.Fatal(err)
 	}
 	fenceOK := info.Fence == c.Fence || (s.cfg.FenceAtLeast && info.Fence > c.Fence)
-	if !info.Found || info.State != idem.InFlight || !fenceOK || info.Fingerprint != "fp-1" ||
+	if !info.Found || info.State != idemdriver.InFlight || !fenceOK || info.Fingerprint != "fp-1" ||
 		info.Token != lockdriver.TokenPrefix(c.Token) || time.Until(info.Expires) <= 0 || time.Until(info.Expires) > 6*time.Second {
 		t.Errorf("in flight: %+v; want fence %d, token %s", info, c.Fence, lockdriver.TokenPrefix(c.Token))
 	}
@@ -911,8 +912,8 @@ func (s *suite) inspect(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, final, derr := info.Outcome()
-	if !info.Found || info.State != idem.Completed || info.Fence <= c.Fence || string(got) != "done" || final != nil || derr != nil {
+	got, final, derr := idem.RecordOutcome(info)
+	if !info.Found || info.State != idemdriver.Completed || info.Fence <= c.Fence || string(got) != "done" || final != nil || derr != nil {
 		t.Errorf("completed: %+v, outcome %q %v %v", info, got, final, derr)
 	}
 	if ok, err := in.DeleteRecord(ctx, k); err != nil || !ok {
@@ -932,28 +933,28 @@ func (s *suite) inspect(t *testing.T) {
 		if ok, err := in.DeleteRecord(ctx, bad); err != nil || !ok {
 			t.Errorf("DeleteRecord of a corrupt record = %v, %v", ok, err)
 		}
-		if c, err := st.Begin(ctx, idem.MustKey(bad), "fp", time.Second); err != nil || c.State != idem.Acquired {
+		if c, err := st.Begin(ctx, idemdriver.MustKey(bad), "fp", time.Second); err != nil || c.State != idemdriver.Acquired {
 			t.Errorf("Begin after deleting the corrupt record: %v %v", c.State, err)
 		}
 	}
 }
 
-// listKeys checks idem.Lister, which every oncekit driver implements: an
+// listKeys checks idemdriver.Lister, which every oncekit driver implements: an
 // in-flight and a completed record are listed, under keys with braces,
 // '%', '/' and a placed one among them, and fn returning false stops it.
 func (s *suite) listKeys(t *testing.T) {
 	st := s.cfg.NewStore(t)
-	l, ok := st.(idem.Lister)
+	l, ok := st.(idemdriver.Lister)
 	if !ok {
-		t.Fatalf("%T does not implement idem.Lister", st)
+		t.Fatalf("%T does not implement idemdriver.Lister", st)
 	}
 	ctx := ctxT(t, 20*time.Second)
 	base := key(t)
 	placed, _ := idem.Placed("sku-1", base+"-placed")
 	inFlight, completed := base+"-in-flight", base+"-{x}%2F/done"
 	want := map[string]bool{inFlight: true, completed: true, placed: true}
-	c, err := st.Begin(ctx, idem.MustKey(inFlight), "fp", 10*time.Second)
-	if err != nil || c.State != idem.Acquired {
+	c, err := st.Begin(ctx, idemdriver.MustKey(inFlight), "fp", 10*time.Second)
+	if err != nil || c.State != idemdriver.Acquired {
 		t.Fatalf("Begin: %v %v", c.State, err)
 	}
 	for _, k := range []string{completed, placed} {
@@ -1007,11 +1008,11 @@ func (s *suite) longRun(t *testing.T) {
 	other := s.cfg.NewStore(t)
 	deadline := time.Now().Add(2800 * time.Millisecond)
 	for time.Now().Before(deadline) {
-		c, err := other.Begin(ctxT(t, 5*time.Second), idem.MustKey(k), "fp", time.Second)
+		c, err := other.Begin(ctxT(t, 5*time.Second), idemdriver.MustKey(k), "fp", time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if c.State == idem.Acquired {
+		if c.State == idemdriver.Acquired {
 			t.Fatal("a duplicate acquired the key while the long run held it")
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -1038,7 +1039,7 @@ func (s *suite) closed(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
-	if _, err := st.Begin(ctx, idem.MustKey("idemtest-closed"), "fp", time.Minute); !errors.Is(err, lock.ErrClosed) {
+	if _, err := st.Begin(ctx, idemdriver.MustKey("idemtest-closed"), "fp", time.Minute); !errors.Is(err, lock.ErrClosed) {
 		t.Errorf("Begin after Close: %v, want lock.ErrClosed", err)
 	}
 	if err := c.Close(); err != nil {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/idem/idemdriver"
 	"github.com/oncekit/oncekit/core/internal/childproc"
 )
 
@@ -28,10 +29,10 @@ const runnerTTL = 2 * time.Second
 // any other process it returns at once.
 //
 //	func TestMain(m *testing.M) {
-//		idemtest.RunRunner(func() (idem.Store, error) { return redisstore.New(client()) })
+//		idemtest.RunRunner(func() (idemdriver.Store, error) { return redisstore.New(client()) })
 //		os.Exit(m.Run())
 //	}
-func RunRunner(newStore func() (idem.Store, error)) {
+func RunRunner(newStore func() (idemdriver.Store, error)) {
 	key := os.Getenv(runnerKeyEnv)
 	if key == "" {
 		return
@@ -40,7 +41,7 @@ func RunRunner(newStore func() (idem.Store, error)) {
 	os.Exit(3)
 }
 
-func runMidway(newStore func() (idem.Store, error), key string) error {
+func runMidway(newStore func() (idemdriver.Store, error), key string) error {
 	st, err := newStore()
 	if err != nil {
 		return err

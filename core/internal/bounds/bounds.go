@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -63,4 +64,32 @@ func Owner(owner string) error {
 // values but not its cancellation, ending Cleanup from now.
 func CleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), Cleanup)
+}
+
+// MaxPlaceLen is the longest place of a placed key (idem.MaxPlaceLen).
+const MaxPlaceLen = 64
+
+// Place checks a non-empty place: at most MaxPlaceLen bytes, no brace.
+func Place(place string) error {
+	switch {
+	case len(place) > MaxPlaceLen:
+		return fmt.Errorf("idem: place %.16q... is longer than %d bytes", place, MaxPlaceLen)
+	case strings.ContainsAny(place, "{}"):
+		return fmt.Errorf("idem: place %q holds a brace", place)
+	}
+	return nil
+}
+
+// PlaceOf returns the place of a placed key ("{place}rest"), and false for
+// a key that is not placed: one that does not start with '{', one whose
+// first '}' comes right after it or more than MaxPlaceLen bytes later.
+func PlaceOf(key string) (place string, ok bool) {
+	if !strings.HasPrefix(key, "{") {
+		return "", false
+	}
+	end := strings.IndexByte(key, '}')
+	if end < 2 || end > MaxPlaceLen+1 {
+		return "", false
+	}
+	return key[1:end], true
 }

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/oncekit/oncekit/core/internal/ctxbound"
 	"github.com/oncekit/oncekit/core/lock"
 )
 
@@ -90,7 +91,7 @@ type Lease struct {
 	mu       sync.Mutex
 	state    State
 	deadline time.Time
-	expiry   deadlineEntry // on the shared timer (deadlines.go) while live with a deadline
+	expiry   ctxbound.Entry // on the shared timer (ctxbound) while live with a deadline
 }
 
 // NewLease returns a held lease.
@@ -111,8 +112,8 @@ func (l *Lease) Init(cfg Config) {
 	defer l.mu.Unlock()
 	l.cfg, l.done, l.deadline = cfg, make(chan struct{}), cfg.Deadline
 	if !cfg.Deadline.IsZero() {
-		l.expiry.owner = l
-		l.expiry.watch(cfg.Deadline)
+		l.expiry.Owner = (*leaseExpiry)(l)
+		l.expiry.Watch(cfg.Deadline)
 	}
 }
 
@@ -170,7 +171,7 @@ func (l *Lease) End(st State) bool {
 		return false
 	}
 	l.state = st
-	l.expiry.unwatch()
+	l.expiry.Unwatch()
 	close(l.done)
 	l.mu.Unlock()
 	if l.cfg.OnEnd != nil {
@@ -188,12 +189,16 @@ func (l *Lease) EndQuietly(st State) bool {
 		return false
 	}
 	l.state = st
-	l.expiry.unwatch()
+	l.expiry.Unwatch()
 	close(l.done)
 	return true
 }
 
-func (l *Lease) expireAtDeadline() { l.expire() }
+// leaseExpiry is a Lease as the shared timer sees it: its method is not
+// one of Lease's.
+type leaseExpiry Lease
+
+func (e *leaseExpiry) ExpireAtDeadline() { (*Lease)(e).expire() }
 
 // expire runs at the local deadline. With no successful Refresh since, the
 // lease is no longer ours.
@@ -204,7 +209,7 @@ func (l *Lease) expire() {
 		return
 	}
 	if time.Until(l.deadline) > 0 { // refreshed after the timer fired
-		l.expiry.watch(l.deadline)
+		l.expiry.Watch(l.deadline)
 		l.mu.Unlock()
 		return
 	}
@@ -246,8 +251,8 @@ func (l *Lease) Refresh(ctx context.Context, ttl time.Duration) error {
 	}
 	if !deadline.IsZero() {
 		l.deadline = deadline
-		if l.expiry.owner != nil {
-			l.expiry.watch(deadline)
+		if l.expiry.Owner != nil {
+			l.expiry.Watch(deadline)
 		}
 	}
 	l.mu.Unlock()

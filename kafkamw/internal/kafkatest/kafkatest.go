@@ -16,6 +16,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/idem/idemdriver"
 	"github.com/oncekit/oncekit/internal/testenv"
 	"github.com/oncekit/oncekit/kafkamw"
 	"github.com/oncekit/oncekit/storage/memstore"
@@ -24,10 +25,10 @@ import (
 
 var Stores = []struct {
 	Name string
-	New  func(t testing.TB) idem.Store
+	New  func(t testing.TB) idemdriver.Store
 }{
-	{"memory", func(testing.TB) idem.Store { return memstore.New() }},
-	{"redis", func(t testing.TB) idem.Store { return NewRedisStore(t, testenv.RedisAddrs(t, 1)[0]) }},
+	{"memory", func(testing.TB) idemdriver.Store { return memstore.New() }},
+	{"redis", func(t testing.TB) idemdriver.Store { return NewRedisStore(t, testenv.RedisAddrs(t, 1)[0]) }},
 }
 
 func NewRedisStore(t testing.TB, addr string) *redisstore.Store {
@@ -41,13 +42,13 @@ func NewRedisStore(t testing.TB, addr string) *redisstore.Store {
 	return s
 }
 
-func EachStore(t *testing.T, f func(t *testing.T, st idem.Store)) {
+func EachStore(t *testing.T, f func(t *testing.T, st idemdriver.Store)) {
 	for _, s := range Stores {
 		t.Run(s.Name, func(t *testing.T) { f(t, s.New(t)) })
 	}
 }
 
-func NewGuard(t testing.TB, st idem.Store, opts ...idem.Option) *idem.Guard {
+func NewGuard(t testing.TB, st idemdriver.Store, opts ...idem.Option) *idem.Guard {
 	g, err := idem.NewGuard(st, opts...)
 	if err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/idem/idemdriver"
 	"github.com/oncekit/oncekit/core/lock"
 )
 
@@ -38,7 +39,7 @@ type Layout struct {
 
 // Store is what Check asks: every oncekit driver.
 type Store interface {
-	idem.Store
+	idemdriver.Store
 	lock.Locker
 }
 
@@ -93,8 +94,8 @@ func Check(t *testing.T, dir string, store Store, plant func(t *testing.T, key s
 func checkLayout(t *testing.T, store Store, key string, l Layout) {
 	t.Helper()
 	ctx := t.Context()
-	begin := func(fp string) (idem.Claim, error) {
-		k, err := idem.CheckKey(key)
+	begin := func(fp string) (idemdriver.Claim, error) {
+		k, err := idemdriver.CheckKey(key)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -102,20 +103,20 @@ func checkLayout(t *testing.T, store Store, key string, l Layout) {
 	}
 	switch l.Want {
 	case "in_flight":
-		if c, err := begin(l.Fingerprint); err != nil || c.State != idem.InFlight {
+		if c, err := begin(l.Fingerprint); err != nil || c.State != idemdriver.InFlight {
 			t.Errorf("a duplicate of a claim in flight: state %v, %v; want InFlight", c.State, err)
 		}
-		if c, err := begin(l.Fingerprint + "-other"); err != nil || c.State != idem.Mismatch {
+		if c, err := begin(l.Fingerprint + "-other"); err != nil || c.State != idemdriver.Mismatch {
 			t.Errorf("another request with its key: state %v, %v; want Mismatch", c.State, err)
 		}
 	case "completed":
 		c, err := begin(l.Fingerprint)
-		if err != nil || c.State != idem.Completed || string(c.Result) != string(l.Result) {
+		if err != nil || c.State != idemdriver.Completed || string(c.Result) != string(l.Result) {
 			t.Errorf("a duplicate of a completed record: state %v, result %q, %v; want Completed with %q", c.State, c.Result, err, l.Result)
 		}
 	case "free":
 		c, err := begin(l.Fingerprint)
-		if err != nil || c.State != idem.Acquired {
+		if err != nil || c.State != idemdriver.Acquired {
 			t.Fatalf("a free record: state %v, %v; want Acquired", c.State, err)
 		}
 		defer store.Abandon(context.WithoutCancel(ctx), c)

@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/idem/idemdriver"
 	"github.com/oncekit/oncekit/core/lock/lockdriver"
 	"github.com/oncekit/oncekit/storage/internal/bg"
 	"github.com/oncekit/oncekit/storage/internal/redisnotify"
@@ -238,7 +239,7 @@ type Getter interface {
 // record is completed with fingerprint (ok). Anything else (no record, a
 // claim in flight, another fingerprint, a tombstone, not a record) is not
 // ok, for the begin script to decide.
-func (b *Base) LookCompleted(ctx context.Context, c Getter, key idem.Key, fingerprint string) ([]byte, bool, error) {
+func (b *Base) LookCompleted(ctx context.Context, c Getter, key idemdriver.Key, fingerprint string) ([]byte, bool, error) {
 	enforces := false
 	if s, ok := c.(redis.Scripter); ok {
 		enforces = EnforcesDeadlines(s)
@@ -408,7 +409,7 @@ func (b *Base) LeaveQueue(ctx context.Context, c redis.Scripter, key string) err
 // Begin runs the idem_begin script for a claim with token tok. When ctx
 // ends first, it returns at once and late (if set) receives the reply when
 // it comes, to give back a claim nobody will use.
-func (b *Base) Begin(ctx context.Context, c redis.Scripter, key idem.Key, fingerprint, tok string, lease time.Duration,
+func (b *Base) Begin(ctx context.Context, c redis.Scripter, key idemdriver.Key, fingerprint, tok string, lease time.Duration,
 	late func(BeginReply)) (BeginReply, error) {
 	var onLate func(*redis.Cmd)
 	if late != nil {
@@ -430,7 +431,7 @@ func (b *Base) Begin(ctx context.Context, c redis.Scripter, key idem.Key, finger
 // holds key's record. d is the retention (Complete) or lease (Extend). The
 // record keeps its fence, or floor when that is higher (Redlock: the
 // claim's fence, the highest of its nodes').
-func (b *Base) Finish(ctx context.Context, c redis.Scripter, key idem.Key, tok string, op FinishOp, d time.Duration, result []byte, floor uint64) (bool, error) {
+func (b *Base) Finish(ctx context.Context, c redis.Scripter, key idemdriver.Key, tok string, op FinishOp, d time.Duration, result []byte, floor uint64) (bool, error) {
 	rec := b.Records.Record(key)
 	strict := "0"
 	if b.StrictLeases {
@@ -444,7 +445,7 @@ func (b *Base) Finish(ctx context.Context, c redis.Scripter, key idem.Key, tok s
 // (subscribed to its channel): "i" in flight, "c" completed, "" absent or
 // not a record. An in-flight record is flagged so that its completion or
 // abandonment is announced.
-func (b *Base) RecordStatus(ctx context.Context, c redis.Scripter, key idem.Key) (string, error) {
+func (b *Base) RecordStatus(ctx context.Context, c redis.Scripter, key idemdriver.Key) (string, error) {
 	return RecordStatus.Run(ctx, c, []string{b.Records.Record(key)}).Text()
 }
 
@@ -452,7 +453,7 @@ func (b *Base) RecordStatus(ctx context.Context, c redis.Scripter, key idem.Key)
 // caller's, or a clean-up context when it has ended (the work is done and
 // its record must be written). Extend keeps the caller's. A claim without a
 // token was never ours: idem.ErrLockLost.
-func FinishContext(ctx context.Context, c idem.Claim, op FinishOp, driver string) (context.Context, context.CancelFunc, error) {
+func FinishContext(ctx context.Context, c idemdriver.Claim, op FinishOp, driver string) (context.Context, context.CancelFunc, error) {
 	if c.Token == "" {
 		return nil, nil, fmt.Errorf("%s: %s %q: %w", driver, op, c.Key, idem.ErrLockLost)
 	}
@@ -463,23 +464,23 @@ func FinishContext(ctx context.Context, c idem.Claim, op FinishOp, driver string
 	return ctx, func() {}, nil
 }
 
-// Claim converts a single server's begin reply into an idem.Claim for a
+// Claim converts a single server's begin reply into an idemdriver.Claim for a
 // Begin that sent tok at now.
-func (r BeginReply) Claim(key idem.Key, fingerprint, tok string, lease time.Duration, now time.Time) (idem.Claim, error) {
-	c := idem.Claim{Key: key, Fingerprint: fingerprint, Expires: now.Add(time.Duration(r.N) * time.Millisecond)}
+func (r BeginReply) Claim(key idemdriver.Key, fingerprint, tok string, lease time.Duration, now time.Time) (idemdriver.Claim, error) {
+	c := idemdriver.Claim{Key: key, Fingerprint: fingerprint, Expires: now.Add(time.Duration(r.N) * time.Millisecond)}
 	switch r.Code {
 	case BeginClaimed:
-		c.State, c.Token, c.Fence, c.Attempt, c.Expires = idem.Acquired, tok, uint64(r.N), int(r.Attempt), now.Add(lease)
+		c.State, c.Token, c.Fence, c.Attempt, c.Expires = idemdriver.Acquired, tok, uint64(r.N), int(r.Attempt), now.Add(lease)
 	case BeginInFlight:
-		c.State = idem.InFlight
+		c.State = idemdriver.InFlight
 	case BeginCompleted:
-		c.State, c.Result = idem.Completed, r.Result
+		c.State, c.Result = idemdriver.Completed, r.Result
 	case BeginMismatch:
-		c.State = idem.Mismatch
+		c.State = idemdriver.Mismatch
 	case BeginCorrupt:
-		return idem.Claim{}, &idem.CorruptRecordError{Key: key.String(), Reason: r.Reason}
+		return idemdriver.Claim{}, &idem.CorruptRecordError{Key: key.String(), Reason: r.Reason}
 	case BeginUnknownLayout:
-		return idem.Claim{}, r.LayoutError(key, "")
+		return idemdriver.Claim{}, r.LayoutError(key, "")
 	}
 	return c, nil
 }
@@ -490,7 +491,7 @@ const RecordLayout = "R2"
 
 // LayoutError is the error of a BeginUnknownLayout reply (node names the
 // Redlock node that gave it, "" for one server).
-func (r BeginReply) LayoutError(key idem.Key, node string) error {
+func (r BeginReply) LayoutError(key idemdriver.Key, node string) error {
 	at := ""
 	if node != "" {
 		at = " on " + node
@@ -511,27 +512,27 @@ type Client interface {
 	Time(ctx context.Context) *redis.TimeCmd
 }
 
-// Finisher implements idem.Store's Complete, Abandon and Extend over the
+// Finisher implements idemdriver.Store's Complete, Abandon and Extend over the
 // driver's one finish call; a driver's Store embeds it.
 type Finisher struct {
-	FinishClaim func(ctx context.Context, c idem.Claim, op FinishOp, d time.Duration, result []byte) error
+	FinishClaim func(ctx context.Context, c idemdriver.Claim, op FinishOp, d time.Duration, result []byte) error
 }
 
-// Complete implements idem.Store.
-func (f Finisher) Complete(ctx context.Context, c idem.Claim, result []byte, retention time.Duration) error {
+// Complete implements idemdriver.Store.
+func (f Finisher) Complete(ctx context.Context, c idemdriver.Claim, result []byte, retention time.Duration) error {
 	if err := lockdriver.ValidateTTL(retention); err != nil {
 		return err
 	}
 	return f.FinishClaim(ctx, c, Complete, retention, result)
 }
 
-// Abandon implements idem.Store.
-func (f Finisher) Abandon(ctx context.Context, c idem.Claim) error {
+// Abandon implements idemdriver.Store.
+func (f Finisher) Abandon(ctx context.Context, c idemdriver.Claim) error {
 	return f.FinishClaim(ctx, c, Abandon, time.Millisecond, nil)
 }
 
-// Extend implements idem.Store.
-func (f Finisher) Extend(ctx context.Context, c idem.Claim, lease time.Duration) error {
+// Extend implements idemdriver.Store.
+func (f Finisher) Extend(ctx context.Context, c idemdriver.Claim, lease time.Duration) error {
 	if err := lockdriver.ValidateTTL(lease); err != nil {
 		return err
 	}
@@ -548,7 +549,7 @@ type CommitReply struct {
 // Commit runs an effect script: the claim of tok on key completes with
 // result for retention, and the effect runs with keys and args, in one
 // script.
-func (b *Base) Commit(ctx context.Context, c redis.Scripter, es *EffectScript, key idem.Key, tok string, retention time.Duration,
+func (b *Base) Commit(ctx context.Context, c redis.Scripter, es *EffectScript, key idemdriver.Key, tok string, retention time.Duration,
 	result []byte, keys []string, args []any) (CommitReply, error) {
 	all := append([]string{b.Records.Record(key)}, keys...)
 	argv := append([]any{tok, retention.Milliseconds(), result, b.Records.Channel(key), b.mode(false)}, args...)

@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/idem/idemdriver"
 	"github.com/oncekit/oncekit/internal/testenv"
 )
 
@@ -206,10 +207,10 @@ func TestRecordFence(t *testing.T) {
 	ctx := context.Background()
 	b := &Base{}
 	b.Init(Options{RecordPrefix: fmt.Sprintf("record-fence-test:%d:", time.Now().UnixNano())})
-	name := func(k string) string { return b.Records.Record(idem.MustKey(k)) }
+	name := func(k string) string { return b.Records.Record(idemdriver.MustKey(k)) }
 	begin := func(k, tok string) BeginReply {
 		t.Helper()
-		r, err := b.Begin(ctx, c, idem.MustKey(k), "fp-1", tok, time.Minute, nil)
+		r, err := b.Begin(ctx, c, idemdriver.MustKey(k), "fp-1", tok, time.Minute, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -217,7 +218,7 @@ func TestRecordFence(t *testing.T) {
 	}
 	finish := func(k, tok string, op FinishOp, result string, floor uint64) bool {
 		t.Helper()
-		ok, err := b.Finish(ctx, c, idem.MustKey(k), tok, op, time.Hour, []byte(result), floor)
+		ok, err := b.Finish(ctx, c, idemdriver.MustKey(k), tok, op, time.Hour, []byte(result), floor)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -342,10 +343,10 @@ func TestBeginReplies(t *testing.T) {
 	ctx := context.Background()
 	b := &Base{}
 	b.Init(Options{RecordPrefix: fmt.Sprintf("begin-test:%d:", time.Now().UnixNano())})
-	defer c.Del(ctx, b.Records.Record(idem.MustKey("done")), b.Records.Record(idem.MustKey("busy")))
+	defer c.Del(ctx, b.Records.Record(idemdriver.MustKey("done")), b.Records.Record(idemdriver.MustKey("busy")))
 	begin := func(k, fp string) BeginReply {
 		t.Helper()
-		r, err := b.Begin(ctx, c, idem.MustKey(k), fp, "tok-"+fp, time.Minute, nil)
+		r, err := b.Begin(ctx, c, idemdriver.MustKey(k), fp, "tok-"+fp, time.Minute, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -354,7 +355,7 @@ func TestBeginReplies(t *testing.T) {
 	if r := begin("done", "fp|1"); r.Code != BeginClaimed {
 		t.Fatalf("claim: %+v", r)
 	}
-	if ok, err := b.Finish(ctx, c, idem.MustKey("done"), "tok-fp|1", Complete, time.Hour, []byte("R2|c|9|||3|abc"), 0); err != nil || !ok {
+	if ok, err := b.Finish(ctx, c, idemdriver.MustKey("done"), "tok-fp|1", Complete, time.Hour, []byte("R2|c|9|||3|abc"), 0); err != nil || !ok {
 		t.Fatalf("complete: %v %v", ok, err)
 	}
 	if r := begin("done", "fp|1"); r.Code != BeginCompleted || string(r.Result) != "R2|c|9|||3|abc" || r.N <= 59*60*1000 {

@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/idem/idemdriver"
 	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/core/lock/lockdriver"
 )
@@ -111,7 +112,7 @@ func ForceRelease(ctx context.Context, c redis.Scripter, k Keys, key, mode strin
 // RecordState is one server's view of an idempotency record.
 type RecordState struct {
 	Found   bool
-	State   idem.State
+	State   idemdriver.State
 	FP      string
 	Token   string // full, for Redlock to compare nodes
 	Fence   uint64
@@ -120,10 +121,10 @@ type RecordState struct {
 	Corrupt string // why the record is not one of ours, if it is not
 }
 
-// Info converts s to an idem.RecordInfo for key, with Expires counted from
+// Info converts s to an idemdriver.RecordInfo for key, with Expires counted from
 // now.
-func (s RecordState) Info(key string, now time.Time) idem.RecordInfo {
-	ri := idem.RecordInfo{Key: key, Found: s.Found, State: s.State, Fingerprint: s.FP,
+func (s RecordState) Info(key string, now time.Time) idemdriver.RecordInfo {
+	ri := idemdriver.RecordInfo{Key: key, Found: s.Found, State: s.State, Fingerprint: s.FP,
 		Token: lockdriver.TokenPrefix(s.Token), Fence: s.Fence, Stored: s.Stored, Corrupt: s.Corrupt}
 	if s.Found && s.PTTL >= 0 {
 		ri.Expires = now.Add(s.PTTL)
@@ -134,7 +135,7 @@ func (s RecordState) Info(key string, now time.Time) idem.RecordInfo {
 // InspectRecord reads key's record. A record that is not one of ours is
 // reported with Corrupt set, not as an error, so that an operator can see
 // and delete it.
-func InspectRecord(ctx context.Context, c redis.Scripter, r Records, key idem.Key) (RecordState, error) {
+func InspectRecord(ctx context.Context, c redis.Scripter, r Records, key idemdriver.Key) (RecordState, error) {
 	v, err := inspectRecord.Run(ctx, c, []string{r.Record(key)}).Slice()
 	if err != nil {
 		return RecordState{}, err
@@ -186,9 +187,9 @@ func InspectRecord(ctx context.Context, c redis.Scripter, r Records, key idem.Ke
 	}
 	switch f[0] {
 	case "i":
-		st.State = idem.InFlight
+		st.State = idemdriver.InFlight
 	case "c":
-		st.State, st.Stored = idem.Completed, []byte(f[4])
+		st.State, st.Stored = idemdriver.Completed, []byte(f[4])
 	default:
 		st.Corrupt = fmt.Sprintf("record state %q", f[0])
 	}
@@ -196,7 +197,7 @@ func InspectRecord(ctx context.Context, c redis.Scripter, r Records, key idem.Ke
 }
 
 // DeleteRecord deletes key's record and announces it on its channel.
-func DeleteRecord(ctx context.Context, c redis.Scripter, r Records, key idem.Key, mode string) (bool, error) {
+func DeleteRecord(ctx context.Context, c redis.Scripter, r Records, key idemdriver.Key, mode string) (bool, error) {
 	n, err := deleteRecord.Run(ctx, c, []string{r.Record(key)}, r.Channel(key), mode).Int64()
 	return n == 1, err
 }

@@ -3,7 +3,7 @@ package rediskit
 import (
 	"strings"
 
-	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/idem/idemdriver"
 )
 
 // Tag is key as a Cluster hash tag, the part of every name of one key
@@ -63,10 +63,10 @@ type Records struct{ Prefix string }
 
 // Record is the name of key's record (see lua/claim.lua): Prefix{key},
 // with key as a hash tag (Tag), or Prefix{place}:rest for a placed key
-// "{place}rest" (idem.Key.Place), in the slot of every name tagged
+// "{place}rest" (idemdriver.Key.Place), in the slot of every name tagged
 // {place}. The two forms never meet: the first ends with '}', the second
 // never does (rest is escaped by Tag, so it holds no '}').
-func (r Records) Record(key idem.Key) string {
+func (r Records) Record(key idemdriver.Key) string {
 	if place := key.Place(); place != "" {
 		return r.Prefix + "{" + place + "}:" + Tag(key.Rest())
 	}
@@ -97,7 +97,7 @@ func (r Records) KeyOf(name string) (string, bool) {
 	if !ok {
 		return "", false
 	}
-	if k, err := idem.CheckKey(key); err != nil || r.Record(k) != name {
+	if k, err := idemdriver.CheckKey(key); err != nil || r.Record(k) != name {
 		return "", false
 	}
 	return key, true
@@ -133,7 +133,7 @@ func untag(s string) (string, bool) {
 }
 
 // Channel is where completion and abandonment of key are announced.
-func (r Records) Channel(key idem.Key) string { return recordChannel(r.Record(key)) }
+func (r Records) Channel(key idemdriver.Key) string { return recordChannel(r.Record(key)) }
 
 // recordChannel is the completion channel of the record named rec.
 func recordChannel(rec string) string { return rec + ":done" }

@@ -3,7 +3,7 @@ package rediskit_test
 import (
 	"testing"
 
-	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/idem/idemdriver"
 	"github.com/oncekit/oncekit/storage/internal/rediskit"
 )
 
@@ -18,11 +18,11 @@ func TestRecordNames(t *testing.T) {
 		"{}x":           "p:{%7B%7Dx}",
 		"x{a}":          "p:{x%7Ba%7D}",
 	} {
-		if got := r.Record(idem.MustKey(key)); got != want {
+		if got := r.Record(idemdriver.MustKey(key)); got != want {
 			t.Errorf("Record(%q) = %q, want %q", key, got, want)
 		}
 	}
-	if a, b := r.Record(idem.MustKey("{a}:x}")), r.Record(idem.MustKey("{a}")); a == b {
+	if a, b := r.Record(idemdriver.MustKey("{a}:x}")), r.Record(idemdriver.MustKey("{a}")); a == b {
 		t.Errorf("two keys share the record %q", a)
 	}
 }
@@ -31,7 +31,7 @@ func TestRecordNames(t *testing.T) {
 func TestRecordKeyOf(t *testing.T) {
 	r := rediskit.Records{Prefix: "p:"}
 	for _, key := range []string{"idem:ab", "{sku-1}idem:a", "{sku-1}}x", "{}x", "x{a}", "%7B", "a%b", "{a}:x}", "{a}"} {
-		if got, ok := r.KeyOf(r.Record(idem.MustKey(key))); !ok || got != key {
+		if got, ok := r.KeyOf(r.Record(idemdriver.MustKey(key))); !ok || got != key {
 			t.Errorf("KeyOf(Record(%q)) = %q, %v", key, got, ok)
 		}
 	}

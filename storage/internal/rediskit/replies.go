@@ -215,7 +215,7 @@ type BeginReply struct {
 	Result []byte
 	Reason string
 	Clock  int64
-	// Attempt is a claimed record's idem.Claim.Attempt.
+	// Attempt is a claimed record's idemdriver.Claim.Attempt.
 	Attempt int64
 }
 

@@ -96,7 +96,7 @@ func NewEffectScript(lua string) *EffectScript {
 //
 // The request runs on the caller's goroutine when ctx never ends, and when
 // only its deadline can end it (lockdriver.DeadlineOnly: the clean-up and
-// completion contexts, and a claim under idem.ClaimOutlivesCaller) and the
+// completion contexts, and a claim under idemdriver.ClaimOutlivesCaller) and the
 // client enforces deadlines itself
 // (ContextTimeoutEnabled). Otherwise it runs on a background goroutine:
 // the hop costs tens of microseconds on a busy machine, the price of

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/idem/idemdriver"
 	"github.com/oncekit/oncekit/storage/internal/layouts"
 	"github.com/oncekit/oncekit/storage/internal/rediskit"
 )
@@ -31,7 +32,7 @@ func (n Names) name(l layouts.Layout, key string) string {
 	if l.What == "lock" {
 		return n.Keys.Lock(key)
 	}
-	return n.Records.Record(idem.MustKey(key))
+	return n.Records.Record(idemdriver.MustKey(key))
 }
 
 // Plant returns CheckLayouts' plant for a store over nodes (one client,
@@ -75,9 +76,9 @@ func Write(t *testing.T, file string, store Store, node *redis.Client, names Nam
 		l.Data, _ = json.Marshal(Data{Value: v, PTTLms: pttl})
 		return l
 	}
-	begin := func(key, fp string) idem.Claim {
-		c, err := store.Begin(ctx, idem.MustKey(key), fp, 30*time.Second)
-		if err != nil || c.State != idem.Acquired {
+	begin := func(key, fp string) idemdriver.Claim {
+		c, err := store.Begin(ctx, idemdriver.MustKey(key), fp, 30*time.Second)
+		if err != nil || c.State != idemdriver.Acquired {
 			t.Fatalf("begin %s: %v %v", key, c.State, err)
 		}
 		return c

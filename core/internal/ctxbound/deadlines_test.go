@@ -1,4 +1,4 @@
-package lockdriver
+package ctxbound
 
 import (
 	"context"
@@ -27,7 +27,7 @@ func TestDeadlinesEndOnTheSharedTimer(t *testing.T) {
 		if early && i%2 == 0 {
 			d = time.Hour // would stay on the timer for an hour if not let go
 		}
-		ctx, cancel := BoundedContext(context.Background(), start.Add(d))
+		ctx, cancel := Bounded(context.Background(), start.Add(d))
 		entries[i] = entry{ctx, cancel, early}
 		_ = ctx.Done() // joins the shared timer
 	}

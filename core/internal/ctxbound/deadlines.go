@@ -1,4 +1,4 @@
-package lockdriver
+package ctxbound
 
 import (
 	"container/heap"
@@ -24,22 +24,22 @@ type deadlinesState struct {
 	at    time.Time // when timer fires; zero when it is not armed
 }
 
-// deadlineEntry is one entry: its owner's expireAtDeadline runs (on a
+// Entry is one entry: its Owner's ExpireAtDeadline runs (on a
 // goroutine of its own) once at has passed, unless the entry left before.
-// The owner embeds it and sets owner before it watches.
-type deadlineEntry struct {
+// The owner embeds it and sets Owner before it watches.
+type Entry struct {
 	at    time.Time
-	owner expirer
+	Owner Expirer
 	index int // its place in the heap + 1; 0 when not in it (the zero value)
 }
 
-// expirer is what a deadline ends: a Lease, a BoundedContext. (An
+// Expirer is what a deadline ends: a Lease, a BoundedContext. (An
 // interface rather than a func: a method value would be an allocation
 // per lease.)
-type expirer interface{ expireAtDeadline() }
+type Expirer interface{ ExpireAtDeadline() }
 
 // deadlineHeap is a min-heap of entries by deadline.
-type deadlineHeap []*deadlineEntry
+type deadlineHeap []*Entry
 
 func (h deadlineHeap) Len() int           { return len(h) }
 func (h deadlineHeap) Less(i, j int) bool { return h[i].at.Before(h[j].at) }
@@ -48,7 +48,7 @@ func (h deadlineHeap) Swap(i, j int) {
 	h[i].index, h[j].index = i+1, j+1
 }
 func (h *deadlineHeap) Push(x any) {
-	e := x.(*deadlineEntry)
+	e := x.(*Entry)
 	*h = append(*h, e)
 	e.index = len(*h)
 }
@@ -61,8 +61,8 @@ func (h *deadlineHeap) Pop() any {
 	return e
 }
 
-// watch has e.fire called at at, or moves e there if it is in already.
-func (e *deadlineEntry) watch(at time.Time) {
+// Watch has e.fire called at at, or moves e there if it is in already.
+func (e *Entry) Watch(at time.Time) {
 	d := &deadlines
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -77,8 +77,8 @@ func (e *deadlineEntry) watch(at time.Time) {
 	}
 }
 
-// unwatch takes e out before its deadline (a no-op once it fired).
-func (e *deadlineEntry) unwatch() {
+// Unwatch takes e out before its deadline (a no-op once it fired).
+func (e *Entry) Unwatch() {
 	d := &deadlines
 	d.mu.Lock()
 	if e.index > 0 {
@@ -104,9 +104,9 @@ func fireDeadlines() {
 	d.mu.Lock()
 	d.at = time.Time{}
 	now := time.Now()
-	var due []expirer
+	var due []Expirer
 	for len(d.heap) > 0 && !now.Before(d.heap[0].at) {
-		due = append(due, heap.Pop(&d.heap).(*deadlineEntry).owner)
+		due = append(due, heap.Pop(&d.heap).(*Entry).Owner)
 	}
 	if len(d.heap) > 0 {
 		d.armLocked(d.heap[0].at)
@@ -116,6 +116,6 @@ func fireDeadlines() {
 	// expiry that waits (a driver's OnEnd taking its Store's lock) must not
 	// hold up the others.
 	for _, e := range due {
-		go e.expireAtDeadline()
+		go e.ExpireAtDeadline()
 	}
 }

@@ -1,9 +1,9 @@
-package idem_test
+package idemdriver_test
 
 import (
 	"testing"
 
-	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/idem/idemdriver"
 )
 
 func TestCanonicalJSON(t *testing.T) {
@@ -13,7 +13,7 @@ func TestCanonicalJSON(t *testing.T) {
 	}
 	want := `{"qty":1,"sku":"tv-1","user":{"id":"u1","tags":["a","b"]}}`
 	for _, in := range same {
-		got, err := idem.CanonicalJSON([]byte(in))
+		got, err := idemdriver.CanonicalJSON([]byte(in))
 		if err != nil || string(got) != want {
 			t.Errorf("CanonicalJSON(%s) = %s, %v; want %s", in, got, err, want)
 		}
@@ -26,12 +26,12 @@ func TestCanonicalJSON(t *testing.T) {
 		`null`:          `null`,
 		`[1, {"b":{}}]`: `[1,{"b":{}}]`,
 	} {
-		if got, err := idem.CanonicalJSON([]byte(in)); err != nil || string(got) != want {
+		if got, err := idemdriver.CanonicalJSON([]byte(in)); err != nil || string(got) != want {
 			t.Errorf("CanonicalJSON(%s) = %s, %v; want %s", in, got, err, want)
 		}
 	}
 	for _, bad := range []string{``, `{`, `{"a":1,"a":2}`, `1 2`, `{"a":1}x`, `[1,]`, `nul`} {
-		if got, err := idem.CanonicalJSON([]byte(bad)); err == nil {
+		if got, err := idemdriver.CanonicalJSON([]byte(bad)); err == nil {
 			t.Errorf("CanonicalJSON(%q) = %s, want an error", bad, got)
 		}
 	}
@@ -44,11 +44,11 @@ func FuzzCanonicalJSON(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		c, err := idem.CanonicalJSON(b)
+		c, err := idemdriver.CanonicalJSON(b)
 		if err != nil {
 			return
 		}
-		again, err := idem.CanonicalJSON(c)
+		again, err := idemdriver.CanonicalJSON(c)
 		if err != nil || string(again) != string(c) {
 			t.Fatalf("canonical form %s is not stable: %s, %v", c, again, err)
 		}
