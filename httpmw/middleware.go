@@ -140,35 +140,9 @@ func (m *middleware) handle(ctx context.Context, w http.ResponseWriter, r *http.
 			return bodyProblem(w, err)
 		}
 	}
-	r.Body = rewind(r.Body, body)
-	fp, err := m.cfg.fingerprint(r, body)
-	r.Body = rewind(r.Body, body) // the fingerprint may have read it
-	if err != nil {
-		writeProblem(w, http.StatusBadRequest, CodeBodyInvalid, fmt.Sprintf("The request cannot be told apart from others with its key: %v.", err), 0)
-		return observe.Invalid, nil
-	}
-	scope := ""
-	if m.cfg.scope != nil {
-		scope = m.cfg.scope(r)
-		r.Body = rewind(r.Body, body) // the scope may have read it
-		if scope == "" {
-			// An empty scope would put the request into the key space every
-			// unscoped request shares: one principal's key could replay to
-			// another. A server fault, not the client's.
-			writeProblem(w, http.StatusInternalServerError, CodeScopeEmpty,
-				"The server could not tell whose request this is (its idempotency scope is empty).", 0)
-			return observe.Invalid, errors.New("httpmw: the scope function returned an empty scope; return the principal, or use Unscoped")
-		}
-	}
-	place := ""
-	if m.cfg.place != nil {
-		place = m.cfg.place(r)
-		r.Body = rewind(r.Body, body) // the placement may have read it
-	}
-	stored, err := idemdriver.StoredKey(scope, "", key, place)
-	if err != nil {
-		writeProblem(w, http.StatusBadRequest, CodeKeyInvalid, fmt.Sprintf("The request cannot be placed: %v.", err), 0)
-		return observe.Invalid, nil
+	stored, fp, outcome, err := m.storedKey(w, r, key, body)
+	if stored.IsZero() {
+		return outcome, err
 	}
 	ctx = m.cfg.common.Context(ctx)
 
@@ -208,6 +182,50 @@ func (m *middleware) handle(ctx context.Context, w http.ResponseWriter, r *http.
 			"The stored record of this key is not an HTTP response; an operator can delete it (oncectl record delete).", 0)
 		return observe.Error, err
 	}
+	return m.refused(ctx, w, r, next, err)
+}
+
+// storedKey is the key a request's record is stored under — its key
+// scoped and placed — and its fingerprint; when it cannot be made, the
+// zero Key, with the problem written and the outcome to report.
+func (m *middleware) storedKey(w http.ResponseWriter, r *http.Request, key string, body []byte) (stored idemdriver.Key, fp string, _ observe.Outcome, _ error) {
+	r.Body = rewind(r.Body, body)
+	fp, err := m.cfg.fingerprint(r, body)
+	r.Body = rewind(r.Body, body) // the fingerprint may have read it
+	if err != nil {
+		writeProblem(w, http.StatusBadRequest, CodeBodyInvalid, fmt.Sprintf("The request cannot be told apart from others with its key: %v.", err), 0)
+		return idemdriver.Key{}, "", observe.Invalid, nil
+	}
+	scope := ""
+	if m.cfg.scope != nil {
+		scope = m.cfg.scope(r)
+		r.Body = rewind(r.Body, body) // the scope may have read it
+		if scope == "" {
+			// An empty scope would put the request into the key space every
+			// unscoped request shares: one principal's key could replay to
+			// another. A server fault, not the client's.
+			writeProblem(w, http.StatusInternalServerError, CodeScopeEmpty,
+				"The server could not tell whose request this is (its idempotency scope is empty).", 0)
+			return idemdriver.Key{}, "", observe.Invalid, errors.New("httpmw: the scope function returned an empty scope; return the principal, or use Unscoped")
+		}
+	}
+	place := ""
+	if m.cfg.place != nil {
+		place = m.cfg.place(r)
+		r.Body = rewind(r.Body, body) // the placement may have read it
+	}
+	stored, err = idemdriver.StoredKey(scope, "", key, place)
+	if err != nil {
+		writeProblem(w, http.StatusBadRequest, CodeKeyInvalid, fmt.Sprintf("The request cannot be placed: %v.", err), 0)
+		return idemdriver.Key{}, "", observe.Invalid, nil
+	}
+	return stored, fp, "", nil
+}
+
+// refused answers a request the Guard did not run (err says why): in
+// flight, a reused key, an invalid key, a corrupt record, a client gone,
+// a store down (or, with WithFailOpen, run without the Guard).
+func (m *middleware) refused(ctx context.Context, w http.ResponseWriter, r *http.Request, next http.Handler, err error) (observe.Outcome, error) {
 	switch refusal, after := m.cfg.common.Refused(ctx, err); refusal {
 	case mwcore.InFlight:
 		writeProblem(w, http.StatusConflict, CodeInFlight,

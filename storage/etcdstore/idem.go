@@ -122,18 +122,18 @@ func decodeRecord(key string, v []byte) (recordVal, error) {
 
 // Begin implements idemdriver.Store: one transaction, or two when it takes over a
 // claim whose lease ran out.
-func (s *Store) Begin(ctx context.Context, k idemdriver.Key, fingerprint string, lease time.Duration) (idemdriver.Claim, error) {
+func (s *Store) Begin(ctx context.Context, k idemdriver.Key, fingerprint string, ttl time.Duration) (idemdriver.Claim, error) {
 	if err := k.Check(); err != nil {
 		return idemdriver.Claim{}, err
 	}
 	key := k.String()
-	if err := lockdriver.ValidateTTL(lease); err != nil {
+	if err := lockdriver.ValidateTTL(ttl); err != nil {
 		return idemdriver.Claim{}, err
 	}
 	if len(fingerprint) > 1<<15 {
 		return idemdriver.Claim{}, fmt.Errorf("etcdstore: begin %q: fingerprint of %d bytes", key, len(fingerprint))
 	}
-	sess, err := s.session(ctx, lease)
+	sess, err := s.session(ctx, ttl)
 	if err != nil {
 		return idemdriver.Claim{}, fmt.Errorf("etcdstore: begin %q: %w", key, err)
 	}
@@ -141,7 +141,7 @@ func (s *Store) Begin(ctx context.Context, k idemdriver.Key, fingerprint string,
 	tok := token.New()
 	entry := dir + tok
 	now := time.Now()
-	val := recordVal{state: stateInFlight, expires: now.Add(lease), fp: fingerprint}.encode()
+	val := recordVal{state: stateInFlight, expires: now.Add(ttl), fp: fingerprint}.encode()
 	count, err := s.countAttempt(ctx, key)
 	if err != nil {
 		return idemdriver.Claim{}, fmt.Errorf("etcdstore: begin %q: %w", key, err)
@@ -152,14 +152,14 @@ func (s *Store) Begin(ctx context.Context, k idemdriver.Key, fingerprint string,
 		Else(clientv3.OpGet(dir, clientv3.WithPrefix())).
 		Commit()
 	if err != nil {
-		s.dropUnanswered(entry, lease)
+		s.dropUnanswered(entry, ttl)
 		return idemdriver.Claim{}, fmt.Errorf("etcdstore: begin %q: %w", key, err)
 	}
 	if resp.Succeeded {
 		rev := resp.Header.Revision
-		s.startClaimTimer(entry, rev, now.Add(lease))
+		s.startClaimTimer(entry, rev, now.Add(ttl))
 		return idemdriver.Claim{Key: k, State: idemdriver.Acquired, Fingerprint: fingerprint, Token: tok,
-			Fence: uint64(rev), Attempt: attemptOf(resp.Responses[1]), Expires: claimValidity(now.Add(lease), sess)}, nil
+			Fence: uint64(rev), Attempt: attemptOf(resp.Responses[1]), Expires: claimValidity(now.Add(ttl), sess)}, nil
 	}
 	kvs := resp.Responses[0].GetResponseRange().Kvs
 	if len(kvs) != 1 {
@@ -170,12 +170,12 @@ func (s *Store) Begin(ctx context.Context, k idemdriver.Key, fingerprint string,
 		return idemdriver.Claim{}, err
 	}
 	// An in-flight entry lives until its claimer completes or abandons it,
-	// its claimer's Store ends it when its lease runs out without an
-	// Extend, or its claimer's process is gone and the session lease
+	// its claimer's Store ends it when its ttl runs out without an
+	// Extend, or its claimer's process is gone and the session ttl
 	// expires. Its recorded expiry, written with the claimer's clock, is
 	// only a hint here (RetryAfter): no decision compares another client's
 	// clock with ours. A completed record past its retention (a coarse
-	// bound, kept to the minute by its lease) is replaced.
+	// bound, kept to the minute by its ttl) is replaced.
 	if cur.state == stateCompleted && !now.Before(cur.expires) {
 		put := clientv3.OpPut(entry, val, clientv3.WithLease(sess.id))
 		t, err := s.c.Txn(ctx).
@@ -183,16 +183,16 @@ func (s *Store) Begin(ctx context.Context, k idemdriver.Key, fingerprint string,
 			Then(clientv3.OpDelete(string(kvs[0].Key)), put, count).
 			Commit()
 		if err != nil {
-			s.dropUnanswered(entry, lease)
+			s.dropUnanswered(entry, ttl)
 			return idemdriver.Claim{}, fmt.Errorf("etcdstore: begin %q: %w", key, err)
 		}
 		if t.Succeeded {
 			rev := t.Header.Revision
-			s.startClaimTimer(entry, rev, now.Add(lease))
+			s.startClaimTimer(entry, rev, now.Add(ttl))
 			return idemdriver.Claim{Key: k, State: idemdriver.Acquired, Fingerprint: fingerprint, Token: tok,
-				Fence: uint64(rev), Attempt: attemptOf(t.Responses[2]), Expires: claimValidity(now.Add(lease), sess)}, nil
+				Fence: uint64(rev), Attempt: attemptOf(t.Responses[2]), Expires: claimValidity(now.Add(ttl), sess)}, nil
 		}
-		return s.Begin(ctx, k, fingerprint, lease) // lost the race: look again
+		return s.Begin(ctx, k, fingerprint, ttl) // lost the race: look again
 	}
 	c := idemdriver.Claim{Key: k, Fingerprint: fingerprint, Expires: cur.expires}
 	switch {
@@ -308,22 +308,22 @@ func claimValidity(lease time.Time, sess *session) time.Time {
 
 // Extend implements idemdriver.Store: the claim's entry and the session lease it
 // is bound to are both renewed (two round trips after the read).
-func (s *Store) Extend(ctx context.Context, c idemdriver.Claim, lease time.Duration) error {
-	if err := lockdriver.ValidateTTL(lease); err != nil {
+func (s *Store) Extend(ctx context.Context, c idemdriver.Claim, ttl time.Duration) error {
+	if err := lockdriver.ValidateTTL(ttl); err != nil {
 		return err
 	}
-	expires := time.Now().Add(lease)
+	expires := time.Now().Add(ttl)
 	return s.finish(ctx, c, "extend", func(cur recordVal, sessionLease clientv3.LeaseID) (clientv3.Op, error) {
 		// The entry lives as long as the session lease it is bound to:
-		// renew that too, so that the claim is good for lease from the
+		// renew that too, so that the claim is good for its TTL from the
 		// start of this call on both counts (the session's TTL class is at
-		// least lease). The session's own keep-alive may be failing.
+		// least TTL). The session's own keep-alive may be failing.
 		if r, err := s.c.KeepAliveOnce(ctx, sessionLease); isLeaseNotFound(err) {
 			return clientv3.Op{}, fmt.Errorf("the claim's session lease expired: %w", idem.ErrLockLost)
 		} else if err != nil {
 			return clientv3.Op{}, fmt.Errorf("renew the claim's session lease: %w", err)
-		} else if time.Duration(r.TTL)*time.Second < lease {
-			return clientv3.Op{}, fmt.Errorf("the claim's session lease was renewed for %ds, less than the lease %s", r.TTL, lease)
+		} else if time.Duration(r.TTL)*time.Second < ttl {
+			return clientv3.Op{}, fmt.Errorf("the claim's session lease was renewed for %ds, less than the TTL %s", r.TTL, ttl)
 		}
 		cur.expires = expires
 		return clientv3.OpPut(s.recordDir(c.Key.String())+c.Token, cur.encode(), clientv3.WithIgnoreLease()), nil
@@ -388,8 +388,8 @@ func (s *Store) expireClaim(entry string, rev int64) {
 // sessions and the entry with them). The attempt the transaction counted
 // stays counted: the next claim's Attempt may be one too high, never too
 // low.
-func (s *Store) dropUnanswered(entry string, lease time.Duration) {
-	s.undoUnanswered(s.stop, lease, func(ctx context.Context) error {
+func (s *Store) dropUnanswered(entry string, ttl time.Duration) {
+	s.undoUnanswered(s.stop, ttl, func(ctx context.Context) error {
 		_, err := s.c.Delete(ctx, entry)
 		return err
 	})

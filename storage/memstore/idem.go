@@ -174,11 +174,11 @@ func (s *Store) expireLocked(key string, r *record, now time.Time) {
 }
 
 // Begin implements idemdriver.Store.
-func (s *Store) Begin(ctx context.Context, k idemdriver.Key, fingerprint string, lease time.Duration) (idemdriver.Claim, error) {
+func (s *Store) Begin(ctx context.Context, k idemdriver.Key, fingerprint string, ttl time.Duration) (idemdriver.Claim, error) {
 	if err := k.Check(); err != nil {
 		return idemdriver.Claim{}, err
 	}
-	if err := lockdriver.ValidateTTL(lease); err != nil {
+	if err := lockdriver.ValidateTTL(ttl); err != nil {
 		return idemdriver.Claim{}, err
 	}
 	key := k.String()
@@ -198,7 +198,7 @@ func (s *Store) Begin(ctx context.Context, k idemdriver.Key, fingerprint string,
 		s.nextFenceLocked()
 		now := time.Now()
 		r = &record{key: key, fp: fingerprint, token: token.New(), fence: s.fence, attempt: s.nextAttemptLocked(key, now),
-			expires: now.Add(lease)}
+			expires: now.Add(ttl)}
 		s.records[key] = r
 		return idemdriver.Claim{Key: k, State: idemdriver.Acquired, Fingerprint: fingerprint, Token: r.token, Fence: r.fence,
 			Attempt: r.attempt, Expires: r.expires}, nil
@@ -275,8 +275,8 @@ func (s *Store) Abandon(ctx context.Context, c idemdriver.Claim) error {
 }
 
 // Extend implements idemdriver.Store.
-func (s *Store) Extend(ctx context.Context, c idemdriver.Claim, lease time.Duration) error {
-	if err := lockdriver.ValidateTTL(lease); err != nil {
+func (s *Store) Extend(ctx context.Context, c idemdriver.Claim, ttl time.Duration) error {
+	if err := lockdriver.ValidateTTL(ttl); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
@@ -288,7 +288,7 @@ func (s *Store) Extend(ctx context.Context, c idemdriver.Claim, lease time.Durat
 	if err != nil {
 		return err
 	}
-	r.expires = time.Now().Add(lease)
+	r.expires = time.Now().Add(ttl)
 	return nil
 }
 

@@ -24,11 +24,11 @@ import (
 // idem.ErrCorruptRecord, never read as absent.
 
 // Begin implements idemdriver.Store in one round trip.
-func (s *Store) Begin(ctx context.Context, key idemdriver.Key, fingerprint string, lease time.Duration) (idemdriver.Claim, error) {
+func (s *Store) Begin(ctx context.Context, key idemdriver.Key, fingerprint string, ttl time.Duration) (idemdriver.Claim, error) {
 	if err := key.Check(); err != nil {
 		return idemdriver.Claim{}, err
 	}
-	if err := lockdriver.ValidateTTL(lease); err != nil {
+	if err := lockdriver.ValidateTTL(ttl); err != nil {
 		return idemdriver.Claim{}, err
 	}
 	if err := s.closedErr("begin", key.String()); err != nil {
@@ -54,7 +54,7 @@ func (s *Store) Begin(ctx context.Context, key idemdriver.Key, fingerprint strin
 		defer cancel()
 		_, _ = s.base.Finish(cctx, s.client, key, tok, rediskit.GiveBack, time.Millisecond, nil, 0)
 	}
-	r, err := s.base.Begin(ctx, s.client, key, fingerprint, tok, lease, func(r rediskit.BeginReply) {
+	r, err := s.base.Begin(ctx, s.client, key, fingerprint, tok, ttl, func(r rediskit.BeginReply) {
 		if r.Code == rediskit.BeginClaimed {
 			giveBack()
 		}
@@ -69,7 +69,7 @@ func (s *Store) Begin(ctx context.Context, key idemdriver.Key, fingerprint strin
 		return idemdriver.Claim{}, fmt.Errorf("redisstore: begin %q: %w", key, err)
 	}
 	s.seen(r.Code == rediskit.BeginCompleted)
-	return r.Claim(key, fingerprint, tok, lease, now)
+	return r.Claim(key, fingerprint, tok, ttl, now)
 }
 
 // seen counts a Begin that found a completed record (replay) or not, into
@@ -151,6 +151,6 @@ func (s *Store) Abandon(ctx context.Context, c idemdriver.Claim) error { return 
 
 // Extend implements idemdriver.Store: c's lease is lengthened to lease from now
 // (else idem.ErrLockLost), in one round trip.
-func (s *Store) Extend(ctx context.Context, c idemdriver.Claim, lease time.Duration) error {
-	return s.fin.Extend(ctx, c, lease)
+func (s *Store) Extend(ctx context.Context, c idemdriver.Claim, ttl time.Duration) error {
+	return s.fin.Extend(ctx, c, ttl)
 }

@@ -23,11 +23,11 @@ import (
 // and Complete and Abandon leave it on every node.
 
 // Begin implements idemdriver.Store: one round to every node at once.
-func (s *Store) Begin(ctx context.Context, key idemdriver.Key, fingerprint string, lease time.Duration) (idemdriver.Claim, error) {
+func (s *Store) Begin(ctx context.Context, key idemdriver.Key, fingerprint string, ttl time.Duration) (idemdriver.Claim, error) {
 	if err := key.Check(); err != nil {
 		return idemdriver.Claim{}, err
 	}
-	if err := lockdriver.ValidateTTL(lease); err != nil {
+	if err := lockdriver.ValidateTTL(ttl); err != nil {
 		return idemdriver.Claim{}, err
 	}
 	select {
@@ -37,7 +37,7 @@ func (s *Store) Begin(ctx context.Context, key idemdriver.Key, fingerprint strin
 	}
 	tok := token.New()
 	now := time.Now()
-	b := s.sendBegin(ctx, key, fingerprint, tok, lease)
+	b := s.sendBegin(ctx, key, fingerprint, tok, ttl)
 	if !b.claimed() && len(b.claims) > 0 {
 		s.finishNodes(ctx, key, tok, rediskit.GiveBack, time.Millisecond, nil, indexes(b.claims), 0)
 	}
@@ -53,12 +53,12 @@ func (s *Store) Begin(ctx context.Context, key idemdriver.Key, fingerprint strin
 	case b.ctxErr != nil:
 		return idemdriver.Claim{}, b.ctxErr
 	case b.claimed():
-		fence, err := s.fenceOf("begin", key.String(), b.claims, b.clocks, lease)
+		fence, err := s.fenceOf("begin", key.String(), b.claims, b.clocks, ttl)
 		if err != nil {
 			s.finishNodes(context.WithoutCancel(ctx), key, tok, rediskit.GiveBack, time.Millisecond, nil, s.all(), 0)
 			return idemdriver.Claim{}, err
 		}
-		c.State, c.Token, c.Fence, c.Attempt, c.Expires = idemdriver.Acquired, tok, fence, int(b.attempt), now.Add(lease)
+		c.State, c.Token, c.Fence, c.Attempt, c.Expires = idemdriver.Acquired, tok, fence, int(b.attempt), now.Add(ttl)
 		return c, nil
 	case b.answers < s.quorum:
 		// Too few nodes answered to tell a live claim (or another
@@ -98,14 +98,14 @@ func (b *beginRound) claimed() bool {
 // record decides at once. Otherwise it waits for a majority of claims, or
 // for a majority of answers once a claim is out of reach (a completed
 // record lives on a majority, so any majority of answers includes it).
-func (s *Store) sendBegin(ctx context.Context, key idemdriver.Key, fingerprint, tok string, lease time.Duration) *beginRound {
+func (s *Store) sendBegin(ctx context.Context, key idemdriver.Key, fingerprint, tok string, ttl time.Duration) *beginRound {
 	n := len(s.nodes)
 	b := &beginRound{quorum: s.quorum, claims: map[int]int64{}, clocks: map[int]int64{}, counts: map[rediskit.BeginCode]int{}}
 	r := newRound(s, s.all(), func(ctx context.Context, nd *node) (rediskit.BeginReply, error) {
-		return s.base.Begin(ctx, nd.c, key, fingerprint, tok, lease, nil)
+		return s.base.Begin(ctx, nd.c, key, fingerprint, tok, ttl, nil)
 	})
 	answers := 0
-	b.ctxErr = r.collect(ctx, s.nodeTimeout(lease), func(a answer[rediskit.BeginReply]) bool {
+	b.ctxErr = r.collect(ctx, s.nodeTimeout(ttl), func(a answer[rediskit.BeginReply]) bool {
 		answers++
 		if a.err != nil {
 			return len(r.failed) > n-s.quorum
@@ -217,6 +217,6 @@ func (s *Store) Abandon(ctx context.Context, c idemdriver.Claim) error { return 
 
 // Extend implements idemdriver.Store: c's lease is lengthened to lease from now
 // on a majority of the nodes (else idem.ErrLockLost).
-func (s *Store) Extend(ctx context.Context, c idemdriver.Claim, lease time.Duration) error {
-	return s.fin.Extend(ctx, c, lease)
+func (s *Store) Extend(ctx context.Context, c idemdriver.Claim, ttl time.Duration) error {
+	return s.fin.Extend(ctx, c, ttl)
 }

@@ -99,7 +99,7 @@ func (s *Store) setRecord(ctx context.Context, tx *sql.Tx, key string, r recordR
 // Store gives it back in the background (abandons it if the record holds
 // the token it sent), so that a retry does not find the key in flight
 // for nobody until the lease ends.
-func (s *Store) Begin(ctx context.Context, k idemdriver.Key, fingerprint string, lease time.Duration) (idemdriver.Claim, error) {
+func (s *Store) Begin(ctx context.Context, k idemdriver.Key, fingerprint string, ttl time.Duration) (idemdriver.Claim, error) {
 	if k.Check() == nil && ctx.Err() == nil && !s.closed() {
 		// A duplicate of a claim this Store holds, or of a Begin it is
 		// sending, is answered here (local.go).
@@ -108,16 +108,16 @@ func (s *Store) Begin(ctx context.Context, k idemdriver.Key, fingerprint string,
 			return c, err
 		}
 		defer func() { done(c, err) }()
-		c, err = s.beginOnce(ctx, k, fingerprint, lease)
+		c, err = s.beginOnce(ctx, k, fingerprint, ttl)
 		return c, err
 	}
-	return s.beginOnce(ctx, k, fingerprint, lease)
+	return s.beginOnce(ctx, k, fingerprint, ttl)
 }
 
 // beginOnce is Begin's own claim or look in the database.
-func (s *Store) beginOnce(ctx context.Context, k idemdriver.Key, fingerprint string, lease time.Duration) (idemdriver.Claim, error) {
+func (s *Store) beginOnce(ctx context.Context, k idemdriver.Key, fingerprint string, ttl time.Duration) (idemdriver.Claim, error) {
 	var sent string
-	c, err := s.begin(ctx, k, fingerprint, lease, &sent, s.local.finishedLately(k.String()))
+	c, err := s.begin(ctx, k, fingerprint, ttl, &sent, s.local.finishedLately(k.String()))
 	if err != nil && sent != "" && (ctx.Err() != nil || connectionLost(err)) {
 		s.giveBackUnanswered(k, sent)
 	}
@@ -141,12 +141,12 @@ func (s *Store) giveBackUnanswered(k idemdriver.Key, tok string) {
 // says the key's record is most likely there (a claim of this Store's on
 // it finished a moment ago): it is read before a claim is tried, as while
 // most of the Store's recent Begins found their key held (seen).
-func (s *Store) begin(ctx context.Context, k idemdriver.Key, fingerprint string, lease time.Duration, sent *string, held bool) (idemdriver.Claim, error) {
+func (s *Store) begin(ctx context.Context, k idemdriver.Key, fingerprint string, ttl time.Duration, sent *string, held bool) (idemdriver.Claim, error) {
 	if err := k.Check(); err != nil {
 		return idemdriver.Claim{}, err
 	}
 	key := k.String()
-	if err := lockdriver.ValidateTTL(lease); err != nil {
+	if err := lockdriver.ValidateTTL(ttl); err != nil {
 		return idemdriver.Claim{}, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -157,13 +157,13 @@ func (s *Store) begin(ctx context.Context, k idemdriver.Key, fingerprint string,
 	}
 	start := time.Now()
 	claimFirst := s.replays.Load() <= 0 && !held
-	if c, done, err := s.beginOneStatement(ctx, k, key, fingerprint, lease, start, sent, claimFirst); done {
+	if c, done, err := s.beginOneStatement(ctx, k, key, fingerprint, ttl, start, sent, claimFirst); done {
 		return c, err
 	}
-	if c, done, err := s.beginReadFirst(ctx, k, key, fingerprint, lease, start, sent, claimFirst); done {
+	if c, done, err := s.beginReadFirst(ctx, k, key, fingerprint, ttl, start, sent, claimFirst); done {
 		return c, err
 	}
-	return s.beginInTx(ctx, k, key, fingerprint, lease, start, sent)
+	return s.beginInTx(ctx, k, key, fingerprint, ttl, start, sent)
 }
 
 // beginOneStatement is begin's PostgreSQL paths, each one statement (or a
@@ -242,14 +242,14 @@ func (s *Store) beginOneStatement(ctx context.Context, k idemdriver.Key, key, fi
 // beginReadFirst is begin's MySQL paths: MariaDB's insert, its upsert
 // with RETURNING, and a read followed by an upsert; done is false when
 // none decided.
-func (s *Store) beginReadFirst(ctx context.Context, k idemdriver.Key, key, fingerprint string, lease time.Duration, start time.Time, sent *string, claimFirst bool) (c idemdriver.Claim, done bool, err error) {
+func (s *Store) beginReadFirst(ctx context.Context, k idemdriver.Key, key, fingerprint string, ttl time.Duration, start time.Time, sent *string, claimFirst bool) (c idemdriver.Claim, done bool, err error) {
 	read := s.q.myBegin != "" // MySQL: the read-first claim below
 	if read && claimFirst && s.returning(ctx) {
 		// Most recent Begins claimed their key: most likely a new one
 		// (MariaDB; on MySQL 8 an insert would wait for a locked row).
 		tok := token.New()
 		*sent = tok
-		res, err := s.exec(ctx, s.q.myBeginInsert, []byte(key), []byte(fingerprint), tok, us(lease), s.sweepAfter(lease))
+		res, err := s.exec(ctx, s.q.myBeginInsert, []byte(key), []byte(fingerprint), tok, us(ttl), s.sweepAfter(ttl))
 		switch {
 		case err == nil:
 			fence, err := res.LastInsertId()
@@ -258,7 +258,7 @@ func (s *Store) beginReadFirst(ctx context.Context, k idemdriver.Key, key, finge
 			}
 			s.seen(false)
 			return idemdriver.Claim{Key: k, State: idemdriver.Acquired, Fingerprint: fingerprint, Token: tok, Fence: uint64(fence),
-				Attempt: 1, Expires: start.Add(lease)}, true, nil
+				Attempt: 1, Expires: start.Add(ttl)}, true, nil
 		case !duplicateKey(err) && !retryable(err):
 			return idemdriver.Claim{}, true, s.errWrap("begin", key, err)
 		}
@@ -273,13 +273,13 @@ func (s *Store) beginReadFirst(ctx context.Context, k idemdriver.Key, key, finge
 		tok := token.New()
 		*sent = tok
 		var r recordRow
-		err := s.queryRow(ctx, s.q.myBeginReturning, []byte(key), []byte(fingerprint), tok, us(lease), s.sweepAfter(lease)).
+		err := s.queryRow(ctx, s.q.myBeginReturning, []byte(key), []byte(fingerprint), tok, us(ttl), s.sweepAfter(ttl)).
 			Scan(&r.state, &r.fp, &r.token, &r.fence, &r.expires, &r.result, &r.attempt, &r.now)
 		switch {
 		case err == nil && r.token == tok && r.state == stateInFlight:
 			s.seen(false)
 			return idemdriver.Claim{Key: k, State: idemdriver.Acquired, Fingerprint: fingerprint, Token: tok, Fence: uint64(r.fence),
-				Attempt: int(r.attempt), Expires: start.Add(lease)}, true, nil
+				Attempt: int(r.attempt), Expires: start.Add(ttl)}, true, nil
 		case err == nil:
 			r.found = true
 			if c, ok := claimOf(k, fingerprint, r); ok {
@@ -310,13 +310,13 @@ func (s *Store) beginReadFirst(ctx context.Context, k idemdriver.Key, key, finge
 		if r.corrupt() == "" {
 			tok := token.New()
 			*sent = tok
-			res, err := s.exec(ctx, s.q.myBegin, []byte(key), []byte(fingerprint), tok, us(lease), s.sweepAfter(lease))
+			res, err := s.exec(ctx, s.q.myBegin, []byte(key), []byte(fingerprint), tok, us(ttl), s.sweepAfter(ttl))
 			if err != nil && !retryable(err) {
 				return idemdriver.Claim{}, true, s.errWrap("begin", key, err)
 			}
 			if fence, ok := myTaken(res, err); ok {
 				return idemdriver.Claim{Key: k, State: idemdriver.Acquired, Fingerprint: fingerprint, Token: tok, Fence: uint64(fence),
-					Attempt: s.myAttempt(ctx, key, tok, res), Expires: start.Add(lease)}, true, nil
+					Attempt: s.myAttempt(ctx, key, tok, res), Expires: start.Add(ttl)}, true, nil
 			}
 		}
 	}
@@ -326,7 +326,7 @@ func (s *Store) beginReadFirst(ctx context.Context, k idemdriver.Key, key, finge
 // beginInTx claims key in a transaction that locks its row: the path that
 // decides every case the one-statement ones leave (a corrupt record, a
 // serialization failure, a record of another layout).
-func (s *Store) beginInTx(ctx context.Context, k idemdriver.Key, key, fingerprint string, lease time.Duration, start time.Time, sent *string) (idemdriver.Claim, error) {
+func (s *Store) beginInTx(ctx context.Context, k idemdriver.Key, key, fingerprint string, ttl time.Duration, start time.Time, sent *string) (idemdriver.Claim, error) {
 	var c idemdriver.Claim
 	err := s.inTx(ctx, "begin", key, func(tx *sql.Tx) error {
 		r, err := s.q.recordRow(ctx, tx, key, true)
@@ -347,10 +347,10 @@ func (s *Store) beginInTx(ctx context.Context, k idemdriver.Key, key, fingerprin
 		c = idemdriver.Claim{Key: k, Fingerprint: fingerprint}
 		tok, fence, attempt := token.New(), max(r.fence+1, r.now), r.nextAttempt()
 		*sent = tok
-		if err := s.setRecord(ctx, tx, key, r, stateInFlight, []byte(fingerprint), tok, fence, r.now+us(lease), nil, attempt); err != nil {
+		if err := s.setRecord(ctx, tx, key, r, stateInFlight, []byte(fingerprint), tok, fence, r.now+us(ttl), nil, attempt); err != nil {
 			return err
 		}
-		c.State, c.Token, c.Fence, c.Attempt, c.Expires = idemdriver.Acquired, tok, uint64(fence), int(attempt), start.Add(lease)
+		c.State, c.Token, c.Fence, c.Attempt, c.Expires = idemdriver.Acquired, tok, uint64(fence), int(attempt), start.Add(ttl)
 		return nil
 	})
 	return c, err
@@ -609,8 +609,8 @@ func (s *Store) freeRecord(ctx context.Context, tx *sql.Tx, key string, r record
 }
 
 // Extend implements idemdriver.Store.
-func (s *Store) Extend(ctx context.Context, c idemdriver.Claim, lease time.Duration) error {
-	if err := lockdriver.ValidateTTL(lease); err != nil {
+func (s *Store) Extend(ctx context.Context, c idemdriver.Claim, ttl time.Duration) error {
+	if err := lockdriver.ValidateTTL(ttl); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
@@ -622,11 +622,11 @@ func (s *Store) Extend(ctx context.Context, c idemdriver.Claim, lease time.Durat
 		if err != nil {
 			return err
 		}
-		err = s.setRecord(ctx, tx, c.Key.String(), r, r.state, r.fp, r.token, r.fence, r.now+us(lease), nil)
+		err = s.setRecord(ctx, tx, c.Key.String(), r, r.state, r.fp, r.token, r.fence, r.now+us(ttl), nil)
 		return err
 	})
 	if err == nil {
-		s.local.extend(c.Key.String(), c.Token, start.Add(lease))
+		s.local.extend(c.Key.String(), c.Token, start.Add(ttl))
 	}
 	return err
 }
@@ -771,10 +771,10 @@ func (s *Store) completeEffect(ctx context.Context, tx *sql.Tx, c idemdriver.Cla
 // most idem.AttemptMemory — how long a claim that does not complete is
 // kept. A guess that is short costs the cleanup an update of the row; one
 // that is long keeps a row that could go.
-func (s *Store) sweepAfter(lease time.Duration) int64 {
+func (s *Store) sweepAfter(ttl time.Duration) int64 {
 	r := s.retention.Load()
 	if r == 0 {
 		r = us(idem.DefaultRetention)
 	}
-	return us(lease) + min(r, us(idem.AttemptMemory))
+	return us(ttl) + min(r, us(idem.AttemptMemory))
 }

@@ -149,57 +149,24 @@ func (s *Store) acquireLease(ctx context.Context, key string, ttl time.Duration)
 	if !look && s.q.myAcquire != "" {
 		// MySQL: a free key nobody waits for is taken by the first
 		// statement, as TryAcquire takes it.
-		start := time.Now()
-		g, ok, err := s.myTake(ctx, key, ttl, owner)
-		switch {
-		case err != nil && ctx.Err() != nil:
-			return nil, lockdriver.NotAcquired(ctx, err)
-		case err != nil:
-			return nil, err
-		case ok:
-			return s.newLease(key, g, start.Add(ttl), nil, owner), nil
+		if l, err := s.myFirst(ctx, key, ttl, owner); l != nil || err != nil {
+			return l, err
 		}
 	}
 	for n := 0; ; n++ {
 		var g grant
 		start := time.Now()
 		if !look {
-			busy, first, ahead, err := s.peek(ctx, key, waiter)
-			switch {
-			case err != nil:
-				look = true
-			case busy == 0 && first:
-				look = true
-			default:
-				g.busy, g.first, g.ahead = busy, first, ahead
-				if time.Since(renewed) >= s.waiterTTL/3 {
-					if err := s.queueAlone(ctx, key, waiter); err != nil {
-						look = true
-					} else {
-						renewed, queued = start, true
-					}
-				}
-			}
+			g, look = s.peekKeep(ctx, key, waiter, start, &renewed, &queued)
 		}
 		if look {
 			var err error
 			g, err = s.attempt(ctx, key, ttl, owner, waiter, queued)
-			if err != nil && queued && connectionLost(err) && ctx.Err() == nil {
-				// The database went away (a crash, a restart, a cut
-				// connection): a waiter that has a place keeps it, and asks
-				// again until its place would have expired, rather than
-				// leave it behind for its retry to queue after.
-				if faulty.IsZero() {
-					faulty = start
-				}
-				if pause := faultPause(time.Since(faulty)); time.Since(faulty)+pause < s.waiterTTL {
-					if sleepCtx(ctx, pause) {
-						continue
-					}
-					err = ctx.Err()
-				}
-			}
 			if err != nil {
+				var again bool
+				if again, err = s.keepPlace(ctx, err, queued, &faulty, start); again {
+					continue
+				}
 				s.leaveQueue(ctx, key, waiter, queued || n > 0)
 				if ctx.Err() != nil {
 					return nil, lockdriver.NotAcquired(ctx, err)
@@ -211,32 +178,11 @@ func (s *Store) acquireLease(ctx context.Context, key string, ttl time.Duration)
 		}
 		if g.token != "" {
 			if n > 0 {
-				observe.Record(ctx, s.observer, observe.Event{
-					Op: observe.LockHandOff, Driver: s.DriverName(), Key: key, Outcome: observe.Notified,
-					Fence: uint64(g.fence), Duration: time.Since(began),
-				})
+				s.handedOff(ctx, key, g.fence, began)
 			}
 			return s.newLease(key, g, start.Add(ttl), nil, owner), nil
 		}
-		renew := s.waiterTTL/3 - time.Since(renewed) // keeps our place in the queue
-		wait := renew
-		if !s.listen {
-			// Nothing will wake us: the first waiter looks every
-			// pollInterval/10, the k-th every k times that (the second
-			// must be ready when the first has taken the key; the hundredth
-			// need not ask often), and every waiter at least once a second.
-			step := max(s.pollInterval/10, time.Millisecond)
-			if g.first {
-				wait = min(wait, step)
-			} else {
-				d := step * time.Duration(min(g.ahead+1, 1000))
-				wait = min(wait, d*3/4+rand.N(d/2+1))
-			}
-		}
-		if g.first && g.busy > 0 {
-			wait = min(wait, g.busy+time.Millisecond) // the holder's expiry frees the key without a release
-		}
-		t := time.NewTimer(max(wait, 0))
+		t := time.NewTimer(s.pollWait(g, renewed))
 		look = false
 		select {
 		case <-woken:
@@ -257,6 +203,100 @@ func (s *Store) acquireLease(ctx context.Context, key string, ttl time.Duration)
 			return nil, err
 		}
 	}
+}
+
+// keepPlace decides about an attempt of a waiter that failed with err:
+// when the database went away (a crash, a restart, a cut connection), a
+// waiter that has a place (queued) keeps it, and asks again (again) after
+// a pause until its place would have expired, rather than leave it behind
+// for its retry to queue after; *faulty is when the database stopped
+// answering (start, the attempt's start, the first time). Otherwise it
+// returns the error to fail with.
+func (s *Store) keepPlace(ctx context.Context, err error, queued bool, faulty *time.Time, start time.Time) (again bool, _ error) {
+	if !queued || !connectionLost(err) || ctx.Err() != nil {
+		return false, err
+	}
+	if faulty.IsZero() {
+		*faulty = start
+	}
+	if pause := faultPause(time.Since(*faulty)); time.Since(*faulty)+pause < s.waiterTTL {
+		if sleepCtx(ctx, pause) {
+			return true, nil
+		}
+		return false, ctx.Err()
+	}
+	return false, err
+}
+
+// myFirst takes a free key nobody waits for with one statement (MySQL), as
+// TryAcquire does: a lease, or nil and no error when the key is taken.
+func (s *Store) myFirst(ctx context.Context, key string, ttl time.Duration, owner string) (lock.Lease, error) {
+	start := time.Now()
+	g, ok, err := s.myTake(ctx, key, ttl, owner)
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return nil, lockdriver.NotAcquired(ctx, err)
+	case err != nil:
+		return nil, err
+	case ok:
+		return s.newLease(key, g, start.Add(ttl), nil, owner), nil
+	}
+	return nil, nil
+}
+
+// peekKeep looks at key without locks (MVCC) for a waiter: what holds it
+// and the waiter's place, which it renews (an upsert) every third of
+// waiterTTL since *renewed. look reports that the waiter should try the
+// row instead: the key is free and the waiter first, or a statement
+// failed.
+func (s *Store) peekKeep(ctx context.Context, key, waiter string, start time.Time, renewed *time.Time, queued *bool) (g grant, look bool) {
+	busy, first, ahead, err := s.peek(ctx, key, waiter)
+	switch {
+	case err != nil, busy == 0 && first:
+		return g, true
+	}
+	g.busy, g.first, g.ahead = busy, first, ahead
+	if time.Since(*renewed) >= s.waiterTTL/3 {
+		if err := s.queueAlone(ctx, key, waiter); err != nil {
+			return g, true
+		}
+		*renewed, *queued = start, true
+	}
+	return g, false
+}
+
+// pollWait is how long a waiter that found key held (g) sleeps before it
+// looks again, unless a release wakes it: at most until its place needs
+// renewing (renewed: when it last was); without notifications the first
+// waiter looks every pollInterval/10, the k-th every k times that (the
+// second must be ready when the first has taken the key; the hundredth
+// need not ask often), and every waiter at least once a second; the first
+// looks when the holder's row expires, which frees the key without a
+// release.
+func (s *Store) pollWait(g grant, renewed time.Time) time.Duration {
+	wait := s.waiterTTL/3 - time.Since(renewed)
+	if !s.listen {
+		step := max(s.pollInterval/10, time.Millisecond)
+		if g.first {
+			wait = min(wait, step)
+		} else {
+			d := step * time.Duration(min(g.ahead+1, 1000))
+			wait = min(wait, d*3/4+rand.N(d/2+1))
+		}
+	}
+	if g.first && g.busy > 0 {
+		wait = min(wait, g.busy+time.Millisecond)
+	}
+	return max(wait, 0)
+}
+
+// handedOff reports a hand-off: key taken with fence after a wait that
+// began then.
+func (s *Store) handedOff(ctx context.Context, key string, fence int64, began time.Time) {
+	observe.Record(ctx, s.observer, observe.Event{
+		Op: observe.LockHandOff, Driver: s.DriverName(), Key: key, Outcome: observe.Notified,
+		Fence: uint64(fence), Duration: time.Since(began),
+	})
 }
 
 // faultPause is how long a waiter that keeps its place waits before it

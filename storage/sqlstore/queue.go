@@ -19,7 +19,6 @@ import (
 
 	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/core/lock/lockdriver"
-	"github.com/oncekit/oncekit/core/observe"
 	"github.com/oncekit/oncekit/storage/internal/token"
 )
 
@@ -501,22 +500,79 @@ func (s *Store) acquireQueued(ctx context.Context, key string, ttl time.Duration
 		}
 		lost = err
 	}
+	n, err := s.awaitRow(ctx, q, wait, op, lost, failed)
+	if err != nil {
+		return nil, err
+	}
+	if ctx.Err() != nil {
+		// Taken as the caller gave up (a cancel request came too late):
+		// given back.
+		q.drop()
+		s.releaseRow(key, q.tok)
+		return nil, lockdriver.NotAcquired(ctx)
+	}
+	l, pin := s.queuedLease(ctx, q, began, n)
+	pinned = pin
+	return l, nil
+}
+
+// queuedLease is the lease of the row q took after n rounds (began: when
+// the acquisition began): a hand-off is reported when it waited, and the
+// session lock's connection pins the lease while it holds it (pinned:
+// the caller's slot went with it).
+func (s *Store) queuedLease(ctx context.Context, q *queuer, began time.Time, n int) (l lock.Lease, pinned bool) {
+	// A hand-off: the key was taken after a wait, in the server's queue
+	// (a millisecond or more by its clock; on MySQL, which does not say,
+	// by ours) or here.
+	if n > 0 || q.l.waited >= time.Millisecond || q.l.queued && time.Since(q.start) >= time.Millisecond {
+		s.handedOff(ctx, q.key, q.l.fence, began)
+	}
+	var p *pin
+	switch {
+	case q.tainted:
+		q.drop() // (the key is ours; its session lock went with c)
+	case q.holding:
+		p = &pin{conn: q.c, s: s}
+		q.c, pinned = nil, true
+	}
+	// The row's expiry is the server's clock when it took the row plus
+	// ttl: counted here from before the statement was sent, plus how long
+	// the server queued it first (by the server's clock, from when it got
+	// the statement), which is never more than the time that passed here.
+	deadline := q.start.Add(q.l.waited + q.ttl)
+	if q.l.queued && time.Since(q.start) > q.ttl/4 {
+		// MySQL does not say how long it queued the statement: after a
+		// long wait, the hold is extended, counted from now. (If that
+		// fails, the lease keeps the deadline counted from before the
+		// wait, which is never late.)
+		if d, err := s.refresh(ctx, q.key, q.tok, q.ttl); err == nil {
+			deadline = d
+		}
+	}
+	return s.newLease(q.key, grant{token: q.tok, fence: q.l.fence}, deadline, p, q.owner), pinned
+}
+
+// awaitRow runs the rounds of an acquisition whose first attempt did not
+// take key's row (q), until it does: queued on the session lock, looking
+// at the row when its holder seems gone, asking again after the database
+// stopped answering (lost is what it said last). It returns how many
+// rounds it took.
+func (s *Store) awaitRow(ctx context.Context, q *queuer, wait bool, op string, lost error, failed func(error) error) (n int, err error) {
 	rowLooked := false   // the row was looked at since the last wait
 	var faulty time.Time // when the database stopped answering, zero while it answers
-	n := 0
 	for ; !q.l.taken; n++ {
 		// The session lock is taken but the row has been free or expired
 		// for a while: its holder stopped without giving it back (or
 		// ForceRelease freed the row). The row decides.
 		stuck := q.c != nil && !q.holding && q.l.left <= -s.stuckAfter() && !rowLooked
 		if !wait && !stuck {
-			return nil, &lock.BusyError{Key: key, TTL: max(q.l.left, 0)}
+			return n, &lock.BusyError{Key: q.key, TTL: max(q.l.left, 0)}
 		}
-		if err := s.closedErr(op, key); err != nil {
-			return nil, err
+		if err := s.closedErr(op, q.key); err != nil {
+			return n, err
 		}
 		if ctx.Err() != nil {
-			return nil, lockdriver.NotAcquired(ctx)
+			return n, lockdriver.NotAcquired(ctx)
 		}
 		if q.c == nil {
 			// The database stopped answering while we waited: a waiter
@@ -526,7 +582,7 @@ func (s *Store) acquireQueued(ctx context.Context, key string, ttl time.Duration
 				faulty = time.Now()
 			}
 			if time.Since(faulty) > s.waiterTTL {
-				return nil, failed(lost)
+				return n, failed(lost)
 			}
 			if !sleepCtx(ctx, faultPause(time.Since(faulty))) {
 				continue
@@ -553,56 +609,18 @@ func (s *Store) acquireQueued(ctx context.Context, key string, ttl time.Duration
 		}
 		if err != nil {
 			q.drop()
-			if s.unanswered(ctx, err, key, q.tok) {
+			if s.unanswered(ctx, err, q.key, q.tok) {
 				q.tok = token.New()
 			}
 			if wait && connectionLost(err) && ctx.Err() == nil && !s.closed() {
 				lost = err
 				continue
 			}
-			return nil, failed(err)
+			return n, failed(err)
 		}
 		faulty = time.Time{}
 	}
-	if ctx.Err() != nil {
-		// Taken as the caller gave up (a cancel request came too late):
-		// given back.
-		q.drop()
-		s.releaseRow(key, q.tok)
-		return nil, lockdriver.NotAcquired(ctx)
-	}
-	// A hand-off: the key was taken after a wait, in the server's queue
-	// (a millisecond or more by its clock; on MySQL, which does not say,
-	// by ours) or here.
-	if n > 0 || q.l.waited >= time.Millisecond || q.l.queued && time.Since(q.start) >= time.Millisecond {
-		observe.Record(ctx, s.observer, observe.Event{
-			Op: observe.LockHandOff, Driver: s.DriverName(), Key: key, Outcome: observe.Notified,
-			Fence: uint64(q.l.fence), Duration: time.Since(began),
-		})
-	}
-	var p *pin
-	switch {
-	case q.tainted:
-		q.drop() // (the key is ours; its session lock went with c)
-	case q.holding:
-		p = &pin{conn: q.c, s: s}
-		q.c, pinned = nil, true
-	}
-	// The row's expiry is the server's clock when it took the row plus
-	// ttl: counted here from before the statement was sent, plus how long
-	// the server queued it first (by the server's clock, from when it got
-	// the statement), which is never more than the time that passed here.
-	deadline := q.start.Add(q.l.waited + ttl)
-	if q.l.queued && time.Since(q.start) > ttl/4 {
-		// MySQL does not say how long it queued the statement: after a
-		// long wait, the hold is extended, counted from now. (If that
-		// fails, the lease keeps the deadline counted from before the
-		// wait, which is never late.)
-		if d, err := s.refresh(ctx, key, q.tok, ttl); err == nil {
-			deadline = d
-		}
-	}
-	return s.newLease(key, grant{token: q.tok, fence: q.l.fence}, deadline, p, owner), nil
+	return n, nil
 }
 
 // releaseRow frees key's row for token, best effort (the row expires by

@@ -239,29 +239,20 @@ func (s *Store) restampRecord(ctx context.Context, path string, rec record, st *
 // that creates the record), two for a key with a live record (the create
 // fails, the record is read), and one more to take over a record whose
 // lease or retention ended.
-func (s *Store) Begin(ctx context.Context, k idemdriver.Key, fingerprint string, lease time.Duration) (idemdriver.Claim, error) {
-	if err := k.Check(); err != nil {
+func (s *Store) Begin(ctx context.Context, k idemdriver.Key, fingerprint string, ttl time.Duration) (idemdriver.Claim, error) {
+	if err := s.checkBegin(k, fingerprint, ttl); err != nil {
 		return idemdriver.Claim{}, err
 	}
 	key := k.String()
-	if err := lockdriver.ValidateTTL(lease); err != nil {
-		return idemdriver.Claim{}, err
-	}
-	if err := s.closedErr("begin", key); err != nil {
-		return idemdriver.Claim{}, err
-	}
-	if len(fingerprint) > 1<<16-1 {
-		return idemdriver.Claim{}, fmt.Errorf("zkstore: begin %q: a fingerprint of %d bytes (at most 65535)", key, len(fingerprint))
-	}
 	path := s.recordPath(key)
 	for range 16 {
 		start := time.Now()
 		tok := token.New()
-		data := record{dur: lease, token: tok, fingerprint: fingerprint}.encode()
+		data := record{dur: ttl, token: tok, fingerprint: fingerprint}.encode()
 		acquired := func(st *zk.Stat, attempt int) idemdriver.Claim {
-			s.versions.store(tok, st.Version, lease)
+			s.versions.store(tok, st.Version, ttl)
 			return idemdriver.Claim{Key: k, State: idemdriver.Acquired, Fingerprint: fingerprint, Token: tok,
-				Fence: uint64(st.Mzxid), Attempt: attempt, Expires: start.Add(lease)}
+				Fence: uint64(st.Mzxid), Attempt: attempt, Expires: start.Add(ttl)}
 		}
 		r, err := call(ctx, s, func() ([]zk.MultiResponse, error) {
 			return s.conn.Multi(
@@ -307,20 +298,11 @@ func (s *Store) Begin(ctx context.Context, k idemdriver.Key, fingerprint string,
 			exp, v = rec.expiresMs(nst), live
 		}
 		if v == live && !rec.abandoned {
-			c := idemdriver.Claim{Key: k, Fingerprint: fingerprint, Expires: time.UnixMilli(exp)}
-			switch {
-			case rec.fingerprint != fingerprint:
-				c.State = idemdriver.Mismatch
-			case rec.completed:
-				c.State, c.Result = idemdriver.Completed, rec.result
-			default:
-				c.State = idemdriver.InFlight
-			}
-			return c, nil
+			return rec.answer(k, fingerprint, exp), nil
 		}
 		attempt := rec.nextAttempt(v, exp)
 		if attempt > 1 {
-			data = record{dur: lease, attempt: attempt, token: tok, fingerprint: fingerprint}.encode()
+			data = record{dur: ttl, attempt: attempt, token: tok, fingerprint: fingerprint}.encode()
 		}
 		st, err = call(ctx, s, func() (*zk.Stat, error) { return s.conn.Set(path, data, st.Version) },
 			func(nst *zk.Stat, err error) { // a takeover ctx gave up on: given back, its attempt kept
@@ -339,6 +321,40 @@ func (s *Store) Begin(ctx context.Context, k idemdriver.Key, fingerprint string,
 		}
 	}
 	return idemdriver.Claim{}, fmt.Errorf("zkstore: begin %q: the record kept changing", key)
+}
+
+// checkBegin checks what Begin is asked: a Key, a TTL, a fingerprint a
+// record can hold, an open Store.
+func (s *Store) checkBegin(k idemdriver.Key, fingerprint string, ttl time.Duration) error {
+	if err := k.Check(); err != nil {
+		return err
+	}
+	if err := lockdriver.ValidateTTL(ttl); err != nil {
+		return err
+	}
+	if err := s.closedErr("begin", k.String()); err != nil {
+		return err
+	}
+	if len(fingerprint) > 1<<16-1 {
+		return fmt.Errorf("zkstore: begin %q: a fingerprint of %d bytes (at most 65535)", k.String(), len(fingerprint))
+	}
+	return nil
+}
+
+// answer is the claim Begin answers for a live record that is not
+// abandoned (exp: when it expires, ms): a mismatch, a completion, or a
+// run in flight.
+func (rec record) answer(k idemdriver.Key, fingerprint string, exp int64) idemdriver.Claim {
+	c := idemdriver.Claim{Key: k, Fingerprint: fingerprint, Expires: time.UnixMilli(exp)}
+	switch {
+	case rec.fingerprint != fingerprint:
+		c.State = idemdriver.Mismatch
+	case rec.completed:
+		c.State, c.Result = idemdriver.Completed, rec.result
+	default:
+		c.State = idemdriver.InFlight
+	}
+	return c
 }
 
 // giveBackTakeover writes rec, an abandoned record, over the record a
@@ -407,12 +423,12 @@ func (s *Store) Abandon(ctx context.Context, c idemdriver.Claim) error {
 
 // Extend implements idemdriver.Store: a new lease from the servers' clock at the
 // write, which comes after the call began.
-func (s *Store) Extend(ctx context.Context, c idemdriver.Claim, lease time.Duration) error {
-	if err := lockdriver.ValidateTTL(lease); err != nil {
+func (s *Store) Extend(ctx context.Context, c idemdriver.Claim, ttl time.Duration) error {
+	if err := lockdriver.ValidateTTL(ttl); err != nil {
 		return err
 	}
-	return s.finish(ctx, c, "extend", lease, func(rec record) ([]byte, bool) {
-		rec.dur = lease
+	return s.finish(ctx, c, "extend", ttl, func(rec record) ([]byte, bool) {
+		rec.dur = ttl
 		return rec.encode(), true
 	})
 }
@@ -424,7 +440,7 @@ func (s *Store) Extend(ctx context.Context, c idemdriver.Claim, lease time.Durat
 // lease to have ended by the servers' clock) or it was deleted; a claim
 // whose lease ended but that nobody took over still finishes, as no other
 // run can have started.
-func (s *Store) finish(ctx context.Context, c idemdriver.Claim, op string, lease time.Duration, next func(record) ([]byte, bool)) (err error) {
+func (s *Store) finish(ctx context.Context, c idemdriver.Claim, op string, ttl time.Duration, next func(record) ([]byte, bool)) (err error) {
 	key := c.Key.String()
 	if err := c.Key.Check(); err != nil {
 		return err
@@ -464,7 +480,7 @@ func (s *Store) finish(ctx context.Context, c idemdriver.Claim, op string, lease
 			var st *zk.Stat
 			st, err = call(ctx, s, func() (*zk.Stat, error) { return s.conn.Set(path, data, version) }, nil)
 			if err == nil {
-				s.versions.store(c.Token, st.Version, lease)
+				s.versions.store(c.Token, st.Version, ttl)
 			}
 		} else {
 			_, err = call(ctx, s, func() (struct{}, error) { return struct{}{}, s.conn.Delete(path, version) }, nil)

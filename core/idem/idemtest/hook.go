@@ -21,7 +21,7 @@ type hookedBegin struct {
 	before func(context.Context)
 }
 
-func (h *hookedBegin) Begin(ctx context.Context, k idemdriver.Key, fingerprint string, lease time.Duration) (idemdriver.Claim, error) {
+func (h *hookedBegin) Begin(ctx context.Context, k idemdriver.Key, fingerprint string, ttl time.Duration) (idemdriver.Claim, error) {
 	h.before(ctx)
-	return h.Store.Begin(ctx, k, fingerprint, lease)
+	return h.Store.Begin(ctx, k, fingerprint, ttl)
 }

@@ -574,9 +574,9 @@ type hangingExtend struct {
 	extended atomic.Int64
 }
 
-func (h *hangingExtend) Extend(ctx context.Context, c idemdriver.Claim, lease time.Duration) error {
+func (h *hangingExtend) Extend(ctx context.Context, c idemdriver.Claim, ttl time.Duration) error {
 	if h.extended.Load() < h.after {
-		if err := h.Store.Extend(ctx, c, lease); err != nil {
+		if err := h.Store.Extend(ctx, c, ttl); err != nil {
 			return err
 		}
 		h.extended.Add(1)

@@ -919,50 +919,7 @@ func (s *suite) reentrancy(t *testing.T) {
 		assertFree(t, s.cfg.NewLocker(t), k)
 		return
 	}
-	t.Run("SameOwnerReenters", func(t *testing.T) {
-		k := key(t)
-		l := s.cfg.NewLocker(t)
-		ctx := lock.WithOwner(ctxTimeout(t, 5*time.Second), "job-7")
-		first := mustAcquire(t, l, k, 10*time.Second)
-		_ = first.Release(context.Background()) // a plain (ownerless) lease first, to separate fences
-		a, err := l.Acquire(ctx, k, 10*time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := l.TryAcquire(ctx, k, 10*time.Second) // at once, from a held key
-		if err != nil {
-			t.Fatalf("TryAcquire by the same owner: %v", err)
-		}
-		c, err := s.cfg.NewLocker(t).Acquire(ctx, k, 10*time.Second) // another client, same owner
-		if err != nil {
-			t.Fatalf("Acquire by the same owner through another client: %v", err)
-		}
-		for _, l := range []lock.Lease{b, c} {
-			if l.Fence() != a.Fence() || l.Token() != a.Token() {
-				t.Errorf("re-entry: fence %d token %q, want the holder's %d %q", l.Fence(), l.Token(), a.Fence(), a.Token())
-			}
-		}
-		// Another owner, and no owner, wait.
-		other := lock.WithOwner(ctxTimeout(t, 5*time.Second), "job-8")
-		if _, err := s.cfg.NewLocker(t).TryAcquire(other, k, time.Second); !errors.Is(err, lock.ErrNotAcquired) {
-			t.Errorf("TryAcquire by another owner: %v, want ErrNotAcquired", err)
-		}
-		assertHeld(t, s.cfg.NewLocker(t), k)
-		// Each Release gives one hold back; the key is freed with the last.
-		for i, h := range []lock.Lease{c, a} {
-			if err := h.Release(ctxTimeout(t, 5*time.Second)); err != nil {
-				t.Fatalf("Release %d: %v", i+1, err)
-			}
-			if !isClosed(h.Done()) {
-				t.Errorf("Done of a released hold is open")
-			}
-			assertHeld(t, s.cfg.NewLocker(t), k)
-		}
-		if err := b.Release(ctxTimeout(t, 5*time.Second)); err != nil {
-			t.Fatalf("last Release: %v", err)
-		}
-		assertFree(t, s.cfg.NewLocker(t), k)
-	})
+	t.Run("SameOwnerReenters", s.sameOwnerReenters)
 	t.Run("WaitsWithoutOwner", func(t *testing.T) {
 		k := key(t)
 		l := s.cfg.NewLocker(t)
@@ -991,36 +948,88 @@ func (s *suite) reentrancy(t *testing.T) {
 		}
 		assertHeld(t, s.cfg.NewLocker(t), k)
 	})
-	t.Run("ShortHoldKeepsKey", func(t *testing.T) {
-		// An owner's second hold with a shorter TTL, refreshed, must not
-		// shorten the key's expiry below the first hold's: while the first
-		// lease's Done is open, nobody else may take the key.
-		k := key(t)
-		l := s.cfg.NewLocker(t)
-		ctx := lock.WithOwner(ctxTimeout(t, 10*time.Second), "job-10")
-		// (A short hold of a second: one of 200 ms ran out on a loaded
-		// machine before its Refresh was sent.)
-		long := mustAcquireCtx(t, l, ctx, k, 6*time.Second)
-		short := mustAcquireCtx(t, l, ctx, k, time.Second)
-		if err := short.Refresh(ctxTimeout(t, 5*time.Second), time.Second); err != nil {
-			t.Fatalf("Refresh of the short hold: %v", err)
-		}
-		time.Sleep(2500*time.Millisecond + s.cfg.Lag) // the short hold's TTL is long past
-		if isClosed(long.Done()) {
-			t.Fatal("the long hold's Done closed while its TTL runs")
-		}
-		assertHeld(t, s.cfg.NewLocker(t), k)
-		_ = short.Release(context.Background())
-		if err := long.Release(ctxTimeout(t, 5*time.Second)); err != nil {
-			t.Errorf("Release of the long hold: %v", err)
-		}
-	})
+	t.Run("ShortHoldKeepsKey", s.shortHoldKeepsKey)
 	t.Run("InvalidOwner", func(t *testing.T) {
 		ctx := lock.WithOwner(ctxTimeout(t, 5*time.Second), strings.Repeat("o", lock.MaxOwnerLen+1))
 		if _, err := s.cfg.NewLocker(t).Acquire(ctx, key(t), time.Second); !errors.Is(err, lock.ErrInvalidOwner) {
 			t.Errorf("Acquire with an oversized owner: %v, want ErrInvalidOwner", err)
 		}
 	})
+}
+
+// sameOwnerReenters: an owner re-enters a key it holds, through any
+// client, with the holder's fence and token; the key is free after the
+// last hold's Release.
+func (s *suite) sameOwnerReenters(t *testing.T) {
+	k := key(t)
+	l := s.cfg.NewLocker(t)
+	ctx := lock.WithOwner(ctxTimeout(t, 5*time.Second), "job-7")
+	first := mustAcquire(t, l, k, 10*time.Second)
+	_ = first.Release(context.Background()) // a plain (ownerless) lease first, to separate fences
+	a, err := l.Acquire(ctx, k, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := l.TryAcquire(ctx, k, 10*time.Second) // at once, from a held key
+	if err != nil {
+		t.Fatalf("TryAcquire by the same owner: %v", err)
+	}
+	c, err := s.cfg.NewLocker(t).Acquire(ctx, k, 10*time.Second) // another client, same owner
+	if err != nil {
+		t.Fatalf("Acquire by the same owner through another client: %v", err)
+	}
+	for _, l := range []lock.Lease{b, c} {
+		if l.Fence() != a.Fence() || l.Token() != a.Token() {
+			t.Errorf("re-entry: fence %d token %q, want the holder's %d %q", l.Fence(), l.Token(), a.Fence(), a.Token())
+		}
+	}
+	// Another owner, and no owner, wait.
+	other := lock.WithOwner(ctxTimeout(t, 5*time.Second), "job-8")
+	if _, err := s.cfg.NewLocker(t).TryAcquire(other, k, time.Second); !errors.Is(err, lock.ErrNotAcquired) {
+		t.Errorf("TryAcquire by another owner: %v, want ErrNotAcquired", err)
+	}
+	assertHeld(t, s.cfg.NewLocker(t), k)
+	// Each Release gives one hold back; the key is freed with the last.
+	for i, h := range []lock.Lease{c, a} {
+		if err := h.Release(ctxTimeout(t, 5*time.Second)); err != nil {
+			t.Fatalf("Release %d: %v", i+1, err)
+		}
+		if !isClosed(h.Done()) {
+			t.Errorf("Done of a released hold is open")
+		}
+		assertHeld(t, s.cfg.NewLocker(t), k)
+	}
+	if err := b.Release(ctxTimeout(t, 5*time.Second)); err != nil {
+		t.Fatalf("last Release: %v", err)
+	}
+	assertFree(t, s.cfg.NewLocker(t), k)
+}
+
+// shortHoldKeepsKey: an owner's second, shorter hold does not shorten the
+// key's expiry below the first's.
+func (s *suite) shortHoldKeepsKey(t *testing.T) {
+	// An owner's second hold with a shorter TTL, refreshed, must not
+	// shorten the key's expiry below the first hold's: while the first
+	// lease's Done is open, nobody else may take the key.
+	k := key(t)
+	l := s.cfg.NewLocker(t)
+	ctx := lock.WithOwner(ctxTimeout(t, 10*time.Second), "job-10")
+	// (A short hold of a second: one of 200 ms ran out on a loaded
+	// machine before its Refresh was sent.)
+	long := mustAcquireCtx(t, l, ctx, k, 6*time.Second)
+	short := mustAcquireCtx(t, l, ctx, k, time.Second)
+	if err := short.Refresh(ctxTimeout(t, 5*time.Second), time.Second); err != nil {
+		t.Fatalf("Refresh of the short hold: %v", err)
+	}
+	time.Sleep(2500*time.Millisecond + s.cfg.Lag) // the short hold's TTL is long past
+	if isClosed(long.Done()) {
+		t.Fatal("the long hold's Done closed while its TTL runs")
+	}
+	assertHeld(t, s.cfg.NewLocker(t), k)
+	_ = short.Release(context.Background())
+	if err := long.Release(ctxTimeout(t, 5*time.Second)); err != nil {
+		t.Errorf("Release of the long hold: %v", err)
+	}
 }
 
 func mustAcquireCtx(t *testing.T, l lock.Locker, ctx context.Context, key string, ttl time.Duration) lock.Lease {

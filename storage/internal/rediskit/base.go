@@ -409,7 +409,7 @@ func (b *Base) LeaveQueue(ctx context.Context, c redis.Scripter, key string) err
 // Begin runs the idem_begin script for a claim with token tok. When ctx
 // ends first, it returns at once and late (if set) receives the reply when
 // it comes, to give back a claim nobody will use.
-func (b *Base) Begin(ctx context.Context, c redis.Scripter, key idemdriver.Key, fingerprint, tok string, lease time.Duration,
+func (b *Base) Begin(ctx context.Context, c redis.Scripter, key idemdriver.Key, fingerprint, tok string, ttl time.Duration,
 	late func(BeginReply)) (BeginReply, error) {
 	var onLate func(*redis.Cmd)
 	if late != nil {
@@ -424,7 +424,7 @@ func (b *Base) Begin(ctx context.Context, c redis.Scripter, key idemdriver.Key, 
 		acked = "1" // a replay, too, only once the replicas have the record
 	}
 	return ParseBegin(b.run(ctx, c, IdemBegin, []string{b.Records.Record(key)}, onLate,
-		fingerprint, tok, lease.Milliseconds(), acked))
+		fingerprint, tok, ttl.Milliseconds(), acked))
 }
 
 // Finish runs the idem_finish script: op on the claim of tok, if it still
@@ -466,11 +466,11 @@ func FinishContext(ctx context.Context, c idemdriver.Claim, op FinishOp, driver 
 
 // Claim converts a single server's begin reply into an idemdriver.Claim for a
 // Begin that sent tok at now.
-func (r BeginReply) Claim(key idemdriver.Key, fingerprint, tok string, lease time.Duration, now time.Time) (idemdriver.Claim, error) {
+func (r BeginReply) Claim(key idemdriver.Key, fingerprint, tok string, ttl time.Duration, now time.Time) (idemdriver.Claim, error) {
 	c := idemdriver.Claim{Key: key, Fingerprint: fingerprint, Expires: now.Add(time.Duration(r.N) * time.Millisecond)}
 	switch r.Code {
 	case BeginClaimed:
-		c.State, c.Token, c.Fence, c.Attempt, c.Expires = idemdriver.Acquired, tok, uint64(r.N), int(r.Attempt), now.Add(lease)
+		c.State, c.Token, c.Fence, c.Attempt, c.Expires = idemdriver.Acquired, tok, uint64(r.N), int(r.Attempt), now.Add(ttl)
 	case BeginInFlight:
 		c.State = idemdriver.InFlight
 	case BeginCompleted:
@@ -532,11 +532,11 @@ func (f Finisher) Abandon(ctx context.Context, c idemdriver.Claim) error {
 }
 
 // Extend implements idemdriver.Store.
-func (f Finisher) Extend(ctx context.Context, c idemdriver.Claim, lease time.Duration) error {
-	if err := lockdriver.ValidateTTL(lease); err != nil {
+func (f Finisher) Extend(ctx context.Context, c idemdriver.Claim, ttl time.Duration) error {
+	if err := lockdriver.ValidateTTL(ttl); err != nil {
 		return err
 	}
-	return f.FinishClaim(ctx, c, Extend, lease, nil)
+	return f.FinishClaim(ctx, c, Extend, ttl, nil)
 }
 
 // CommitReply is the idem_commit script's verdict.
