@@ -18,6 +18,7 @@ import (
 	"github.com/oncekit/oncekit/core/idem"
 	"github.com/oncekit/oncekit/core/idem/idemdriver"
 	"github.com/oncekit/oncekit/core/lock"
+	"github.com/oncekit/oncekit/core/lock/lockdriver"
 	"github.com/oncekit/oncekit/core/observe"
 	"github.com/oncekit/oncekit/internal/testenv"
 	"github.com/oncekit/oncekit/storage"
@@ -201,8 +202,8 @@ func TestOpenKeepsCapabilities(t *testing.T) {
 	if _, ok := st.(idemdriver.Waiter); !ok {
 		t.Error("a Redis store from Open is not an idemdriver.Waiter")
 	}
-	if _, ok := st.(lock.MultiLocker); !ok {
-		t.Error("a Redis store from Open is not a lock.MultiLocker")
+	if _, ok := st.(lockdriver.MultiLocker); !ok {
+		t.Error("a Redis store from Open is not a lockdriver.MultiLocker")
 	}
 }
 
@@ -347,7 +348,7 @@ func TestDriverSurfaces(t *testing.T) {
 		contract[ct.Method(i).Name] = true
 	}
 	// The capabilities: idemdriver.Waiter, idemdriver.EffectStore, the repairs oncectl
-	// uses, lock.MultiLocker, storage.Warmer.
+	// uses, lockdriver.MultiLocker, storage.Warmer.
 	shared := map[string]bool{"WaitChange": true, "CompleteWith": true, "ForceRelease": true, "DeleteRecord": true, "AcquireAll": true, "Warm": true}
 	own := map[reflect.Type][]string{
 		reflect.TypeFor[*memstore.Store]():     nil,

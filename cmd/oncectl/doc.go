@@ -1,6 +1,6 @@
 // Command oncectl inspects and repairs oncekit locks and idempotency
 // records in a running deployment, over the same drivers the services use
-// (lock.Inspector and idemdriver.Inspector).
+// (lockdriver.Inspector and idemdriver.Inspector).
 //
 //	oncectl --store redis://localhost:6379 lock inspect sku-42
 //	oncectl --store redis://localhost:6379 lock release sku-42 --force

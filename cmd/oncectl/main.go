@@ -21,7 +21,6 @@ import (
 	"github.com/oncekit/oncekit"
 	"github.com/oncekit/oncekit/core/idem"
 	"github.com/oncekit/oncekit/core/idem/idemdriver"
-	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/core/lock/lockdriver"
 )
 
@@ -375,7 +374,7 @@ type lockJSON struct {
 	Detail  string  `json:"detail,omitempty"`
 }
 
-func (c *cli) printLock(info lock.LockInfo) int {
+func (c *cli) printLock(info lockdriver.LockInfo) int {
 	if c.json {
 		j := lockJSON{Key: info.Key, Held: info.Held, Token: info.Token, Owner: info.Owner, Holds: info.Holds,
 			Fence: info.Fence, Waiters: info.Waiters, Detail: info.Detail}

@@ -91,7 +91,7 @@ func scenario(t *testing.T, url string) {
 		t.Fatalf("lock inspect --json: %v: %s", err, out)
 	}
 	// Redis reports the last fence of the holder's range, Redlock the
-	// highest among its nodes: at least the holder's (lock.LockInfo.Fence).
+	// highest among its nodes: at least the holder's (lockdriver.LockInfo.Fence).
 	fenceOK := li.Fence == held.Fence() || ((strings.HasPrefix(url, "redis") || strings.HasPrefix(url, "redlock")) && li.Fence > held.Fence())
 	if !li.Held || li.Token != lockdriver.TokenPrefix(held.Token()) || !fenceOK || li.TTLms <= 0 || li.Key != key {
 		t.Errorf("lock inspect = %+v; want held by %s with fence %d", li, lockdriver.TokenPrefix(held.Token()), held.Fence())

@@ -8,14 +8,14 @@ import (
 	"time"
 
 	"github.com/oncekit/oncekit/core/idem/idemdriver"
-	"github.com/oncekit/oncekit/core/lock"
+	"github.com/oncekit/oncekit/core/lock/lockdriver"
 	"github.com/oncekit/oncekit/storage"
 	_ "github.com/oncekit/oncekit/storage/all" // oncectl takes every store URL
 )
 
 // store is what oncectl needs of a driver.
 type store interface {
-	lock.Inspector
+	lockdriver.Inspector
 	idemdriver.Inspector
 	Ping(ctx context.Context) error
 }
@@ -38,7 +38,7 @@ func openStore(raw string, timeout time.Duration) (*opened, error) {
 	}
 	if u, err := url.Parse(raw); err == nil && (u.Scheme == "memory" || u.Scheme == "mem") {
 		return nil, errors.New("memory:// stores live inside one process; oncectl cannot reach them " +
-			"(use lock.Inspector and idemdriver.Inspector in that process)")
+			"(use lockdriver.Inspector and idemdriver.Inspector in that process)")
 	}
 	s, err := storage.Open(context.Background(), raw, storage.WithTimeout(timeout))
 	if err != nil {

@@ -10,14 +10,9 @@ import (
 	"time"
 )
 
-// MultiLocker is implemented by drivers that can take several keys at once
-// more cheaply than one by one (a single script for keys in one Redis hash
-// slot). AcquireAll uses it when the Locker offers it: keys arrive
-// validated, de-duplicated and in canonical order, and the driver returns
-// one lease per key in that order, or an error matching
-// errors.ErrUnsupported when it cannot take this set at once (keys in
-// different slots), and AcquireAll then takes them one by one.
-type MultiLocker interface {
+// multiLocker is lockdriver.MultiLocker: a driver that takes several keys
+// at once.
+type multiLocker interface {
 	AcquireAll(ctx context.Context, keys []string, ttl time.Duration) ([]Lease, error)
 }
 
@@ -36,7 +31,7 @@ func AcquireAll(ctx context.Context, l Locker, keys []string, ttl time.Duration)
 	if err := checkTTL(ttl); err != nil {
 		return nil, err
 	}
-	if ml, ok := l.(MultiLocker); ok {
+	if ml, ok := l.(multiLocker); ok {
 		leases, err := ml.AcquireAll(ctx, keys, ttl)
 		if err == nil {
 			return newMultiLease(leases), nil

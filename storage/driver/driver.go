@@ -12,6 +12,7 @@ import (
 
 	"github.com/oncekit/oncekit/core/idem/idemdriver"
 	"github.com/oncekit/oncekit/core/lock"
+	"github.com/oncekit/oncekit/core/lock/lockdriver"
 	"github.com/oncekit/oncekit/core/observe"
 )
 
@@ -23,7 +24,7 @@ import (
 type Store interface {
 	lock.Locker
 	idemdriver.Store
-	lock.Inspector
+	lockdriver.Inspector
 	idemdriver.Inspector
 	idemdriver.Lister
 	// Ping reports whether the store can serve now, for a readiness

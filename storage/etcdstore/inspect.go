@@ -10,24 +10,23 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/oncekit/oncekit/core/idem/idemdriver"
-	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/core/lock/lockdriver"
 )
 
-// InspectLock implements lock.Inspector. The holder is the oldest entry of
+// InspectLock implements lockdriver.Inspector. The holder is the oldest entry of
 // the key's queue and Waiters counts the entries behind it; Fence is the
 // holder's create revision. TTL is the holder's recorded expiry, or, when
 // that has passed (a holder that waited in the queue records its expiry at
 // its first refresh) or is unknown, the remaining TTL of the session lease
 // that bounds it. Detail names the session lease.
-func (s *Store) InspectLock(ctx context.Context, key string) (lock.LockInfo, error) {
+func (s *Store) InspectLock(ctx context.Context, key string) (lockdriver.LockInfo, error) {
 	info, _, err := s.inspectLock(ctx, key)
 	return info, err
 }
 
-func (s *Store) inspectLock(ctx context.Context, key string) (lock.LockInfo, string, error) {
+func (s *Store) inspectLock(ctx context.Context, key string) (lockdriver.LockInfo, string, error) {
 	if err := lockdriver.ValidateKey(key); err != nil {
-		return lock.LockInfo{}, "", err
+		return lockdriver.LockInfo{}, "", err
 	}
 	pfx := s.lockPrefix(key)
 	resp, err := s.c.Txn(ctx).Then(
@@ -35,9 +34,9 @@ func (s *Store) inspectLock(ctx context.Context, key string) (lock.LockInfo, str
 		clientv3.OpGet(s.ownerKey(key)),
 	).Commit()
 	if err != nil {
-		return lock.LockInfo{}, "", fmt.Errorf("etcdstore: inspect %q: %w", key, err)
+		return lockdriver.LockInfo{}, "", fmt.Errorf("etcdstore: inspect %q: %w", key, err)
 	}
-	info := lock.LockInfo{Key: key}
+	info := lockdriver.LockInfo{Key: key}
 	kvs := resp.Responses[0].GetResponseRange().Kvs
 	if len(kvs) == 0 {
 		return info, "", nil
@@ -64,10 +63,10 @@ func (s *Store) inspectLock(ctx context.Context, key string) (lock.LockInfo, str
 	return info, entry, nil
 }
 
-// ForceRelease implements lock.Inspector: it deletes the holder's entry
+// ForceRelease implements lockdriver.Inspector: it deletes the holder's entry
 // (and its owner record), which passes the key to the next in the queue;
 // the holder sees its entry deleted and its lease ends as lost.
-func (s *Store) ForceRelease(ctx context.Context, key string) (lock.LockInfo, error) {
+func (s *Store) ForceRelease(ctx context.Context, key string) (lockdriver.LockInfo, error) {
 	info, entry, err := s.inspectLock(ctx, key)
 	if err != nil || !info.Held {
 		return info, err
@@ -155,7 +154,7 @@ func (s *Store) DeleteRecord(ctx context.Context, key string) (bool, error) {
 }
 
 var (
-	_ lock.Inspector       = (*Store)(nil)
+	_ lockdriver.Inspector = (*Store)(nil)
 	_ idemdriver.Inspector = (*Store)(nil)
 )
 

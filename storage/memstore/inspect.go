@@ -5,24 +5,23 @@ import (
 	"time"
 
 	"github.com/oncekit/oncekit/core/idem/idemdriver"
-	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/core/lock/lockdriver"
 )
 
-// InspectLock implements lock.Inspector. Waiters counts the goroutines
+// InspectLock implements lockdriver.Inspector. Waiters counts the goroutines
 // queued for the key. A free key reports fence 0: the Store's fence counter
 // is shared by all keys.
-func (s *Store) InspectLock(_ context.Context, key string) (lock.LockInfo, error) {
+func (s *Store) InspectLock(_ context.Context, key string) (lockdriver.LockInfo, error) {
 	if err := lockdriver.ValidateKey(key); err != nil {
-		return lock.LockInfo{}, err
+		return lockdriver.LockInfo{}, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.inspectLocked(key), nil
 }
 
-func (s *Store) inspectLocked(key string) lock.LockInfo {
-	info := lock.LockInfo{Key: key}
+func (s *Store) inspectLocked(key string) lockdriver.LockInfo {
+	info := lockdriver.LockInfo{Key: key}
 	e := s.locks[key]
 	if e == nil {
 		return info
@@ -35,11 +34,11 @@ func (s *Store) inspectLocked(key string) lock.LockInfo {
 	return info
 }
 
-// ForceRelease implements lock.Inspector: the holder's leases end as lost
+// ForceRelease implements lockdriver.Inspector: the holder's leases end as lost
 // (Done closes) and the first waiter gets the key.
-func (s *Store) ForceRelease(_ context.Context, key string) (lock.LockInfo, error) {
+func (s *Store) ForceRelease(_ context.Context, key string) (lockdriver.LockInfo, error) {
 	if err := lockdriver.ValidateKey(key); err != nil {
-		return lock.LockInfo{}, err
+		return lockdriver.LockInfo{}, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -85,7 +84,7 @@ func (s *Store) DeleteRecord(_ context.Context, key string) (bool, error) {
 }
 
 var (
-	_ lock.Inspector       = (*Store)(nil)
+	_ lockdriver.Inspector = (*Store)(nil)
 	_ idemdriver.Inspector = (*Store)(nil)
 )
 

@@ -6,27 +6,26 @@ import (
 	"time"
 
 	"github.com/oncekit/oncekit/core/idem/idemdriver"
-	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/core/lock/lockdriver"
 	"github.com/oncekit/oncekit/storage/internal/rediskit"
 )
 
-// InspectLock implements lock.Inspector: one round trip. Waiters counts the
+// InspectLock implements lockdriver.Inspector: one round trip. Waiters counts the
 // processes queued in Redis, not the goroutines waiting inside each.
-func (s *Store) InspectLock(ctx context.Context, key string) (lock.LockInfo, error) {
+func (s *Store) InspectLock(ctx context.Context, key string) (lockdriver.LockInfo, error) {
 	if err := lockdriver.ValidateKey(key); err != nil {
-		return lock.LockInfo{}, err
+		return lockdriver.LockInfo{}, err
 	}
 	st, err := s.base.InspectLock(ctx, s.client, key)
 	if err != nil {
-		return lock.LockInfo{}, fmt.Errorf("redisstore: inspect %q: %w", key, err)
+		return lockdriver.LockInfo{}, fmt.Errorf("redisstore: inspect %q: %w", key, err)
 	}
 	return st.Info(key), nil
 }
 
-// ForceRelease implements lock.Inspector: it deletes the key and announces
+// ForceRelease implements lockdriver.Inspector: it deletes the key and announces
 // the release, in one script.
-func (s *Store) ForceRelease(ctx context.Context, key string) (lock.LockInfo, error) {
+func (s *Store) ForceRelease(ctx context.Context, key string) (lockdriver.LockInfo, error) {
 	info, err := s.InspectLock(ctx, key)
 	if err != nil || !info.Held {
 		return info, err

@@ -15,7 +15,7 @@ import (
 	"github.com/oncekit/oncekit/storage/internal/token"
 )
 
-// AcquireAll implements lock.MultiLocker. Outside Redis Cluster every key
+// AcquireAll implements lockdriver.MultiLocker. Outside Redis Cluster every key
 // lives on one server, so the keys are taken in one script, all or nothing,
 // in one round trip; while one of them is held, it waits in that key's
 // queue of waiting processes, in its turn like a single-key waiter (a
@@ -180,4 +180,4 @@ func (s *Store) attemptAll(ctx context.Context, keys []string, ttl time.Duration
 	return nil, "", 0, fmt.Errorf("redisstore: acquire all: unexpected script reply %v", v)
 }
 
-var _ lock.MultiLocker = (*Store)(nil)
+var _ lockdriver.MultiLocker = (*Store)(nil)

@@ -36,7 +36,7 @@ type Client interface {
 
 // Store is a lock.Locker, an idemdriver.Store (Begin, Complete, Abandon,
 // Extend, each one round trip), an idemdriver.EffectStore and an inspector
-// (lock.Inspector, idemdriver.Inspector) over one Redis deployment. It is safe
+// (lockdriver.Inspector, idemdriver.Inspector) over one Redis deployment. It is safe
 // for concurrent use; Close releases its pub/sub connection.
 //
 // Goroutines of one Store that wait for the same key queue up locally, first
@@ -237,7 +237,7 @@ var (
 	_ lock.Locker          = (*Store)(nil)
 	_ idemdriver.Store     = (*Store)(nil)
 	_ idemdriver.Waiter    = (*Store)(nil)
-	_ lock.Inspector       = (*Store)(nil)
+	_ lockdriver.Inspector = (*Store)(nil)
 	_ idemdriver.Inspector = (*Store)(nil)
 )
 

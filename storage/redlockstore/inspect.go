@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/oncekit/oncekit/core/idem/idemdriver"
-	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/core/lock/lockdriver"
 	"github.com/oncekit/oncekit/storage/internal/rediskit"
 )
@@ -61,7 +60,7 @@ func (s *Store) unreachable(ok []bool) string {
 	return "; unreachable: " + strings.Join(names, ", ")
 }
 
-// InspectLock implements lock.Inspector. The key is held when one token
+// InspectLock implements lockdriver.Inspector. The key is held when one token
 // holds it on a majority of the nodes; TTL is the shortest of those nodes'
 // and Waiters the longest queue. Fence is the highest fence among those
 // nodes: at least the holder's, which is the highest among the majority
@@ -69,23 +68,23 @@ func (s *Store) unreachable(ok []bool) string {
 // free key it is the highest fence a node kept. Detail says
 // how many nodes agree and which did not answer. It needs a majority of
 // the nodes to answer (else ErrNoQuorum).
-func (s *Store) InspectLock(ctx context.Context, key string) (lock.LockInfo, error) {
+func (s *Store) InspectLock(ctx context.Context, key string) (lockdriver.LockInfo, error) {
 	info, _, err := s.inspectLock(ctx, key)
 	return info, err
 }
 
-func (s *Store) inspectLock(ctx context.Context, key string) (lock.LockInfo, string, error) {
+func (s *Store) inspectLock(ctx context.Context, key string) (lockdriver.LockInfo, string, error) {
 	if err := lockdriver.ValidateKey(key); err != nil {
-		return lock.LockInfo{}, "", err
+		return lockdriver.LockInfo{}, "", err
 	}
 	states, ok, err := onEveryNode(ctx, s, "inspect", key, func(ctx context.Context, n *node) (rediskit.LockState, error) {
 		return s.base.InspectLock(ctx, n.c, key)
 	})
 	if err != nil {
-		return lock.LockInfo{}, "", err
+		return lockdriver.LockInfo{}, "", err
 	}
 	count := map[string]int{}
-	info := lock.LockInfo{Key: key}
+	info := lockdriver.LockInfo{Key: key}
 	for i, st := range states {
 		if ok[i] {
 			count[st.Token]++
@@ -122,10 +121,10 @@ func (s *Store) inspectLock(ctx context.Context, key string) (lock.LockInfo, str
 	return info, top, nil
 }
 
-// ForceRelease implements lock.Inspector: every node that answers frees the
+// ForceRelease implements lockdriver.Inspector: every node that answers frees the
 // key, whatever token it has. Held in the result is what InspectLock saw
 // before.
-func (s *Store) ForceRelease(ctx context.Context, key string) (lock.LockInfo, error) {
+func (s *Store) ForceRelease(ctx context.Context, key string) (lockdriver.LockInfo, error) {
 	info, top, err := s.inspectLock(ctx, key)
 	if err != nil {
 		return info, err

@@ -15,6 +15,7 @@ import (
 
 	"github.com/oncekit/oncekit/core/idem/idemdriver"
 	"github.com/oncekit/oncekit/core/lock"
+	"github.com/oncekit/oncekit/core/lock/lockdriver"
 	"github.com/oncekit/oncekit/core/observe"
 	"github.com/oncekit/oncekit/storage/internal/keep"
 	"github.com/oncekit/oncekit/storage/internal/keyq"
@@ -36,7 +37,7 @@ type Client interface {
 
 // Store is a lock.Locker, an idemdriver.Store (Begin, Complete, Abandon and
 // Extend, each a round to every node that needs a majority) and an
-// inspector (lock.Inspector, idemdriver.Inspector) over N independent Redis
+// inspector (lockdriver.Inspector, idemdriver.Inspector) over N independent Redis
 // nodes with majority quorum. It is safe for concurrent use; Close releases its
 // pub/sub connections.
 type Store struct {
@@ -385,7 +386,7 @@ var (
 	_ lock.Locker          = (*Store)(nil)
 	_ idemdriver.Store     = (*Store)(nil)
 	_ idemdriver.Waiter    = (*Store)(nil)
-	_ lock.Inspector       = (*Store)(nil)
+	_ lockdriver.Inspector = (*Store)(nil)
 	_ idemdriver.Inspector = (*Store)(nil)
 )
 

@@ -1,5 +1,5 @@
 // Package sqlstore is the driver for PostgreSQL and MySQL/MariaDB, over
-// database/sql: locks (lock.Locker, with owners and lock.Inspector) and
+// database/sql: locks (lock.Locker, with owners and lockdriver.Inspector) and
 // idempotency records (idemdriver.Store, idemdriver.EffectStore) in three tables of
 // the database the application already keeps its orders in — so that the
 // record, the business writes and the outbox row can commit in one

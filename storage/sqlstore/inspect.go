@@ -8,39 +8,38 @@ import (
 	"time"
 
 	"github.com/oncekit/oncekit/core/idem/idemdriver"
-	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/core/lock/lockdriver"
 )
 
-// InspectLock implements lock.Inspector. Waiters counts the processes in
+// InspectLock implements lockdriver.Inspector. Waiters counts the processes in
 // Acquire: the sessions the server queues for the key's session lock, and
 // the live entries of the key's queue table (waiters that poll).
-func (s *Store) InspectLock(ctx context.Context, key string) (lock.LockInfo, error) {
+func (s *Store) InspectLock(ctx context.Context, key string) (lockdriver.LockInfo, error) {
 	if err := lockdriver.ValidateKey(key); err != nil {
-		return lock.LockInfo{}, err
+		return lockdriver.LockInfo{}, err
 	}
 	var r lockRow
 	err := s.queryRow(ctx, s.q.lockSelect, []byte(key)).Scan(&r.token, &r.owner, &r.holds, &r.fence, &r.expires, &r.now)
 	r.found = err == nil
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
-		return lock.LockInfo{}, s.errWrap("inspect", key, err)
+		return lockdriver.LockInfo{}, s.errWrap("inspect", key, err)
 	}
 	info := lockInfo(key, r)
 	if err := s.queryRow(ctx, s.q.queueCount, []byte(key)).Scan(&info.Waiters); err != nil {
-		return lock.LockInfo{}, s.errWrap("inspect", key, err)
+		return lockdriver.LockInfo{}, s.errWrap("inspect", key, err)
 	}
 	if s.sessionQueue {
 		n, err := s.sessionWaiters(ctx, key)
 		if err != nil {
-			return lock.LockInfo{}, s.errWrap("inspect", key, err)
+			return lockdriver.LockInfo{}, s.errWrap("inspect", key, err)
 		}
 		info.Waiters += n
 	}
 	return info, nil
 }
 
-func lockInfo(key string, r lockRow) lock.LockInfo {
-	info := lock.LockInfo{Key: key}
+func lockInfo(key string, r lockRow) lockdriver.LockInfo {
+	info := lockdriver.LockInfo{Key: key}
 	if r.held() {
 		info.Held, info.Token, info.Owner, info.Holds = true, lockdriver.TokenPrefix(r.token), string(r.owner), r.holds
 		info.Fence, info.TTL = uint64(r.fence), time.Duration(r.expires-r.now)*time.Microsecond
@@ -48,14 +47,14 @@ func lockInfo(key string, r lockRow) lock.LockInfo {
 	return info
 }
 
-// ForceRelease implements lock.Inspector: the key is freed and its waiters
+// ForceRelease implements lockdriver.Inspector: the key is freed and its waiters
 // woken; the holder learns at its next Refresh or Release that it lost
 // the key (lock.ErrLockLost).
-func (s *Store) ForceRelease(ctx context.Context, key string) (lock.LockInfo, error) {
+func (s *Store) ForceRelease(ctx context.Context, key string) (lockdriver.LockInfo, error) {
 	if err := lockdriver.ValidateKey(key); err != nil {
-		return lock.LockInfo{}, err
+		return lockdriver.LockInfo{}, err
 	}
-	var info lock.LockInfo
+	var info lockdriver.LockInfo
 	var head string
 	err := s.inTx(ctx, "force release", key, func(tx *sql.Tx) error {
 		r, err := s.q.lockRow(ctx, tx, key, false)
@@ -76,7 +75,7 @@ func (s *Store) ForceRelease(ctx context.Context, key string) (lock.LockInfo, er
 		return err
 	})
 	if err != nil {
-		return lock.LockInfo{}, err
+		return lockdriver.LockInfo{}, err
 	}
 	s.wakeWaiter(head)
 	return info, nil
@@ -135,7 +134,7 @@ func (s *Store) DeleteRecord(ctx context.Context, key string) (bool, error) {
 }
 
 var (
-	_ lock.Inspector       = (*Store)(nil)
+	_ lockdriver.Inspector = (*Store)(nil)
 	_ idemdriver.Inspector = (*Store)(nil)
 )
 

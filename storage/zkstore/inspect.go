@@ -11,17 +11,16 @@ import (
 
 	"github.com/oncekit/oncekit/core/idem"
 	"github.com/oncekit/oncekit/core/idem/idemdriver"
-	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/core/lock/lockdriver"
 )
 
-// InspectLock implements lock.Inspector. Waiters counts the acquisitions
+// InspectLock implements lockdriver.Inspector. Waiters counts the acquisitions
 // queued behind the holder; a free key reports the fence of its last
 // acquisition while its directory lasts. The TTL is the holder's, from its
 // node's last write by the servers' clock, read with this process's.
-func (s *Store) InspectLock(ctx context.Context, key string) (lock.LockInfo, error) {
+func (s *Store) InspectLock(ctx context.Context, key string) (lockdriver.LockInfo, error) {
 	if err := lockdriver.ValidateKey(key); err != nil {
-		return lock.LockInfo{}, err
+		return lockdriver.LockInfo{}, err
 	}
 	info, _, err := s.inspectLock(ctx, key)
 	return info, err
@@ -29,9 +28,9 @@ func (s *Store) InspectLock(ctx context.Context, key string) (lock.LockInfo, err
 
 // inspectLock also returns the holder's nodes (its queue node and its
 // re-entry nodes).
-func (s *Store) inspectLock(ctx context.Context, key string) (lock.LockInfo, []string, error) {
+func (s *Store) inspectLock(ctx context.Context, key string) (lockdriver.LockInfo, []string, error) {
 	dir := s.lockDir(key)
-	info := lock.LockInfo{Key: key}
+	info := lockdriver.LockInfo{Key: key}
 	for range 8 {
 		type res struct {
 			kids []string
@@ -45,7 +44,7 @@ func (s *Store) inspectLock(ctx context.Context, key string) (lock.LockInfo, []s
 			return info, nil, nil
 		}
 		if err != nil {
-			return lock.LockInfo{}, nil, fmt.Errorf("zkstore: inspect %q: %w", key, err)
+			return lockdriver.LockInfo{}, nil, fmt.Errorf("zkstore: inspect %q: %w", key, err)
 		}
 		sn := snapshotOf(r.kids)
 		first, group := sn.holders()
@@ -69,7 +68,7 @@ func (s *Store) inspectLock(ctx context.Context, key string) (lock.LockInfo, []s
 		}
 		if err != nil {
 			if st == nil {
-				return lock.LockInfo{}, nil, fmt.Errorf("zkstore: inspect %q: %w", key, err)
+				return lockdriver.LockInfo{}, nil, fmt.Errorf("zkstore: inspect %q: %w", key, err)
 			}
 			info.Detail = "the holder's node holds no oncekit data"
 			info.Fence = uint64(st.Czxid)
@@ -84,16 +83,16 @@ func (s *Store) inspectLock(ctx context.Context, key string) (lock.LockInfo, []s
 		}
 		return info, nodes, nil
 	}
-	return lock.LockInfo{}, nil, fmt.Errorf("zkstore: inspect %q: the queue kept changing", key)
+	return lockdriver.LockInfo{}, nil, fmt.Errorf("zkstore: inspect %q: the queue kept changing", key)
 }
 
-// ForceRelease implements lock.Inspector: it deletes the holder's nodes,
+// ForceRelease implements lockdriver.Inspector: it deletes the holder's nodes,
 // which wakes the next acquisition; the holder learns it lost the key at
 // its next Refresh or Release (lock.ErrLockLost), or at once if it watches
 // Done.
-func (s *Store) ForceRelease(ctx context.Context, key string) (lock.LockInfo, error) {
+func (s *Store) ForceRelease(ctx context.Context, key string) (lockdriver.LockInfo, error) {
 	if err := lockdriver.ValidateKey(key); err != nil {
-		return lock.LockInfo{}, err
+		return lockdriver.LockInfo{}, err
 	}
 	info, nodes, err := s.inspectLock(ctx, key)
 	if err != nil || !info.Held {
@@ -102,7 +101,7 @@ func (s *Store) ForceRelease(ctx context.Context, key string) (lock.LockInfo, er
 	for _, node := range nodes {
 		_, err = call(ctx, s, func() (struct{}, error) { return struct{}{}, s.conn.Delete(node, -1) }, nil)
 		if err != nil && !errors.Is(err, zk.ErrNoNode) {
-			return lock.LockInfo{}, fmt.Errorf("zkstore: force release %q: %w", key, err)
+			return lockdriver.LockInfo{}, fmt.Errorf("zkstore: force release %q: %w", key, err)
 		}
 	}
 	return info, nil
@@ -248,7 +247,7 @@ func (s *Store) stopCleanup() {
 }
 
 var (
-	_ lock.Inspector       = (*Store)(nil)
+	_ lockdriver.Inspector = (*Store)(nil)
 	_ idemdriver.Inspector = (*Store)(nil)
 )
 

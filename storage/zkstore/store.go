@@ -17,7 +17,7 @@ import (
 	"github.com/oncekit/oncekit/storage/internal/bg"
 )
 
-// Store is a lock.Locker, an idemdriver.Store and an inspector (lock.Inspector,
+// Store is a lock.Locker, an idemdriver.Store and an inspector (lockdriver.Inspector,
 // idemdriver.Inspector) over one ZooKeeper ensemble, through one session. It is
 // safe for concurrent use; Close ends the session, and with it every lease
 // of the Store.

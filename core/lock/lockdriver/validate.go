@@ -95,7 +95,7 @@ func ReleaseContext(ctx context.Context) (context.Context, context.CancelFunc) {
 func DeadlineOnly(ctx context.Context) bool { return ctxbound.DeadlineOnly(ctx) }
 
 // TokenPrefixLen is how much of a holder's token is shown to operators
-// (lock.LockInfo.Token, idemdriver.RecordInfo.Token).
+// (LockInfo.Token, idemdriver.RecordInfo.Token).
 const TokenPrefixLen = 8
 
 // TokenPrefix shortens a token for display.

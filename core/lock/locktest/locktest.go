@@ -51,7 +51,7 @@ type Config struct {
 
 	// FenceAtLeast says InspectLock reports a fence at least the holder's
 	// rather than exactly it: a driver that reports the last fence the
-	// holder's hold reserved (Redis: see lock.LockInfo), or a quorum
+	// holder's hold reserved (Redis: see lockdriver.LockInfo), or a quorum
 	// driver whose nodes each keep their
 	// own fence (Redlock: the lease's fence is the highest of the majority
 	// it waited for, and a node that answered later may keep a higher one).
@@ -172,7 +172,7 @@ func assertFree(t *testing.T, l lock.Locker, key string) {
 // inspect describes key's state as l's driver reports it, for a failure
 // message.
 func inspect(t *testing.T, l lock.Locker, key string) string {
-	in, ok := l.(lock.Inspector)
+	in, ok := l.(lockdriver.Inspector)
 	if !ok {
 		return ""
 	}
@@ -794,7 +794,7 @@ func (s *suite) sealedLeases(t *testing.T) {
 	}
 	check("TryAcquire", tl)
 	check("Acquire", mustAcquire(t, l, k+"/acquire", 10*time.Second))
-	if ml, ok := l.(lock.MultiLocker); ok {
+	if ml, ok := l.(lockdriver.MultiLocker); ok {
 		ls, err := ml.AcquireAll(ctxTimeout(t, 5*time.Second), []string{k + "/a", k + "/b"}, 10*time.Second)
 		if errors.Is(err, errors.ErrUnsupported) {
 			return // (keys in several Cluster slots; lock.AcquireAll then takes them one by one)
@@ -1041,14 +1041,14 @@ func mustAcquireCtx(t *testing.T, l lock.Locker, ctx context.Context, key string
 	return lease
 }
 
-// inspect checks lock.Inspector, which every oncekit driver implements: the
+// inspect checks lockdriver.Inspector, which every oncekit driver implements: the
 // holder's token prefix, fence and TTL, and a forced release that another
 // client then sees as free while the old holder learns it lost the key.
 func (s *suite) inspect(t *testing.T) {
 	l := s.cfg.NewLocker(t)
-	in, ok := l.(lock.Inspector)
+	in, ok := l.(lockdriver.Inspector)
 	if !ok {
-		t.Fatalf("%T does not implement lock.Inspector", l)
+		t.Fatalf("%T does not implement lockdriver.Inspector", l)
 	}
 	ctx := ctxTimeout(t, 10*time.Second)
 	k := key(t)
@@ -1072,7 +1072,7 @@ func (s *suite) inspect(t *testing.T) {
 			info, lockdriver.TokenPrefix(held.Token()), held.Fence(), ttl)
 	}
 
-	other := s.cfg.NewLocker(t).(lock.Inspector)
+	other := s.cfg.NewLocker(t).(lockdriver.Inspector)
 	forced, err := other.ForceRelease(ctx, k)
 	if err != nil {
 		t.Fatal(err)

@@ -14,7 +14,6 @@ import (
 
 	"github.com/oncekit/oncekit/core/idem"
 	"github.com/oncekit/oncekit/core/idem/idemdriver"
-	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/core/lock/lockdriver"
 )
 
@@ -45,9 +44,9 @@ type LockState struct {
 	Waiters int
 }
 
-// Info converts s to a lock.LockInfo for key.
-func (s LockState) Info(key string) lock.LockInfo {
-	li := lock.LockInfo{Key: key, Held: s.Token != "", Token: lockdriver.TokenPrefix(s.Token), Owner: s.Owner,
+// Info converts s to a lockdriver.LockInfo for key.
+func (s LockState) Info(key string) lockdriver.LockInfo {
+	li := lockdriver.LockInfo{Key: key, Held: s.Token != "", Token: lockdriver.TokenPrefix(s.Token), Owner: s.Owner,
 		Holds: s.Holds, Fence: s.Fence, Waiters: s.Waiters}
 	switch {
 	case !li.Held:

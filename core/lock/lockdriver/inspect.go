@@ -1,8 +1,10 @@
-package lock
+package lockdriver
 
 import (
 	"context"
 	"time"
+
+	"github.com/oncekit/oncekit/core/lock"
 )
 
 // LockInfo is what a store knows of one key, for operators: who holds it,
@@ -44,8 +46,19 @@ type Inspector interface {
 	InspectLock(ctx context.Context, key string) (LockInfo, error)
 	// ForceRelease frees key whoever holds it, and wakes its waiters. It
 	// returns the state it found; Held false means there was nothing to
-	// free. The holder learns of it at its next refresh (ErrLockLost), so
+	// free. The holder learns of it at its next refresh (lock.ErrLockLost), so
 	// until then two parties may act: fencing is what keeps the resource
 	// safe. It is a tool for an operator, not for programs.
 	ForceRelease(ctx context.Context, key string) (LockInfo, error)
+}
+
+// MultiLocker is implemented by drivers that can take several keys at once
+// more cheaply than one by one (a single script for keys in one Redis hash
+// slot). lock.AcquireAll uses it when the Locker offers it: keys arrive
+// validated, de-duplicated and in canonical order, and the driver returns
+// one lease per key in that order, or an error matching
+// errors.ErrUnsupported when it cannot take this set at once (keys in
+// different slots), and AcquireAll then takes them one by one.
+type MultiLocker interface {
+	AcquireAll(ctx context.Context, keys []string, ttl time.Duration) ([]lock.Lease, error)
 }
