@@ -62,7 +62,7 @@ func (s *Store) takeKept(ctx context.Context, key string, ttl time.Duration) loc
 		l := newLease(s, prev.sess, key, prev.entry, prev.Token(), "", prev.revision, prev.used+1, deadline)
 		l.took, l.hot = prev.took, true
 		if prev.sess.add(l) {
-			return l
+			return l.Lease()
 		}
 		l.EndQuietly(lockdriver.Lost) // the session ended meanwhile, and the entry with it
 	}

@@ -19,10 +19,10 @@ import (
 // lease is one held entry. Its key lives as long as the session lease and
 // is deleted by Release, by its own TTL running out without a Refresh (the
 // Store deletes it then), or by the session ending. Its lifecycle is
-// lockdriver.Lease's; this type adds the requests to etcd and the watch
+// lockdriver.Control's; this type adds the requests to etcd and the watch
 // that ends it when someone else deletes the entry.
 type lease struct {
-	lockdriver.Lease
+	lockdriver.Control
 	s        *Store
 	sess     *session
 	entry    string // the etcd key of this acquisition (shared by the leases of a kept entry)
@@ -55,7 +55,7 @@ func (s *Store) fencesPerEntry() uint64 { return keep.ReservedFences }
 // the entry's create revision × fencesPerEntry + used.
 func newLease(s *Store, sess *session, key, entry, tok, owner string, rev, used int64, deadline time.Time) *lease {
 	l := &lease{s: s, sess: sess, entry: entry, owner: owner, revision: rev, used: used, took: time.Now()}
-	l.Lease.Init(lockdriver.Config{
+	l.Init(lockdriver.Config{
 		Driver: "etcdstore", Key: key, Token: tok, Fence: uint64(rev)*s.fencesPerEntry() + uint64(used),
 		Deadline: deadline,
 		Store:    l,
@@ -70,22 +70,22 @@ func newLease(s *Store, sess *session, key, entry, tok, owner string, rev, used 
 
 func (l *lease) rev() int64 { return l.revision }
 
-// Deadline implements lock.Lease: the lease's own deadline, or the
-// session's validity when that ends first — the entry goes with the
-// session, and waiters free it a TTL after the session's last heartbeat
-// (heartbeat.go), whatever the lease's last Refresh said.
-func (l *lease) Deadline() time.Time {
-	d := l.Lease.Deadline()
+// StoreDeadline implements lockdriver.Deadliner: the lease's own
+// deadline d, or the session's validity when that ends first — the entry
+// goes with the session, and waiters free it a TTL after the session's
+// last heartbeat (heartbeat.go), whatever the lease's last Refresh said.
+func (l *lease) StoreDeadline(d time.Time) time.Time {
 	if v := l.sess.validUntil(); !d.IsZero() && v.Before(d) {
 		return v
 	}
 	return d
 }
 
-// Done is closed on Release, when the TTL runs out without a Refresh, when
-// the session lease is lost, and — watched from the first call to Done —
-// when the entry is deleted by anyone else.
-func (l *lease) Done() <-chan struct{} {
+// WatchDone implements lockdriver.DoneWatcher: Done is closed on Release,
+// when the TTL runs out without a Refresh, when the session lease is
+// lost, and — watched from the first call to Done — when the entry is
+// deleted by anyone else.
+func (l *lease) WatchDone() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if !l.watching && l.State() == lockdriver.Live {
@@ -94,7 +94,6 @@ func (l *lease) Done() <-chan struct{} {
 		l.stopW = cancel
 		l.s.bg.Go(func() { l.watchEntry(ctx) })
 	}
-	return l.Lease.Done()
 }
 
 // ended stops the watch and forgets the lease in its session.
@@ -291,4 +290,12 @@ func (l *lease) release(ctx context.Context) error {
 		return fmt.Errorf("etcdstore: release %q: %w", l.Key(), lock.ErrLockLost)
 	}
 	return nil
+}
+
+// public is l as its holder sees it: nil for no lease.
+func (l *lease) public() lock.Lease {
+	if l == nil {
+		return nil
+	}
+	return l.Lease()
 }

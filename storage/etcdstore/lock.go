@@ -28,7 +28,7 @@ func (s *Store) lockPrefix(key string) string {
 // when nobody holds or waits for it; otherwise the holder's entry is read
 // for its remaining TTL.
 func (s *Store) TryAcquire(ctx context.Context, key string, ttl time.Duration) (lock.Lease, error) {
-	return lockdriver.Seal(s.tryAcquire(ctx, key, ttl))
+	return s.tryAcquire(ctx, key, ttl)
 }
 
 // tryAcquire is TryAcquire before its lease is sealed.
@@ -75,7 +75,7 @@ func (s *Store) tryAcquire(ctx context.Context, key string, ttl time.Duration) (
 			if err != nil {
 				return nil, s.wrap("acquire", key, ctx, err)
 			}
-			return l, nil
+			return l.Lease(), nil
 		}
 	}
 	if !resp.Succeeded {
@@ -92,7 +92,7 @@ func (s *Store) tryAcquire(ctx context.Context, key string, ttl time.Duration) (
 		s.removeEntry(sess, mine)
 		return nil, fmt.Errorf("etcdstore: acquire %q: %w: %w", key, errSessionLost, lock.ErrNotAcquired)
 	}
-	return l, nil
+	return l.Lease(), nil
 }
 
 // Acquire implements lock.Locker. It writes its own entry in the key's
@@ -102,7 +102,7 @@ func (s *Store) tryAcquire(ctx context.Context, key string, ttl time.Duration) (
 // wakes exactly one waiter. The fence is the entry's create revision. If
 // the session lease is lost while it waits, it starts over in a new one.
 func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (lock.Lease, error) {
-	return lockdriver.Seal(s.acquireLease(ctx, key, ttl))
+	return s.acquireLease(ctx, key, ttl)
 }
 
 // acquireLease is Acquire before its lease is sealed.
@@ -134,7 +134,7 @@ func (s *Store) acquireIn(ctx context.Context, key string, ttl time.Duration, ho
 	owner := lock.Owner(ctx)
 	if owner != "" {
 		if l, ok, err := s.reenter(ctx, sess, key, owner, ttl); err != nil || ok {
-			return l, err
+			return l.public(), err
 		}
 	}
 	var l *lease
@@ -188,7 +188,7 @@ func (s *Store) acquireIn(ctx context.Context, key string, ttl time.Duration, ho
 		s.removeEntry(sess, mine)
 		return nil, errSessionLost
 	}
-	return l, nil
+	return l.Lease(), nil
 }
 
 func isLeaseNotFound(err error) bool {

@@ -286,8 +286,10 @@ func (sess *session) remove(l *lease) {
 var errSessionLost = errors.New("session lease lost")
 
 var (
-	_ lock.Locker = (*Store)(nil)
-	_ lock.Lease  = (*lease)(nil)
+	_ lock.Locker            = (*Store)(nil)
+	_ lockdriver.Store       = (*lease)(nil)
+	_ lockdriver.DoneWatcher = (*lease)(nil)
+	_ lockdriver.Deadliner   = (*lease)(nil)
 )
 
 // Ping is a health check for readiness probes: a linearizable read (it

@@ -40,15 +40,15 @@ type grant struct {
 }
 
 // lease is one handle on a grant: what Acquire returns. Its lifecycle is
-// lockdriver.Lease's, without a timer of its own: the grant's ends it.
+// lockdriver.Control's, without a timer of its own: the grant's ends it.
 type lease struct {
-	lockdriver.Lease
+	lockdriver.Control
 	g *grant
 }
 
 // TryAcquire implements lock.Locker.
 func (s *Store) TryAcquire(ctx context.Context, key string, ttl time.Duration) (lock.Lease, error) {
-	return lockdriver.Seal(s.tryAcquire(ctx, key, ttl))
+	return s.tryAcquire(ctx, key, ttl)
 }
 
 // tryAcquire is TryAcquire before its lease is sealed.
@@ -65,11 +65,11 @@ func (s *Store) tryAcquire(ctx context.Context, key string, ttl time.Duration) (
 	e := s.entryLocked(key)
 	if h := e.holder; h != nil {
 		if owner != "" && h.owner == owner {
-			return h.reenterLocked(ttl), nil
+			return h.reenterLocked(ttl).Lease(), nil
 		}
 		return nil, &lock.BusyError{Key: key, TTL: time.Until(h.expires)}
 	}
-	return s.grantLocked(key, e, ttl, owner), nil
+	return s.grantLocked(key, e, ttl, owner).Lease(), nil
 }
 
 func check(ctx context.Context, key string, ttl time.Duration) (string, error) {
@@ -90,7 +90,7 @@ func check(ctx context.Context, key string, ttl time.Duration) (string, error) {
 // served: a release hands the key straight to the longest waiter. An owner
 // (lock.WithOwner) that holds the key re-enters it at once.
 func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (lock.Lease, error) {
-	return lockdriver.Seal(s.acquireLease(ctx, key, ttl))
+	return s.acquireLease(ctx, key, ttl)
 }
 
 // acquireLease is Acquire before its lease is sealed.
@@ -108,11 +108,11 @@ func (s *Store) acquireLease(ctx context.Context, key string, ttl time.Duration)
 	if h := e.holder; h == nil {
 		l := s.grantLocked(key, e, ttl, owner)
 		s.mu.Unlock()
-		return l, nil
+		return l.Lease(), nil
 	} else if owner != "" && h.owner == owner {
 		l := h.reenterLocked(ttl)
 		s.mu.Unlock()
-		return l, nil
+		return l.Lease(), nil
 	}
 	w := &waiter{ttl: ttl, owner: owner, granted: make(chan *lease, 1)}
 	w.elem = e.waiters.PushBack(w)
@@ -124,7 +124,7 @@ func (s *Store) acquireLease(ctx context.Context, key string, ttl time.Duration)
 			Op: observe.LockHandOff, Driver: "memory", Key: key, Outcome: observe.Local,
 			Fence: l.g.fence, Duration: time.Since(w.freed),
 		})
-		return l, nil
+		return l.Lease(), nil
 	case <-ctx.Done():
 	case <-s.closing:
 	}
@@ -142,7 +142,7 @@ func (s *Store) acquireLease(ctx context.Context, key string, ttl time.Duration)
 	s.mu.Unlock()
 	// The key was handed off while ctx ended: the acquisition happened,
 	// so it is returned rather than thrown away.
-	return <-w.granted, nil
+	return (<-w.granted).Lease(), nil
 }
 
 // entryLocked returns key's entry, creating it, after ending a holder whose
@@ -194,7 +194,7 @@ func (s *Store) grantLocked(key string, e *entry, ttl time.Duration, owner strin
 
 func (g *grant) handleLocked() *lease {
 	l := &lease{g: g}
-	l.Lease.Init(lockdriver.Config{Driver: "memstore", Key: g.key, Token: g.token, Fence: g.fence, Store: l})
+	l.Init(lockdriver.Config{Driver: "memstore", Key: g.key, Token: g.token, Fence: g.fence, Store: l})
 	g.handles[l] = struct{}{}
 	g.holds++
 	return l
@@ -302,9 +302,9 @@ func (l *lease) StoreRelease(context.Context) error {
 	return nil
 }
 
-// Deadline implements lock.Lease: the key's expiry, which all of an
-// owner's holds share.
-func (l *lease) Deadline() time.Time {
+// StoreDeadline implements lockdriver.Deadliner: the key's expiry, which
+// all of an owner's holds share.
+func (l *lease) StoreDeadline(time.Time) time.Time {
 	s := l.g.s
 	s.mu.Lock()
 	defer s.mu.Unlock()

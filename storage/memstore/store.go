@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/oncekit/oncekit/core/lock"
+	"github.com/oncekit/oncekit/core/lock/lockdriver"
 	"github.com/oncekit/oncekit/core/observe"
 )
 
@@ -71,8 +72,9 @@ func New(opts ...Option) *Store {
 }
 
 var (
-	_ lock.Locker = (*Store)(nil)
-	_ lock.Lease  = (*lease)(nil)
+	_ lock.Locker          = (*Store)(nil)
+	_ lockdriver.Store     = (*lease)(nil)
+	_ lockdriver.Deadliner = (*lease)(nil)
 )
 
 // Ping implements the stores' health check: a memory store is always up.

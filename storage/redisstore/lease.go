@@ -10,10 +10,10 @@ import (
 	"github.com/oncekit/oncekit/core/lock/lockdriver"
 )
 
-// lease is one acquisition. Its lifecycle is lockdriver.Lease's; this type
+// lease is one acquisition. Its lifecycle is lockdriver.Control's; this type
 // adds the two requests that touch Redis.
 type lease struct {
-	lockdriver.Lease
+	lockdriver.Control
 	s     *Store
 	owner string // the lock.WithOwner identity it was taken with, or ""
 	hold  hold   // the Store's tenure of the key in Redis the lease is part of
@@ -52,7 +52,7 @@ func (s *Store) makeLease(key, tok string, h hold, used uint64, deadline time.Ti
 	if s.unfenced {
 		fence = 0
 	}
-	l.Lease.Init(lockdriver.Config{
+	l.Init(lockdriver.Config{
 		Driver: "redisstore", Key: key, Token: tok, Fence: fence,
 		Deadline: deadline,
 		Store:    l,
@@ -127,4 +127,14 @@ func (l *lease) StoreRelease(ctx context.Context) error {
 	}
 	l.s.leaseEnded(l) // also when the local deadline had already ended it
 	return nil
+}
+
+var _ lockdriver.Store = (*lease)(nil)
+
+// public is l as its holder sees it: nil for no lease.
+func (l *lease) public() lock.Lease {
+	if l == nil {
+		return nil
+	}
+	return l.Lease()
 }

@@ -17,7 +17,7 @@ import (
 // TryAcquire implements lock.Locker: one round trip, or none when a lease
 // of this Store holds the key.
 func (s *Store) TryAcquire(ctx context.Context, key string, ttl time.Duration) (lock.Lease, error) {
-	return lockdriver.Seal(s.tryAcquire(ctx, key, ttl))
+	return s.tryAcquire(ctx, key, ttl)
 }
 
 // tryAcquire is TryAcquire before its lease is sealed.
@@ -47,7 +47,7 @@ func (s *Store) tryAcquire(ctx context.Context, key string, ttl time.Duration) (
 		return nil, busy
 	}
 	s.adopt(l)
-	return l, nil
+	return l.Lease(), nil
 }
 
 // adopt records a lease taken in Redis as this Store's holder of its key,
@@ -78,7 +78,7 @@ func (s *Store) takeKept(ctx context.Context, key string, ttl time.Duration, own
 	s.dropIdleLocked(key, ls)
 	s.mu.Unlock()
 	if l != nil {
-		return l, nil
+		return l.Lease(), nil
 	}
 	cctx, cancel := lockdriver.CleanupContext(ctx)
 	defer cancel()
@@ -95,7 +95,7 @@ func (s *Store) takeKept(ctx context.Context, key string, ttl time.Duration, own
 // when the holder's remaining TTL runs out, or at the latest after the
 // recheck interval.
 func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (lock.Lease, error) {
-	return lockdriver.Seal(s.acquireLease(ctx, key, ttl))
+	return s.acquireLease(ctx, key, ttl)
 }
 
 // acquireLease is Acquire before its lease is sealed.
@@ -120,7 +120,7 @@ func (s *Store) acquireLease(ctx context.Context, key string, ttl time.Duration)
 		}
 		if busy == nil {
 			s.adopt(l)
-			return l, nil
+			return l.Lease(), nil
 		}
 	}
 	w := &waiter{ttl: ttl, owner: owner, token: token.New()}
@@ -146,7 +146,7 @@ func (s *Store) waitLocally(ctx context.Context, key string, ls *local, w *waite
 	case e := <-w.ev:
 		if e.lease != nil {
 			s.handedOff(ctx, e)
-			return e.lease, nil
+			return e.lease.Lease(), nil
 		}
 		return s.compete(ctx, key, ls, w)
 	case <-ctx.Done():
@@ -166,7 +166,7 @@ func (s *Store) waitLocally(ctx context.Context, key string, ls *local, w *waite
 	// An event is on its way: a hand-off in flight, or our turn.
 	if e := <-w.ev; e.lease != nil {
 		s.handedOff(ctx, e)
-		return e.lease, nil // the acquisition happened; it is the caller's
+		return e.lease.Lease(), nil // the acquisition happened; it is the caller's
 	}
 	s.mu.Lock()
 	ls.competitors--
@@ -192,7 +192,7 @@ func (s *Store) compete(ctx context.Context, key string, ls *local, w *waiter) (
 	}()
 	l, busy, err := s.attempt(ctx, key, w.token, w.ttl, w.owner, false, s.setNX != nil, &w.seen)
 	if err != nil || busy == nil {
-		return l, err
+		return l.public(), err
 	}
 	// Wait in the key's queue of processes: a release wakes only the first
 	// of them, on its own channel; the general channel carries releases
@@ -248,7 +248,7 @@ func (s *Store) compete(ctx context.Context, key string, ls *local, w *waiter) (
 					Fence: l.Fence(), Duration: time.Since(woken),
 				})
 			}
-			return l, err
+			return l.public(), err
 		}
 		woken = time.Time{}
 		timer.Reset(s.base.NextWait(own.Subscribed() && all.Subscribed(), busy.TTL, &backoff))
@@ -260,7 +260,7 @@ func (s *Store) compete(ctx context.Context, key string, ls *local, w *waiter) (
 					Op: observe.LockHandOff, Driver: driverName, Key: key, Outcome: observe.Notified,
 					Fence: l.Fence(), Duration: time.Since(woken),
 				})
-				return l, nil
+				return l.Lease(), nil
 			}
 		case <-all.Wake():
 			woken = time.Now()

@@ -24,7 +24,7 @@ import (
 // with WithReplicas, it reports errors.ErrUnsupported and lock.AcquireAll
 // takes the keys one by one in canonical order.
 func (s *Store) AcquireAll(ctx context.Context, keys []string, ttl time.Duration) ([]lock.Lease, error) {
-	return lockdriver.SealAll(s.acquireAll(ctx, keys, ttl))
+	return s.acquireAll(ctx, keys, ttl)
 }
 
 // acquireAll is AcquireAll before its lease is sealed.
@@ -173,7 +173,7 @@ func (s *Store) attemptAll(ctx context.Context, keys []string, ttl time.Duration
 			// without a round trip.
 			l := s.makeLease(k, toks[i], hold{fence: uint64(v[1+i]), fences: 1, took: start}, 0, start.Add(ttl), "")
 			s.adopt(l)
-			leases[i] = l
+			leases[i] = l.Lease()
 		}
 		return leases, "", 0, nil
 	}

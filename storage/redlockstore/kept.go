@@ -53,7 +53,7 @@ func (s *Store) takeKept(key string, ttl time.Duration) lock.Lease {
 	if s.mayReuse(prev) && time.Until(deadline) >= ttl-ttl/8 {
 		l := s.newLease(key, prev.Token(), prev.base, prev.used+1, deadline, nil, nil)
 		l.took, l.hot, l.votes = prev.took, true, prev.votes
-		return l
+		return l.Lease()
 	}
 	s.recent.LetGo(key)
 	s.releaseHeld(prev, s.nodeTimeout(ttl))

@@ -12,9 +12,9 @@ import (
 )
 
 // lease is one acquisition on a majority of the nodes. Its lifecycle is
-// lockdriver.Lease's; this type adds the rounds that touch the nodes.
+// lockdriver.Control's; this type adds the rounds that touch the nodes.
 type lease struct {
-	lockdriver.Lease
+	lockdriver.Control
 	s     *Store
 	nodes []int // an owner's re-entry: the nodes it counted; nil: all
 
@@ -47,7 +47,7 @@ func (s *Store) newLease(key, tok string, base, used uint64, deadline time.Time,
 	if onEnd != nil {
 		cfg.OnEnd = func(lockdriver.State) { onEnd() }
 	}
-	l.Lease.Init(cfg)
+	l.Init(cfg)
 	return l
 }
 
@@ -126,3 +126,5 @@ func (l *lease) StoreRelease(ctx context.Context) error {
 	}
 	return err
 }
+
+var _ lockdriver.Store = (*lease)(nil)

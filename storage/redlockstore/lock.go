@@ -401,7 +401,7 @@ func (s *Store) fenceOf(op, key string, taken, clocks map[int]int64, ttl time.Du
 // the rest again (after 1, 2, 4 and 8 ms at most) while the others give
 // theirs back: one of them gets the key, not none.
 func (s *Store) TryAcquire(ctx context.Context, key string, ttl time.Duration) (lock.Lease, error) {
-	return lockdriver.Seal(s.tryAcquire(ctx, key, ttl))
+	return s.tryAcquire(ctx, key, ttl)
 }
 
 // tryAcquire is TryAcquire before its lease is sealed.
@@ -439,7 +439,7 @@ func (s *Store) tryAcquire(ctx context.Context, key string, ttl time.Duration) (
 	switch {
 	case out.lease != nil:
 		out.lease.hot = hot
-		return out.lease, nil
+		return out.lease.Lease(), nil
 	case out.err != nil:
 		return nil, out.err
 	default:
@@ -469,7 +469,7 @@ func (s *Store) check(ctx context.Context, key string, ttl time.Duration) error 
 // error then matches ErrNotAcquired, ctx.Err() and, when nodes were down,
 // ErrNoQuorum.
 func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (lock.Lease, error) {
-	return lockdriver.Seal(s.acquireLease(ctx, key, ttl))
+	return s.acquireLease(ctx, key, ttl)
 }
 
 // acquireLease is Acquire before its lease is sealed.
@@ -487,7 +487,7 @@ func (s *Store) acquireLease(ctx context.Context, key string, ttl time.Duration)
 		// here or in another process, and must not queue behind itself.
 		v := s.newVotes(key)
 		if out := s.attempt(ctx, v, ttl, nil, false, 0, nil); out.lease != nil {
-			return out.lease, nil
+			return out.lease.Lease(), nil
 		}
 		v.giveUp(s.nodeTimeout(ttl), false)
 	}
@@ -515,7 +515,7 @@ func (s *Store) acquireLease(ctx context.Context, key string, ttl time.Duration)
 		return nil, err
 	}
 	l.hot = hot
-	return l, nil
+	return l.Lease(), nil
 }
 
 // leaveQueues removes this Store from key's waiting queue on the nodes in

@@ -82,7 +82,7 @@ func (g *gates) enter(ctx context.Context, stop <-chan struct{}, key string, ttl
 		g.leave(key)
 	} else {
 		rctx, cancel := lockdriver.CleanupContext(ctx)
-		_ = l.Release(rctx) // (a lease not released runs out on its own)
+		_ = l.Lease().Release(rctx) // (a lease not released runs out on its own)
 		cancel()
 	}
 	return nil, nil, err

@@ -41,7 +41,7 @@ func us(d time.Duration) int64 { return max(d.Microseconds(), 1) }
 
 // lease is one hold of a key.
 type lease struct {
-	lockdriver.Lease
+	lockdriver.Control
 	s    *Store
 	key  string
 	pin  *pin  // the connection keeping the key's session lock, or nil
@@ -59,7 +59,7 @@ type grant struct {
 
 // TryAcquire implements lock.Locker: one transaction.
 func (s *Store) TryAcquire(ctx context.Context, key string, ttl time.Duration) (lock.Lease, error) {
-	return lockdriver.Seal(s.tryAcquire(ctx, key, ttl))
+	return s.tryAcquire(ctx, key, ttl)
 }
 
 // tryAcquire is TryAcquire before its lease is sealed.
@@ -84,7 +84,7 @@ func (s *Store) tryAcquire(ctx context.Context, key string, ttl time.Duration) (
 	case g.token == "":
 		return nil, &lock.BusyError{Key: key, TTL: g.busy}
 	}
-	return s.newLease(key, g, start.Add(ttl), nil, owner), nil
+	return s.newLease(key, g, start.Add(ttl), nil, owner).Lease(), nil
 }
 
 // Acquire implements lock.Locker. A waiter queues in the database
@@ -101,7 +101,7 @@ func (s *Store) tryAcquire(ctx context.Context, key string, ttl time.Duration) (
 // key, one at a time waits in the database; the others wait for their
 // turn in the process, in the order they came.
 func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (lock.Lease, error) {
-	return lockdriver.Seal(s.acquireLease(ctx, key, ttl))
+	return s.acquireLease(ctx, key, ttl)
 }
 
 // acquireLease is Acquire before its lease is sealed.
@@ -122,7 +122,7 @@ func (s *Store) acquireLease(ctx context.Context, key string, ttl time.Duration)
 			return nil, lockdriver.NotAcquired(ctx)
 		}
 		if handed != nil {
-			return handed, nil
+			return handed.Lease(), nil
 		}
 		defer leave()
 	}
@@ -180,7 +180,7 @@ func (s *Store) acquireLease(ctx context.Context, key string, ttl time.Duration)
 			if n > 0 {
 				s.handedOff(ctx, key, g.fence, began)
 			}
-			return s.newLease(key, g, start.Add(ttl), nil, owner), nil
+			return s.newLease(key, g, start.Add(ttl), nil, owner).Lease(), nil
 		}
 		t := time.NewTimer(s.pollWait(g, renewed))
 		look = false
@@ -239,7 +239,7 @@ func (s *Store) myFirst(ctx context.Context, key string, ttl time.Duration, owne
 	case err != nil:
 		return nil, err
 	case ok:
-		return s.newLease(key, g, start.Add(ttl), nil, owner), nil
+		return s.newLease(key, g, start.Add(ttl), nil, owner).Lease(), nil
 	}
 	return nil, nil
 }
@@ -724,6 +724,6 @@ func (s *Store) freeLock(ctx context.Context, tx *sql.Tx, key string, r lockRow)
 }
 
 var (
-	_ lock.Locker = (*Store)(nil)
-	_ lock.Lease  = (*lease)(nil)
+	_ lock.Locker      = (*Store)(nil)
+	_ lockdriver.Store = (*lease)(nil)
 )

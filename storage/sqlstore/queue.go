@@ -452,7 +452,7 @@ func (s *Store) acquireQueued(ctx context.Context, key string, ttl time.Duration
 			if err != nil {
 				return nil, s.acquireErr(ctx, err)
 			}
-			return s.newLease(key, g, start.Add(ttl), nil, owner), nil
+			return s.newLease(key, g, start.Add(ttl), nil, owner).Lease(), nil
 		}
 	}
 	ctx, cancel := context.WithCancel(ctx)
@@ -549,7 +549,7 @@ func (s *Store) queuedLease(ctx context.Context, q *queuer, began time.Time, n i
 			deadline = d
 		}
 	}
-	return s.newLease(q.key, grant{token: q.tok, fence: q.l.fence}, deadline, p, q.owner), pinned
+	return s.newLease(q.key, grant{token: q.tok, fence: q.l.fence}, deadline, p, q.owner).Lease(), pinned
 }
 
 // awaitRow runs the rounds of an acquisition whose first attempt did not

@@ -29,7 +29,7 @@ const seqLen = 10
 // (the node made, the queue listed), four when it is held by another (and
 // the node deleted again, the holder's remaining TTL read).
 func (s *Store) TryAcquire(ctx context.Context, key string, ttl time.Duration) (lock.Lease, error) {
-	return lockdriver.Seal(s.tryAcquire(ctx, key, ttl))
+	return s.tryAcquire(ctx, key, ttl)
 }
 
 // tryAcquire is TryAcquire before its lease is sealed.
@@ -40,7 +40,7 @@ func (s *Store) tryAcquire(ctx context.Context, key string, ttl time.Duration) (
 // Acquire implements lock.Locker: it joins the key's queue of
 // acquisitions and waits for the one just before it to go.
 func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (lock.Lease, error) {
-	return lockdriver.Seal(s.acquireLease(ctx, key, ttl))
+	return s.acquireLease(ctx, key, ttl)
 }
 
 // acquireLease is Acquire before its lease is sealed.
@@ -145,7 +145,7 @@ func (s *Store) reenter(ctx context.Context, key, dir string, ttl time.Duration,
 		return nil, nil
 	}
 	if l := s.grant(key, h.token, node, fence, gen, start, ttl, owner, fence); l != nil {
-		return l, nil
+		return l.Lease(), nil
 	}
 	s.deleteNow(ctx, node)
 	return nil, nil
@@ -222,7 +222,7 @@ func (s *Store) enqueue(ctx context.Context, key, dir string, ttl time.Duration,
 						Fence: fence, Duration: time.Since(began),
 					})
 				}
-				return l, nil
+				return l.Lease(), nil
 			}
 			giveUp()
 			return nil, errRequeue
@@ -458,7 +458,7 @@ func (s *Store) grant(key, tok, node string, fence uint64, gen int64, start time
 
 // lease is a held acquisition: its node in the key's queue.
 type lease struct {
-	lockdriver.Lease
+	lockdriver.Control
 	s     *Store
 	node  string
 	watch sync.Once
@@ -469,12 +469,12 @@ type lease struct {
 	reFence uint64
 }
 
-// Done implements lock.Lease. Besides a Release, the local deadline and a
-// session that may be lost, it closes when anyone else deletes the node
-// (an operator's ForceRelease): a watch on the node is set the first time
-// Done is called.
-func (l *lease) Done() <-chan struct{} {
-	done := l.Lease.Done()
+// WatchDone implements lockdriver.DoneWatcher: besides a Release, the
+// local deadline and a session that may be lost, the lease ends when
+// anyone else deletes the node (an operator's ForceRelease), watched from
+// the first time Done is called.
+func (l *lease) WatchDone() {
+	done := l.Control.Ended()
 	l.watch.Do(func() {
 		select {
 		case <-done:
@@ -497,7 +497,6 @@ func (l *lease) Done() <-chan struct{} {
 			}
 		})
 	})
-	return done
 }
 
 // StoreRefresh implements lockdriver.Store: it records the new TTL on the
@@ -592,4 +591,8 @@ func (s *Store) getLock(ctx context.Context, path string) (lockInfo, *zk.Stat, e
 // like any other, and this version reads nothing else from it.
 var errOtherLayout = errors.New("holds no data of layout v1")
 
-var _ lock.Locker = (*Store)(nil)
+var (
+	_ lock.Locker            = (*Store)(nil)
+	_ lockdriver.Store       = (*lease)(nil)
+	_ lockdriver.DoneWatcher = (*lease)(nil)
+)

@@ -81,12 +81,59 @@ type Config struct {
 	OnExpire func()
 }
 
-// Lease implements lock.Lease over a Store. Drivers embed *Lease in their
-// own lease type and may override methods (etcdstore starts a watch in
-// Done).
-type Lease struct {
+// Lease is what a driver's TryAcquire and Acquire return: a lease with
+// exactly lock.Lease's methods and nothing else to reach, whatever a user
+// asserts it to. Its driver holds the lease's Control.
+type Lease struct{ c *Control }
+
+// Key implements lock.Lease.
+func (l *Lease) Key() string { return l.c.cfg.Key }
+
+// Token implements lock.Lease.
+func (l *Lease) Token() string { return l.c.cfg.Token }
+
+// Fence implements lock.Lease.
+func (l *Lease) Fence() uint64 { return l.c.cfg.Fence }
+
+// Done implements lock.Lease: closed when the lease ends (released or
+// lost).
+func (l *Lease) Done() <-chan struct{} { return l.c.Done() }
+
+// Deadline implements lock.Lease: the local deadline, or the zero time
+// once the lease has ended (or for a lease without a deadline).
+func (l *Lease) Deadline() time.Time { return l.c.Deadline() }
+
+// Refresh implements lock.Lease: it extends the hold through the Store and
+// moves the local deadline. A refresh that succeeds in the store after the
+// local deadline ended the lease gives the key back and reports
+// lock.ErrLockLost: Done has closed, so nobody relies on it any more.
+func (l *Lease) Refresh(ctx context.Context, ttl time.Duration) error { return l.c.refresh(ctx, ttl) }
+
+// Release implements lock.Lease. It runs under CleanupContext when ctx
+// has already ended, and within ReleaseTimeout when ctx has no deadline.
+// A Release after a successful one returns nil without a request; so does
+// one after the local deadline ended the lease if the store still held
+// the key and has now freed it. A Release the store answers with
+// lock.ErrLockLost ends the lease as lost; one whose outcome is unknown
+// (an unreachable store) leaves it as it was, to be retried.
+func (l *Lease) Release(ctx context.Context) error { return l.c.release(ctx) }
+
+var _ lock.Lease = (*Lease)(nil)
+
+// Control is a driver's side of one lease: its lifecycle (held, released
+// or lost), the local deadline timer that ends it when no Refresh came in
+// time, and the rules every lock.Lease keeps. A driver embeds Control by
+// value in its own lease type, calls Init, and hands users Lease() — never
+// its own type, which lacks Refresh and Release and so is no lock.Lease.
+// A Store that also implements DoneWatcher or Deadliner takes part in
+// Done and Deadline.
+type Control struct {
+	pub  Lease
 	cfg  Config
 	done chan struct{}
+
+	watch     DoneWatcher // cfg.Store's, if it is one
+	deadliner Deadliner   // cfg.Store's, if it is one
 
 	mu       sync.Mutex
 	state    State
@@ -94,22 +141,39 @@ type Lease struct {
 	expiry   ctxbound.Entry // on the shared timer (ctxbound) while live with a deadline
 }
 
-// NewLease returns a held lease.
-func NewLease(cfg Config) *Lease {
-	l := new(Lease)
+// NewControl returns the Control of a held lease.
+func NewControl(cfg Config) *Control {
+	l := new(Control)
 	l.Init(cfg)
 	return l
 }
 
-// Init makes l, a zero Lease embedded in a driver's own lease type, a held
-// lease. A driver embeds Lease by value and calls Init last, once the rest
-// of its lease is set: a deadline that has already passed fires the timer
-// at once, and its OnEnd and OnExpire must then find the driver's lease
-// complete (with a Lease assigned from NewLease after it returns, they
-// could run first and find it nil).
-func (l *Lease) Init(cfg Config) {
+// DoneWatcher is a Store that watches for the end of its hold once
+// someone asks for Done (etcdstore, zkstore: a watch on the key, which an
+// operator's ForceRelease deletes). WatchDone is called at every Done, and
+// must start its watch once.
+type DoneWatcher interface {
+	WatchDone()
+}
+
+// Deadliner is a Store whose deadline is not only the lease's own:
+// StoreDeadline gets the lease's (the zero time once it ended) and
+// returns the one Deadline reports.
+type Deadliner interface {
+	StoreDeadline(d time.Time) time.Time
+}
+
+// Init makes l, a zero Control embedded in a driver's own lease type, a
+// held lease. A driver embeds Control by value and calls Init last, once
+// the rest of its lease is set: a deadline that has already passed fires
+// the timer at once, and its OnEnd and OnExpire must then find the
+// driver's lease complete.
+func (l *Control) Init(cfg Config) {
 	l.mu.Lock() // the shared timer may fire before Init returns
 	defer l.mu.Unlock()
+	l.pub.c = l
+	l.watch, _ = cfg.Store.(DoneWatcher)
+	l.deadliner, _ = cfg.Store.(Deadliner)
 	l.cfg, l.done, l.deadline = cfg, make(chan struct{}), cfg.Deadline
 	if !cfg.Deadline.IsZero() {
 		l.expiry.Owner = (*leaseExpiry)(l)
@@ -117,28 +181,52 @@ func (l *Lease) Init(cfg Config) {
 	}
 }
 
-// Key implements lock.Lease.
-func (l *Lease) Key() string { return l.cfg.Key }
+// Lease is the lease users hold: what the driver's TryAcquire and Acquire
+// return.
+func (l *Control) Lease() *Lease { return &l.pub }
 
-// Token implements lock.Lease.
-func (l *Lease) Token() string { return l.cfg.Token }
+// Key is the lease's key.
+func (l *Control) Key() string { return l.cfg.Key }
 
-// Fence implements lock.Lease.
-func (l *Lease) Fence() uint64 { return l.cfg.Fence }
+// Token is the lease's token.
+func (l *Control) Token() string { return l.cfg.Token }
 
-// Done implements lock.Lease.
-func (l *Lease) Done() <-chan struct{} { return l.done }
+// Fence is the lease's fence.
+func (l *Control) Fence() uint64 { return l.cfg.Fence }
+
+// Done is closed when the lease ends (the Store's WatchDone is asked
+// first, when it is a DoneWatcher).
+func (l *Control) Done() <-chan struct{} {
+	if l.watch != nil {
+		l.watch.WatchDone()
+	}
+	return l.done
+}
+
+// Ended is Done's channel, without asking a DoneWatcher to watch.
+func (l *Control) Ended() <-chan struct{} { return l.done }
 
 // State reports where the lease is in its life.
-func (l *Lease) State() State {
+func (l *Control) State() State {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.state
 }
 
-// Deadline implements lock.Lease: the local deadline, or the zero time
-// once the lease has ended (or for a lease without a deadline).
-func (l *Lease) Deadline() time.Time {
+// Deadline is the lease's deadline: the local one, or the zero time once
+// the lease has ended (or for a lease without a deadline), as the Store
+// says when it is a Deadliner.
+func (l *Control) Deadline() time.Time {
+	d := l.LocalDeadline()
+	if l.deadliner != nil {
+		return l.deadliner.StoreDeadline(d)
+	}
+	return d
+}
+
+// LocalDeadline is the local deadline, or the zero time once the lease has
+// ended (or for a lease without a deadline).
+func (l *Control) LocalDeadline() time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.state != Live {
@@ -149,7 +237,7 @@ func (l *Lease) Deadline() time.Time {
 
 // Remaining is the time left until the local deadline, 0 once it passed or
 // the lease ended, and -1 for a lease without a deadline.
-func (l *Lease) Remaining() time.Duration {
+func (l *Control) Remaining() time.Duration {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	switch {
@@ -164,7 +252,7 @@ func (l *Lease) Remaining() time.Duration {
 // End ends a held lease in state st (Released or Lost): Done closes, the
 // lease leaves the deadline timer, OnEnd runs. It reports whether this call ended it. The
 // caller may hold its own locks, as long as OnEnd does not take them.
-func (l *Lease) End(st State) bool {
+func (l *Control) End(st State) bool {
 	l.mu.Lock()
 	if l.state != Live {
 		l.mu.Unlock()
@@ -182,7 +270,7 @@ func (l *Lease) End(st State) bool {
 
 // EndQuietly is End without OnEnd, for a driver that ends the lease while
 // holding the locks OnEnd takes, and has done OnEnd's work itself.
-func (l *Lease) EndQuietly(st State) bool {
+func (l *Control) EndQuietly(st State) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.state != Live {
@@ -194,15 +282,15 @@ func (l *Lease) EndQuietly(st State) bool {
 	return true
 }
 
-// leaseExpiry is a Lease as the shared timer sees it: its method is not
-// one of Lease's.
-type leaseExpiry Lease
+// leaseExpiry is a Control as the shared timer sees it: its method is not
+// one of Control's.
+type leaseExpiry Control
 
-func (e *leaseExpiry) ExpireAtDeadline() { (*Lease)(e).expire() }
+func (e *leaseExpiry) ExpireAtDeadline() { (*Control)(e).expire() }
 
 // expire runs at the local deadline. With no successful Refresh since, the
 // lease is no longer ours.
-func (l *Lease) expire() {
+func (l *Control) expire() {
 	l.mu.Lock()
 	if l.state != Live {
 		l.mu.Unlock()
@@ -219,15 +307,12 @@ func (l *Lease) expire() {
 	}
 }
 
-func (l *Lease) errorf(op string, err error) error {
+func (l *Control) errorf(op string, err error) error {
 	return fmt.Errorf("%s: %s %q: %w", l.cfg.Driver, op, l.cfg.Key, err)
 }
 
-// Refresh implements lock.Lease: it extends the hold through the Store and
-// moves the local deadline. A refresh that succeeds in the store after the
-// local deadline ended the lease gives the key back and reports
-// lock.ErrLockLost: Done has closed, so nobody relies on it any more.
-func (l *Lease) Refresh(ctx context.Context, ttl time.Duration) error {
+// refresh is Lease.Refresh.
+func (l *Control) refresh(ctx context.Context, ttl time.Duration) error {
 	if err := ValidateTTL(ttl); err != nil {
 		return err
 	}
@@ -259,13 +344,8 @@ func (l *Lease) Refresh(ctx context.Context, ttl time.Duration) error {
 	return nil
 }
 
-// Release implements lock.Lease. It runs under CleanupContext when ctx has
-// already ended, and within ReleaseTimeout when ctx has no deadline. A Release after a successful one returns nil without a
-// request; so does one after the local deadline ended the lease if the
-// store still held the key and has now freed it. A Release the store
-// answers with lock.ErrLockLost ends the lease as lost; one whose outcome
-// is unknown (an unreachable store) leaves it as it was, to be retried.
-func (l *Lease) Release(ctx context.Context) error {
+// release is Lease.Release.
+func (l *Control) release(ctx context.Context) error {
 	if l.State() == Released {
 		return nil
 	}
@@ -292,5 +372,3 @@ func (l *Lease) Release(ctx context.Context) error {
 		return err
 	}
 }
-
-var _ lock.Lease = (*Lease)(nil)

@@ -3,6 +3,7 @@ package lockdriver_test
 import (
 	"context"
 	"errors"
+	"reflect"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -28,12 +29,12 @@ func (s *scripted) StoreRelease(context.Context) error {
 	return s.releaseErr
 }
 
-func newLease(st *scripted, deadline time.Time, ended *atomic.Int32) *lockdriver.Lease {
-	return lockdriver.NewLease(lockdriver.Config{Driver: "test", Key: "k", Token: "t", Fence: 7,
+func newLease(st *scripted, deadline time.Time, ended *atomic.Int32) *lockdriver.Control {
+	return lockdriver.NewControl(lockdriver.Config{Driver: "test", Key: "k", Token: "t", Fence: 7,
 		Deadline: deadline, Store: st, OnEnd: func(lockdriver.State) { ended.Add(1) }})
 }
 
-func waitDone(t *testing.T, l *lockdriver.Lease) {
+func waitDone(t *testing.T, l *lockdriver.Control) {
 	t.Helper()
 	select {
 	case <-l.Done():
@@ -50,10 +51,10 @@ func TestReleaseAfterDeadlineThenAgain(t *testing.T) {
 	if got := l.State(); got != lockdriver.Lost {
 		t.Fatalf("state after the deadline = %s, want lost", got)
 	}
-	if err := l.Release(t.Context()); err != nil {
+	if err := l.Lease().Release(t.Context()); err != nil {
 		t.Fatalf("Release while the store still held the key: %v", err)
 	}
-	if err := l.Release(t.Context()); err != nil {
+	if err := l.Lease().Release(t.Context()); err != nil {
 		t.Fatalf("second Release: %v, want nil", err)
 	}
 	if n := st.releases.Load(); n != 1 {
@@ -73,14 +74,14 @@ func TestReleaseUnknownOutcomeKeepsLease(t *testing.T) {
 	st := &scripted{releaseErr: errors.New("connection reset")}
 	var ended atomic.Int32
 	l := newLease(st, time.Now().Add(time.Hour), &ended)
-	if err := l.Release(t.Context()); err == nil {
+	if err := l.Lease().Release(t.Context()); err == nil {
 		t.Fatal("Release with a failing store returned nil")
 	}
 	if l.State() != lockdriver.Live {
 		t.Fatalf("state after an unknown outcome = %s, want held (retryable)", l.State())
 	}
 	st.releaseErr = nil
-	if err := l.Release(t.Context()); err != nil {
+	if err := l.Lease().Release(t.Context()); err != nil {
 		t.Fatalf("retried Release: %v", err)
 	}
 	waitDone(t, l)
@@ -90,7 +91,7 @@ func TestReleaseNotOurs(t *testing.T) {
 	st := &scripted{releaseErr: lock.ErrLockLost}
 	var ended atomic.Int32
 	l := newLease(st, time.Now().Add(time.Hour), &ended)
-	if err := l.Release(t.Context()); !errors.Is(err, lock.ErrLockLost) {
+	if err := l.Lease().Release(t.Context()); !errors.Is(err, lock.ErrLockLost) {
 		t.Fatalf("Release = %v, want ErrLockLost", err)
 	}
 	waitDone(t, l)
@@ -104,7 +105,7 @@ func TestRefreshAfterDeadlineGivesKeyBack(t *testing.T) {
 	var ended atomic.Int32
 	l := newLease(st, time.Now().Add(5*time.Millisecond), &ended)
 	waitDone(t, l)
-	if err := l.Refresh(t.Context(), time.Second); !errors.Is(err, lock.ErrLockLost) {
+	if err := l.Lease().Refresh(t.Context(), time.Second); !errors.Is(err, lock.ErrLockLost) {
 		t.Fatalf("Refresh of an ended lease = %v, want ErrLockLost", err)
 	}
 	if n := st.releases.Load(); n != 0 {
@@ -116,7 +117,7 @@ func TestRefreshLandingAfterDeadlineGivesKeyBack(t *testing.T) {
 	st := &scripted{refreshTakes: 50 * time.Millisecond}
 	var ended atomic.Int32
 	l := newLease(st, time.Now().Add(10*time.Millisecond), &ended)
-	if err := l.Refresh(t.Context(), time.Second); !errors.Is(err, lock.ErrLockLost) {
+	if err := l.Lease().Refresh(t.Context(), time.Second); !errors.Is(err, lock.ErrLockLost) {
 		t.Fatalf("Refresh that landed after the deadline = %v, want ErrLockLost", err)
 	}
 	if n := st.releases.Load(); n != 1 {
@@ -128,7 +129,7 @@ func TestRefreshMovesDeadline(t *testing.T) {
 	st := &scripted{}
 	var ended atomic.Int32
 	l := newLease(st, time.Now().Add(50*time.Millisecond), &ended)
-	if err := l.Refresh(t.Context(), time.Hour); err != nil {
+	if err := l.Lease().Refresh(t.Context(), time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	if r := l.Remaining(); r < 30*time.Minute {
@@ -159,12 +160,12 @@ func TestCheckAcquire(t *testing.T) {
 // finds the driver's lease complete, because Init runs in place.
 func TestInitPastDeadlineSeesCompleteLease(t *testing.T) {
 	type driverLease struct {
-		lockdriver.Lease
+		lockdriver.Control
 		name string
 	}
 	got := make(chan string, 1)
 	d := &driverLease{name: "driver"}
-	d.Lease.Init(lockdriver.Config{Driver: "test", Key: "k", Token: "t", Deadline: time.Now().Add(-time.Second), Store: &scripted{},
+	d.Init(lockdriver.Config{Driver: "test", Key: "k", Token: "t", Deadline: time.Now().Add(-time.Second), Store: &scripted{},
 		OnEnd: func(lockdriver.State) { got <- d.Key() + "/" + d.name }})
 	if s := <-got; s != "k/driver" {
 		t.Fatalf("OnEnd saw %q", s)
@@ -173,5 +174,29 @@ func TestInitPastDeadlineSeesCompleteLease(t *testing.T) {
 	case <-d.Done():
 	default:
 		t.Fatal("Done is open after the deadline fired")
+	}
+}
+
+// What a driver hands out is sealed by construction: a user who asserts a
+// lease to anything finds lock.Lease's methods and no others — not the
+// lifecycle (End, State), not the Store's requests.
+func TestLeaseIsSealed(t *testing.T) {
+	var ended atomic.Int32
+	c := newLease(&scripted{}, time.Now().Add(time.Minute), &ended)
+	var l lock.Lease = c.Lease()
+	if _, ok := l.(lockdriver.Store); ok {
+		t.Error("a lease exposes its Store's requests")
+	}
+	if _, ok := l.(interface{ End(lockdriver.State) bool }); ok {
+		t.Error("a lease exposes End")
+	}
+	if _, ok := l.(interface{ State() lockdriver.State }); ok {
+		t.Error("a lease exposes State")
+	}
+	if n := reflect.TypeOf(l).NumMethod(); n != reflect.TypeOf((*lock.Lease)(nil)).Elem().NumMethod() {
+		t.Errorf("a lease has %d methods, lock.Lease %d", n, reflect.TypeOf((*lock.Lease)(nil)).Elem().NumMethod())
+	}
+	if err := l.Release(t.Context()); err != nil {
+		t.Fatal(err)
 	}
 }
