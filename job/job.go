@@ -340,7 +340,7 @@ func (r *runner) tick(ctx context.Context, at time.Time) {
 // until the tick's time is over (deadline); a tick reached only then (a
 // catch-up, a late replica) tries the lock once.
 func (r *runner) locked(ctx context.Context, t Tick) ([]byte, error) {
-	var h *lock.Held
+	var h lock.Held
 	var err error
 	if wait := r.deadline(t.At).Sub(r.o.now()); wait > 0 {
 		wctx, cancel := context.WithTimeout(ctx, wait)

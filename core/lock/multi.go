@@ -23,7 +23,7 @@ type multiLocker interface {
 // taken (ctx ends while waiting, a server fails), the keys already taken
 // are released before AcquireAll returns. Errors are those of
 // Locker.Acquire.
-func AcquireAll(ctx context.Context, l Locker, keys []string, ttl time.Duration) (*MultiLease, error) {
+func AcquireAll(ctx context.Context, l Locker, keys []string, ttl time.Duration) (MultiLease, error) {
 	keys, err := canonicalKeys(keys)
 	if err != nil {
 		return nil, err
@@ -75,15 +75,35 @@ func canonicalKeys(keys []string) ([]string, error) {
 // MultiLease holds several keys as one: it refreshes and releases them
 // together, and its Done closes as soon as any of them is released or
 // lost.
-type MultiLease struct {
+type MultiLease interface {
+	Keys() []string
+	// Leases returns the leases of the keys, in canonical key order.
+	Leases() []Lease
+	Key() string
+	// Fence returns the fence of key, or 0 if key is not held.
+	Fence(key string) uint64
+	Deadline() time.Time
+	Done() <-chan struct{}
+	// Refresh extends every key to ttl. It returns the errors of the keys
+	// that could not be refreshed, joined; any lost key makes it match
+	// ErrLockLost.
+	Refresh(ctx context.Context, ttl time.Duration) error
+	// Release releases every key, in reverse order, and returns their
+	// errors joined. Like Lease.Release it works with a cancelled ctx and
+	// is safe to retry.
+	Release(ctx context.Context) error
+}
+
+// multiLease implements MultiLease.
+type multiLease struct {
 	leases []Lease
 	done   chan struct{}
 	once   sync.Once
 }
 
 // newMultiLease joins leases, in the order given, into one handle.
-func newMultiLease(leases []Lease) *MultiLease {
-	m := &MultiLease{leases: leases, done: make(chan struct{})}
+func newMultiLease(leases []Lease) *multiLease {
+	m := &multiLease{leases: leases, done: make(chan struct{})}
 	for _, l := range leases {
 		go func() {
 			select {
@@ -96,12 +116,9 @@ func newMultiLease(leases []Lease) *MultiLease {
 	return m
 }
 
-// Leases returns the leases of the keys, in canonical key order. Use the
-// lease of a key for that key's fence.
-func (m *MultiLease) Leases() []Lease { return slices.Clone(m.leases) }
+func (m *multiLease) Leases() []Lease { return slices.Clone(m.leases) }
 
-// Keys returns the keys held, in canonical order.
-func (m *MultiLease) Keys() []string {
+func (m *multiLease) Keys() []string {
 	keys := make([]string, len(m.leases))
 	for i, l := range m.leases {
 		keys[i] = l.Key()
@@ -109,11 +126,9 @@ func (m *MultiLease) Keys() []string {
 	return keys
 }
 
-// Key returns the keys joined by ",", for logs and messages.
-func (m *MultiLease) Key() string { return strings.Join(m.Keys(), ",") }
+func (m *multiLease) Key() string { return strings.Join(m.Keys(), ",") }
 
-// Fence returns the fence of key, or 0 if key is not held by m.
-func (m *MultiLease) Fence(key string) uint64 {
+func (m *multiLease) Fence(key string) uint64 {
 	for _, l := range m.leases {
 		if l.Key() == key {
 			return l.Fence()
@@ -122,8 +137,7 @@ func (m *MultiLease) Fence(key string) uint64 {
 	return 0
 }
 
-// Deadline is the earliest of the leases' deadlines.
-func (m *MultiLease) Deadline() time.Time {
+func (m *multiLease) Deadline() time.Time {
 	var d time.Time
 	for _, l := range m.leases {
 		if ld := l.Deadline(); d.IsZero() || ld.Before(d) {
@@ -133,12 +147,9 @@ func (m *MultiLease) Deadline() time.Time {
 	return d
 }
 
-// Done is closed when any of the keys is released or lost.
-func (m *MultiLease) Done() <-chan struct{} { return m.done }
+func (m *multiLease) Done() <-chan struct{} { return m.done }
 
-// Refresh extends every key to ttl. It returns the errors of the keys that
-// could not be refreshed, joined; any lost key makes it match ErrLockLost.
-func (m *MultiLease) Refresh(ctx context.Context, ttl time.Duration) error {
+func (m *multiLease) Refresh(ctx context.Context, ttl time.Duration) error {
 	errs := make([]error, len(m.leases))
 	var wg sync.WaitGroup
 	for i, l := range m.leases {
@@ -148,10 +159,7 @@ func (m *MultiLease) Refresh(ctx context.Context, ttl time.Duration) error {
 	return errors.Join(errs...)
 }
 
-// Release releases every key, in reverse order, and returns their errors
-// joined. Like Lease.Release it works with a cancelled ctx and is safe to
-// retry.
-func (m *MultiLease) Release(ctx context.Context) error {
+func (m *multiLease) Release(ctx context.Context) error {
 	var errs []error
 	for _, l := range slices.Backward(m.leases) {
 		errs = append(errs, l.Release(ctx))

@@ -84,18 +84,18 @@ func NewMutex(l Locker, opts ...MutexOption) (*Mutex, error) {
 
 // Lock waits until key is acquired or ctx ends, then keeps the lease alive
 // in the background until Release or loss.
-func (m *Mutex) Lock(ctx context.Context, key string) (*Held, error) {
+func (m *Mutex) Lock(ctx context.Context, key string) (Held, error) {
 	return m.lock(ctx, key, m.locker.Acquire)
 }
 
 // TryLock is Lock without waiting: it fails with ErrNotAcquired when key is
 // held.
-func (m *Mutex) TryLock(ctx context.Context, key string) (*Held, error) {
+func (m *Mutex) TryLock(ctx context.Context, key string) (Held, error) {
 	return m.lock(ctx, key, m.locker.TryAcquire)
 }
 
 func (m *Mutex) lock(ctx context.Context, key string,
-	acquire func(context.Context, string, time.Duration) (Lease, error)) (*Held, error) {
+	acquire func(context.Context, string, time.Duration) (Lease, error)) (Held, error) {
 	octx, call := observe.Begin(ctx, m.opts.observer, observe.LockAcquire, m.driver, key)
 	if m.opts.wait > 0 {
 		var cancel context.CancelFunc
@@ -109,7 +109,7 @@ func (m *Mutex) lock(ctx context.Context, key string,
 	}
 	call.End(observe.Acquired, l.Fence(), nil)
 	m.held.Add(1)
-	h := &Held{
+	h := &held{
 		count:    &m.held,
 		lease:    l,
 		ttl:      m.opts.ttl,
@@ -173,7 +173,7 @@ func (m *Mutex) Do(ctx context.Context, key string, fn func(ctx context.Context,
 	go func() {
 		defer close(watchDone)
 		select {
-		case <-h.lostCh:
+		case <-h.Lost():
 			cancel(ErrLockLost)
 		case <-fctx.Done():
 		}
@@ -199,11 +199,24 @@ func (m *Mutex) Do(ctx context.Context, key string, fn func(ctx context.Context,
 }
 
 // Held is a lease taken through a Mutex: Key, Token, Fence, Refresh, Done
-// and Deadline are the driver's lease's, as documented on Lease; Release
-// also stops the watchdog, and Err tells why Done closed. The driver's
-// lease itself is not reachable: a Release that bypassed the watchdog
-// would be reported as a loss.
-type Held struct {
+// and Deadline are the driver's lease's, as documented on Lease (Refresh
+// extends it now, besides the watchdog's own refreshes); Release also
+// stops the watchdog, waiting until it has stopped, and works with a
+// cancelled ctx. The driver's lease itself is not reachable: a Release
+// that bypassed the watchdog would be reported as a loss.
+type Held interface {
+	Lease
+	// Err returns nil while the lease is held or after a clean Release,
+	// and an error matching ErrLockLost once the lease is known to be
+	// lost.
+	Err() error
+	// Lost is closed when the lease is lost before Release; unlike Done it
+	// stays open on a clean Release.
+	Lost() <-chan struct{}
+}
+
+// held implements Held.
+type held struct {
 	lease    Lease
 	count    *atomic.Int64 // the Mutex's leases held
 	ttl      time.Duration
@@ -221,30 +234,21 @@ type Held struct {
 	lost     error
 }
 
-// Key implements Lease.
-func (h *Held) Key() string { return h.lease.Key() }
+func (h *held) Key() string { return h.lease.Key() }
 
-// Token implements Lease.
-func (h *Held) Token() string { return h.lease.Token() }
+func (h *held) Token() string { return h.lease.Token() }
 
-// Fence implements Lease.
-func (h *Held) Fence() uint64 { return h.lease.Fence() }
+func (h *held) Fence() uint64 { return h.lease.Fence() }
 
-// Refresh implements Lease: it extends the lease now, besides the
-// watchdog's own refreshes.
-func (h *Held) Refresh(ctx context.Context, ttl time.Duration) error {
+func (h *held) Refresh(ctx context.Context, ttl time.Duration) error {
 	return h.lease.Refresh(ctx, ttl)
 }
 
-// Done implements Lease.
-func (h *Held) Done() <-chan struct{} { return h.lease.Done() }
+func (h *held) Done() <-chan struct{} { return h.lease.Done() }
 
-// Deadline implements Lease.
-func (h *Held) Deadline() time.Time { return h.lease.Deadline() }
+func (h *held) Deadline() time.Time { return h.lease.Deadline() }
 
-// Release stops the watchdog, waiting until it has stopped, and releases the
-// lease. Like Lease.Release it works with a cancelled ctx.
-func (h *Held) Release(ctx context.Context) error {
+func (h *held) Release(ctx context.Context) error {
 	h.stopOnce.Do(func() { close(h.stop) })
 	<-h.exited
 	h.mu.Lock()
@@ -271,21 +275,17 @@ func (h *Held) Release(ctx context.Context) error {
 	return err
 }
 
-// Err returns nil while the lease is held or after a clean Release, and an
-// error matching ErrLockLost once the lease is known to be lost.
-func (h *Held) Err() error { return h.lostErr() }
+func (h *held) Err() error { return h.lostErr() }
 
-// Lost is closed when the lease is lost before Release; unlike Done it stays
-// open on a clean Release.
-func (h *Held) Lost() <-chan struct{} { return h.lostCh }
+func (h *held) Lost() <-chan struct{} { return h.lostCh }
 
-func (h *Held) lostErr() error {
+func (h *held) lostErr() error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.lost
 }
 
-func (h *Held) markLost() {
+func (h *held) markLost() {
 	h.mu.Lock()
 	first := h.lost == nil
 	if first {
@@ -304,7 +304,7 @@ func (h *Held) markLost() {
 // watchdog refreshes the lease every ttl/3 (±10 % jitter) until Release
 // stops it or the lease is lost. After a failed refresh it retries at
 // ttl/10; the driver closes Done when the TTL runs out without success.
-func (h *Held) watchdog() {
+func (h *held) watchdog() {
 	defer close(h.exited)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -402,4 +402,4 @@ func jitter(d time.Duration) time.Duration {
 	return d - time.Duration(span/2) + time.Duration(rand.Int64N(span))
 }
 
-var _ Lease = (*Held)(nil)
+var _ Held = (*held)(nil)

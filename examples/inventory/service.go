@@ -138,7 +138,7 @@ func (s *Service) placeOrder(ctx context.Context, sku string, qty int64, user st
 	}
 	o := Order{OrderID: OrderID(key, sku), SKU: sku, Qty: qty, User: user, Trace: traceOf(ctx)}
 	var lockFence uint64
-	var held *lock.Held
+	var held lock.Held
 	if s.lockFree {
 		o.Fence, _ = idem.FenceFrom(ctx)
 	} else {
@@ -207,7 +207,7 @@ func (s *Service) putItem(ctx context.Context, sku string, stock int64) (Item, e
 // stored (holdLocks).
 type heldLocks struct {
 	mu   sync.Mutex
-	held []*lock.Held
+	held []lock.Held
 }
 
 type heldLocksKey struct{}
@@ -227,7 +227,7 @@ func holdLocks(ctx context.Context, next func(ctx context.Context)) {
 
 // releaseLater hands h to the request's holdLocks, or releases it at
 // once outside one.
-func releaseLater(ctx context.Context, h *lock.Held) {
+func releaseLater(ctx context.Context, h lock.Held) {
 	if hl, ok := ctx.Value(heldLocksKey{}).(*heldLocks); ok {
 		hl.mu.Lock()
 		hl.held = append(hl.held, h)
@@ -239,7 +239,7 @@ func releaseLater(ctx context.Context, h *lock.Held) {
 
 // releaseNow releases h, even when the request's ctx ended (a lease that
 // could not be released runs out on its own).
-func releaseNow(ctx context.Context, h *lock.Held) {
+func releaseNow(ctx context.Context, h lock.Held) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	_ = h.Release(rctx)
 	cancel()

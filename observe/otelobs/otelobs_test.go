@@ -106,7 +106,7 @@ func TestLockSpans(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	next := make(chan *lock.Held)
+	next := make(chan lock.Held)
 	go func() {
 		h, err := m.Lock(ctx, "sku")
 		if err != nil {

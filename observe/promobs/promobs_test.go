@@ -41,7 +41,7 @@ func TestScenarioMetrics(t *testing.T) {
 	if _, err := m.TryLock(ctx, "sku-1"); !errors.Is(err, lock.ErrNotAcquired) {
 		t.Fatalf("TryLock of a held key: %v", err)
 	}
-	next := make(chan *lock.Held)
+	next := make(chan lock.Held)
 	go func() {
 		h, err := m.Lock(ctx, "sku-1")
 		if err != nil {
