@@ -3,10 +3,9 @@ package grpcmw
 import (
 	"context"
 
+	"github.com/oncekit/oncekit/core/idem/idemdriver"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
-
-	"github.com/oncekit/oncekit/core/idem"
 )
 
 // ClientOption configures UnaryClientInterceptor.
@@ -37,8 +36,8 @@ func WithKeyGenerator(newKey func() string) ClientOption {
 }
 
 // NewKey returns a fresh idempotency key: a version 7 UUID, as AIP-155
-// expects of a request_id (idem.NewKey).
-func NewKey() string { return idem.NewKey() }
+// expects of a request_id (idemdriver.NewKey).
+func NewKey() string { return idemdriver.NewKey() }
 
 // UnaryClientInterceptor gives every logical call that has no
 // idempotency key one, in its outgoing metadata, before gRPC sends it: the

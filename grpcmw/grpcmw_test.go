@@ -435,7 +435,7 @@ func TestPlacement(t *testing.T) {
 	if len(keys) != 1 {
 		t.Fatalf("%d runs", len(keys))
 	}
-	if p, ok := idem.PlaceOf(keys[0]); !ok || p != "tv-1" {
+	if p, ok := idemdriver.PlaceOf(keys[0]); !ok || p != "tv-1" {
 		t.Errorf("stored key %q, want it placed in tv-1", keys[0])
 	}
 	_, err := client.Place(withKey(ctx, "k2"), &testpb.PlaceRequest{Sku: "a{b", Qty: 1, User: "u"})

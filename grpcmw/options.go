@@ -80,7 +80,7 @@ func WithScope(scope func(ctx context.Context) string) Option {
 // {place}, so that an effect on keys tagged {place} (a SKU's stock and
 // orders) commits in the script that completes the record (idem.Commit in the handler).
 // Other stores keep a placed record as any other. "" leaves the call's
-// record unplaced; a place over idem.MaxPlaceLen bytes or with a brace gets
+// record unplaced; a place over idemdriver.MaxPlaceLen bytes or with a brace gets
 // the call refused with InvalidArgument, nothing run. The place is part of
 // the stored key: keep it a function of the request, the same on every
 // retry. Streams (whose request is not known when the key is claimed) are

@@ -5,7 +5,7 @@ import (
 	"net/http"
 	"slices"
 
-	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/idem/idemdriver"
 )
 
 // Transport is the client side of the middleware: an http.RoundTripper
@@ -21,7 +21,7 @@ import (
 // The key is, in order: the one in the request's context
 // (ContextWithKey: a key the application keeps for a logical operation —
 // across its own retry loop, or persisted with a job — must be reused),
-// the one the request already carries, or a new one (idem.NewKey: a
+// the one the request already carries, or a new one (idemdriver.NewKey: a
 // version 7 UUID). The request is cloned, never changed.
 type Transport struct {
 	// Base sends the requests (nil: http.DefaultTransport).
@@ -31,7 +31,7 @@ type Transport struct {
 	// Methods are the methods given a key (default POST and PATCH, as
 	// the middleware's default). Others are sent as they are.
 	Methods []string
-	// NewKey mints a key (default idem.NewKey).
+	// NewKey mints a key (default idemdriver.NewKey).
 	NewKey func() string
 }
 
@@ -68,7 +68,7 @@ func (t *Transport) RoundTrip(r *http.Request) (*http.Response, error) {
 		if t.NewKey != nil {
 			key = t.NewKey()
 		} else {
-			key = idem.NewKey()
+			key = idemdriver.NewKey()
 		}
 	}
 	r2 := r.Clone(r.Context())

@@ -13,7 +13,7 @@ import (
 
 	"github.com/hashicorp/go-retryablehttp"
 
-	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/idem/idemdriver"
 	"github.com/oncekit/oncekit/httpmw"
 	"github.com/oncekit/oncekit/storage/memstore"
 )
@@ -123,7 +123,7 @@ func TestTransportKeys(t *testing.T) {
 	if orig.Header.Get(httpmw.DefaultHeader) != "" {
 		t.Error("the caller's request was changed")
 	}
-	if k := idem.NewKey(); len(k) != 36 {
+	if k := idemdriver.NewKey(); len(k) != 36 {
 		t.Errorf("default key %q", k)
 	}
 }

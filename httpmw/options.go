@@ -19,7 +19,7 @@ import (
 const (
 	DefaultHeader      = "Idempotency-Key"
 	DefaultMaxBody     = 1 << 20
-	DefaultMaxResponse = idem.DefaultMaxResult - 64*1024 // room for the status and headers
+	DefaultMaxResponse = 1<<20 - 64*1024 // a Guard's default result limit (1 MiB), less room for the status and headers
 	// ReplayedHeader marks a replayed response.
 	ReplayedHeader = "Idempotent-Replayed"
 )
@@ -108,7 +108,7 @@ func WithScope(scope func(*http.Request) string) Option {
 // (httpmw.Commit). Other stores keep a placed record as any other. The
 // function may read the request's body: the handler still gets it whole.
 // "" leaves the request's record unplaced; a place over
-// idem.MaxPlaceLen bytes or with a brace gets the request refused with 400
+// idemdriver.MaxPlaceLen bytes or with a brace gets the request refused with 400
 // (CodeKeyInvalid), nothing run. The place is part of the stored key: keep
 // it a function of the request, the same on every retry.
 func WithPlacement(place func(*http.Request) string) Option {

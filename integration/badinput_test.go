@@ -145,7 +145,7 @@ func TestDriversRejectBadInput(t *testing.T) {
 				t.Fatal(err)
 			}
 			noPanic(t, "Guard.Do", func() {
-				if _, _, err := g.Do(ctx, "", "fp", func(context.Context) ([]byte, error) { return nil, nil }); !errors.Is(err, idem.ErrInvalidKey) {
+				if _, _, err := g.Do(ctx, "", "fp", func(context.Context) ([]byte, error) { return nil, nil }); !errors.Is(err, lock.ErrInvalidKey) {
 					t.Errorf("Do with an empty key: %v", err)
 				}
 				if _, _, err := g.Do(ctx, fmt.Sprintf("nil-run-%d", time.Now().UnixNano()), "fp", nil); err == nil {

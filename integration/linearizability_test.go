@@ -19,8 +19,6 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
-
-	"github.com/oncekit/oncekit/core/idem"
 )
 
 // The inventory's HTTP API, driven by concurrent clients across three
@@ -162,7 +160,7 @@ func (h *history) order(target string, targets []string, client int, key string)
 	h.orders.Add(1)
 	in := input{kind: opOrder, key: key}
 	call := time.Now().UnixNano()
-	inFlightUntil := time.Now().Add(idem.DefaultTTL + 5*time.Second) // a dead replica's claim runs out by then
+	inFlightUntil := time.Now().Add(10*time.Second + 5*time.Second) // a dead replica's claim runs out by then
 	var out output
 	started := false
 	for try := 0; ; try++ {

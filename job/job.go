@@ -326,11 +326,10 @@ func (r *runner) tick(ctx context.Context, at time.Time) {
 		}
 		return r.locked(ctx, t)
 	})
-	var inFlight *idem.InFlightError
 	switch {
 	case err == nil && !replayed && string(res) == ErrSkipped.Error():
 		r.o.onError(t, ErrSkipped) // this replica skipped it
-	case err == nil, ctx.Err() != nil, errors.As(err, &inFlight): // done, shutting down, or still running elsewhere
+	case err == nil, ctx.Err() != nil, errors.Is(err, idem.ErrInFlight): // done, shutting down, or still running elsewhere
 	default:
 		r.o.onError(t, err)
 	}
@@ -387,11 +386,10 @@ func (r *runner) skip(ctx context.Context, at time.Time) {
 	_, replayed, err := r.guard.Do(ctx, Key(r.name, at), r.name, func(context.Context) ([]byte, error) {
 		return []byte(ErrSkipped.Error()), nil
 	})
-	var inFlight *idem.InFlightError
 	switch {
 	case err == nil && !replayed:
 		r.o.onError(t, ErrSkipped)
-	case err == nil, ctx.Err() != nil, errors.As(err, &inFlight):
+	case err == nil, ctx.Err() != nil, errors.Is(err, idem.ErrInFlight):
 	default:
 		r.o.onError(t, err)
 	}

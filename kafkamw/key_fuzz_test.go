@@ -7,8 +7,8 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
-	"github.com/oncekit/oncekit/core/idem"
 	"github.com/oncekit/oncekit/core/idem/idemdriver"
+	"github.com/oncekit/oncekit/core/lock"
 )
 
 // FuzzKeyOf: any message-id header is either a clear error or a stored key
@@ -58,11 +58,11 @@ func TestKeyOfPlaced(t *testing.T) {
 	c.cfg.place = func(m kafka.Message) string { return string(m.Key) }
 	msg := kafka.Message{Topic: "orders", Key: []byte("tv-1"), Headers: []kafka.Header{{Key: DefaultKeyHeader, Value: []byte("m-1")}}}
 	key, err := c.keyOf(msg)
-	if p, ok := idem.PlaceOf(key.String()); err != nil || !ok || p != "tv-1" {
+	if p, ok := idemdriver.PlaceOf(key.String()); err != nil || !ok || p != "tv-1" {
 		t.Errorf("keyOf = %q, %v; want it placed in tv-1", key, err)
 	}
 	msg.Key = []byte("a}b")
-	if key, err := c.keyOf(msg); !errors.Is(err, idem.ErrInvalidKey) {
+	if key, err := c.keyOf(msg); !errors.Is(err, lock.ErrInvalidKey) {
 		t.Errorf("a place with a brace: %q, %v; want ErrInvalidKey", key, err)
 	}
 }

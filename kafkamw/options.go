@@ -117,8 +117,8 @@ func WithRequireKey() Option { return func(c *config) { c.requireKey = true } }
 // {place}, so that an effect on keys tagged {place} commits in the script
 // that completes the record (idem.Commit in the handler). Other stores keep a placed
 // record as any other. "" leaves the message's record unplaced; a place
-// over idem.MaxPlaceLen bytes or with a brace is a bad key
-// (idem.ErrInvalidKey: the message is handled as one without a valid key).
+// over idemdriver.MaxPlaceLen bytes or with a brace is a bad key
+// (lock.ErrInvalidKey: the message is handled as one without a valid key).
 // The place is part of the stored key: keep it a function of the message.
 func WithPlacement(place func(kafka.Message) string) Option {
 	return func(c *config) {

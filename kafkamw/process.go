@@ -14,6 +14,7 @@ import (
 
 	"github.com/oncekit/oncekit/core/idem"
 	"github.com/oncekit/oncekit/core/idem/idemdriver"
+	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/core/observe"
 	"github.com/oncekit/oncekit/internal/mwcore"
 )
@@ -63,7 +64,7 @@ func IsPermanent(err error) bool {
 func (c *Consumer) keyOf(msg kafka.Message) (idemdriver.Key, error) {
 	raw, found := header(msg, c.cfg.keyHeader)
 	if found && raw == "" {
-		return idemdriver.Key{}, fmt.Errorf("kafkamw: empty %s header: %w", c.cfg.keyHeader, idem.ErrInvalidKey)
+		return idemdriver.Key{}, fmt.Errorf("kafkamw: empty %s header: %w", c.cfg.keyHeader, lock.ErrInvalidKey)
 	}
 	if !found && c.cfg.extract != nil {
 		raw, found = c.cfg.extract(msg)
@@ -84,7 +85,7 @@ func (c *Consumer) keyOf(msg kafka.Message) (idemdriver.Key, error) {
 	}
 	stored, err := idemdriver.StoredKey(c.cfg.scope(msg), "", raw, place)
 	if err != nil {
-		return idemdriver.Key{}, fmt.Errorf("kafkamw: %w: %w", idem.ErrInvalidKey, err)
+		return idemdriver.Key{}, fmt.Errorf("kafkamw: %w: %w", lock.ErrInvalidKey, err)
 	}
 	return stored, nil
 }

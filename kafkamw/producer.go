@@ -9,7 +9,6 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
-	"github.com/oncekit/oncekit/core/idem"
 	"github.com/oncekit/oncekit/core/idem/idemdriver"
 )
 
@@ -35,7 +34,7 @@ type ProducerOption func(*Producer)
 // WithProducerKeyHeader sets the header to stamp (default "message-id").
 func WithProducerKeyHeader(name string) ProducerOption { return func(p *Producer) { p.header = name } }
 
-// WithKeyGenerator sets how keys are minted (default idem.NewKey: a
+// WithKeyGenerator sets how keys are minted (default idemdriver.NewKey: a
 // version 7 UUID).
 func WithKeyGenerator(newKey func() string) ProducerOption {
 	return func(p *Producer) { p.newKey = newKey }
@@ -59,7 +58,7 @@ func WithProducerPropagator(p Propagator) ProducerOption {
 
 // NewProducer returns a Producer that writes through w.
 func NewProducer(w Writer, opts ...ProducerOption) (*Producer, error) {
-	p := &Producer{w: w, header: DefaultKeyHeader, newKey: idem.NewKey, attempts: 1,
+	p := &Producer{w: w, header: DefaultKeyHeader, newKey: idemdriver.NewKey, attempts: 1,
 		backoff: 100 * time.Millisecond, maxBackoff: 5 * time.Second}
 	for _, o := range opts {
 		o(p)

@@ -15,7 +15,7 @@
 //		return placeOrder(ctx, body)
 //	})
 //
-// A key is 1 to lock.MaxKeyLen bytes (else ErrInvalidKey), stored as
+// A key is 1 to lock.MaxKeyLen bytes (else lock.ErrInvalidKey), stored as
 // given; a key that starts with "{place}" (Placed) is kept in that
 // place's shard. The middlewares (httpmw, grpcmw, kafkamw) scope the
 // client's key to its caller and hash it before it reaches the store, so

@@ -3,33 +3,24 @@ package idem
 import (
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/oncekit/oncekit/core/idem/idemdriver"
-	"github.com/oncekit/oncekit/core/lock"
+	"github.com/oncekit/oncekit/core/internal/idemerr"
 )
 
 // ErrInFlight reports a duplicate that arrived while the first run of its
-// key is still in flight. The error is an *InFlightError with a retry hint.
-var ErrInFlight = errors.New("idem: request in flight")
+// key is still in flight. The error carries a retry hint
+// (idemdriver.RetryAfter).
+var ErrInFlight = idemerr.ErrInFlight
 
 // ErrMismatch reports a key reused with another fingerprint: the same
 // idempotency key for a different request.
 var ErrMismatch = errors.New("idem: key reused with another request")
 
-// ErrLockLost reports that a claim is no longer its holder's: its lease ran
-// out and the key may have been claimed again. Complete, Abandon and Extend
-// return it instead of touching a newer claim. It is lock.ErrLockLost.
-var ErrLockLost = lock.ErrLockLost
-
-// ErrInvalidKey reports an empty or oversized key (see lock.MaxKeyLen). It
-// is lock.ErrInvalidKey.
-var ErrInvalidKey = lock.ErrInvalidKey
-
 // ErrCorruptRecord reports a stored record that is not one this package
 // wrote (unknown version, truncated): it is never read as absent. The
-// error is a *CorruptRecordError naming the key.
-var ErrCorruptRecord = errors.New("idem: corrupt record")
+// error names the key (idemdriver.CorruptRecordOf).
+var ErrCorruptRecord = idemerr.ErrCorruptRecord
 
 // ErrUnknownLayout reports a stored record of a layout this version cannot
 // judge: written by a later version (during a rolling deploy), or by an
@@ -58,7 +49,7 @@ var ErrStore = errors.New("idem: store failed")
 
 // StoreError is an error of the store under Guard.Do. It matches ErrStore
 // and unwraps to the driver's error, so errors.Is still finds
-// ErrCorruptRecord, ErrLockLost or a context's error inside it.
+// ErrCorruptRecord, lock.ErrLockLost or a context's error inside it.
 type StoreError struct {
 	// Op is the Guard's step: "begin" (claiming or waiting), "complete"
 	// (storing the result, with its effect), "abandon" (giving the claim
@@ -71,11 +62,9 @@ type StoreError struct {
 
 func (e *StoreError) Error() string { return e.Err.Error() }
 
-// Unwrap returns the store's error.
-func (e *StoreError) Unwrap() error { return e.Err }
-
-// Is reports whether target is ErrStore.
-func (e *StoreError) Is(target error) bool { return target == ErrStore }
+// Unwrap returns ErrStore and the store's error: errors.Is and errors.As
+// see both.
+func (e *StoreError) Unwrap() []error { return []error{ErrStore, e.Err} }
 
 // storeErr wraps a store's error of step op (nil stays nil).
 func storeErr(op string, key idemdriver.Key, err error) error {
@@ -84,36 +73,6 @@ func storeErr(op string, key idemdriver.Key, err error) error {
 	}
 	return &StoreError{Op: op, Key: key.String(), Err: err}
 }
-
-// InFlightError is returned for a duplicate of a request still running. It
-// matches ErrInFlight.
-type InFlightError struct {
-	Key string
-	// RetryAfter is how long until the running claim's lease runs out, a
-	// hint for when to try again.
-	RetryAfter time.Duration
-}
-
-func (e *InFlightError) Error() string {
-	return fmt.Sprintf("idem: %q is in flight; retry after %s", e.Key, e.RetryAfter.Round(time.Millisecond))
-}
-
-// Is reports whether target is ErrInFlight.
-func (e *InFlightError) Is(target error) bool { return target == ErrInFlight }
-
-// CorruptRecordError names the key whose record could not be read. It
-// matches ErrCorruptRecord.
-type CorruptRecordError struct {
-	Key    string
-	Reason string
-}
-
-func (e *CorruptRecordError) Error() string {
-	return fmt.Sprintf("idem: corrupt record under %q: %s", e.Key, e.Reason)
-}
-
-// Is reports whether target is ErrCorruptRecord.
-func (e *CorruptRecordError) Is(target error) bool { return target == ErrCorruptRecord }
 
 // ReplayedError is a run's final error, stored and replayed to duplicates
 // (see WithFinalErrors). Only its message survives storage.
@@ -167,8 +126,6 @@ func (e *EffectFailedError) Error() string {
 	return fmt.Sprintf("idem: %q: effect failed: %v", e.Key, e.Err)
 }
 
-// Is reports whether target is ErrEffectFailed.
-func (e *EffectFailedError) Is(target error) bool { return target == ErrEffectFailed }
-
-// Unwrap returns the store's error.
-func (e *EffectFailedError) Unwrap() error { return e.Err }
+// Unwrap returns ErrEffectFailed and the store's error: errors.Is and
+// errors.As see both.
+func (e *EffectFailedError) Unwrap() []error { return []error{ErrEffectFailed, e.Err} }

@@ -12,15 +12,17 @@ import (
 	"github.com/oncekit/oncekit/core/idem/idemdriver"
 	"github.com/oncekit/oncekit/core/internal/bounds"
 	"github.com/oncekit/oncekit/core/internal/ctxbound"
+	"github.com/oncekit/oncekit/core/internal/idemerr"
 	"github.com/oncekit/oncekit/core/internal/runflags"
+	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/core/observe"
 )
 
 // Defaults of a Guard.
 const (
-	DefaultTTL       = 10 * time.Second
-	DefaultRetention = 24 * time.Hour
-	DefaultMaxResult = 1 << 20
+	defaultTTL       = 10 * time.Second
+	defaultRetention = 24 * time.Hour
+	defaultMaxResult = 1 << 20
 )
 
 // Option configures a Guard.
@@ -28,12 +30,12 @@ type Option func(*Guard)
 
 // WithTTL sets how long an in-flight claim stays valid without an
 // extension (its TTL); a watchdog extends it
-// every lease/3 while the run is busy, so it only bounds how long a crashed
-// run blocks its retries. Default DefaultTTL (10 s).
+// every third of it while the run is busy, so it only bounds how long a
+// crashed run blocks its retries. Default 10 s.
 func WithTTL(d time.Duration) Option { return func(g *Guard) { g.ttl = d } }
 
 // WithRetention sets how long a completed result is kept and replayed.
-// Default DefaultRetention (24 h).
+// Default 24 h.
 func WithRetention(d time.Duration) Option { return func(g *Guard) { g.retention = d } }
 
 // WithMaxResult sets the largest result, in bytes, that is stored; a larger
@@ -85,7 +87,7 @@ func NewGuard(store idemdriver.Store, opts ...Option) (*Guard, error) {
 	if store == nil {
 		return nil, errors.New("idem: NewGuard: nil store")
 	}
-	g := &Guard{store: store, ttl: DefaultTTL, retention: DefaultRetention, maxResult: DefaultMaxResult}
+	g := &Guard{store: store, ttl: defaultTTL, retention: defaultRetention, maxResult: defaultMaxResult}
 	for _, o := range opts {
 		o(g)
 	}
@@ -128,7 +130,7 @@ func beginOutcome(c idemdriver.Claim, err error) observe.Outcome {
 		return observe.InFlight
 	case errors.Is(err, ErrMismatch):
 		return observe.Mismatch
-	case errors.Is(err, ErrInvalidKey):
+	case errors.Is(err, lock.ErrInvalidKey):
 		return observe.Invalid
 	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
 		return observe.Canceled
@@ -138,11 +140,11 @@ func beginOutcome(c idemdriver.Claim, err error) observe.Outcome {
 
 // Do runs run once for key and fingerprint, and returns its result. A duplicate gets the stored result
 // with replayed set; one that arrives while the first run is in flight gets
-// an *InFlightError (or waits, WithWait); one with another fingerprint gets
+// ErrInFlight with a retry hint (idemdriver.RetryAfter), or waits (WithWait); one with another fingerprint gets
 // ErrMismatch.
 //
 // run's context carries the claim's fence (FenceFrom) and is cancelled,
-// with ErrLockLost as its cause, if the claim is lost while it runs: the
+// with lock.ErrLockLost as its cause, if the claim is lost while it runs: the
 // store says so, or its lease could not be extended in time. The Guard's
 // own timer ends the context a little before the claim's validity — the
 // lease counted from before the request that granted or last extended it,
@@ -151,7 +153,7 @@ func beginOutcome(c idemdriver.Claim, err error) observe.Outcome {
 // extension hangs. When run fails,
 // the claim is abandoned so that a retry runs again, unless the error is
 // final (WithFinalErrors). A run that panics abandons the claim and the
-// panic goes on. When the claim was lost, Do returns ErrLockLost and the
+// panic goes on. When the claim was lost, Do returns lock.ErrLockLost and the
 // result is not stored. A nil run only looks the key up: a duplicate gets
 // its replay as usual, and a free key an error (the claim is given back).
 //
@@ -161,7 +163,7 @@ func beginOutcome(c idemdriver.Claim, err error) observe.Outcome {
 // own error comes back as run returned it, and the application's answers
 // (ErrInFlight, ErrMismatch, ErrEffectRefused) are neither.
 //
-// key is 1 to lock.MaxKeyLen bytes, else ErrInvalidKey.
+// key is 1 to lock.MaxKeyLen bytes, else lock.ErrInvalidKey.
 func (g *Guard) Do(ctx context.Context, key, fingerprint string,
 	run func(ctx context.Context) ([]byte, error)) (result []byte, replayed bool, err error) {
 	k, err := idemdriver.CheckKey(key)
@@ -261,7 +263,7 @@ func (g *Guard) begin(ctx context.Context, key idemdriver.Key, fingerprint strin
 			return idemdriver.Claim{}, sent, fmt.Errorf("%w: %q", ErrMismatch, key)
 		case idemdriver.InFlight:
 			if !time.Now().Before(deadline) {
-				return idemdriver.Claim{}, sent, &InFlightError{Key: key.String(), RetryAfter: max(0, time.Until(c.Expires))}
+				return idemdriver.Claim{}, sent, &idemerr.InFlight{Key: key.String(), RetryAfter: max(0, time.Until(c.Expires))}
 			}
 			wctx, cancel := context.WithDeadline(ctx, deadline)
 			if w, ok := g.store.(idemdriver.Waiter); ok {
@@ -331,14 +333,14 @@ func (g *Guard) run(ctx context.Context, c idemdriver.Claim, valid time.Time, ru
 	valid = wd.stop()
 	effect := slot.take()
 
-	if errors.Is(context.Cause(rctx), ErrLockLost) {
+	if errors.Is(context.Cause(rctx), lock.ErrLockLost) {
 		observe.Record(ctx, g.observer, observe.Event{
-			Op: observe.IdemLost, Driver: g.driver, Key: c.Key.String(), Outcome: observe.Lost, Fence: c.Fence, Err: ErrLockLost,
+			Op: observe.IdemLost, Driver: g.driver, Key: c.Key.String(), Outcome: observe.Lost, Fence: c.Fence, Err: lock.ErrLockLost,
 		})
-		return nil, false, errors.Join(storeErr("run", c.Key, fmt.Errorf("idem: %q: claim lost while running: %w", c.Key, ErrLockLost)), runErr)
+		return nil, false, errors.Join(storeErr("run", c.Key, fmt.Errorf("idem: %q: claim lost while running: %w", c.Key, lock.ErrLockLost)), runErr)
 	}
 	if runErr != nil && (g.final == nil || !g.final(runErr)) {
-		if err := giveBack(); err != nil && !errors.Is(err, ErrLockLost) {
+		if err := giveBack(); err != nil && !errors.Is(err, lock.ErrLockLost) {
 			return nil, false, errors.Join(runErr, storeErr("abandon", c.Key, err))
 		}
 		return nil, false, runErr
@@ -391,11 +393,11 @@ func (g *Guard) complete(ctx context.Context, c idemdriver.Claim, enc []byte, va
 			err = g.store.Complete(cctx, c, enc, g.retention)
 		}
 		call.End(finishOutcome(observe.Stored, err), c.Fence, err)
-		if retried && errors.Is(err, ErrLockLost) && g.storedAlready(cctx, c, enc) {
+		if retried && errors.Is(err, lock.ErrLockLost) && g.storedAlready(cctx, c, enc) {
 			err = nil
 		}
 		cancel()
-		if err == nil || errors.Is(err, ErrLockLost) || errors.Is(err, ErrCorruptRecord) || refusedCompletion(err) {
+		if err == nil || errors.Is(err, lock.ErrLockLost) || errors.Is(err, ErrCorruptRecord) || refusedCompletion(err) {
 			return err // an answer, not a fault: asking again gets the same
 		}
 		wait := backoff/2 + rand.N(backoff/2+1)
@@ -441,7 +443,7 @@ func finishOutcome(ok observe.Outcome, err error) observe.Outcome {
 	switch {
 	case err == nil:
 		return ok
-	case errors.Is(err, ErrLockLost):
+	case errors.Is(err, lock.ErrLockLost):
 		return observe.Lost
 	case errors.Is(err, ErrEffectRefused):
 		return observe.Refused // the application's answer, not the store failing
@@ -467,7 +469,7 @@ func encodeOutcome(res []byte, final error) []byte {
 
 func decodeOutcome(key string, b []byte) ([]byte, error) {
 	if len(b) < 2 || b[0] != outcomeVersion {
-		return nil, &CorruptRecordError{Key: key, Reason: "unknown outcome encoding"}
+		return nil, &idemerr.Corrupt{Key: key, Reason: "unknown outcome encoding"}
 	}
 	switch b[1] {
 	case kindResult:
@@ -475,5 +477,5 @@ func decodeOutcome(key string, b []byte) ([]byte, error) {
 	case kindError:
 		return nil, &ReplayedError{Message: string(b[2:])}
 	}
-	return nil, &CorruptRecordError{Key: key, Reason: fmt.Sprintf("unknown outcome kind %d", b[1])}
+	return nil, &idemerr.Corrupt{Key: key, Reason: fmt.Sprintf("unknown outcome kind %d", b[1])}
 }

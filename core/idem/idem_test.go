@@ -40,19 +40,19 @@ func TestPlaced(t *testing.T) {
 	if err != nil || k != "{sku-1}idem:ab" {
 		t.Fatalf("Placed = %q, %v", k, err)
 	}
-	if p, ok := idem.PlaceOf(k); !ok || p != "sku-1" {
+	if p, ok := idemdriver.PlaceOf(k); !ok || p != "sku-1" {
 		t.Errorf("PlaceOf(%q) = %q, %v", k, p, ok)
 	}
 	if k, err := idem.Placed("", "idem:ab"); err != nil || k != "idem:ab" {
 		t.Errorf("an empty place: %q, %v; want the key unplaced", k, err)
 	}
-	for _, bad := range []string{"a}b", "{a", strings.Repeat("x", idem.MaxPlaceLen+1)} {
+	for _, bad := range []string{"a}b", "{a", strings.Repeat("x", idemdriver.MaxPlaceLen+1)} {
 		if k, err := idem.Placed(bad, "k"); err == nil {
 			t.Errorf("Placed(%q) = %q, want an error", bad, k)
 		}
 	}
-	for _, k := range []string{"idem:ab", "{}x", "x{a}y", "{a", "{" + strings.Repeat("x", idem.MaxPlaceLen+1) + "}k"} {
-		if p, ok := idem.PlaceOf(k); ok {
+	for _, k := range []string{"idem:ab", "{}x", "x{a}y", "{a", "{" + strings.Repeat("x", idemdriver.MaxPlaceLen+1) + "}k"} {
+		if p, ok := idemdriver.PlaceOf(k); ok {
 			t.Errorf("PlaceOf(%q) = %q, want not placed", k, p)
 		}
 	}
@@ -83,9 +83,8 @@ func TestCorruptOutcome(t *testing.T) {
 	}
 	g, _ := idem.NewGuard(st)
 	_, replayed, err := g.Do(ctx, k, "fp", func(context.Context) ([]byte, error) { return nil, nil })
-	var ce *idem.CorruptRecordError
-	if !errors.As(err, &ce) || ce.Key != k || replayed {
-		t.Errorf("Do over an unknown outcome encoding: replayed=%v err=%v, want a *CorruptRecordError", replayed, err)
+	if ck, _, ok := idemdriver.CorruptRecordOf(err); !ok || ck != k || replayed {
+		t.Errorf("Do over an unknown outcome encoding: replayed=%v err=%v, want a CorruptRecord naming the key", replayed, err)
 	}
 }
 
@@ -300,7 +299,7 @@ func TestNewKeyIsUUIDv7(t *testing.T) {
 	seen := map[string]bool{}
 	before := time.Now().UnixMilli()
 	for range 1000 {
-		k := idem.NewKey()
+		k := idemdriver.NewKey()
 		if !form.MatchString(k) {
 			t.Fatalf("NewKey() = %q, not a version 7 UUID", k)
 		}

@@ -1,11 +1,9 @@
 package idem
 
 import (
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
-	"time"
 
 	"github.com/oncekit/oncekit/core/internal/bounds"
 )
@@ -62,28 +60,6 @@ func hexKey(prefix string, sum [sha256.Size]byte) string {
 	return string(out[:n+2*sha256.Size])
 }
 
-// NewKey returns a fresh idempotency key for a logical operation that has
-// none: a UUID of version 7 (RFC 9562: the time in milliseconds, then 74
-// random bits) in its canonical 36-character form, as Google's AIP-155
-// asks of a request_id, and sortable by when it was minted. Middleware
-// that mints keys on a client's behalf (grpcmw's client interceptor,
-// kafkamw's Producer) uses it.
-func NewKey() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
-	ms := uint64(time.Now().UnixMilli())
-	for i := range 6 {
-		b[i] = byte(ms >> (40 - 8*i))
-	}
-	b[6] = b[6]&0x0f | 0x70 // version 7
-	b[8] = b[8]&0x3f | 0x80 // the RFC 9562 variant
-	h := hex.EncodeToString(b[:])
-	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
-}
-
-// MaxPlaceLen is the longest place of a placed key (Placed), in bytes.
-const MaxPlaceLen = bounds.MaxPlaceLen
-
 // Placed returns key placed in place: the stored key "{place}key". A
 // driver that spreads its keys over shards keeps the record of a placed
 // key in place's shard — redisstore on Redis Cluster: the slot of the
@@ -92,7 +68,7 @@ const MaxPlaceLen = bounds.MaxPlaceLen
 // script that completes the record (redisstore.Effect). Other drivers
 // store a placed key as any other.
 //
-// place is 1 to MaxPlaceLen bytes without '{' or '}'; an empty place
+// place is 1 to 64 bytes without '{' or '}'; an empty place
 // returns key unplaced. Middleware places stored keys with their
 // WithPlacement options.
 func Placed(place, key string) (string, error) {
@@ -104,8 +80,3 @@ func Placed(place, key string) (string, error) {
 	}
 	return "{" + place + "}" + key, nil
 }
-
-// PlaceOf returns the place of a key made by Placed, and false for a key
-// that is not placed: one that does not start with '{', one whose first
-// '}' comes right after it or more than MaxPlaceLen bytes later.
-func PlaceOf(key string) (place string, ok bool) { return bounds.PlaceOf(key) }

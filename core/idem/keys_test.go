@@ -11,6 +11,7 @@ import (
 
 	"github.com/oncekit/oncekit/core/idem"
 	"github.com/oncekit/oncekit/core/idem/idemdriver"
+	"github.com/oncekit/oncekit/core/lock"
 )
 
 // The stored keys never change: records written by one version are found
@@ -43,7 +44,7 @@ func TestStoredKeyNeverChanges(t *testing.T) {
 // has the place it was given and reads back the same from its text, and
 // the zero Key — the one Key not made by them — is refused.
 func TestKeyChecksOnceAndKeepsItsPlace(t *testing.T) {
-	long := strings.Repeat("p", idem.MaxPlaceLen)
+	long := strings.Repeat("p", idemdriver.MaxPlaceLen)
 	for _, c := range []struct{ text, place, rest string }{
 		{"order-1", "", "order-1"},
 		{"{sku-1}order-1", "sku-1", "order-1"},
@@ -58,17 +59,17 @@ func TestKeyChecksOnceAndKeepsItsPlace(t *testing.T) {
 		if err != nil || k.String() != c.text || k.Place() != c.place || k.Rest() != c.rest || k.IsZero() || k.Check() != nil {
 			t.Errorf("CheckKey(%q) = %q place %q rest %q, %v; want place %q rest %q", c.text, k, k.Place(), k.Rest(), err, c.place, c.rest)
 		}
-		if p, ok := idem.PlaceOf(c.text); p != c.place || ok != (c.place != "") {
+		if p, ok := idemdriver.PlaceOf(c.text); p != c.place || ok != (c.place != "") {
 			t.Errorf("PlaceOf(%q) = %q, %v; CheckKey found %q", c.text, p, ok, c.place)
 		}
 	}
 	for _, bad := range []string{"", strings.Repeat("k", 513)} {
-		if _, err := idemdriver.CheckKey(bad); !errors.Is(err, idem.ErrInvalidKey) {
-			t.Errorf("CheckKey of %d bytes: %v, want ErrInvalidKey", len(bad), err)
+		if _, err := idemdriver.CheckKey(bad); !errors.Is(err, lock.ErrInvalidKey) {
+			t.Errorf("CheckKey of %d bytes: %v, want lock.ErrInvalidKey", len(bad), err)
 		}
 	}
 	var zero idemdriver.Key
-	if !zero.IsZero() || !errors.Is(zero.Check(), idem.ErrInvalidKey) || zero.Place() != "" {
+	if !zero.IsZero() || !errors.Is(zero.Check(), lock.ErrInvalidKey) || zero.Place() != "" {
 		t.Errorf("the zero Key: IsZero %v, Check %v", zero.IsZero(), zero.Check())
 	}
 	sk, err := idemdriver.StoredKey("alice", "", "order-1", "sku-1")

@@ -7,12 +7,13 @@ import (
 	"time"
 
 	"github.com/oncekit/oncekit/core/idem/idemdriver"
+	"github.com/oncekit/oncekit/core/lock"
 )
 
 // watchdog extends the leases of a Guard's claims while their runs are busy,
 // every lease/3, on one timer for all of them, and ends a run by a local
 // timer when its claim's validity runs out without an extension: the run's
-// context is cancelled with ErrLockLost no later than the moment the store
+// context is cancelled with lock.ErrLockLost no later than the moment the store
 // could let another caller claim the key, counted from before the request
 // that granted or last extended the claim. An extension that hangs (a cut
 // connection, a paused server) therefore cannot keep a run going past its
@@ -129,7 +130,7 @@ func (kp *watchdog) fire() {
 	}
 	for k := range kp.runs {
 		if !now.Before(k.endAt()) {
-			k.cancel(ErrLockLost) // an extension may be in flight: too late
+			k.cancel(lock.ErrLockLost) // an extension may be in flight: too late
 			delete(kp.runs, k)
 			continue
 		}
@@ -172,8 +173,8 @@ func (kp *watchdog) extend(k *watched) {
 	case err == nil:
 		k.valid = start.Add(g.ttl)
 		k.due = time.Now().Add(interval)
-	case errors.Is(err, ErrLockLost) || !time.Now().Before(k.endAt()):
-		k.cancel(ErrLockLost)
+	case errors.Is(err, lock.ErrLockLost) || !time.Now().Before(k.endAt()):
+		k.cancel(lock.ErrLockLost)
 		delete(kp.runs, k)
 		return
 	default: // unreachable for now: try again soon, while the lease lasts

@@ -8,6 +8,7 @@ import (
 
 	"github.com/oncekit/oncekit/core/idem"
 	"github.com/oncekit/oncekit/core/idem/idemdriver"
+	"github.com/oncekit/oncekit/core/lock"
 )
 
 // Config is the configuration every middleware shares. The zero value
@@ -85,15 +86,14 @@ const (
 // Refused reads err, the error of a Guard.Do that did not run its run and
 // replayed nothing, under ctx (the request's).
 func (c *Config) Refused(ctx context.Context, err error) (Refusal, time.Duration) {
-	var ife *idem.InFlightError
-	switch {
-	case errors.As(err, &ife):
-		return InFlight, max(ife.RetryAfter, 0)
+	switch after, hinted := idemdriver.RetryAfter(err); {
+	case hinted:
+		return InFlight, max(after, 0)
 	case errors.Is(err, idem.ErrInFlight):
 		return InFlight, 0
 	case errors.Is(err, idem.ErrMismatch):
 		return Mismatch, 0
-	case errors.Is(err, idem.ErrInvalidKey):
+	case errors.Is(err, lock.ErrInvalidKey):
 		return InvalidKey, 0
 	case errors.Is(err, idem.ErrCorruptRecord):
 		return CorruptRecord, 0
@@ -127,7 +127,7 @@ const (
 // outcome was not stored for a reason of the store's (not the run's own).
 func UnsettledBy(err error) Unsettled {
 	switch {
-	case errors.Is(err, idem.ErrLockLost):
+	case errors.Is(err, lock.ErrLockLost):
 		return Lost
 	case errors.Is(err, idem.ErrEffectRefused):
 		return EffectRefused

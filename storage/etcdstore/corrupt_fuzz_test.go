@@ -46,8 +46,7 @@ func FuzzCorruptRecord(f *testing.F) {
 		c, err := store.Begin(ctx, idemdriver.MustKey(key), "fp", time.Second)
 		switch {
 		case errors.Is(err, idem.ErrCorruptRecord):
-			var ce *idem.CorruptRecordError
-			if !errors.As(err, &ce) || ce.Key != key {
+			if ck, _, ok := idemdriver.CorruptRecordOf(err); !ok || ck != key {
 				t.Fatalf("corrupt record error %v does not name the key", err)
 			}
 		case errors.Is(err, idem.ErrUnknownLayout): // a later version's layout: left alone

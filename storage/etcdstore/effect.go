@@ -12,6 +12,7 @@ import (
 
 	"github.com/oncekit/oncekit/core/idem"
 	"github.com/oncekit/oncekit/core/idem/idemdriver"
+	"github.com/oncekit/oncekit/core/lock"
 )
 
 // Effect is a write that commits atomically with an idempotency record:
@@ -52,7 +53,7 @@ func (s *Store) CompleteWith(ctx context.Context, c idemdriver.Claim, result []b
 			return fmt.Errorf("etcdstore: complete %q: %w", c.Key, err)
 		}
 		if len(g.Kvs) == 0 || g.Kvs[0].CreateRevision != int64(c.Fence) {
-			return fmt.Errorf("etcdstore: complete %q: %w", c.Key, idem.ErrLockLost)
+			return fmt.Errorf("etcdstore: complete %q: %w", c.Key, lock.ErrLockLost)
 		}
 		cur, err := decodeRecord(c.Key.String(), g.Kvs[0].Value)
 		switch {
@@ -61,7 +62,7 @@ func (s *Store) CompleteWith(ctx context.Context, c idemdriver.Claim, result []b
 		case cur.state == stateCompleted:
 			return nil // an earlier attempt, whose reply was lost, committed both
 		case !time.Now().Before(cur.expires):
-			return fmt.Errorf("etcdstore: complete %q: %w", c.Key, idem.ErrLockLost)
+			return fmt.Errorf("etcdstore: complete %q: %w", c.Key, lock.ErrLockLost)
 		}
 		mod := g.Kvs[0].ModRevision
 		t, err := s.c.Txn(ctx).

@@ -12,6 +12,7 @@ import (
 
 	"github.com/oncekit/oncekit/core/idem"
 	"github.com/oncekit/oncekit/core/idem/idemdriver"
+	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/core/lock/lockdriver"
 	"github.com/oncekit/oncekit/storage/internal/token"
 )
@@ -97,7 +98,7 @@ func (r recordVal) encode() string {
 
 func decodeRecord(key string, v []byte) (recordVal, error) {
 	bad := func(why string) (recordVal, error) {
-		return recordVal{}, &idem.CorruptRecordError{Key: key, Reason: why}
+		return recordVal{}, idemdriver.CorruptRecord(key, why)
 	}
 	if len(v) > 0 && v[0] > recordVersion && v[0] < ' ' {
 		// A small version byte other than ours: a later (or an
@@ -163,7 +164,7 @@ func (s *Store) Begin(ctx context.Context, k idemdriver.Key, fingerprint string,
 	}
 	kvs := resp.Responses[0].GetResponseRange().Kvs
 	if len(kvs) != 1 {
-		return idemdriver.Claim{}, &idem.CorruptRecordError{Key: key, Reason: fmt.Sprintf("%d entries for one key", len(kvs))}
+		return idemdriver.Claim{}, idemdriver.CorruptRecord(key, fmt.Sprintf("%d entries for one key", len(kvs)))
 	}
 	cur, err := decodeRecord(key, kvs[0].Value)
 	if err != nil {
@@ -210,7 +211,7 @@ func (s *Store) Begin(ctx context.Context, k idemdriver.Key, fingerprint string,
 // with c's create revision and its lease has not run out.
 func (s *Store) finish(ctx context.Context, c idemdriver.Claim, op string, update func(cur recordVal, sessionLease clientv3.LeaseID) (clientv3.Op, error), done func(rev int64)) error {
 	if c.Token == "" {
-		return fmt.Errorf("etcdstore: %s %q: %w", op, c.Key, idem.ErrLockLost)
+		return fmt.Errorf("etcdstore: %s %q: %w", op, c.Key, lock.ErrLockLost)
 	}
 	entry := s.recordDir(c.Key.String()) + c.Token
 	g, err := s.c.Get(ctx, entry)
@@ -218,14 +219,14 @@ func (s *Store) finish(ctx context.Context, c idemdriver.Claim, op string, updat
 		return fmt.Errorf("etcdstore: %s %q: %w", op, c.Key, err)
 	}
 	if len(g.Kvs) == 0 || g.Kvs[0].CreateRevision != int64(c.Fence) {
-		return fmt.Errorf("etcdstore: %s %q: %w", op, c.Key, idem.ErrLockLost)
+		return fmt.Errorf("etcdstore: %s %q: %w", op, c.Key, lock.ErrLockLost)
 	}
 	cur, err := decodeRecord(c.Key.String(), g.Kvs[0].Value)
 	if err != nil {
 		return err
 	}
 	if cur.state != stateInFlight || !time.Now().Before(cur.expires) {
-		return fmt.Errorf("etcdstore: %s %q: %w", op, c.Key, idem.ErrLockLost)
+		return fmt.Errorf("etcdstore: %s %q: %w", op, c.Key, lock.ErrLockLost)
 	}
 	o, err := update(cur, clientv3.LeaseID(g.Kvs[0].Lease))
 	if err != nil {
@@ -238,7 +239,7 @@ func (s *Store) finish(ctx context.Context, c idemdriver.Claim, op string, updat
 		return fmt.Errorf("etcdstore: %s %q: %w", op, c.Key, err)
 	}
 	if !t.Succeeded {
-		return fmt.Errorf("etcdstore: %s %q: %w", op, c.Key, idem.ErrLockLost)
+		return fmt.Errorf("etcdstore: %s %q: %w", op, c.Key, lock.ErrLockLost)
 	}
 	done(t.Header.Revision)
 	return nil
@@ -263,7 +264,7 @@ func (s *Store) Complete(ctx context.Context, c idemdriver.Claim, result []byte,
 		return fmt.Errorf("etcdstore: complete %q: %w", c.Key, err)
 	}
 	if !t.Succeeded {
-		return fmt.Errorf("etcdstore: complete %q: %w", c.Key, idem.ErrLockLost)
+		return fmt.Errorf("etcdstore: complete %q: %w", c.Key, lock.ErrLockLost)
 	}
 	s.stopClaimTimer(entry)
 	return nil
@@ -276,7 +277,7 @@ func (s *Store) completion(ctx context.Context, c idemdriver.Claim, result []byt
 		return "", "", 0, err
 	}
 	if c.Token == "" {
-		return "", "", 0, fmt.Errorf("etcdstore: complete %q: %w", c.Key, idem.ErrLockLost)
+		return "", "", 0, fmt.Errorf("etcdstore: complete %q: %w", c.Key, lock.ErrLockLost)
 	}
 	expires := time.Now().Add(retention)
 	if lease, err = s.retentionLease(ctx, expires); err != nil {
@@ -319,7 +320,7 @@ func (s *Store) Extend(ctx context.Context, c idemdriver.Claim, ttl time.Duratio
 		// start of this call on both counts (the session's TTL class is at
 		// least TTL). The session's own keep-alive may be failing.
 		if r, err := s.c.KeepAliveOnce(ctx, sessionLease); isLeaseNotFound(err) {
-			return clientv3.Op{}, fmt.Errorf("the claim's session lease expired: %w", idem.ErrLockLost)
+			return clientv3.Op{}, fmt.Errorf("the claim's session lease expired: %w", lock.ErrLockLost)
 		} else if err != nil {
 			return clientv3.Op{}, fmt.Errorf("renew the claim's session lease: %w", err)
 		} else if time.Duration(r.TTL)*time.Second < ttl {

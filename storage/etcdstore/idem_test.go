@@ -14,6 +14,7 @@ import (
 	"github.com/oncekit/oncekit/core/idem"
 	"github.com/oncekit/oncekit/core/idem/idemdriver"
 	"github.com/oncekit/oncekit/core/idem/idemtest"
+	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/internal/testenv"
 	"github.com/oncekit/oncekit/storage/etcdstore"
 )
@@ -82,7 +83,7 @@ func TestClaimNotTakenOverByClockSkew(t *testing.T) {
 	if err != nil || got.State != idemdriver.InFlight {
 		t.Fatalf("Begin by another client: %v %v; want in flight (no takeover by comparing clocks)", got.State, err)
 	}
-	if err := claimer.Abandon(ctx, c); err != nil && !errors.Is(err, idem.ErrLockLost) {
+	if err := claimer.Abandon(ctx, c); err != nil && !errors.Is(err, lock.ErrLockLost) {
 		t.Fatal(err)
 	}
 }

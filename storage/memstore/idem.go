@@ -9,6 +9,7 @@ import (
 
 	"github.com/oncekit/oncekit/core/idem"
 	"github.com/oncekit/oncekit/core/idem/idemdriver"
+	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/core/lock/lockdriver"
 	"github.com/oncekit/oncekit/storage/internal/token"
 )
@@ -219,7 +220,7 @@ func (s *Store) Begin(ctx context.Context, k idemdriver.Key, fingerprint string,
 func (s *Store) ownLocked(c idemdriver.Claim, op string) (*record, error) {
 	r := s.recordLocked(c.Key.String())
 	if r == nil || r.done || r.token != c.Token || c.Token == "" {
-		return nil, fmt.Errorf("memstore: %s %q: %w", op, c.Key, idem.ErrLockLost)
+		return nil, fmt.Errorf("memstore: %s %q: %w", op, c.Key, lock.ErrLockLost)
 	}
 	return r, nil
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/oncekit/oncekit/core/idem"
 	"github.com/oncekit/oncekit/core/idem/idemdriver"
+	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/storage/internal/rediskit"
 )
 
@@ -57,7 +58,7 @@ type Effect struct {
 // the idempotency key storedKey (the key the Guard stores, idem.KeyFrom):
 // name followed by the record's hash tag ({place} for a placed key).
 func EffectKey(storedKey, name string) string {
-	if place, ok := idem.PlaceOf(storedKey); ok {
+	if place, ok := idemdriver.PlaceOf(storedKey); ok {
 		return name + "{" + place + "}"
 	}
 	return name + "{" + rediskit.Tag(storedKey) + "}"
@@ -85,7 +86,7 @@ func (s *Store) CompleteWith(ctx context.Context, c idemdriver.Claim, result []b
 	case err != nil:
 		return fmt.Errorf("redisstore: complete %q: %w", c.Key, err)
 	case !r.Ours:
-		return fmt.Errorf("redisstore: complete %q: %w", c.Key, idem.ErrLockLost)
+		return fmt.Errorf("redisstore: complete %q: %w", c.Key, lock.ErrLockLost)
 	case r.Refused:
 		return &idem.EffectRefusedError{Key: c.Key.String(), Reason: r.Reason}
 	}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/oncekit/oncekit/core/idem"
 	"github.com/oncekit/oncekit/core/idem/idemdriver"
 	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/core/lock/lockdriver"
@@ -101,7 +100,7 @@ func (s *Store) finish(ctx context.Context, c idemdriver.Claim, op rediskit.Fini
 	case err != nil:
 		return fmt.Errorf("redisstore: %s %q: %w", op, c.Key, err)
 	case !ok:
-		return fmt.Errorf("redisstore: %s %q: %w", op, c.Key, idem.ErrLockLost)
+		return fmt.Errorf("redisstore: %s %q: %w", op, c.Key, lock.ErrLockLost)
 	}
 	return nil
 }
@@ -140,17 +139,17 @@ func (s *Store) WaitChange(ctx context.Context, key idemdriver.Key, until time.T
 }
 
 // Complete implements idemdriver.Store: the result is stored if c still holds
-// the key (else idem.ErrLockLost), in one round trip.
+// the key (else lock.ErrLockLost), in one round trip.
 func (s *Store) Complete(ctx context.Context, c idemdriver.Claim, result []byte, retention time.Duration) error {
 	return s.fin.Complete(ctx, c, result, retention)
 }
 
 // Abandon implements idemdriver.Store: c's in-flight record is deleted so that a
-// retry can run (else idem.ErrLockLost), in one round trip.
+// retry can run (else lock.ErrLockLost), in one round trip.
 func (s *Store) Abandon(ctx context.Context, c idemdriver.Claim) error { return s.fin.Abandon(ctx, c) }
 
 // Extend implements idemdriver.Store: c's lease is lengthened to lease from now
-// (else idem.ErrLockLost), in one round trip.
+// (else lock.ErrLockLost), in one round trip.
 func (s *Store) Extend(ctx context.Context, c idemdriver.Claim, ttl time.Duration) error {
 	return s.fin.Extend(ctx, c, ttl)
 }

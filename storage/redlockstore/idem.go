@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/oncekit/oncekit/core/idem"
 	"github.com/oncekit/oncekit/core/idem/idemdriver"
 	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/core/lock/lockdriver"
@@ -46,7 +45,7 @@ func (s *Store) Begin(ctx context.Context, key idemdriver.Key, fingerprint strin
 	case b.corrupt != nil && b.corrupt.v.Code == rediskit.BeginUnknownLayout:
 		return idemdriver.Claim{}, b.corrupt.v.LayoutError(key, s.nodes[b.corrupt.node].name)
 	case b.corrupt != nil:
-		return idemdriver.Claim{}, &idem.CorruptRecordError{Key: key.String(), Reason: s.nodes[b.corrupt.node].name + ": " + b.corrupt.v.Reason}
+		return idemdriver.Claim{}, idemdriver.CorruptRecord(key.String(), s.nodes[b.corrupt.node].name+": "+b.corrupt.v.Reason)
 	case b.done != nil:
 		c.State, c.Result = idemdriver.Completed, b.done.v.Result
 		return c, nil
@@ -153,7 +152,7 @@ func (s *Store) finishClaim(ctx context.Context, c idemdriver.Claim, op rediskit
 	}
 	defer cancel()
 	v := s.finishNodes(ctx, c.Key, c.Token, op, d, result, s.all(), c.Fence)
-	return s.verdict(string(op), c.Key.String(), v, idem.ErrLockLost)
+	return s.verdict(string(op), c.Key.String(), v, lock.ErrLockLost)
 }
 
 // WaitChange implements idemdriver.Waiter: a completion or abandonment message
@@ -206,17 +205,17 @@ func (s *Store) peek(ctx context.Context, key idemdriver.Key) (string, error) {
 }
 
 // Complete implements idemdriver.Store: the result is stored if c still holds
-// the key on a majority of the nodes (else idem.ErrLockLost).
+// the key on a majority of the nodes (else lock.ErrLockLost).
 func (s *Store) Complete(ctx context.Context, c idemdriver.Claim, result []byte, retention time.Duration) error {
 	return s.fin.Complete(ctx, c, result, retention)
 }
 
 // Abandon implements idemdriver.Store: c's in-flight record is deleted on the
-// nodes so that a retry can run (else idem.ErrLockLost).
+// nodes so that a retry can run (else lock.ErrLockLost).
 func (s *Store) Abandon(ctx context.Context, c idemdriver.Claim) error { return s.fin.Abandon(ctx, c) }
 
 // Extend implements idemdriver.Store: c's lease is lengthened to lease from now
-// on a majority of the nodes (else idem.ErrLockLost).
+// on a majority of the nodes (else lock.ErrLockLost).
 func (s *Store) Extend(ctx context.Context, c idemdriver.Claim, ttl time.Duration) error {
 	return s.fin.Extend(ctx, c, ttl)
 }

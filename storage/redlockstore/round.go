@@ -159,7 +159,7 @@ func (s *Store) poll(ctx context.Context, idx []int, timeout time.Duration, all 
 }
 
 // verdict turns a vote on a held key into the error of op: nil with a
-// majority of yes, lost (lock.ErrLockLost or idem.ErrLockLost) when a
+// majority of yes, lost (lock.ErrLockLost or lock.ErrLockLost) when a
 // majority no longer held it, ctx's error, or a *QuorumError. Nodes the
 // round did not ask (a re-entry asks only the nodes its hold counted)
 // count as no: they never held the key for it.

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/oncekit/oncekit/core/idem"
 	"github.com/oncekit/oncekit/core/idem/idemdriver"
+	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/internal/testenv"
 )
 
@@ -133,7 +133,7 @@ func concurrentCallsShareStatements(t *testing.T, url string) {
 			t.Fatalf("Complete %s: %v", finishing[i].Key, err)
 		}
 	}
-	if err := cerrs[len(acquired)]; !errors.Is(err, idem.ErrLockLost) {
+	if err := cerrs[len(acquired)]; !errors.Is(err, lock.ErrLockLost) {
 		t.Fatalf("Complete with a stale token: %v, want ErrLockLost", err)
 	}
 	for _, c := range acquired {

@@ -39,7 +39,7 @@
 // run's (the record's row locked until the commit) as it completes the
 // record. A process killed anywhere in it leaves nothing committed,
 // and the retry runs again; a claim lost meanwhile rolls everything back
-// (idem.ErrLockLost). When the application's framework owns the
+// (lock.ErrLockLost). When the application's framework owns the
 // transaction, idem.Commit(ctx, sqlstore.InTx(tx)) completes the record in
 // it instead — the caller commits after Guard.Do returns — and
 // Store.CompleteInTx does the same for code that calls Begin itself. Not

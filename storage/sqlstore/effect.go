@@ -17,7 +17,7 @@ import (
 // Effect is a write in the database that commits atomically with an
 // idempotency record: the Store runs it in the transaction that completes
 // the record — first the statement that checks that the claim is still the
-// caller's and completes the record (a claim lost is idem.ErrLockLost, and
+// caller's and completes the record (a claim lost is lock.ErrLockLost, and
 // the effect does not run), then the effect, then the commit — so the
 // order, the stock and the outbox row are written together with the record
 // or not at all — by construction, not by care: a process killed anywhere
@@ -83,7 +83,7 @@ func InTx(tx *sql.Tx) any { return txEffect{tx} }
 // CompleteInTx completes c's record inside tx, a transaction the caller
 // owns and commits: for code that calls Begin itself and writes its
 // business rows in its own transaction. It locks the record's row and
-// checks that c still holds it (else idem.ErrLockLost, and the caller must
+// checks that c still holds it (else lock.ErrLockLost, and the caller must
 // roll back). The record is completed when — and only if — tx commits.
 // tx must be a transaction on the Store's database. On PostgreSQL, waiters
 // are notified at the commit; on MySQL they notice at their next poll.

@@ -197,7 +197,7 @@ func TestLateCompletionRefused(t *testing.T) {
 				t.Fatalf("Begin after the lease: %v fence %d (first %d) %v", c2.State, c2.Fence, c1.Fence, err)
 			}
 			effect := sqlstore.Effect(func(ctx context.Context, tx *sql.Tx) error { return bump(ctx, tx, paused.Dialect(), key, 10) })
-			if err := paused.CompleteWith(ctx, c1, []byte("late"), time.Minute, effect); !errors.Is(err, idem.ErrLockLost) {
+			if err := paused.CompleteWith(ctx, c1, []byte("late"), time.Minute, effect); !errors.Is(err, lock.ErrLockLost) {
 				t.Fatalf("the late completion: %v, want ErrLockLost", err)
 			}
 			if n := count(t, admin, key); n != 0 {

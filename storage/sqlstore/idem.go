@@ -9,6 +9,7 @@ import (
 
 	"github.com/oncekit/oncekit/core/idem"
 	"github.com/oncekit/oncekit/core/idem/idemdriver"
+	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/core/lock/lockdriver"
 	"github.com/oncekit/oncekit/storage/internal/token"
 )
@@ -338,7 +339,7 @@ func (s *Store) beginInTx(ctx context.Context, k idemdriver.Key, key, fingerprin
 				idem.ErrUnknownLayout, key, r.state, Layout))
 		}
 		if reason := r.corrupt(); reason != "" {
-			return stop(&idem.CorruptRecordError{Key: key, Reason: reason})
+			return stop(idemdriver.CorruptRecord(key, reason))
 		}
 		var ok bool
 		if c, ok = claimOf(k, fingerprint, r); ok {
@@ -460,7 +461,7 @@ func (s *Store) own(ctx context.Context, tx *sql.Tx, c idemdriver.Claim, op stri
 		return r, err
 	}
 	if !r.live() || r.state != stateInFlight || c.Token == "" || r.token != c.Token {
-		return r, stop(fmt.Errorf("sqlstore: %s %q: %w", op, c.Key, idem.ErrLockLost))
+		return r, stop(fmt.Errorf("sqlstore: %s %q: %w", op, c.Key, lock.ErrLockLost))
 	}
 	return r, nil
 }
@@ -735,7 +736,7 @@ func (s *Store) completeEffect(ctx context.Context, tx *sql.Tx, c idemdriver.Cla
 	if result == nil {
 		result = []byte{}
 	}
-	lost := stop(fmt.Errorf("sqlstore: complete %q: %w", c.Key, idem.ErrLockLost))
+	lost := stop(fmt.Errorf("sqlstore: complete %q: %w", c.Key, lock.ErrLockLost))
 	if s.dialect == Postgres {
 		var watched bool
 		err := tx.QueryRowContext(ctx, s.q.fastComplete, us(retention), result, []byte(key), c.Token).Scan(&watched)
@@ -767,14 +768,14 @@ func (s *Store) completeEffect(ctx context.Context, tx *sql.Tx, c idemdriver.Cla
 
 // sweepAfter is how long after a claim its record's row is first looked at
 // by the cleanup (sweep_us, see the schema): its lease, plus the retention
-// of the Store's last completion (idem.DefaultRetention before one), at
+// of the Store's last completion (24 h, a Guard's default retention, before one), at
 // most idem.AttemptMemory — how long a claim that does not complete is
 // kept. A guess that is short costs the cleanup an update of the row; one
 // that is long keeps a row that could go.
 func (s *Store) sweepAfter(ttl time.Duration) int64 {
 	r := s.retention.Load()
 	if r == 0 {
-		r = us(idem.DefaultRetention)
+		r = us(24 * time.Hour)
 	}
 	return us(ttl) + min(r, us(idem.AttemptMemory))
 }

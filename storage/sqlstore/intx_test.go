@@ -11,6 +11,7 @@ import (
 
 	"github.com/oncekit/oncekit/core/idem"
 	"github.com/oncekit/oncekit/core/idem/idemdriver"
+	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/storage/sqlstore"
 )
 
@@ -93,7 +94,7 @@ func TestCompleteInTx(t *testing.T) {
 			}
 			stranger := c
 			stranger.Token = "not-the-claim"
-			if err := s.CompleteInTx(ctx, tx, stranger, []byte("x"), time.Minute); !errors.Is(err, idem.ErrLockLost) {
+			if err := s.CompleteInTx(ctx, tx, stranger, []byte("x"), time.Minute); !errors.Is(err, lock.ErrLockLost) {
 				t.Errorf("CompleteInTx with another token: %v, want ErrLockLost", err)
 			}
 			_ = tx.Rollback()
@@ -326,7 +327,7 @@ func TestLostClaimDoesNotRunEffect(t *testing.T) {
 				ran++
 				return nil
 			}))
-			if !errors.Is(err, idem.ErrLockLost) || ran != 0 {
+			if !errors.Is(err, lock.ErrLockLost) || ran != 0 {
 				t.Errorf("completion of the lost claim: %v, the effect ran %d times; want ErrLockLost and no run", err, ran)
 			}
 			if err := other.Complete(ctx, next, []byte("ok"), time.Minute); err != nil {
@@ -387,7 +388,7 @@ func TestCleanupSweep(t *testing.T) {
 			// A claim sets sweep_us to its lease plus the last retention (the
 			// default before one), at most the attempt memory.
 			for i, c := range []struct{ want, next time.Duration }{
-				{idem.DefaultRetention, time.Hour}, {time.Hour, 48 * time.Hour}, {idem.AttemptMemory, time.Hour},
+				{24 * time.Hour, time.Hour}, {time.Hour, 48 * time.Hour}, {idem.AttemptMemory, time.Hour},
 			} {
 				retention := c.want
 				key := "claimed-" + strconv.Itoa(i)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/oncekit/oncekit/core/idem"
 	"github.com/oncekit/oncekit/core/idem/idemdriver"
+	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/internal/testenv"
 	"github.com/oncekit/oncekit/storage/sqlstore"
 )
@@ -140,7 +141,7 @@ func TestLocalClaimEndsWithItsLease(t *testing.T) {
 			if err != nil || got.State != idemdriver.Completed || string(got.Result) != "theirs" {
 				t.Fatalf("the first process's duplicate after that: %v %q %v, want the other's result", got.State, got.Result, err)
 			}
-			if err := s.Complete(ctx, c, []byte("mine"), time.Hour); !errors.Is(err, idem.ErrLockLost) {
+			if err := s.Complete(ctx, c, []byte("mine"), time.Hour); !errors.Is(err, lock.ErrLockLost) {
 				t.Fatalf("completing the lost claim: %v, want ErrLockLost", err)
 			}
 		})

@@ -14,6 +14,7 @@ import (
 
 	"github.com/oncekit/oncekit/core/idem"
 	"github.com/oncekit/oncekit/core/idem/idemdriver"
+	"github.com/oncekit/oncekit/core/lock"
 )
 
 // Writes is an effect made of SQL writes — INSERT, UPDATE or DELETE
@@ -38,7 +39,7 @@ import (
 // none (too little stock, say), nothing is written, the record is not
 // completed and the effect is refused (idem.ErrEffectRefused, with Refuse
 // as the reason). As with an Effect, a claim lost before the statement
-// is idem.ErrLockLost and nothing is written; a database's own answer (a
+// is lock.ErrLockLost and nothing is written; a database's own answer (a
 // constraint, a syntax error) is idem.ErrEffectFailed. The writes of one
 // statement see the rows as they were before it (PostgreSQL's rule for
 // writes in WITH): two writes must not change the same row.
@@ -159,7 +160,7 @@ func (s *Store) writesFailed(ctx context.Context, c idemdriver.Claim, result []b
 	}
 	switch {
 	case strings.Contains(stopped, writesLost):
-		return fmt.Errorf("sqlstore: complete %q: %w", c.Key, idem.ErrLockLost)
+		return fmt.Errorf("sqlstore: complete %q: %w", c.Key, lock.ErrLockLost)
 	case strings.Contains(stopped, writesRefused):
 		if i, ok := refusedWrite(stopped); ok && i < len(w) {
 			return &idem.EffectRefusedError{Key: key, Reason: w[i].Refuse}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/oncekit/oncekit/core/idem"
 	"github.com/oncekit/oncekit/core/idem/idemdriver"
+	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/internal/testenv"
 	"github.com/oncekit/oncekit/storage/sqlstore"
 )
@@ -114,7 +115,7 @@ func TestWritesCommitWithTheRecord(t *testing.T) {
 		stale.Token = "not-the-claims"
 		w := saleWrites(s, stock, 10)
 		w[0].Args = []any{[]byte(base + ":c:order")}
-		if err := s.CompleteWith(ctx, stale, []byte("r"), time.Minute, w); !errors.Is(err, idem.ErrLockLost) {
+		if err := s.CompleteWith(ctx, stale, []byte("r"), time.Minute, w); !errors.Is(err, lock.ErrLockLost) {
 			t.Fatalf("Writes with a stale claim: %v, want ErrLockLost", err)
 		}
 		if n, o := count(t, s, stock), count(t, s, base+":c:order"); n != 1 || o != 0 {

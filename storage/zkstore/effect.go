@@ -11,6 +11,7 @@ import (
 
 	"github.com/oncekit/oncekit/core/idem"
 	"github.com/oncekit/oncekit/core/idem/idemdriver"
+	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/core/lock/lockdriver"
 )
 
@@ -79,12 +80,12 @@ func (s *Store) CompleteWith(ctx context.Context, c idemdriver.Claim, result []b
 			return &idem.EffectFailedError{Key: key, Err: fmt.Errorf("zkstore: an Effect operation of type %T", op)}
 		}
 	}
-	lost := fmt.Errorf("zkstore: complete %q: %w", c.Key, idem.ErrLockLost)
+	lost := fmt.Errorf("zkstore: complete %q: %w", c.Key, lock.ErrLockLost)
 	if c.Token == "" {
 		return lost
 	}
 	defer func() {
-		if errors.Is(err, idem.ErrLockLost) {
+		if errors.Is(err, lock.ErrLockLost) {
 			s.versions.forget(c.Token)
 		}
 	}()

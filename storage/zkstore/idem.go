@@ -369,7 +369,7 @@ func (s *Store) giveBackTakeover(path string, rec record, version int32) {
 }
 
 // read reads key's record; a record that is not one of ours is a
-// *idem.CorruptRecordError.
+// idemdriver.CorruptRecord.
 func (s *Store) read(ctx context.Context, key, path string) (record, *zk.Stat, error) {
 	data, st, err := s.get(ctx, path)
 	if err != nil {
@@ -381,7 +381,7 @@ func (s *Store) read(ctx context.Context, key, path string) (record, *zk.Stat, e
 			idem.ErrUnknownLayout, key, layout, recFormat, recFormat2)
 	}
 	if corrupt != "" {
-		return record{}, st, &idem.CorruptRecordError{Key: key, Reason: corrupt}
+		return record{}, st, idemdriver.CorruptRecord(key, corrupt)
 	}
 	return rec, st, nil
 }
@@ -446,11 +446,11 @@ func (s *Store) finish(ctx context.Context, c idemdriver.Claim, op string, ttl t
 		return err
 	}
 	defer func() {
-		if errors.Is(err, idem.ErrLockLost) {
+		if errors.Is(err, lock.ErrLockLost) {
 			s.versions.forget(c.Token)
 		}
 	}()
-	lost := fmt.Errorf("zkstore: %s %q: %w", op, c.Key, idem.ErrLockLost)
+	lost := fmt.Errorf("zkstore: %s %q: %w", op, c.Key, lock.ErrLockLost)
 	if c.Token == "" {
 		return lost
 	}

@@ -9,7 +9,6 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
-	"github.com/oncekit/oncekit/core/idem"
 	"github.com/oncekit/oncekit/core/idem/idemdriver"
 	"github.com/oncekit/oncekit/core/lock/lockdriver"
 )
@@ -116,12 +115,12 @@ func (s *Store) InspectRecord(ctx context.Context, key string) (idemdriver.Recor
 	}
 	info := idemdriver.RecordInfo{Key: key}
 	rec, st, err := s.read(ctx, key, s.recordPath(key))
-	var ce *idem.CorruptRecordError
+	_, reason, corrupt := idemdriver.CorruptRecordOf(err)
 	switch {
 	case errors.Is(err, zk.ErrNoNode):
 		return info, nil
-	case errors.As(err, &ce):
-		info.Found, info.Corrupt = true, ce.Reason
+	case corrupt:
+		info.Found, info.Corrupt = true, reason
 		return info, nil
 	case err != nil:
 		return idemdriver.RecordInfo{}, fmt.Errorf("zkstore: inspect %q: %w", key, err)
@@ -142,7 +141,7 @@ func (s *Store) InspectRecord(ctx context.Context, key string) (idemdriver.Recor
 }
 
 // DeleteRecord implements idemdriver.Inspector: the next Begin of the key runs
-// again, and an in-flight run's Complete fails with idem.ErrLockLost.
+// again, and an in-flight run's Complete fails with lock.ErrLockLost.
 func (s *Store) DeleteRecord(ctx context.Context, key string) (bool, error) {
 	if err := lockdriver.ValidateKey(key); err != nil {
 		return false, err

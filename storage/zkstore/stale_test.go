@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/oncekit/oncekit/core/idem"
 	"github.com/oncekit/oncekit/core/idem/idemdriver"
 	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/internal/testenv"
@@ -100,7 +99,7 @@ func TestLostClaimForgotten(t *testing.T) {
 			default:
 				err = holder.CompleteWith(ctx, c, []byte("late"), time.Minute, zkstore.Effect{})
 			}
-			if !errors.Is(err, idem.ErrLockLost) {
+			if !errors.Is(err, lock.ErrLockLost) {
 				t.Fatalf("%s of the lost claim: %v, want ErrLockLost", finish, err)
 			}
 			if n := zkstore.CachedVersions(holder); n != 0 {

@@ -1,11 +1,13 @@
 package idemdriver
 
 import (
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/oncekit/oncekit/core/internal/bounds"
 	"github.com/oncekit/oncekit/core/lock"
@@ -165,3 +167,31 @@ func CheckClientKey(k string) error {
 	}
 	return nil
 }
+
+// NewKey returns a fresh idempotency key for a logical operation that has
+// none: a UUID of version 7 (RFC 9562: the time in milliseconds, then 74
+// random bits) in its canonical 36-character form, as Google's AIP-155
+// asks of a request_id, and sortable by when it was minted. Middleware
+// that mints keys on a client's behalf (grpcmw's client interceptor,
+// kafkamw's Producer) uses it.
+func NewKey() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
+	ms := uint64(time.Now().UnixMilli())
+	for i := range 6 {
+		b[i] = byte(ms >> (40 - 8*i))
+	}
+	b[6] = b[6]&0x0f | 0x70 // version 7
+	b[8] = b[8]&0x3f | 0x80 // the RFC 9562 variant
+	h := hex.EncodeToString(b[:])
+	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
+}
+
+// PlaceOf returns the place of a key made by idem.Placed, and false for a key
+// that is not placed: one that does not start with '{', one whose first
+// '}' comes right after it or more than MaxPlaceLen bytes later.
+func PlaceOf(key string) (place string, ok bool) { return bounds.PlaceOf(key) }
+
+// MaxPlaceLen is the longest place of a placed key (idem.Placed), in
+// bytes.
+const MaxPlaceLen = bounds.MaxPlaceLen

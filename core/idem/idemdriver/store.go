@@ -2,7 +2,10 @@ package idemdriver
 
 import (
 	"context"
+	"errors"
 	"time"
+
+	"github.com/oncekit/oncekit/core/internal/idemerr"
 )
 
 // State is what Begin found.
@@ -126,4 +129,28 @@ type EffectStore interface {
 // result stored.
 type CallerCommits interface {
 	CallerCommits()
+}
+
+// CorruptRecord is the error of a record a store cannot read: it matches
+// idem.ErrCorruptRecord, names key, and says why (reason).
+func CorruptRecord(key, reason string) error { return &idemerr.Corrupt{Key: key, Reason: reason} }
+
+// CorruptRecordOf returns the key and the reason of a CorruptRecord error
+// in err's chain.
+func CorruptRecordOf(err error) (key, reason string, ok bool) {
+	var c *idemerr.Corrupt
+	if !errors.As(err, &c) {
+		return "", "", false
+	}
+	return c.Key, c.Reason, true
+}
+
+// RetryAfter returns the hint an idem.ErrInFlight error carries: how long
+// until the running claim's lease runs out.
+func RetryAfter(err error) (time.Duration, bool) {
+	var f *idemerr.InFlight
+	if !errors.As(err, &f) {
+		return 0, false
+	}
+	return f.RetryAfter, true
 }

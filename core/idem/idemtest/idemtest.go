@@ -332,13 +332,13 @@ func (s *suite) staleHolder(t *testing.T) {
 	if cur.Fence <= old.Fence {
 		t.Errorf("new claim's fence %d not above the old one's %d", cur.Fence, old.Fence)
 	}
-	if err := st.Complete(ctx, old, []byte("stale"), time.Minute); !errors.Is(err, idem.ErrLockLost) {
+	if err := st.Complete(ctx, old, []byte("stale"), time.Minute); !errors.Is(err, lock.ErrLockLost) {
 		t.Errorf("stale Complete: %v, want ErrLockLost", err)
 	}
-	if err := st.Abandon(ctx, old); !errors.Is(err, idem.ErrLockLost) {
+	if err := st.Abandon(ctx, old); !errors.Is(err, lock.ErrLockLost) {
 		t.Errorf("stale Abandon: %v, want ErrLockLost", err)
 	}
-	if err := st.Extend(ctx, old, time.Minute); !errors.Is(err, idem.ErrLockLost) {
+	if err := st.Extend(ctx, old, time.Minute); !errors.Is(err, lock.ErrLockLost) {
 		t.Errorf("stale Extend: %v, want ErrLockLost", err)
 	}
 	if c, err := st.Begin(ctx, idemdriver.MustKey(k), "fp", time.Second); err != nil || c.State != idemdriver.InFlight {
@@ -360,9 +360,8 @@ func (s *suite) corrupt(t *testing.T) {
 	s.cfg.Corrupt(t, k)
 	st := s.cfg.NewStore(t)
 	_, err := st.Begin(ctxT(t, 5*time.Second), idemdriver.MustKey(k), "fp", time.Second)
-	var ce *idem.CorruptRecordError
-	if !errors.Is(err, idem.ErrCorruptRecord) || !errors.As(err, &ce) || ce.Key != k {
-		t.Fatalf("Begin on a corrupt record: %v, want a *CorruptRecordError naming the key", err)
+	if ck, _, ok := idemdriver.CorruptRecordOf(err); !errors.Is(err, idem.ErrCorruptRecord) || !ok || ck != k {
+		t.Fatalf("Begin on a corrupt record: %v, want a CorruptRecord naming the key", err)
 	}
 	_, _, err = guard(t, st).Do(ctxT(t, 5*time.Second), k, "fp", func(context.Context) ([]byte, error) {
 		t.Error("run executed over a corrupt record")
@@ -434,9 +433,8 @@ func (s *suite) inFlight(t *testing.T) {
 		t.Error("a duplicate ran while the first was in flight")
 		return nil, nil
 	})
-	var ife *idem.InFlightError
-	if !errors.Is(err, idem.ErrInFlight) || !errors.As(err, &ife) || ife.RetryAfter <= 0 || ife.RetryAfter > 10*time.Second {
-		t.Errorf("duplicate in flight: %v, want an *InFlightError with a retry hint in (0, 10s]", err)
+	if after, ok := idemdriver.RetryAfter(err); !errors.Is(err, idem.ErrInFlight) || !ok || after <= 0 || after > 10*time.Second {
+		t.Errorf("duplicate in flight: %v, want ErrInFlight with a retry hint in (0, 10s]", err)
 	}
 }
 
@@ -487,7 +485,7 @@ func (s *suite) lostMidRun(t *testing.T) {
 		}
 		return []byte("too late"), nil
 	})
-	if !errors.Is(err, idem.ErrLockLost) || !errors.Is(cause, idem.ErrLockLost) {
+	if !errors.Is(err, lock.ErrLockLost) || !errors.Is(cause, lock.ErrLockLost) {
 		t.Fatalf("Do with a lost claim: %v (run's cause %v), want ErrLockLost", err, cause)
 	}
 	// The run ends a little before its claim expires in the store: wait
@@ -517,7 +515,7 @@ func (s *suite) runEndsBeforeAnother(t *testing.T) {
 // nothing, when via's extensions hang by themselves from then on). It
 // checks that the run's context is done before a Begin on other (another
 // process's Store of the same servers) can claim the key, and that Do then
-// reports idem.ErrLockLost: never two runs at once.
+// reports lock.ErrLockLost: never two runs at once.
 func CheckRunEndsBeforeAnother(t *testing.T, via, other idemdriver.Store, cut func()) {
 	t.Helper()
 	k := key(t)
@@ -561,7 +559,7 @@ func CheckRunEndsBeforeAnother(t *testing.T, via, other idemdriver.Store, cut fu
 	default:
 		t.Fatal("another process claimed the key while the cut-off run was still going: two runs at once")
 	}
-	if err := <-runErr; !errors.Is(err, idem.ErrLockLost) {
+	if err := <-runErr; !errors.Is(err, lock.ErrLockLost) {
 		t.Errorf("Do whose claim ran out: %v, want ErrLockLost", err)
 	}
 }
@@ -837,10 +835,10 @@ func (s *suite) effectAcrossCrash(t *testing.T) {
 	if err := es.CompleteWith(ctx, retry, []byte("r"), time.Minute, effect); err != nil {
 		t.Fatalf("CompleteWith: %v", err)
 	}
-	if err := es.CompleteWith(ctx, retry, []byte("r"), time.Minute, effect); err != nil && !errors.Is(err, idem.ErrLockLost) {
+	if err := es.CompleteWith(ctx, retry, []byte("r"), time.Minute, effect); err != nil && !errors.Is(err, lock.ErrLockLost) {
 		t.Errorf("CompleteWith repeated after its reply was lost: %v, want nil or ErrLockLost", err)
 	}
-	if err := es.CompleteWith(ctx, crashed, []byte("late"), time.Minute, effect); !errors.Is(err, idem.ErrLockLost) {
+	if err := es.CompleteWith(ctx, crashed, []byte("late"), time.Minute, effect); !errors.Is(err, lock.ErrLockLost) {
 		t.Errorf("the stale claim's CompleteWith: %v, want ErrLockLost", err)
 	}
 	if n := count(); n != 1 {
@@ -854,14 +852,14 @@ func (s *suite) effectAcrossCrash(t *testing.T) {
 func (s *suite) invalidKey(t *testing.T) {
 	st := s.cfg.NewStore(t)
 	ctx := ctxT(t, 5*time.Second)
-	if _, err := st.Begin(ctx, idemdriver.Key{}, "fp", time.Second); !errors.Is(err, idem.ErrInvalidKey) {
+	if _, err := st.Begin(ctx, idemdriver.Key{}, "fp", time.Second); !errors.Is(err, lock.ErrInvalidKey) {
 		t.Errorf("Begin with the zero Key: %v, want ErrInvalidKey", err)
 	}
 	for _, k := range []string{"", strings.Repeat("k", 513)} {
-		if _, err := idemdriver.CheckKey(k); !errors.Is(err, idem.ErrInvalidKey) {
+		if _, err := idemdriver.CheckKey(k); !errors.Is(err, lock.ErrInvalidKey) {
 			t.Errorf("CheckKey of a %d-byte key: %v, want ErrInvalidKey", len(k), err)
 		}
-		if _, _, err := guard(t, st).Do(ctx, k, "fp", nil); !errors.Is(err, idem.ErrInvalidKey) {
+		if _, _, err := guard(t, st).Do(ctx, k, "fp", nil); !errors.Is(err, lock.ErrInvalidKey) {
 			t.Errorf("Do with a %d-byte key: %v, want ErrInvalidKey", len(k), err)
 		}
 	}
@@ -876,7 +874,7 @@ func (s *suite) inspect(t *testing.T) {
 	}
 	ctx := ctxT(t, 10*time.Second)
 	k := key(t)
-	if _, err := in.InspectRecord(ctx, ""); !errors.Is(err, idem.ErrInvalidKey) {
+	if _, err := in.InspectRecord(ctx, ""); !errors.Is(err, lock.ErrInvalidKey) {
 		t.Errorf("InspectRecord(\"\"): %v, want ErrInvalidKey", err)
 	}
 	if info, err := in.InspectRecord(ctx, k); err != nil || info.Found {
@@ -900,7 +898,7 @@ func (s *suite) inspect(t *testing.T) {
 	if ok, err := in.DeleteRecord(ctx, k); err != nil || !ok {
 		t.Fatalf("DeleteRecord = %v, %v", ok, err)
 	}
-	if err := st.Complete(ctx, c, []byte("late"), time.Minute); !errors.Is(err, idem.ErrLockLost) {
+	if err := st.Complete(ctx, c, []byte("late"), time.Minute); !errors.Is(err, lock.ErrLockLost) {
 		t.Errorf("Complete after DeleteRecord: %v, want ErrLockLost", err)
 	}
 	res, replayed, err := guard(t, st).Do(ctx, k, "fp-1", func(context.Context) ([]byte, error) { return []byte("done"), nil })

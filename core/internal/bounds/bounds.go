@@ -66,7 +66,7 @@ func CleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), Cleanup)
 }
 
-// MaxPlaceLen is the longest place of a placed key (idem.MaxPlaceLen).
+// MaxPlaceLen is the longest place of a placed key (idemdriver.MaxPlaceLen).
 const MaxPlaceLen = 64
 
 // Place checks a non-empty place: at most MaxPlaceLen bytes, no brace.

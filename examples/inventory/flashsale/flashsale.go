@@ -22,7 +22,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/oncekit/oncekit/core/idem"
+	"github.com/oncekit/oncekit/core/idem/idemdriver"
 	"github.com/oncekit/oncekit/examples/inventory"
 	"github.com/oncekit/oncekit/examples/inventory/inventorypb"
 	"github.com/oncekit/oncekit/grpcmw"
@@ -191,7 +191,7 @@ func (r *run) restock(ctx context.Context) error {
 // buyer orders one unit with one key; a duplicating buyer sends the same
 // order to another replica at the same time.
 func (r *run) buyer(ctx context.Context, i int) {
-	key := idem.NewKey()
+	key := idemdriver.NewKey()
 	user := fmt.Sprintf("buyer-%d", i)
 	overGRPC := len(r.grpc) > 0 && i%2 == 1
 	send := func(replica int) {

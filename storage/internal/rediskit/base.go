@@ -14,6 +14,7 @@ import (
 
 	"github.com/oncekit/oncekit/core/idem"
 	"github.com/oncekit/oncekit/core/idem/idemdriver"
+	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/core/lock/lockdriver"
 	"github.com/oncekit/oncekit/storage/internal/bg"
 	"github.com/oncekit/oncekit/storage/internal/redisnotify"
@@ -452,10 +453,10 @@ func (b *Base) RecordStatus(ctx context.Context, c redis.Scripter, key idemdrive
 // FinishContext is the context a Complete or Abandon runs under: the
 // caller's, or a clean-up context when it has ended (the work is done and
 // its record must be written). Extend keeps the caller's. A claim without a
-// token was never ours: idem.ErrLockLost.
+// token was never ours: lock.ErrLockLost.
 func FinishContext(ctx context.Context, c idemdriver.Claim, op FinishOp, driver string) (context.Context, context.CancelFunc, error) {
 	if c.Token == "" {
-		return nil, nil, fmt.Errorf("%s: %s %q: %w", driver, op, c.Key, idem.ErrLockLost)
+		return nil, nil, fmt.Errorf("%s: %s %q: %w", driver, op, c.Key, lock.ErrLockLost)
 	}
 	if ctx.Err() != nil && op != Extend {
 		cctx, cancel := lockdriver.CleanupContext(ctx)
@@ -478,7 +479,7 @@ func (r BeginReply) Claim(key idemdriver.Key, fingerprint, tok string, ttl time.
 	case BeginMismatch:
 		c.State = idemdriver.Mismatch
 	case BeginCorrupt:
-		return idemdriver.Claim{}, &idem.CorruptRecordError{Key: key.String(), Reason: r.Reason}
+		return idemdriver.Claim{}, idemdriver.CorruptRecord(key.String(), r.Reason)
 	case BeginUnknownLayout:
 		return idemdriver.Claim{}, r.LayoutError(key, "")
 	}

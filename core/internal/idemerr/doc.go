@@ -1,0 +1,3 @@
+// Package idemerr holds the corrupt-record error that idem reports and
+// idemdriver's drivers make.
+package idemerr
