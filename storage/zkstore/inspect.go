@@ -21,8 +21,23 @@ func (s *Store) InspectLock(ctx context.Context, key string) (lockdriver.LockInf
 	if err := lockdriver.ValidateKey(key); err != nil {
 		return lockdriver.LockInfo{}, err
 	}
+	if err := s.syncPath(ctx, s.lockDir(key)); err != nil {
+		return lockdriver.LockInfo{}, fmt.Errorf("zkstore: inspect %q: %w", key, err)
+	}
 	info, _, err := s.inspectLock(ctx, key)
 	return info, err
+}
+
+// syncPath has this session's server catch up with the leader before an
+// operator's read (another session's writes acknowledged before it was
+// asked are then seen): ZooKeeper serves reads from the server a session
+// is connected to, which may lag.
+func (s *Store) syncPath(ctx context.Context, path string) error {
+	_, err := call(ctx, s, func() (string, error) { return s.conn.Sync(path) }, nil)
+	if errors.Is(err, zk.ErrNoNode) {
+		return nil
+	}
+	return err
 }
 
 // inspectLock also returns the holder's nodes (its queue node and its
@@ -114,7 +129,11 @@ func (s *Store) InspectRecord(ctx context.Context, key string) (idemdriver.Recor
 		return idemdriver.RecordInfo{}, err
 	}
 	info := idemdriver.RecordInfo{Key: key}
-	rec, st, err := s.read(ctx, key, s.recordPath(key))
+	path := s.recordPath(key)
+	if err := s.syncPath(ctx, path); err != nil {
+		return idemdriver.RecordInfo{}, fmt.Errorf("zkstore: inspect %q: %w", key, err)
+	}
+	rec, st, err := s.read(ctx, key, path)
 	_, reason, corrupt := idemdriver.CorruptRecordOf(err)
 	switch {
 	case errors.Is(err, zk.ErrNoNode):
