@@ -50,8 +50,8 @@
 //     message's topic, partition and offset, so a redelivery of that message
 //     is not dead-lettered again.
 //   - A handler error is the handler's, whatever it wraps: an error that
-//     wraps an *idem.ReplayedError (from a Guard the handler calls itself)
-//     is retried like any other, not taken for a duplicate.
+//     wraps a final error a Guard the handler calls itself replayed is
+//     retried like any other, not taken for a duplicate.
 //   - The store unreachable: the message is retried with backoff, without
 //     counting attempts; nothing after it is committed, and once WithPipeline
 //     messages wait, fetching waits too. When the store answers, it goes on.

@@ -18,19 +18,20 @@ import (
 	"github.com/oncekit/oncekit/storage/memstore"
 )
 
-// A handler error that wraps an *idem.ReplayedError (the handler called a
-// Guard of its own) is the handler's error: retried, not taken for a
-// duplicate and committed with no effect.
+// A handler error that wraps a replayed final error (the handler called a
+// Guard of its own, which replayed one) is the handler's error: retried,
+// not taken for a duplicate and committed with no effect.
 func TestHandlerErrorWrappingReplayedIsRetried(t *testing.T) {
 	brokers := testenv.KafkaBrokers(t)
 	topic := testenv.KafkaTopic(t, brokers, 1)
 	produce(t, newWriter(t, brokers, topic), []kafka.Message{message(0), message(1)})
+	replayedErr := replayedFinalError(t)
 	var calls atomic.Int64
 	eff := newEffects()
 	c, err := kafkamw.NewConsumer(newReader(t, brokers, topic, "g-"+topic), newGuard(t, memstore.New()),
 		func(ctx context.Context, m kafka.Message) error {
 			if idOf(m) == "m-0" && calls.Add(1) == 1 {
-				return fmt.Errorf("downstream: %w", &idem.ReplayedError{Message: "an earlier failure"})
+				return fmt.Errorf("downstream: %w", replayedErr)
 			}
 			eff.Add(idOf(m))
 			return nil
@@ -268,4 +269,17 @@ func TestPartitionBackAtHigherOffsetNeverCommitsBelow(t *testing.T) {
 			break
 		}
 	}
+}
+
+// replayedFinalError is what a Guard's duplicate gets after a run failed
+// with a final error: the stored error, replayed.
+func replayedFinalError(t *testing.T) error {
+	g := newGuard(t, memstore.New(), idem.WithFinalErrors(func(error) bool { return true }))
+	fail := func(context.Context) ([]byte, error) { return nil, errors.New("an earlier failure") }
+	_, _, _ = g.Do(t.Context(), "downstream", "fp", fail)
+	_, replayed, err := g.Do(t.Context(), "downstream", "fp", fail)
+	if !replayed || err == nil {
+		t.Fatalf("the duplicate: replayed=%v err=%v, want a replayed error", replayed, err)
+	}
+	return err
 }

@@ -74,12 +74,6 @@ func storeErr(op string, key idemdriver.Key, err error) error {
 	return &StoreError{Op: op, Key: key.String(), Err: err}
 }
 
-// ReplayedError is a run's final error, stored and replayed to duplicates
-// (see WithFinalErrors). Only its message survives storage.
-type ReplayedError struct{ Message string }
-
-func (e *ReplayedError) Error() string { return e.Message }
-
 // ErrEffectUnsupported reports an effect (Commit) the store cannot commit
 // with a record: the store is not an EffectStore, or the effect is not of
 // its driver's type. Nothing is written; the claim is abandoned.

@@ -49,7 +49,8 @@ func WithMaxResult(n int) Option { return func(g *Guard) { g.maxResult = n } }
 func WithWait(d time.Duration) Option { return func(g *Guard) { g.wait = d } }
 
 // WithFinalErrors sets which errors of a run are final: stored and replayed
-// to duplicates as a *ReplayedError (a validation failure, say), instead of
+// to duplicates (a validation failure, say: only its message is stored, and Do
+// reports it with replayed set), instead of
 // abandoning the claim so that a retry runs again. Default: none is final.
 func WithFinalErrors(final func(error) bool) Option { return func(g *Guard) { g.final = final } }
 
@@ -203,7 +204,7 @@ func (g *Guard) do(ctx context.Context, key idemdriver.Key, fingerprint string,
 		return nil, false, storeErr("begin", key, err)
 	}
 	call.End(observe.Replayed, 0, nil)
-	return res, true, err // err: a stored final error, as a *ReplayedError
+	return res, true, err // err: a stored final error (its message)
 }
 
 // validity is when claim c, acquired by a Begin sent at sent, may be
@@ -360,7 +361,7 @@ func (g *Guard) run(ctx context.Context, c idemdriver.Claim, valid time.Time, ru
 		return nil, false, err
 	}
 	if runErr != nil {
-		return nil, false, runErr // stored as final; duplicates get a *ReplayedError
+		return nil, false, runErr // stored as final; duplicates get its message, replayed
 	}
 	return res, false, nil
 }
@@ -475,7 +476,7 @@ func decodeOutcome(key string, b []byte) ([]byte, error) {
 	case kindResult:
 		return b[2:], nil
 	case kindError:
-		return nil, &ReplayedError{Message: string(b[2:])}
+		return nil, &idemerr.Replayed{Message: string(b[2:])}
 	}
 	return nil, &idemerr.Corrupt{Key: key, Reason: fmt.Sprintf("unknown outcome kind %d", b[1])}
 }

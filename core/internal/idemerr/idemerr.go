@@ -35,3 +35,9 @@ func (e *InFlight) Error() string {
 
 // Unwrap returns ErrInFlight.
 func (e *InFlight) Unwrap() error { return ErrInFlight }
+
+// Replayed is a run's final error, stored and replayed to duplicates
+// (idem.WithFinalErrors): only its message survives storage.
+type Replayed struct{ Message string }
+
+func (e *Replayed) Error() string { return e.Message }
