@@ -73,10 +73,10 @@ func TestConstructorsRejectBadInput(t *testing.T) {
 		"grpcmw.UnaryServerInterceptor(no scope)": func() error { _, err := grpcmw.UnaryServerInterceptor(g); return err },
 		"grpcmw.StreamServerInterceptor(nil)":     func() error { _, err := grpcmw.StreamServerInterceptor(nil, grpcmw.Unscoped()); return err },
 		"kafkamw.NewConsumer(nil reader)": func() error {
-			_, err := kafkamw.NewConsumer(nil, g, func(context.Context, kafka.Message) error { return nil })
+			_, err := kafkamw.NewConsumer(nil, g, func(context.Context, kafkamw.Message) error { return nil })
 			return err
 		},
-		"kafkamw.NewConsumer(nil handler)": func() error { _, err := kafkamw.NewConsumer(r, g, nil); return err },
+		"kafkamw.NewConsumer(nil handler)": func() error { _, err := kafkamw.NewConsumer(kafkamw.KafkaGoReader(r), g, nil); return err },
 		"kafkamw.NewProducer(nil)":         func() error { _, err := kafkamw.NewProducer(nil); return err },
 		"storage.Open(\"\")":               func() error { _, err := storage.Open(context.Background(), ""); return err },
 		"storage.Open(ftp://)":             func() error { _, err := storage.Open(context.Background(), "ftp://x"); return err },

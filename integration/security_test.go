@@ -239,7 +239,7 @@ func TestNoCrossPrincipalReplay(t *testing.T) {
 	defer rd.Close()
 	var mu sync.Mutex
 	handled := map[string]int{}
-	cons, err := kafkamw.NewConsumer(rd, guard, func(ctx context.Context, m kafka.Message) error {
+	cons, err := kafkamw.NewConsumer(kafkamw.KafkaGoReader(rd), guard, func(ctx context.Context, m kafkamw.Message) error {
 		mu.Lock()
 		defer mu.Unlock()
 		for _, h := range m.Headers {
@@ -248,7 +248,7 @@ func TestNoCrossPrincipalReplay(t *testing.T) {
 			}
 		}
 		return nil
-	}, kafkamw.WithScope(func(m kafka.Message) string {
+	}, kafkamw.WithScope(func(m kafkamw.Message) string {
 		for _, h := range m.Headers {
 			if h.Key == "tenant" {
 				return "tenant:" + string(h.Value)

@@ -69,8 +69,8 @@ func BenchmarkConsumer(b *testing.B) {
 	for _, s := range kafkatest.Stores {
 		b.Run("kafkamw/"+s.Name, func(b *testing.B) {
 			topic := prepare(b)
-			c, err := kafkamw.NewConsumer(newReader(b, brokers, topic, "g-"+topic), newGuard(b, s.New(b)),
-				func(context.Context, kafka.Message) error { return nil }, kafkamw.WithConcurrency(partitions))
+			c, err := kafkamw.NewConsumer(kafkamw.KafkaGoReader(newReader(b, brokers, topic, "g-"+topic)), newGuard(b, s.New(b)),
+				func(context.Context, kafkamw.Message) error { return nil }, kafkamw.WithConcurrency(partitions))
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -3,8 +3,6 @@ package kafkamw
 import (
 	"context"
 	"time"
-
-	"github.com/segmentio/kafka-go"
 )
 
 // maxCommitFails is how often one partition's offset may fail to commit
@@ -57,7 +55,7 @@ func (c *Consumer) commit() error {
 		}
 		c.toCommit[p] = &candidate{msg: last.msg}
 	}
-	msgs := make([]kafka.Message, 0, len(c.toCommit))
+	msgs := make([]Message, 0, len(c.toCommit))
 	for _, cand := range c.toCommit {
 		msgs = append(msgs, cand.msg)
 	}

@@ -9,19 +9,17 @@ import (
 	"sync"
 	"time"
 
-	"github.com/segmentio/kafka-go"
-
 	"github.com/oncekit/oncekit/core/idem"
 	"github.com/oncekit/oncekit/core/idem/idemdriver"
 	"github.com/oncekit/oncekit/core/observe"
 )
 
-// Reader is what a Consumer reads from: a *kafka.Reader with a GroupID, so
-// that CommitMessages commits the group's offsets. Its CommitInterval should
-// be 0 (commits are synchronous; the Consumer batches them itself).
+// Reader is what a Consumer reads from, in a consumer group, so that
+// CommitMessages commits the group's offsets: KafkaGoReader over kafka-go,
+// or kafkamw/franz's Reader over franz-go.
 type Reader interface {
-	FetchMessage(ctx context.Context) (kafka.Message, error)
-	CommitMessages(ctx context.Context, msgs ...kafka.Message) error
+	FetchMessage(ctx context.Context) (Message, error)
+	CommitMessages(ctx context.Context, msgs ...Message) error
 }
 
 // Handler handles one message. Its context carries the message's stable
@@ -30,7 +28,7 @@ type Reader interface {
 // conditional on the key at its resource. It is cancelled when the Consumer
 // stops abruptly or the claim is lost. An error is retried (WithRetry),
 // unless it is Permanent; then the message is dead-lettered.
-type Handler func(ctx context.Context, msg kafka.Message) error
+type Handler func(ctx context.Context, msg Message) error
 
 // Stats counts what a Consumer did since it was made.
 type Stats struct {
@@ -63,7 +61,7 @@ const (
 
 // messageRequest describes msg's processing for observers: a consumer's
 // "process {topic}", with its coordinates.
-func messageRequest(msg kafka.Message, group string) *observe.Request {
+func messageRequest(msg Message, group string) *observe.Request {
 	attrs := []observe.Attr{
 		{Key: AttrMessagingSystem, Value: "kafka"},
 		{Key: AttrMessagingOperation, Value: "process"},
@@ -117,12 +115,12 @@ type lane struct {
 }
 
 type entry struct {
-	msg  kafka.Message
+	msg  Message
 	done bool
 }
 
 type candidate struct {
-	msg   kafka.Message
+	msg   Message
 	fails int
 }
 
@@ -138,7 +136,7 @@ const commitTimeout = 10 * time.Second
 
 // NewConsumer returns a Consumer that reads r, claims each message's key in
 // guard's store, runs handler once per key and commits offsets as messages
-// are done. r must be in a consumer group (a *kafka.Reader with GroupID, or
+// are done. r must be in a consumer group (its adapter says which, or
 // WithGroup).
 func NewConsumer(r Reader, guard *idem.Guard, handler Handler, opts ...Option) (*Consumer, error) {
 	cfg := defaults()
@@ -148,24 +146,18 @@ func NewConsumer(r Reader, guard *idem.Guard, handler Handler, opts ...Option) (
 	if r == nil || guard == nil || handler == nil {
 		cfg.errs = append(cfg.errs, errors.New("NewConsumer needs a Reader, a Guard and a Handler"))
 	}
-	if kr, ok := r.(*kafka.Reader); ok && kr != nil {
-		rc := kr.Config()
-		if rc.GroupID == "" {
-			cfg.errs = append(cfg.errs, errors.New("the kafka.Reader has no GroupID: offsets can only be committed in a consumer group"))
-		}
-		if cfg.group == "" {
-			cfg.group = rc.GroupID
-		}
-	}
 	if g, ok := r.(interface{ GroupID() string }); ok && cfg.group == "" {
-		cfg.group = g.GroupID() // another client's adapter (kafkamw/franz)
+		cfg.group = g.GroupID() // the adapter's (KafkaGoReader, kafkamw/franz)
+		if cfg.group == "" {
+			cfg.errs = append(cfg.errs, errors.New("the Reader has no consumer group: offsets can only be committed in a consumer group"))
+		}
 	}
 	if cfg.scope == nil {
 		if cfg.group == "" {
 			cfg.errs = append(cfg.errs, errors.New("no consumer group to scope keys by: use WithGroup or WithScope"))
 		}
 		group, prefix := cfg.group, cfg.dlqPrefix
-		cfg.scope = func(m kafka.Message) string {
+		cfg.scope = func(m Message) string {
 			topic, g := origin(m, prefix) // a moved message keeps its original key space
 			if g == "" {
 				g = group
@@ -330,7 +322,7 @@ func (c *Consumer) fetchLoop(fetch, work context.Context, wg *sync.WaitGroup) er
 // it waits for the message before it with the same key (if one is in
 // flight here), is claimed at once, and runs its handler when every earlier
 // message of its partition has had its turn.
-func (c *Consumer) dispatch(ctx context.Context, msg kafka.Message, wg *sync.WaitGroup) {
+func (c *Consumer) dispatch(ctx context.Context, msg Message, wg *sync.WaitGroup) {
 	p := partition{msg.Topic, msg.Partition}
 	key, keyErr := c.keyOf(msg)
 	e := &entry{msg: msg}

@@ -26,7 +26,7 @@ func BenchmarkMessageCost(b *testing.B) {
 	}
 	r := kafka.NewReader(kafka.ReaderConfig{Brokers: []string{"127.0.0.1:1"}, GroupID: "bench", Topic: "orders"})
 	defer r.Close()
-	c, err := NewConsumer(r, g, func(context.Context, kafka.Message) error { return nil })
+	c, err := NewConsumer(KafkaGoReader(r), g, func(context.Context, Message) error { return nil })
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -36,15 +36,15 @@ func BenchmarkMessageCost(b *testing.B) {
 	for _, mode := range []string{"new-key", "duplicate"} {
 		b.Run(mode, func(b *testing.B) {
 			b.ReportAllocs()
-			msg := kafka.Message{Topic: "orders", Partition: 0, Value: []byte(`{"order":"o-1","sku":"phone-x"}`),
-				Headers: []kafka.Header{{Key: "Content-Type", Value: []byte("application/json")}}}
+			msg := Message{Topic: "orders", Partition: 0, Value: []byte(`{"order":"o-1","sku":"phone-x"}`),
+				Headers: []Header{{Key: "Content-Type", Value: []byte("application/json")}}}
 			for i := 0; b.Loop(); i++ {
 				msg.Offset = int64(i)
 				id := "m-" + mode
 				if mode == "new-key" {
 					id += strconv.Itoa(i)
 				}
-				msg.Headers = append(msg.Headers[:1], kafka.Header{Key: DefaultKeyHeader, Value: []byte(id)})
+				msg.Headers = append(msg.Headers[:1], Header{Key: DefaultKeyHeader, Value: []byte(id)})
 				key, err := c.keyOf(msg)
 				if out := c.process(ctx, msg, key, err, done, nil, func() {}); out != observe.Executed && out != observe.Duplicate {
 					b.Fatalf("outcome %v", out)

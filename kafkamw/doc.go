@@ -1,13 +1,15 @@
-// Package kafkamw runs a Kafka consumer (github.com/segmentio/kafka-go, in a
-// consumer group) on an idem.Guard so that each message's effect happens
-// once: nothing lost, nothing run twice, across redeliveries, rebalances,
-// retried produces and crashed consumers.
+// Package kafkamw runs a Kafka consumer, in a consumer group, on an
+// idem.Guard so that each message's effect happens once: nothing lost,
+// nothing run twice, across redeliveries, rebalances, retried produces and
+// crashed consumers. It works on its own Message type, whichever client
+// carries it: KafkaGoReader and KafkaGoWriter adapt
+// github.com/segmentio/kafka-go, kafkamw/franz adapts franz-go.
 //
 //	r := kafka.NewReader(kafka.ReaderConfig{Brokers: brokers, Topic: "orders", GroupID: "shipping"})
 //	defer r.Close()
-//	c, err := kafkamw.NewConsumer(r, guard, func(ctx context.Context, m kafka.Message) error {
+//	c, err := kafkamw.NewConsumer(kafkamw.KafkaGoReader(r), guard, func(ctx context.Context, m kafkamw.Message) error {
 //		return ship(ctx, m) // idem.KeyFrom(ctx) and idem.FenceFrom(ctx) are set
-//	}, kafkamw.WithConcurrency(4), kafkamw.WithDeadLetter(dlqWriter, "orders.dlq"))
+//	}, kafkamw.WithConcurrency(4), kafkamw.WithDeadLetter(kafkamw.KafkaGoWriter(dlqWriter), "orders.dlq"))
 //	if err != nil { ... }
 //	err = c.Run(ctx) // until ctx ends or c.Shutdown
 //
@@ -86,7 +88,7 @@
 //
 // # Producing
 //
-// Producer wraps a kafka.Writer and stamps each message with a fresh
+// Producer wraps a Writer (KafkaGoWriter, franz.NewWriter) and stamps each message with a fresh
 // message-id once, so the Writer's retries, Producer's own
 // (WithSendRetries) and the caller's resends of the same slice carry the same
 // key and are handled once.

@@ -2,6 +2,7 @@ package kafkamw_test
 
 import (
 	"context"
+	"io"
 	"testing"
 	"time"
 
@@ -14,8 +15,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	kafkatest.RunChild(func(brokers []string, topic, group string) (kafkatest.ReadCloser, error) {
-		return kafka.NewReader(kafkatest.ReaderConfig(brokers, topic, group)), nil
+	kafkatest.RunChild(func(brokers []string, topic, group string) (kafkamw.Reader, io.Closer, error) {
+		r := kafka.NewReader(kafkatest.ReaderConfig(brokers, topic, group))
+		return kafkamw.KafkaGoReader(r), r, nil
 	})
 	goleak.VerifyTestMain(m)
 }
@@ -49,7 +51,7 @@ func TestRebalance(t *testing.T) {
 
 	st := newRedisStore(t, testenv.RedisAddrs(t, 1)[0])
 	eff := newEffects()
-	handler := func(ctx context.Context, m kafka.Message) error {
+	handler := func(ctx context.Context, m kafkamw.Message) error {
 		time.Sleep(300 * time.Microsecond)
 		eff.Add(idOf(m))
 		return nil
@@ -57,7 +59,7 @@ func TestRebalance(t *testing.T) {
 	group := "g-" + topic
 	newConsumer := func() (*kafkamw.Consumer, *kafka.Reader) {
 		r := newReader(t, brokers, topic, group)
-		c, err := kafkamw.NewConsumer(r, newGuard(t, st), handler, kafkamw.WithConcurrency(2))
+		c, err := kafkamw.NewConsumer(kafkamw.KafkaGoReader(r), newGuard(t, st), handler, kafkamw.WithConcurrency(2))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -40,8 +40,8 @@ func TestDuplicatesRunOnce(t *testing.T) {
 
 		eff := newEffects()
 		group := "g-" + topic
-		c, err := kafkamw.NewConsumer(newReader(t, brokers, topic, group), newGuard(t, st),
-			func(ctx context.Context, m kafka.Message) error {
+		c, err := kafkamw.NewConsumer(kafkamw.KafkaGoReader(newReader(t, brokers, topic, group)), newGuard(t, st),
+			func(ctx context.Context, m kafkamw.Message) error {
 				if k, ok := idem.KeyFrom(ctx); !ok || k == "" {
 					return errors.New("no stored key in the handler's context")
 				}
@@ -87,8 +87,8 @@ func TestPoisonMessageDeadLettered(t *testing.T) {
 	var calls sync.Map // id -> *atomic.Int64
 	var attempts []int // m-10's runs' idem.AttemptFrom
 	eff := newEffects()
-	c, err := kafkamw.NewConsumer(newReader(t, brokers, topic, "g-"+topic), newGuard(t, memstore.New()),
-		func(ctx context.Context, m kafka.Message) error {
+	c, err := kafkamw.NewConsumer(kafkamw.KafkaGoReader(newReader(t, brokers, topic, "g-"+topic)), newGuard(t, memstore.New()),
+		func(ctx context.Context, m kafkamw.Message) error {
 			n, _ := calls.LoadOrStore(idOf(m), new(atomic.Int64))
 			n.(*atomic.Int64).Add(1)
 			switch idOf(m) {
@@ -105,7 +105,7 @@ func TestPoisonMessageDeadLettered(t *testing.T) {
 			return nil
 		},
 		kafkamw.WithRetry(3, time.Millisecond, 10*time.Millisecond),
-		kafkamw.WithDeadLetter(newWriter(t, brokers, dlqTopic), ""))
+		kafkamw.WithDeadLetter(kafkamw.KafkaGoWriter(newWriter(t, brokers, dlqTopic)), ""))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,11 +139,11 @@ func TestPoisonMessageDeadLettered(t *testing.T) {
 			t.Fatal(err)
 		}
 		h, p := headers(m), kafkamw.DefaultDeadLetterPrefix
-		if idOf(m) != want.id || h[p+kafkamw.HeaderOriginalTopic] != topic || h[p+kafkamw.HeaderOriginalPartition] != "0" ||
+		if string(m.Key) != want.id || h[p+kafkamw.HeaderOriginalTopic] != topic || h[p+kafkamw.HeaderOriginalPartition] != "0" ||
 			h[p+kafkamw.HeaderOriginalOffset] != want.offset || h[p+kafkamw.HeaderError] != want.err ||
 			h[kafkamw.DefaultKeyHeader] != want.id || h[p+kafkamw.HeaderIdempotencyKey] == "" ||
 			h[p+kafkamw.HeaderAttempts] != want.attempts || h[p+kafkamw.HeaderConsumerGroup] != "g-"+topic {
-			t.Errorf("dead letter %s: headers %v", idOf(m), h)
+			t.Errorf("dead letter %s: headers %v", string(m.Key), h)
 		}
 	}
 }
@@ -173,9 +173,9 @@ func TestBadKeysDeadLettered(t *testing.T) {
 		{Key: []byte("nokey"), Value: []byte("v")}, message(2),
 	})
 	eff := newEffects()
-	c, err := kafkamw.NewConsumer(newReader(t, brokers, topic, "g-"+topic), newGuard(t, memstore.New()),
-		func(ctx context.Context, m kafka.Message) error { eff.Add(idOf(m)); return nil },
-		kafkamw.WithRequireKey(), kafkamw.WithDeadLetter(newWriter(t, brokers, dlqTopic), ""))
+	c, err := kafkamw.NewConsumer(kafkamw.KafkaGoReader(newReader(t, brokers, topic, "g-"+topic)), newGuard(t, memstore.New()),
+		func(ctx context.Context, m kafkamw.Message) error { eff.Add(idOf(m)); return nil },
+		kafkamw.WithRequireKey(), kafkamw.WithDeadLetter(kafkamw.KafkaGoWriter(newWriter(t, brokers, dlqTopic)), ""))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,14 +196,14 @@ func TestBadKeysDeadLettered(t *testing.T) {
 func TestProducerKeepsKeyAcrossRetries(t *testing.T) {
 	brokers := testenv.KafkaBrokers(t)
 	topic := testenv.KafkaTopic(t, brokers, 1)
-	w := &lostAck{w: newWriter(t, brokers, topic)}
+	w := &lostAck{w: kafkamw.KafkaGoWriter(newWriter(t, brokers, topic))}
 	p, err := kafkamw.NewProducer(w, kafkamw.WithSendRetries(3, time.Millisecond, 10*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := p.Send(ctx, kafka.Message{Key: []byte("order-1"), Value: []byte("created")}); err != nil {
+	if err := p.Send(ctx, kafkamw.Message{Key: []byte("order-1"), Value: []byte("created")}); err != nil {
 		t.Fatal(err)
 	}
 	if w.calls != 2 {
@@ -211,8 +211,8 @@ func TestProducerKeepsKeyAcrossRetries(t *testing.T) {
 	}
 	var runs atomic.Int64
 	rec := &recorder{}
-	c, err := kafkamw.NewConsumer(newReader(t, brokers, topic, "g-"+topic), newGuard(t, memstore.New(), idem.WithObserver(rec)),
-		func(ctx context.Context, m kafka.Message) error { runs.Add(1); return nil })
+	c, err := kafkamw.NewConsumer(kafkamw.KafkaGoReader(newReader(t, brokers, topic, "g-"+topic)), newGuard(t, memstore.New(), idem.WithObserver(rec)),
+		func(ctx context.Context, m kafkamw.Message) error { runs.Add(1); return nil })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -263,7 +263,7 @@ type lostAck struct {
 	calls int
 }
 
-func (l *lostAck) WriteMessages(ctx context.Context, msgs ...kafka.Message) error {
+func (l *lostAck) WriteMessages(ctx context.Context, msgs ...kafkamw.Message) error {
 	l.calls++
 	if err := l.w.WriteMessages(ctx, msgs...); err != nil {
 		return err
@@ -282,8 +282,8 @@ func TestGracefulShutdown(t *testing.T) {
 	produce(t, newWriter(t, brokers, topic), []kafka.Message{message(0), message(1)})
 	started, release := make(chan struct{}), make(chan struct{})
 	var ctxErr error
-	c, err := kafkamw.NewConsumer(newReader(t, brokers, topic, "g-"+topic), newGuard(t, memstore.New()),
-		func(ctx context.Context, m kafka.Message) error {
+	c, err := kafkamw.NewConsumer(kafkamw.KafkaGoReader(newReader(t, brokers, topic, "g-"+topic)), newGuard(t, memstore.New()),
+		func(ctx context.Context, m kafkamw.Message) error {
 			if idOf(m) == "m-0" {
 				close(started)
 				<-release
@@ -321,11 +321,12 @@ func TestGracefulShutdown(t *testing.T) {
 
 func TestNewConsumerRejectsBadInput(t *testing.T) {
 	g := newGuard(t, memstore.New())
-	h := func(context.Context, kafka.Message) error { return nil }
-	noGroup := kafka.NewReader(kafka.ReaderConfig{Brokers: []string{"127.0.0.1:1"}, Topic: "t"})
-	defer noGroup.Close()
-	withGroup := kafka.NewReader(kafka.ReaderConfig{Brokers: []string{"127.0.0.1:1"}, Topic: "t", GroupID: "g"})
-	defer withGroup.Close()
+	h := func(context.Context, kafkamw.Message) error { return nil }
+	rawNoGroup := kafka.NewReader(kafka.ReaderConfig{Brokers: []string{"127.0.0.1:1"}, Topic: "t"})
+	defer rawNoGroup.Close()
+	rawWithGroup := kafka.NewReader(kafka.ReaderConfig{Brokers: []string{"127.0.0.1:1"}, Topic: "t", GroupID: "g"})
+	defer rawWithGroup.Close()
+	noGroup, withGroup := kafkamw.KafkaGoReader(rawNoGroup), kafkamw.KafkaGoReader(rawWithGroup)
 	for name, tc := range map[string]struct {
 		r    kafkamw.Reader
 		g    *idem.Guard
@@ -369,9 +370,9 @@ func TestFingerprint(t *testing.T) {
 		msg("m-2", `not json`),
 	})
 	var handled atomic.Int64
-	c, err := kafkamw.NewConsumer(newReader(t, brokers, topic, "g-"+topic), newGuard(t, memstore.New()),
-		func(ctx context.Context, m kafka.Message) error { handled.Add(1); return nil },
-		kafkamw.WithFingerprint(func(m kafka.Message) (string, error) {
+	c, err := kafkamw.NewConsumer(kafkamw.KafkaGoReader(newReader(t, brokers, topic, "g-"+topic)), newGuard(t, memstore.New()),
+		func(ctx context.Context, m kafkamw.Message) error { handled.Add(1); return nil },
+		kafkamw.WithFingerprint(func(m kafkamw.Message) (string, error) {
 			var v map[string]any
 			if err := json.Unmarshal(m.Value, &v); err != nil {
 				return "", err
@@ -393,8 +394,8 @@ func TestFingerprint(t *testing.T) {
 	if s := c.Stats(); handled.Load() != 1 || s.Duplicates != 1 {
 		t.Errorf("%d runs, stats %+v; want one run and one duplicate", handled.Load(), s)
 	}
-	if _, err := kafkamw.NewConsumer(newReader(t, brokers, topic, "g2-"+topic), newGuard(t, memstore.New()),
-		func(context.Context, kafka.Message) error { return nil }, kafkamw.WithFingerprint(nil)); err == nil {
+	if _, err := kafkamw.NewConsumer(kafkamw.KafkaGoReader(newReader(t, brokers, topic, "g2-"+topic)), newGuard(t, memstore.New()),
+		func(context.Context, kafkamw.Message) error { return nil }, kafkamw.WithFingerprint(nil)); err == nil {
 		t.Error("a nil fingerprint function was accepted")
 	}
 }
@@ -421,7 +422,7 @@ func TestRetryTopic(t *testing.T) {
 	var mu sync.Mutex
 	var order []string                // successful handlings
 	calls := map[string][]time.Time{} // every call, by message
-	handler := func(ctx context.Context, m kafka.Message) error {
+	handler := func(ctx context.Context, m kafkamw.Message) error {
 		mu.Lock()
 		defer mu.Unlock()
 		id := idOf(m)
@@ -436,14 +437,14 @@ func TestRetryTopic(t *testing.T) {
 	st := memstore.New()
 	opts := []kafkamw.Option{
 		kafkamw.WithRetry(3, time.Millisecond, time.Millisecond),
-		kafkamw.WithRetryTopic(newWriter(t, brokers, retryTopic), "", 1, delay),
-		kafkamw.WithDeadLetter(newWriter(t, brokers, dlqTopic), ""),
+		kafkamw.WithRetryTopic(kafkamw.KafkaGoWriter(newWriter(t, brokers, retryTopic)), "", 1, delay),
+		kafkamw.WithDeadLetter(kafkamw.KafkaGoWriter(newWriter(t, brokers, dlqTopic)), ""),
 	}
-	first, err := kafkamw.NewConsumer(newReader(t, brokers, topic, "g-"+topic), newGuard(t, st), handler, opts...)
+	first, err := kafkamw.NewConsumer(kafkamw.KafkaGoReader(newReader(t, brokers, topic, "g-"+topic)), newGuard(t, st), handler, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	retrier, err := kafkamw.NewConsumer(newReader(t, brokers, retryTopic, "g-"+retryTopic), newGuard(t, st), handler,
+	retrier, err := kafkamw.NewConsumer(kafkamw.KafkaGoReader(newReader(t, brokers, retryTopic, "g-"+retryTopic)), newGuard(t, st), handler,
 		append(opts, kafkamw.WithGroup("g-"+topic))...)
 	if err != nil {
 		t.Fatal(err)
@@ -472,10 +473,10 @@ func TestRetryTopic(t *testing.T) {
 	}
 
 	dl, h := deadLetter(t, newReader(t, brokers, dlqTopic, ""))
-	if idOf(dl) != "m-7" || h[kafkamw.HeaderOriginalTopic] != topic || h[kafkamw.HeaderOriginalOffset] != "7" ||
+	if string(dl.Key) != "m-7" || h[kafkamw.HeaderOriginalTopic] != topic || h[kafkamw.HeaderOriginalOffset] != "7" ||
 		h[kafkamw.HeaderAttempts] != "3" || h[kafkamw.HeaderConsumerGroup] != "g-"+topic || h[kafkamw.HeaderRetryAt] != "" ||
 		len(dl.Headers) != len(h)+1 { // and message-id
-		t.Errorf("dead letter %s: headers %v", idOf(dl), h)
+		t.Errorf("dead letter %s: headers %v", string(dl.Key), h)
 	}
 
 	produce(t, main, []kafka.Message{message(3)})

@@ -5,8 +5,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/segmentio/kafka-go"
-
 	"github.com/oncekit/oncekit/core/idem/idemdriver"
 	"github.com/oncekit/oncekit/core/lock"
 )
@@ -20,11 +18,11 @@ func FuzzKeyOf(f *testing.F) {
 	}
 	f.Add("", "orders", true)
 	c := &Consumer{cfg: defaults()}
-	c.cfg.scope = func(m kafka.Message) string { return "g\x00" + m.Topic }
+	c.cfg.scope = func(m Message) string { return "g\x00" + m.Topic }
 	f.Fuzz(func(t *testing.T, id, topic string, noHeader bool) {
-		msg := kafka.Message{Topic: topic, Partition: 3, Offset: 42}
+		msg := Message{Topic: topic, Partition: 3, Offset: 42}
 		if !noHeader {
-			msg.Headers = []kafka.Header{{Key: DefaultKeyHeader, Value: []byte(id)}}
+			msg.Headers = []Header{{Key: DefaultKeyHeader, Value: []byte(id)}}
 		}
 		key, err := c.keyOf(msg)
 		valid := noHeader || idemdriver.CheckClientKey(id) == nil
@@ -42,7 +40,7 @@ func FuzzKeyOf(f *testing.F) {
 		}
 		if !noHeader {
 			other := msg
-			other.Headers = []kafka.Header{{Key: DefaultKeyHeader, Value: []byte(id + "x")}}
+			other.Headers = []Header{{Key: DefaultKeyHeader, Value: []byte(id + "x")}}
 			if k2, err := c.keyOf(other); err == nil && k2 == key {
 				t.Fatal("two message-ids share a key")
 			}
@@ -54,9 +52,9 @@ func FuzzKeyOf(f *testing.F) {
 // be one is a bad key.
 func TestKeyOfPlaced(t *testing.T) {
 	c := &Consumer{cfg: defaults()}
-	c.cfg.scope = func(m kafka.Message) string { return "g\x00" + m.Topic }
-	c.cfg.place = func(m kafka.Message) string { return string(m.Key) }
-	msg := kafka.Message{Topic: "orders", Key: []byte("tv-1"), Headers: []kafka.Header{{Key: DefaultKeyHeader, Value: []byte("m-1")}}}
+	c.cfg.scope = func(m Message) string { return "g\x00" + m.Topic }
+	c.cfg.place = func(m Message) string { return string(m.Key) }
+	msg := Message{Topic: "orders", Key: []byte("tv-1"), Headers: []Header{{Key: DefaultKeyHeader, Value: []byte("m-1")}}}
 	key, err := c.keyOf(msg)
 	if p, ok := idemdriver.PlaceOf(key.String()); err != nil || !ok || p != "tv-1" {
 		t.Errorf("keyOf = %q, %v; want it placed in tv-1", key, err)

@@ -28,8 +28,8 @@ func TestHandlerErrorWrappingReplayedIsRetried(t *testing.T) {
 	replayedErr := replayedFinalError(t)
 	var calls atomic.Int64
 	eff := newEffects()
-	c, err := kafkamw.NewConsumer(newReader(t, brokers, topic, "g-"+topic), newGuard(t, memstore.New()),
-		func(ctx context.Context, m kafka.Message) error {
+	c, err := kafkamw.NewConsumer(kafkamw.KafkaGoReader(newReader(t, brokers, topic, "g-"+topic)), newGuard(t, memstore.New()),
+		func(ctx context.Context, m kafkamw.Message) error {
 			if idOf(m) == "m-0" && calls.Add(1) == 1 {
 				return fmt.Errorf("downstream: %w", replayedErr)
 			}
@@ -93,9 +93,9 @@ func TestRejectionRecorded(t *testing.T) {
 	dlq := newWriter(t, brokers, dlqTopic)
 	consume := func() kafkamw.Stats {
 		r := kafka.NewReader(kafkatest.ReaderConfig(brokers, topic, group))
-		c, err := kafkamw.NewConsumer(r, newGuard(t, store),
-			func(ctx context.Context, m kafka.Message) error { return nil },
-			kafkamw.WithDeadLetter(dlq, ""))
+		c, err := kafkamw.NewConsumer(kafkamw.KafkaGoReader(r), newGuard(t, store),
+			func(ctx context.Context, m kafkamw.Message) error { return nil },
+			kafkamw.WithDeadLetter(kafkamw.KafkaGoWriter(dlq), ""))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -142,7 +142,7 @@ func newSwapReader(r *kafka.Reader) *swapReader {
 	return &swapReader{r: r, ready: ready, commits: map[*kafka.Reader][]int64{}}
 }
 
-func (s *swapReader) FetchMessage(ctx context.Context) (kafka.Message, error) {
+func (s *swapReader) FetchMessage(ctx context.Context) (kafkamw.Message, error) {
 	for {
 		s.mu.Lock()
 		r, ready := s.r, s.ready
@@ -155,10 +155,10 @@ func (s *swapReader) FetchMessage(ctx context.Context) (kafka.Message, error) {
 			case <-ready:
 				continue
 			case <-ctx.Done():
-				return kafka.Message{}, ctx.Err()
+				return kafkamw.Message{}, ctx.Err()
 			}
 		}
-		m, err := r.FetchMessage(fctx)
+		m, err := kafkamw.KafkaGoReader(r).FetchMessage(fctx)
 		cancel()
 		if err != nil && ctx.Err() == nil && fctx.Err() != nil {
 			continue // paused: fetch from the next reader
@@ -167,7 +167,7 @@ func (s *swapReader) FetchMessage(ctx context.Context) (kafka.Message, error) {
 	}
 }
 
-func (s *swapReader) CommitMessages(ctx context.Context, msgs ...kafka.Message) error {
+func (s *swapReader) CommitMessages(ctx context.Context, msgs ...kafkamw.Message) error {
 	s.mu.Lock()
 	r := s.r
 	s.mu.Unlock()
@@ -176,7 +176,7 @@ func (s *swapReader) CommitMessages(ctx context.Context, msgs ...kafka.Message) 
 	}
 	// Recorded by reader, not by time: a commit through the first reader
 	// may return after the swap although the broker had it before.
-	err := r.CommitMessages(ctx, msgs...)
+	err := kafkamw.KafkaGoReader(r).CommitMessages(ctx, msgs...)
 	if err == nil {
 		s.mu.Lock()
 		for _, m := range msgs {
@@ -226,7 +226,7 @@ func TestPartitionBackAtHigherOffsetNeverCommitsBelow(t *testing.T) {
 	var releaseOnce sync.Once
 	unblock := func() { releaseOnce.Do(func() { close(release) }) }
 	c, err := kafkamw.NewConsumer(sr, newGuard(t, memstore.New()),
-		func(ctx context.Context, m kafka.Message) error {
+		func(ctx context.Context, m kafkamw.Message) error {
 			if m.Offset == 3 {
 				close(blocked)
 				select {

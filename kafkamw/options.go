@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"time"
-
-	"github.com/segmentio/kafka-go"
 )
 
 // DefaultKeyHeader is the message header that carries a message's
@@ -38,17 +36,17 @@ type Option func(*config)
 
 type config struct {
 	keyHeader   string
-	extract     func(kafka.Message) (string, bool)
+	extract     func(Message) (string, bool)
 	requireKey  bool
-	scope       func(kafka.Message) string
-	place       func(kafka.Message) string
+	scope       func(Message) string
+	place       func(Message) string
 	dlqPrefix   string
 	retry       Writer
 	retryTopic  string
 	retryAfter  int
 	retryDelay  time.Duration
 	propagator  Propagator
-	fingerprint func(kafka.Message) (string, error)
+	fingerprint func(Message) (string, error)
 	group       string
 	concurrency int
 	pipeline    int
@@ -101,7 +99,7 @@ func WithKeyHeader(name string) Option { return func(c *config) { c.keyHeader = 
 // WithKeyExtractor takes the key from the message when its header has none:
 // an ID field in the payload, say. extract reports false when the message
 // carries no key.
-func WithKeyExtractor(extract func(kafka.Message) (string, bool)) Option {
+func WithKeyExtractor(extract func(Message) (string, bool)) Option {
 	return func(c *config) { c.extract = extract }
 }
 
@@ -120,7 +118,7 @@ func WithRequireKey() Option { return func(c *config) { c.requireKey = true } }
 // over idemdriver.MaxPlaceLen bytes or with a brace is a bad key
 // (lock.ErrInvalidKey: the message is handled as one without a valid key).
 // The place is part of the stored key: keep it a function of the message.
-func WithPlacement(place func(kafka.Message) string) Option {
+func WithPlacement(place func(Message) string) Option {
 	return func(c *config) {
 		if place == nil {
 			c.errs = append(c.errs, errors.New("nil placement function"))
@@ -135,7 +133,7 @@ func WithPlacement(place func(kafka.Message) string) Option {
 // with a PoisonError): to leave out a field a producer changes on every
 // send (a timestamp), say, or to compare JSON values by idemdriver.CanonicalJSON.
 // An error rejects the message the same way. Default DefaultFingerprint.
-func WithFingerprint(fingerprint func(kafka.Message) (string, error)) Option {
+func WithFingerprint(fingerprint func(Message) (string, error)) Option {
 	return func(c *config) {
 		if fingerprint == nil {
 			c.errs = append(c.errs, errors.New("nil fingerprint function"))
@@ -148,7 +146,7 @@ func WithFingerprint(fingerprint func(kafka.Message) (string, error)) Option {
 // byte for byte (not the headers, which brokers and tools may add to). A
 // message moved to a retry topic (WithRetryTopic, under the default
 // header prefix) has its original topic's fingerprint.
-func DefaultFingerprint(msg kafka.Message) (string, error) {
+func DefaultFingerprint(msg Message) (string, error) {
 	return fingerprint(msg, DefaultDeadLetterPrefix), nil
 }
 
@@ -157,12 +155,12 @@ func DefaultFingerprint(msg kafka.Message) (string, error) {
 // topic, so that two services (two groups) each handle a message once, and a
 // key reused on another topic is another message. A scope that omits the
 // topic deduplicates one logical message published to several topics.
-func WithScope(scope func(kafka.Message) string) Option {
+func WithScope(scope func(Message) string) Option {
 	return func(c *config) { c.scope = scope }
 }
 
 // WithGroup names the consumer group, for the default scope, when the
-// Reader does not say (a *kafka.Reader says: its GroupID).
+// Reader does not say (KafkaGoReader and franz.Reader say: their group).
 func WithGroup(id string) Option { return func(c *config) { c.group = id } }
 
 // WithConcurrency runs up to n handlers at once. Messages of one partition
@@ -194,8 +192,8 @@ func WithRetry(attempts int, backoff, max time.Duration) Option {
 // original-partition, original-offset, idempotency-key, error, attempts
 // and consumer-group (each prefixed: WithDeadLetterHeaders); only then is
 // it committed.
-// topic is the dead-letter topic, or "" when w has its own (a kafka.Writer
-// with Topic set).
+// topic is the dead-letter topic, or "" when w has its own (a kafka-go
+// Writer with Topic set).
 //
 // Without a dead-letter destination such a message stops the Consumer: Run
 // returns a *PoisonError and nothing after it in its partition is committed.
@@ -263,8 +261,8 @@ func WithDeadLetterHeaders(prefix string) Option {
 	return func(c *config) { c.dlqPrefix = prefix }
 }
 
-// Writer is what a Producer and a dead-letter destination write through: a
-// *kafka.Writer.
+// Writer is what a Producer and a dead-letter destination write through:
+// KafkaGoWriter over kafka-go, franz.NewWriter over franz-go.
 type Writer interface {
-	WriteMessages(ctx context.Context, msgs ...kafka.Message) error
+	WriteMessages(ctx context.Context, msgs ...Message) error
 }

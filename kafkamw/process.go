@@ -10,8 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/segmentio/kafka-go"
-
 	"github.com/oncekit/oncekit/core/idem"
 	"github.com/oncekit/oncekit/core/idem/idemdriver"
 	"github.com/oncekit/oncekit/core/lock"
@@ -61,7 +59,7 @@ func IsPermanent(err error) bool {
 }
 
 // keyOf returns msg's stored (scoped) key.
-func (c *Consumer) keyOf(msg kafka.Message) (idemdriver.Key, error) {
+func (c *Consumer) keyOf(msg Message) (idemdriver.Key, error) {
 	raw, found := header(msg, c.cfg.keyHeader)
 	if found && raw == "" {
 		return idemdriver.Key{}, fmt.Errorf("kafkamw: empty %s header: %w", c.cfg.keyHeader, lock.ErrInvalidKey)
@@ -90,7 +88,7 @@ func (c *Consumer) keyOf(msg kafka.Message) (idemdriver.Key, error) {
 	return stored, nil
 }
 
-func header(msg kafka.Message, name string) (string, bool) {
+func header(msg Message, name string) (string, bool) {
 	for _, h := range msg.Headers {
 		if h.Key == name {
 			return string(h.Value), true
@@ -103,7 +101,7 @@ func header(msg kafka.Message, name string) (string, bool) {
 // before (Duplicate), or dead-lettered (DeadLettered). Else it stopped
 // first — the Consumer is stopping (Canceled) or failed (Error) — and msg
 // is not committed.
-func (c *Consumer) process(ctx context.Context, msg kafka.Message, key idemdriver.Key, keyErr error, prev, keyPrev <-chan struct{}, pass func()) observe.Outcome {
+func (c *Consumer) process(ctx context.Context, msg Message, key idemdriver.Key, keyErr error, prev, keyPrev <-chan struct{}, pass func()) observe.Outcome {
 	if keyErr != nil {
 		return c.reject(ctx, msg, idemdriver.Key{}, keyErr, prev)
 	}
@@ -216,7 +214,7 @@ func (c *Consumer) turn(ctx context.Context, prev <-chan struct{}) error {
 }
 
 // call runs the handler; a panic is its error.
-func (c *Consumer) call(ctx context.Context, msg kafka.Message) (err error) {
+func (c *Consumer) call(ctx context.Context, msg Message) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("kafkamw: handler panicked: %v", p)
@@ -231,7 +229,7 @@ func (c *Consumer) call(ctx context.Context, msg kafka.Message) (err error) {
 // under the message's coordinates (it has no key of its own to record it
 // under): a redelivery of the same message finds it and is committed as a
 // duplicate, not dead-lettered again.
-func (c *Consumer) reject(ctx context.Context, msg kafka.Message, key idemdriver.Key, cause error, prev <-chan struct{}) observe.Outcome {
+func (c *Consumer) reject(ctx context.Context, msg Message, key idemdriver.Key, cause error, prev <-chan struct{}) observe.Outcome {
 	if c.cfg.dlq == nil {
 		c.fail(&PoisonError{Topic: msg.Topic, Partition: msg.Partition, Offset: msg.Offset, Err: cause})
 		return observe.Error
@@ -254,7 +252,7 @@ func (c *Consumer) reject(ctx context.Context, msg kafka.Message, key idemdriver
 // redelivery of msg finds it done. While another member runs it (the old
 // owner after a rebalance) or the store does not answer, the partition
 // waits.
-func (c *Consumer) onceAt(ctx context.Context, msg kafka.Message, what string, write func(ctx context.Context) ([]byte, error)) observe.Outcome {
+func (c *Consumer) onceAt(ctx context.Context, msg Message, what string, write func(ctx context.Context) ([]byte, error)) observe.Outcome {
 	rkey := idemdriver.ScopedKey(c.cfg.scope(msg), what+"\x00"+msg.Topic+"\x00"+strconv.Itoa(msg.Partition)+"\x00"+strconv.FormatInt(msg.Offset, 10))
 	for waits := 1; ; waits++ {
 		res, replayed, err := c.guard.Do(ctx, rkey, fingerprint(msg, c.cfg.dlqPrefix), write)
@@ -274,7 +272,7 @@ func (c *Consumer) onceAt(ctx context.Context, msg kafka.Message, what string, w
 
 // write writes m through w, retrying with backoff until it is written or
 // ctx ends, and counts it in n.
-func (c *Consumer) write(ctx context.Context, w Writer, m kafka.Message, n *int64) error {
+func (c *Consumer) write(ctx context.Context, w Writer, m Message, n *int64) error {
 	for attempt := 1; ; attempt++ {
 		err := w.WriteMessages(ctx, m)
 		if err == nil {
@@ -291,14 +289,14 @@ func (c *Consumer) write(ctx context.Context, w Writer, m kafka.Message, n *int6
 // the topic (the original's, for a message moved to a retry topic), the
 // Kafka record key and the value (not the headers, which brokers and tools
 // may add to).
-func fingerprint(msg kafka.Message, prefix string) string {
+func fingerprint(msg Message, prefix string) string {
 	topic, _ := origin(msg, prefix)
 	return idem.Fingerprint([]byte(topic), msg.Key, msg.Value)
 }
 
 // fingerprint is msg's fingerprint: WithFingerprint's, or the default
 // under the Consumer's header prefix.
-func (c *Consumer) fingerprint(msg kafka.Message) (string, error) {
+func (c *Consumer) fingerprint(msg Message) (string, error) {
 	if c.cfg.fingerprint != nil {
 		return c.cfg.fingerprint(msg)
 	}
@@ -308,7 +306,7 @@ func (c *Consumer) fingerprint(msg kafka.Message) (string, error) {
 // origin returns the topic and group a message was first consumed from:
 // the headers of one moved to a retry topic (it carries retry-at), or its
 // own topic and group "".
-func origin(msg kafka.Message, prefix string) (topic, group string) {
+func origin(msg Message, prefix string) (topic, group string) {
 	if _, moved := header(msg, prefix+HeaderRetryAt); !moved {
 		return msg.Topic, ""
 	}
@@ -322,7 +320,7 @@ func origin(msg kafka.Message, prefix string) (topic, group string) {
 
 // priorAttempts is how often a message moved to a retry topic was handled
 // before (its attempts header), 0 for any other.
-func (c *Consumer) priorAttempts(msg kafka.Message) int {
+func (c *Consumer) priorAttempts(msg Message) int {
 	if _, moved := header(msg, c.cfg.dlqPrefix+HeaderRetryAt); !moved {
 		return 0
 	}
@@ -336,7 +334,7 @@ func (c *Consumer) priorAttempts(msg kafka.Message) int {
 
 // retried returns priorAttempts of msg once its retry-at has come (at
 // once for a message that was never moved); an error when ctx ends first.
-func (c *Consumer) retried(ctx context.Context, msg kafka.Message) (int, error) {
+func (c *Consumer) retried(ctx context.Context, msg Message) (int, error) {
 	v, moved := header(msg, c.cfg.dlqPrefix+HeaderRetryAt)
 	if !moved {
 		return 0, nil
@@ -361,7 +359,7 @@ func (c *Consumer) retried(ctx context.Context, msg kafka.Message) (int, error) 
 // the ones it carries), the stored key, the error and the attempts so
 // far. Headers of those names already there (from an earlier move) are
 // replaced, and retry-at is dropped.
-func (c *Consumer) outHeaders(msg kafka.Message, key idemdriver.Key, cause error, attempts int) []kafka.Header {
+func (c *Consumer) outHeaders(msg Message, key idemdriver.Key, cause error, attempts int) []Header {
 	p := c.cfg.dlqPrefix
 	topic, partition, offset, group := msg.Topic, strconv.Itoa(msg.Partition), strconv.FormatInt(msg.Offset, 10), c.cfg.group
 	if _, moved := header(msg, p+HeaderRetryAt); moved {
@@ -375,32 +373,32 @@ func (c *Consumer) outHeaders(msg kafka.Message, key idemdriver.Key, cause error
 	}
 	ours := []string{HeaderOriginalTopic, HeaderOriginalPartition, HeaderOriginalOffset, HeaderIdempotencyKey,
 		HeaderError, HeaderAttempts, HeaderConsumerGroup, HeaderRetryAt}
-	hs := make([]kafka.Header, 0, len(msg.Headers)+8)
+	hs := make([]Header, 0, len(msg.Headers)+8)
 	for _, h := range msg.Headers {
 		if !strings.HasPrefix(h.Key, p) || !slices.Contains(ours, h.Key[len(p):]) {
 			hs = append(hs, h)
 		}
 	}
 	return append(hs,
-		kafka.Header{Key: p + HeaderOriginalTopic, Value: []byte(topic)},
-		kafka.Header{Key: p + HeaderOriginalPartition, Value: []byte(partition)},
-		kafka.Header{Key: p + HeaderOriginalOffset, Value: []byte(offset)},
-		kafka.Header{Key: p + HeaderIdempotencyKey, Value: []byte(key.String())},
-		kafka.Header{Key: p + HeaderError, Value: []byte(cause.Error())},
-		kafka.Header{Key: p + HeaderAttempts, Value: []byte(strconv.Itoa(attempts))},
-		kafka.Header{Key: p + HeaderConsumerGroup, Value: []byte(group)},
+		Header{Key: p + HeaderOriginalTopic, Value: []byte(topic)},
+		Header{Key: p + HeaderOriginalPartition, Value: []byte(partition)},
+		Header{Key: p + HeaderOriginalOffset, Value: []byte(offset)},
+		Header{Key: p + HeaderIdempotencyKey, Value: []byte(key.String())},
+		Header{Key: p + HeaderError, Value: []byte(cause.Error())},
+		Header{Key: p + HeaderAttempts, Value: []byte(strconv.Itoa(attempts))},
+		Header{Key: p + HeaderConsumerGroup, Value: []byte(group)},
 	)
 }
 
 // moveToRetry publishes msg to the retry topic (WithRetryTopic) after its
 // handler failed attempts times in all, recorded under the message's
 // coordinates so that a redelivery of it is not moved again.
-func (c *Consumer) moveToRetry(ctx context.Context, msg kafka.Message, key idemdriver.Key, cause error, attempts int) observe.Outcome {
-	hs := append(c.outHeaders(msg, key, cause, attempts), kafka.Header{
+func (c *Consumer) moveToRetry(ctx context.Context, msg Message, key idemdriver.Key, cause error, attempts int) observe.Outcome {
+	hs := append(c.outHeaders(msg, key, cause, attempts), Header{
 		Key:   c.cfg.dlqPrefix + HeaderRetryAt,
 		Value: []byte(strconv.FormatInt(time.Now().Add(c.cfg.retryDelay+time.Millisecond-1).UnixMilli(), 10)), // rounded up
 	})
-	moved := kafka.Message{Topic: c.cfg.retryTopic, Key: msg.Key, Value: msg.Value, Headers: hs}
+	moved := Message{Topic: c.cfg.retryTopic, Key: msg.Key, Value: msg.Value, Headers: hs}
 	return c.onceAt(ctx, msg, "moved", func(ctx context.Context) ([]byte, error) {
 		if err := c.write(ctx, c.cfg.retry, moved, &c.stats.Deferred); err != nil {
 			return nil, fmt.Errorf("kafkamw: move %s/%d@%d to the retry topic: %w", msg.Topic, msg.Partition, msg.Offset, err)
@@ -411,8 +409,8 @@ func (c *Consumer) moveToRetry(ctx context.Context, msg kafka.Message, key idemd
 
 // deadLetter publishes msg to the dead-letter destination, retrying until
 // it is written or ctx ends.
-func (c *Consumer) deadLetter(ctx context.Context, msg kafka.Message, key idemdriver.Key, cause error, attempts int) error {
-	dl := kafka.Message{Topic: c.cfg.dlqTopic, Key: msg.Key, Value: msg.Value, Headers: c.outHeaders(msg, key, cause, attempts)}
+func (c *Consumer) deadLetter(ctx context.Context, msg Message, key idemdriver.Key, cause error, attempts int) error {
+	dl := Message{Topic: c.cfg.dlqTopic, Key: msg.Key, Value: msg.Value, Headers: c.outHeaders(msg, key, cause, attempts)}
 	if err := c.write(ctx, c.cfg.dlq, dl, &c.stats.DeadLettered); err != nil {
 		return fmt.Errorf("kafkamw: dead-letter %s/%d@%d: %w", msg.Topic, msg.Partition, msg.Offset, err)
 	}

@@ -7,12 +7,10 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"github.com/segmentio/kafka-go"
-
 	"github.com/oncekit/oncekit/core/idem/idemdriver"
 )
 
-// Producer publishes messages through a Writer (a *kafka.Writer) with an
+// Producer publishes messages through a Writer (KafkaGoWriter) with an
 // idempotency key in each message's message-id header, minted once per
 // logical message: the Writer's own retries resend the same bytes, and
 // Producer's retries (WithSendRetries) and the caller's retries of the same
@@ -86,14 +84,14 @@ func NewProducer(w Writer, opts ...ProducerOption) (*Producer, error) {
 // Stamp gives msg a key in its header unless it has one, and returns the
 // key. Stamp a message before the first Send of it when the application
 // may send it again (from an outbox, say).
-func (p *Producer) Stamp(msg *kafka.Message) string {
+func (p *Producer) Stamp(msg *Message) string {
 	for _, h := range msg.Headers {
 		if h.Key == p.header {
 			return string(h.Value)
 		}
 	}
 	k := p.newKey()
-	msg.Headers = append(msg.Headers, kafka.Header{Key: p.header, Value: []byte(k)})
+	msg.Headers = append(msg.Headers, Header{Key: p.header, Value: []byte(k)})
 	return k
 }
 
@@ -102,7 +100,7 @@ func (p *Producer) Stamp(msg *kafka.Message) string {
 // writes them, retrying as WithSendRetries says. A key the application set
 // itself is kept; it must be a valid idempotency key (1 to 255 bytes of
 // printable ASCII).
-func (p *Producer) Send(ctx context.Context, msgs ...kafka.Message) error {
+func (p *Producer) Send(ctx context.Context, msgs ...Message) error {
 	for i := range msgs {
 		if err := idemdriver.CheckClientKey(p.Stamp(&msgs[i])); err != nil {
 			return fmt.Errorf("kafkamw: message %d: %s header: %w", i, p.header, err)

@@ -2,8 +2,6 @@ package kafkamw
 
 import (
 	"context"
-
-	"github.com/segmentio/kafka-go"
 )
 
 // Propagator carries a trace context in a message's headers: the
@@ -21,7 +19,7 @@ type Propagator interface {
 // HeaderCarrier reads and writes a message's headers for a Propagator
 // (and satisfies OpenTelemetry's propagation.TextMapCarrier): Set
 // replaces a header of the name, Get reads the first.
-type HeaderCarrier struct{ Msg *kafka.Message }
+type HeaderCarrier struct{ Msg *Message }
 
 // Get returns the value of the first header named key, or "".
 func (c HeaderCarrier) Get(key string) string {
@@ -41,7 +39,7 @@ func (c HeaderCarrier) Set(key, value string) {
 			hs = append(hs, h)
 		}
 	}
-	c.Msg.Headers = append(hs, kafka.Header{Key: key, Value: []byte(value)})
+	c.Msg.Headers = append(hs, Header{Key: key, Value: []byte(value)})
 }
 
 // Keys returns the headers' names.
@@ -54,7 +52,7 @@ func (c HeaderCarrier) Keys() []string {
 }
 
 // extract is ctx with msg's trace context, when p is set.
-func extract(ctx context.Context, p Propagator, msg *kafka.Message) context.Context {
+func extract(ctx context.Context, p Propagator, msg *Message) context.Context {
 	if p == nil {
 		return ctx
 	}
@@ -64,7 +62,7 @@ func extract(ctx context.Context, p Propagator, msg *kafka.Message) context.Cont
 // inject writes ctx's trace context into msg, unless msg already carries
 // one (a message relayed from an outbox with the context of the request
 // that wrote it keeps that one), or p is nil.
-func inject(ctx context.Context, p Propagator, msg *kafka.Message) {
+func inject(ctx context.Context, p Propagator, msg *Message) {
 	if p == nil {
 		return
 	}

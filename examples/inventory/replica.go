@@ -100,7 +100,7 @@ func (r *Replica) startKafka(ctx context.Context, s *Service, k Kafka) error {
 	tr := &kafka.Transport{}
 	w := &kafka.Writer{Addr: kafka.TCP(k.Brokers...), Topic: k.Topic, Balancer: &kafka.Hash{},
 		BatchTimeout: time.Millisecond, RequiredAcks: kafka.RequireAll, Transport: tr}
-	p, err := kafkamw.NewProducer(w, kafkamw.WithSendRetries(3, 50*time.Millisecond, time.Second))
+	p, err := kafkamw.NewProducer(kafkamw.KafkaGoWriter(w), kafkamw.WithSendRetries(3, 50*time.Millisecond, time.Second))
 	if err != nil {
 		return err
 	}
@@ -130,7 +130,7 @@ func (r *Replica) startKafka(ctx context.Context, s *Service, k Kafka) error {
 		rc.Logger = kafka.LoggerFunc(func(format string, args ...any) { log.Printf("kafka: "+format, args...) })
 	}
 	rd := kafka.NewReader(rc)
-	c, err := s.ShippingConsumer(rd, kafkamw.WithConcurrency(4))
+	c, err := s.ShippingConsumer(kafkamw.KafkaGoReader(rd), kafkamw.WithConcurrency(4))
 	if err != nil {
 		_ = rd.Close()
 		return err

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"time"
 
-	"github.com/segmentio/kafka-go"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/propagation"
 
@@ -65,13 +64,13 @@ func (s *Service) relayOnce(ctx context.Context, p *kafkamw.Producer) error {
 		if err != nil || len(orders) == 0 {
 			return err
 		}
-		msgs := make([]kafka.Message, len(orders))
+		msgs := make([]kafkamw.Message, len(orders))
 		for i, o := range orders {
 			trace := o.Trace
 			o.Trace = nil // carried in the headers
 			body, _ := json.Marshal(o)
-			msgs[i] = kafka.Message{Key: []byte(o.SKU), Value: body,
-				Headers: []kafka.Header{{Key: kafkamw.DefaultKeyHeader, Value: []byte(o.OrderID)}}}
+			msgs[i] = kafkamw.Message{Key: []byte(o.SKU), Value: body,
+				Headers: []kafkamw.Header{{Key: kafkamw.DefaultKeyHeader, Value: []byte(o.OrderID)}}}
 			// The message continues the trace of the request that sold
 			// the order, not the relay's.
 			otel.GetTextMapPropagator().Inject(
@@ -92,7 +91,7 @@ func (s *Service) relayOnce(ctx context.Context, p *kafkamw.Producer) error {
 // shipment is recorded with the message's idempotency record (or keyed on
 // the order, with Redlock). Run it on every replica, in one group.
 func (s *Service) ShippingConsumer(r kafkamw.Reader, opts ...kafkamw.Option) (*kafkamw.Consumer, error) {
-	c, err := kafkamw.NewConsumer(r, s.guard, func(ctx context.Context, m kafka.Message) error {
+	c, err := kafkamw.NewConsumer(r, s.guard, func(ctx context.Context, m kafkamw.Message) error {
 		var o Order
 		if err := json.Unmarshal(m.Value, &o); err != nil || o.OrderID == "" {
 			return kafkamw.Permanent(errors.Join(errors.New("inventory: order.created is not an order"), err))
@@ -105,7 +104,7 @@ func (s *Service) ShippingConsumer(r kafkamw.Reader, opts ...kafkamw.Option) (*k
 	}, append([]kafkamw.Option{
 		// The shipment's record lives with the SKU's shipments (the
 		// message's key is the SKU): on Redis Cluster, in its slot.
-		kafkamw.WithPlacement(func(m kafka.Message) string { return placeOf(string(m.Key)) }),
+		kafkamw.WithPlacement(func(m kafkamw.Message) string { return placeOf(string(m.Key)) }),
 		// The handler continues the trace of the request that sold it.
 		kafkamw.WithPropagator(otelobs.KafkaPropagator(nil)),
 	}, opts...)...)

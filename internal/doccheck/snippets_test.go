@@ -32,7 +32,7 @@ var (
 	addr       string
 	reader     *kafka.Reader
 	dlqWriter  *kafka.Writer
-	ship       func(context.Context, kafka.Message) error
+	ship       func(context.Context, kafkamw.Message) error
 	report     func(context.Context, job.Tick) error
 	relay      func(context.Context, lock.Lease) error
 	sku        string
@@ -74,7 +74,7 @@ var (
 	addr           string
 	brokers        []string
 	guard          *idem.Guard
-	ship           func(context.Context, kafka.Message) error
+	ship           func(context.Context, kafkamw.Message) error
 	dlqWriter, writer *kafka.Writer
 	stop           chan struct{}
 	orderID        string

@@ -2,7 +2,7 @@
 // instead of kafka-go: NewReader is a kafkamw.Reader over a kgo client in
 // a consumer group, NewWriter a kafkamw.Writer (for a Producer, a
 // dead-letter or a retry topic). The Consumer, its handler and its
-// guarantees are the same; messages arrive as kafka.Message.
+// guarantees are the same; records arrive as kafkamw.Message.
 //
 //	r, err := franz.NewReader(kgo.SeedBrokers("127.0.0.1:9092"),
 //		kgo.ConsumerGroup("shipping"), kgo.ConsumeTopics("order.created"))

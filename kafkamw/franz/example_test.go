@@ -4,7 +4,6 @@ import (
 	"context"
 	"log"
 
-	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/oncekit/oncekit/core/idem"
@@ -26,7 +25,7 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	c, err := kafkamw.NewConsumer(r, guard, func(ctx context.Context, m kafka.Message) error {
+	c, err := kafkamw.NewConsumer(r, guard, func(ctx context.Context, m kafkamw.Message) error {
 		log.Printf("ship %s", m.Value) // once per message-id
 		return nil
 	}, kafkamw.WithDeadLetter(franz.NewWriter(r.Client(), "order.created.dlq"), ""))

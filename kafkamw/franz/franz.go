@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/segmentio/kafka-go"
+	"github.com/oncekit/oncekit/kafkamw"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -62,7 +62,7 @@ func NewReader(opts ...kgo.Opt) (*Reader, error) {
 }
 
 // GroupID is the client's consumer group: a kafkamw Consumer scopes keys
-// by it (as it does a *kafka.Reader's).
+// by it (as it does KafkaGoReader's).
 func (r *Reader) GroupID() string {
 	g, _ := r.cl.OptValue(kgo.ConsumerGroup).(string)
 	return g
@@ -109,7 +109,7 @@ func (r *Reader) revoked(_ context.Context, _ *kgo.Client, parts map[string][]in
 
 // FetchMessage implements kafkamw.Reader: the next record, polling the
 // client when none is buffered.
-func (r *Reader) FetchMessage(ctx context.Context) (kafka.Message, error) {
+func (r *Reader) FetchMessage(ctx context.Context) (kafkamw.Message, error) {
 	for {
 		r.mu.Lock()
 		for len(r.buf) > 0 {
@@ -130,17 +130,17 @@ func (r *Reader) FetchMessage(ctx context.Context) (kafka.Message, error) {
 		r.mu.Unlock()
 		fs := r.cl.PollRecords(ctx, pollMax)
 		if err := ctx.Err(); err != nil {
-			return kafka.Message{}, err
+			return kafkamw.Message{}, err
 		}
 		if fs.IsClientClosed() {
-			return kafka.Message{}, fmt.Errorf("franz: %w", kgo.ErrClientClosed)
+			return kafkamw.Message{}, fmt.Errorf("franz: %w", kgo.ErrClientClosed)
 		}
 		var errs []error
 		fs.EachError(func(t string, p int32, err error) {
 			errs = append(errs, fmt.Errorf("%s/%d: %w", t, p, err))
 		})
 		if err := errors.Join(errs...); err != nil {
-			return kafka.Message{}, fmt.Errorf("franz: fetch: %w", err)
+			return kafkamw.Message{}, fmt.Errorf("franz: fetch: %w", err)
 		}
 		r.mu.Lock()
 		r.buf = append(r.buf, fs.Records()...)
@@ -152,7 +152,7 @@ func (r *Reader) FetchMessage(ctx context.Context) (kafka.Message, error) {
 // the offset after the highest of msgs, for partitions still assigned and
 // messages fetched since their assignment; the others are left out (a
 // message left uncommitted is read again and found done).
-func (r *Reader) CommitMessages(ctx context.Context, msgs ...kafka.Message) error {
+func (r *Reader) CommitMessages(ctx context.Context, msgs ...kafkamw.Message) error {
 	r.mu.Lock()
 	recs := make([]*kgo.Record, 0, len(msgs))
 	for _, m := range msgs {
@@ -172,12 +172,12 @@ func (r *Reader) CommitMessages(ctx context.Context, msgs ...kafka.Message) erro
 	return nil
 }
 
-func message(rec *kgo.Record) kafka.Message {
-	hs := make([]kafka.Header, len(rec.Headers))
+func message(rec *kgo.Record) kafkamw.Message {
+	hs := make([]kafkamw.Header, len(rec.Headers))
 	for i, h := range rec.Headers {
-		hs[i] = kafka.Header{Key: h.Key, Value: h.Value}
+		hs[i] = kafkamw.Header{Key: h.Key, Value: h.Value}
 	}
-	return kafka.Message{
+	return kafkamw.Message{
 		Topic: rec.Topic, Partition: int(rec.Partition), Offset: rec.Offset,
 		Key: rec.Key, Value: rec.Value, Headers: hs, Time: rec.Timestamp,
 	}
@@ -198,7 +198,7 @@ type Writer struct {
 func NewWriter(cl *kgo.Client, topic string) *Writer { return &Writer{cl: cl, topic: topic} }
 
 // WriteMessages implements kafkamw.Writer.
-func (w *Writer) WriteMessages(ctx context.Context, msgs ...kafka.Message) error {
+func (w *Writer) WriteMessages(ctx context.Context, msgs ...kafkamw.Message) error {
 	recs := make([]*kgo.Record, len(msgs))
 	for i, m := range msgs {
 		topic := m.Topic

@@ -2,6 +2,7 @@ package franz_test
 
 import (
 	"context"
+	"io"
 	"math/rand/v2"
 	"sync/atomic"
 	"testing"
@@ -20,8 +21,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	kafkatest.RunChild(func(brokers []string, topic, group string) (kafkatest.ReadCloser, error) {
-		return franz.NewReader(franzReaderOpts(brokers, topic, group)...)
+	kafkatest.RunChild(func(brokers []string, topic, group string) (kafkamw.Reader, io.Closer, error) {
+		r, err := franz.NewReader(franzReaderOpts(brokers, topic, group)...)
+		return r, r, err
 	})
 	goleak.VerifyTestMain(m)
 }
@@ -93,14 +95,14 @@ func TestFranzDuplicatesRunOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 		for i := 0; i < len(msgs); i += 500 {
-			if err := p.Send(t.Context(), msgs[i:min(i+500, len(msgs))]...); err != nil {
+			if err := p.Send(t.Context(), kafkatest.Kafkamw(msgs[i:min(i+500, len(msgs))])...); err != nil {
 				t.Fatal(err)
 			}
 		}
 		eff := kafkatest.NewEffects()
 		group := "g-" + topic
 		c, err := kafkamw.NewConsumer(newFranzReader(t, brokers, topic, group), kafkatest.NewGuard(t, st),
-			func(ctx context.Context, m kafka.Message) error { eff.Add(kafkatest.IDOf(m)); return nil }, kafkamw.WithConcurrency(4))
+			func(ctx context.Context, m kafkamw.Message) error { eff.Add(kafkatest.IDOf(m)); return nil }, kafkamw.WithConcurrency(4))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -131,7 +133,7 @@ func TestFranzRebalance(t *testing.T) {
 	st := memstore.New()
 	eff := kafkatest.NewEffects()
 	var handled atomic.Int64
-	handler := func(ctx context.Context, m kafka.Message) error {
+	handler := func(ctx context.Context, m kafkamw.Message) error {
 		eff.Add(kafkatest.IDOf(m))
 		handled.Add(1)
 		time.Sleep(200 * time.Microsecond)
@@ -173,7 +175,7 @@ func TestFranzDeadLetter(t *testing.T) {
 	topic, dlqTopic := testenv.KafkaTopic(t, brokers, 1), testenv.KafkaTopic(t, brokers, 1)
 	kafkatest.Produce(t, kafkatest.NewWriter(t, brokers, topic), []kafka.Message{kafkatest.Message(0), kafkatest.Message(1), kafkatest.Message(2)})
 	c, err := kafkamw.NewConsumer(newFranzReader(t, brokers, topic, "g-"+topic), kafkatest.NewGuard(t, memstore.New()),
-		func(ctx context.Context, m kafka.Message) error {
+		func(ctx context.Context, m kafkamw.Message) error {
 			if kafkatest.IDOf(m) == "m-1" {
 				return kafkamw.Permanent(context.DeadlineExceeded)
 			}
@@ -188,8 +190,8 @@ func TestFranzDeadLetter(t *testing.T) {
 		t.Fatal(err)
 	}
 	dl, h := kafkatest.DeadLetter(t, kafkatest.NewReader(t, brokers, dlqTopic, ""))
-	if kafkatest.IDOf(dl) != "m-1" || h[kafkamw.HeaderOriginalTopic] != topic || h[kafkamw.HeaderOriginalOffset] != "1" ||
+	if string(dl.Key) != "m-1" || h[kafkamw.HeaderOriginalTopic] != topic || h[kafkamw.HeaderOriginalOffset] != "1" ||
 		h[kafkamw.HeaderConsumerGroup] != "g-"+topic || h[kafkamw.HeaderAttempts] != "1" {
-		t.Errorf("dead letter %s: headers %v", kafkatest.IDOf(dl), h)
+		t.Errorf("dead letter %s: headers %v", string(dl.Key), h)
 	}
 }

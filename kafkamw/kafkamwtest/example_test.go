@@ -28,11 +28,11 @@ func Example_shipping() {
 	defer tr.CloseIdleConnections()
 	w := &kafka.Writer{Addr: kafka.TCP(broker.Addr()), Topic: "orders", Transport: tr, BatchTimeout: time.Millisecond}
 	defer w.Close()
-	p, err := kafkamw.NewProducer(w)
+	p, err := kafkamw.NewProducer(kafkamw.KafkaGoWriter(w))
 	if err != nil {
 		log.Fatal(err)
 	}
-	order := []kafka.Message{{Key: []byte("sku-1"), Value: []byte(`{"order":"o-1"}`)}}
+	order := []kafkamw.Message{{Key: []byte("sku-1"), Value: []byte(`{"order":"o-1"}`)}}
 	ctx := context.Background()
 	_ = p.Send(ctx, order...) // stamps message-id in place...
 	_ = p.Send(ctx, order...) // ...so a resend of the same slice has the same key
@@ -49,10 +49,10 @@ func Example_shipping() {
 	dlq := &kafka.Writer{Addr: kafka.TCP(broker.Addr()), Topic: "orders.dlq", Transport: tr}
 	defer dlq.Close()
 	shipped := make(chan string, 2)
-	c, err := kafkamw.NewConsumer(r, guard, func(ctx context.Context, m kafka.Message) error {
+	c, err := kafkamw.NewConsumer(kafkamw.KafkaGoReader(r), guard, func(ctx context.Context, m kafkamw.Message) error {
 		shipped <- string(m.Value)
 		return nil
-	}, kafkamw.WithDeadLetter(dlq, ""))
+	}, kafkamw.WithDeadLetter(kafkamw.KafkaGoWriter(dlq), ""))
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -83,7 +83,7 @@ func TestTraceThroughKafka(t *testing.T) {
 
 	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: topic, BatchTimeout: time.Millisecond}
 	t.Cleanup(func() { w.Close() })
-	producer, err := kafkamw.NewProducer(w, kafkamw.WithProducerPropagator(otelobs.KafkaPropagator(prop)))
+	producer, err := kafkamw.NewProducer(kafkamw.KafkaGoWriter(w), kafkamw.WithProducerPropagator(otelobs.KafkaPropagator(prop)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +96,7 @@ func TestTraceThroughKafka(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if err := producer.Send(r.Context(), kafka.Message{Key: []byte("sku-1"), Value: []byte(`{"order":"o-1"}`)}); err != nil {
+		if err := producer.Send(r.Context(), kafkamw.Message{Key: []byte("sku-1"), Value: []byte(`{"order":"o-1"}`)}); err != nil {
 			t.Error(err)
 		}
 		w.WriteHeader(201)
@@ -110,7 +110,7 @@ func TestTraceThroughKafka(t *testing.T) {
 	r := kafka.NewReader(kafka.ReaderConfig{Brokers: brokers, Topic: topic, GroupID: "g-" + topic, MaxWait: 100 * time.Millisecond})
 	t.Cleanup(func() { r.Close() })
 	handled := make(chan trace.SpanContext, 1)
-	c, err := kafkamw.NewConsumer(r, g, func(ctx context.Context, m kafka.Message) error {
+	c, err := kafkamw.NewConsumer(kafkamw.KafkaGoReader(r), g, func(ctx context.Context, m kafkamw.Message) error {
 		handled <- trace.SpanContextFromContext(ctx)
 		return nil
 	}, kafkamw.WithPropagator(otelobs.KafkaPropagator(prop)))

@@ -176,7 +176,7 @@ func (e *Effects) Check(t *testing.T, want map[string]bool) {
 	}
 }
 
-func IDOf(m kafka.Message) string { return string(m.Key) }
+func IDOf(m kafkamw.Message) string { return string(m.Key) }
 
 // WaitFor polls cond until it holds or the deadline passes.
 func WaitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
@@ -298,4 +298,17 @@ func DeadLetter(t *testing.T, r *kafka.Reader) (kafka.Message, map[string]string
 		}
 	}
 	return m, h
+}
+
+// Kafkamw returns msgs as kafkamw's Messages (what a Producer sends).
+func Kafkamw(msgs []kafka.Message) []kafkamw.Message {
+	out := make([]kafkamw.Message, len(msgs))
+	for i, m := range msgs {
+		hs := make([]kafkamw.Header, len(m.Headers))
+		for j, h := range m.Headers {
+			hs[j] = kafkamw.Header{Key: h.Key, Value: h.Value}
+		}
+		out[i] = kafkamw.Message{Topic: m.Topic, Partition: m.Partition, Offset: m.Offset, Key: m.Key, Value: m.Value, Headers: hs, Time: m.Time}
+	}
+	return out
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -30,7 +31,7 @@ type NewReaderFunc func(t testing.TB, brokers []string, topic, group string) kaf
 
 // KafkaGo is NewReader as a NewReaderFunc.
 func KafkaGo(t testing.TB, brokers []string, topic, group string) kafkamw.Reader {
-	return NewReader(t, brokers, topic, group)
+	return kafkamw.KafkaGoReader(NewReader(t, brokers, topic, group))
 }
 
 // PartitionOrder: messages of one partition are handled in offset order, whatever the
@@ -50,7 +51,7 @@ func PartitionOrder(t *testing.T, newR NewReaderFunc) {
 	var disorder, running, maxRunning atomic.Int64
 	var handled atomic.Int64
 	c, err := kafkamw.NewConsumer(newR(t, brokers, topic, "g-"+topic), NewGuard(t, memstore.New()),
-		func(ctx context.Context, m kafka.Message) error {
+		func(ctx context.Context, m kafkamw.Message) error {
 			r := running.Add(1)
 			defer running.Add(-1)
 			for old := maxRunning.Load(); r > old && !maxRunning.CompareAndSwap(old, r); old = maxRunning.Load() {
@@ -92,7 +93,7 @@ func PoisonWithoutDeadLetterStops(t *testing.T, newR NewReaderFunc) {
 	}
 	Produce(t, NewWriter(t, brokers, topic), msgs)
 	c, err := kafkamw.NewConsumer(newR(t, brokers, topic, "g-"+topic), NewGuard(t, memstore.New()),
-		func(ctx context.Context, m kafka.Message) error {
+		func(ctx context.Context, m kafkamw.Message) error {
 			if IDOf(m) == "m-7" {
 				return errors.New("boom")
 			}
@@ -137,7 +138,7 @@ func StoreAway(t *testing.T, newR NewReaderFunc) {
 	const effects = "effects"
 	handler := CountHandler(effects, time.Millisecond)
 	c, err := kafkamw.NewConsumer(newR(t, brokers, topic, "g-"+topic), NewGuard(t, st),
-		func(ctx context.Context, m kafka.Message) error {
+		func(ctx context.Context, m kafkamw.Message) error {
 			time.Sleep(time.Millisecond)
 			return handler(ctx, m)
 		})
@@ -189,7 +190,7 @@ var countOnce = redisstore.NewEffectScript(`redis.call('HINCRBY', KEYS[1], ARGV[
 // CountHandler counts each message in the Redis hash at effectsKey,
 // committed with its idempotency record, after work.
 func CountHandler(effectsKey string, work time.Duration) kafkamw.Handler {
-	return func(ctx context.Context, m kafka.Message) error {
+	return func(ctx context.Context, m kafkamw.Message) error {
 		time.Sleep(work) // so that a kill lands mid-stream
 		return idem.Commit(ctx, redisstore.Effect{Script: countOnce, Keys: []string{effectsKey}, Args: []any{IDOf(m)}})
 	}
@@ -197,16 +198,11 @@ func CountHandler(effectsKey string, work time.Duration) kafkamw.Handler {
 
 // runChild is a consumer process: it handles the topic until it is killed,
 // or stops gracefully on SIGTERM.
-// ReadCloser is a Reader a child process closes when it is done.
-type ReadCloser interface {
-	kafkamw.Reader
-	Close() error
-}
 
 // RunChild makes this process a child consumer of KilledConsumer when the
 // environment says so (it then exits), reading through open; a test
 // binary's TestMain calls it first.
-func RunChild(open func(brokers []string, topic, group string) (ReadCloser, error)) {
+func RunChild(open func(brokers []string, topic, group string) (kafkamw.Reader, io.Closer, error)) {
 	if os.Getenv(childEnv) == "" {
 		return
 	}
@@ -224,11 +220,11 @@ func RunChild(open func(brokers []string, topic, group string) (ReadCloser, erro
 			return err
 		}
 		topic := os.Getenv(childTopicEnv)
-		r, err := open([]string{os.Getenv(childBrokersEnv)}, topic, "g-"+topic)
+		r, closer, err := open([]string{os.Getenv(childBrokersEnv)}, topic, "g-"+topic)
 		if err != nil {
 			return err
 		}
-		defer r.Close()
+		defer closer.Close()
 		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 		defer stop()
 		c, err := kafkamw.NewConsumer(r, g, CountHandler(prefix+"effects", 2*time.Millisecond), kafkamw.WithConcurrency(4))
