@@ -28,11 +28,6 @@ func (s *Store) lockPrefix(key string) string {
 // when nobody holds or waits for it; otherwise the holder's entry is read
 // for its remaining TTL.
 func (s *Store) TryAcquire(ctx context.Context, key string, ttl time.Duration) (lock.Lease, error) {
-	return s.tryAcquire(ctx, key, ttl)
-}
-
-// tryAcquire is TryAcquire before its lease is sealed.
-func (s *Store) tryAcquire(ctx context.Context, key string, ttl time.Duration) (lock.Lease, error) {
 	if err := s.check(ctx, key, ttl); err != nil {
 		return nil, err
 	}
@@ -102,11 +97,6 @@ func (s *Store) tryAcquire(ctx context.Context, key string, ttl time.Duration) (
 // wakes exactly one waiter. The fence is the entry's create revision. If
 // the session lease is lost while it waits, it starts over in a new one.
 func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (lock.Lease, error) {
-	return s.acquireLease(ctx, key, ttl)
-}
-
-// acquireLease is Acquire before its lease is sealed.
-func (s *Store) acquireLease(ctx context.Context, key string, ttl time.Duration) (lock.Lease, error) {
 	if err := s.check(ctx, key, ttl); err != nil {
 		return nil, err
 	}

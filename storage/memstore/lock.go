@@ -48,11 +48,6 @@ type lease struct {
 
 // TryAcquire implements lock.Locker.
 func (s *Store) TryAcquire(ctx context.Context, key string, ttl time.Duration) (lock.Lease, error) {
-	return s.tryAcquire(ctx, key, ttl)
-}
-
-// tryAcquire is TryAcquire before its lease is sealed.
-func (s *Store) tryAcquire(ctx context.Context, key string, ttl time.Duration) (lock.Lease, error) {
 	owner, err := check(ctx, key, ttl)
 	if err != nil {
 		return nil, err
@@ -90,11 +85,6 @@ func check(ctx context.Context, key string, ttl time.Duration) (string, error) {
 // served: a release hands the key straight to the longest waiter. An owner
 // (lock.WithOwner) that holds the key re-enters it at once.
 func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (lock.Lease, error) {
-	return s.acquireLease(ctx, key, ttl)
-}
-
-// acquireLease is Acquire before its lease is sealed.
-func (s *Store) acquireLease(ctx context.Context, key string, ttl time.Duration) (lock.Lease, error) {
 	owner, err := check(ctx, key, ttl)
 	if err != nil {
 		return nil, err

@@ -17,11 +17,6 @@ import (
 // TryAcquire implements lock.Locker: one round trip, or none when a lease
 // of this Store holds the key.
 func (s *Store) TryAcquire(ctx context.Context, key string, ttl time.Duration) (lock.Lease, error) {
-	return s.tryAcquire(ctx, key, ttl)
-}
-
-// tryAcquire is TryAcquire before its lease is sealed.
-func (s *Store) tryAcquire(ctx context.Context, key string, ttl time.Duration) (lock.Lease, error) {
 	owner, err := lockdriver.CheckAcquire(ctx, key, ttl)
 	if err != nil {
 		return nil, err
@@ -95,11 +90,6 @@ func (s *Store) takeKept(ctx context.Context, key string, ttl time.Duration, own
 // when the holder's remaining TTL runs out, or at the latest after the
 // recheck interval.
 func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (lock.Lease, error) {
-	return s.acquireLease(ctx, key, ttl)
-}
-
-// acquireLease is Acquire before its lease is sealed.
-func (s *Store) acquireLease(ctx context.Context, key string, ttl time.Duration) (lock.Lease, error) {
 	owner, err := lockdriver.CheckAcquire(ctx, key, ttl)
 	if err != nil {
 		return nil, err

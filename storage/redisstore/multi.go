@@ -24,11 +24,6 @@ import (
 // with WithReplicas, it reports errors.ErrUnsupported and lock.AcquireAll
 // takes the keys one by one in canonical order.
 func (s *Store) AcquireAll(ctx context.Context, keys []string, ttl time.Duration) ([]lock.Lease, error) {
-	return s.acquireAll(ctx, keys, ttl)
-}
-
-// acquireAll is AcquireAll before its lease is sealed.
-func (s *Store) acquireAll(ctx context.Context, keys []string, ttl time.Duration) ([]lock.Lease, error) {
 	if _, cluster := s.raw.(*redis.ClusterClient); cluster || lock.Owner(ctx) != "" || s.base.Replication.Replicas > 0 {
 		return nil, fmt.Errorf("redisstore: acquire all: keys in several slots, an owner or replica acknowledgement: %w", errors.ErrUnsupported)
 	}

@@ -401,11 +401,6 @@ func (s *Store) fenceOf(op, key string, taken, clocks map[int]int64, ttl time.Du
 // the rest again (after 1, 2, 4 and 8 ms at most) while the others give
 // theirs back: one of them gets the key, not none.
 func (s *Store) TryAcquire(ctx context.Context, key string, ttl time.Duration) (lock.Lease, error) {
-	return s.tryAcquire(ctx, key, ttl)
-}
-
-// tryAcquire is TryAcquire before its lease is sealed.
-func (s *Store) tryAcquire(ctx context.Context, key string, ttl time.Duration) (lock.Lease, error) {
 	if err := s.check(ctx, key, ttl); err != nil {
 		return nil, err
 	}
@@ -469,11 +464,6 @@ func (s *Store) check(ctx context.Context, key string, ttl time.Duration) error 
 // error then matches ErrNotAcquired, ctx.Err() and, when nodes were down,
 // ErrNoQuorum.
 func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (lock.Lease, error) {
-	return s.acquireLease(ctx, key, ttl)
-}
-
-// acquireLease is Acquire before its lease is sealed.
-func (s *Store) acquireLease(ctx context.Context, key string, ttl time.Duration) (lock.Lease, error) {
 	if err := s.check(ctx, key, ttl); err != nil {
 		return nil, err
 	}

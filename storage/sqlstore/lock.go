@@ -59,11 +59,6 @@ type grant struct {
 
 // TryAcquire implements lock.Locker: one transaction.
 func (s *Store) TryAcquire(ctx context.Context, key string, ttl time.Duration) (lock.Lease, error) {
-	return s.tryAcquire(ctx, key, ttl)
-}
-
-// tryAcquire is TryAcquire before its lease is sealed.
-func (s *Store) tryAcquire(ctx context.Context, key string, ttl time.Duration) (lock.Lease, error) {
 	owner, err := lockdriver.CheckAcquire(ctx, key, ttl)
 	if err != nil {
 		return nil, err
@@ -101,11 +96,6 @@ func (s *Store) tryAcquire(ctx context.Context, key string, ttl time.Duration) (
 // key, one at a time waits in the database; the others wait for their
 // turn in the process, in the order they came.
 func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (lock.Lease, error) {
-	return s.acquireLease(ctx, key, ttl)
-}
-
-// acquireLease is Acquire before its lease is sealed.
-func (s *Store) acquireLease(ctx context.Context, key string, ttl time.Duration) (lock.Lease, error) {
 	owner, err := lockdriver.CheckAcquire(ctx, key, ttl)
 	if err != nil {
 		return nil, err

@@ -29,22 +29,12 @@ const seqLen = 10
 // (the node made, the queue listed), four when it is held by another (and
 // the node deleted again, the holder's remaining TTL read).
 func (s *Store) TryAcquire(ctx context.Context, key string, ttl time.Duration) (lock.Lease, error) {
-	return s.tryAcquire(ctx, key, ttl)
-}
-
-// tryAcquire is TryAcquire before its lease is sealed.
-func (s *Store) tryAcquire(ctx context.Context, key string, ttl time.Duration) (lock.Lease, error) {
 	return s.acquire(ctx, key, ttl, false)
 }
 
 // Acquire implements lock.Locker: it joins the key's queue of
 // acquisitions and waits for the one just before it to go.
 func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (lock.Lease, error) {
-	return s.acquireLease(ctx, key, ttl)
-}
-
-// acquireLease is Acquire before its lease is sealed.
-func (s *Store) acquireLease(ctx context.Context, key string, ttl time.Duration) (lock.Lease, error) {
 	return s.acquire(ctx, key, ttl, true)
 }
 
