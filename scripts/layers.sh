@@ -6,11 +6,15 @@
 #   storage (Open) imports storage/driver and memstore only, so a program
 #   links the drivers it imports (each registers its URL schemes)
 #
-# - core imports the standard library and core only;
+# - core imports the standard library and core only (its conformance
+#   suites, locktest and idemtest, also internal/childproc);
+# - stock/stockdriver (what a store implements to keep stock) imports the
+#   standard library only, so that drivers can implement it; stock imports
+#   core and stock (stocktest also internal/childproc);
 # - storage/driver (the contract and the scheme registry) imports core only;
 # - storage/internal imports no driver, no storage, no middleware;
 # - a driver imports no other driver, no storage, no middleware (only core,
-#   storage/internal and storage/driver);
+#   storage/internal, storage/driver and stock/stockdriver);
 # - storage (Open) imports core, storage/driver and memstore (memory:// is
 #   always there), never another driver; storage/all imports the drivers;
 # - the middleware (and job, lead) import no driver,
@@ -36,6 +40,14 @@ while read -r pkg imports; do
 		esac
 		case $pkg in
 		$mod/kafkamw/internal/kafkatest) ;;
+		$mod/core/lock/locktest | $mod/core/idem/idemtest)
+			[[ $imp == $mod/core* || $imp == $mod/internal/childproc ]] || bad "$pkg imports $imp (a core suite imports only core and internal/childproc)" ;;
+		$mod/stock/stockdriver)
+			bad "$pkg imports $imp (stock/stockdriver imports only the standard library)" ;;
+		$mod/stock/stocktest)
+			[[ $imp == $mod/core* || $imp == $mod/stock* || $imp == $mod/internal/childproc ]] || bad "$pkg imports $imp (stocktest imports only core, stock and internal/childproc)" ;;
+		$mod/stock*)
+			[[ $imp == $mod/core* || $imp == $mod/stock* ]] || bad "$pkg imports $imp (stock imports only core and itself)" ;;
 		$mod/core*)
 			[[ $imp == $mod/core* ]] || bad "$pkg imports $imp (core imports only core)" ;;
 		$mod/storage/internal*)
@@ -43,8 +55,8 @@ while read -r pkg imports; do
 		$mod/storage/driver)
 			[[ $imp == $mod/core* ]] || bad "$pkg imports $imp (storage/driver imports only core)" ;;
 		$mod/storage/*store)
-			[[ $imp == $mod/core* || $imp == $mod/storage/internal* || $imp == $mod/storage/driver ]] ||
-				bad "$pkg imports $imp (a driver imports only core, storage/internal and storage/driver)" ;;
+			[[ $imp == $mod/core* || $imp == $mod/storage/internal* || $imp == $mod/storage/driver || $imp == $mod/stock/stockdriver ]] ||
+				bad "$pkg imports $imp (a driver imports only core, storage/internal, storage/driver and stock/stockdriver)" ;;
 		$mod/storage)
 			[[ $imp == $mod/core* || $imp == $mod/storage/driver || $imp == $mod/storage/memstore ]] ||
 				bad "$pkg imports $imp (storage imports only core, storage/driver and memstore: the others register themselves)" ;;

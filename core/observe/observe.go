@@ -43,6 +43,26 @@ const (
 	IdemAbandon Op = "idem.abandon"
 	// IdemLost (a point event) is a claim lost while its run was busy.
 	IdemLost Op = "idem.lost"
+
+	// StockTake is one stock.Take (Key: the item): Outcome Sold, SoldOut,
+	// Replayed (a key's earlier answer, whatever it was), Mismatch,
+	// Invalid or Error.
+	StockTake Op = "stock.take"
+	// StockHold is one stock.Hold: Outcome Held, SoldOut, Replayed,
+	// Mismatch, Invalid or Error.
+	StockHold Op = "stock.hold"
+	// StockConfirm is one stock.Confirm: Outcome Sold, Replayed, Expired
+	// (the hold ran out first), Released, Mismatch, Invalid or Error.
+	StockConfirm Op = "stock.confirm"
+	// StockRelease is one stock.Release: Outcome Released, Replayed,
+	// Expired, Mismatch, Invalid or Error.
+	StockRelease Op = "stock.release"
+	// StockApply is one call to the store for an item, carrying Count
+	// merged operations: Outcome OK or Error.
+	StockApply Op = "stock.apply"
+	// StockExpired (a point event) is Count holds of an item that ran out
+	// unconfirmed, their units free again.
+	StockExpired Op = "stock.expired"
 )
 
 // Outcome is how an operation ended; like Op it is a small closed set.
@@ -69,6 +89,11 @@ const (
 	// the claim was given back.
 	Refused   Outcome = "refused"
 	Abandoned Outcome = "abandoned"
+
+	Sold    Outcome = "sold"     // stock taken and sold
+	SoldOut Outcome = "sold_out" // too few free units: nothing taken
+	Held    Outcome = "held"     // stock held, to be confirmed or released
+	Expired Outcome = "expired"  // a hold that ran out unconfirmed
 	Executed  Outcome = "executed" // the middleware ran the handler
 
 	Duplicate    Outcome = "duplicate"     // a message already processed, skipped
@@ -92,6 +117,9 @@ type Event struct {
 	Held time.Duration
 	// Route is the middleware's route pattern, gRPC method or topic.
 	Route string
+	// Count is how many operations one StockApply carried (the merge
+	// size), or how many holds a StockExpired ended.
+	Count int
 	// Request marks a middleware's event: one request answered or one
 	// message consumed (nil for the lock and idem operations).
 	Request *Request
@@ -242,6 +270,9 @@ func BeginEvent(ctx context.Context, o Observer, ev Event) (context.Context, Cal
 
 // Route sets the event's route (middleware).
 func (c *Call) Route(r string) { c.ev.Route = r }
+
+// Count sets the event's Count (StockApply).
+func (c *Call) Count(n int) { c.ev.Count = n }
 
 // End reports the operation's outcome; Duration is measured from Begin.
 func (c *Call) End(outcome Outcome, fence uint64, err error) {

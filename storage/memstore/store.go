@@ -14,9 +14,10 @@ import (
 type Store struct {
 	mu      sync.Mutex
 	locks   map[string]*entry
-	records map[string]*record // idempotency records (idemdriver.Store)
-	ended   map[string]ended   // claims that ended without completing
-	fence   uint64             // one counter for all keys: strictly increasing per key too (nextFence)
+	records map[string]*record    // idempotency records (idemdriver.Store)
+	ended   map[string]ended      // claims that ended without completing
+	fence   uint64                // one counter for all keys: strictly increasing per key too (nextFence)
+	items   map[string]*stockItem // stock (stockdriver.Store)
 
 	completed   completedList // oldest completion first: evicted first
 	resultBytes int64         // the completed records' results, in bytes

@@ -10,7 +10,7 @@ import (
 
 	"github.com/oncekit/oncekit/core/idem"
 	"github.com/oncekit/oncekit/core/idem/idemdriver"
-	"github.com/oncekit/oncekit/core/internal/childproc"
+	"github.com/oncekit/oncekit/internal/childproc"
 )
 
 // The runner process: KilledRunIsRetried starts the test binary again

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/oncekit/oncekit/core/internal/childproc"
+	"github.com/oncekit/oncekit/internal/childproc"
 	"github.com/oncekit/oncekit/core/lock"
 )
 
