@@ -3,6 +3,8 @@ package stock
 import (
 	"errors"
 	"fmt"
+
+	"github.com/oncekit/oncekit/stock/stockdriver"
 )
 
 // ErrSoldOut: fewer units were free than a Take or Hold wanted, and
@@ -38,6 +40,11 @@ var ErrInvalid = errors.New("stock: invalid argument")
 // ErrStore: the store failed or could not be reached; the operation may or
 // may not have happened, and a retry with the same key gets its answer.
 var ErrStore = errors.New("stock: store failed")
+
+// ErrUnknownLayout: the item or a key's record was stored by a later
+// version in a layout this one does not read; nothing changed. It comes
+// with ErrStore.
+var ErrUnknownLayout = stockdriver.ErrUnknownLayout
 
 // SoldOutError is ErrSoldOut with its facts.
 type SoldOutError struct {

@@ -17,9 +17,15 @@ package stockdriver
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 )
+
+// ErrUnknownLayout is a driver's error for an item or a record stored in a
+// layout this version does not read (a later version's): the call changes
+// nothing.
+var ErrUnknownLayout = errors.New("stock: stored in a layout this version does not read")
 
 // Store keeps stock. Apply applies ops to item atomically and in order,
 // after ending every hold of the item whose time has run out (their units

@@ -375,18 +375,22 @@ func (s *suite) holdsEndOnce(t *testing.T) {
 	put(t, a, it, units)
 	var confirmed, expired atomic.Int64
 	var wg sync.WaitGroup
-	stop := make(chan struct{})
-	go func() { // readers: each read ends the holds that ran out
+	stop, stopped := make(chan struct{}), make(chan struct{})
+	go func() { // a reader: each read ends the holds that ran out
+		defer close(stopped)
 		for {
 			select {
 			case <-stop:
 				return
 			case <-time.After(5 * time.Millisecond):
-				level(t, b, it)
+				l, err := b.Level(ctx, it)
+				if err != nil || l.Free+l.Held+l.Sold != l.Put {
+					t.Errorf("Level = %+v, %v", l, err)
+					return
+				}
 			}
 		}
 	}()
-	defer close(stop)
 	for i := range holders {
 		st := []*stock.Stock{a, b}[i%2]
 		wg.Add(1)
@@ -415,6 +419,8 @@ func (s *suite) holdsEndOnce(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+	close(stop)
+	<-stopped
 	if t.Failed() {
 		return
 	}

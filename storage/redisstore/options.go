@@ -43,6 +43,7 @@ func defaultOptions() options {
 		Options: rediskit.Options{
 			Prefix:       "oncekit:lock:",
 			RecordPrefix: "oncekit:idem:",
+			StockPrefix:  "oncekit:stock:",
 			PubSub:       redisnotify.Auto,
 			Recheck:      time.Second,
 			MinBackoff:   5 * time.Millisecond,
@@ -90,6 +91,10 @@ func WithPrefix(p string) Option { return func(o *options) { o.Prefix = p } }
 // and their channels. It must not contain '{' or '}'.
 // Default "oncekit:idem:".
 func WithRecordPrefix(p string) Option { return func(o *options) { o.RecordPrefix = p } }
+
+// WithStockPrefix sets the prefix of the keys that keep stock (package
+// stock). It must not contain '{' or '}'. Default "oncekit:stock:".
+func WithStockPrefix(p string) Option { return func(o *options) { o.StockPrefix = p } }
 
 // WithPubSub selects the release notification mechanism. Every Store that
 // shares keys must use the same mode. Default PubSubAuto.

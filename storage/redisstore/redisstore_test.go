@@ -13,6 +13,8 @@ import (
 	"github.com/oncekit/oncekit/core/lock/locktest"
 	"github.com/oncekit/oncekit/core/observe"
 	"github.com/oncekit/oncekit/internal/testenv"
+	"github.com/oncekit/oncekit/stock/stockdriver"
+	"github.com/oncekit/oncekit/stock/stocktest"
 	"github.com/oncekit/oncekit/storage/redisstore"
 )
 
@@ -27,6 +29,7 @@ func TestMain(m *testing.M) {
 	}
 	locktest.RunHolder(func() (lock.Locker, error) { return newStore() })
 	idemtest.RunRunner(func() (idemdriver.Store, error) { return newStore() })
+	stocktest.RunWorker(func() (stockdriver.Store, error) { return newStore() })
 	testenv.QuietRedisDialErrors() // the fault tests stop servers on purpose
 	goleak.VerifyTestMain(m,
 		// go-redis retries a failed dial (a server the fault tests stopped)

@@ -47,20 +47,21 @@ type Client interface {
 // WithMaxLocalHandOffs times in a row before the key is let go so that
 // other processes get their turn.
 type Store struct {
-	closed   atomic.Bool  // Close was called: new calls fail with lock.ErrClosed
-	owned    func() error // closes the client storage.Open made (nil for New's)
-	ownOnce  sync.Once
-	base     rediskit.Base     // what both Redis drivers share (options, names, script calls)
-	fin      rediskit.Finisher // idemdriver.Store's Complete, Abandon and Extend
-	client   Client            // scripts go through it: auto-pipelined when the client can pipeline
-	raw      Client            // the client as given
-	handOffs keep.HandOffs
-	linger   time.Duration
-	sub      *redisnotify.Subscriber
-	unfenced bool             // WithoutFencing
-	setNX    rediskit.SetNXer // the client, for unfenced takes of a free key; nil when it has no SetNX
-	get      rediskit.Getter  // the client, for a replay's plain GET (see Begin); nil when it has no Get
-	replays  atomic.Int32     // how many recent Begins found a completed record, net, within ±8 (seen)
+	closed      atomic.Bool  // Close was called: new calls fail with lock.ErrClosed
+	owned       func() error // closes the client storage.Open made (nil for New's)
+	ownOnce     sync.Once
+	base        rediskit.Base     // what both Redis drivers share (options, names, script calls)
+	fin         rediskit.Finisher // idemdriver.Store's Complete, Abandon and Extend
+	client      Client            // scripts go through it: auto-pipelined when the client can pipeline
+	raw         Client            // the client as given
+	handOffs    keep.HandOffs
+	linger      time.Duration
+	sub         *redisnotify.Subscriber
+	unfenced    bool             // WithoutFencing
+	stockPrefix string           // WithStockPrefix
+	setNX       rediskit.SetNXer // the client, for unfenced takes of a free key; nil when it has no SetNX
+	get         rediskit.Getter  // the client, for a replay's plain GET (see Begin); nil when it has no Get
+	replays     atomic.Int32     // how many recent Begins found a completed record, net, within ±8 (seen)
 
 	mu      sync.Mutex
 	keys    map[string]*local
@@ -125,13 +126,14 @@ func New(client Client, opts ...Option) (*Store, error) {
 		scripts = rediskit.AutoPipeline(p)
 	}
 	s := &Store{
-		client:   scripts,
-		raw:      client,
-		handOffs: keep.HandOffs{Max: o.maxHandOffs, Hold: o.maxHold},
-		linger:   o.linger,
-		unfenced: o.unfenced,
-		sub:      redisnotify.New(client, o.PubSub),
-		keys:     make(map[string]*local),
+		client:      scripts,
+		raw:         client,
+		handOffs:    keep.HandOffs{Max: o.maxHandOffs, Hold: o.maxHold},
+		linger:      o.linger,
+		unfenced:    o.unfenced,
+		stockPrefix: o.StockPrefix,
+		sub:         redisnotify.New(client, o.PubSub),
+		keys:        make(map[string]*local),
 	}
 	if sn, ok := client.(rediskit.SetNXer); ok && o.unfenced && o.replication.Replicas == 0 {
 		s.setNX = sn

@@ -138,6 +138,13 @@ func (b *Base) NextWait(subscribed bool, pttl time.Duration, backoff *time.Durat
 	return wait
 }
 
+// RunScript runs one of the scripts that are not a lock's or a record's
+// (Stock) as the Store runs its own: tracked by b.BG, followed by WAIT
+// when the Store asks for replicas' acknowledgement.
+func (b *Base) RunScript(ctx context.Context, c redis.Scripter, s *redis.Script, keys []string, args ...any) *redis.Cmd {
+	return b.run(ctx, c, s, keys, nil, args...)
+}
+
 // run is Run tracked by b.BG.
 func (b *Base) run(ctx context.Context, c redis.Scripter, s *redis.Script, keys []string, late func(*redis.Cmd), args ...any) *redis.Cmd {
 	if b.acked(s) {

@@ -14,6 +14,7 @@ import (
 type Options struct {
 	Prefix       string // locks' keys and channels
 	RecordPrefix string // idempotency records' keys and channels
+	StockPrefix  string // stock's keys (redisstore)
 	PubSub       redisnotify.Mode
 	Recheck      time.Duration // longest sleep of a waiter without a release message
 	MinBackoff   time.Duration // jittered backoff bounds when no message can be relied on
@@ -29,6 +30,9 @@ func (o *Options) Validate() []error {
 	}
 	if strings.ContainsAny(o.RecordPrefix, "{}") || o.RecordPrefix == o.Prefix {
 		errs = append(errs, fmt.Errorf("record prefix %q contains '{' or '}' or equals the lock prefix", o.RecordPrefix))
+	}
+	if strings.ContainsAny(o.StockPrefix, "{}") || (o.StockPrefix != "" && (o.StockPrefix == o.Prefix || o.StockPrefix == o.RecordPrefix)) {
+		errs = append(errs, fmt.Errorf("stock prefix %q contains '{' or '}' or equals another prefix", o.StockPrefix))
 	}
 	if !o.PubSub.Valid() {
 		errs = append(errs, fmt.Errorf("unknown pub/sub mode %d", int(o.PubSub)))

@@ -52,6 +52,8 @@ var (
 	acquireNewLua string
 	//go:embed lua/release_new.lua
 	releaseNewLua string
+	//go:embed lua/stock.lua
+	stockLua string
 )
 
 // The scripts; their KEYS and ARGV are documented at the top of each file.
@@ -76,6 +78,7 @@ var (
 	IdemFinish   = redis.NewScript(idemFinishFastLua + preludeLua + fenceLua + claimLua + idemFinishLua)
 	LeaveQueue   = redis.NewScript(leaveQueueLua)
 	RecordStatus = redis.NewScript(headLua + fenceLua + claimLua + recordStateLua)
+	Stock        = redis.NewScript(stockLua)
 )
 
 // EffectScript is an effect's Lua joined with the completion of a claim

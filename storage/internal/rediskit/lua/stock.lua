@@ -1,0 +1,154 @@
+-- stock: apply a batch of operations to one item (package stock, the rules
+-- of stockdriver.Apply), by the server's clock, atomically.
+-- KEYS[1] the item's hash (v = 'S1', put, free, held, sold), KEYS[2] its
+-- holds (a sorted set of keys by deadline, ms), KEYS[3..] the record of
+-- each operation that names a key, in order.
+-- ARGV[1] the records' name prefix (the record of key k is ARGV[1]..k),
+-- then five per operation: kind (t take, h hold, c confirm, r release,
+-- a add, s set), key, units, ttl ms, keep ms.
+-- A record is 'S1|<made by: t|h>|<state>|<units>|<deadline ms>', state s
+-- sold, h held, o sold out, r released, x expired; its PTTL is its memory.
+-- Returns {exists, put, free, held, sold, expired, then per operation:
+-- state (n none/done, s, h, o, r, x, i no item, m mismatch), units,
+-- remaining ms, replayed}.
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local h = redis.call('HMGET', KEYS[1], 'v', 'put', 'free', 'held', 'sold')
+local exists = h[1] ~= false
+if exists and h[1] ~= 'S1' then
+	return redis.error_reply('ONCEKIT_LAYOUT stock item ' .. KEYS[1])
+end
+local put, free, held, sold = tonumber(h[2]) or 0, tonumber(h[3]) or 0, tonumber(h[4]) or 0, tonumber(h[5]) or 0
+-- Every record is read, and checked, before anything is written: a record
+-- of a layout this version does not know fails the whole call unchanged.
+local recs = {}
+local bad = nil
+local function get(rk)
+	local r = recs[rk]
+	if r ~= nil then return r or nil end
+	local v = redis.call('GET', rk)
+	if not v then
+		recs[rk] = false
+		return nil
+	end
+	local kind, st, units, dl = string.match(v, '^S1|([th])|([shorx])|(%d+)|(%d+)$')
+	if not kind then
+		bad = rk
+		return nil
+	end
+	r = { kind = kind, st = st, units = tonumber(units), dl = tonumber(dl) }
+	recs[rk] = r
+	return r
+end
+local function set(rk, r, ...)
+	recs[rk] = r
+	redis.call('SET', rk, string.format('S1|%s|%s|%d|%d', r.kind, r.st, r.units, r.dl), ...)
+end
+
+local due = {}
+if exists then
+	due = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, 256)
+	for _, k in ipairs(due) do get(ARGV[1] .. k) end
+end
+for i = 3, #KEYS do get(KEYS[i]) end
+if bad then
+	return redis.error_reply('ONCEKIT_LAYOUT stock record ' .. bad)
+end
+
+-- expire ends a hold whose deadline passed: its units are free again.
+local function expire(r, rk, key)
+	held = held - r.units
+	free = free + r.units
+	r.st = 'x'
+	set(rk, r, 'KEEPTTL')
+	redis.call('ZREM', KEYS[2], key)
+end
+
+local expired = 0
+for _, k in ipairs(due) do
+	local rk = ARGV[1] .. k
+	local r = get(rk)
+	if r and r.st == 'h' then
+		expire(r, rk, k)
+		expired = expired + 1
+	else
+		redis.call('ZREM', KEYS[2], k)
+	end
+end
+
+local out = {}
+local ki = 3
+for b = 2, #ARGV, 5 do
+	local kind, key, units, ttl, keep = ARGV[b], ARGV[b + 1], tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4])
+	local st, u, rem, rep = 'n', units, 0, 0
+	if kind == 'a' or kind == 's' then
+		local d = units
+		if kind == 's' then d = units - free end
+		if free + d < 0 then
+			st = 'o'
+		else
+			exists = true
+			free = free + d
+			put = put + d
+		end
+	elseif not exists then
+		st = 'i'
+	else
+		local rk = KEYS[ki]
+		ki = ki + 1
+		local r = get(rk)
+		if r and r.st == 'h' and r.dl <= now then
+			expire(r, rk, key)
+			expired = expired + 1
+		end
+		if kind == 't' or kind == 'h' then
+			if r then
+				u = r.units
+				if r.kind ~= kind or r.units ~= units then
+					st = 'm'
+				else
+					st, rep = r.st, 1
+					if r.st == 'h' then rem = r.dl - now end
+				end
+			elseif free < units then
+				st = 'o'
+				set(rk, { kind = kind, st = 'o', units = units, dl = 0 }, 'PX', keep)
+			elseif kind == 't' then
+				free, sold, st = free - units, sold + units, 's'
+				set(rk, { kind = 't', st = 's', units = units, dl = 0 }, 'PX', keep)
+			else
+				free, held, st, rem = free - units, held + units, 'h', ttl
+				set(rk, { kind = 'h', st = 'h', units = units, dl = now + ttl }, 'PX', ttl + keep)
+				redis.call('ZADD', KEYS[2], now + ttl, key)
+			end
+		else
+			if not r then
+				st, u = 'n', 0
+			elseif r.kind ~= 'h' then
+				st, u = 'm', r.units
+			elseif r.st ~= 'h' then
+				st, u, rep = r.st, r.units, 1
+			else
+				held, u = held - r.units, r.units
+				if kind == 'c' then
+					sold, r.st = sold + r.units, 's'
+				else
+					free, r.st = free + r.units, 'r'
+				end
+				st = r.st
+				set(rk, r, 'KEEPTTL')
+				redis.call('ZREM', KEYS[2], key)
+			end
+		end
+	end
+	out[#out + 1] = st
+	out[#out + 1] = u
+	out[#out + 1] = rem
+	out[#out + 1] = rep
+end
+if exists then
+	redis.call('HSET', KEYS[1], 'v', 'S1', 'put', put, 'free', free, 'held', held, 'sold', sold)
+end
+local head = { exists and 1 or 0, put, free, held, sold, expired }
+for i = 1, #out do head[#head + 1] = out[i] end
+return head
