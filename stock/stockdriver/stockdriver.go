@@ -177,8 +177,12 @@ type Record struct {
 	Units int64
 	// Deadline is when a hold ends (Held, and kept after it).
 	Deadline int64
-	// Until is when the record may be forgotten.
+	// Until is when the record may be forgotten; a Held record is kept
+	// until its hold has ended, whatever Until says.
 	Until int64
+	// Keep is how long the record is kept after its hold ends (Op.Keep, in
+	// ms): ending it sets Until to at least the end plus Keep.
+	Keep int64
 	// Changed is set by Apply when the record is new or changed: the
 	// driver writes it.
 	Changed bool
@@ -238,8 +242,7 @@ func Apply(now int64, it *Item, ops []Op) Answer {
 			if r.State == Held && r.Deadline <= now {
 				it.Held -= r.Units
 				it.Free += r.Units
-				r.State = Expired
-				r.Changed = true
+				r.end(now, Expired)
 				a.Expired++
 			}
 		}
@@ -279,8 +282,8 @@ func apply(now int64, it *Item, op Op) Result {
 		default:
 			it.Free -= op.Units
 			it.Held += op.Units
-			r.State, r.Deadline = Held, now+op.TTL.Milliseconds()
-			r.Until = r.Deadline + op.Keep.Milliseconds()
+			r.State, r.Deadline, r.Keep = Held, now+op.TTL.Milliseconds(), op.Keep.Milliseconds()
+			r.Until = r.Deadline + r.Keep
 			return Result{State: Held, Units: op.Units, Remaining: op.TTL}
 		}
 	case Confirm, Release:
@@ -296,15 +299,19 @@ func apply(now int64, it *Item, op Op) Result {
 		it.Held -= r.Units
 		if op.Kind == Confirm {
 			it.Sold += r.Units
-			r.State = Sold
+			r.end(now, Sold)
 		} else {
 			it.Free += r.Units
-			r.State = Released
+			r.end(now, Released)
 		}
-		r.Changed = true
 		return Result{State: r.State, Units: r.Units}
 	}
 	return Result{State: Mismatch}
+}
+
+// end ends the hold of r at now in state st.
+func (r *Record) end(now int64, st State) {
+	r.State, r.Until, r.Changed = st, max(r.Until, now+r.Keep), true
 }
 
 // replay answers op from the key's record r, changing nothing.

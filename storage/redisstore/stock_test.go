@@ -58,7 +58,7 @@ func TestStockUnknownLayout(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec := "oncekit:stock:{" + item + "}:k:later"
-	if err := c.Set(ctx, rec, "S2|t|s|1|0", time.Minute).Err(); err != nil {
+	if err := c.Set(ctx, rec, "S2|t|s|1|0|1000", time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Del(context.Background(), rec, "oncekit:stock:{"+item+"}") })

@@ -30,7 +30,35 @@ func (s *Store) Cleanup(ctx context.Context) (int64, error) {
 			}
 		}
 	}
-	return total, nil
+	n, err := s.cleanupStock(ctx)
+	return total + n, err
+}
+
+// cleanupStock deletes the stock records whose memory has passed (never
+// one that still holds: its hold's end must find it).
+func (s *Store) cleanupStock(ctx context.Context) (int64, error) {
+	_, records := s.StockTables()
+	now := "(" + nowUS(s.dialect) + " / 1000)"
+	q := "DELETE FROM " + records + " WHERE until_ms < " + now + " AND state <> 2 LIMIT ?"
+	if s.dialect == Postgres {
+		q = "DELETE FROM " + records + " WHERE ctid IN (SELECT ctid FROM " + records + " WHERE until_ms < " + now +
+			" AND state <> 2 LIMIT $1 FOR UPDATE SKIP LOCKED)"
+	}
+	var total int64
+	for {
+		res, err := s.db.ExecContext(ctx, q, s.cleanupBatch)
+		if err != nil {
+			if missingTable(err) {
+				return total, nil // a schema applied before stock was kept
+			}
+			return total, s.errWrap("cleanup", "", err)
+		}
+		n, _ := res.RowsAffected()
+		total += n
+		if n < int64(s.cleanupBatch) {
+			return total, nil
+		}
+	}
 }
 
 // cleanupStep runs one batch of a cleanup statement. MySQL's locks table

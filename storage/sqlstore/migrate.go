@@ -163,14 +163,15 @@ var layoutComment = "oncekit layout " + strconv.Itoa(Layout)
 // storage.Open always.
 func (s *Store) CheckLayout(ctx context.Context) error {
 	locks, waiters, records := s.Tables()
-	names := []string{locks, waiters, records}
+	items, stockRecords := s.StockTables()
+	names := []string{locks, waiters, records, items, stockRecords}
 	var rows *sql.Rows
 	var err error
 	if s.dialect == Postgres {
 		rows, err = s.db.QueryContext(ctx, "SELECT n, coalesce(obj_description(to_regclass(n), 'pg_class'), '') FROM unnest($1::text[]) n WHERE to_regclass(n) IS NOT NULL", pgArray(names))
 	} else {
-		rows, err = s.db.QueryContext(ctx, "SELECT TABLE_NAME, TABLE_COMMENT FROM information_schema.TABLES WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME IN (?, ?, ?)",
-			schemaOf(locks), tableOf(locks), tableOf(waiters), tableOf(records))
+		rows, err = s.db.QueryContext(ctx, "SELECT TABLE_NAME, TABLE_COMMENT FROM information_schema.TABLES WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME IN (?, ?, ?, ?, ?)",
+			schemaOf(locks), tableOf(locks), tableOf(waiters), tableOf(records), tableOf(items), tableOf(stockRecords))
 	}
 	if err != nil {
 		return s.errWrap("check layout", "", err)

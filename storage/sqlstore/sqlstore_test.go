@@ -18,6 +18,8 @@ import (
 	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/core/lock/locktest"
 	"github.com/oncekit/oncekit/internal/testenv"
+	"github.com/oncekit/oncekit/stock/stockdriver"
+	"github.com/oncekit/oncekit/stock/stocktest"
 	"github.com/oncekit/oncekit/storage/sqlstore"
 )
 
@@ -35,6 +37,7 @@ func TestMain(m *testing.M) {
 	}
 	locktest.RunHolder(func() (lock.Locker, error) { return newStore() })
 	idemtest.RunRunner(func() (idemdriver.Store, error) { return newStore() })
+	stocktest.RunWorker(func() (stockdriver.Store, error) { return newStore() })
 	goleak.VerifyTestMain(m)
 }
 

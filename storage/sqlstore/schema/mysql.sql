@@ -50,3 +50,28 @@ CREATE TABLE IF NOT EXISTS {prefix}records (
 -- rows past sweep_us that may go and sets sweep_us of the others to the
 -- time they may. Migrate adds the column and index to tables made before, and drops
 -- their expiry index.
+
+-- Stock (package stock): one row per item, and one per key that took or
+-- held units of it. Times are milliseconds by the server's clock. kind is
+-- stockdriver.Kind (1 take, 2 hold), state stockdriver.State (1 sold,
+-- 2 held, 3 sold out, 4 released, 5 expired).
+CREATE TABLE IF NOT EXISTS {prefix}stock_items (
+	item VARBINARY(512) NOT NULL PRIMARY KEY,
+	put  BIGINT         NOT NULL,
+	free BIGINT         NOT NULL,
+	held BIGINT         NOT NULL,
+	sold BIGINT         NOT NULL
+) ENGINE = InnoDB COMMENT = 'oncekit layout 1';
+CREATE TABLE IF NOT EXISTS {prefix}stock_records (
+	item        VARBINARY(512) NOT NULL,
+	take_key    VARBINARY(512) NOT NULL,
+	kind        SMALLINT       NOT NULL,
+	state       SMALLINT       NOT NULL,
+	units       BIGINT         NOT NULL,
+	deadline_ms BIGINT         NOT NULL, -- when a hold ends
+	until_ms    BIGINT         NOT NULL, -- when the record may be forgotten (not while held)
+	keep_ms     BIGINT         NOT NULL, -- how long it is kept after its hold ends
+	PRIMARY KEY (item, take_key),
+	INDEX {index}stock_records_held (item, state, deadline_ms),
+	INDEX {index}stock_records_until (until_ms)
+) ENGINE = InnoDB COMMENT = 'oncekit layout 1';

@@ -55,6 +55,33 @@ CREATE TABLE IF NOT EXISTS {prefix}records (
 CREATE INDEX IF NOT EXISTS {index}records_sweep ON {prefix}records (sweep_us);
 DROP INDEX IF EXISTS {prefix}records_expires;
 
+-- Stock (package stock): one row per item, and one per key that took or
+-- held units of it. Times are milliseconds by the server's clock. kind is
+-- stockdriver.Kind (1 take, 2 hold), state stockdriver.State (1 sold,
+-- 2 held, 3 sold out, 4 released, 5 expired).
+CREATE TABLE IF NOT EXISTS {prefix}stock_items (
+	item bytea  PRIMARY KEY,
+	put  bigint NOT NULL,
+	free bigint NOT NULL,
+	held bigint NOT NULL,
+	sold bigint NOT NULL
+);
+CREATE TABLE IF NOT EXISTS {prefix}stock_records (
+	item        bytea    NOT NULL,
+	take_key    bytea    NOT NULL,
+	kind        smallint NOT NULL,
+	state       smallint NOT NULL,
+	units       bigint   NOT NULL,
+	deadline_ms bigint   NOT NULL, -- when a hold ends
+	until_ms    bigint   NOT NULL, -- when the record may be forgotten (not while held)
+	keep_ms     bigint   NOT NULL, -- how long it is kept after its hold ends
+	PRIMARY KEY (item, take_key)
+);
+CREATE INDEX IF NOT EXISTS {index}stock_records_held ON {prefix}stock_records (item, deadline_ms) WHERE state = 2;
+CREATE INDEX IF NOT EXISTS {index}stock_records_until ON {prefix}stock_records (until_ms);
+
 COMMENT ON TABLE {prefix}locks IS 'oncekit layout 1';
 COMMENT ON TABLE {prefix}lock_waiters IS 'oncekit layout 1';
 COMMENT ON TABLE {prefix}records IS 'oncekit layout 1';
+COMMENT ON TABLE {prefix}stock_items IS 'oncekit layout 1';
+COMMENT ON TABLE {prefix}stock_records IS 'oncekit layout 1';

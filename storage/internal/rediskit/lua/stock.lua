@@ -6,8 +6,10 @@
 -- ARGV[1] the records' name prefix (the record of key k is ARGV[1]..k),
 -- then five per operation: kind (t take, h hold, c confirm, r release,
 -- a add, s set), key, units, ttl ms, keep ms.
--- A record is 'S1|<made by: t|h>|<state>|<units>|<deadline ms>', state s
--- sold, h held, o sold out, r released, x expired; its PTTL is its memory.
+-- A record is 'S1|<made by: t|h>|<state>|<units>|<deadline ms>|<keep ms>',
+-- state s sold, h held, o sold out, r released, x expired; its PTTL is its
+-- memory: none while held (the hold's end must find it), keep ms from the
+-- take or from the hold's end.
 -- Returns {exists, put, free, held, sold, expired, then per operation:
 -- state (n none/done, s, h, o, r, x, i no item, m mismatch), units,
 -- remaining ms, replayed}.
@@ -31,18 +33,18 @@ local function get(rk)
 		recs[rk] = false
 		return nil
 	end
-	local kind, st, units, dl = string.match(v, '^S1|([th])|([shorx])|(%d+)|(%d+)$')
+	local kind, st, units, dl, keep = string.match(v, '^S1|([th])|([shorx])|(%d+)|(%d+)|(%d+)$')
 	if not kind then
 		bad = rk
 		return nil
 	end
-	r = { kind = kind, st = st, units = tonumber(units), dl = tonumber(dl) }
+	r = { kind = kind, st = st, units = tonumber(units), dl = tonumber(dl), keep = tonumber(keep) }
 	recs[rk] = r
 	return r
 end
 local function set(rk, r, ...)
 	recs[rk] = r
-	redis.call('SET', rk, string.format('S1|%s|%s|%d|%d', r.kind, r.st, r.units, r.dl), ...)
+	redis.call('SET', rk, string.format('S1|%s|%s|%d|%d|%d', r.kind, r.st, r.units, r.dl, r.keep), ...)
 end
 
 local due = {}
@@ -60,7 +62,7 @@ local function expire(r, rk, key)
 	held = held - r.units
 	free = free + r.units
 	r.st = 'x'
-	set(rk, r, 'KEEPTTL')
+	set(rk, r, 'PX', r.keep)
 	redis.call('ZREM', KEYS[2], key)
 end
 
@@ -112,13 +114,13 @@ for b = 2, #ARGV, 5 do
 				end
 			elseif free < units then
 				st = 'o'
-				set(rk, { kind = kind, st = 'o', units = units, dl = 0 }, 'PX', keep)
+				set(rk, { kind = kind, st = 'o', units = units, dl = 0, keep = keep }, 'PX', keep)
 			elseif kind == 't' then
 				free, sold, st = free - units, sold + units, 's'
-				set(rk, { kind = 't', st = 's', units = units, dl = 0 }, 'PX', keep)
+				set(rk, { kind = 't', st = 's', units = units, dl = 0, keep = keep }, 'PX', keep)
 			else
 				free, held, st, rem = free - units, held + units, 'h', ttl
-				set(rk, { kind = 'h', st = 'h', units = units, dl = now + ttl }, 'PX', ttl + keep)
+				set(rk, { kind = 'h', st = 'h', units = units, dl = now + ttl, keep = keep })
 				redis.call('ZADD', KEYS[2], now + ttl, key)
 			end
 		else
@@ -136,7 +138,7 @@ for b = 2, #ARGV, 5 do
 					free, r.st = free + r.units, 'r'
 				end
 				st = r.st
-				set(rk, r, 'KEEPTTL')
+				set(rk, r, 'PX', math.max(r.dl - now, 0) + r.keep)
 				redis.call('ZREM', KEYS[2], key)
 			end
 		end
