@@ -44,17 +44,17 @@ const (
 	// IdemLost (a point event) is a claim lost while its run was busy.
 	IdemLost Op = "idem.lost"
 
-	// StockTake is one stock.Take (Key: the item): Outcome Sold, SoldOut,
+	// StockTake is one stock.Stock.Take (Key: the item): Outcome Sold, SoldOut,
 	// Replayed (a key's earlier answer, whatever it was), Mismatch,
 	// Invalid or Error.
 	StockTake Op = "stock.take"
-	// StockHold is one stock.Hold: Outcome Held, SoldOut, Replayed,
+	// StockHold is one stock.Stock.Hold: Outcome Held, SoldOut, Replayed,
 	// Mismatch, Invalid or Error.
 	StockHold Op = "stock.hold"
-	// StockConfirm is one stock.Confirm: Outcome Sold, Replayed, Expired
+	// StockConfirm is one stock.Stock.Confirm: Outcome Sold, Replayed, Expired
 	// (the hold ran out first), Released, Mismatch, Invalid or Error.
 	StockConfirm Op = "stock.confirm"
-	// StockRelease is one stock.Release: Outcome Released, Replayed,
+	// StockRelease is one stock.Stock.Release: Outcome Released, Replayed,
 	// Expired, Mismatch, Invalid or Error.
 	StockRelease Op = "stock.release"
 	// StockApply is one call to the store for an item, carrying Count
@@ -90,11 +90,11 @@ const (
 	Refused   Outcome = "refused"
 	Abandoned Outcome = "abandoned"
 
-	Sold    Outcome = "sold"     // stock taken and sold
-	SoldOut Outcome = "sold_out" // too few free units: nothing taken
-	Held    Outcome = "held"     // stock held, to be confirmed or released
-	Expired Outcome = "expired"  // a hold that ran out unconfirmed
-	Executed  Outcome = "executed" // the middleware ran the handler
+	Sold     Outcome = "sold"     // stock taken and sold
+	SoldOut  Outcome = "sold_out" // too few free units: nothing taken
+	Held     Outcome = "held"     // stock held, to be confirmed or released
+	Expired  Outcome = "expired"  // a hold that ran out unconfirmed
+	Executed Outcome = "executed" // the middleware ran the handler
 
 	Duplicate    Outcome = "duplicate"     // a message already processed, skipped
 	DeadLettered Outcome = "dead_lettered" // a message sent to the dead-letter topic

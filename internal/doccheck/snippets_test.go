@@ -37,9 +37,10 @@ var (
 	relay      func(context.Context, lock.Lease) error
 	sku        string
 	guard      *idem.Guard
-	stock      interface {
+	shelf      interface {
 		Decrement(ctx context.Context, sku string, fence uint64) error
 	}
+	orderID    string
 )`,
 	"docs/jobs.md": `
 var (

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/oncekit/oncekit/internal/childproc"
 	"github.com/oncekit/oncekit/core/lock"
+	"github.com/oncekit/oncekit/internal/childproc"
 )
 
 // The holder process: HolderProcessFaults starts the test binary again
