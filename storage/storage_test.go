@@ -21,6 +21,8 @@ import (
 	"github.com/oncekit/oncekit/core/lock/lockdriver"
 	"github.com/oncekit/oncekit/core/observe"
 	"github.com/oncekit/oncekit/internal/testenv"
+	"github.com/oncekit/oncekit/stock"
+	"github.com/oncekit/oncekit/stock/stockdriver"
 	"github.com/oncekit/oncekit/storage"
 	_ "github.com/oncekit/oncekit/storage/all"
 	"github.com/oncekit/oncekit/storage/etcdstore"
@@ -335,6 +337,25 @@ func TestWarmers(t *testing.T) {
 	}
 }
 
+// Every driver keeps stock but Redlock, which says why (stock.Refuser).
+func TestStockKeepers(t *testing.T) {
+	for typ, want := range map[reflect.Type]bool{
+		reflect.TypeFor[*memstore.Store]():     true,
+		reflect.TypeFor[*redisstore.Store]():   true,
+		reflect.TypeFor[*redlockstore.Store](): false,
+		reflect.TypeFor[*etcdstore.Store]():    true,
+		reflect.TypeFor[*sqlstore.Store]():     true,
+		reflect.TypeFor[*zkstore.Store]():      true,
+	} {
+		if got := typ.Implements(reflect.TypeFor[stockdriver.Store]()); got != want {
+			t.Errorf("%s keeps stock (stockdriver.Store): %v, want %v", typ, got, want)
+		}
+		if refuses := typ.Implements(reflect.TypeFor[stock.Refuser]()); refuses == want {
+			t.Errorf("%s: keeps stock %v, refuses it with a reason %v", typ, want, refuses)
+		}
+	}
+}
+
 // Every driver's Store shows the contract (driver.Store), the optional
 // capabilities drivers share, and the few methods of its own listed here,
 // and nothing else: a method added to a driver by mistake (a helper made
@@ -348,14 +369,15 @@ func TestDriverSurfaces(t *testing.T) {
 		contract[ct.Method(i).Name] = true
 	}
 	// The capabilities: idemdriver.Waiter, idemdriver.EffectStore, the repairs oncectl
-	// uses, lockdriver.MultiLocker, storage.Warmer.
-	shared := map[string]bool{"WaitChange": true, "CompleteWith": true, "ForceRelease": true, "DeleteRecord": true, "AcquireAll": true, "Warm": true}
+	// uses, lockdriver.MultiLocker, storage.Warmer, stockdriver.Store.
+	shared := map[string]bool{"WaitChange": true, "CompleteWith": true, "ForceRelease": true, "DeleteRecord": true, "AcquireAll": true, "Warm": true,
+		"ApplyStock": true}
 	own := map[reflect.Type][]string{
 		reflect.TypeFor[*memstore.Store]():     nil,
 		reflect.TypeFor[*redisstore.Store]():   {"Client"},
-		reflect.TypeFor[*redlockstore.Store](): {"Clients", "Quorum"},
+		reflect.TypeFor[*redlockstore.Store](): {"Clients", "Quorum", "StockRefusal"},
 		reflect.TypeFor[*etcdstore.Store]():    {"Client"},
-		reflect.TypeFor[*sqlstore.Store]():     {"CheckLayout", "Cleanup", "CompleteInTx", "DB", "Dialect", "Migrate", "Schema", "Tables"},
+		reflect.TypeFor[*sqlstore.Store]():     {"CheckLayout", "Cleanup", "CompleteInTx", "DB", "Dialect", "Migrate", "Schema", "StockTables", "Tables"},
 		reflect.TypeFor[*zkstore.Store]():      {"Cleanup", "Conn", "SessionTimeout"},
 	}
 	for typ, extra := range own {

@@ -81,6 +81,12 @@ func (z *ZooKeeper) PutItem(_ context.Context, sku string, stock int64, fence ui
 }
 
 func (z *ZooKeeper) Item(_ context.Context, sku string) (Item, error) {
+	// A ZooKeeper server answers reads from its own copy, which may lag
+	// the leader: sync it first, so that a read sees every sale that
+	// was answered before it began (linearizable reads).
+	if _, err := z.c.Sync(z.item(sku)); err != nil && !errors.Is(err, zk.ErrNoNode) {
+		return Item{}, err
+	}
 	it, version, err := z.get(sku)
 	if err != nil {
 		return Item{}, err

@@ -42,6 +42,12 @@ var (
 	}
 	orderID    string
 )`,
+	"docs/stock.md": `
+var (
+	ctx     context.Context
+	st      storage.Store
+	orderID string
+)`,
 	"docs/jobs.md": `
 var (
 	ctx     context.Context
@@ -103,6 +109,7 @@ var importPaths = map[string]string{
 	"observe": "github.com/oncekit/oncekit/core/observe", "otelobs": "github.com/oncekit/oncekit/observe/otelobs",
 	"promobs": "github.com/oncekit/oncekit/observe/promobs", "redisstore": "github.com/oncekit/oncekit/storage/redisstore",
 	"sqlstore": "github.com/oncekit/oncekit/storage/sqlstore", "storage": "github.com/oncekit/oncekit/storage",
+	"stock": "github.com/oncekit/oncekit/stock",
 }
 
 var goBlock = regexp.MustCompile("(?s)```go\n(.*?)```")

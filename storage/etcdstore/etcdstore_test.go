@@ -21,6 +21,8 @@ import (
 	"github.com/oncekit/oncekit/core/lock/locktest"
 	"github.com/oncekit/oncekit/core/observe"
 	"github.com/oncekit/oncekit/internal/testenv"
+	"github.com/oncekit/oncekit/stock/stockdriver"
+	"github.com/oncekit/oncekit/stock/stocktest"
 	"github.com/oncekit/oncekit/storage/etcdstore"
 )
 
@@ -39,6 +41,7 @@ func TestMain(m *testing.M) {
 	}
 	locktest.RunHolder(func() (lock.Locker, error) { return newStore() })
 	idemtest.RunRunner(func() (idemdriver.Store, error) { return newStore() })
+	stocktest.RunWorker(func() (stockdriver.Store, error) { return newStore() })
 	goleak.VerifyTestMain(m,
 		// The etcd client's gRPC machinery winds down asynchronously.
 		goleak.IgnoreTopFunction("google.golang.org/grpc/internal/grpcsync.(*CallbackSerializer).run"),

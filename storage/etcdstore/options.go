@@ -14,6 +14,7 @@ type Option func(*options)
 type options struct {
 	prefix       string
 	recordPrefix string
+	stockPrefix  string
 	observer     observe.Observer
 	linger       time.Duration
 	maxHandOffs  int
@@ -21,7 +22,7 @@ type options struct {
 }
 
 func defaultOptions() options {
-	return options{prefix: "oncekit/lock/", recordPrefix: "oncekit/idem/",
+	return options{prefix: "oncekit/lock/", recordPrefix: "oncekit/idem/", stockPrefix: "oncekit/stock/",
 		linger: 100 * time.Microsecond, maxHandOffs: 16, maxHold: time.Millisecond}
 }
 
@@ -64,17 +65,22 @@ func WithRecordPrefix(p string) Option { return func(o *options) { o.recordPrefi
 // package observe). Default: none.
 func WithObserver(obs observe.Observer) Option { return func(o *options) { o.observer = obs } }
 
+// WithStockPrefix sets the etcd key prefix under which stock (package
+// stock) lives. It must differ from the lock and record prefixes.
+// Default "oncekit/stock/".
+func WithStockPrefix(p string) Option { return func(o *options) { o.stockPrefix = p } }
+
 // WithPrefix sets the etcd key prefix under which every lock lives.
 // Default "oncekit/lock/".
 func WithPrefix(p string) Option { return func(o *options) { o.prefix = p } }
 
 func (o *options) validate() error {
 	var errs []error
-	if o.prefix == "" || o.recordPrefix == "" {
+	if o.prefix == "" || o.recordPrefix == "" || o.stockPrefix == "" {
 		errs = append(errs, errors.New("empty prefix"))
 	}
-	if o.prefix == o.recordPrefix {
-		errs = append(errs, errors.New("the lock and record prefixes are the same"))
+	if o.prefix == o.recordPrefix || o.stockPrefix == o.prefix || o.stockPrefix == o.recordPrefix {
+		errs = append(errs, errors.New("the lock, record and stock prefixes are not all different"))
 	}
 	if o.linger < 0 || o.maxHandOffs < 0 || o.maxHold < 0 {
 		errs = append(errs, fmt.Errorf("negative linger %s, max local hand-offs %d or max local hold %s",

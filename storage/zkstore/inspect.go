@@ -207,7 +207,11 @@ func (s *Store) Cleanup(ctx context.Context) (int, error) {
 	if err != nil {
 		return deleted, fmt.Errorf("zkstore: cleanup: %w", err)
 	}
-	return deleted, nil
+	n, err := s.cleanupStock(ctx, now)
+	if err != nil {
+		return deleted + n, fmt.Errorf("zkstore: cleanup: %w", err)
+	}
+	return deleted + n, nil
 }
 
 // eachRecord calls fn with the path and key of every record node, one

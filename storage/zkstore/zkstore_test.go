@@ -16,6 +16,8 @@ import (
 	"github.com/oncekit/oncekit/core/lock"
 	"github.com/oncekit/oncekit/core/lock/locktest"
 	"github.com/oncekit/oncekit/internal/testenv"
+	"github.com/oncekit/oncekit/stock/stockdriver"
+	"github.com/oncekit/oncekit/stock/stocktest"
 	"github.com/oncekit/oncekit/storage/zkstore"
 )
 
@@ -33,6 +35,7 @@ func TestMain(m *testing.M) {
 	}
 	locktest.RunHolder(func() (lock.Locker, error) { return newStore() })
 	idemtest.RunRunner(func() (idemdriver.Store, error) { return newStore() })
+	stocktest.RunWorker(func() (stockdriver.Store, error) { return newStore() })
 	goleak.VerifyTestMain(m)
 }
 
