@@ -96,14 +96,6 @@ type replica struct {
 }
 
 func deploy(t testing.TB, store string, n int, flags ...string) *deployment {
-	if strings.HasPrefix(store, "postgres://") || strings.HasPrefix(store, "mysql://") {
-		// On SQL the sale is one conditional UPDATE in the record's
-		// transaction: the way to sell there. (The SKU lock on SQL is
-		// held to the lock suites; under it a sale is a serial chain of
-		// transactions, which BenchmarkFlashSale measures, passing
-		// --lock-free=false after this.)
-		flags = append([]string{"--lock-free"}, flags...)
-	}
 	run := fmt.Sprintf("it-%d", time.Now().UnixNano())
 	d := &deployment{t: t, store: store, flags: flags, brokers: strings.Join(testenv.KafkaBrokers(t), ","),
 		prefix: "inventory:" + run + ":", topic: "order.created." + run, group: "shipping." + run}

@@ -97,9 +97,10 @@ type Held struct {
 	Replayed bool
 }
 
-// Put makes the item's free units units (an item not seen before is
-// created); what was put changes by the difference, and held and sold
-// units are kept.
+// Put starts the item over (an item not seen before is created): units
+// free, none sold; live holds are kept, and what was put is units plus
+// them. The keys' answers are kept too: a retry still gets its first
+// answer. Add changes the free units without starting over.
 func (s *Stock) Put(ctx context.Context, item string, units int64) (Level, error) {
 	_, lvl, err := s.adjust(ctx, stockdriver.Set, item, units)
 	return lvl, err

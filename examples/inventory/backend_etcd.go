@@ -11,75 +11,23 @@ import (
 	"github.com/oncekit/oncekit/storage/etcdstore"
 )
 
-// Etcd is the inventory in etcd, beside etcdstore's records: a sale's
+// Etcd is the inventory in etcd, beside etcdstore's records: an order's
 // writes join the transaction that completes its record (etcdstore.Effect).
-// Keys, under a prefix: item/{sku} (JSON with the fence), order/{id},
-// outbox/{id}, shipment/{id}.
+// Keys, under a prefix: order/{id}, outbox/{id}, shipment/{id}.
 type Etcd struct {
+	Stocked
 	c      *clientv3.Client
 	prefix string
 }
 
-// NewEtcd returns the inventory on c.
-func NewEtcd(c *clientv3.Client, prefix string) *Etcd { return &Etcd{c: c, prefix: prefix} }
-
-type etcdItem struct {
-	Stock int64  `json:"stock"`
-	Sold  int64  `json:"sold"`
-	Fence uint64 `json:"fence"`
+// NewEtcd returns the inventory on c, its stock in st.
+func NewEtcd(st Stocked, c *clientv3.Client, prefix string) *Etcd {
+	return &Etcd{Stocked: st, c: c, prefix: prefix}
 }
 
-func (e *Etcd) item(sku string) string    { return e.prefix + "item/" + sku }
 func (e *Etcd) order(id string) string    { return e.prefix + "order/" + id }
 func (e *Etcd) outbox(id string) string   { return e.prefix + "outbox/" + id }
 func (e *Etcd) shipment(id string) string { return e.prefix + "shipment/" + id }
-
-// get reads sku's item and its revision (0: none).
-func (e *Etcd) get(ctx context.Context, sku string) (etcdItem, int64, error) {
-	resp, err := e.c.Get(ctx, e.item(sku))
-	if err != nil {
-		return etcdItem{}, 0, err
-	}
-	if len(resp.Kvs) == 0 {
-		return etcdItem{}, 0, nil
-	}
-	var it etcdItem
-	if err := json.Unmarshal(resp.Kvs[0].Value, &it); err != nil {
-		return etcdItem{}, 0, fmt.Errorf("inventory: corrupt item %q: %w", sku, err)
-	}
-	return it, resp.Kvs[0].ModRevision, nil
-}
-
-func (e *Etcd) PutItem(ctx context.Context, sku string, stock int64, fence uint64) (Item, error) {
-	old, rev, err := e.get(ctx, sku)
-	if err != nil {
-		return Item{}, err
-	}
-	if rev != 0 && old.Fence >= fence {
-		return Item{}, ErrStaleFence
-	}
-	b, _ := json.Marshal(etcdItem{Stock: stock, Fence: fence})
-	t, err := e.c.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(e.item(sku)), "=", rev)).
-		Then(clientv3.OpPut(e.item(sku), string(b))).Commit()
-	if err != nil {
-		return Item{}, err
-	}
-	if !t.Succeeded {
-		return Item{}, ErrStaleFence // written meanwhile by a later holder
-	}
-	return Item{SKU: sku, Stock: stock}, nil
-}
-
-func (e *Etcd) Item(ctx context.Context, sku string) (Item, error) {
-	it, rev, err := e.get(ctx, sku)
-	if err != nil {
-		return Item{}, err
-	}
-	if rev == 0 {
-		return Item{}, ErrUnknownSKU
-	}
-	return Item{SKU: sku, Stock: it.Stock, Sold: it.Sold}, nil
-}
 
 func (e *Etcd) Order(ctx context.Context, id string) (Order, error) {
 	resp, err := e.c.Get(ctx, e.order(id))
@@ -96,38 +44,12 @@ func (e *Etcd) Order(ctx context.Context, id string) (Order, error) {
 	return o, nil
 }
 
-// LockFree is false: a sale commits only if the item did not change since
-// it was read, so unlocked sales of one SKU would refuse each other.
-func (e *Etcd) LockFree() bool { return false }
-
-func (e *Etcd) Sell(ctx context.Context, o Order, lockFence uint64) (any, error) {
-	it, rev, err := e.get(ctx, o.SKU)
-	switch {
-	case err != nil:
-		return nil, err
-	case rev == 0:
-		return nil, ErrUnknownSKU
-	case it.Fence >= lockFence:
-		return nil, ErrStaleFence
-	case it.Stock < o.Qty:
-		return nil, ErrSoldOut
-	}
-	it.Stock -= o.Qty
-	it.Sold += o.Qty
-	it.Fence = lockFence
-	item, _ := json.Marshal(it)
+func (e *Etcd) Record(_ context.Context, o Order) (any, error) {
 	order, _ := json.Marshal(o)
-	// The item as read is the condition: a write since (a later holder's)
-	// refuses the sale.
-	return etcdstore.Effect{
-		If: []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(e.item(o.SKU)), "=", rev)},
-		Then: []clientv3.Op{
-			clientv3.OpPut(e.item(o.SKU), string(item)),
-			clientv3.OpPut(e.order(o.OrderID), string(order)),
-			clientv3.OpPut(e.outbox(o.OrderID), string(order)),
-		},
-		Reason: "stale_fence",
-	}, nil
+	return etcdstore.Effect{Then: []clientv3.Op{
+		clientv3.OpPut(e.order(o.OrderID), string(order)),
+		clientv3.OpPut(e.outbox(o.OrderID), string(order)),
+	}}, nil
 }
 
 func (e *Etcd) Outbox(ctx context.Context, n int) ([]Order, error) {

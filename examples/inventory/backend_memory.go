@@ -12,41 +12,16 @@ import (
 // one process share it (the embedded demo). Its effects are
 // memstore.Effect.
 type Memory struct {
+	Stocked
 	mu        sync.Mutex
-	items     map[string]*memItem
 	orders    map[string]Order
 	outbox    map[string]Order
 	shipments map[string]bool
 }
 
-type memItem struct {
-	Item
-	fence uint64
-}
-
-// NewMemory returns an empty inventory.
-func NewMemory() *Memory {
-	return &Memory{items: map[string]*memItem{}, orders: map[string]Order{}, outbox: map[string]Order{}, shipments: map[string]bool{}}
-}
-
-func (m *Memory) PutItem(_ context.Context, sku string, stock int64, fence uint64) (Item, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if it := m.items[sku]; it != nil && it.fence >= fence {
-		return Item{}, ErrStaleFence
-	}
-	it := &memItem{Item: Item{SKU: sku, Stock: stock}, fence: fence}
-	m.items[sku] = it
-	return it.Item, nil
-}
-
-func (m *Memory) Item(_ context.Context, sku string) (Item, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if it := m.items[sku]; it != nil {
-		return it.Item, nil
-	}
-	return Item{}, ErrUnknownSKU
+// NewMemory returns an empty inventory whose stock is kept in st.
+func NewMemory(st Stocked) *Memory {
+	return &Memory{Stocked: st, orders: map[string]Order{}, outbox: map[string]Order{}, shipments: map[string]bool{}}
 }
 
 func (m *Memory) Order(_ context.Context, id string) (Order, error) {
@@ -58,40 +33,10 @@ func (m *Memory) Order(_ context.Context, id string) (Order, error) {
 	return Order{}, ErrUnknownOrder
 }
 
-// check is the sale's condition, under m.mu.
-func (m *Memory) check(o Order, lockFence uint64) error {
-	it := m.items[o.SKU]
-	switch {
-	case it == nil:
-		return ErrUnknownSKU
-	case lockFence != 0 && it.fence >= lockFence:
-		return ErrStaleFence
-	case it.Stock < o.Qty:
-		return ErrSoldOut
-	}
-	return nil
-}
-
-// LockFree is true: the effect checks and takes the stock under one lock.
-func (m *Memory) LockFree() bool { return true }
-
-func (m *Memory) Sell(_ context.Context, o Order, lockFence uint64) (any, error) {
-	m.mu.Lock()
-	err := m.check(o, lockFence)
-	m.mu.Unlock()
-	if err != nil {
-		return nil, err
-	}
+func (m *Memory) Record(_ context.Context, o Order) (any, error) {
 	return memstore.Effect(func() error {
 		m.mu.Lock()
 		defer m.mu.Unlock()
-		if err := m.check(o, lockFence); err != nil {
-			return err
-		}
-		it := m.items[o.SKU]
-		it.Stock -= o.Qty
-		it.Sold += o.Qty
-		it.fence = max(it.fence, lockFence)
 		m.orders[o.OrderID] = o
 		m.outbox[o.OrderID] = o
 		return nil

@@ -12,26 +12,22 @@ import (
 )
 
 // SQL is the inventory in PostgreSQL or MySQL, in the database of
-// sqlstore's records: a sale's writes — the stock, the order, the outbox
-// row — commit with its record, in the statement that completes it
-// (sqlstore.Writes), together or not at all. Tables
-// inventory_items, inventory_orders, inventory_outbox and
-// inventory_shipments hold every namespace (the prefix) side by side.
+// sqlstore's records: an order's writes — the order and its outbox row —
+// commit with its record, in the statement that completes it
+// (sqlstore.Writes), together or not at all. Tables inventory_orders,
+// inventory_outbox and inventory_shipments hold every namespace (the
+// prefix) side by side.
 type SQL struct {
+	Stocked
 	db      *sql.DB
 	dialect sqlstore.Dialect
 	ns      string
-	stock   sharedReads[stockRow] // concurrent reads of a SKU's row share a query (Item, Sell)
 }
 
-// stockRow is a SKU's stock, its sold count and the fence of its last
-// write.
-type stockRow struct{ stock, sold, fence int64 }
-
-// NewSQL returns the inventory in db under namespace ns. Call Migrate once
-// to create its tables.
-func NewSQL(db *sql.DB, dialect sqlstore.Dialect, ns string) *SQL {
-	return &SQL{db: db, dialect: dialect, ns: ns}
+// NewSQL returns the inventory in db under namespace ns, its stock in st.
+// Call Migrate once to create its tables.
+func NewSQL(st Stocked, db *sql.DB, dialect sqlstore.Dialect, ns string) *SQL {
+	return &SQL{Stocked: st, db: db, dialect: dialect, ns: ns}
 }
 
 // Migrate creates the inventory's tables where they do not exist.
@@ -41,8 +37,6 @@ func (s *SQL) Migrate(ctx context.Context) error {
 		name = "VARBINARY(128)" // never a case-insensitive collation: "A" and "a" are two SKUs
 	}
 	for _, stmt := range []string{
-		"CREATE TABLE IF NOT EXISTS inventory_items (ns " + name + " NOT NULL, sku " + name + " NOT NULL," +
-			" stock BIGINT NOT NULL, sold BIGINT NOT NULL, fence BIGINT NOT NULL, PRIMARY KEY (ns, sku))",
 		"CREATE TABLE IF NOT EXISTS inventory_orders (ns " + name + " NOT NULL, id " + name + " NOT NULL, body TEXT NOT NULL, PRIMARY KEY (ns, id))",
 		"CREATE TABLE IF NOT EXISTS inventory_outbox (ns " + name + " NOT NULL, id " + name + " NOT NULL, body TEXT NOT NULL, PRIMARY KEY (ns, id))",
 		"CREATE TABLE IF NOT EXISTS inventory_shipments (ns " + name + " NOT NULL, id " + name + " NOT NULL, PRIMARY KEY (ns, id))",
@@ -56,44 +50,6 @@ func (s *SQL) Migrate(ctx context.Context) error {
 
 // q numbers the ? placeholders of query for PostgreSQL.
 func (s *SQL) q(query string) string { return s.dialect.Rebind(query) }
-
-func (s *SQL) PutItem(ctx context.Context, sku string, stock int64, fence uint64) (Item, error) {
-	// Written only over an older fence's write: a paused former holder of
-	// the SKU lock cannot put back the stock it read.
-	query := "INSERT INTO inventory_items AS i (ns, sku, stock, sold, fence) VALUES (?, ?, ?, 0, ?)" +
-		" ON CONFLICT (ns, sku) DO UPDATE SET stock = EXCLUDED.stock, sold = 0, fence = EXCLUDED.fence WHERE i.fence < EXCLUDED.fence"
-	if s.dialect == sqlstore.MySQL { // assignments run left to right: fence last
-		query = "INSERT INTO inventory_items (ns, sku, stock, sold, fence) VALUES (?, ?, ?, 0, ?) ON DUPLICATE KEY UPDATE" +
-			" stock = IF(fence < VALUES(fence), VALUES(stock), stock), sold = IF(fence < VALUES(fence), 0, sold)," +
-			" fence = IF(fence < VALUES(fence), VALUES(fence), fence)"
-	}
-	res, err := s.db.ExecContext(ctx, s.q(query), s.ns, sku, stock, int64(fence))
-	if err != nil {
-		return Item{}, err
-	}
-	if n, _ := res.RowsAffected(); n == 0 {
-		return Item{}, ErrStaleFence
-	}
-	return Item{SKU: sku, Stock: stock}, nil
-}
-
-func (s *SQL) Item(ctx context.Context, sku string) (Item, error) {
-	r, err := s.stock.read(ctx, sku, s.readStock(sku))
-	if errors.Is(err, sql.ErrNoRows) {
-		return Item{}, ErrUnknownSKU
-	}
-	return Item{SKU: sku, Stock: r.stock, Sold: r.sold}, err
-}
-
-// readStock is the query of sku's row.
-func (s *SQL) readStock(sku string) func(context.Context) (stockRow, error) {
-	return func(ctx context.Context) (stockRow, error) {
-		var r stockRow
-		err := s.db.QueryRowContext(ctx, s.q("SELECT stock, sold, fence FROM inventory_items WHERE ns = ? AND sku = ?"), s.ns, sku).
-			Scan(&r.stock, &r.sold, &r.fence)
-		return r, err
-	}
-}
 
 func (s *SQL) Order(ctx context.Context, id string) (Order, error) {
 	var body string
@@ -111,65 +67,11 @@ func (s *SQL) Order(ctx context.Context, id string) (Order, error) {
 	return o, nil
 }
 
-// LockFree is true: the sale's UPDATE checks and takes the stock in one
-// statement, under the row's lock.
-func (s *SQL) LockFree() bool { return true }
-
-// check reads why a sale cannot go ahead, or nil: under the SKU lock
-// (lockFence not 0) in a read of its own, else in a read shared with the
-// concurrent buyers of the SKU.
-func (s *SQL) check(ctx context.Context, o Order, lockFence uint64) error {
-	var r stockRow
-	var err error
-	if lockFence != 0 {
-		// (Under the SKU's lock a read of its own: one shared with the
-		// buyers outside may start only after the one in flight ends,
-		// and the lock waits for it.)
-		r, err = s.readStock(o.SKU)(ctx)
-	} else {
-		r, err = s.stock.read(ctx, o.SKU, s.readStock(o.SKU))
-	}
-	stock, fence := r.stock, r.fence
-	switch {
-	case errors.Is(err, sql.ErrNoRows):
-		return ErrUnknownSKU
-	case err != nil:
-		return err
-	case lockFence != 0 && uint64(fence) >= lockFence:
-		return ErrStaleFence
-	case stock < o.Qty:
-		return ErrSoldOut
-	}
-	return nil
-}
-
-func (s *SQL) Sell(ctx context.Context, o Order, lockFence uint64) (any, error) {
-	if err := s.check(ctx, o, lockFence); err != nil {
-		return nil, err
-	}
+func (s *SQL) Record(_ context.Context, o Order) (any, error) {
 	body, _ := json.Marshal(o)
-	// The stock is checked and taken in one statement; the fence
-	// condition refuses a holder whose lock a later one wrote under.
-	take := "UPDATE inventory_items SET stock = stock - ?, sold = sold + ?, fence = GREATEST(fence, ?) WHERE ns = ? AND sku = ? AND stock >= ?"
-	takeArgs := []any{o.Qty, o.Qty, int64(lockFence), s.ns, o.SKU, o.Qty}
-	if lockFence != 0 {
-		take += " AND fence < ?"
-		takeArgs = append(takeArgs, int64(lockFence))
-	}
-	// One statement with the record's completion (on MySQL 8, which runs
-	// it as a transaction of statements, one round trip each): the SKU's
-	// row is locked while it runs, never across a round trip to this
-	// process, where every sale of the SKU waits for it. A take that
-	// changes no row refuses the sale: without the lock, the units went
-	// since the check; under it (checked there), a later holder's write.
-	why := ErrSoldOut
-	if lockFence != 0 {
-		why = ErrStaleFence
-	}
 	return sqlstore.Writes{
 		{Query: "INSERT INTO inventory_orders (ns, id, body) VALUES (?, ?, ?)", Args: []any{s.ns, o.OrderID, string(body)}},
 		{Query: "INSERT INTO inventory_outbox (ns, id, body) VALUES (?, ?, ?)", Args: []any{s.ns, o.OrderID, string(body)}},
-		{Query: take, Args: takeArgs, Refuse: why.Error()},
 	}, nil
 }
 

@@ -159,8 +159,8 @@ func grpcError(err error) error {
 		return withReason(codes.NotFound, "unknown_order", "no order has this id")
 	case errors.Is(err, ErrSoldOut):
 		return withReason(codes.FailedPrecondition, "sold_out", "not enough stock")
-	case errors.Is(err, ErrStaleFence), errors.Is(err, idem.ErrEffectRefused):
-		return withReason(codes.Aborted, "conflict", "the sale lost its lock before it committed; nothing was sold, retry")
+	case errors.Is(err, idem.ErrEffectRefused):
+		return withReason(codes.Aborted, "conflict", "the sale lost its claim before it committed; retry")
 	case errors.Is(err, lock.ErrNotAcquired), errors.Is(err, context.DeadlineExceeded):
 		return withReason(codes.Unavailable, "busy", "the item is busy; retry")
 	}

@@ -294,72 +294,137 @@ func TestGRPCAPI(t *testing.T) {
 	})
 }
 
-// A sale whose lock was overtaken — a later holder wrote under a newer
-// fence before this sale committed — is refused at commit, and nothing is
-// sold.
-func TestStaleSaleRefused(t *testing.T) {
+// Hold, then pay: a hold keeps its units from other buyers, paying it is
+// one order however often it is paid, a released hold's units are for
+// sale again, and so are an unpaid hold's once it runs out.
+func TestHoldThenPay(t *testing.T) {
 	eachStore(t, func(t *testing.T, url string) {
-		store, backend, closeStore, err := inventory.Open(url, fmt.Sprintf("inv-stale:%d:", time.Now().UnixNano()), nil)
+		base := serveHTTP(t, open(t, url))
+		sku := fmt.Sprintf("seat-%d", time.Now().UnixNano()%1e6)
+		hold := func(key string, ttl time.Duration) (response, string) {
+			r := do(t, "POST", base+"/v1/holds", key, fmt.Sprintf(`{"sku":%q,"qty":1,"user":"ann","ttl_ms":%d}`, sku, ttl.Milliseconds()))
+			var h inventory.Hold
+			_ = json.Unmarshal([]byte(r.body), &h)
+			return r, h.HoldID
+		}
+		item := func() string { return do(t, "GET", base+"/v1/items/"+sku, "", "").body }
+		do(t, "PUT", base+"/v1/items/"+sku, "", `{"stock":2}`)
+		r, h1 := hold("h1", time.Minute)
+		if r.status != 201 || h1 == "" {
+			t.Fatalf("hold: %d %s", r.status, r.body)
+		}
+		if again, _ := hold("h1", time.Minute); again.body != r.body || !again.replayed {
+			t.Errorf("the hold retried: %d %s, want the first answer replayed", again.status, again.body)
+		}
+		if got := item(); got != fmt.Sprintf(`{"sku":%q,"stock":1,"sold":0,"held":1}`+"\n", sku) {
+			t.Errorf("item while held: %s", got)
+		}
+		pay := func(key, id string) response {
+			return do(t, "POST", base+"/v1/holds/"+id+"/pay", key, `{"user":"ann"}`)
+		}
+		paid := pay("p1", h1)
+		if paid.status != 201 || paid.orderID == "" {
+			t.Fatalf("pay: %d %s", paid.status, paid.body)
+		}
+		if twice := pay("p2", h1); twice.status != 201 || twice.orderID != paid.orderID {
+			t.Errorf("paid again with another key: %d %s, want the same order", twice.status, twice.body)
+		}
+		if r := do(t, "DELETE", base+"/v1/holds/"+h1, "", ""); r.status != 409 || r.code != "hold_paid" {
+			t.Errorf("release of a paid hold: %d %s", r.status, r.body)
+		}
+		_, h2 := hold("h2", time.Minute)
+		if r := do(t, "POST", base+"/v1/orders", "o1", order(sku, "bob", 1)); r.code != "sold_out" {
+			t.Errorf("an order while the last unit is held: %d %s, want sold_out", r.status, r.body)
+		}
+		if r := do(t, "DELETE", base+"/v1/holds/"+h2, "", ""); r.status != 204 {
+			t.Errorf("release: %d %s", r.status, r.body)
+		}
+		_, h3 := hold("h3", time.Second)
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+			// Hold's end is what is tested: etcd ends it with its lease,
+			// rounded up to whole seconds, at least its minimum TTL.
+			if got := item(); got == fmt.Sprintf(`{"sku":%q,"stock":1,"sold":1}`+"\n", sku) {
+				break
+			} else if time.Now().After(deadline) {
+				t.Fatalf("an unpaid hold's unit did not come back: %s", got)
+			}
+		}
+		if r := pay("p3", h3); r.status != 409 || r.code != "hold_expired" {
+			t.Errorf("pay after the hold ran out: %d %s", r.status, r.body)
+		}
+		if orders, err := http.Get(base + "/v1/stats"); err == nil {
+			var st inventory.Stats
+			_ = json.NewDecoder(orders.Body).Decode(&st)
+			orders.Body.Close()
+			if st.Orders != 1 {
+				t.Errorf("%d orders, want 1 (the paid hold)", st.Orders)
+			}
+		}
+	})
+}
+
+// A replica that dies between a sale's take and its record: the client's
+// retry (the same order) takes nothing more and records the order once.
+func TestSaleSurvivesACrashBeforeItsRecord(t *testing.T) {
+	eachStore(t, func(t *testing.T, url string) {
+		store, backend, closeStore, err := inventory.Open(url, fmt.Sprintf("inv-crash:%d:", time.Now().UnixNano()), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer closeStore()
 		ctx := context.Background()
-		if _, err := backend.PutItem(ctx, "sku", 10, 100); err != nil {
+		if _, err := backend.PutItem(ctx, "sku", 10); err != nil {
 			t.Fatal(err)
-		}
-		if _, err := backend.Sell(ctx, inventory.Order{OrderID: "o-1", SKU: "sku", Qty: 1, User: "u", Fence: 50}, 50); !errors.Is(err, inventory.ErrStaleFence) {
-			t.Errorf("a sale under an older fence: %v, want ErrStaleFence", err)
 		}
 		g, err := idem.NewGuard(store)
 		if err != nil {
 			t.Fatal(err)
 		}
 		// Placed with the SKU, as the service places orders: on Redis
-		// Cluster the sale commits in the record's slot.
-		key, _ := idem.Placed("sku", fmt.Sprintf("stale-%d", time.Now().UnixNano()))
-		_, _, err = g.Do(ctx, key, "fp", func(ctx context.Context) ([]byte, error) {
-			effect, err := backend.Sell(ctx, inventory.Order{OrderID: "o-2", SKU: "sku", Qty: 1, User: "u", Fence: 200}, 200)
-			if err != nil || effect == nil {
-				return nil, err // Redlock sells at once, keyed on the order
-			}
-			// A later holder restocks under a newer fence before this
-			// sale commits.
-			if _, err := backend.PutItem(ctx, "sku", 10, 300); err != nil {
-				return nil, err
-			}
-			return nil, idem.Commit(ctx, effect)
-		})
-		it, _ := backend.Item(ctx, "sku")
-		if strings.HasPrefix(url, "redlock") {
-			// Sold at once, keyed on the order: a second run for the same
-			// order (a retry after a crash, under a newer lock) sells
-			// nothing more.
-			if err != nil || it.Stock != 9 || it.Sold != 1 {
-				t.Errorf("redlock: %v, item %+v", err, it)
-			}
-			if _, err := backend.Sell(ctx, inventory.Order{OrderID: "o-2", SKU: "sku", Qty: 1, User: "u", Fence: 400}, 400); err != nil {
-				t.Error(err)
-			}
-			if it, _ := backend.Item(ctx, "sku"); it.Sold != 1 {
-				t.Errorf("the same order sold again: %+v", it)
-			}
-			return
+		// Cluster the order commits in the record's slot.
+		key, _ := idem.Placed("sku", fmt.Sprintf("crash-%d", time.Now().UnixNano()))
+		o := inventory.Order{OrderID: inventory.OrderID(key, "sku"), SKU: "sku", Qty: 2, User: "u"}
+		crash := errors.New("the replica died")
+		run := func(crashed bool) ([]byte, bool, error) {
+			return g.Do(ctx, key, "fp", func(ctx context.Context) ([]byte, error) {
+				if err := backend.Take(ctx, o); err != nil {
+					return nil, err
+				}
+				if crashed {
+					return nil, crash // after the take, before the order's record
+				}
+				effect, err := backend.Record(ctx, o)
+				if err != nil || effect == nil {
+					return nil, err // Redlock records at once, keyed on the order
+				}
+				return nil, idem.Commit(ctx, effect)
+			})
 		}
-		if !errors.Is(err, idem.ErrEffectRefused) || it.Sold != 0 || it.Stock != 10 {
-			t.Errorf("stale sale: %v, item %+v; want refused and nothing sold", err, it)
+		if _, _, err := run(true); !errors.Is(err, crash) {
+			t.Fatalf("the first run: %v", err)
+		}
+		if _, _, err := run(false); err != nil {
+			t.Fatalf("the retry: %v", err)
+		}
+		if it, err := backend.Item(ctx, "sku"); err != nil || it.Stock != 8 || it.Sold != 2 {
+			t.Errorf("after the crash and the retry: %+v, %v; want 2 sold once", it, err)
+		}
+		if got, err := backend.Order(ctx, o.OrderID); err != nil || got.Qty != 2 {
+			t.Errorf("the order: %+v, %v", got, err)
+		}
+		if orders, _, err := backend.Counts(ctx); err != nil || orders != 1 {
+			t.Errorf("%d orders, %v; want 1", orders, err)
 		}
 	})
 }
 
 // A flash sale against two in-process replicas: nothing oversold, no order
-// run twice, every replay identical — with the SKU lock, and without it
-// where the backend's sale is one atomic step.
+// run twice, every replay identical — with the SKU lock, and without it.
 func TestFlashSale(t *testing.T) {
 	eachStore(t, func(t *testing.T, url string) {
 		flashSale(t, open(t, url))
 	})
-	for _, name := range []string{"memory", "redis", "redis-cluster", "redlock", "postgres", "postgres-pgbouncer", "mysql"} {
+	for _, name := range []string{"memory", "redis", "redis-cluster", "redlock", "etcd", "postgres", "postgres-pgbouncer", "mysql", "zk"} {
 		t.Run(name+"/lock-free", func(t *testing.T) { flashSale(t, openLockFree(t, stores[name](t))) })
 	}
 }
@@ -431,18 +496,6 @@ func flashSale(t *testing.T, svc *inventory.Service) {
 		if err := rep.WriteHTML(&html); err != nil || !strings.Contains(html.String(), "<svg") {
 			t.Errorf("HTML report: %v", err)
 		}
-	}
-}
-
-// The etcd inventory needs the SKU lock: New refuses LockFree for it.
-func TestLockFreeNeedsAnAtomicSale(t *testing.T) {
-	store, backend, closeStore, err := inventory.Open(stores["etcd"](t), "inv-test:", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer closeStore()
-	if _, err := inventory.New(inventory.Config{Store: store, Backend: backend, LockFree: true}); err == nil {
-		t.Error("New took LockFree for the etcd inventory")
 	}
 }
 

@@ -7,13 +7,16 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 )
 
-// Item is a SKU's stock and how much of it was sold.
+// Item is a SKU's stock (the units left to sell), how much of it was
+// sold, and how much is held by buyers who have not paid yet.
 type Item struct {
 	SKU   string `json:"sku"`
 	Stock int64  `json:"stock"`
 	Sold  int64  `json:"sold"`
+	Held  int64  `json:"held,omitempty"`
 }
 
 // Order is one sale.
@@ -37,9 +40,13 @@ var (
 	ErrUnknownSKU   = errors.New("inventory: unknown sku")
 	ErrUnknownOrder = errors.New("inventory: unknown order")
 	ErrSoldOut      = errors.New("inventory: not enough stock")
-	// ErrStaleFence refuses a write under a lock that a later holder has
-	// written under since: the writer's lock ran out while it was paused.
-	ErrStaleFence = errors.New("inventory: stale fence")
+	// ErrHoldExpired: a hold was confirmed after it ran out; its units
+	// are free again and nothing was sold.
+	ErrHoldExpired = errors.New("inventory: hold expired")
+	// ErrHoldPaid: a release of a hold that was paid; nothing changed.
+	ErrHoldPaid = errors.New("inventory: hold already paid")
+	// ErrUnknownHold: no such hold (never made, released, or forgotten).
+	ErrUnknownHold = errors.New("inventory: unknown hold")
 	// ErrInvalid is bad input (the message says which).
 	ErrInvalid = errors.New("inventory: invalid input")
 )
@@ -120,27 +127,30 @@ func orderIDs(orders []Order) []string {
 }
 
 // Backend keeps the inventory where every replica sees it: the stock of
-// each SKU, the orders, the outbox of order.created events and the
-// shipments. Sell and Ship either return an effect — a write that the
-// caller commits atomically with the idempotency record (httpmw.Commit,
-// idem.Commit) — or, when the inventory does not live with the records
-// (Redlock), make the write themselves keyed on the order's ID, refusing a
-// second one, and return a nil effect.
+// each SKU (package stock, through Stocked, which every Backend embeds),
+// the orders, the outbox of order.created events and the shipments. Record
+// and Ship either return an effect — a write that the caller commits
+// atomically with the idempotency record (httpmw.Commit, idem.Commit) —
+// or, when the inventory does not live with the records (Redlock), make
+// the write themselves keyed on the order's ID, refusing a second one, and
+// return a nil effect.
 type Backend interface {
-	// PutItem sets sku's stock and its sold count to 0, under the SKU
-	// lock whose fence is fence.
-	PutItem(ctx context.Context, sku string, stock int64, fence uint64) (Item, error)
+	// PutItem makes sku's stock (its free units) stock.
+	PutItem(ctx context.Context, sku string, stock int64) (Item, error)
 	Item(ctx context.Context, sku string) (Item, error)
+	// Take takes o.Qty units of o.SKU for the order, once per order ID
+	// (a retry of a sale takes nothing more): ErrSoldOut, ErrUnknownSKU.
+	Take(ctx context.Context, o Order) error
+	// Hold holds qty units of sku for the hold id until ttl has passed:
+	// ErrSoldOut, ErrUnknownSKU. ConfirmHold sells them (ErrHoldExpired
+	// when the hold ran out first), ReleaseHold gives them back.
+	Hold(ctx context.Context, sku, id string, qty int64, ttl time.Duration) (time.Time, error)
+	ConfirmHold(ctx context.Context, sku, id string) (qty int64, err error)
+	ReleaseHold(ctx context.Context, sku, id string) error
 	Order(ctx context.Context, id string) (Order, error)
-	// Sell sells o under the SKU lock whose fence is lockFence: ErrSoldOut,
-	// ErrUnknownSKU, ErrStaleFence, or the sale's effect. The effect checks
-	// again when it commits (a stale fence or too little stock refuses it).
-	// lockFence 0 sells without the lock (LockFree).
-	Sell(ctx context.Context, o Order, lockFence uint64) (effect any, err error)
-	// LockFree reports whether a sale's effect alone keeps the stock right
-	// — it checks and takes the stock in one atomic step — so that sales
-	// need no SKU lock (Config.LockFree).
-	LockFree() bool
+	// Record records the sold order o and its order.created event: the
+	// effect that does, or nil once done (Redlock).
+	Record(ctx context.Context, o Order) (effect any, err error)
 	// Outbox returns up to n orders whose order.created event is not
 	// published yet; Published removes them.
 	Outbox(ctx context.Context, n int) ([]Order, error)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/oncekit/oncekit/examples/inventory"
+	"github.com/oncekit/oncekit/stock"
 	"github.com/oncekit/oncekit/storage/memstore"
 )
 
@@ -26,8 +27,13 @@ func (l *lockedBuffer) Write(p []byte) (int, error) {
 
 // Three replicas of one inventory report each tick once between them.
 func TestReportOncePerTickAcrossReplicas(t *testing.T) {
-	store, backend := memstore.New(), inventory.NewMemory()
+	store := memstore.New()
 	defer store.Close()
+	sales, err := stock.New(store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	backend := inventory.NewMemory(inventory.NewStocked(sales, ""))
 	var out lockedBuffer
 	ctx, cancel := context.WithTimeout(t.Context(), 1300*time.Millisecond)
 	defer cancel()

@@ -46,11 +46,10 @@ type Config struct {
 	// leases carry no fence (Fence 0: a peer library's, for comparison)
 	// makes sales unfenced.
 	SKULocker lock.Locker
-	// LockFree sells without the SKU lock when the Backend's sale is one
-	// atomic step (Backend.LockFree: Redis, Redlock's keyed script, memory):
-	// the sale script checks and takes the stock itself, so concurrent
-	// sales of one SKU need no queue. An order's fence is then its
-	// idempotency claim's. New fails for a Backend that needs the lock.
+	// LockFree sells without the SKU lock. Package stock takes the units
+	// in one atomic step of the store, never below zero, so the lock adds
+	// only a queue: it is kept to compare (and to show a lock's fence on
+	// an order). An order's fence is then its idempotency claim's.
 	LockFree bool
 	// ReportEvery, when positive, makes the replicas log the sale's totals
 	// (orders, shipments) at every multiple of it, once across all of them
@@ -96,9 +95,6 @@ func New(cfg Config) (*Service, error) {
 	if cfg.Gatherer == nil {
 		cfg.Gatherer = prometheus.NewRegistry()
 	}
-	if cfg.LockFree && !cfg.Backend.LockFree() {
-		return nil, fmt.Errorf("inventory: %T sells only under the SKU lock", cfg.Backend)
-	}
 	guard, err := idem.NewGuard(cfg.Store)
 	if err != nil {
 		return nil, err
@@ -122,12 +118,15 @@ func (s *Service) Guard() *idem.Guard { return s.guard }
 // Backend is the inventory the replica serves.
 func (s *Service) Backend() Backend { return s.backend }
 
-// placeOrder sells qty of sku to user, once per idempotency key: under the
-// SKU's lock, fenced with its fence, the sale's effect committed with the
-// key's record through commit (httpmw.Commit, idem.Commit). The lock is
-// released by the outer layer (holdLocks) once the record is committed, so
-// that the next sale of the SKU sees this one; an order refused under it
-// releases it at once.
+// placeOrder sells qty of sku to user, once per idempotency key: the
+// units are taken by package stock, keyed on the order's ID (a retry of
+// the request takes nothing more), and the order and its order.created
+// event are committed with the key's record through commit (httpmw.Commit,
+// idem.Commit). A replica that dies between the two leaves the units taken
+// and the record in flight: the client's retry finds the take done and
+// records the order. Under the SKU lock (Config.LockFree false), the lock
+// is released by the outer layer (holdLocks) once the record is committed;
+// a refused order releases it at once.
 func (s *Service) placeOrder(ctx context.Context, sku string, qty int64, user string, commit func(any) error) (Order, error) {
 	if err := CheckOrder(sku, qty, user); err != nil {
 		return Order{}, err
@@ -137,29 +136,22 @@ func (s *Service) placeOrder(ctx context.Context, sku string, qty int64, user st
 		return Order{}, errors.New("inventory: an order runs under the idempotency middleware")
 	}
 	o := Order{OrderID: OrderID(key, sku), SKU: sku, Qty: qty, User: user, Trace: traceOf(ctx)}
-	var lockFence uint64
+	o.Fence, _ = idem.FenceFrom(ctx)
 	var held lock.Held
-	if s.lockFree {
-		o.Fence, _ = idem.FenceFrom(ctx)
-	} else {
+	if !s.lockFree {
 		h, err := s.mutex.Lock(ctx, "sku:"+sku)
 		if err != nil {
 			return Order{}, fmt.Errorf("inventory: lock sku %s: %w", sku, err)
 		}
 		held = h
-		o.Fence, lockFence = h.Fence(), h.Fence()
+		o.Fence = h.Fence()
 	}
-	effect, err := s.backend.Sell(ctx, o, lockFence)
-	committed := false
-	if err == nil && effect != nil {
-		err = commit(effect)
-		committed = err == nil
-	}
+	committed, err := s.sell(ctx, o, commit)
 	if held != nil {
-		// The lock is kept until the sale commits with the order's
-		// record; a refused order (sold out, a stale fence) has nothing
-		// to commit and lets the SKU go at once: the next buyer need not
-		// wait for this one's answer to be stored.
+		// The lock is kept until the order commits with its record; a
+		// refused order (sold out) has nothing to commit and lets the SKU
+		// go at once: the next buyer need not wait for this one's answer
+		// to be stored.
 		if committed {
 			releaseLater(ctx, held)
 		} else {
@@ -176,6 +168,24 @@ func (s *Service) placeOrder(ctx context.Context, sku string, qty int64, user st
 	return o, nil
 }
 
+// sell takes o's units and records o (committed reports whether the
+// order's writes were committed).
+func (s *Service) sell(ctx context.Context, o Order, commit func(any) error) (committed bool, err error) {
+	if err := s.backend.Take(ctx, o); err != nil {
+		return false, err
+	}
+	effect, err := s.backend.Record(ctx, o)
+	if err != nil {
+		return false, err
+	}
+	if effect != nil {
+		if err := commit(effect); err != nil {
+			return false, err
+		}
+	}
+	return true, nil
+}
+
 // placeOf is where the record of an order of sku lives (idem.Placed):
 // with the SKU's stock; "" (unplaced) for an invalid SKU, which the order
 // handler refuses.
@@ -186,7 +196,7 @@ func placeOf(sku string) string {
 	return sku
 }
 
-// putItem sets sku's stock under its lock, fenced.
+// putItem makes sku's stock (its units left to sell) stock.
 func (s *Service) putItem(ctx context.Context, sku string, stock int64) (Item, error) {
 	if err := CheckSKU(sku); err != nil {
 		return Item{}, err
@@ -194,13 +204,7 @@ func (s *Service) putItem(ctx context.Context, sku string, stock int64) (Item, e
 	if err := CheckStock(stock); err != nil {
 		return Item{}, err
 	}
-	var it Item
-	err := s.mutex.Do(ctx, "sku:"+sku, func(ctx context.Context, l lock.Lease) error {
-		var err error
-		it, err = s.backend.PutItem(ctx, sku, stock, l.Fence())
-		return err
-	})
-	return it, err
+	return s.backend.PutItem(ctx, sku, stock)
 }
 
 // heldLocks are the locks a request took, released once its response is
@@ -268,6 +272,9 @@ func (s *Service) Handler() (http.Handler, error) {
 				SKU string `json:"sku"`
 			}
 			_ = json.NewDecoder(r.Body).Decode(&body)
+			if sku, ok := holdSKU(chi.URLParam(r, "id")); ok && body.SKU == "" {
+				return placeOf(sku) // paying a hold: the SKU it names
+			}
 			return placeOf(body.SKU)
 		}),
 		httpmw.WithWait(s.wait),
@@ -288,6 +295,9 @@ func (s *Service) Handler() (http.Handler, error) {
 	r.Get("/v1/orders/{id}", s.httpGetOrder)
 	r.Get("/v1/stats", s.httpStats)
 	r.With(idempotent).Post("/v1/orders", s.httpPostOrder)
+	r.With(idempotent).Post("/v1/holds", s.httpPostHold)
+	r.With(idempotent).Post("/v1/holds/{id}/pay", s.httpPayHold)
+	r.Delete("/v1/holds/{id}", s.httpDeleteHold)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		problem(w, http.StatusNotFound, "not_found", "no such resource")
 	})
@@ -449,8 +459,14 @@ func httpError(w http.ResponseWriter, err error) {
 		problem(w, http.StatusNotFound, "unknown_order", "no order has this id")
 	case errors.Is(err, ErrSoldOut):
 		problem(w, http.StatusConflict, "sold_out", "not enough stock")
-	case errors.Is(err, ErrStaleFence), errors.As(err, &refused):
-		problem(w, http.StatusConflict, "conflict", "the sale lost its lock before it committed; nothing was sold, retry")
+	case errors.Is(err, ErrHoldExpired):
+		problem(w, http.StatusConflict, "hold_expired", "the hold ran out before it was paid; its units are for sale again")
+	case errors.Is(err, ErrUnknownHold):
+		problem(w, http.StatusNotFound, "unknown_hold", "no hold has this id")
+	case errors.Is(err, ErrHoldPaid):
+		problem(w, http.StatusConflict, "hold_paid", "the hold was paid: it is an order now")
+	case errors.As(err, &refused):
+		problem(w, http.StatusConflict, "conflict", "the sale lost its claim before it committed; retry")
 	case errors.Is(err, lock.ErrNotAcquired), errors.Is(err, context.DeadlineExceeded):
 		problem(w, http.StatusServiceUnavailable, "busy", "the item is busy; retry")
 	default:

@@ -39,7 +39,8 @@ const (
 	Release
 	// Add adds Units (negative: withdraws) free units; what was put changes alike.
 	Add
-	// Set makes the free units Units; what was put changes by the difference.
+	// Set starts the item over: Units free, none sold, the live holds
+	// kept (what was put is Units plus them).
 	Set
 )
 
@@ -314,15 +315,16 @@ func replay(now int64, r *Record, op Op) Result {
 // adjust applies an Add or a Set: it answers None when done, and SoldOut,
 // changing nothing, for a withdrawal of more than is free.
 func adjust(it *Item, op Op) Result {
-	d := op.Units
 	if op.Kind == Set {
-		d = op.Units - it.Free
+		it.Exists = true
+		it.Free, it.Sold, it.Put = op.Units, 0, op.Units+it.Held
+		return Result{State: None, Units: op.Units}
 	}
-	if it.Free+d < 0 || it.Put+d > MaxUnits {
+	if it.Free+op.Units < 0 || it.Put+op.Units > MaxUnits {
 		return Result{State: SoldOut, Units: op.Units}
 	}
 	it.Exists = true
-	it.Free += d
-	it.Put += d
+	it.Free += op.Units
+	it.Put += op.Units
 	return Result{State: None, Units: op.Units}
 }

@@ -137,14 +137,24 @@ func (s *suite) putAddLevel(t *testing.T) {
 		t.Fatalf("Add(-9) with 8 free: %v, want a *SoldOutError with 8 free", err)
 	}
 	wantLevel(t, st, it, stock.Level{Put: 12, Free: 8, Sold: 4})
-	if l, err := st.Put(ctx, it, 2); err != nil || l != (stock.Level{Put: 6, Free: 2, Sold: 4}) {
+	if _, err := st.Hold(ctx, it, "h1", 3, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	// Put starts over: what it says free, none sold, the live hold kept.
+	if l, err := st.Put(ctx, it, 2); err != nil || l != (stock.Level{Put: 5, Free: 2, Held: 3}) {
 		t.Fatalf("Put(2) = %+v, %v", l, err)
 	}
-	if l, err := st.Put(ctx, it, 0); err != nil || l != (stock.Level{Put: 4, Sold: 4}) {
+	if sale, err := st.Take(ctx, it, "k1", 4); err != nil || !sale.Replayed {
+		t.Fatalf("a retry after Put = %+v, %v; want the first answer", sale, err)
+	}
+	if _, err := st.Confirm(ctx, it, "h1"); err != nil {
+		t.Fatal(err)
+	}
+	if l, err := st.Put(ctx, it, 0); err != nil || l != (stock.Level{}) {
 		t.Fatalf("Put(0) = %+v, %v", l, err)
 	}
-	// A second Stock sees the same item.
-	wantLevel(t, s.stock(t), it, stock.Level{Put: 4, Sold: 4})
+	// A second Stock sees the same item, put with nothing.
+	wantLevel(t, s.stock(t), it, stock.Level{})
 }
 
 func (s *suite) takeOncePerKey(t *testing.T) {

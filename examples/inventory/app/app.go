@@ -91,7 +91,7 @@ func run(args []string, stdout, stderr io.Writer, o Options) int {
 	fs.StringVar(&f.prefix, "prefix", "inventory:", "prefix of the inventory's keys in the store")
 	fs.StringVar(&f.topic, "topic", inventory.TopicOrderCreated, "topic of order.created")
 	fs.StringVar(&f.group, "group", "shipping", "consumer group of the shipping consumers")
-	fs.BoolVar(&f.lockFree, "lock-free", false, "sell without the SKU lock where the sale is one atomic step (memory, redis, redlock, postgres, mysql)")
+	fs.BoolVar(&f.lockFree, "lock-free", true, "sell without the SKU lock (package stock takes the units atomically on every store; false queues sales behind the lock, to compare)")
 	fs.BoolVar(&f.demo, "demo", false, "run three replicas on free ports and a flash sale against them, print the report, exit")
 	fs.IntVar(&f.buyers, "buyers", 1000, "demo: buyers")
 	fs.Int64Var(&f.stock, "stock", 100, "demo: units for sale")

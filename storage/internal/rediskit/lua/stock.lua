@@ -83,15 +83,16 @@ local ki = 3
 for b = 2, #ARGV, 5 do
 	local kind, key, units, ttl, keep = ARGV[b], ARGV[b + 1], tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4])
 	local st, u, rem, rep = 'n', units, 0, 0
-	if kind == 'a' or kind == 's' then
-		local d = units
-		if kind == 's' then d = units - free end
-		if free + d < 0 then
+	if kind == 's' then
+		exists = true
+		free, sold, put = units, 0, units + held
+	elseif kind == 'a' then
+		if free + units < 0 then
 			st = 'o'
 		else
 			exists = true
-			free = free + d
-			put = put + d
+			free = free + units
+			put = put + units
 		end
 	elseif not exists then
 		st = 'i'
