@@ -32,7 +32,9 @@ const (
 
 // HoldID derives the ID of a hold of sku from its idempotency record's
 // stored key, as OrderID does an order's: "h-<20 hex digits>-<sku>".
-func HoldID(storedKey, sku string) string { return "h" + strings.TrimPrefix(OrderID(storedKey, sku), "o") }
+func HoldID(storedKey, sku string) string {
+	return "h" + strings.TrimPrefix(OrderID(storedKey, sku), "o")
+}
 
 // holdSKU returns the SKU a hold ID names.
 func holdSKU(id string) (string, bool) {
