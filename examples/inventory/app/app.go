@@ -55,7 +55,8 @@ type flags struct {
 	demo, lockFree                                         bool
 	buyers                                                 int
 	stock                                                  int64
-	dupRate                                                float64
+	dupRate, holdRate, payRate                             float64
+	holdTTL                                                time.Duration
 	html                                                   string
 	reportEvery                                            time.Duration
 }
@@ -96,6 +97,9 @@ func run(args []string, stdout, stderr io.Writer, o Options) int {
 	fs.IntVar(&f.buyers, "buyers", 1000, "demo: buyers")
 	fs.Int64Var(&f.stock, "stock", 100, "demo: units for sale")
 	fs.Float64Var(&f.dupRate, "dup-rate", 0.3, "demo: share of buyers who send their order twice")
+	fs.Float64Var(&f.holdRate, "hold-rate", 0.2, "demo: share of HTTP buyers who hold a unit first, then pay or let the hold run out")
+	fs.Float64Var(&f.payRate, "pay-rate", 0.5, "demo: share of holders who pay")
+	fs.DurationVar(&f.holdTTL, "hold-ttl", 2*time.Second, "demo: how long a hold lasts")
 	fs.StringVar(&f.html, "html", "", "demo: write the report as HTML to this file")
 	fs.DurationVar(&f.reportEvery, "report-every", time.Minute, "log the sale's totals at every multiple of this, once across the replicas (0: never)")
 	fs.Usage = func() {
@@ -206,7 +210,8 @@ func serve(f flags, o Options, stdout, stderr io.Writer) error {
 }
 
 func demo(f flags, replicas []*inventory.Replica, kafka bool, stdout, stderr io.Writer) error {
-	cfg := flashsale.Config{Buyers: f.buyers, Stock: f.stock, DupRate: f.dupRate, Progress: stderr}
+	cfg := flashsale.Config{Buyers: f.buyers, Stock: f.stock, DupRate: f.dupRate, Progress: stderr,
+		HoldRate: f.holdRate, PayRate: f.payRate, HoldTTL: f.holdTTL}
 	for _, r := range replicas {
 		cfg.Targets = append(cfg.Targets, "http://"+r.HTTPAddr)
 		cfg.GRPC = append(cfg.GRPC, r.GRPCAddr)

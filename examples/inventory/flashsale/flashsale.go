@@ -54,6 +54,13 @@ type Config struct {
 	// confirmed so far each time one is (from the buyers' goroutines;
 	// replays of a confirmed order are not counted again).
 	Confirmed func(n int64)
+	// HoldRate is the share of HTTP buyers who hold a unit first
+	// (POST /v1/holds, HoldTTL) and then pay with PayRate's chance; the
+	// others let their hold run out, and its unit is for sale again
+	// (default 0: none).
+	HoldRate, PayRate float64
+	// HoldTTL is how long a hold lasts (default 2 s).
+	HoldTTL time.Duration
 	// AllowRefused accepts answers that refused a sale's effect (409
 	// effect_refused or conflict: the sale's lock or claim was lost
 	// before it committed, nothing was sold). Buyers retry them either
@@ -71,6 +78,7 @@ const (
 	soldOut
 	retryable
 	failed
+	abandoned // a hold its buyer let run out
 )
 
 type sample struct {
@@ -89,18 +97,21 @@ type answer struct {
 }
 
 type run struct {
-	cfg      Config
-	client   *http.Client
-	grpc     []inventorypb.InventoryClient
-	begin    time.Time
-	requests atomic.Int64
-	sold     atomic.Int64 // confirmed orders so far (Config.Confirmed)
-	refused  atomic.Int64 // answers that refused a sale's effect
-	mu       sync.Mutex
-	samples  []sample
-	answers  map[string][]answer // key -> every final answer it got
-	errs     []string
-	before   struct{ Orders, Shipments int64 }
+	cfg       Config
+	client    *http.Client
+	grpc      []inventorypb.InventoryClient
+	begin     time.Time
+	requests  atomic.Int64
+	sold      atomic.Int64 // confirmed orders so far (Config.Confirmed)
+	refused   atomic.Int64 // answers that refused a sale's effect
+	holds     atomic.Int64 // buyers who held first
+	paid      atomic.Int64 // of which paid
+	abandoned atomic.Int64 // of which let the hold run out
+	mu        sync.Mutex
+	samples   []sample
+	answers   map[string][]answer // key -> every final answer it got
+	errs      []string
+	before    struct{ Orders, Shipments int64 }
 }
 
 // Run runs the sale and returns its report; an error means the sale could
@@ -124,6 +135,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	if cfg.SKU == "" {
 		cfg.SKU = fmt.Sprintf("flash-%d", time.Now().UnixNano())
+	}
+	if cfg.HoldTTL <= 0 {
+		cfg.HoldTTL = 2 * time.Second
 	}
 	r := &run{cfg: cfg, answers: map[string][]answer{},
 		client: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 256}}}
@@ -194,6 +208,13 @@ func (r *run) buyer(ctx context.Context, i int) {
 	key := idemdriver.NewKey()
 	user := fmt.Sprintf("buyer-%d", i)
 	overGRPC := len(r.grpc) > 0 && i%2 == 1
+	if !overGRPC && r.cfg.HoldRate > 0 && rand.Float64() < r.cfg.HoldRate {
+		a := r.holder(ctx, key, user, i, rand.Float64() < r.cfg.PayRate)
+		r.mu.Lock()
+		r.answers[key] = append(r.answers[key], a)
+		r.mu.Unlock()
+		return
+	}
 	send := func(replica int) {
 		var a answer
 		if overGRPC {
@@ -285,6 +306,94 @@ func (r *run) orderHTTP(ctx context.Context, key, user string, replica int) answ
 		}
 	}
 	return r.fail("order %s: no final answer after %d attempts (last: %s)", key, r.cfg.Attempts, last)
+}
+
+// holder holds one unit, then pays for it (pay) or lets the hold run out.
+// Its answer is the order (created), sold_out, or — for a hold it let
+// run out — abandoned.
+func (r *run) holder(ctx context.Context, key, user string, replica int, pay bool) answer {
+	body := fmt.Sprintf(`{"sku":%q,"qty":1,"user":%q,"ttl_ms":%d}`, r.cfg.SKU, user, r.cfg.HoldTTL.Milliseconds())
+	var h struct {
+		Code   string `json:"code"`
+		HoldID string `json:"hold_id"`
+	}
+	a := r.post(ctx, "/v1/holds", key, body, replica, &h, func(status int) bool { return status == http.StatusCreated && h.HoldID != "" })
+	r.holds.Add(1)
+	if a.outcome != created {
+		return a
+	}
+	if !pay {
+		r.abandoned.Add(1)
+		return answer{outcome: abandoned, body: a.body}
+	}
+	var o struct {
+		Code    string `json:"code"`
+		OrderID string `json:"order_id"`
+	}
+	a = r.post(ctx, "/v1/holds/"+h.HoldID+"/pay", key+"-pay", fmt.Sprintf(`{"user":%q}`, user), replica, &o,
+		func(status int) bool { return status == http.StatusCreated && o.OrderID != "" })
+	if a.outcome == created {
+		a.orderID = o.OrderID
+		r.paid.Add(1)
+	}
+	return a
+}
+
+// post sends one idempotent request until it gets a final answer: done's
+// (created), sold_out, or a failure.
+func (r *run) post(ctx context.Context, path, key, body string, replica int, v any, done func(status int) bool) answer {
+	var last string
+	for attempt := range r.cfg.Attempts {
+		target := r.cfg.Targets[(replica+attempt)%len(r.cfg.Targets)]
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, target+path, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Idempotency-Key", key)
+		start := time.Now()
+		r.requests.Add(1)
+		resp, err := r.client.Do(req)
+		if err != nil {
+			r.record(sample{start: start.Sub(r.begin), latency: time.Since(start), outcome: retryable})
+			last = err.Error()
+			backoff(attempt)
+			continue
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		s := sample{start: start.Sub(r.begin), latency: time.Since(start), replayed: resp.Header.Get("Idempotent-Replayed") == "true"}
+		var p struct {
+			Code string `json:"code"`
+		}
+		_ = json.Unmarshal(b, &p)
+		_ = json.Unmarshal(b, v)
+		switch {
+		case done(resp.StatusCode):
+			s.outcome = created
+			r.recordHold(s)
+			return answer{outcome: created, body: string(b)}
+		case resp.StatusCode == http.StatusConflict && (p.Code == "sold_out" || p.Code == "hold_expired"):
+			s.outcome = soldOut
+			r.recordHold(s)
+			return answer{outcome: soldOut, body: string(b)}
+		case resp.StatusCode >= 500, resp.StatusCode == http.StatusConflict, resp.StatusCode == http.StatusTooManyRequests:
+			s.outcome = retryable
+			r.recordHold(s)
+			last = fmt.Sprintf("%d %s", resp.StatusCode, p.Code)
+			backoff(attempt)
+		default:
+			s.outcome = failed
+			r.recordHold(s)
+			return r.fail("%s %s: %s: %s", path, key, resp.Status, bytes.TrimSpace(b))
+		}
+	}
+	return r.fail("%s %s: no final answer after %d attempts (last: %s)", path, key, r.cfg.Attempts, last)
+}
+
+// recordHold records a hold's or a payment's request: its latency, not a
+// confirmed order (holder counts those once it paid).
+func (r *run) recordHold(s sample) {
+	r.mu.Lock()
+	r.samples = append(r.samples, s)
+	r.mu.Unlock()
 }
 
 // orderGRPC places the order over gRPC, the same way.

@@ -26,6 +26,11 @@ type Report struct {
 	Retried   int64 // responses that made a buyer try again (in flight, busy, unavailable)
 	Refused   int64 // of which answers that refused the sale's effect (lock or claim lost): must be 0 without faults
 
+	Holds     int64 // buyers who held a unit first (Config.HoldRate)
+	Paid      int64 // of which paid: an order
+	Abandoned int64 // of which let the hold run out: its unit for sale again
+	Held      int64 // units still held at the end: must be 0
+
 	Sold      int64 // units sold, as the item says
 	Left      int64 // units left, as the item says
 	Oversold  int64 // must be 0
@@ -62,11 +67,20 @@ func (run *run) report(ctx context.Context, elapsed time.Duration) (*Report, err
 	rep := &Report{SKU: run.cfg.SKU, Replicas: len(run.cfg.Targets), Buyers: run.cfg.Buyers, Stock: run.cfg.Stock,
 		Requests: run.requests.Load(), Elapsed: elapsed, Shipments: -1, Errors: run.errs, samples: run.samples}
 
-	var item struct{ Stock, Sold int64 }
+	var item struct{ Stock, Sold, Held int64 }
 	if err := run.get(ctx, "/v1/items/"+run.cfg.SKU, &item); err != nil {
 		return nil, err
 	}
-	rep.Sold, rep.Left = item.Sold, item.Stock
+	// Holds their buyers let go end by themselves: their units come back.
+	for deadline := time.Now().Add(run.cfg.HoldTTL + 5*time.Second); item.Held > 0 && time.Now().Before(deadline); {
+		time.Sleep(100 * time.Millisecond)
+		item.Held = 0 // (the answer leaves out a held count of 0)
+		if err := run.get(ctx, "/v1/items/"+run.cfg.SKU, &item); err != nil {
+			return nil, err
+		}
+	}
+	rep.Sold, rep.Left, rep.Held = item.Sold, item.Stock, item.Held
+	rep.Holds, rep.Paid, rep.Abandoned = run.holds.Load(), run.paid.Load(), run.abandoned.Load()
 
 	for _, answers := range run.answers {
 		final := answers[0]
@@ -83,6 +97,7 @@ func (run *run) report(ctx context.Context, elapsed time.Duration) (*Report, err
 			rep.Confirmed++
 		case soldOut:
 			rep.SoldOut++
+		case abandoned:
 		default:
 			rep.Unhandled++
 		}
@@ -136,8 +151,11 @@ func (r *Report) check(allowRefused bool) {
 		r.Oversold = max(r.Sold-r.Stock, -r.Left)
 		fail("oversold: %d units sold of %d (%d left)", r.Sold, r.Stock, r.Left)
 	}
-	if r.Sold+r.Left != r.Stock {
-		fail("stock does not add up: %d sold + %d left != %d", r.Sold, r.Left, r.Stock)
+	if r.Sold+r.Left+r.Held != r.Stock {
+		fail("stock does not add up: %d sold + %d left + %d held != %d", r.Sold, r.Left, r.Held, r.Stock)
+	}
+	if r.Held > 0 {
+		fail("%d units still held after every hold ran out", r.Held)
 	}
 	if r.Unhandled > 0 {
 		fail("%d buyers got no final answer", r.Unhandled)
@@ -149,7 +167,9 @@ func (r *Report) check(allowRefused bool) {
 	if r.Sold < r.Confirmed {
 		fail("lost sales: %d orders confirmed, %d units sold", r.Confirmed, r.Sold)
 	}
-	if want := min(r.Stock, int64(r.Buyers)); r.Unhandled == 0 && r.Sold != want {
+	// A unit whose hold ran out late may find no buyer left: only a sale
+	// without abandoned holds must sell out.
+	if want := min(r.Stock, int64(r.Buyers)); r.Unhandled == 0 && r.Abandoned == 0 && r.Sold != want {
 		fail("%d units sold, want %d: buyers were told sold_out while stock was left", r.Sold, want)
 	}
 	if r.Mismatch > 0 {
@@ -177,7 +197,10 @@ func (r *Report) Print(w io.Writer) {
 	row("replays", r.Replays)
 	row("retried answers", r.Retried)
 	row("refused effects (409)", r.Refused)
-	row("units sold", r.Sold)
+	if r.Holds > 0 {
+		row("holds: paid / let run out", fmt.Sprintf("%d: %d / %d", r.Holds, r.Paid, r.Abandoned))
+	}
+	row("units sold / left", fmt.Sprintf("%d / %d", r.Sold, r.Left))
 	row("oversold", r.Oversold)
 	row("duplicate executions", r.DupExec)
 	row("differing replays", r.Mismatch)
