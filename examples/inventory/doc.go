@@ -4,10 +4,11 @@
 //
 // It shows the three cases oncekit exists for:
 //
-//   - Stock overselling: a sale decrements a SKU's stock under a per-SKU
-//     lock (lock.Mutex) and is fenced with that lock's fence: a replica
-//     that stalled past its lock's TTL cannot write over a later holder's
-//     sale (ErrStaleFence).
+//   - Stock overselling: a sale takes its units with package stock, in
+//     one atomic step of the store, never below zero, once per order ID;
+//     concurrent takes of one SKU in a replica travel in one store call.
+//     A buyer may hold units first (POST /v1/holds) and pay within the
+//     hold's time, or let it run out: its units are for sale again.
 //   - Order grabbing and client retries: an order runs once per
 //     Idempotency-Key (httpmw) or idempotency-key metadata (grpcmw); a
 //     duplicate gets the first answer replayed byte for byte, a sold-out
@@ -18,15 +19,20 @@
 //
 // # Once, across crashes
 //
-// The sale's writes — stock, the order, its outbox entry — commit in the
-// same Redis script or etcd transaction as the idempotency record
-// (httpmw.Commit, idem.Commit with the Backend's effect): a replica killed
-// between the sale and the response leaves neither, and the client's retry
-// sells once. With Redlock the records are spread over several servers and
-// cannot share a script with the stock, so the sale script itself records
-// the order under its ID — derived from the record's stored key — and
-// refuses a second one. The SKU lock is released only after the record is
-// committed, so the next sale sees this one.
+// The units are taken by package stock, keyed on the order's ID, which is
+// derived from the idempotency record's stored key: a retry of the request
+// takes nothing more. The order and its outbox entry commit in the same
+// Redis script, etcd or ZooKeeper transaction or SQL statement as the
+// idempotency record (httpmw.Commit, idem.Commit with the Backend's
+// effect). A replica killed between the take and the record leaves the
+// take's answer and the record in flight: the client's retry finds the
+// take done and records the order once. With Redlock the records are
+// spread over several servers and cannot share a script with the order,
+// so the order is written under its ID, refusing a second one; the stock
+// lives on Redlock's first server (a quorum of independent servers cannot
+// keep one count: redlockstore.ErrNoStock). Sales need no SKU lock
+// (Config.LockFree, the demo's default); with it, the lock is released
+// only after the record is committed.
 //
 // On a Redis Cluster the script and its keys must share a hash slot. Every
 // key of a SKU carries the hash tag {sku}, and the order's idempotency
@@ -56,10 +62,14 @@
 //
 // The HTTP API:
 //
-//	PUT  /v1/items/{sku}   {"stock": N}                       → 200 {"sku","stock","sold"}
-//	GET  /v1/items/{sku}                                      → 200 {"sku","stock","sold"}
+//	PUT  /v1/items/{sku}   {"stock": N}                       → 200 {"sku","stock","sold"} (a new sale: none sold)
+//	GET  /v1/items/{sku}                                      → 200 {"sku","stock","sold","held"}
 //	POST /v1/orders        {"sku","qty","user"} + Idempotency-Key
 //	                       → 201 {"order_id","sku","qty","user","fence"}; 409 sold_out; 404 unknown_sku
+//	POST /v1/holds         {"sku","qty","user","ttl_ms"} + Idempotency-Key
+//	                       → 201 {"hold_id","sku","qty","user","expires"}; 409 sold_out
+//	POST /v1/holds/{id}/pay {"user"} + Idempotency-Key → 201 the order; 409 hold_expired
+//	DELETE /v1/holds/{id}                                     → 204; 409 hold_paid
 //	GET  /v1/orders/{id}   GET /v1/stats   GET /healthz   GET /metrics
 //
 // Errors are RFC 9457 problem+json with a stable code. The gRPC API
