@@ -2,7 +2,11 @@ package redisstore_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"os"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -74,4 +78,41 @@ func TestStockUnknownLayout(t *testing.T) {
 	if _, err := st.Take(ctx, item, "k", 1); !errors.Is(err, stock.ErrUnknownLayout) {
 		t.Fatalf("Take of an item of a later layout: %v, want ErrUnknownLayout", err)
 	}
+}
+
+// The stock layout v0.1.0 wrote (testdata/layouts/stock-v0.1.0.json) is
+// read as it was meant by this version.
+func TestStockLayouts(t *testing.T) {
+	c := newClient(t)
+	b, err := os.ReadFile("testdata/layouts/stock-v0.1.0.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var g struct {
+		Item    map[string]string
+		Holds   []string
+		Records map[string]string
+	}
+	if err := json.Unmarshal(b, &g); err != nil {
+		t.Fatal(err)
+	}
+	stocktest.CheckLayout(t, newStore(t, c), func(t *testing.T, item string) {
+		ctx := context.Background()
+		now, err := c.Time(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		deadline := now.Add(time.Hour).UnixMilli()
+		name := "oncekit:stock:{" + item + "}"
+		if err := c.HSet(ctx, name, g.Item).Err(); err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range g.Holds {
+			c.ZAdd(ctx, name+":h", redis.Z{Score: float64(deadline), Member: k})
+		}
+		for k, v := range g.Records {
+			c.Set(ctx, name+":k:"+k, strings.ReplaceAll(v, "{deadline}", strconv.FormatInt(deadline, 10)), time.Hour)
+		}
+		t.Cleanup(func() { c.Del(context.Background(), name, name+":h") })
+	})
 }

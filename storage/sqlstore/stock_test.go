@@ -2,7 +2,11 @@ package sqlstore_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"os"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -74,6 +78,51 @@ func TestStockLayoutAndCleanup(t *testing.T) {
 			if l, err := st.Level(ctx, item); err != nil || l != (stock.Level{Put: 5, Free: 4, Sold: 1}) {
 				t.Fatalf("Level = %+v, %v", l, err)
 			}
+		})
+	}
+}
+
+// The stock rows v0.1.0 wrote (testdata/layouts/stock-v0.1.0.json) are
+// read as they were meant by this version.
+func TestStockLayouts(t *testing.T) {
+	t.Parallel()
+	b, err := os.ReadFile("testdata/layouts/stock-v0.1.0.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var g struct {
+		Item    struct{ Put, Free, Held, Sold int64 }
+		Records []struct {
+			Key             string
+			Kind, State     int
+			Units           int64
+			Deadline, Until string `json:"-"`
+			DeadlineMs      string `json:"deadline_ms"`
+			UntilMs         string `json:"until_ms"`
+			KeepMs          int64  `json:"keep_ms"`
+		}
+	}
+	if err := json.Unmarshal(b, &g); err != nil {
+		t.Fatal(err)
+	}
+	for name, url := range databases(t) {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			s := migrated(t, url)
+			items, records := s.StockTables()
+			stocktest.CheckLayout(t, s, func(t *testing.T, item string) {
+				now := time.Now() // (the test servers run on this machine)
+				times := strings.NewReplacer("{deadline}", strconv.FormatInt(now.Add(time.Hour).UnixMilli(), 10),
+					"{day}", strconv.FormatInt(now.Add(24*time.Hour).UnixMilli(), 10))
+				execSQL(t, s, "INSERT INTO "+items+" (item, put, free, held, sold) VALUES (?, ?, ?, ?, ?)",
+					[]byte(item), g.Item.Put, g.Item.Free, g.Item.Held, g.Item.Sold)
+				for _, r := range g.Records {
+					deadline, _ := strconv.ParseInt(times.Replace(r.DeadlineMs), 10, 64)
+					until, _ := strconv.ParseInt(times.Replace(r.UntilMs), 10, 64)
+					execSQL(t, s, "INSERT INTO "+records+" (item, take_key, kind, state, units, deadline_ms, until_ms, keep_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+						[]byte(item), []byte(r.Key), r.Kind, r.State, r.Units, deadline, until, r.KeepMs)
+				}
+			})
 		})
 	}
 }

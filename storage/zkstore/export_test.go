@@ -21,3 +21,9 @@ func StallPings(s *Store, release <-chan struct{}) {
 
 // CachedVersions is how many claims' record versions s remembers.
 func CachedVersions(s *Store) int { return s.versions.size() }
+
+// StockItemPath is the znode of item's stock.
+func StockItemPath(s *Store, item string) string { return s.stockItem(item) }
+
+// Escape is a key's znode name.
+func Escape(key string) string { return escape(key) }

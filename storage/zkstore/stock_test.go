@@ -2,12 +2,18 @@ package zkstore_test
 
 import (
 	"context"
+	"encoding/json"
+	"os"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/go-zookeeper/zk"
 	"github.com/oncekit/oncekit/stock"
 	"github.com/oncekit/oncekit/stock/stockdriver"
 	"github.com/oncekit/oncekit/stock/stocktest"
+	"github.com/oncekit/oncekit/storage/zkstore"
 )
 
 func TestStock(t *testing.T) {
@@ -51,4 +57,45 @@ func TestStockCleanup(t *testing.T) {
 	if l, err := st.Level(ctx, item); err != nil || l != (stock.Level{Put: 5, Free: 3, Sold: 2}) {
 		t.Fatalf("Level = %+v, %v", l, err)
 	}
+}
+
+// The stock znodes v0.1.0 wrote (testdata/layouts/stock-v0.1.0.json) are
+// read as they were meant by this version.
+func TestStockLayouts(t *testing.T) {
+	t.Parallel()
+	b, err := os.ReadFile("testdata/layouts/stock-v0.1.0.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var g struct {
+		Item    string
+		Records map[string]string
+	}
+	if err := json.Unmarshal(b, &g); err != nil {
+		t.Fatal(err)
+	}
+	s := connect(t)
+	stocktest.CheckLayout(t, s, func(t *testing.T, item string) {
+		// A first Put makes the item's node (and its parents); the golden
+		// data is then written over it.
+		st, err := stock.New(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.Put(context.Background(), item, 0); err != nil {
+			t.Fatal(err)
+		}
+		now := time.Now() // (the ensemble runs on this machine)
+		times := strings.NewReplacer("{deadline}", strconv.FormatInt(now.Add(time.Hour).UnixMilli(), 10),
+			"{day}", strconv.FormatInt(now.Add(24*time.Hour).UnixMilli(), 10))
+		path := zkstore.StockItemPath(s, item)
+		if _, err := s.Conn().Set(path, []byte(times.Replace(g.Item)), -1); err != nil {
+			t.Fatal(err)
+		}
+		for k, v := range g.Records {
+			if _, err := s.Conn().Create(path+"/"+zkstore.Escape(k), []byte(times.Replace(v)), 0, zk.WorldACL(zk.PermAll)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
 }
