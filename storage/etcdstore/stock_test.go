@@ -29,11 +29,11 @@ func TestStock(t *testing.T) {
 	})
 }
 
-// The stock entries v0.1.0 wrote (testdata/layouts/stock-v0.1.0.json) are
+// The stock entries v0.1.0 wrote (testdata/stock/v0.1.0.json) are
 // read as they were meant by this version.
 func TestStockLayouts(t *testing.T) {
 	t.Parallel()
-	b, err := os.ReadFile("testdata/layouts/stock-v0.1.0.json")
+	b, err := os.ReadFile("testdata/stock/v0.1.0.json")
 	if err != nil {
 		t.Fatal(err)
 	}

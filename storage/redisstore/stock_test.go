@@ -80,11 +80,11 @@ func TestStockUnknownLayout(t *testing.T) {
 	}
 }
 
-// The stock layout v0.1.0 wrote (testdata/layouts/stock-v0.1.0.json) is
+// The stock layout v0.1.0 wrote (testdata/stock/v0.1.0.json) is
 // read as it was meant by this version.
 func TestStockLayouts(t *testing.T) {
 	c := newClient(t)
-	b, err := os.ReadFile("testdata/layouts/stock-v0.1.0.json")
+	b, err := os.ReadFile("testdata/stock/v0.1.0.json")
 	if err != nil {
 		t.Fatal(err)
 	}

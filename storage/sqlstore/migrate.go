@@ -20,6 +20,29 @@ import (
 //go:embed schema/*.sql
 var schemas embed.FS
 
+// pgStockFunction is the PostgreSQL function that applies a batch of stock
+// operations in one statement (schema/postgres_stock.sql), and its
+// signature as to_regprocedure reads it.
+const (
+	pgStockFunction = "stock_apply_v1"
+	pgStockArgs     = "(bytea, smallint[], bytea[], bigint[], bigint[], bigint[])"
+)
+
+// pgStockFunctionDDL is the statement that makes it.
+func (s *Store) pgStockFunctionDDL() string {
+	b, err := schemas.ReadFile("schema/postgres_stock.sql")
+	if err != nil {
+		panic(err) // embedded at build time
+	}
+	var lines []string
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if !strings.HasPrefix(strings.TrimSpace(line), "--") {
+			lines = append(lines, line)
+		}
+	}
+	return strings.TrimSpace(strings.ReplaceAll(strings.Join(lines, "\n"), "{prefix}", s.prefix))
+}
+
 // Tables returns the names of the Store's tables: locks, lock waiters,
 // idempotency records.
 func (s *Store) Tables() (locks, waiters, records string) {
@@ -46,6 +69,9 @@ func (s *Store) Schema() []string {
 			index := s.prefix[strings.LastIndex(s.prefix, ".")+1:]
 			out = append(out, strings.NewReplacer("{prefix}", s.prefix, "{index}", index).Replace(strings.Join(lines, "\n")))
 		}
+	}
+	if s.dialect == Postgres {
+		out = append(out, s.pgStockFunctionDDL())
 	}
 	return out
 }
@@ -208,6 +234,9 @@ func (s *Store) migrateTables(ctx context.Context) error {
 					return err
 				}
 				if done, err := s.pgSchemaInPlace(ctx, tx); err != nil || done {
+					if err == nil {
+						err = s.pgEnsureStockFunction(ctx, tx)
+					}
 					return err
 				}
 				if _, err := tx.ExecContext(ctx, fmt.Sprintf("SET LOCAL lock_timeout = %d", ddlLockTimeout.Milliseconds())); err != nil {
@@ -232,18 +261,31 @@ func (s *Store) migrateTables(ctx context.Context) error {
 					}
 				}
 				for _, stmt := range s.Schema() {
-					if isIndexStatement(stmt) {
-						continue // migrateIndexes: CONCURRENTLY
+					if isIndexStatement(stmt) || strings.HasPrefix(stmt, "CREATE OR REPLACE FUNCTION") {
+						continue // migrateIndexes: CONCURRENTLY; the function: below
 					}
 					if _, err := tx.ExecContext(ctx, stmt); err != nil {
 						return err
 					}
 				}
-				return nil
+				return s.pgEnsureStockFunction(ctx, tx)
 			})
 		})
 	}
 	return s.myMigrateTables(ctx)
+}
+
+// pgEnsureStockFunction makes the stock function where it does not exist
+// (under migrateTables' advisory lock). A later version that changes it
+// names a new one (stock_apply_v2), so that both versions' Stores run
+// side by side during a rolling deploy.
+func (s *Store) pgEnsureStockFunction(ctx context.Context, tx *sql.Tx) error {
+	var exists bool
+	if err := tx.QueryRowContext(ctx, "SELECT to_regprocedure($1) IS NOT NULL", s.prefix+pgStockFunction+pgStockArgs).Scan(&exists); err != nil || exists {
+		return err
+	}
+	_, err := tx.ExecContext(ctx, s.pgStockFunctionDDL())
+	return err
 }
 
 // migrateIndexes builds the schema's indexes and drops the ones it drops,
@@ -447,6 +489,8 @@ func (s *Store) pgSchemaInPlace(ctx context.Context, tx *sql.Tx) (bool, error) {
 	for _, stmt := range s.Schema() {
 		m := pgSchemaStatement.FindStringSubmatch(strings.TrimSpace(stmt))
 		switch {
+		case strings.HasPrefix(stmt, "CREATE OR REPLACE FUNCTION"):
+			continue // pgEnsureStockFunction
 		case m == nil:
 			return false, nil
 		case m[1] == "COMMENT ON TABLE":

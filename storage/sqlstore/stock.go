@@ -5,7 +5,9 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strings"
+	"time"
 
 	"github.com/oncekit/oncekit/stock/stockdriver"
 )
@@ -21,16 +23,23 @@ func (s *Store) StockTables() (items, records string) {
 	return s.prefix + "stock_items", s.prefix + "stock_records"
 }
 
-// ApplyStock implements stockdriver.Store (package stock): one
-// transaction per call, by the server's clock. It locks the item's row
+// ApplyStock implements stockdriver.Store (package stock), by the
+// server's clock. On PostgreSQL a call is one statement, the function
+// stock_apply_v1 (made by Migrate) that applies the operations where the
+// rows are: the item's row is locked only while it runs, never across a
+// round trip. On MySQL it is one transaction: it locks the item's row
 // (SELECT … FOR UPDATE), reads the records of the call's keys and of the
 // holds that ran out, applies the operations (stockdriver.Apply) and
 // writes the item and the changed records back in one statement each. The
 // item's row lock orders the calls of every process; the merged calls of
-// one process (package stock) make it one transaction for many takes.
+// one process (package stock) make one statement or transaction of many
+// takes.
 func (s *Store) ApplyStock(ctx context.Context, item string, ops []stockdriver.Op) (stockdriver.Answer, error) {
 	if err := s.closedErr("stock", item); err != nil {
 		return stockdriver.Answer{}, err
+	}
+	if s.dialect == Postgres {
+		return s.pgApplyStock(ctx, item, ops)
 	}
 	var a stockdriver.Answer
 	err := s.inTx(ctx, "stock", item, func(tx *sql.Tx) error {
@@ -195,6 +204,72 @@ func (s *Store) writeStockRecords(ctx context.Context, tx *sql.Tx, item string, 
 	}
 	_, err := tx.ExecContext(ctx, s.dialect.Rebind(q), args...)
 	return err
+}
+
+// pgApplyStock is ApplyStock on PostgreSQL: one call of the function.
+func (s *Store) pgApplyStock(ctx context.Context, item string, ops []stockdriver.Op) (stockdriver.Answer, error) {
+	kinds := make([]int16, len(ops))
+	keys := make([][]byte, len(ops))
+	units := make([]int64, len(ops))
+	ttls := make([]int64, len(ops))
+	keeps := make([]int64, len(ops))
+	for i, op := range ops {
+		kinds[i], keys[i], units[i], ttls[i], keeps[i] = int16(op.Kind), []byte(op.Key), op.Units, op.TTL.Milliseconds(), op.Keep.Milliseconds()
+	}
+	a := stockdriver.Answer{Results: make([]stockdriver.Result, len(ops))}
+	err := s.retry(ctx, func() error {
+		rows, err := s.db.QueryContext(ctx, "SELECT idx, st, units, remaining, replayed, found, put, free, held, sold, expired FROM "+
+			s.prefix+pgStockFunction+"($1, $2, $3, $4, $5, $6)", []byte(item), kinds, keys, units, ttls, keeps)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		seen := 0
+		for rows.Next() {
+			var idx, expired int
+			var st int16
+			var n, rem int64
+			var replayed, found bool
+			var l stockdriver.Level
+			if err := rows.Scan(&idx, &st, &n, &rem, &replayed, &found, &l.Put, &l.Free, &l.Held, &l.Sold, &expired); err != nil {
+				return err
+			}
+			switch {
+			case idx == 0:
+				a.Exists, a.Level, a.Expired = found, l, expired
+			case idx <= len(ops):
+				a.Results[idx-1] = stockdriver.Result{State: stockdriver.State(st), Units: n, Remaining: time.Duration(rem) * time.Millisecond, Replayed: replayed}
+			}
+			seen++
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if seen != 1+len(ops) {
+			return fmt.Errorf("the stock function answered %d rows for %d operations", seen, len(ops))
+		}
+		return nil
+	})
+	if err != nil {
+		if strings.Contains(err.Error(), "ONCEKIT_LAYOUT") {
+			return stockdriver.Answer{}, fmt.Errorf("sqlstore: stock %q: %w (%v)", item, stockdriver.ErrUnknownLayout, err)
+		}
+		return stockdriver.Answer{}, s.errWrap("stock", item, err)
+	}
+	return a, nil
+}
+
+// retry runs f again (a few times, after a short random pause) when it
+// fails in a way a new attempt may not: a deadlock, a serialization
+// failure.
+func (s *Store) retry(ctx context.Context, f func() error) error {
+	for attempt := 0; ; attempt++ {
+		err := f()
+		if err == nil || !retryable(err) || attempt >= 4 || ctx.Err() != nil {
+			return err
+		}
+		time.Sleep(time.Duration(rand.Int64N(int64(2*time.Millisecond) << attempt)))
+	}
 }
 
 var _ stockdriver.Store = (*Store)(nil)
