@@ -120,3 +120,48 @@ func BenchmarkFlashSalePeers(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkFlashSaleStock: the flash sale as the issue of package stock
+// measures it — one hot SKU, three replica processes of the inventory
+// service, lock-free (the sale is package stock's take), on Redis,
+// PostgreSQL and MariaDB — beside the same sale by the inventory before
+// stock (a build of INVENTORY_BASELINE, the binary scripts/bench.sh builds
+// from BASELINE_REF; the baseline rows are skipped without it). One
+// iteration is one buyer; stock is a fifth of the buyers; 30 % of buyers
+// send their order twice. Every sale must keep its invariants.
+//
+//	go test -run '^$' -bench FlashSaleStock -benchtime 2000x ./...
+func BenchmarkFlashSaleStock(b *testing.B) {
+	oncekit, _ := binaries(b)
+	baseline := os.Getenv("INVENTORY_BASELINE")
+	stores := map[string]string{"redis": "redis://" + testenv.RedisAddrs(b, 1)[0], "postgres": testenv.PostgresURL(b), "mysql": testenv.MySQLURL(b)}
+	for _, v := range []struct{ name, bin, store string }{
+		{"baseline/redis", baseline, "redis"},
+		{"baseline/postgres", baseline, "postgres"},
+		{"baseline/mysql", baseline, "mysql"},
+		{"stock/redis", oncekit, "redis"},
+		{"stock/postgres", oncekit, "postgres"},
+		{"stock/mysql", oncekit, "mysql"},
+	} {
+		b.Run(v.name, func(b *testing.B) {
+			if v.bin == "" {
+				b.Skip("no INVENTORY_BASELINE binary")
+			}
+			args := []string{"--store", stores[v.store], "--lock-free", "--prefix", fmt.Sprintf("bench-stock:%d:", time.Now().UnixNano())}
+			targets := replicas(b, 3, v.bin, nil, args...)
+			b.ResetTimer()
+			rep, err := flashsale.Run(context.Background(), flashsale.Config{Targets: targets,
+				Buyers: b.N, Stock: int64(max(1, b.N/5)), DupRate: 0.3, Attempts: 60})
+			b.StopTimer()
+			if err != nil {
+				b.Fatal(err)
+			}
+			if !rep.OK() {
+				b.Fatalf("the sale broke an invariant: %v", rep.Failures)
+			}
+			for unit, v := range rep.Metrics() {
+				b.ReportMetric(v, unit)
+			}
+		})
+	}
+}

@@ -7,7 +7,17 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 
 services=scripts/services.sh
-trap '$services down' EXIT
+baseline=$(mktemp -d)
+trap '$services down; git worktree remove --force "$baseline/src" 2>/dev/null; rm -rf "$baseline"' EXIT
+# The inventory service as it was before package stock (BASELINE_REF), for
+# BenchmarkFlashSaleStock's baseline rows: built from a worktree of that
+# commit, when the clone has it.
+BASELINE_REF=${BASELINE_REF:-9cc66b9}
+if git rev-parse -q --verify "$BASELINE_REF^{commit}" >/dev/null &&
+	git worktree add -q --detach "$baseline/src" "$BASELINE_REF" &&
+	(cd "$baseline/src/examples/inventory" && GOWORK=off go build -o "$baseline/inventory" ./cmd/inventory); then
+	export INVENTORY_BASELINE=$baseline/inventory
+fi
 $services up || exit 1
 eval "$($services env)"
 export ONCEKIT_REQUIRE_SERVERS=1
