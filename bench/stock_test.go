@@ -43,17 +43,17 @@ func BenchmarkStockHotItem(b *testing.B) {
 		b.Run(name+"/hand-written-update", func(b *testing.B) {
 			admin := sqlStore(b, url)
 			item := benchKey("hot")
-			if _, err := admin.DB().Exec("CREATE TABLE IF NOT EXISTS bench_stock (sku VARCHAR(128) PRIMARY KEY, stock BIGINT NOT NULL)"); err != nil {
+			if _, err := admin.DB().Exec("CREATE TABLE IF NOT EXISTS bench_hot_item (sku VARCHAR(128) PRIMARY KEY, stock BIGINT NOT NULL)"); err != nil {
 				b.Fatal(err)
 			}
-			if _, err := admin.DB().Exec(admin.Dialect().Rebind("INSERT INTO bench_stock (sku, stock) VALUES (?, ?)"), item, int64(1)<<40); err != nil {
+			if _, err := admin.DB().Exec(admin.Dialect().Rebind("INSERT INTO bench_hot_item (sku, stock) VALUES (?, ?)"), item, int64(1)<<40); err != nil {
 				b.Fatal(err)
 			}
 			dbs := make([]*sql.DB, processes)
 			for i := range dbs {
 				dbs[i] = sqlStore(b, url).DB()
 			}
-			q := admin.Dialect().Rebind("UPDATE bench_stock SET stock = stock - ? WHERE sku = ? AND stock >= ?")
+			q := admin.Dialect().Rebind("UPDATE bench_hot_item SET stock = stock - ? WHERE sku = ? AND stock >= ?")
 			parallelTakes(b, processes*buyers, func(ctx context.Context, p, _ int) error {
 				res, err := dbs[p%processes].ExecContext(ctx, q, 1, item, 1)
 				if err != nil {

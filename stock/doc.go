@@ -11,7 +11,7 @@
 //
 // Every Take and Hold names a key (the order, the request's idempotency
 // key). The store records the key's answer in the same atomic step that
-// moves the units — one Redis script, one SQL transaction, one critical
+// moves the units — one Redis script, one SQL statement, one critical
 // section in memory, one compare-and-set transaction on etcd and
 // ZooKeeper — so a retry with the key, from any process, gets the
 // first answer (the units, or sold out) with Replayed set and takes

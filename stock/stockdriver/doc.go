@@ -9,8 +9,9 @@
 // the key's record, and when a hold ends — are Apply's (the function of this
 // package); a driver that can run Go where the data is consistent (a
 // transaction, a compare-and-swap, a critical section) reads what Apply
-// needs, calls it and writes back what it changed. A driver that runs a
-// script inside the server (Redis) implements the same rules in the
-// script, and the conformance suite (package stocktest) holds both to the
+// needs, calls it and writes back what it changed (memory, etcd,
+// ZooKeeper). A driver that runs the call inside the server (a Redis
+// script, an SQL function or procedure) implements the same rules there,
+// and the conformance suite (package stocktest) holds them all to the
 // same answers.
 package stockdriver

@@ -28,9 +28,10 @@ const (
 	pgStockArgs     = "(bytea, smallint[], bytea[], bigint[], bigint[], bigint[])"
 )
 
-// pgStockFunctionDDL is the statement that makes it.
-func (s *Store) pgStockFunctionDDL() string {
-	b, err := schemas.ReadFile("schema/postgres_stock.sql")
+// stockRoutineDDL is the statement that makes the stock function
+// (PostgreSQL) or procedure (MySQL).
+func (s *Store) stockRoutineDDL() string {
+	b, err := schemas.ReadFile("schema/" + string(s.dialect) + "_stock.sql")
 	if err != nil {
 		panic(err) // embedded at build time
 	}
@@ -70,10 +71,7 @@ func (s *Store) Schema() []string {
 			out = append(out, strings.NewReplacer("{prefix}", s.prefix, "{index}", index).Replace(strings.Join(lines, "\n")))
 		}
 	}
-	if s.dialect == Postgres {
-		out = append(out, s.pgStockFunctionDDL())
-	}
-	return out
+	return append(out, s.stockRoutineDDL())
 }
 
 // pgColumns are the columns that tables made by earlier versions may
@@ -284,7 +282,23 @@ func (s *Store) pgEnsureStockFunction(ctx context.Context, tx *sql.Tx) error {
 	if err := tx.QueryRowContext(ctx, "SELECT to_regprocedure($1) IS NOT NULL", s.prefix+pgStockFunction+pgStockArgs).Scan(&exists); err != nil || exists {
 		return err
 	}
-	_, err := tx.ExecContext(ctx, s.pgStockFunctionDDL())
+	_, err := tx.ExecContext(ctx, s.stockRoutineDDL())
+	return err
+}
+
+// myEnsureStockProcedure makes the stock procedure where it does not
+// exist (another process may make it at the same time: 1304, it exists).
+func (s *Store) myEnsureStockProcedure(ctx context.Context, c *sql.Conn) error {
+	var n int
+	if err := c.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA = COALESCE(?, DATABASE()) AND ROUTINE_NAME = ?",
+		schemaOf(s.prefix+pgStockFunction), tableOf(s.prefix+pgStockFunction)).Scan(&n); err != nil || n > 0 {
+		return err
+	}
+	_, err := c.ExecContext(ctx, s.stockRoutineDDL())
+	var my *mysql.MySQLError
+	if errors.As(err, &my) && my.Number == 1304 {
+		return nil
+	}
 	return err
 }
 
@@ -377,7 +391,10 @@ func (s *Store) myMigrateTables(ctx context.Context) error {
 		return fmt.Errorf("sqlstore: migrate: %w", err)
 	}
 	defer c.ExecContext(context.WithoutCancel(ctx), "SET SESSION lock_wait_timeout = DEFAULT") //nolint:errcheck
-	for _, stmt := range s.Schema() {                                                          // MySQL's DDL commits on its own
+	for _, stmt := range s.Schema() { // MySQL's DDL commits on its own
+		if strings.HasPrefix(stmt, "CREATE PROCEDURE") {
+			continue // myEnsureStockProcedure
+		}
 		if err := retryDDL(ctx, func() error { _, err := c.ExecContext(ctx, stmt); return err }); err != nil {
 			return fmt.Errorf("sqlstore: migrate: %w", err)
 		}
@@ -406,6 +423,9 @@ func (s *Store) myMigrateTables(ctx context.Context) error {
 		if err != nil && !myDuplicateColumn(err) {
 			return fmt.Errorf("sqlstore: migrate: %w", err)
 		}
+	}
+	if err := s.myEnsureStockProcedure(ctx, c); err != nil {
+		return fmt.Errorf("sqlstore: migrate: %w", err)
 	}
 	// Tables made before their layout was named: named (their rows are of
 	// it once the columns above are there).

@@ -3,7 +3,6 @@ package sqlstore
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strings"
@@ -11,10 +10,6 @@ import (
 
 	"github.com/oncekit/oncekit/stock/stockdriver"
 )
-
-// stockSweep bounds how many holds that ran out one call ends (the rest
-// are ended by the next calls on the item).
-const stockSweep = 256
 
 // StockTables returns the names of the tables that keep stock (package
 // stock): items (put, free, held, sold) and records (one per key of an
@@ -24,16 +19,15 @@ func (s *Store) StockTables() (items, records string) {
 }
 
 // ApplyStock implements stockdriver.Store (package stock), by the
-// server's clock. On PostgreSQL a call is one statement, the function
-// stock_apply_v1 (made by Migrate) that applies the operations where the
-// rows are: the item's row is locked only while it runs, never across a
-// round trip. On MySQL it is one transaction: it locks the item's row
-// (SELECT … FOR UPDATE), reads the records of the call's keys and of the
-// holds that ran out, applies the operations (stockdriver.Apply) and
-// writes the item and the changed records back in one statement each. The
-// item's row lock orders the calls of every process; the merged calls of
-// one process (package stock) make one statement or transaction of many
-// takes.
+// server's clock: a call is one statement — the function stock_apply_v1
+// on PostgreSQL, the procedure of that name on MySQL (made by Migrate,
+// listed by Schema) — that applies the operations where the rows are, the
+// rules of stockdriver.Apply in SQL: the item's row is locked only while
+// it runs (and, on MySQL, its transaction commits), never across a round
+// trip. The row's lock orders the calls of every process; the merged
+// calls of one process (package stock) make one statement of many takes.
+// A call ends at most 256 holds that ran out (the next calls end the
+// rest).
 func (s *Store) ApplyStock(ctx context.Context, item string, ops []stockdriver.Op) (stockdriver.Answer, error) {
 	if err := s.closedErr("stock", item); err != nil {
 		return stockdriver.Answer{}, err
@@ -41,169 +35,7 @@ func (s *Store) ApplyStock(ctx context.Context, item string, ops []stockdriver.O
 	if s.dialect == Postgres {
 		return s.pgApplyStock(ctx, item, ops)
 	}
-	var a stockdriver.Answer
-	err := s.inTx(ctx, "stock", item, func(tx *sql.Tx) error {
-		var err error
-		a, err = s.applyStock(ctx, tx, item, ops)
-		return err
-	})
-	return a, err
-}
-
-func (s *Store) applyStock(ctx context.Context, tx *sql.Tx, item string, ops []stockdriver.Op) (stockdriver.Answer, error) {
-	items, _ := s.StockTables()
-	it, now, err := s.stockItem(ctx, tx, item)
-	if err != nil {
-		return stockdriver.Answer{}, err
-	}
-	created := false
-	if !it.Exists && adjusts(ops) {
-		// An item's first Put or Add: its row, locked from here on (a
-		// concurrent first call waits for this one's commit).
-		ins := "INSERT INTO " + items + " (item, put, free, held, sold) VALUES (?, 0, 0, 0, 0)"
-		if s.dialect == Postgres {
-			ins += " ON CONFLICT (item) DO NOTHING"
-		} else {
-			ins = strings.Replace(ins, "INSERT", "INSERT IGNORE", 1)
-		}
-		if _, err := tx.ExecContext(ctx, s.dialect.Rebind(ins), []byte(item)); err != nil {
-			return stockdriver.Answer{}, err
-		}
-		if it, now, err = s.stockItem(ctx, tx, item); err != nil {
-			return stockdriver.Answer{}, err
-		}
-		created = true
-	}
-	if it.Exists {
-		if err := s.stockRecords(ctx, tx, item, now, ops, &it); err != nil {
-			return stockdriver.Answer{}, err
-		}
-	}
-	a := stockdriver.Apply(now, &it, ops)
-	switch {
-	case !it.Exists && created:
-		// A first Add that withdrew: the row made for it goes again.
-		_, err = tx.ExecContext(ctx, s.dialect.Rebind("DELETE FROM "+items+" WHERE item = ? AND put = 0"), []byte(item))
-		return a, err
-	case !it.Exists:
-		return a, nil
-	}
-	if _, err := tx.ExecContext(ctx, s.dialect.Rebind("UPDATE "+items+" SET put = ?, free = ?, held = ?, sold = ? WHERE item = ?"),
-		it.Put, it.Free, it.Held, it.Sold, []byte(item)); err != nil {
-		return a, err
-	}
-	return a, s.writeStockRecords(ctx, tx, item, &it)
-}
-
-func adjusts(ops []stockdriver.Op) bool {
-	for _, op := range ops {
-		if op.Kind == stockdriver.Add || op.Kind == stockdriver.Set {
-			return true
-		}
-	}
-	return false
-}
-
-// stockItem reads and locks the item's row, and the server's clock (ms).
-func (s *Store) stockItem(ctx context.Context, tx *sql.Tx, item string) (stockdriver.Item, int64, error) {
-	items, _ := s.StockTables()
-	it := stockdriver.Item{Exists: true}
-	var now int64
-	err := tx.QueryRowContext(ctx, s.dialect.Rebind("SELECT put, free, held, sold, "+nowUS(s.dialect)+" FROM "+items+" WHERE item = ? FOR UPDATE"),
-		[]byte(item)).Scan(&it.Put, &it.Free, &it.Held, &it.Sold, &now)
-	if errors.Is(err, sql.ErrNoRows) {
-		return stockdriver.Item{}, 0, nil
-	}
-	return it, now / 1000, err
-}
-
-// stockRecords reads into it the records of ops' keys and of the item's
-// holds that ran out by now. A record whose memory has passed and that no
-// longer holds is left out (it is forgotten; its row is overwritten).
-func (s *Store) stockRecords(ctx context.Context, tx *sql.Tx, item string, now int64, ops []stockdriver.Op, it *stockdriver.Item) error {
-	_, records := s.StockTables()
-	cols := "SELECT take_key, kind, state, units, deadline_ms, until_ms, keep_ms FROM " + records + " WHERE item = ?"
-	args := []any{[]byte(item)}
-	var keys []string
-	seen := make(map[string]bool, len(ops))
-	for _, op := range ops {
-		if op.Kind != stockdriver.Add && op.Kind != stockdriver.Set && !seen[op.Key] {
-			seen[op.Key] = true
-			keys = append(keys, "?")
-			args = append(args, []byte(op.Key))
-		}
-	}
-	q := cols + " AND state = 2 AND deadline_ms <= ? ORDER BY deadline_ms LIMIT " + fmt.Sprint(stockSweep)
-	held := []any{[]byte(item), now}
-	if len(keys) > 0 {
-		q = cols + " AND take_key IN (" + strings.Join(keys, ", ") + ") UNION ALL (" + q + ")"
-		args = append(args, held...)
-	} else {
-		args = held
-	}
-	rows, err := tx.QueryContext(ctx, s.dialect.Rebind(q), args...)
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	it.Records = make(map[string]*stockdriver.Record, len(keys))
-	for rows.Next() {
-		var k []byte
-		var kind, st int16
-		r := &stockdriver.Record{}
-		if err := rows.Scan(&k, &kind, &st, &r.Units, &r.Deadline, &r.Until, &r.Keep); err != nil {
-			return err
-		}
-		r.Key, r.Kind, r.State = string(k), stockdriver.Kind(kind), stockdriver.State(st)
-		if !knownStockRecord(r) {
-			return fmt.Errorf("stock record %q of item %q: kind %d, state %d: %w", k, item, kind, st, stockdriver.ErrUnknownLayout)
-		}
-		if r.State != stockdriver.Held && r.Until <= now {
-			continue // forgotten
-		}
-		it.Records[r.Key] = r
-	}
-	return rows.Err()
-}
-
-// knownStockRecord reports whether r is of the layout this version
-// writes: a take sold or sold out; a hold held, sold, sold out, released
-// or expired.
-func knownStockRecord(r *stockdriver.Record) bool {
-	switch r.Kind {
-	case stockdriver.Take:
-		return r.State == stockdriver.Sold || r.State == stockdriver.SoldOut
-	case stockdriver.Hold:
-		return r.State >= stockdriver.Sold && r.State <= stockdriver.Expired
-	}
-	return false
-}
-
-// writeStockRecords writes it's changed records in one statement.
-func (s *Store) writeStockRecords(ctx context.Context, tx *sql.Tx, item string, it *stockdriver.Item) error {
-	_, records := s.StockTables()
-	var vals []string
-	var args []any
-	for _, r := range it.Records {
-		if !r.Changed {
-			continue
-		}
-		vals = append(vals, "(?, ?, ?, ?, ?, ?, ?, ?)")
-		args = append(args, []byte(item), []byte(r.Key), int16(r.Kind), int16(r.State), r.Units, r.Deadline, r.Until, r.Keep)
-	}
-	if len(vals) == 0 {
-		return nil
-	}
-	q := "INSERT INTO " + records + " (item, take_key, kind, state, units, deadline_ms, until_ms, keep_ms) VALUES " + strings.Join(vals, ", ")
-	if s.dialect == Postgres {
-		q += " ON CONFLICT (item, take_key) DO UPDATE SET kind = EXCLUDED.kind, state = EXCLUDED.state, units = EXCLUDED.units," +
-			" deadline_ms = EXCLUDED.deadline_ms, until_ms = EXCLUDED.until_ms, keep_ms = EXCLUDED.keep_ms"
-	} else {
-		q += " ON DUPLICATE KEY UPDATE kind = VALUES(kind), state = VALUES(state), units = VALUES(units)," +
-			" deadline_ms = VALUES(deadline_ms), until_ms = VALUES(until_ms), keep_ms = VALUES(keep_ms)"
-	}
-	_, err := tx.ExecContext(ctx, s.dialect.Rebind(q), args...)
-	return err
+	return s.myApplyStock(ctx, item, ops)
 }
 
 // pgApplyStock is ApplyStock on PostgreSQL: one call of the function.
@@ -217,44 +49,123 @@ func (s *Store) pgApplyStock(ctx context.Context, item string, ops []stockdriver
 		kinds[i], keys[i], units[i], ttls[i], keeps[i] = int16(op.Kind), []byte(op.Key), op.Units, op.TTL.Milliseconds(), op.Keep.Milliseconds()
 	}
 	a := stockdriver.Answer{Results: make([]stockdriver.Result, len(ops))}
+	q := "SELECT idx, st, units, remaining, replayed, found, put, free, held, sold, expired FROM " + s.prefix + pgStockFunction + "($1, $2, $3, $4, $5, $6)"
+	args := []any{[]byte(item), kinds, keys, units, ttls, keeps}
+	readCommitted := false
 	err := s.retry(ctx, func() error {
-		rows, err := s.db.QueryContext(ctx, "SELECT idx, st, units, remaining, replayed, found, put, free, held, sold, expired FROM "+
-			s.prefix+pgStockFunction+"($1, $2, $3, $4, $5, $6)", []byte(item), kinds, keys, units, ttls, keeps)
+		if !readCommitted {
+			rows, err := s.db.QueryContext(ctx, q, args...)
+			if err != nil {
+				readCommitted = retryable(err)
+				return err
+			}
+			return scanStock(rows, &a)
+		}
+		// Sessions whose default isolation is REPEATABLE READ or
+		// SERIALIZABLE fail a statement that updates the hot row after
+		// another did: the call runs at READ COMMITTED, whose update waits
+		// for the row and takes its latest version.
+		tx, err := s.db.BeginTx(ctx, s.ownTx())
 		if err != nil {
 			return err
 		}
-		defer rows.Close()
-		seen := 0
-		for rows.Next() {
-			var idx, expired int
-			var st int16
-			var n, rem int64
-			var replayed, found bool
-			var l stockdriver.Level
-			if err := rows.Scan(&idx, &st, &n, &rem, &replayed, &found, &l.Put, &l.Free, &l.Held, &l.Sold, &expired); err != nil {
-				return err
-			}
-			switch {
-			case idx == 0:
-				a.Exists, a.Level, a.Expired = found, l, expired
-			case idx <= len(ops):
-				a.Results[idx-1] = stockdriver.Result{State: stockdriver.State(st), Units: n, Remaining: time.Duration(rem) * time.Millisecond, Replayed: replayed}
-			}
-			seen++
+		rows, err := tx.QueryContext(ctx, q, args...)
+		if err == nil {
+			err = scanStock(rows, &a)
 		}
-		if err := rows.Err(); err != nil {
+		if err != nil {
+			_ = tx.Rollback()
 			return err
 		}
-		if seen != 1+len(ops) {
-			return fmt.Errorf("the stock function answered %d rows for %d operations", seen, len(ops))
-		}
-		return nil
+		return tx.Commit()
 	})
 	if err != nil {
 		if strings.Contains(err.Error(), "ONCEKIT_LAYOUT") {
 			return stockdriver.Answer{}, fmt.Errorf("sqlstore: stock %q: %w (%v)", item, stockdriver.ErrUnknownLayout, err)
 		}
 		return stockdriver.Answer{}, s.errWrap("stock", item, err)
+	}
+	return a, nil
+}
+
+// scanStock reads the stock function's rows into a and closes them.
+func scanStock(rows *sql.Rows, a *stockdriver.Answer) error {
+	defer rows.Close()
+	seen := 0
+	for rows.Next() {
+		var idx, expired int
+		var st int16
+		var n, rem int64
+		var replayed, found bool
+		var l stockdriver.Level
+		if err := rows.Scan(&idx, &st, &n, &rem, &replayed, &found, &l.Put, &l.Free, &l.Held, &l.Sold, &expired); err != nil {
+			return err
+		}
+		switch {
+		case idx == 0:
+			a.Exists, a.Level, a.Expired = found, l, expired
+		case idx <= len(a.Results):
+			a.Results[idx-1] = stockdriver.Result{State: stockdriver.State(st), Units: n, Remaining: time.Duration(rem) * time.Millisecond, Replayed: replayed}
+		}
+		seen++
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	if seen != 1+len(a.Results) {
+		return fmt.Errorf("the stock function answered %d rows for %d operations", seen, len(a.Results))
+	}
+	return nil
+}
+
+// myApplyStock is ApplyStock on MySQL: one call of the procedure.
+func (s *Store) myApplyStock(ctx context.Context, item string, ops []stockdriver.Op) (stockdriver.Answer, error) {
+	var b strings.Builder
+	for i, op := range ops {
+		if i > 0 {
+			b.WriteByte(';')
+		}
+		fmt.Fprintf(&b, "%d,%x,%d,%d,%d", op.Kind, op.Key, op.Units, op.TTL.Milliseconds(), op.Keep.Milliseconds())
+	}
+	var answer string
+	err := s.retry(ctx, func() error {
+		return s.db.QueryRowContext(ctx, "CALL "+s.prefix+pgStockFunction+"(?, ?)", []byte(item), b.String()).Scan(&answer)
+	})
+	if err != nil {
+		if strings.Contains(err.Error(), "ONCEKIT_LAYOUT") {
+			return stockdriver.Answer{}, fmt.Errorf("sqlstore: stock %q: %w (%v)", item, stockdriver.ErrUnknownLayout, err)
+		}
+		return stockdriver.Answer{}, s.errWrap("stock", item, err)
+	}
+	a, err := parseStockAnswer(answer, len(ops))
+	if err != nil {
+		return a, fmt.Errorf("sqlstore: stock %q: %w", item, err)
+	}
+	return a, nil
+}
+
+// parseStockAnswer reads the procedure's answer:
+// "exists,put,free,held,sold,expired" and ";state,units,remaining,replayed"
+// per operation.
+func parseStockAnswer(answer string, n int) (stockdriver.Answer, error) {
+	parts := strings.Split(answer, ";")
+	if len(parts) != 1+n {
+		return stockdriver.Answer{}, fmt.Errorf("the stock procedure answered %d parts for %d operations", len(parts)-1, n)
+	}
+	var exists, expired int
+	var a stockdriver.Answer
+	if _, err := fmt.Sscanf(parts[0], "%d,%d,%d,%d,%d,%d", &exists, &a.Level.Put, &a.Level.Free, &a.Level.Held, &a.Level.Sold, &expired); err != nil {
+		return a, fmt.Errorf("the stock procedure's answer %q: %w", parts[0], err)
+	}
+	a.Exists, a.Expired = exists == 1, expired
+	a.Results = make([]stockdriver.Result, n)
+	for i, p := range parts[1:] {
+		var st, rep int
+		var units, rem int64
+		if _, err := fmt.Sscanf(p, "%d,%d,%d,%d", &st, &units, &rem, &rep); err != nil {
+			return a, fmt.Errorf("the stock procedure's answer %q: %w", p, err)
+		}
+		a.Results[i] = stockdriver.Result{State: stockdriver.State(st), Units: units, Remaining: time.Duration(rem) * time.Millisecond, Replayed: rep == 1}
 	}
 	return a, nil
 }
