@@ -103,20 +103,7 @@ func BenchmarkFlashSalePeers(b *testing.B) {
 	} {
 		b.Run(v.name, func(b *testing.B) {
 			args := append([]string{"--store", store, "--prefix", fmt.Sprintf("bench-flash:%d:", time.Now().UnixNano())}, v.args...)
-			targets := replicas(b, 3, v.bin, v.env, args...)
-			b.ResetTimer()
-			rep, err := flashsale.Run(context.Background(), flashsale.Config{Targets: targets,
-				Buyers: b.N, Stock: int64(max(1, b.N/5)), DupRate: 0.3, Attempts: 60})
-			b.StopTimer()
-			if err != nil {
-				b.Fatal(err)
-			}
-			if !rep.OK() {
-				b.Fatalf("the sale broke an invariant: %v", rep.Failures)
-			}
-			for unit, v := range rep.Metrics() {
-				b.ReportMetric(v, unit)
-			}
+			sale(b, replicas(b, 3, v.bin, v.env, args...))
 		})
 	}
 }
@@ -148,20 +135,26 @@ func BenchmarkFlashSaleStock(b *testing.B) {
 				b.Skip("no INVENTORY_BASELINE binary")
 			}
 			args := []string{"--store", stores[v.store], "--lock-free", "--prefix", fmt.Sprintf("bench-stock:%d:", time.Now().UnixNano())}
-			targets := replicas(b, 3, v.bin, nil, args...)
-			b.ResetTimer()
-			rep, err := flashsale.Run(context.Background(), flashsale.Config{Targets: targets,
-				Buyers: b.N, Stock: int64(max(1, b.N/5)), DupRate: 0.3, Attempts: 60})
-			b.StopTimer()
-			if err != nil {
-				b.Fatal(err)
-			}
-			if !rep.OK() {
-				b.Fatalf("the sale broke an invariant: %v", rep.Failures)
-			}
-			for unit, v := range rep.Metrics() {
-				b.ReportMetric(v, unit)
-			}
+			sale(b, replicas(b, 3, v.bin, nil, args...))
 		})
+	}
+}
+
+// sale runs a flash sale of b.N buyers against targets (stock a fifth of
+// the buyers, 30 % of them sending their order twice) and reports its
+// metrics; a sale that broke an invariant fails b.
+func sale(b *testing.B, targets []string) {
+	b.ResetTimer()
+	rep, err := flashsale.Run(context.Background(), flashsale.Config{Targets: targets,
+		Buyers: b.N, Stock: int64(max(1, b.N/5)), DupRate: 0.3, Attempts: 60})
+	b.StopTimer()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if !rep.OK() {
+		b.Fatalf("the sale broke an invariant: %v", rep.Failures)
+	}
+	for unit, v := range rep.Metrics() {
+		b.ReportMetric(v, unit)
 	}
 }

@@ -391,7 +391,7 @@ func (s *Store) myMigrateTables(ctx context.Context) error {
 		return fmt.Errorf("sqlstore: migrate: %w", err)
 	}
 	defer c.ExecContext(context.WithoutCancel(ctx), "SET SESSION lock_wait_timeout = DEFAULT") //nolint:errcheck
-	for _, stmt := range s.Schema() { // MySQL's DDL commits on its own
+	for _, stmt := range s.Schema() {                                                          // MySQL's DDL commits on its own
 		if strings.HasPrefix(stmt, "CREATE PROCEDURE") {
 			continue // myEnsureStockProcedure
 		}

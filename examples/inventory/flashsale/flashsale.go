@@ -259,53 +259,12 @@ func (r *run) fail(format string, args ...any) answer {
 // another replica after a transient answer, and returns the final answer.
 func (r *run) orderHTTP(ctx context.Context, key, user string, replica int) answer {
 	body := fmt.Sprintf(`{"sku":%q,"qty":1,"user":%q}`, r.cfg.SKU, user)
-	var last string
-	for attempt := range r.cfg.Attempts {
-		target := r.cfg.Targets[(replica+attempt)%len(r.cfg.Targets)]
-		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, target+"/v1/orders", strings.NewReader(body))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Idempotency-Key", key)
-		start := time.Now()
-		r.requests.Add(1)
-		resp, err := r.client.Do(req)
-		if err != nil {
-			r.record(sample{start: start.Sub(r.begin), latency: time.Since(start), outcome: retryable})
-			last = err.Error()
-			backoff(attempt)
-			continue
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		s := sample{start: start.Sub(r.begin), latency: time.Since(start), replayed: resp.Header.Get("Idempotent-Replayed") == "true"}
-		var p struct {
-			Code    string `json:"code"`
-			OrderID string `json:"order_id"`
-		}
-		_ = json.Unmarshal(b, &p)
-		switch {
-		case resp.StatusCode == http.StatusCreated && p.OrderID != "":
-			s.outcome = created
-			r.record(s)
-			return answer{outcome: created, orderID: p.OrderID, body: string(b)}
-		case resp.StatusCode == http.StatusConflict && p.Code == "sold_out":
-			s.outcome = soldOut
-			r.record(s)
-			return answer{outcome: soldOut, body: string(b)}
-		case resp.StatusCode >= 500, resp.StatusCode == http.StatusConflict, resp.StatusCode == http.StatusTooManyRequests:
-			if resp.StatusCode == http.StatusConflict && (p.Code == "effect_refused" || p.Code == "conflict") && !soldOutAtCommit(string(b)) {
-				r.refused.Add(1)
-			}
-			s.outcome = retryable
-			r.record(s)
-			last = fmt.Sprintf("%d %s", resp.StatusCode, p.Code)
-			backoff(attempt)
-		default:
-			s.outcome = failed
-			r.record(s)
-			return r.fail("order %s: %s: %s", key, resp.Status, bytes.TrimSpace(b))
-		}
+	var p struct {
+		OrderID string `json:"order_id"`
 	}
-	return r.fail("order %s: no final answer after %d attempts (last: %s)", key, r.cfg.Attempts, last)
+	a := r.post(ctx, "/v1/orders", key, body, replica, &p, func(status int) bool { return status == http.StatusCreated && p.OrderID != "" }, r.record)
+	a.orderID = p.OrderID
+	return a
 }
 
 // holder holds one unit, then pays for it (pay) or lets the hold run out.
@@ -317,7 +276,7 @@ func (r *run) holder(ctx context.Context, key, user string, replica int, pay boo
 		Code   string `json:"code"`
 		HoldID string `json:"hold_id"`
 	}
-	a := r.post(ctx, "/v1/holds", key, body, replica, &h, func(status int) bool { return status == http.StatusCreated && h.HoldID != "" })
+	a := r.post(ctx, "/v1/holds", key, body, replica, &h, func(status int) bool { return status == http.StatusCreated && h.HoldID != "" }, r.recordHold)
 	r.holds.Add(1)
 	if a.outcome != created {
 		return a
@@ -331,7 +290,7 @@ func (r *run) holder(ctx context.Context, key, user string, replica int, pay boo
 		OrderID string `json:"order_id"`
 	}
 	a = r.post(ctx, "/v1/holds/"+h.HoldID+"/pay", key+"-pay", fmt.Sprintf(`{"user":%q}`, user), replica, &o,
-		func(status int) bool { return status == http.StatusCreated && o.OrderID != "" })
+		func(status int) bool { return status == http.StatusCreated && o.OrderID != "" }, r.recordHold)
 	if a.outcome == created {
 		a.orderID = o.OrderID
 		r.paid.Add(1)
@@ -340,8 +299,9 @@ func (r *run) holder(ctx context.Context, key, user string, replica int, pay boo
 }
 
 // post sends one idempotent request until it gets a final answer: done's
-// (created), sold_out, or a failure.
-func (r *run) post(ctx context.Context, path, key, body string, replica int, v any, done func(status int) bool) answer {
+// (created), sold_out (or hold_expired), or a failure; record records each
+// answer's sample.
+func (r *run) post(ctx context.Context, path, key, body string, replica int, v any, done func(status int) bool, record func(sample)) answer {
 	var last string
 	for attempt := range r.cfg.Attempts {
 		target := r.cfg.Targets[(replica+attempt)%len(r.cfg.Targets)]
@@ -352,7 +312,7 @@ func (r *run) post(ctx context.Context, path, key, body string, replica int, v a
 		r.requests.Add(1)
 		resp, err := r.client.Do(req)
 		if err != nil {
-			r.record(sample{start: start.Sub(r.begin), latency: time.Since(start), outcome: retryable})
+			record(sample{start: start.Sub(r.begin), latency: time.Since(start), outcome: retryable})
 			last = err.Error()
 			backoff(attempt)
 			continue
@@ -368,20 +328,23 @@ func (r *run) post(ctx context.Context, path, key, body string, replica int, v a
 		switch {
 		case done(resp.StatusCode):
 			s.outcome = created
-			r.recordHold(s)
+			record(s)
 			return answer{outcome: created, body: string(b)}
 		case resp.StatusCode == http.StatusConflict && (p.Code == "sold_out" || p.Code == "hold_expired"):
 			s.outcome = soldOut
-			r.recordHold(s)
+			record(s)
 			return answer{outcome: soldOut, body: string(b)}
 		case resp.StatusCode >= 500, resp.StatusCode == http.StatusConflict, resp.StatusCode == http.StatusTooManyRequests:
+			if resp.StatusCode == http.StatusConflict && (p.Code == "effect_refused" || p.Code == "conflict") && !soldOutAtCommit(string(b)) {
+				r.refused.Add(1)
+			}
 			s.outcome = retryable
-			r.recordHold(s)
+			record(s)
 			last = fmt.Sprintf("%d %s", resp.StatusCode, p.Code)
 			backoff(attempt)
 		default:
 			s.outcome = failed
-			r.recordHold(s)
+			record(s)
 			return r.fail("%s %s: %s: %s", path, key, resp.Status, bytes.TrimSpace(b))
 		}
 	}
