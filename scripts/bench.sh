@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # make bench: start the servers, run oncekit's and the peers' benchmarks in
 # one run on the same servers, stop the servers. BENCH (regexp), BENCH_TIME
-# and BENCH_COUNT narrow or widen the run; the raw output is also written to
-# bench/last-run.txt for benchstat.
+# and BENCH_COUNT narrow or widen the run; DURABLE=1 runs the servers at
+# durable settings (scripts/services.sh, ONCEKIT_DURABLE); the raw output is
+# also written to bench/last-run.txt for benchstat.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -18,6 +19,7 @@ if git rev-parse -q --verify "$BASELINE_REF^{commit}" >/dev/null &&
 	(cd "$baseline/src/examples/inventory" && GOWORK=off go build -o "$baseline/inventory" ./cmd/inventory); then
 	export INVENTORY_BASELINE=$baseline/inventory
 fi
+export ONCEKIT_DURABLE=${DURABLE:-}
 $services up || exit 1
 eval "$($services env)"
 export ONCEKIT_REQUIRE_SERVERS=1
@@ -25,7 +27,7 @@ export GOWORK # every module but the benchmarks' own (scripts/workspace.sh)
 GOWORK=$(scripts/workspace.sh)
 
 echo "# $(date -u +%Y-%m-%dT%H:%MZ) $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(go version)"
-echo "# redis-server $(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p')"
+echo "# redis-server $(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p'), durable settings: ${DURABLE:-no}"
 (cd bench && GOWORK=off go test -run '^$' -bench "${BENCH:-.}" -benchtime "${BENCH_TIME:-2s}" -count "${BENCH_COUNT:-3}" ./...) \
 	| tee bench/last-run.txt
 rc=${PIPESTATUS[0]}

@@ -22,6 +22,11 @@
 #                         default "2181 2182 2183" (quorum and election ports:
 #                         client port + 10000 and + 20000)
 #   ONCEKIT_RUN_DIR       pid, log and data files, default /tmp/oncekit-services
+#   ONCEKIT_DURABLE=1     run the servers at durable settings instead of the
+#                         tests' fast ones: PostgreSQL with fsync, MariaDB
+#                         flushing its log at each commit, the five Redis
+#                         servers with appendonly yes and appendfsync everysec
+#                         (make bench's headline figures)
 set -euo pipefail
 
 REDIS_PORTS=${ONCEKIT_REDIS_PORTS:-"6379 6380 6381 6382 6383"}
@@ -35,6 +40,16 @@ MYSQL_PORT=${ONCEKIT_MYSQL_PORT:-13306}
 PGBOUNCER_PORT=${ONCEKIT_PGBOUNCER_PORT:-16432}
 ZK_PORTS=${ONCEKIT_ZK_PORTS:-"2181 2182 2183"}
 RUN_DIR=${ONCEKIT_RUN_DIR:-/tmp/oncekit-services}
+# The durability settings (ONCEKIT_DURABLE): the tests' fast ones by default.
+if [[ ${ONCEKIT_DURABLE:-} == 1 ]]; then
+	REDIS_PERSIST=(--save '' --appendonly yes --appendfsync everysec)
+	PG_FSYNC=on
+	MY_FLUSH=1
+else
+	REDIS_PERSIST=(--save '' --appendonly no)
+	PG_FSYNC=off
+	MY_FLUSH=2
+fi
 # The SQL servers refuse to run as root: they run as their own system users,
 # so their data lives outside any home directory.
 SQL_DIR=${ONCEKIT_SQL_DIR:-/var/tmp/oncekit-sql}
@@ -108,7 +123,7 @@ redis_up() {
 			die "port $port is in use by a process this script did not start (set ONCEKIT_REDIS_PORTS to other ports)"
 		fi
 		redis-server --port "$port" --bind 127.0.0.1 --daemonize yes \
-			--save '' --appendonly no --dir "$RUN_DIR/redis" \
+			"${REDIS_PERSIST[@]}" --appenddirname "appendonly-$port" --dir "$RUN_DIR/redis" \
 			--pidfile "$RUN_DIR/redis/$port.pid" --logfile "$RUN_DIR/redis/$port.log" \
 			|| die "redis-server on port $port did not start (see $RUN_DIR/redis/$port.log)"
 	done
@@ -324,7 +339,7 @@ postgres_up() {
 	as_user "$user" "$bin/initdb" -D "$dir/data" --auth=trust -U postgres -E UTF8 --no-sync >"$dir/initdb.log" 2>&1 \
 		|| die "initdb failed (see $dir/initdb.log)"
 	as_user "$user" "$bin/pg_ctl" -D "$dir/data" -l "$dir/postgres.log" -w -t "$READY_TIMEOUT" \
-		-o "-h 127.0.0.1 -p $POSTGRES_PORT -k $dir -c fsync=off -c max_connections=300 -c shared_preload_libraries=pg_stat_statements" start >/dev/null \
+		-o "-h 127.0.0.1 -p $POSTGRES_PORT -k $dir -c fsync=$PG_FSYNC -c max_connections=300 -c shared_preload_libraries=pg_stat_statements" start >/dev/null \
 		|| die "postgres did not start (see $dir/postgres.log)"
 	head -1 "$dir/data/postmaster.pid" >"$RUN_DIR/postgres.pid"
 	log "postgres ready on port $POSTGRES_PORT"
@@ -398,7 +413,7 @@ mysql_up() {
 	# As root, mariadbd drops to --user itself (the pid recorded is its own).
 	/usr/sbin/mariadbd --no-defaults --user="$user" --datadir="$dir/data" --socket="$dir/mysql.sock" \
 		--bind-address=127.0.0.1 --port="$MYSQL_PORT" --pid-file="$dir/mysql.pid" \
-		--innodb-flush-log-at-trx-commit=2 --max-connections=500 --skip-name-resolve \
+		--innodb-flush-log-at-trx-commit=$MY_FLUSH --max-connections=500 --skip-name-resolve \
 		>"$dir/mysql.log" 2>&1 </dev/null &
 	echo $! >"$RUN_DIR/mysql.pid"
 	local deadline=$((SECONDS + READY_TIMEOUT))
