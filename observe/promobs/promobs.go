@@ -48,11 +48,15 @@ func WithConstLabels(l prometheus.Labels) Option { return func(c *config) { c.la
 //	oncekit_store_errors_total{driver,op}                operations the store failed (never an
 //	                                                     effect's refusal)
 //	oncekit_store_duration_seconds{driver,op}            store operations' latency: idem.begin, idem.complete,
-//	                                                     idem.abandon, lock.refresh, lock.release
+//	                                                     idem.abandon, lock.refresh, lock.release, stock.apply
 //	oncekit_middleware_requests_total{op,route,outcome}  HTTP requests, gRPC calls, Kafka messages
 //	oncekit_middleware_duration_seconds{op,route}        their duration
 //	oncekit_kafka_duplicates_skipped_total{route}        Kafka messages already processed (route: topic)
 //	oncekit_kafka_dead_lettered_total{route}             Kafka messages sent to the dead-letter topic
+//	oncekit_stock_operations_total{driver,op,outcome}    stock takes, holds, confirms, releases: sold,
+//	                                                     sold_out, held, expired, released, replayed, …
+//	oncekit_stock_holds_expired_total{driver}            holds that ran out unconfirmed (units freed)
+//	oncekit_stock_merge_size{driver}                     operations one store call carried
 //
 // Gauges of what a process holds now come from its Guards, Mutexes and
 // Consumers (WatchGuard, WatchMutex, WatchConsumer):
@@ -66,8 +70,8 @@ func WithConstLabels(l prometheus.Labels) Option { return func(c *config) { c.la
 // patterns, not raw paths.
 type Observer struct {
 	acquire, release, refresh, claims, storeErrors, requests *prometheus.CounterVec
-	lost, duplicates, deadLettered                           *prometheus.CounterVec
-	wait, hold, handoff, duration, storeDuration             *prometheus.HistogramVec
+	lost, duplicates, deadLettered, stock, expired           *prometheus.CounterVec
+	wait, hold, handoff, duration, storeDuration, merge      *prometheus.HistogramVec
 	all                                                      []prometheus.Collector
 	cfg                                                      config
 	inFlight, leases, uncommitted                            *prometheus.Desc
@@ -130,6 +134,13 @@ func New(opts ...Option) *Observer {
 	o.duration = histogram("middleware", "duration_seconds", "Duration of requests and messages through the middleware.", "op", "route")
 	o.duplicates = counter("kafka", "duplicates_skipped_total", "Kafka messages skipped as already processed.", "route")
 	o.deadLettered = counter("kafka", "dead_lettered_total", "Kafka messages sent to the dead-letter topic.", "route")
+	o.stock = counter("stock", "operations_total", "Stock takes, holds, confirms and releases by outcome.", "driver", "op", "outcome")
+	o.expired = counter("stock", "holds_expired_total", "Stock holds that ran out unconfirmed, their units freed.", "driver")
+	o.merge = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: c.namespace, Subsystem: "stock", Name: "merge_size", Help: "Stock operations one store call carried.",
+		ConstLabels: c.labels, Buckets: prometheus.ExponentialBuckets(1, 2, 10),
+	}, []string{"driver"})
+	o.all = append(o.all, o.merge)
 	return o
 }
 
@@ -207,7 +218,7 @@ func (o *Observer) count(ev observe.Event) {
 		o.storeErrors.WithLabelValues(d, string(ev.Op)).Inc()
 	}
 	switch ev.Op {
-	case observe.IdemBegin, observe.IdemComplete, observe.IdemAbandon, observe.LockRefresh, observe.LockRelease:
+	case observe.IdemBegin, observe.IdemComplete, observe.IdemAbandon, observe.LockRefresh, observe.LockRelease, observe.StockApply:
 		if ev.Duration > 0 {
 			o.storeDuration.WithLabelValues(d, string(ev.Op)).Observe(ev.Duration.Seconds())
 		}
@@ -231,6 +242,14 @@ func (o *Observer) count(ev observe.Event) {
 		if ev.Outcome != observe.Error {
 			o.claims.WithLabelValues(d, outcome).Inc()
 		}
+	case observe.StockTake, observe.StockHold, observe.StockConfirm, observe.StockRelease:
+		o.stock.WithLabelValues(d, string(ev.Op), outcome).Inc()
+	case observe.StockApply:
+		if ev.Outcome == observe.OK {
+			o.merge.WithLabelValues(d).Observe(float64(ev.Count))
+		}
+	case observe.StockExpired:
+		o.expired.WithLabelValues(d).Add(float64(ev.Count))
 	default:
 		if ev.Request == nil {
 			return // an operation this version does not know

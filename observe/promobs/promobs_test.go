@@ -17,6 +17,7 @@ import (
 	"github.com/oncekit/oncekit/core/observe"
 	"github.com/oncekit/oncekit/internal/testenv"
 	"github.com/oncekit/oncekit/observe/promobs"
+	"github.com/oncekit/oncekit/stock"
 	"github.com/oncekit/oncekit/storage/memstore"
 	"github.com/oncekit/oncekit/storage/redisstore"
 )
@@ -327,6 +328,56 @@ func TestRefusedEffectIsNotAStoreError(t *testing.T) {
 	}
 	if got := series(t, reg, "oncekit_idem_claims_total", "outcome", "refused"); got != 1 {
 		t.Errorf("refused claims = %v, want 1", got)
+	}
+}
+
+// A sale's outcomes, the merge sizes of its store calls and the holds that
+// ran out are metrics; a sell-out is no store error.
+func TestStockMetrics(t *testing.T) {
+	metrics := promobs.New()
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(metrics)
+	store := memstore.New(memstore.WithObserver(metrics))
+	st, err := stock.New(store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	if _, err := st.Put(ctx, "phone", 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Take(ctx, "phone", "a", 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Take(ctx, "phone", "b", 1); !errors.Is(err, stock.ErrSoldOut) {
+		t.Fatalf("second take: %v", err)
+	}
+	if _, err := st.Add(ctx, "phone", 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Hold(ctx, "phone", "h", 1, time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(5 * time.Millisecond) // the hold's end is what is counted
+	if _, err := st.Level(ctx, "phone"); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		op, outcome string
+		want        float64
+	}{{"stock.take", "sold", 1}, {"stock.take", "sold_out", 1}, {"stock.hold", "held", 1}} {
+		if got := series(t, reg, "oncekit_stock_operations_total", "op", c.op, "outcome", c.outcome); got != c.want {
+			t.Errorf("%s %s = %v, want %v", c.op, c.outcome, got, c.want)
+		}
+	}
+	if got := series(t, reg, "oncekit_stock_holds_expired_total"); got != 1 {
+		t.Errorf("holds expired = %v, want 1", got)
+	}
+	if n := testutil.CollectAndCount(reg, "oncekit_store_errors_total"); n != 0 {
+		t.Errorf("a sell-out is counted as %d store errors", n)
+	}
+	if n := testutil.CollectAndCount(reg, "oncekit_stock_merge_size"); n != 1 {
+		t.Errorf("merge size series: %d, want 1", n)
 	}
 }
 
