@@ -117,7 +117,10 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (Store, error) {
 	for _, p := range []string{"prefix", "record_prefix", "ca", "cert", "key"} {
 		q.Del(p)
 	}
-	u.RawQuery = q.Encode()
+	// Encode writes a space as '+', which pgx reads as a '+' (a
+	// PostgreSQL options=-c%20name%3Dvalue would reach the server as
+	// "-c+name=value"); %20 means a space to every driver's parser.
+	u.RawQuery = strings.ReplaceAll(q.Encode(), "+", "%20")
 	du.Query = q
 	st, err := open(ctx, du)
 	if err != nil {

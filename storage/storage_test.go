@@ -25,6 +25,7 @@ import (
 	"github.com/oncekit/oncekit/stock/stockdriver"
 	"github.com/oncekit/oncekit/storage"
 	_ "github.com/oncekit/oncekit/storage/all"
+	"github.com/oncekit/oncekit/storage/driver"
 	"github.com/oncekit/oncekit/storage/etcdstore"
 	"github.com/oncekit/oncekit/storage/memstore"
 	"github.com/oncekit/oncekit/storage/redisstore"
@@ -399,5 +400,21 @@ func TestDriverSurfaces(t *testing.T) {
 				t.Errorf("%s no longer has %s: update the list", typ, m)
 			}
 		}
+	}
+}
+
+// A parameter's space reaches the driver as %20, which every driver's
+// parser reads as a space (pgx reads '+' as itself: PostgreSQL's
+// options=-c name=value broke through Open).
+func TestOpenKeepsSpaces(t *testing.T) {
+	var got string
+	driver.Register(driver.Info{Package: "spacestore", Schemes: []string{"spacetest"}, Usage: "  spacetest://   a test's",
+		Open: func(_ context.Context, u *driver.URL) (driver.Store, error) {
+			got = u.URL.RawQuery
+			return nil, errors.New("not a store")
+		}})
+	_, _ = storage.Open(context.Background(), "spacetest://h/db?options=-c%20synchronous_commit%3Doff&prefix=p")
+	if got != "options=-c%20synchronous_commit%3Doff" {
+		t.Errorf("the driver got the query %q", got)
 	}
 }

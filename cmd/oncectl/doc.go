@@ -24,5 +24,15 @@
 // --in-flight for the claims still running or stuck, --limit to bound it).
 // oncectl version prints the build's module version.
 //
-// Exit status: 0 done, 1 the operation failed or was declined, 2 bad usage.
+// oncectl doctor reads the settings each of oncekit's promises rests on —
+// eviction, persistence and replicas on Redis, how a commit reaches the
+// disk and a transaction pooler on SQL, round trips and the clock — and
+// says for each promise whether it holds on this deployment, on what
+// condition, and what to change (docs/operations.md, "Check your
+// deployment"). It checks one Redis server (or a Sentinel group's
+// primary), PostgreSQL and MySQL/MariaDB so far.
+//
+// Exit status: 0 done, 1 the operation failed or was declined (doctor: a
+// promise does not hold), 2 bad usage (doctor: the store could not be
+// reached or has no checks yet).
 package main

@@ -28,6 +28,7 @@ const usage = `oncectl inspects and repairs oncekit locks and idempotency record
 
 Usage:
   oncectl [flags] ping
+  oncectl [flags] doctor
   oncectl version
   oncectl [flags] lock inspect KEY
   oncectl [flags] lock release KEY --force [--yes]
@@ -56,7 +57,15 @@ Key flags (how the middleware stored KEY, the key the client sent):
   --stored         KEY is the stored record key itself ("idem:..."), as is
   --               every argument after this is positional (a KEY starting with -)
 
-Exit status: 0 done, 1 the operation failed or was declined, 2 bad usage.
+doctor reads the settings each promise rests on (eviction, persistence,
+replicas, commit durability, a pooler, the clock) and says for each whether
+it holds on this deployment, on what condition, and what to change; it
+checks one Redis server (or a Sentinel group's primary), PostgreSQL and
+MySQL/MariaDB so far.
+
+Exit status: 0 done, 1 the operation failed or was declined (doctor: a
+promise does not hold), 2 bad usage (doctor: the store could not be
+reached or has no checks).
 
 `
 
@@ -136,6 +145,12 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			return c.usageErr("ping takes no argument")
 		}
 		return c.ping()
+	}
+	if pos[0] == "doctor" {
+		if len(pos) != 1 {
+			return c.usageErr("doctor takes no argument (the store is --store)")
+		}
+		return c.doctor()
 	}
 	if len(pos) == 2 && pos[0] == "record" && pos[1] == "list" {
 		if c.limit < 1 {

@@ -1,0 +1,150 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"text/tabwriter"
+)
+
+// The verdicts of a promise on a deployment.
+const (
+	holds   = "holds"
+	holdsIf = "holds if"
+	fails   = "does not hold"
+)
+
+// The promises doctor judges: the README's guarantees table's columns.
+const (
+	promiseExclusion = "mutual exclusion"
+	promiseFences    = "fences never go back"
+	promiseOnce      = "runs once"
+	promiseDeadFrees = "a dead holder frees the key"
+	promiseRetry     = "a retry knows it"
+)
+
+// finding is one promise as this deployment keeps it: the verdict, the
+// reason measured, and what to change when it is not a plain holds.
+type finding struct {
+	Promise string `json:"promise"`
+	Verdict string `json:"verdict"`
+	Why     string `json:"why"`
+	Fix     string `json:"fix,omitempty"`
+}
+
+// fact is one setting or measurement a verdict rests on.
+type fact struct {
+	Name  string `json:"name"`
+	Value string `json:"value"`
+}
+
+// diagnosis is doctor's answer for one store.
+type diagnosis struct {
+	Store    string    `json:"store"`
+	Facts    []fact    `json:"facts"`
+	Findings []finding `json:"findings"`
+}
+
+func (d *diagnosis) fact(name, format string, args ...any) {
+	d.Facts = append(d.Facts, fact{name, fmt.Sprintf(format, args...)})
+}
+
+// judge records promise's verdict: the first of the conditions that
+// applies (worst first), or holds with why.
+func (d *diagnosis) judge(promise, why string, conds ...finding) {
+	for _, c := range conds {
+		if c.Verdict != "" {
+			c.Promise = promise
+			d.Findings = append(d.Findings, c)
+			return
+		}
+	}
+	d.Findings = append(d.Findings, finding{Promise: promise, Verdict: holds, Why: why})
+}
+
+// when is a finding if ok is true, else none.
+func when(ok bool, verdict, why, fix string) finding {
+	if !ok {
+		return finding{}
+	}
+	return finding{Verdict: verdict, Why: why, Fix: fix}
+}
+
+// doctor reads the settings the store's promises rest on and prints each
+// promise's verdict for this deployment: exit 0 when every promise holds
+// (perhaps on a condition it names), 1 when one does not, 2 when the store
+// could not be reached or has no checks yet.
+func (c *cli) doctor() int {
+	st, err := openStore(c.storeURL, c.timeout)
+	if err != nil {
+		fmt.Fprintf(c.err, "oncectl: %v\n", err)
+		return exitUsage
+	}
+	defer st.close()
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	defer cancel()
+	d, err := diagnose(ctx, st.store)
+	if err != nil {
+		fmt.Fprintf(c.err, "oncectl: doctor: %v\n", err)
+		return exitUsage
+	}
+	d.Store = redactURL(c.storeURL)
+	if c.json {
+		_ = json.NewEncoder(c.out).Encode(d)
+	} else {
+		d.print(c)
+	}
+	for _, f := range d.Findings {
+		if f.Verdict == fails {
+			return exitFail
+		}
+	}
+	return exitOK
+}
+
+func (d *diagnosis) print(c *cli) {
+	fmt.Fprintf(c.out, "%s\n\n", d.Store)
+	tw := tabwriter.NewWriter(c.out, 0, 0, 2, ' ', 0)
+	for _, f := range d.Facts {
+		fmt.Fprintf(tw, "  %s\t%s\n", f.Name, f.Value)
+	}
+	tw.Flush()
+	fmt.Fprintln(c.out)
+	for _, f := range d.Findings {
+		mark := "ok  "
+		switch f.Verdict {
+		case holdsIf:
+			mark = "if  "
+		case fails:
+			mark = "FAIL"
+		}
+		fmt.Fprintf(c.out, "%s %s: %s — %s\n", mark, f.Promise, f.Verdict, f.Why)
+		if f.Fix != "" {
+			fmt.Fprintf(c.out, "     fix: %s\n", f.Fix)
+		}
+	}
+}
+
+// diagnose runs the checks of st's driver.
+func diagnose(ctx context.Context, st any) (*diagnosis, error) {
+	switch s := st.(type) {
+	case redisStore:
+		return diagnoseRedis(ctx, s)
+	case sqlStore:
+		return diagnoseSQL(ctx, s)
+	}
+	return nil, fmt.Errorf("no checks for %T yet (doctor checks one Redis server, PostgreSQL and MySQL/MariaDB)", st)
+}
+
+// redactURL hides a URL's password.
+func redactURL(raw string) string {
+	if i := strings.Index(raw, "://"); i >= 0 {
+		if at := strings.LastIndex(raw, "@"); at > i {
+			if colon := strings.Index(raw[i+3:at], ":"); colon >= 0 {
+				return raw[:i+3+colon] + ":xxxxx" + raw[at:]
+			}
+		}
+	}
+	return raw
+}

@@ -1,0 +1,106 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strings"
+
+	"github.com/oncekit/oncekit/storage/sqlstore"
+)
+
+// sqlStore is a sqlstore Store (doctor reads its database).
+type sqlStore interface {
+	DB() *sql.DB
+	Dialect() sqlstore.Dialect
+	CheckLayout(ctx context.Context) error
+}
+
+// diagnoseSQL judges a PostgreSQL or MySQL/MariaDB database: how a commit
+// reaches the disk, the schema's layout, a transaction pooler.
+func diagnoseSQL(ctx context.Context, s sqlStore) (*diagnosis, error) {
+	d := &diagnosis{}
+	db := s.DB()
+	var version string
+	if err := db.QueryRowContext(ctx, "SELECT version()").Scan(&version); err != nil {
+		return nil, err
+	}
+	d.fact("version", "%s", strings.SplitN(version, " on ", 2)[0])
+	layout := "in place"
+	if err := s.CheckLayout(ctx); err != nil {
+		layout = err.Error()
+	}
+	d.fact("schema", "%s", layout)
+	var lose finding
+	const why = "a run's record and its effect commit in one transaction"
+	if s.Dialect() == sqlstore.Postgres {
+		var fsync, syncCommit, pids string
+		if err := db.QueryRowContext(ctx, "SELECT current_setting('fsync'), current_setting('synchronous_commit')").Scan(&fsync, &syncCommit); err != nil {
+			return nil, err
+		}
+		pooled, err := pgPooled(ctx, db)
+		if err != nil {
+			return nil, err
+		}
+		if pooled {
+			pids = "transaction pooling (a pooler such as pgbouncer: sessions change between statements)"
+		} else {
+			pids = "none seen"
+		}
+		d.fact("fsync / synchronous_commit", "%s / %s", fsync, syncCommit)
+		d.fact("pooler", "%s", pids)
+		switch {
+		case fsync == "off":
+			lose = when(true, fails, "fsync is off: a crash of the server can lose or corrupt committed records and locks", "fsync = on")
+		case syncCommit == "off":
+			lose = when(true, holdsIf, "the server does not crash: synchronous_commit = off acknowledges a commit before it is on disk, and a crash loses the last ones", "synchronous_commit = on (for oncekit's role: ALTER ROLE … SET synchronous_commit = on)")
+		}
+		exclusion := lose
+		if fsync == "off" {
+			exclusion = when(true, holdsIf, "the server does not crash: with fsync off a crash can lose or corrupt the rows of held locks", "fsync = on")
+		}
+		d.judge(promiseExclusion, "row locks, the server's clock", exclusion,
+			when(pooled, holdsIf, "waiters poll: behind a transaction pooler there is no LISTEN", "add notify=false&default_query_exec_mode=exec to the URL, as sqlstore's documentation says"))
+	} else {
+		var flush, binlog, syncBinlog string
+		if err := db.QueryRowContext(ctx, "SELECT @@innodb_flush_log_at_trx_commit, @@log_bin, @@sync_binlog").Scan(&flush, &binlog, &syncBinlog); err != nil {
+			return nil, err
+		}
+		d.fact("innodb_flush_log_at_trx_commit / log_bin / sync_binlog", "%s / %s / %s", flush, binlog, syncBinlog)
+		switch {
+		case flush != "1":
+			lose = when(true, holdsIf, fmt.Sprintf("the machine does not crash: innodb_flush_log_at_trx_commit = %s writes the log to disk about once a second, and a crash loses the last commits", flush), "innodb_flush_log_at_trx_commit = 1")
+		case binlog == "1" && syncBinlog != "1":
+			lose = when(true, holdsIf, "a replica promoted after a crash has the last commits: sync_binlog ≠ 1 can lose them from the binary log", "sync_binlog = 1")
+		}
+		d.judge(promiseExclusion, "row locks, the server's clock", lose)
+	}
+	d.judge(promiseFences, "each fence is at least the server's clock in µs, and rows are kept until the clock has passed their fence")
+	d.judge(promiseOnce, why, lose)
+	d.judge(promiseDeadFrees, "a lease's row expires by the server's clock")
+	d.judge(promiseRetry, "attempts are counted in the record's row", lose)
+	if layout != "in place" {
+		d.Findings = append(d.Findings, finding{Promise: "schema", Verdict: fails, Why: layout, Fix: "run Store.Migrate (or storage.Open with migrate=true) with this version"})
+	}
+	return d, nil
+}
+
+// pgPooled reports whether statements outside a transaction reach
+// different server sessions: a transaction pooler (pgbouncer's
+// pool_mode = transaction) between this process and the server.
+func pgPooled(ctx context.Context, db *sql.DB) (bool, error) {
+	c, err := db.Conn(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer c.Close()
+	seen := map[int]bool{}
+	for range 8 {
+		var pid int
+		if err := c.QueryRowContext(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+			return false, err
+		}
+		seen[pid] = true
+	}
+	return len(seen) > 1, nil
+}

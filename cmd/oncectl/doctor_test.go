@@ -1,0 +1,140 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/oncekit/oncekit/internal/testenv"
+)
+
+// verdicts runs doctor on store and returns its exit status and each
+// promise's verdict, failing t on output that is not its JSON.
+func verdicts(t *testing.T, store string) (int, map[string]finding) {
+	t.Helper()
+	code, out, errOut := oncectl(t, "", "--store", store, "--json", "doctor")
+	var d diagnosis
+	if err := json.Unmarshal([]byte(out), &d); err != nil {
+		t.Fatalf("doctor --json: exit %d, %v\nstdout: %s\nstderr: %s", code, err, out, errOut)
+	}
+	m := map[string]finding{}
+	for _, f := range d.Findings {
+		m[f.Promise] = f
+	}
+	if len(d.Facts) == 0 {
+		t.Errorf("doctor reported no facts: %s", out)
+	}
+	return code, m
+}
+
+// Each Redis hazard found on a server that has it, and none on one that
+// has none.
+func TestDoctorRedis(t *testing.T) {
+	t.Run("durable", func(t *testing.T) {
+		p := testenv.StartDurableRedis(t)
+		code, v := verdicts(t, "redis://"+p.Addr)
+		for promise, f := range v {
+			if f.Verdict != holds {
+				t.Errorf("%s: %s (%s), want holds on a server with appendfsync always and no eviction", promise, f.Verdict, f.Why)
+			}
+		}
+		if code != exitOK {
+			t.Errorf("exit %d, want 0", code)
+		}
+	})
+	t.Run("no persistence", func(t *testing.T) {
+		p := testenv.StartRedis(t)
+		code, v := verdicts(t, "redis://"+p.Addr)
+		if f := v[promiseExclusion]; f.Verdict != holdsIf || !strings.Contains(f.Why, "empty restart") || !strings.Contains(f.Fix, "appendonly yes") {
+			t.Errorf("exclusion: %+v, want holds if not restarted, with the fix", f)
+		}
+		if f := v[promiseOnce]; f.Verdict != holdsIf {
+			t.Errorf("runs once: %+v", f)
+		}
+		if code != exitOK {
+			t.Errorf("exit %d, want 0 (every promise holds on its condition)", code)
+		}
+	})
+	t.Run("evicting", func(t *testing.T) {
+		p := testenv.StartDurableRedis(t)
+		c := redis.NewClient(&redis.Options{Addr: p.Addr})
+		defer c.Close()
+		if err := c.ConfigSet(context.Background(), "maxmemory", "100mb").Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.ConfigSet(context.Background(), "maxmemory-policy", "allkeys-lru").Err(); err != nil {
+			t.Fatal(err)
+		}
+		code, v := verdicts(t, "redis://"+p.Addr)
+		for _, promise := range []string{promiseExclusion, promiseOnce, promiseRetry} {
+			if f := v[promise]; f.Verdict != fails || !strings.Contains(f.Why, "allkeys-lru") || !strings.Contains(f.Fix, "noeviction") {
+				t.Errorf("%s: %+v, want does not hold (allkeys-lru), with the fix", promise, f)
+			}
+		}
+		if code != exitFail {
+			t.Errorf("exit %d, want 1", code)
+		}
+	})
+}
+
+// The SQL hazards: synchronous_commit off, a transaction pooler, MariaDB's
+// log flushed once a second (make test's own setting).
+func TestDoctorSQL(t *testing.T) {
+	t.Run("synchronous_commit off", func(t *testing.T) {
+		u := withQuery(testenv.PostgresURL(t), "options", "-c synchronous_commit=off")
+		_, v := verdicts(t, u)
+		// make test's server runs with fsync off, the worse hazard, which
+		// the verdict names first; the fact shows the session's setting.
+		_, out, _ := oncectl(t, "", "--store", u, "doctor")
+		if f := v[promiseOnce]; f.Verdict == holds || !strings.Contains(f.Why+f.Fix, "synchronous_commit") && !strings.Contains(f.Why, "fsync is off") {
+			t.Errorf("runs once: %+v, want a verdict on synchronous_commit", f)
+		}
+		if !strings.Contains(out, "/ off") {
+			t.Errorf("doctor does not show synchronous_commit off:\n%s", out)
+		}
+	})
+	t.Run("pgbouncer", func(t *testing.T) {
+		u := testenv.PgBouncerURL(t) + "&notify=false&default_query_exec_mode=exec"
+		if !strings.Contains(testenv.PgBouncerURL(t), "?") {
+			u = testenv.PgBouncerURL(t) + "?notify=false&default_query_exec_mode=exec"
+		}
+		_, v := verdicts(t, u)
+		if f := v[promiseExclusion]; !strings.Contains(f.Why, "pooler") && !strings.Contains(f.Why, "fsync") {
+			t.Errorf("exclusion behind pgbouncer: %+v, want the pooler named", f)
+		}
+		_, out, _ := oncectl(t, "", "--store", u, "doctor")
+		if !strings.Contains(out, "transaction pooling") {
+			t.Errorf("doctor behind pgbouncer does not name the pooler:\n%s", out)
+		}
+	})
+	t.Run("mariadb flush", func(t *testing.T) {
+		_, v := verdicts(t, testenv.MySQLURL(t))
+		f := v[promiseOnce]
+		if strings.Contains(f.Why, "innodb_flush_log_at_trx_commit = 2") != (f.Verdict == holdsIf) {
+			t.Errorf("runs once: %+v", f)
+		}
+	})
+}
+
+// A store doctor has no checks for yet is exit 2 with the reason.
+func TestDoctorNoChecks(t *testing.T) {
+	code, _, errOut := oncectl(t, "", "--store", "etcd://"+strings.Join(testenv.EtcdAddrs(t), ","), "doctor")
+	if code != exitUsage || !strings.Contains(errOut, "no checks") {
+		t.Errorf("doctor on etcd: exit %d, %s", code, errOut)
+	}
+}
+
+func withQuery(raw, k, v string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return raw
+	}
+	q := u.Query()
+	q.Set(k, v)
+	u.RawQuery = strings.ReplaceAll(q.Encode(), "+", "%20") // (pgx reads no '+' as a space)
+	return u.String()
+}
