@@ -131,10 +131,14 @@ func diagnose(ctx context.Context, st any) (*diagnosis, error) {
 	switch s := st.(type) {
 	case redisStore:
 		return diagnoseRedis(ctx, s)
+	case redlockStore:
+		return diagnoseRedlock(ctx, s)
+	case etcdStore:
+		return diagnoseEtcd(ctx, s)
 	case sqlStore:
 		return diagnoseSQL(ctx, s)
 	}
-	return nil, fmt.Errorf("no checks for %T yet (doctor checks one Redis server, PostgreSQL and MySQL/MariaDB)", st)
+	return nil, fmt.Errorf("no checks for %T yet (doctor checks one Redis server, Redlock, etcd, PostgreSQL and MySQL/MariaDB)", st)
 }
 
 // redactURL hides a URL's password.

@@ -122,9 +122,24 @@ func TestDoctorSQL(t *testing.T) {
 
 // A store doctor has no checks for yet is exit 2 with the reason.
 func TestDoctorNoChecks(t *testing.T) {
-	code, _, errOut := oncectl(t, "", "--store", "etcd://"+strings.Join(testenv.EtcdAddrs(t), ","), "doctor")
+	code, _, errOut := oncectl(t, "", "--store", "zk://"+strings.Join(testenv.ZooKeeperAddrs(t), ",")+"/oncectl-test", "doctor")
 	if code != exitUsage || !strings.Contains(errOut, "no checks") {
-		t.Errorf("doctor on etcd: exit %d, %s", code, errOut)
+		t.Errorf("doctor on ZooKeeper: exit %d, %s", code, errOut)
+	}
+}
+
+// etcd: make test's one-member cluster tolerates no failure.
+func TestDoctorEtcd(t *testing.T) {
+	code, v := verdicts(t, "etcd://"+strings.Join(testenv.EtcdAddrs(t), ","))
+	members := len(testenv.EtcdAddrs(t))
+	if f := v[promiseExclusion]; (members < 3) != (f.Verdict == holdsIf && strings.Contains(f.Why, "tolerates no failure")) {
+		t.Errorf("%d member(s): exclusion %+v", members, f)
+	}
+	if f := v[promiseFences]; f.Verdict != holds {
+		t.Errorf("fences: %+v", f)
+	}
+	if code != exitOK {
+		t.Errorf("exit %d", code)
 	}
 }
 
@@ -137,4 +152,25 @@ func withQuery(raw, k, v string) string {
 	q.Set(k, v)
 	u.RawQuery = strings.ReplaceAll(q.Encode(), "+", "%20") // (pgx reads no '+' as a space)
 	return u.String()
+}
+
+// Redlock: a two-node deployment is refused (by the driver itself: its
+// majority would be every node), and nodes that keep nothing on disk are
+// found.
+func TestDoctorRedlock(t *testing.T) {
+	addrs := testenv.RedisAddrs(t, 3)
+	code, _, errOut := oncectl(t, "", "--store", "redlock://"+strings.Join(addrs[:2], ","), "doctor")
+	if code != exitUsage || !strings.Contains(errOut, "odd number") {
+		t.Errorf("two nodes: exit %d, %s", code, errOut)
+	}
+	code, v := verdicts(t, "redlock://"+strings.Join(addrs[:3], ","))
+	if code != exitOK {
+		t.Errorf("three nodes: exit %d", code)
+	}
+	if f := v[promiseExclusion]; f.Verdict != holdsIf || !strings.Contains(f.Why, "restarts empty") {
+		t.Errorf("three nodes without persistence: exclusion %+v", f)
+	}
+	if f := v[promiseOnce]; f.Verdict != holdsIf {
+		t.Errorf("runs once on Redlock: %+v, want holds if (effects keyed on idem.KeyFrom)", f)
+	}
 }
