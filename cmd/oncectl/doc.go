@@ -30,7 +30,8 @@
 // says for each promise whether it holds on this deployment, on what
 // condition, and what to change (docs/operations.md, "Check your
 // deployment"). It checks one Redis server (or a Sentinel group's
-// primary), Redlock's nodes, etcd, PostgreSQL and MySQL/MariaDB so far.
+// primary), Redlock's nodes, etcd, ZooKeeper, PostgreSQL and MySQL/MariaDB
+// so far.
 //
 // Exit status: 0 done, 1 the operation failed or was declined (doctor: a
 // promise does not hold), 2 bad usage (doctor: the store could not be

@@ -84,7 +84,7 @@ func (c *cli) doctor() int {
 	defer st.close()
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	defer cancel()
-	d, err := diagnose(ctx, st.store)
+	d, err := diagnose(ctx, st.store, c.storeURL)
 	if err != nil {
 		fmt.Fprintf(c.err, "oncectl: doctor: %v\n", err)
 		return exitUsage
@@ -127,7 +127,7 @@ func (d *diagnosis) print(c *cli) {
 }
 
 // diagnose runs the checks of st's driver.
-func diagnose(ctx context.Context, st any) (*diagnosis, error) {
+func diagnose(ctx context.Context, st any, rawURL string) (*diagnosis, error) {
 	switch s := st.(type) {
 	case redisStore:
 		return diagnoseRedis(ctx, s)
@@ -135,10 +135,12 @@ func diagnose(ctx context.Context, st any) (*diagnosis, error) {
 		return diagnoseRedlock(ctx, s)
 	case etcdStore:
 		return diagnoseEtcd(ctx, s)
+	case zkStore:
+		return diagnoseZK(ctx, s, rawURL)
 	case sqlStore:
 		return diagnoseSQL(ctx, s)
 	}
-	return nil, fmt.Errorf("no checks for %T yet (doctor checks one Redis server, Redlock, etcd, PostgreSQL and MySQL/MariaDB)", st)
+	return nil, fmt.Errorf("no checks for %T yet (doctor checks one Redis server, Redlock, etcd, ZooKeeper, PostgreSQL and MySQL/MariaDB)", st)
 }
 
 // redactURL hides a URL's password.

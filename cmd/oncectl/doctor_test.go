@@ -122,9 +122,30 @@ func TestDoctorSQL(t *testing.T) {
 
 // A store doctor has no checks for yet is exit 2 with the reason.
 func TestDoctorNoChecks(t *testing.T) {
-	code, _, errOut := oncectl(t, "", "--store", "zk://"+strings.Join(testenv.ZooKeeperAddrs(t), ",")+"/oncectl-test", "doctor")
+	code, _, errOut := oncectl(t, "", "--store", "redis-cluster://"+strings.Join(testenv.RedisClusterAddrs(t), ","), "doctor")
 	if code != exitUsage || !strings.Contains(errOut, "no checks") {
-		t.Errorf("doctor on ZooKeeper: exit %d, %s", code, errOut)
+		t.Errorf("doctor on a Redis Cluster: exit %d, %s", code, errOut)
+	}
+}
+
+// ZooKeeper: make test's three-member ensemble, one leader, holds; one of
+// its members alone tolerates no failure.
+func TestDoctorZooKeeper(t *testing.T) {
+	addrs := testenv.ZooKeeperAddrs(t)
+	code, v := verdicts(t, "zk://"+strings.Join(addrs, ",")+"/oncectl-test")
+	_, out, _ := oncectl(t, "", "--store", "zk://"+strings.Join(addrs, ",")+"/oncectl-test", "doctor")
+	if strings.Count(out, "leader,")+strings.Count(out, "standalone,") != 1 || strings.Contains(out, "no answer") {
+		t.Errorf("doctor does not show one leader among the members:\n%s", out)
+	}
+	if f := v[promiseExclusion]; (len(addrs) >= 3) != (f.Verdict == holds) {
+		t.Errorf("%d members: exclusion %+v", len(addrs), f)
+	}
+	if code != exitOK {
+		t.Errorf("exit %d", code)
+	}
+	_, v = verdicts(t, "zk://"+addrs[0]+"/oncectl-test")
+	if f := v[promiseExclusion]; f.Verdict != holdsIf || !strings.Contains(f.Why, "tolerates no failure") {
+		t.Errorf("one member named: exclusion %+v", f)
 	}
 }
 

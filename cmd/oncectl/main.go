@@ -61,7 +61,7 @@ doctor reads the settings each promise rests on (eviction, persistence,
 replicas, commit durability, a pooler, the clock) and says for each whether
 it holds on this deployment, on what condition, and what to change; it
 checks one Redis server (or a Sentinel group's primary), Redlock's nodes,
-etcd, PostgreSQL and MySQL/MariaDB so far.
+etcd, ZooKeeper, PostgreSQL and MySQL/MariaDB so far.
 
 Exit status: 0 done, 1 the operation failed or was declined (doctor: a
 promise does not hold), 2 bad usage (doctor: the store could not be
