@@ -85,22 +85,58 @@ func diagnoseSQL(ctx context.Context, s sqlStore) (*diagnosis, error) {
 	return d, nil
 }
 
-// pgPooled reports whether statements outside a transaction reach
-// different server sessions: a transaction pooler (pgbouncer's
-// pool_mode = transaction) between this process and the server.
+// pgPooled reports whether statements outside a transaction reach server
+// sessions that are not their client connection's own: a transaction
+// pooler (pgbouncer's pool_mode = transaction) between this process and
+// the server. While x holds a backend in a transaction, y runs a
+// statement; x commits, releasing its backend last, and y runs another: a
+// pooler hands y the backend released last (x's), while a direct or
+// session-pooled connection keeps y on its own.
 func pgPooled(ctx context.Context, db *sql.DB) (bool, error) {
-	c, err := db.Conn(ctx)
+	// Each probe may miss (a pooler with idle backends to spare); none
+	// can see a pooler that is not there: a few probes, any one decides.
+	for range 5 {
+		if pooled, err := pgPoolProbe(ctx, db); err != nil || pooled {
+			return pooled, err
+		}
+	}
+	return false, nil
+}
+
+// pgPoolProbe is one probe of pgPooled.
+func pgPoolProbe(ctx context.Context, db *sql.DB) (bool, error) {
+	x, err := db.Conn(ctx)
 	if err != nil {
 		return false, err
 	}
-	defer c.Close()
-	seen := map[int]bool{}
-	for range 8 {
-		var pid int
-		if err := c.QueryRowContext(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
-			return false, err
-		}
-		seen[pid] = true
+	defer x.Close()
+	y, err := db.Conn(ctx)
+	if err != nil {
+		return false, err
 	}
-	return len(seen) > 1, nil
+	defer y.Close()
+	pid := func(q interface {
+		QueryRowContext(context.Context, string, ...any) *sql.Row
+	}) (int, error) {
+		var p int
+		err := q.QueryRowContext(ctx, "SELECT pg_backend_pid()").Scan(&p)
+		return p, err
+	}
+	tx, err := x.BeginTx(ctx, nil)
+	if err != nil {
+		return false, err
+	}
+	defer tx.Rollback() //nolint:errcheck
+	if _, err := pid(tx); err != nil {
+		return false, err
+	}
+	before, err := pid(y)
+	if err != nil {
+		return false, err
+	}
+	if err := tx.Commit(); err != nil {
+		return false, err
+	}
+	after, err := pid(y)
+	return err == nil && after != before, err
 }
