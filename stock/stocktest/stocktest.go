@@ -261,7 +261,7 @@ func (s *suite) holdExpires(t *testing.T) {
 	ctx := ctxTimeout(t, 20*time.Second)
 	it := item(t)
 	put(t, st, it, 4)
-	const ttl = 300 * time.Millisecond
+	const ttl = time.Second
 	if _, err := st.Hold(ctx, it, "h", 3, ttl); err != nil {
 		t.Fatal(err)
 	}
@@ -373,7 +373,7 @@ func (s *suite) holdsEndOnce(t *testing.T) {
 	ctx := ctxTimeout(t, 60*time.Second)
 	it := item(t)
 	const units, holders = 40, 40
-	const ttl = 400 * time.Millisecond
+	const ttl = time.Second
 	put(t, a, it, units)
 	var confirmed, expired atomic.Int64
 	var wg sync.WaitGroup
