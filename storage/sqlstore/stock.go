@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"math/rand/v2"
 	"strings"
 	"time"
 
@@ -168,19 +167,6 @@ func parseStockAnswer(answer string, n int) (stockdriver.Answer, error) {
 		a.Results[i] = stockdriver.Result{State: stockdriver.State(st), Units: units, Remaining: time.Duration(rem) * time.Millisecond, Replayed: rep == 1}
 	}
 	return a, nil
-}
-
-// retry runs f again (a few times, after a short random pause) when it
-// fails in a way a new attempt may not: a deadlock, a serialization
-// failure.
-func (s *Store) retry(ctx context.Context, f func() error) error {
-	for attempt := 0; ; attempt++ {
-		err := f()
-		if err == nil || !retryable(err) || attempt >= 4 || ctx.Err() != nil {
-			return err
-		}
-		time.Sleep(time.Duration(rand.Int64N(int64(2*time.Millisecond) << attempt)))
-	}
 }
 
 var _ stockdriver.Store = (*Store)(nil)

@@ -252,20 +252,27 @@ func (s *Store) errWrap(op, key string, err error) error {
 // rolls the transaction back and is returned as it is when it is one of
 // the Store's own (errStop); database errors are wrapped.
 func (s *Store) inTx(ctx context.Context, op, key string, f func(tx *sql.Tx) error) error {
+	err := s.retry(ctx, func() error { return s.tryTx(ctx, f) })
+	if err == nil {
+		return nil
+	}
+	var st stopErr
+	if errors.As(err, &st) {
+		return st.err
+	}
+	return s.errWrap(op, key, err)
+}
+
+// retry runs f again (a few times, after a short random pause) when it
+// fails in a way a new attempt may not: a deadlock, a serialization
+// failure.
+func (s *Store) retry(ctx context.Context, f func() error) error {
 	for attempt := 0; ; attempt++ {
-		err := s.tryTx(ctx, f)
-		if err == nil {
-			return nil
+		err := f()
+		if err == nil || !retryable(err) || attempt >= 4 || ctx.Err() != nil {
+			return err
 		}
-		var st stopErr
-		if errors.As(err, &st) {
-			return st.err
-		}
-		if retryable(err) && attempt < 4 && ctx.Err() == nil {
-			time.Sleep(time.Duration(rand.Int64N(int64(2*time.Millisecond) << attempt)))
-			continue
-		}
-		return s.errWrap(op, key, err)
+		time.Sleep(time.Duration(rand.Int64N(int64(2*time.Millisecond) << attempt)))
 	}
 }
 
