@@ -25,34 +25,48 @@ local put, free, held, sold = tonumber(h[2]) or 0, tonumber(h[3]) or 0, tonumber
 -- of a layout this version does not know fails the whole call unchanged.
 local recs = {}
 local bad = nil
-local function get(rk)
-	local r = recs[rk]
-	if r ~= nil then return r or nil end
-	local v = redis.call('GET', rk)
+-- parse reads one record's value (false: none) into recs.
+local function parse(rk, v)
 	if not v then
 		recs[rk] = false
-		return nil
+		return
 	end
 	local kind, st, units, dl, keep = string.match(v, '^S1|([th])|([shorx])|(%d+)|(%d+)|(%d+)$')
 	if not kind then
 		bad = rk
-		return nil
+		return
 	end
-	r = { kind = kind, st = st, units = tonumber(units), dl = tonumber(dl), keep = tonumber(keep) }
-	recs[rk] = r
-	return r
+	recs[rk] = { kind = kind, st = st, units = tonumber(units), dl = tonumber(dl), keep = tonumber(keep) }
+end
+local function get(rk)
+	local r = recs[rk]
+	if r == nil then
+		parse(rk, redis.call('GET', rk))
+		r = recs[rk]
+	end
+	return r or nil
 end
 local function set(rk, r, ...)
 	recs[rk] = r
 	redis.call('SET', rk, string.format('S1|%s|%s|%d|%d|%d', r.kind, r.st, r.units, r.dl, r.keep), ...)
 end
 
+-- The records the call names, and those of holds now due, in one read
+-- (MGET, in slices the Lua stack takes).
 local due = {}
+local names = {}
 if exists then
 	due = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, 256)
-	for _, k in ipairs(due) do get(ARGV[1] .. k) end
+	for _, k in ipairs(due) do names[#names + 1] = ARGV[1] .. k end
 end
-for i = 3, #KEYS do get(KEYS[i]) end
+for i = 3, #KEYS do names[#names + 1] = KEYS[i] end
+for from = 1, #names, 1000 do
+	local to = math.min(from + 999, #names)
+	local vals = redis.call('MGET', unpack(names, from, to))
+	for i = from, to do
+		if recs[names[i]] == nil then parse(names[i], vals[i - from + 1]) end
+	end
+end
 if bad then
 	return redis.error_reply('ONCEKIT_LAYOUT stock record ' .. bad)
 end
