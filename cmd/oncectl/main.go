@@ -29,6 +29,7 @@ const usage = `oncectl inspects and repairs oncekit locks and idempotency record
 Usage:
   oncectl [flags] ping
   oncectl [flags] doctor
+  oncectl [flags] verify [--for D] [--workers N] [--keys N] [--ttl D] [--html FILE]
   oncectl version
   oncectl [flags] lock inspect KEY
   oncectl [flags] lock release KEY --force [--yes]
@@ -44,6 +45,11 @@ Flags (anywhere on the line):
   --yes            do not ask for confirmation
   --in-flight      record list: only the claims in flight (runs going, or stuck)
   --limit N        record list: at most N records (default 100)
+  --for D          verify: how long to run (default 30s)
+  --workers N      verify: worker processes (default 4, at least 2)
+  --keys N         verify: lock keys the workers share (default 2)
+  --ttl D          verify: the locks' and claims' TTL (default 2s)
+  --html FILE      verify: also write the report as a page with pictures
 
 Key flags (how the middleware stored KEY, the key the client sent):
   --scope S        httpmw (and Guard users): idemdriver.ScopedKey(S, KEY), S the
@@ -63,8 +69,17 @@ it holds on this deployment, on what condition, and what to change; it
 checks one Redis server (or a Sentinel group's primary), Redlock's nodes,
 etcd, ZooKeeper, PostgreSQL and MySQL/MariaDB so far.
 
+verify is an acceptance test of the store, bounded by --for: worker
+processes of oncectl's own take the locks on a few keys and write a fenced
+register under each lease, claim new and duplicate keys with Guard.Do, and
+one is killed (SIGKILL) while it holds a key. It reports overlapping holds
+whose writes were both accepted (must be 0), fences that do not grow, replays
+with another answer, whether the claims' history is linearizable, how long
+the killed worker's key took to free, and the latencies. It writes only
+under oncectl-verify/<run>/ and deletes what it wrote.
+
 Exit status: 0 done, 1 the operation failed or was declined (doctor: a
-promise does not hold), 2 bad usage (doctor: the store could not be
+promise does not hold; verify: a check failed), 2 bad usage (doctor: the store could not be
 reached or has no checks).
 
 `
@@ -77,6 +92,9 @@ const (
 )
 
 func main() {
+	if cfg := os.Getenv(verifyWorkerEnv); cfg != "" {
+		os.Exit(runVerifyWorker(cfg, os.Stdin, os.Stdout))
+	}
 	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }
 
@@ -94,6 +112,12 @@ type cli struct {
 	place    string
 	inFlight bool
 	limit    int
+
+	verifyFor time.Duration
+	workers   int
+	keys      int
+	ttl       time.Duration
+	html      string
 
 	in       *bufio.Reader
 	out, err io.Writer
@@ -117,6 +141,11 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs.StringVar(&c.place, "place", "", "")
 	fs.BoolVar(&c.inFlight, "in-flight", false, "")
 	fs.IntVar(&c.limit, "limit", 100, "")
+	fs.DurationVar(&c.verifyFor, "for", 30*time.Second, "")
+	fs.IntVar(&c.workers, "workers", 4, "")
+	fs.IntVar(&c.keys, "keys", 2, "")
+	fs.DurationVar(&c.ttl, "ttl", 2*time.Second, "")
+	fs.StringVar(&c.html, "html", "", "")
 
 	pos, err := parse(fs, args)
 	if errors.Is(err, flag.ErrHelp) {
@@ -151,6 +180,12 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			return c.usageErr("doctor takes no argument (the store is --store)")
 		}
 		return c.doctor()
+	}
+	if pos[0] == "verify" {
+		if len(pos) != 1 {
+			return c.usageErr("verify takes no argument (the store is --store)")
+		}
+		return c.verify()
 	}
 	if len(pos) == 2 && pos[0] == "record" && pos[1] == "list" {
 		if c.limit < 1 {

@@ -23,6 +23,7 @@ type store interface {
 // opened is a store and what closes it and its clients.
 type opened struct {
 	store
+	full  storage.Store // the driver's Store: a lock.Locker and an idemdriver.Store too
 	close func()
 }
 
@@ -47,5 +48,5 @@ func openStore(raw string, timeout time.Duration) (*opened, error) {
 		}
 		return nil, errors.New(strings.Replace(err.Error(), storage.Help(), storeHelp, 1))
 	}
-	return &opened{s, func() { _ = s.Close() }}, nil
+	return &opened{store: s, full: s, close: func() { _ = s.Close() }}, nil
 }
