@@ -25,15 +25,35 @@
 // oncectl version prints the build's module version.
 //
 // oncectl doctor reads the settings each of oncekit's promises rests on —
-// eviction, persistence and replicas on Redis, how a commit reaches the
-// disk and a transaction pooler on SQL, round trips and the clock — and
-// says for each promise whether it holds on this deployment, on what
-// condition, and what to change (docs/operations.md, "Check your
-// deployment"). It checks one Redis server (or a Sentinel group's
-// primary), Redlock's nodes, etcd, ZooKeeper, PostgreSQL and MySQL/MariaDB
-// so far.
+// eviction, persistence, replicas and the rights the driver needs on
+// Redis, a Sentinel group's failover, a Cluster's slots and replicas, how
+// a commit reaches the disk and a transaction pooler on SQL, the session
+// a ZooKeeper ensemble grants, members and leaders, round trips and the
+// clock — and says for each promise whether it holds on this deployment,
+// on what condition, and what to change (docs/operations.md, "Check your
+// deployment"). It takes one Redis server, a Sentinel group, a Cluster,
+// Redlock's nodes, etcd, ZooKeeper, PostgreSQL and MySQL/MariaDB, and
+// answers in under two seconds on a healthy store.
+//
+// oncectl verify is an acceptance test of the store, bounded by --for:
+// worker processes of oncectl's own (it starts its own executable) take
+// the locks on a few shared keys and write a fenced register under each
+// lease, claim new and duplicate keys with Guard.Do, and one of them is
+// killed (SIGKILL) while it holds a key. It reports holds at once whose
+// writes were both accepted (must be 0), fences that do not grow, replays
+// with another answer than the key's first, whether the claims' history is
+// linearizable (porcupine), how long the killed worker's key took to free
+// against the TTL, and the latencies of locks, new keys and replays; with
+// --html FILE, also a page with the latency histogram and every hold on a
+// timeline. It writes only under oncectl-verify/<run>/, and deletes its
+// records and frees its locks at the end (the SQL and ZooKeeper stores
+// keep a free row or node per lock key as its fence's floor, as they do
+// for every key).
+//
+//	oncectl --store redis://localhost:6379 doctor
+//	oncectl --store postgres://db/orders verify --for 30s --html verify.html
 //
 // Exit status: 0 done, 1 the operation failed or was declined (doctor: a
-// promise does not hold), 2 bad usage (doctor: the store could not be
-// reached or has no checks yet).
+// promise does not hold; verify: a check failed), 2 bad usage (doctor,
+// verify: the store could not be reached).
 package main

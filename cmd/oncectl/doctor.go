@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"text/tabwriter"
 )
@@ -50,17 +51,54 @@ func (d *diagnosis) fact(name, format string, args ...any) {
 	d.Facts = append(d.Facts, fact{name, fmt.Sprintf(format, args...)})
 }
 
-// judge records promise's verdict: the first of the conditions that
-// applies (worst first), or holds with why.
+// judge records promise's verdict: every condition that applies (worst
+// first), or holds with why when none does. collapse makes them one line.
 func (d *diagnosis) judge(promise, why string, conds ...finding) {
+	found := false
 	for _, c := range conds {
 		if c.Verdict != "" {
 			c.Promise = promise
 			d.Findings = append(d.Findings, c)
-			return
+			found = true
 		}
 	}
-	d.Findings = append(d.Findings, finding{Promise: promise, Verdict: holds, Why: why})
+	if !found {
+		d.Findings = append(d.Findings, finding{Promise: promise, Verdict: holds, Why: why})
+	}
+}
+
+// rank orders verdicts, worst last.
+func rank(v string) int {
+	switch v {
+	case fails:
+		return 2
+	case holdsIf:
+		return 1
+	}
+	return 0
+}
+
+// collapse makes the findings one per promise, in their order: the worst
+// verdict, with every distinct reason and fix of that verdict.
+func collapse(fs []finding) []finding {
+	var out []finding
+	for _, f := range fs {
+		i := slices.IndexFunc(out, func(g finding) bool { return g.Promise == f.Promise })
+		switch {
+		case i < 0:
+			out = append(out, f)
+		case rank(f.Verdict) > rank(out[i].Verdict):
+			out[i] = f
+		case rank(f.Verdict) == rank(out[i].Verdict) && f.Verdict != holds:
+			if !strings.Contains(out[i].Why, f.Why) {
+				out[i].Why += "; and " + f.Why
+			}
+			if f.Fix != "" && !strings.Contains(out[i].Fix, f.Fix) {
+				out[i].Fix = strings.TrimPrefix(out[i].Fix+"; "+f.Fix, "; ")
+			}
+		}
+	}
+	return out
 }
 
 // when is a finding if ok is true, else none.
@@ -90,6 +128,7 @@ func (c *cli) doctor() int {
 		return exitUsage
 	}
 	d.Store = redactURL(c.storeURL)
+	d.Findings = collapse(d.Findings)
 	if c.json {
 		_ = json.NewEncoder(c.out).Encode(d)
 	} else {
@@ -130,7 +169,7 @@ func (d *diagnosis) print(c *cli) {
 func diagnose(ctx context.Context, st any, rawURL string) (*diagnosis, error) {
 	switch s := st.(type) {
 	case redisStore:
-		return diagnoseRedis(ctx, s)
+		return diagnoseRedis(ctx, s, rawURL)
 	case redlockStore:
 		return diagnoseRedlock(ctx, s)
 	case etcdStore:

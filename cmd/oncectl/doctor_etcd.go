@@ -2,8 +2,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net/http"
 	"strings"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -45,10 +48,26 @@ func diagnoseEtcd(ctx context.Context, s etcdStore) (*diagnosis, error) {
 	for _, a := range alarms.Alarms {
 		raised = append(raised, a.Alarm.String())
 	}
+	// etcd raises a lease's TTL to its minimum, 1.5 election timeouts:
+	// ask for one second and see what it grants.
+	var granted time.Duration
+	if l, err := c.Grant(ctx, 1); err == nil {
+		granted = time.Duration(l.TTL) * time.Second
+		_, _ = c.Revoke(ctx, l.ID)
+	} else {
+		return nil, err
+	}
+	offset, clockErr := etcdClock(ctx, c)
 	n := len(members.Members)
 	d.fact("version", "%s", version)
 	d.fact("members / quorum", "%d / %d", n, n/2+1)
 	d.fact("alarms", "%s", strings.Join(append(raised, "none")[:max(1, len(raised))], ", "))
+	d.fact("lease TTL granted for 1s asked", "%v (etcd's minimum: 1.5 election timeouts)", granted)
+	if clockErr != nil {
+		d.fact("clock offset (server − this machine)", "unknown: %v", clockErr)
+	} else {
+		d.fact("clock offset (server − this machine)", "%v (to the second: the HTTP Date header)", offset.Round(time.Second))
+	}
 	agree := true
 	for _, l := range leaders {
 		agree = agree && l == leaders[0] && l != 0
@@ -60,7 +79,44 @@ func diagnoseEtcd(ctx context.Context, s etcdStore) (*diagnosis, error) {
 	d.judge(promiseExclusion, "Raft: every grant a quorum write", alarm, leader, members1, even)
 	d.judge(promiseFences, "fences are revisions, which never go back")
 	d.judge(promiseOnce, "a run's record and its effect commit in one transaction", alarm)
-	d.judge(promiseDeadFrees, "a dead holder's entries go with its session's lease, by the leader's clock")
+	d.judge(promiseDeadFrees, "a dead holder's entries go with its session's lease, by the leader's clock",
+		when(granted > time.Second, holdsIf, fmt.Sprintf("a dead holder's key may stay taken for %v when its TTL is shorter: etcd raises a lease to 1.5 election timeouts", granted),
+			fmt.Sprintf("use TTLs of at least %v, or lower the members' --election-timeout", granted)))
 	d.judge(promiseRetry, "attempts are counted beside the record")
 	return d, nil
+}
+
+// etcdClock reads the first endpoint's clock from the Date header of its
+// /version answer (etcd's HTTP and gRPC share the client port).
+func etcdClock(ctx context.Context, c *clientv3.Client) (time.Duration, error) {
+	eps := c.Endpoints()
+	if len(eps) == 0 {
+		return 0, errors.New("no endpoint")
+	}
+	ep := eps[0]
+	if !strings.Contains(ep, "://") {
+		ep = "http://" + ep
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, ep+"/version", nil)
+	if err != nil {
+		return 0, err
+	}
+	hc := &http.Client{Timeout: 2 * time.Second}
+	if strings.HasPrefix(ep, "https://") {
+		return 0, errors.New("not read over TLS")
+	}
+	start := time.Now()
+	resp, err := hc.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	resp.Body.Close()
+	at, err := http.ParseTime(resp.Header.Get("Date"))
+	if err != nil {
+		return 0, err
+	}
+	// The header is to the second: compare with the middle of the request,
+	// rounded down as the server's is.
+	mid := start.Add(time.Since(start) / 2).Truncate(time.Second)
+	return at.Sub(mid), nil
 }

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/oncekit/oncekit/storage/sqlstore"
 )
@@ -31,6 +32,11 @@ func diagnoseSQL(ctx context.Context, s sqlStore) (*diagnosis, error) {
 		layout = err.Error()
 	}
 	d.fact("schema", "%s", layout)
+	offset, err := sqlFacts(ctx, d, db, s.Dialect())
+	if err != nil {
+		return nil, err
+	}
+	clock := when(offset.Abs() > time.Minute, holdsIf, fmt.Sprintf("the server's clock does not step back: it is %v from this machine's", offset.Round(time.Second)), "run NTP on the server")
 	var lose finding
 	const why = "a run's record and its effect commit in one transaction"
 	if s.Dialect() == sqlstore.Postgres {
@@ -51,13 +57,13 @@ func diagnoseSQL(ctx context.Context, s sqlStore) (*diagnosis, error) {
 		d.fact("pooler", "%s", pids)
 		switch {
 		case fsync == "off":
-			lose = when(true, fails, "fsync is off: a crash of the server can lose or corrupt committed records and locks", "fsync = on")
+			lose = when(true, holdsIf, "the machine does not crash: fsync is off, and an operating-system crash or a power loss can lose or corrupt committed records and locks (a crash of the server process alone loses nothing)", "fsync = on")
 		case syncCommit == "off":
 			lose = when(true, holdsIf, "the server does not crash: synchronous_commit = off acknowledges a commit before it is on disk, and a crash loses the last ones", "synchronous_commit = on (for oncekit's role: ALTER ROLE … SET synchronous_commit = on)")
 		}
 		exclusion := lose
 		if fsync == "off" {
-			exclusion = when(true, holdsIf, "the server does not crash: with fsync off a crash can lose or corrupt the rows of held locks", "fsync = on")
+			exclusion = when(true, holdsIf, "the machine does not crash: fsync is off, and an operating-system crash or a power loss can lose or corrupt the rows of held locks", "fsync = on")
 		}
 		d.judge(promiseExclusion, "row locks, the server's clock", exclusion,
 			when(pooled, holdsIf, "waiters poll: behind a transaction pooler there is no LISTEN", "add notify=false&default_query_exec_mode=exec to the URL, as sqlstore's documentation says"))
@@ -75,7 +81,7 @@ func diagnoseSQL(ctx context.Context, s sqlStore) (*diagnosis, error) {
 		}
 		d.judge(promiseExclusion, "row locks, the server's clock", lose)
 	}
-	d.judge(promiseFences, "each fence is at least the server's clock in µs, and rows are kept until the clock has passed their fence")
+	d.judge(promiseFences, "each fence is at least the server's clock in µs, and rows are kept until the clock has passed their fence", clock)
 	d.judge(promiseOnce, why, lose)
 	d.judge(promiseDeadFrees, "a lease's row expires by the server's clock")
 	d.judge(promiseRetry, "attempts are counted in the record's row", lose)
@@ -139,4 +145,44 @@ func pgPoolProbe(ctx context.Context, db *sql.DB) (bool, error) {
 	}
 	after, err := pid(y)
 	return err == nil && after != before, err
+}
+
+// sqlFacts adds the default isolation, the time zone, the connections in
+// use against the limit, and the server's clock against this machine's,
+// which it returns.
+func sqlFacts(ctx context.Context, d *diagnosis, db *sql.DB, dialect sqlstore.Dialect) (time.Duration, error) {
+	var iso, tz, maxConns string
+	var used int
+	var us int64
+	start := time.Now()
+	var err error
+	if dialect == sqlstore.Postgres {
+		err = db.QueryRowContext(ctx, `SELECT current_setting('default_transaction_isolation'), current_setting('TimeZone'),
+			current_setting('max_connections'), (SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend'),
+			(extract(epoch FROM clock_timestamp()) * 1000000)::bigint`).Scan(&iso, &tz, &maxConns, &used, &us)
+	} else {
+		// MySQL 8 names the isolation transaction_isolation; MariaDB
+		// before 11.1 only tx_isolation.
+		if db.QueryRowContext(ctx, "SELECT @@transaction_isolation").Scan(&iso) != nil {
+			if err := db.QueryRowContext(ctx, "SELECT @@tx_isolation").Scan(&iso); err != nil {
+				return 0, err
+			}
+		}
+		start = time.Now()
+		err = db.QueryRowContext(ctx, `SELECT CONCAT(@@time_zone, ' (system ', @@system_time_zone, ')'),
+			@@max_connections, (SELECT COUNT(*) FROM information_schema.PROCESSLIST), CAST(UNIX_TIMESTAMP(NOW(6)) * 1000000 AS SIGNED)`).Scan(&tz, &maxConns, &used, &us)
+	}
+	if err != nil {
+		return 0, err
+	}
+	rtt := time.Since(start)
+	offset := time.UnixMicro(us).Sub(start.Add(rtt / 2))
+	note := "oncekit's transactions use locking reads at it"
+	if dialect == sqlstore.Postgres {
+		note = "oncekit's own transactions run at read committed, as must yours that complete a claim (sqlstore.Effect)"
+	}
+	d.fact("default isolation / time zone", "%s / %s (%s; times are kept as µs since the epoch, whatever the zone)", iso, tz, note)
+	d.fact("connections in use / limit", "%d / %s", used, maxConns)
+	d.fact("clock offset (server − this machine)", "%v", offset.Round(time.Millisecond))
+	return offset, nil
 }

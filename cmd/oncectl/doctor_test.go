@@ -120,11 +120,75 @@ func TestDoctorSQL(t *testing.T) {
 	})
 }
 
-// A store doctor has no checks for yet is exit 2 with the reason.
-func TestDoctorNoChecks(t *testing.T) {
-	code, _, errOut := oncectl(t, "", "--store", "redis-cluster://"+strings.Join(testenv.RedisClusterAddrs(t), ","), "doctor")
-	if code != exitUsage || !strings.Contains(errOut, "no checks") {
-		t.Errorf("doctor on a Redis Cluster: exit %d, %s", code, errOut)
+// A Redis Cluster: each primary judged, the shards without a replica
+// named.
+func TestDoctorCluster(t *testing.T) {
+	code, v := verdicts(t, "redis-cluster://"+strings.Join(testenv.RedisClusterAddrs(t), ","))
+	if code != exitOK {
+		t.Errorf("exit %d, want 0", code)
+	}
+	if f := v[promiseOnce]; f.Verdict != holdsIf || !strings.Contains(f.Why, "without a replica") || !strings.Contains(f.Why, "every primary") {
+		t.Errorf("runs once on make test's Cluster (no replicas, no persistence): %+v", f)
+	}
+}
+
+// Sentinel: a failover without replica acknowledgement is named, with
+// how soon one comes; replicas= in the URL answers it.
+func TestDoctorSentinel(t *testing.T) {
+	sentinels, master := testenv.SentinelAddrs(t)
+	u := "redis-sentinel://" + strings.Join(sentinels, ",") + "?master_name=" + master
+	code, v := verdicts(t, u)
+	if f := v[promiseExclusion]; f.Verdict != holdsIf || !strings.Contains(f.Why, "acknowledges nothing") || !strings.Contains(f.Fix, "replicas=N") {
+		t.Errorf("Sentinel without replicas=: exclusion %+v", f)
+	}
+	if code != exitOK {
+		t.Errorf("exit %d", code)
+	}
+	_, v = verdicts(t, u+"&replicas=1")
+	if f := v[promiseExclusion]; strings.Contains(f.Why, "acknowledges nothing") {
+		t.Errorf("Sentinel with replicas=1: exclusion %+v", f)
+	}
+}
+
+// A user without a right the driver needs: every promise that rests on
+// the driver's requests does not hold, and the command is named.
+func TestDoctorRedisRights(t *testing.T) {
+	p := testenv.StartDurableRedis(t)
+	c := redis.NewClient(&redis.Options{Addr: p.Addr})
+	defer c.Close()
+	if err := c.Do(context.Background(), "ACL", "SETUSER", "nopublish", "on", ">secret", "~*", "&*", "+@all", "-publish").Err(); err != nil {
+		t.Fatal(err)
+	}
+	code, v := verdicts(t, "redis://nopublish:secret@"+p.Addr)
+	if f := v[promiseExclusion]; f.Verdict != fails || !strings.Contains(f.Why, "PUBLISH") || !strings.Contains(f.Fix, "+PUBLISH") {
+		t.Errorf("a user without PUBLISH: exclusion %+v", f)
+	}
+	if code != exitFail {
+		t.Errorf("exit %d, want 1", code)
+	}
+}
+
+// doctor passes (exit 0: every promise holds, some on a condition it
+// names) on every configuration make test runs.
+func TestDoctorMakeTestConfigurations(t *testing.T) {
+	sentinels, master := testenv.SentinelAddrs(t)
+	for name, u := range map[string]string{
+		"redis":     "redis://" + testenv.RedisAddrs(t, 1)[0],
+		"sentinel":  "redis-sentinel://" + strings.Join(sentinels, ",") + "?master_name=" + master + "&replicas=1",
+		"cluster":   "redis-cluster://" + strings.Join(testenv.RedisClusterAddrs(t), ","),
+		"redlock":   "redlock://" + strings.Join(testenv.RedisAddrs(t, 3)[:3], ","),
+		"etcd":      "etcd://" + strings.Join(testenv.EtcdAddrs(t), ","),
+		"zk":        "zk://" + strings.Join(testenv.ZooKeeperAddrs(t), ",") + "/oncectl-test",
+		"postgres":  testenv.PostgresURL(t),
+		"mysql":     testenv.MySQLURL(t),
+		"pgbouncer": withQuery(withQuery(testenv.PgBouncerURL(t), "notify", "false"), "default_query_exec_mode", "exec"),
+	} {
+		t.Run(name, func(t *testing.T) {
+			code, out, errOut := oncectl(t, "", "--store", u, "doctor")
+			if code != exitOK {
+				t.Errorf("exit %d\n%s%s", code, out, errOut)
+			}
+		})
 	}
 }
 
@@ -132,8 +196,11 @@ func TestDoctorNoChecks(t *testing.T) {
 // its members alone tolerates no failure.
 func TestDoctorZooKeeper(t *testing.T) {
 	addrs := testenv.ZooKeeperAddrs(t)
-	code, v := verdicts(t, "zk://"+strings.Join(addrs, ",")+"/oncectl-test")
-	_, out, _ := oncectl(t, "", "--store", "zk://"+strings.Join(addrs, ",")+"/oncectl-test", "doctor")
+	// A session the servers grant as asked (make test's ensemble keeps
+	// sessions within 0.4 and 4 s).
+	good := "zk://" + strings.Join(addrs, ",") + "/oncectl-test?session_timeout=2s"
+	code, v := verdicts(t, good)
+	_, out, _ := oncectl(t, "", "--store", good, "doctor")
 	if strings.Count(out, "leader,")+strings.Count(out, "standalone,") != 1 || strings.Contains(out, "no answer") {
 		t.Errorf("doctor does not show one leader among the members:\n%s", out)
 	}
@@ -143,9 +210,20 @@ func TestDoctorZooKeeper(t *testing.T) {
 	if code != exitOK {
 		t.Errorf("exit %d", code)
 	}
-	_, v = verdicts(t, "zk://"+addrs[0]+"/oncectl-test")
+	_, v = verdicts(t, "zk://"+addrs[0]+"/oncectl-test?session_timeout=2s")
 	if f := v[promiseExclusion]; f.Verdict != holdsIf || !strings.Contains(f.Why, "tolerates no failure") {
 		t.Errorf("one member named: exclusion %+v", f)
+	}
+	// A session asked above the servers' maxSessionTimeout is clamped.
+	_, v = verdicts(t, "zk://"+strings.Join(addrs, ",")+"/oncectl-test?session_timeout=60s")
+	if f := v[promiseExclusion]; f.Verdict != holdsIf || !strings.Contains(f.Why, "granted a session of") || !strings.Contains(f.Why, "1m0s asked") {
+		t.Errorf("a session asked above maxSessionTimeout: exclusion %+v", f)
+	}
+	// One asked below their minSessionTimeout is raised: a dead holder's
+	// key stays taken longer.
+	_, v = verdicts(t, "zk://"+strings.Join(addrs, ",")+"/oncectl-test?session_timeout=100ms")
+	if f := v[promiseDeadFrees]; f.Verdict != holdsIf || !strings.Contains(f.Why, "not the 100ms asked") {
+		t.Errorf("a session asked below minSessionTimeout: dead holder %+v", f)
 	}
 }
 

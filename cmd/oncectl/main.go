@@ -64,10 +64,9 @@ Key flags (how the middleware stored KEY, the key the client sent):
   --               every argument after this is positional (a KEY starting with -)
 
 doctor reads the settings each promise rests on (eviction, persistence,
-replicas, commit durability, a pooler, the clock) and says for each whether
-it holds on this deployment, on what condition, and what to change; it
-checks one Redis server (or a Sentinel group's primary), Redlock's nodes,
-etcd, ZooKeeper, PostgreSQL and MySQL/MariaDB so far.
+replicas, failover, rights, commit durability, a pooler, sessions, the
+clock) and says for each whether it holds on this deployment, on what
+condition, and what to change, on every store but memory://.
 
 verify is an acceptance test of the store, bounded by --for: worker
 processes of oncectl's own take the locks on a few keys and write a fenced
@@ -92,6 +91,7 @@ const (
 )
 
 func main() {
+	quietRedisLog() // go-redis's own log lines (Sentinel's choices, failed dials) are not oncectl's output
 	if cfg := os.Getenv(verifyWorkerEnv); cfg != "" {
 		os.Exit(runVerifyWorker(cfg, os.Stdin, os.Stdout))
 	}

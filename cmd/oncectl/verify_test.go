@@ -25,6 +25,7 @@ func TestMain(m *testing.M) {
 		Usage:   "  test-second-holder://host:port                 oncectl's tests only: a Redis store that hands held keys to a second holder",
 		Open:    openSecondHolder,
 	})
+	quietRedisLog()
 	if cfg := os.Getenv(verifyWorkerEnv); cfg != "" {
 		os.Exit(runVerifyWorker(cfg, os.Stdin, os.Stdout))
 	}
