@@ -207,7 +207,7 @@ func diagnoseCluster(ctx context.Context, c *redis.ClusterClient, withReplicas b
 	}
 	d.fact("slot ranges / without a replica", "%d / %d", len(slots), bare)
 	var mu sync.Mutex
-	var order []string              // each condition's text, first seen first
+	var order []string             // each condition's text, first seen first
 	where := map[string][]string{} // the primaries it applies to
 	byText := map[string]finding{}
 	primaries := 0

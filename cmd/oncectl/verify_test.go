@@ -162,7 +162,7 @@ func TestCheckClaims(t *testing.T) {
 func TestJudgeHolds(t *testing.T) {
 	overlaps, fenced, back, _ := judgeHolds([]*vhold{
 		{Worker: "a", Key: "k", Fence: 1, From: 0, To: 10, Wrote: true},
-		{Worker: "b", Key: "k", Fence: 2, From: 5, To: 15, Wrote: true},   // at once with a: overlap
+		{Worker: "b", Key: "k", Fence: 2, From: 5, To: 15, Wrote: true},    // at once with a: overlap
 		{Worker: "c", Key: "k", Fence: 3, From: 12, To: 20, Refused: true}, // at once with b, fenced off
 		{Worker: "a", Key: "k", Fence: 2, From: 30, To: 40, Wrote: true},   // after b (fence 2): back
 		{Worker: "a", Key: "j", Fence: 1, From: 0, To: 10, Wrote: true},    // another key
