@@ -194,18 +194,18 @@ func diagnoseCluster(ctx context.Context, c *redis.ClusterClient, withReplicas b
 		return nil, err
 	}
 	ci := infoFields(info)
-	slots, err := c.ClusterSlots(ctx).Result()
+	shards, err := c.ClusterShards(ctx).Result()
 	if err != nil {
 		return nil, err
 	}
 	d.fact("cluster state / slots assigned / ok", "%s / %s / %s", ci["cluster_state"], ci["cluster_slots_assigned"], ci["cluster_slots_ok"])
 	bare := 0
-	for _, sl := range slots {
-		if len(sl.Nodes) < 2 {
+	for _, sh := range shards {
+		if !slices.ContainsFunc(sh.Nodes, func(n redis.Node) bool { return n.Role == "replica" && n.Health == "online" }) {
 			bare++
 		}
 	}
-	d.fact("slot ranges / without a replica", "%d / %d", len(slots), bare)
+	d.fact("shards / without a replica online", "%d / %d", len(shards), bare)
 	var mu sync.Mutex
 	var order []string             // each condition's text, first seen first
 	where := map[string][]string{} // the primaries it applies to
@@ -251,7 +251,7 @@ func diagnoseCluster(ctx context.Context, c *redis.ClusterClient, withReplicas b
 			Fix: "redis-cli --cluster check, then fix the slots"})
 	}
 	if bare > 0 {
-		f := finding{Verdict: holdsIf, Why: fmt.Sprintf("no primary of the %d slot range(s) without a replica fails: its keys and records go with it", bare), Fix: "give every shard a replica (and replicas=N in the URL)"}
+		f := finding{Verdict: holdsIf, Why: fmt.Sprintf("no primary of the %d shard(s) without a replica fails: its keys and records go with it", bare), Fix: "give every shard a replica (and replicas=N in the URL)"}
 		d.Findings = append(d.Findings, withPromise(f, promiseOnce), withPromise(f, promiseRetry))
 	}
 	return d, nil

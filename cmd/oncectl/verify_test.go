@@ -93,6 +93,13 @@ func TestVerify(t *testing.T) {
 		{"redis-cluster", func(t *testing.T) string {
 			return "redis-cluster://" + strings.Join(testenv.RedisClusterAddrs(t), ",")
 		}, nil},
+		{"redis-sentinel", func(t *testing.T) string {
+			sentinels, master := testenv.SentinelAddrs(t)
+			return "redis-sentinel://" + strings.Join(sentinels, ",") + "?master_name=" + master + "&replicas=1"
+		}, nil},
+		{"pgbouncer", func(t *testing.T) string {
+			return withQuery(withQuery(testenv.PgBouncerURL(t), "notify", "false"), "default_query_exec_mode", "exec")
+		}, nil},
 		{"redlock", func(t *testing.T) string { return "redlock://" + strings.Join(testenv.RedisAddrs(t, 3)[:3], ",") }, nil},
 		{"etcd", func(t *testing.T) string { return "etcd://" + strings.Join(testenv.EtcdAddrs(t), ",") }, nil},
 		{"postgres", func(t *testing.T) string { return testenv.PostgresURL(t) }, nil},
