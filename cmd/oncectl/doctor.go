@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -114,15 +115,17 @@ func when(ok bool, verdict, why, fix string) finding {
 // (perhaps on a condition it names), 1 when one does not, 2 when the store
 // could not be reached or has no checks yet.
 func (c *cli) doctor() int {
-	st, err := openStore(c.storeURL, c.timeout)
-	if err != nil {
-		fmt.Fprintf(c.err, "oncectl: %v\n", err)
-		return exitUsage
-	}
-	defer st.close()
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	defer cancel()
-	d, err := diagnose(ctx, st.store, c.storeURL)
+	var d *diagnosis
+	st, err := openStore(c.storeURL, c.timeout)
+	if err == nil {
+		defer st.close()
+		d, err = diagnose(ctx, st.store, c.storeURL)
+	}
+	if err != nil && preparedStatementLost(err) {
+		d, err = c.doctorUnpooled(ctx, err)
+	}
 	if err != nil {
 		fmt.Fprintf(c.err, "oncectl: doctor: %v\n", err)
 		return exitUsage
@@ -140,6 +143,44 @@ func (c *cli) doctor() int {
 		}
 	}
 	return exitOK
+}
+
+// preparedStatementLost reports a PostgreSQL error of a named prepared
+// statement a transaction pooler lent to another session (SQLSTATE 26000
+// or 42P05).
+func preparedStatementLost(err error) bool {
+	m := err.Error()
+	return strings.Contains(m, "prepared statement") && (strings.Contains(m, "26000") || strings.Contains(m, "42P05"))
+}
+
+// doctorUnpooled diagnoses a PostgreSQL URL whose statements failed
+// through a transaction pooler again with the settings the pooler needs,
+// and says that the URL as given does not work.
+func (c *cli) doctorUnpooled(ctx context.Context, cause error) (*diagnosis, error) {
+	u, err := url.Parse(c.storeURL)
+	if err != nil {
+		return nil, cause
+	}
+	q := u.Query()
+	q.Set("notify", "false")
+	q.Set("default_query_exec_mode", "exec")
+	u.RawQuery = strings.ReplaceAll(q.Encode(), "+", "%20")
+	st, err := openStore(u.String(), c.timeout)
+	if err != nil {
+		return nil, cause
+	}
+	defer st.close()
+	d, err := diagnose(ctx, st.store, u.String())
+	if err != nil {
+		return nil, cause
+	}
+	f := finding{Verdict: fails,
+		Why: "requests fail through the transaction pooler: " + cause.Error() + " (doctor read the rest with notify=false&default_query_exec_mode=exec)",
+		Fix: "add notify=false&default_query_exec_mode=exec to the URL, as sqlstore's documentation says"}
+	for _, p := range []string{promiseExclusion, promiseOnce, promiseDeadFrees, promiseRetry} {
+		d.Findings = append(d.Findings, withPromise(f, p))
+	}
+	return d, nil
 }
 
 func (d *diagnosis) print(c *cli) {
@@ -177,7 +218,7 @@ func diagnose(ctx context.Context, st any, rawURL string) (*diagnosis, error) {
 	case zkStore:
 		return diagnoseZK(ctx, s, rawURL)
 	case sqlStore:
-		return diagnoseSQL(ctx, s)
+		return diagnoseSQL(ctx, s, rawURL)
 	}
 	return nil, fmt.Errorf("no checks for %T yet (doctor checks one Redis server, Redlock, etcd, ZooKeeper, PostgreSQL and MySQL/MariaDB)", st)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"net/url"
 	"strings"
 	"time"
 
@@ -19,7 +20,7 @@ type sqlStore interface {
 
 // diagnoseSQL judges a PostgreSQL or MySQL/MariaDB database: how a commit
 // reaches the disk, the schema's layout, a transaction pooler.
-func diagnoseSQL(ctx context.Context, s sqlStore) (*diagnosis, error) {
+func diagnoseSQL(ctx context.Context, s sqlStore, rawURL string) (*diagnosis, error) {
 	d := &diagnosis{}
 	db := s.DB()
 	var version string
@@ -37,7 +38,7 @@ func diagnoseSQL(ctx context.Context, s sqlStore) (*diagnosis, error) {
 		return nil, err
 	}
 	clock := when(offset.Abs() > time.Minute, holdsIf, fmt.Sprintf("the server's clock does not step back: it is %v from this machine's", offset.Round(time.Second)), "run NTP on the server")
-	var lose finding
+	var lose []finding
 	const why = "a run's record and its effect commit in one transaction"
 	if s.Dialect() == sqlstore.Postgres {
 		var fsync, syncCommit, pids string
@@ -55,36 +56,35 @@ func diagnoseSQL(ctx context.Context, s sqlStore) (*diagnosis, error) {
 		}
 		d.fact("fsync / synchronous_commit", "%s / %s", fsync, syncCommit)
 		d.fact("pooler", "%s", pids)
-		switch {
-		case fsync == "off":
-			lose = when(true, holdsIf, "the machine does not crash: fsync is off, and an operating-system crash or a power loss can lose or corrupt committed records and locks (a crash of the server process alone loses nothing)", "fsync = on")
-		case syncCommit == "off":
-			lose = when(true, holdsIf, "the server does not crash: synchronous_commit = off acknowledges a commit before it is on disk, and a crash loses the last ones", "synchronous_commit = on (for oncekit's role: ALTER ROLE … SET synchronous_commit = on)")
+		lose = []finding{
+			when(fsync == "off", holdsIf, "the machine does not crash: fsync is off, and an operating-system crash or a power loss can lose or corrupt committed records and locks (a crash of the server process alone loses nothing)", "fsync = on"),
+			when(syncCommit == "off", holdsIf, "the server does not crash: synchronous_commit = off acknowledges a commit before it is on disk, and a crash loses the last ones", "synchronous_commit = on (for oncekit's role: ALTER ROLE … SET synchronous_commit = on)"),
 		}
-		exclusion := lose
-		if fsync == "off" {
-			exclusion = when(true, holdsIf, "the machine does not crash: fsync is off, and an operating-system crash or a power loss can lose or corrupt the rows of held locks", "fsync = on")
+		q := url.Values{}
+		if u, err := url.Parse(rawURL); err == nil {
+			q = u.Query()
 		}
-		d.judge(promiseExclusion, "row locks, the server's clock", exclusion,
-			when(pooled, holdsIf, "waiters poll: behind a transaction pooler there is no LISTEN", "add notify=false&default_query_exec_mode=exec to the URL, as sqlstore's documentation says"))
+		named := pooled && q.Get("default_query_exec_mode") != "exec" && q.Get("default_query_exec_mode") != "simple_protocol"
+		listen := pooled && q.Get("notify") != "false"
+		d.judge(promiseExclusion, "row locks, the server's clock", append(lose,
+			when(named, holdsIf, "requests get through the transaction pooler: pgx's named prepared statements fail when the pooler lends the next statement another server session, unless it keeps them (pgbouncer 1.21 or later with max_prepared_statements)", "add default_query_exec_mode=exec to the URL, as sqlstore's documentation says"),
+			when(listen, holdsIf, "waiters are woken through the transaction pooler: LISTEN runs on a session the pooler lends for one statement, so wake-ups go astray (a waiter waits up to a second per look)", "add notify=false to the URL, as sqlstore's documentation says"))...)
 	} else {
 		var flush, binlog, syncBinlog string
 		if err := db.QueryRowContext(ctx, "SELECT @@innodb_flush_log_at_trx_commit, @@log_bin, @@sync_binlog").Scan(&flush, &binlog, &syncBinlog); err != nil {
 			return nil, err
 		}
 		d.fact("innodb_flush_log_at_trx_commit / log_bin / sync_binlog", "%s / %s / %s", flush, binlog, syncBinlog)
-		switch {
-		case flush != "1":
-			lose = when(true, holdsIf, fmt.Sprintf("the machine does not crash: innodb_flush_log_at_trx_commit = %s writes the log to disk about once a second, and a crash loses the last commits", flush), "innodb_flush_log_at_trx_commit = 1")
-		case binlog == "1" && syncBinlog != "1":
-			lose = when(true, holdsIf, "a replica promoted after a crash has the last commits: sync_binlog ≠ 1 can lose them from the binary log", "sync_binlog = 1")
+		lose = []finding{
+			when(flush != "1", holdsIf, fmt.Sprintf("the machine does not crash: innodb_flush_log_at_trx_commit = %s writes the log to disk about once a second, and a crash loses the last commits", flush), "innodb_flush_log_at_trx_commit = 1"),
+			when(binlog == "1" && syncBinlog != "1", holdsIf, "a replica promoted after a crash has the last commits: sync_binlog ≠ 1 can lose them from the binary log", "sync_binlog = 1"),
 		}
-		d.judge(promiseExclusion, "row locks, the server's clock", lose)
+		d.judge(promiseExclusion, "row locks, the server's clock", lose...)
 	}
 	d.judge(promiseFences, "each fence is at least the server's clock in µs, and rows are kept until the clock has passed their fence", clock)
-	d.judge(promiseOnce, why, lose)
+	d.judge(promiseOnce, why, lose...)
 	d.judge(promiseDeadFrees, "a lease's row expires by the server's clock")
-	d.judge(promiseRetry, "attempts are counted in the record's row", lose)
+	d.judge(promiseRetry, "attempts are counted in the record's row", lose...)
 	if layout != "in place" {
 		d.Findings = append(d.Findings, finding{Promise: "schema", Verdict: fails, Why: layout, Fix: "run Store.Migrate (or storage.Open with migrate=true) with this version"})
 	}
