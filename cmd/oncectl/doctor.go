@@ -8,6 +8,9 @@ import (
 	"slices"
 	"strings"
 	"text/tabwriter"
+	"time"
+
+	"github.com/oncekit/oncekit/core/lock"
 )
 
 // The verdicts of a promise on a deployment.
@@ -121,7 +124,7 @@ func (c *cli) doctor() int {
 	st, err := openStore(c.storeURL, c.timeout)
 	if err == nil {
 		defer st.close()
-		d, err = diagnose(ctx, st.store, c.storeURL)
+		d, err = diagnose(ctx, st.store, c.storeURL, c.doctorTTL())
 	}
 	if err != nil && preparedStatementLost(err) {
 		d, err = c.doctorUnpooled(ctx, err)
@@ -130,6 +133,7 @@ func (c *cli) doctor() int {
 		fmt.Fprintf(c.err, "oncectl: doctor: %v\n", err)
 		return exitUsage
 	}
+	d.fact("TTL weighed against", "%v (--ttl)", c.doctorTTL())
 	d.Store = redactURL(c.storeURL)
 	d.Findings = collapse(d.Findings)
 	if c.json {
@@ -143,6 +147,15 @@ func (c *cli) doctor() int {
 		}
 	}
 	return exitOK
+}
+
+// doctorTTL is the TTL doctor weighs the store's timings against: --ttl,
+// else lock.DefaultTTL.
+func (c *cli) doctorTTL() time.Duration {
+	if c.ttl > 0 {
+		return c.ttl
+	}
+	return lock.DefaultTTL
 }
 
 // preparedStatementLost reports a PostgreSQL error of a named prepared
@@ -170,7 +183,7 @@ func (c *cli) doctorUnpooled(ctx context.Context, cause error) (*diagnosis, erro
 		return nil, cause
 	}
 	defer st.close()
-	d, err := diagnose(ctx, st.store, u.String())
+	d, err := diagnose(ctx, st.store, u.String(), c.doctorTTL())
 	if err != nil {
 		return nil, cause
 	}
@@ -207,16 +220,16 @@ func (d *diagnosis) print(c *cli) {
 }
 
 // diagnose runs the checks of st's driver.
-func diagnose(ctx context.Context, st any, rawURL string) (*diagnosis, error) {
+func diagnose(ctx context.Context, st any, rawURL string, ttl time.Duration) (*diagnosis, error) {
 	switch s := st.(type) {
 	case redisStore:
-		return diagnoseRedis(ctx, s, rawURL)
+		return diagnoseRedis(ctx, s, rawURL, ttl)
 	case redlockStore:
 		return diagnoseRedlock(ctx, s)
 	case etcdStore:
-		return diagnoseEtcd(ctx, s)
+		return diagnoseEtcd(ctx, s, ttl)
 	case zkStore:
-		return diagnoseZK(ctx, s, rawURL)
+		return diagnoseZK(ctx, s, rawURL, ttl)
 	case sqlStore:
 		return diagnoseSQL(ctx, s, rawURL)
 	}

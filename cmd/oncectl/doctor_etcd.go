@@ -18,7 +18,7 @@ type etcdStore interface{ Client() etcdstore.Client }
 
 // diagnoseEtcd judges an etcd cluster: its members, each endpoint's
 // status (the leader, alarms that refuse writes).
-func diagnoseEtcd(ctx context.Context, s etcdStore) (*diagnosis, error) {
+func diagnoseEtcd(ctx context.Context, s etcdStore, ttl time.Duration) (*diagnosis, error) {
 	c, ok := s.Client().(*clientv3.Client)
 	if !ok {
 		return nil, fmt.Errorf("no checks for a %T (doctor reads a *clientv3.Client)", s.Client())
@@ -80,7 +80,7 @@ func diagnoseEtcd(ctx context.Context, s etcdStore) (*diagnosis, error) {
 	d.judge(promiseFences, "fences are revisions, which never go back")
 	d.judge(promiseOnce, "a run's record and its effect commit in one transaction", alarm)
 	d.judge(promiseDeadFrees, "a dead holder's entries go with its session's lease, by the leader's clock",
-		when(granted > time.Second, holdsIf, fmt.Sprintf("a dead holder's key may stay taken for %v when its TTL is shorter: etcd raises a lease to 1.5 election timeouts", granted),
+		when(granted > ttl, holdsIf, fmt.Sprintf("a dead holder's key may stay taken for %v, not the %v TTL (--ttl): etcd raises a lease to 1.5 election timeouts", granted, ttl),
 			fmt.Sprintf("use TTLs of at least %v, or lower the members' --election-timeout", granted)))
 	d.judge(promiseRetry, "attempts are counted beside the record")
 	return d, nil

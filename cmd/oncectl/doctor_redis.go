@@ -122,7 +122,7 @@ func (n *redisNode) eviction() finding {
 // and its Sentinels), or each primary of a Cluster: eviction,
 // persistence, replicas, round trips, the clock, the rights the driver
 // needs.
-func diagnoseRedis(ctx context.Context, s redisStore, rawURL string) (*diagnosis, error) {
+func diagnoseRedis(ctx context.Context, s redisStore, rawURL string, ttl time.Duration) (*diagnosis, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		return nil, err
@@ -138,25 +138,25 @@ func diagnoseRedis(ctx context.Context, s redisStore, rawURL string) (*diagnosis
 		n.facts(d, "")
 		var sentinel finding
 		if u.Scheme == "redis-sentinel" || u.Scheme == "rediss-sentinel" {
-			if sentinel, err = diagnoseSentinel(ctx, d, u, n, withReplicas); err != nil {
+			if sentinel, err = diagnoseSentinel(ctx, d, u, n, withReplicas, ttl); err != nil {
 				return nil, err
 			}
 		}
 		// With Sentinels, their finding speaks of failover (with how
 		// soon one comes).
-		d.Findings = judgeRedisNode(n, withReplicas || sentinel.Verdict != "")
+		d.Findings = judgeRedisNode(n, withReplicas || sentinel.Verdict != "", ttl)
 		if sentinel.Verdict != "" {
 			d.Findings = append(d.Findings, withPromise(sentinel, promiseExclusion), withPromise(sentinel, promiseOnce))
 		}
 		return d, nil
 	case *redis.ClusterClient:
-		return diagnoseCluster(ctx, c, withReplicas)
+		return diagnoseCluster(ctx, c, withReplicas, ttl)
 	}
 	return nil, fmt.Errorf("no checks for a %T", s.Client())
 }
 
 // judgeRedisNode is each promise's verdict on one server.
-func judgeRedisNode(n *redisNode, withReplicas bool) []finding {
+func judgeRedisNode(n *redisNode, withReplicas bool, ttl time.Duration) []finding {
 	d := &diagnosis{}
 	evict := n.eviction()
 	acl := n.rights()
@@ -177,7 +177,7 @@ func judgeRedisNode(n *redisNode, withReplicas bool) []finding {
 			fmt.Sprintf("the machine does not crash: appendfsync %s loses up to a second of completions", n.cfg["appendfsync"]), "appendfsync always"),
 		failover)
 	d.judge(promiseDeadFrees, "every key oncekit writes expires by the server's clock", acl,
-		when(n.rtt[len(n.rtt)-1] > time.Second, holdsIf, fmt.Sprintf("TTLs are well above the round trip: one took %v", n.rtt[len(n.rtt)-1].Round(time.Millisecond)), "keep TTLs at least ten round trips long"))
+		when(n.rtt[len(n.rtt)-1] > ttl/10, holdsIf, fmt.Sprintf("TTLs are well above the round trip: one took %v, more than a tenth of the %v TTL (--ttl)", n.rtt[len(n.rtt)-1].Round(time.Millisecond), ttl), "keep TTLs at least ten round trips long"))
 	d.judge(promiseRetry, "attempts are counted beside the record", evict, acl,
 		when(n.volatile() || n.snapshots(), holdsIf, "the server keeps its memory: a restart forgets the attempts of claims that died", persistFix))
 	return d.Findings
@@ -187,7 +187,7 @@ func withPromise(f finding, p string) finding { f.Promise = p; return f }
 
 // diagnoseCluster judges a Redis Cluster: slot coverage, replicas per
 // shard, and each primary as one server.
-func diagnoseCluster(ctx context.Context, c *redis.ClusterClient, withReplicas bool) (*diagnosis, error) {
+func diagnoseCluster(ctx context.Context, c *redis.ClusterClient, withReplicas bool, ttl time.Duration) (*diagnosis, error) {
 	d := &diagnosis{}
 	info, err := c.ClusterInfo(ctx).Result()
 	if err != nil {
@@ -220,7 +220,7 @@ func diagnoseCluster(ctx context.Context, c *redis.ClusterClient, withReplicas b
 		defer mu.Unlock()
 		primaries++
 		n.facts(d, m.Options().Addr+": ")
-		for _, f := range judgeRedisNode(n, withReplicas) {
+		for _, f := range judgeRedisNode(n, withReplicas, ttl) {
 			k := f.Promise + "\x00" + f.Verdict + "\x00" + f.Why
 			if _, ok := byText[k]; !ok {
 				order = append(order, k)
@@ -260,7 +260,7 @@ func diagnoseCluster(ctx context.Context, c *redis.ClusterClient, withReplicas b
 // diagnoseSentinel reads the Sentinels the URL names about the primary:
 // their quorum, how long a primary may be silent before a failover, and
 // whether a failover keeps the last grants.
-func diagnoseSentinel(ctx context.Context, d *diagnosis, u *url.URL, primary *redisNode, withReplicas bool) (finding, error) {
+func diagnoseSentinel(ctx context.Context, d *diagnosis, u *url.URL, primary *redisNode, withReplicas bool, ttl time.Duration) (finding, error) {
 	hosts := strings.Split(u.Host, ",")
 	name := u.Query().Get("master_name")
 	var m map[string]string
@@ -285,7 +285,8 @@ func diagnoseSentinel(ctx context.Context, d *diagnosis, u *url.URL, primary *re
 	d.fact("quorum / down-after-milliseconds / replicas", "%s / %s / %s", m["quorum"], m["down-after-milliseconds"], m["num-slaves"])
 	if primary.cfg["min-replicas-to-write"] == "0" && !withReplicas {
 		return finding{Verdict: holdsIf,
-			Why: fmt.Sprintf("no failover happens while a lease is held: a primary silent for %v is replaced, and a replica acknowledges nothing (no replicas= in the URL, min-replicas-to-write 0), so the new primary may lack the last grants and records", time.Duration(down)*time.Millisecond),
+			Why: fmt.Sprintf("no failover happens while a lease is held: a primary silent for %v is replaced (%s the %v TTL, --ttl), and a replica acknowledges nothing (no replicas= in the URL, min-replicas-to-write 0), so the new primary may lack the last grants and records",
+				time.Duration(down)*time.Millisecond, map[bool]string{true: "sooner than", false: "no sooner than"}[time.Duration(down)*time.Millisecond < ttl], ttl),
 			Fix: "replicas=N in the URL (redisstore.WithReplicas), and down-after-milliseconds well above your longest TTL"}, nil
 	}
 	return finding{}, nil

@@ -14,9 +14,9 @@ import (
 
 // verdicts runs doctor on store and returns its exit status and each
 // promise's verdict, failing t on output that is not its JSON.
-func verdicts(t *testing.T, store string) (int, map[string]finding) {
+func verdicts(t *testing.T, store string, args ...string) (int, map[string]finding) {
 	t.Helper()
-	code, out, errOut := oncectl(t, "", "--store", store, "--json", "doctor")
+	code, out, errOut := oncectl(t, "", append([]string{"--store", store, "--json", "doctor"}, args...)...)
 	var d diagnosis
 	if err := json.Unmarshal([]byte(out), &d); err != nil {
 		t.Fatalf("doctor --json: exit %d, %v\nstdout: %s\nstderr: %s", code, err, out, errOut)
@@ -223,7 +223,7 @@ func TestDoctorZooKeeper(t *testing.T) {
 	// A session the servers grant as asked (make test's ensemble keeps
 	// sessions within 0.4 and 4 s).
 	good := "zk://" + strings.Join(addrs, ",") + "/oncectl-test?session_timeout=2s"
-	code, v := verdicts(t, good)
+	code, v := verdicts(t, good, "--ttl", "2s")
 	_, out, _ := oncectl(t, "", "--store", good, "doctor")
 	if strings.Count(out, "leader,")+strings.Count(out, "standalone,") != 1 || strings.Contains(out, "no answer") {
 		t.Errorf("doctor does not show one leader among the members:\n%s", out)
@@ -242,6 +242,12 @@ func TestDoctorZooKeeper(t *testing.T) {
 	_, v = verdicts(t, "zk://"+strings.Join(addrs, ",")+"/oncectl-test?session_timeout=60s")
 	if f := v[promiseExclusion]; f.Verdict != holdsIf || !strings.Contains(f.Why, "granted a session of") || !strings.Contains(f.Why, "1m0s asked") {
 		t.Errorf("a session asked above maxSessionTimeout: exclusion %+v", f)
+	}
+	// TTLs longer than the session: a paused holder loses its key while
+	// its lease runs on.
+	_, v = verdicts(t, good, "--ttl", "30s")
+	if f := v[promiseExclusion]; f.Verdict != holdsIf || !strings.Contains(f.Why, "30s TTL") {
+		t.Errorf("a TTL beyond the session: exclusion %+v", f)
 	}
 	// One asked below their minSessionTimeout is raised: a dead holder's
 	// key stays taken longer.

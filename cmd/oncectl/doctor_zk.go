@@ -82,7 +82,7 @@ func (f zkLogFunc) Printf(format string, args ...any) { f(format, args...) }
 
 // diagnoseZK judges a ZooKeeper ensemble: its members' modes (srvr, one of
 // the four-letter words a server must allow: 4lw.commands.whitelist).
-func diagnoseZK(ctx context.Context, s zkStore, rawURL string) (*diagnosis, error) {
+func diagnoseZK(ctx context.Context, s zkStore, rawURL string, ttl time.Duration) (*diagnosis, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		return nil, err
@@ -121,13 +121,16 @@ func diagnoseZK(ctx context.Context, s zkStore, rawURL string) (*diagnosis, erro
 	shorter := when(negotiated < asked, holdsIf,
 		fmt.Sprintf("TTLs stay at most %v: the servers granted a session of %v for the %v asked (their maxSessionTimeout), and a holder paused or cut off for longer loses its key while its lease runs on to its TTL", negotiated, negotiated, asked),
 		fmt.Sprintf("ask for what the servers grant (session_timeout=%v, zkstore.WithSessionTimeout) or raise their maxSessionTimeout; keep TTLs at most the session, and pass fences to the resource", negotiated))
+	paused := when(ttl > negotiated, holdsIf,
+		fmt.Sprintf("no holder pauses or is cut off for longer than its %v session: then the servers free its key while its lease runs on to the %v TTL (--ttl)", negotiated, ttl),
+		fmt.Sprintf("keep TTLs at most the session (%v), and pass fences to the resource", negotiated))
 	longer := when(negotiated > asked, holdsIf,
 		fmt.Sprintf("a dead holder's key may stay taken for %v, the session the servers granted (their minSessionTimeout), not the %v asked", negotiated, asked),
 		fmt.Sprintf("ask at least %v, or lower the servers' minSessionTimeout", negotiated))
 	small := when(n < 3, holdsIf, fmt.Sprintf("the %d member(s) the URL names stay up: this client knows no other, so it tolerates no failure", n), "name every member of an ensemble of 3 or 5")
 	even := when(n >= 4 && n%2 == 0, holdsIf, fmt.Sprintf("no more than %d of the %d members fail: an even count tolerates no more failures than one member fewer", (n-1)/2, n), "run an odd number of members")
 	leader := when(leaders > 1 || (reachable == n && n >= 3 && leaders == 0), holdsIf, fmt.Sprintf("the ensemble settles on one leader: %d of the members answering say they lead", leaders), "check the members: echo srvr | nc host port")
-	d.judge(promiseExclusion, "Zab: every acquisition a quorum write", shorter, leader, small, even)
+	d.judge(promiseExclusion, "Zab: every acquisition a quorum write", shorter, paused, leader, small, even)
 	d.judge(promiseFences, "fences are zxids, which never go back")
 	d.judge(promiseOnce, "a run's record and its effect commit in one multi-operation")
 	d.judge(promiseDeadFrees, fmt.Sprintf("a dead holder's nodes go with its session, within %v (the session timeout, not the TTL)", negotiated), longer)

@@ -48,7 +48,9 @@ Flags (anywhere on the line):
   --for D          verify: how long to run (default 30s)
   --workers N      verify: worker processes (default 4, at least 2)
   --keys N         verify: lock keys the workers share (default 2)
-  --ttl D          verify: the locks' and claims' TTL (default 2s)
+  --ttl D          doctor: your TTL, to weigh timings against (default 10s,
+                   lock.DefaultTTL); verify: the TTL of its locks and claims
+                   (default 2s)
   --html FILE      verify: also write the report as a page with pictures
 
 Key flags (how the middleware stored KEY, the key the client sent):
@@ -144,7 +146,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs.DurationVar(&c.verifyFor, "for", 30*time.Second, "")
 	fs.IntVar(&c.workers, "workers", 4, "")
 	fs.IntVar(&c.keys, "keys", 2, "")
-	fs.DurationVar(&c.ttl, "ttl", 2*time.Second, "")
+	fs.DurationVar(&c.ttl, "ttl", 0, "")
 	fs.StringVar(&c.html, "html", "", "")
 
 	pos, err := parse(fs, args)

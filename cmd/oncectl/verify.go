@@ -30,6 +30,9 @@ import (
 // key is under a prefix of the run's own (oncectl-verify/<run>/), and the
 // records and locks it leaves are deleted at the end.
 func (c *cli) verify() int {
+	if c.ttl == 0 {
+		c.ttl = 2 * time.Second
+	}
 	if c.verifyFor <= 0 || c.workers < 2 || c.keys < 1 || c.ttl <= 0 {
 		return c.usageErr("verify needs --for > 0, --workers ≥ 2, --keys ≥ 1 and --ttl > 0")
 	}
