@@ -225,7 +225,7 @@ func diagnose(ctx context.Context, st any, rawURL string, ttl time.Duration) (*d
 	case redisStore:
 		return diagnoseRedis(ctx, s, rawURL, ttl)
 	case redlockStore:
-		return diagnoseRedlock(ctx, s)
+		return diagnoseRedlock(ctx, s, ttl)
 	case etcdStore:
 		return diagnoseEtcd(ctx, s, ttl)
 	case zkStore:

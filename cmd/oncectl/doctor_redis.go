@@ -304,7 +304,7 @@ func sentinelPassword(u *url.URL) string {
 
 // diagnoseRedlock judges a Redlock deployment: each node as one server,
 // and their clocks.
-func diagnoseRedlock(ctx context.Context, s redlockStore) (*diagnosis, error) {
+func diagnoseRedlock(ctx context.Context, s redlockStore, ttl time.Duration) (*diagnosis, error) {
 	d := &diagnosis{}
 	clients := s.Clients()
 	var nodes []*redisNode
@@ -347,7 +347,7 @@ func diagnoseRedlock(ctx context.Context, s redlockStore) (*diagnosis, error) {
 	d.fact("clock spread between nodes", "%v", (hi - lo).Round(time.Millisecond))
 	// (An even count, or fewer than three nodes, redlockstore refuses
 	// itself: doctor never gets here with one.)
-	spread = when(hi-lo > time.Minute, holdsIf, fmt.Sprintf("the nodes' clocks do not step back: they are %v apart", (hi-lo).Round(time.Second)), "run NTP on every node")
+	spread = when(hi-lo > ttl/2, holdsIf, fmt.Sprintf("the nodes' clocks come within half the %v TTL (--ttl) of each other: they are %v apart, and an acquisition whose fence runs more than half its TTL ahead of a node's clock is refused (redlockstore.ErrClockSkew)", ttl, (hi-lo).Round(time.Millisecond)), "run NTP on every node")
 	d.judge(promiseExclusion, "a majority of independent nodes, each grant a script on each (clock rates within 1 %)", evict, volatile)
 	d.judge(promiseFences, "the fence is written back on a majority; each node's is at least its clock", spread)
 	d.judge(promiseOnce, "for effects keyed on idem.KeyFrom: records live on a majority", evict, volatile,
