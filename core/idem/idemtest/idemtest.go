@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"runtime"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -54,6 +53,14 @@ type Config struct {
 	// subtest's next step. The subtests that expect every node to have
 	// seen a run call it after the run. Nil for a store with one server.
 	Settle func(t *testing.T, st idemdriver.Store)
+
+	// AttemptsMayRunHigh says a claim's Attempt may be one above the
+	// count of claims that ended without completing, as idem's
+	// documentation allows ("one too high, never too low"): a quorum
+	// driver (Redlock) whose Begin that missed a majority gave its nodes
+	// back counts that on them. Single-server stores leave it false and
+	// are held to the exact count.
+	AttemptsMayRunHigh bool
 
 	// RunnerProcess says the driver's TestMain calls RunRunner, so that
 	// the suite can kill a process in the middle of its run.
@@ -245,7 +252,7 @@ func (s *suite) attempts(t *testing.T) {
 		if err != nil || c.State != idemdriver.Acquired {
 			t.Fatalf("Begin: %v %v, want acquired", c.State, err)
 		}
-		if c.Attempt != want {
+		if !s.attemptOK(c.Attempt, want) {
 			t.Errorf("claim's Attempt %d, want %d", c.Attempt, want)
 		}
 		return c
@@ -291,9 +298,15 @@ func (s *suite) attempts(t *testing.T) {
 	if _, _, err := g.Do(ctx, k, "fp", run); err != nil {
 		t.Fatal(err)
 	}
-	if want := []int{3, 1}; !slices.Equal(seen, want) {
+	if want := []int{3, 1}; len(seen) != len(want) || !s.attemptOK(seen[0], want[0]) || !s.attemptOK(seen[1], want[1]) {
 		t.Errorf("runs saw attempts %v, want %v (after a crash and an abandon; after the completed record's retention)", seen, want)
 	}
+}
+
+// attemptOK reports whether a claim's attempt got is right where want is
+// the exact count: one above it too when the driver may count high.
+func (s *suite) attemptOK(got, want int) bool {
+	return got == want || s.cfg.AttemptsMayRunHigh && got == want+1
 }
 
 func (s *suite) retention(t *testing.T) {
