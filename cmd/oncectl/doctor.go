@@ -116,7 +116,7 @@ func when(ok bool, verdict, why, fix string) finding {
 // doctor reads the settings the store's promises rest on and prints each
 // promise's verdict for this deployment: exit 0 when every promise holds
 // (perhaps on a condition it names), 1 when one does not, 2 when the store
-// could not be reached or has no checks yet.
+// could not be reached.
 func (c *cli) doctor() int {
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	defer cancel()
@@ -233,7 +233,7 @@ func diagnose(ctx context.Context, st any, rawURL string, ttl time.Duration) (*d
 	case sqlStore:
 		return diagnoseSQL(ctx, s, rawURL)
 	}
-	return nil, fmt.Errorf("no checks for %T yet (doctor checks one Redis server, Redlock, etcd, ZooKeeper, PostgreSQL and MySQL/MariaDB)", st)
+	return nil, fmt.Errorf("no checks for %T (doctor checks Redis, Sentinel, Cluster, Redlock, etcd, ZooKeeper, PostgreSQL and MySQL/MariaDB)", st)
 }
 
 // redactURL hides a URL's password.
