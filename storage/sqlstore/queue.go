@@ -164,16 +164,38 @@ func (s *Store) queueStep() time.Duration { return max(s.pollInterval/10, time.M
 // session lock: until the holder's expiry, or, when the row was free at
 // the last look, until it has been free for stuckAfter (the session lock
 // is then passing to the next waiter, who takes the row within
-// microseconds); never past ctx's deadline.
+// microseconds); and never closer to ctx's deadline than deadlineMargin.
+// It is not positive when the deadline is too near to start a wait.
 func (s *Store) waitBudget(ctx context.Context, left time.Duration) time.Duration {
 	d := left + 2*time.Millisecond
 	if left <= 0 {
 		d = s.stuckAfter() + left + time.Millisecond
 	}
+	d = max(d, time.Millisecond)
 	if dl, ok := ctx.Deadline(); ok {
-		d = min(d, time.Until(dl))
+		d = min(d, time.Until(dl)-deadlineMargin)
 	}
-	return max(d, time.Millisecond)
+	return d
+}
+
+// deadlineMargin is how long before the caller's deadline the server's
+// wait for a key ends. A wait the server outlived its caller by — its
+// answer lost to the deadline, the cancel request slow on a loaded
+// machine — would take the key at the holder's release and keep it, for
+// nobody, until the background undo ran; ending the server's wait first
+// means a caller that gave up has no statement left that can take the
+// key.
+const deadlineMargin = 15 * time.Millisecond
+
+// waitOrTimeOut queues q for budget, or, when budget is not positive (the
+// deadline too near to start a wait), waits for ctx's end without a
+// statement, the key not taken (awaitRow then answers the deadline).
+func (q *queuer) waitOrTimeOut(ctx context.Context, budget time.Duration) error {
+	if budget <= 0 {
+		<-ctx.Done()
+		return nil
+	}
+	return q.queue(ctx, budget)
 }
 
 // stuckAfter is how long a row must have been free or expired while its
@@ -473,12 +495,12 @@ func (s *Store) acquireQueued(ctx context.Context, key string, ttl time.Duration
 	defer q.done(ctx)
 	id := s.sessionID(key)
 	q.fresh = !s.hot.has(id)
-	switch {
-	case wait && !q.fresh:
+	switch budget := s.waitBudget(ctx, min(ttl, s.stuckAfter())); {
+	case wait && !q.fresh && budget > 0:
 		// A key this Store found taken lately: queued at once (a free key
 		// is taken by the same statement), for a second at most before the
 		// row's expiry is known.
-		err = q.queue(ctx, s.waitBudget(ctx, min(ttl, s.stuckAfter())))
+		err = q.queue(ctx, budget)
 	default:
 		// Any other key is most likely free: a statement that does not
 		// wait (nor set lock_timeout) takes it; a taken one is marked.
@@ -592,7 +614,7 @@ func (s *Store) awaitRow(ctx context.Context, q *queuer, wait bool, op string, l
 				continue
 			}
 			q.l, rowLooked = look{}, false
-			err = q.queue(ctx, s.waitBudget(ctx, s.stuckAfter()))
+			err = q.waitOrTimeOut(ctx, s.waitBudget(ctx, s.stuckAfter()))
 		} else if stuck {
 			err, rowLooked = q.take(ctx), true
 		} else if q.holding {
@@ -605,7 +627,7 @@ func (s *Store) awaitRow(ctx context.Context, q *queuer, wait bool, op string, l
 			}
 			err = q.take(ctx)
 		} else {
-			err, rowLooked = q.queue(ctx, s.waitBudget(ctx, q.l.left)), false
+			err, rowLooked = q.waitOrTimeOut(ctx, s.waitBudget(ctx, q.l.left)), false
 		}
 		if err != nil {
 			q.drop()
