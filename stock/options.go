@@ -34,8 +34,10 @@ func WithMemory(d time.Duration) Option { return func(s *Stock) { s.memory = d }
 func WithMaxMerge(n int) Option { return func(s *Stock) { s.maxMerge = n } }
 
 // WithMergeWait makes a store call wait d for more operations on its item
-// before it is sent: 0 by default (no wait: the operations that arrive
-// while one call is in flight make up the next).
+// before it is sent: 0 by default (no wait: the next call carries the
+// operations that arrived while the last one was in flight, and those its
+// answers' callers sent straight away — it goes out once the goroutines
+// ready to run have had their turn, runtime.Gosched).
 func WithMergeWait(d time.Duration) Option { return func(s *Stock) { s.mergeWait = d } }
 
 // WithTimeout bounds a merged store call whose callers' contexts have no

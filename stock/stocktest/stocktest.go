@@ -55,6 +55,7 @@ func Run(t *testing.T, cfg Config) {
 	t.Run("NeverOversold", s.neverOversold)
 	t.Run("HoldsEndOnce", s.holdsEndOnce)
 	t.Run("Merged", s.merged)
+	t.Run("OneBatch", s.oneBatch)
 	t.Run("KilledMidTake", s.killedMidTake)
 	t.Run("KilledMidHold", s.killedMidHold)
 }
@@ -480,4 +481,67 @@ func (s *suite) merged(t *testing.T) {
 		t.Fatalf("%d store calls carried %d operations; want fewer calls than the %d takes, carrying them all", calls, carried, takers)
 	}
 	t.Logf("%d takes in %d store calls", takers, calls)
+}
+
+// oneBatch gives the driver one batch of takes and holds of distinct keys
+// — what a merged call carries — that mixes every answer: a replay, a new
+// take, a new hold, a record of another kind (mismatch), a hold that ran
+// out before the call, and sold out; each op must see the ones before it.
+func (s *suite) oneBatch(t *testing.T) {
+	store := s.cfg.NewStore(t)
+	ctx := ctxTimeout(t, 30*time.Second)
+	it := item(t)
+	keep := time.Hour
+	apply := func(ops ...stockdriver.Op) stockdriver.Answer {
+		t.Helper()
+		a, err := store.ApplyStock(ctx, it, ops)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(a.Results) != len(ops) {
+			t.Fatalf("%d results for %d ops", len(a.Results), len(ops))
+		}
+		return a
+	}
+	take := func(key string, units int64) stockdriver.Op {
+		return stockdriver.Op{Kind: stockdriver.Take, Key: key, Units: units, Keep: keep}
+	}
+	hold := func(key string, units int64, ttl time.Duration) stockdriver.Op {
+		return stockdriver.Op{Kind: stockdriver.Hold, Key: key, Units: units, TTL: ttl, Keep: keep}
+	}
+	apply(stockdriver.Op{Kind: stockdriver.Set, Units: 4})
+	apply(take("a", 1), hold("gone", 1, 50*time.Millisecond))
+	time.Sleep(300*time.Millisecond + s.cfg.Lag)
+	// free 2, held 1 (ran out: free 3 once ended), sold 1
+	a := apply(take("a", 1), take("b", 1), hold("c", 1, time.Hour), take("gone", 1), take("d", 5), take("e", 1), take("f", 1))
+	want := []stockdriver.Result{
+		{State: stockdriver.Sold, Units: 1, Replayed: true},
+		{State: stockdriver.Sold, Units: 1},
+		{State: stockdriver.Held, Units: 1},
+		{State: stockdriver.Mismatch, Units: 1},
+		{State: stockdriver.SoldOut, Units: 5},
+		{State: stockdriver.Sold, Units: 1},
+		{State: stockdriver.SoldOut, Units: 1},
+	}
+	for i, w := range want {
+		got := a.Results[i]
+		rem := got.Remaining
+		got.Remaining = 0
+		if got != w {
+			t.Errorf("op %d: %+v, want %+v", i, a.Results[i], w)
+		}
+		if w.State == stockdriver.Held && (rem <= 0 || rem > time.Hour) {
+			t.Errorf("op %d: a new hour's hold has %v remaining", i, rem)
+		}
+	}
+	if wantLvl := (stockdriver.Level{Put: 4, Free: 0, Held: 1, Sold: 3}); !a.Exists || a.Level != wantLvl {
+		t.Errorf("level %+v (exists %v), want %+v", a.Level, a.Exists, wantLvl)
+	}
+	// The batch's records are kept: each key answers again as it did.
+	b := apply(take("b", 1), take("d", 5), hold("c", 1, time.Hour), take("f", 1), take("new", 1))
+	for i, w := range []stockdriver.State{stockdriver.Sold, stockdriver.SoldOut, stockdriver.Held, stockdriver.SoldOut, stockdriver.SoldOut} {
+		if b.Results[i].State != w || (i < 4 && !b.Results[i].Replayed) {
+			t.Errorf("again, op %d: %+v, want %v replayed", i, b.Results[i], w)
+		}
+	}
 }

@@ -25,7 +25,7 @@ func (s *Store) ApplyStock(ctx context.Context, item string, ops []stockdriver.O
 	name := s.stockPrefix + "{" + rediskit.Tag(item) + "}"
 	keys := make([]string, 2, 2+len(ops))
 	keys[0], keys[1] = name, name+":h"
-	args := make([]any, 1, 1+5*len(ops))
+	args := make([]any, 1, 1+4*len(ops))
 	args[0] = name + ":k:"
 	for _, op := range ops {
 		code := stockCodes[op.Kind]
@@ -35,7 +35,7 @@ func (s *Store) ApplyStock(ctx context.Context, item string, ops []stockdriver.O
 		if op.Kind != stockdriver.Add && op.Kind != stockdriver.Set {
 			keys = append(keys, name+":k:"+op.Key)
 		}
-		args = append(args, code, op.Key, op.Units, op.TTL.Milliseconds(), op.Keep.Milliseconds())
+		args = append(args, code, op.Units, op.TTL.Milliseconds(), op.Keep.Milliseconds())
 	}
 	v, err := s.base.RunScript(ctx, s.client, rediskit.Stock, keys, args...).Slice()
 	if err != nil {

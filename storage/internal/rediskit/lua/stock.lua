@@ -4,8 +4,9 @@
 -- holds (a sorted set of keys by deadline, ms), KEYS[3..] the record of
 -- each operation that names a key, in order.
 -- ARGV[1] the records' name prefix (the record of key k is ARGV[1]..k),
--- then five per operation: kind (t take, h hold, c confirm, r release,
--- a add, s set), key, units, ttl ms, keep ms.
+-- then four per operation: kind (t take, h hold, c confirm, r release,
+-- a add, s set), units, ttl ms, keep ms (decimal integers); an operation's
+-- key is its record's name past the prefix.
 -- A record is 'S1|<made by: t|h>|<state>|<units>|<deadline ms>|<keep ms>',
 -- state s sold, h held, o sold out, r released, x expired; its PTTL is its
 -- memory: none while held (the hold's end must find it), keep ms from the
@@ -92,10 +93,13 @@ for _, k in ipairs(due) do
 	end
 end
 
-local out = {}
+-- The reply: six values of the item (set last), then four per op.
+local out = { 0, 0, 0, 0, 0, 0 }
+local no = 6
 local ki = 3
-for b = 2, #ARGV, 5 do
-	local kind, key, units, ttl, keep = ARGV[b], ARGV[b + 1], tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4])
+local plen = #ARGV[1]
+for b = 2, #ARGV, 4 do
+	local kind, units, ttl, keep = ARGV[b], tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3])
 	local st, u, rem, rep = 'n', units, 0, 0
 	if kind == 's' then
 		exists = true
@@ -115,7 +119,7 @@ for b = 2, #ARGV, 5 do
 		ki = ki + 1
 		local r = get(rk)
 		if r and r.st == 'h' and r.dl <= now then
-			expire(r, rk, key)
+			expire(r, rk, string.sub(rk, plen + 1))
 			expired = expired + 1
 		end
 		if kind == 't' or kind == 'h' then
@@ -127,16 +131,21 @@ for b = 2, #ARGV, 5 do
 					st, rep = r.st, 1
 					if r.st == 'h' then rem = r.dl - now end
 				end
-			elseif free < units then
-				st = 'o'
-				set(rk, { kind = kind, st = 'o', units = units, dl = 0, keep = keep }, 'PX', keep)
-			elseif kind == 't' then
-				free, sold, st = free - units, sold + units, 's'
-				set(rk, { kind = 't', st = 's', units = units, dl = 0, keep = keep }, 'PX', keep)
+			elseif free < units or kind == 't' then
+				-- A new record of no deadline, made of the op's own
+				-- arguments (decimal integers, as string.format would
+				-- write them).
+				if free < units then
+					st = 'o'
+				else
+					free, sold, st = free - units, sold + units, 's'
+				end
+				recs[rk] = { kind = kind, st = st, units = units, dl = 0, keep = keep }
+				redis.call('SET', rk, 'S1|' .. kind .. '|' .. st .. '|' .. ARGV[b + 1] .. '|0|' .. ARGV[b + 3], 'PX', ARGV[b + 3])
 			else
 				free, held, st, rem = free - units, held + units, 'h', ttl
 				set(rk, { kind = 'h', st = 'h', units = units, dl = now + ttl, keep = keep })
-				redis.call('ZADD', KEYS[2], now + ttl, key)
+				redis.call('ZADD', KEYS[2], now + ttl, string.sub(rk, plen + 1))
 			end
 		else
 			if not r then
@@ -154,18 +163,15 @@ for b = 2, #ARGV, 5 do
 				end
 				st = r.st
 				set(rk, r, 'PX', math.max(r.dl - now, 0) + r.keep)
-				redis.call('ZREM', KEYS[2], key)
+				redis.call('ZREM', KEYS[2], string.sub(rk, plen + 1))
 			end
 		end
 	end
-	out[#out + 1] = st
-	out[#out + 1] = u
-	out[#out + 1] = rem
-	out[#out + 1] = rep
+	out[no + 1], out[no + 2], out[no + 3], out[no + 4] = st, u, rem, rep
+	no = no + 4
 end
 if exists then
 	redis.call('HSET', KEYS[1], 'v', 'S1', 'put', put, 'free', free, 'held', held, 'sold', sold)
 end
-local head = { exists and 1 or 0, put, free, held, sold, expired }
-for i = 1, #out do head[#head + 1] = out[i] end
-return head
+out[1], out[2], out[3], out[4], out[5], out[6] = exists and 1 or 0, put, free, held, sold, expired
+return out
