@@ -8,6 +8,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -44,13 +46,28 @@ func binaries(b *testing.B) (oncekit, peer string) {
 	return filepath.Join(binDir, "inventory"), filepath.Join(binDir, "inventory-peer")
 }
 
-var listening = regexp.MustCompile(`^replica 1: (http://\S+)\s+grpc`)
+var listening = regexp.MustCompile(`^replica \d+: (http://\S+)\s+grpc`)
 
-// replicas starts n replica processes of bin with env and returns their
-// HTTP base URLs.
-func replicas(b *testing.B, n int, bin string, env []string, args ...string) []string {
-	var urls []string
+// fleet is the replica processes of one sale.
+type fleet struct {
+	urls []string // the replicas' HTTP base URLs
+	pids []int
+}
+
+// replicas starts n replica processes of bin with env.
+func replicas(b *testing.B, n int, bin string, env []string, args ...string) fleet {
+	return replicaProcesses(b, n, 1, bin, env, args...)
+}
+
+// replicaProcesses starts n processes of bin with env, each serving each
+// replicas (--replicas).
+func replicaProcesses(b *testing.B, n, each int, bin string, env []string, args ...string) fleet {
+	var f fleet
+	if each != 1 {
+		args = append([]string{"--replicas", strconv.Itoa(each)}, args...)
+	}
 	for range n {
+		want := len(f.urls) + each
 		cmd := exec.Command(bin, append([]string{"--kafka", "", "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"}, args...)...)
 		cmd.Env = append(os.Environ(), env...)
 		stderr, err := cmd.StderrPipe()
@@ -61,14 +78,14 @@ func replicas(b *testing.B, n int, bin string, env []string, args ...string) []s
 			b.Fatal(err)
 		}
 		b.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		f.pids = append(f.pids, cmd.Process.Pid)
 		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
+		for len(f.urls) < want && sc.Scan() {
 			if m := listening.FindStringSubmatch(sc.Text()); m != nil {
-				urls = append(urls, m[1])
-				break
+				f.urls = append(f.urls, m[1])
 			}
 		}
-		if len(urls) == 0 {
+		if len(f.urls) < want {
 			b.Fatalf("%s did not start", bin)
 		}
 		go func() {
@@ -76,7 +93,7 @@ func replicas(b *testing.B, n int, bin string, env []string, args ...string) []s
 			}
 		}()
 	}
-	return urls
+	return f
 }
 
 // BenchmarkFlashSalePeers: one hot SKU, three replica processes of the
@@ -115,14 +132,18 @@ func BenchmarkFlashSalePeers(b *testing.B) {
 // stock (a build of INVENTORY_BASELINE, the binary scripts/bench.sh builds
 // from BASELINE_REF; the baseline rows are skipped without it). One
 // iteration is one buyer; stock is a fifth of the buyers; 30 % of buyers
-// send their order twice. Every sale must keep its invariants.
+// send their order twice. Every sale must keep its invariants. The
+// ceiling row runs the same service on the in-process store (three
+// replicas in one process): what the machine gives the service and its
+// buyers when the store costs nothing.
 //
 //	go test -run '^$' -bench FlashSaleStock -benchtime 2000x ./...
 func BenchmarkFlashSaleStock(b *testing.B) {
 	oncekit, _ := binaries(b)
 	baseline := os.Getenv("INVENTORY_BASELINE")
-	stores := map[string]string{"redis": "redis://" + testenv.RedisAddrs(b, 1)[0], "postgres": testenv.PostgresURL(b), "mysql": testenv.MySQLURL(b)}
+	stores := map[string]string{"memory": "memory://", "redis": "redis://" + testenv.RedisAddrs(b, 1)[0], "postgres": testenv.PostgresURL(b), "mysql": testenv.MySQLURL(b)}
 	for _, v := range []struct{ name, bin, store string }{
+		{"ceiling/memory", oncekit, "memory"},
 		{"baseline/redis", baseline, "redis"},
 		{"baseline/postgres", baseline, "postgres"},
 		{"baseline/mysql", baseline, "mysql"},
@@ -135,19 +156,31 @@ func BenchmarkFlashSaleStock(b *testing.B) {
 				b.Skip("no INVENTORY_BASELINE binary")
 			}
 			args := []string{"--store", stores[v.store], "--lock-free", "--prefix", fmt.Sprintf("bench-stock:%d:", time.Now().UnixNano())}
+			if v.store == "memory" {
+				// The ceiling: the same service and buyers on the
+				// in-process store (one process of three replicas, so
+				// that they share it), a store that costs nothing.
+				sale(b, replicaProcesses(b, 1, 3, v.bin, nil, args...))
+				return
+			}
 			sale(b, replicas(b, 3, v.bin, nil, args...))
 		})
 	}
 }
 
-// sale runs a flash sale of b.N buyers against targets (stock a fifth of
-// the buyers, 30 % of them sending their order twice) and reports its
-// metrics; a sale that broke an invariant fails b.
-func sale(b *testing.B, targets []string) {
+// sale runs a flash sale of b.N buyers against f's replicas (stock a
+// fifth of the buyers, 30 % of them sending their order twice) and reports
+// its metrics; a sale that broke an invariant fails b. It also reports
+// where the machine's CPU went per request (µs, from /proc): the buyers
+// (this process), the replica processes, and everything else — the store's
+// servers, and the kernel's loopback network on their behalf.
+func sale(b *testing.B, f fleet) {
+	before := cpuNow(f.pids)
 	b.ResetTimer()
-	rep, err := flashsale.Run(context.Background(), flashsale.Config{Targets: targets,
+	rep, err := flashsale.Run(context.Background(), flashsale.Config{Targets: f.urls,
 		Buyers: b.N, Stock: int64(max(1, b.N/5)), DupRate: 0.3, Attempts: 60})
 	b.StopTimer()
+	after := cpuNow(f.pids)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -157,4 +190,68 @@ func sale(b *testing.B, targets []string) {
 	for unit, v := range rep.Metrics() {
 		b.ReportMetric(v, unit)
 	}
+	if before.ok && after.ok && rep.Requests > 0 {
+		per := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(rep.Requests) }
+		buyers, fleet, all := after.self-before.self, after.fleet-before.fleet, after.busy-before.busy
+		b.ReportMetric(per(buyers), "buyers-cpu-µs/req")
+		b.ReportMetric(per(fleet), "replicas-cpu-µs/req")
+		b.ReportMetric(per(max(0, all-buyers-fleet)), "servers-cpu-µs/req")
+	}
 }
+
+// cpuTimes are CPU times used so far: by this process, by the replica
+// processes, and by the whole machine (busy, not idle or waiting for I/O).
+type cpuTimes struct {
+	self, fleet, busy time.Duration
+	ok                bool // read on Linux
+}
+
+// userHZ is the unit of /proc's CPU times (USER_HZ, 100 on Linux).
+const userHZ = 100
+
+func cpuNow(pids []int) cpuTimes {
+	var t cpuTimes
+	stat, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return t
+	}
+	// cpu  user nice system idle iowait irq softirq steal ...
+	line, _, _ := strings.Cut(string(stat), "\n")
+	fields := strings.Fields(line)
+	if len(fields) < 9 || fields[0] != "cpu" {
+		return t
+	}
+	for i, f := range fields[1:9] {
+		if i == 3 || i == 4 { // idle, iowait
+			continue
+		}
+		n, _ := strconv.ParseInt(f, 10, 64)
+		t.busy += ticks(n)
+	}
+	for _, pid := range pids {
+		t.fleet += procCPU(strconv.Itoa(pid))
+	}
+	t.self = procCPU("self")
+	t.ok = true
+	return t
+}
+
+// procCPU is the user and system time of /proc/<pid>/stat.
+func procCPU(pid string) time.Duration {
+	b, err := os.ReadFile("/proc/" + pid + "/stat")
+	if err != nil {
+		return 0
+	}
+	// pid (comm) state ppid ...: utime and stime are fields 14 and 15,
+	// counted after the command's closing parenthesis (field 2).
+	_, rest, ok := strings.Cut(string(b), ") ")
+	f := strings.Fields(rest)
+	if !ok || len(f) < 13 {
+		return 0
+	}
+	u, _ := strconv.ParseInt(f[11], 10, 64)
+	s, _ := strconv.ParseInt(f[12], 10, 64)
+	return ticks(u + s)
+}
+
+func ticks(n int64) time.Duration { return time.Duration(n) * time.Second / userHZ }
