@@ -483,10 +483,11 @@ func (s *suite) merged(t *testing.T) {
 	t.Logf("%d takes in %d store calls", takers, calls)
 }
 
-// oneBatch gives the driver one batch of takes and holds of distinct keys
-// — what a merged call carries — that mixes every answer: a replay, a new
-// take, a new hold, a record of another kind (mismatch), a hold that ran
-// out before the call, and sold out; each op must see the ones before it.
+// oneBatch gives the driver one batch of takes and holds — what a merged
+// call carries — that mixes every answer: a replay, a new take, a new
+// hold, a record of another kind (mismatch), a hold that ran out before
+// the call, sold out, and keys the same call took before; each op must
+// see the ones before it.
 func (s *suite) oneBatch(t *testing.T) {
 	store := s.cfg.NewStore(t)
 	ctx := ctxTimeout(t, 30*time.Second)
@@ -513,7 +514,8 @@ func (s *suite) oneBatch(t *testing.T) {
 	apply(take("a", 1), hold("gone", 1, 50*time.Millisecond))
 	time.Sleep(300*time.Millisecond + s.cfg.Lag)
 	// free 2, held 1 (ran out: free 3 once ended), sold 1
-	a := apply(take("a", 1), take("b", 1), hold("c", 1, time.Hour), take("gone", 1), take("d", 5), take("e", 1), take("f", 1))
+	a := apply(take("a", 1), take("b", 1), hold("c", 1, time.Hour), take("gone", 1), take("d", 5), take("e", 1), take("f", 1),
+		take("b", 1), take("d", 5))
 	want := []stockdriver.Result{
 		{State: stockdriver.Sold, Units: 1, Replayed: true},
 		{State: stockdriver.Sold, Units: 1},
@@ -522,6 +524,8 @@ func (s *suite) oneBatch(t *testing.T) {
 		{State: stockdriver.SoldOut, Units: 5},
 		{State: stockdriver.Sold, Units: 1},
 		{State: stockdriver.SoldOut, Units: 1},
+		{State: stockdriver.Sold, Units: 1, Replayed: true},    // b again, in the same call
+		{State: stockdriver.SoldOut, Units: 5, Replayed: true}, // d again
 	}
 	for i, w := range want {
 		got := a.Results[i]

@@ -44,6 +44,9 @@ local function get(rk)
 	if r == nil then
 		parse(rk, redis.call('GET', rk))
 		r = recs[rk]
+	elseif type(r) == 'string' then -- written by this call, read again
+		parse(rk, r)
+		r = recs[rk]
 	end
 	return r or nil
 end
@@ -140,8 +143,9 @@ for b = 2, #ARGV, 4 do
 				else
 					free, sold, st = free - units, sold + units, 's'
 				end
-				recs[rk] = { kind = kind, st = st, units = units, dl = 0, keep = keep }
-				redis.call('SET', rk, 'S1|' .. kind .. '|' .. st .. '|' .. ARGV[b + 1] .. '|0|' .. ARGV[b + 3], 'PX', ARGV[b + 3])
+				local v = 'S1|' .. kind .. '|' .. st .. '|' .. ARGV[b + 1] .. '|0|' .. ARGV[b + 3]
+				recs[rk] = v
+				redis.call('SET', rk, v, 'PX', ARGV[b + 3])
 			else
 				free, held, st, rem = free - units, held + units, 'h', ttl
 				set(rk, { kind = 'h', st = 'h', units = units, dl = now + ttl, keep = keep })
